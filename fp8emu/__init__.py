@@ -1,0 +1,12 @@
+"""fp8emu: a bit-exact NumPy reference emulator for FP8 and other narrow float formats."""
+
+from .formats import Format, format_table, formats, get_format, register_format
+from .rounding import ROUNDING_MODES
+from .codec import as_ml_dtypes, decode, encode, quantize
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Format", "formats", "format_table", "get_format", "register_format", "ROUNDING_MODES",
+    "encode", "decode", "quantize", "as_ml_dtypes", "__version__",
+]

@@ -1,0 +1,411 @@
+"""Encode, decode and quantize: the bit-exact codec.
+
+``encode`` rounds each input *once*, from its exact value, to a narrow format
+and returns the codes; ``decode`` maps codes back to values; ``quantize`` is
+``decode(encode(x))``.
+
+Implementation
+--------------
+Every finite input is described exactly as ``(-1)**s * m * 2**e`` and rounded
+by :func:`fp8emu.rounding.round_exact`.  For 16-bit sources the result of
+every one of the 65,536 bit patterns is tabulated once per (format, rounding,
+saturate) and encoding is a table look-up.  A float32 input's code depends
+only on its upper 16 bits and on whether its lower 16 bits are non-zero (the
+rounding position of a format with at most 6 mantissa bits lies in the upper
+half, so the lower half acts only as a sticky bit); a 2**17-entry table
+therefore covers float32 exactly.  The tables are built by the same exact
+core, so they agree with it by construction, and the tests compare both paths
+with an independent rational oracle.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+
+from .formats import Format, get_format
+from .rounding import (
+    DETERMINISTIC_MODES,
+    check_rounding,
+    finish_codes,
+    nan_codes,
+    overflow_code,
+    round_exact,
+)
+
+__all__ = ["encode", "decode", "quantize", "as_ml_dtypes", "DECODE_DTYPES"]
+
+_U64 = np.uint64
+#: Elements processed per step; keeps temporaries small (a few MB) for any input size.
+CHUNK = 1 << 16
+
+# (uint view, exponent bits, mantissa bits) of the IEEE-style source types.
+_FLOAT_LAYOUT = {
+    np.dtype(np.float16): (np.uint16, 5, 10),
+    np.dtype(ml_dtypes.bfloat16): (np.uint16, 8, 7),
+    np.dtype(np.float32): (np.uint32, 8, 23),
+    np.dtype(np.float64): (np.uint64, 11, 52),
+}
+_VIA = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
+        "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+#: dtypes that :func:`decode` can produce.
+DECODE_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16),
+                 np.dtype(np.float32), np.dtype(np.float64))
+_ML_NARROW = {np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
+              if n.startswith(("float8_", "float6_", "float4_"))}
+
+
+# ----------------------------------------------------------------------------- inputs
+def _as_array(x, what="x") -> np.ndarray:
+    """Convert an input to an ndarray without copying, rejecting unsupported dtypes."""
+    if isinstance(x, np.ndarray):
+        arr = x
+    elif hasattr(x, "__array__") or np.isscalar(x) or isinstance(x, (list, tuple)):
+        arr = np.asarray(x)
+    else:
+        raise TypeError(f"{what} must be array-like, got {type(x).__name__}")
+    dt = arr.dtype
+    if dt in _FLOAT_LAYOUT or dt in _ML_NARROW or dt.kind in "biu":
+        return arr
+    raise TypeError(
+        f"unsupported {what} dtype {dt}; accepted: bool, integers, float16, bfloat16, "
+        "float32, float64 (and ml_dtypes' narrow float types)"
+    )
+
+
+def _decompose(x: np.ndarray):
+    """Exact (neg, m, lsb, is_nan, is_inf) description of a 1-D chunk."""
+    dt = x.dtype
+    if dt.kind == "b":
+        x = x.astype(np.uint8)
+        dt = x.dtype
+    if dt.kind in "iu":
+        if dt.kind == "i":
+            neg = x < 0
+            u = x.astype(np.int64).view(_U64)
+            m = np.where(neg, ~u + _U64(1), u)   # two's complement magnitude, exact for INT64_MIN
+        else:
+            neg = np.zeros(x.shape, dtype=bool)
+            m = x.astype(_U64)
+        no = np.zeros(x.shape, dtype=bool)
+        return neg, m, np.zeros(x.shape, np.int64), no, no
+    uint, eb, mb = _FLOAT_LAYOUT[dt]
+    u = x.view(uint).astype(_U64)
+    bias = (1 << (eb - 1)) - 1
+    neg = (u >> _U64(eb + mb)) != 0
+    ef = ((u >> _U64(mb)) & _U64((1 << eb) - 1)).astype(np.int64)
+    mf = u & _U64((1 << mb) - 1)
+    special = ef == (1 << eb) - 1
+    normal = (ef != 0) & ~special
+    m = np.where(normal, mf | _U64(1 << mb), mf)
+    m = np.where(special, _U64(0), m)
+    lsb = np.maximum(ef, 1) - bias - mb
+    return neg, m, lsb, special & (mf != 0), special & (mf == 0)
+
+
+def _special_codes(fmt: Format, neg, is_nan, is_inf, saturate: bool):
+    """Codes of NaN and Inf inputs (int64 magnitude with -1 = NaN marker, neg)."""
+    if saturate or not (fmt.has_inf or fmt.has_nan):
+        inf = fmt.max_code
+    elif fmt.has_inf:
+        inf = fmt.inf_code
+    else:
+        inf = -1
+    return np.where(is_nan, -1, np.int64(inf))
+
+
+def _encode_exact(x, fmt, rounding, saturate, random_bits=None, sr_bits=0):
+    """Round a 1-D chunk from its exact values (no tables)."""
+    if x.dtype in _ML_NARROW:
+        x = x.astype(np.float32)   # lossless: every ml_dtypes narrow value fits float32
+    neg, m, lsb, is_nan, is_inf = _decompose(x)
+    codes = round_exact(neg, m, lsb, fmt, rounding, saturate, random_bits, sr_bits)
+    special = is_nan | is_inf
+    if special.any():
+        sc = _special_codes(fmt, neg, is_nan, is_inf, saturate)
+        fixed = finish_codes(sc, neg, fmt)
+        if not fmt.signed:  # an unsigned format has no -Inf
+            fixed = np.where(neg & is_inf, nan_codes(fmt, neg).astype(np.uint8), fixed)
+        codes = np.where(special, fixed, codes)
+    return codes
+
+
+# ----------------------------------------------------------------------------- tables
+def _table_ok_f32(fmt: Format) -> bool:
+    # The rounding position must lie in the upper 16 bits of every float32,
+    # normal (23 - mbits >= 17) and subnormal (emin - mbits + 149 >= 17).
+    return fmt.mbits <= 6 and fmt.emin - fmt.mbits >= -132
+
+
+@functools.lru_cache(maxsize=256)
+def _table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
+    """Code for every 16-bit pattern (float16/bfloat16) or float32 (hi, sticky) index."""
+    pats = np.arange(1 << 16, dtype=np.uint32)
+    if src == "float16":
+        x = pats.astype(np.uint16).view(np.float16)
+    elif src == "bfloat16":
+        x = pats.astype(np.uint16).view(ml_dtypes.bfloat16)
+    else:  # float32: index = hi16 | sticky << 16; the sticky case uses lower half 0x0001
+        x = np.concatenate([pats << 16, (pats << 16) | 1]).view(np.float32)
+    table = _encode_exact(x, fmt, rounding, saturate)
+    table.setflags(write=False)
+    return table
+
+
+def _encode_table(flat, out, fmt, rounding, saturate):
+    dt = flat.dtype
+    if dt == np.float32:
+        table = _table(fmt, "float32", rounding, saturate)
+        for i in range(0, flat.size, CHUNK * 4):
+            u = flat[i:i + CHUNK * 4].view(np.uint32)
+            idx = u >> 16
+            idx |= ((u & 0xFFFF) + 0xFFFF) & 0x10000   # bit 16 set iff the lower half is non-zero
+            np.take(table, idx, out=out[i:i + CHUNK * 4])
+    else:
+        table = _table(fmt, "float16" if dt == np.float16 else "bfloat16", rounding, saturate)
+        np.take(table, flat.view(np.uint16), out=out)
+
+
+# ----------------------------------------------------------------------------- public API
+def _random_source(rounding, rng, sr_bits, random_bits, shape):
+    """Validate the stochastic-rounding options; return (k, bits array or None, Generator)."""
+    if rounding != "stochastic":
+        if rng is not None or random_bits is not None or sr_bits is not None:
+            raise ValueError("rng, sr_bits and random_bits apply only to rounding='stochastic'")
+        return 0, None, None
+    if random_bits is None and rng is None:
+        raise ValueError("rounding='stochastic' needs a source of randomness: pass rng "
+                         "(np.random.Generator or int seed) or random_bits")
+    if random_bits is not None and rng is not None:
+        raise ValueError("pass either rng or random_bits, not both")
+    rb = None
+    if random_bits is not None:
+        rb = np.asarray(random_bits)
+        if rb.dtype.kind not in "iu":
+            raise TypeError(f"random_bits must be an unsigned integer array, got dtype {rb.dtype}")
+        if sr_bits is None:
+            if rb.dtype.kind != "u" or rb.dtype.itemsize > 4:
+                raise ValueError("pass sr_bits with random_bits that are not uint8/uint16/uint32")
+            sr_bits = rb.dtype.itemsize * 8
+    if sr_bits is None:
+        sr_bits = 32
+    if isinstance(sr_bits, bool) or not isinstance(sr_bits, (int, np.integer)) or not 1 <= sr_bits <= 32:
+        raise ValueError(f"sr_bits must be an int in 1..32, got {sr_bits!r}")
+    if rb is not None:
+        try:
+            rb = np.broadcast_to(rb, shape)
+        except ValueError:
+            raise ValueError(f"random_bits of shape {rb.shape} does not broadcast to {shape}") from None
+        if rb.size and (rb.min() < 0 or int(rb.max()) >= (1 << sr_bits)):
+            raise ValueError(f"random_bits must lie in [0, 2**sr_bits) = [0, {1 << sr_bits})")
+        return int(sr_bits), rb, None
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        rng = np.random.default_rng(int(rng))
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator or an int seed, got {type(rng).__name__}")
+    return int(sr_bits), None, rng
+
+
+def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
+           random_bits=None, via=None) -> np.ndarray:
+    """Round values to a narrow format and return their codes.
+
+    Each value is rounded once, from its exact value (float64 and integer
+    inputs are not first rounded to float32).
+
+    Parameters
+    ----------
+    x : array_like
+        bool, integer, float16, bfloat16, float32 or float64 values (or
+        ml_dtypes' narrow floats), or any object exposing ``__array__``.
+        Never modified.
+    fmt : str or Format
+        Target format (see :func:`fp8emu.formats`).
+    rounding : {"rne", "rna", "rtz", "rup", "rdn", "rto", "stochastic"}, keyword-only
+        Rounding mode (see :data:`fp8emu.rounding.ROUNDING_MODES`).
+    saturate : bool, keyword-only
+        If True, overflows and +-Inf become +-max (NaN stays NaN).  If False
+        (OCP non-saturating mode with IEEE 754 section 7.4), overflow gives
+        +-Inf, or NaN where the format has no Inf, except that ``rtz``/``rto``,
+        ``rdn`` for positive and ``rup`` for negative values give +-max;
+        formats with neither Inf nor NaN (FP6, FP4) always saturate.
+    rng : numpy.random.Generator or int, keyword-only
+        Randomness for stochastic rounding.  Bits are drawn as
+        ``rng.integers(0, 2**sr_bits, size, dtype=np.uint64)`` in C order.
+    sr_bits : int, keyword-only
+        Number k of random bits (1..32) for stochastic rounding; defaults to
+        the width of ``random_bits``' dtype, else 32.  The k bits are added,
+        as an integer, to the top k discarded bits of the exact magnitude; a
+        carry out rounds away from zero.
+    random_bits : array_like of unsigned int, keyword-only
+        Explicit random bits (broadcast to ``x``), each in ``[0, 2**k)``.
+    via : {None, "float32", "float16", "bfloat16"}, keyword-only
+        Round to this type first (NumPy/ml_dtypes ``astype``), reproducing the
+        double rounding of casts that go through an intermediate type.
+
+    Returns
+    -------
+    numpy.ndarray of uint8
+        Codes, same shape as ``x`` (FP6/FP4 codes in the low bits).
+
+    Notes
+    -----
+    NaN inputs give the format's canonical NaN (``Format.nan_code``, with the
+    sign kept where NaNs are signed); formats without NaN give ``+max``.  -0
+    and negative values that round to zero give -0 where the format has it,
+    else +0.  For unsigned E8M0, zero and negative inputs give NaN and
+    positive values below ``2**-127`` give ``2**-127``.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> fp8emu.encode(np.array([1.0, 0.3, 500.0]), "e4m3fn").tolist()
+    [56, 42, 127]
+    >>> fp8emu.encode(np.array([500.0]), "e4m3fn", saturate=True).tolist()
+    [126]
+    >>> fp8emu.encode(np.float64(1.0625), "e4m3fn", rounding="rup").tolist()
+    57
+    """
+    fmt = get_format(fmt)
+    rounding = check_rounding(rounding)
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__}")
+    saturate = bool(saturate)
+    arr = _as_array(x)
+    k, rb, gen = _random_source(rounding, rng, sr_bits, random_bits, arr.shape)
+    if via is not None:
+        if via not in _VIA:
+            raise ValueError(f"unknown via {via!r}; valid: None, {', '.join(_VIA)}")
+        arr = arr.astype(_VIA[via])
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    out = np.empty(flat.shape, dtype=np.uint8)
+    rb_flat = None if rb is None else rb.reshape(-1) if rb.flags.c_contiguous else np.ascontiguousarray(rb).reshape(-1)
+
+    dt = flat.dtype
+    if rounding in DETERMINISTIC_MODES and (
+        dt in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+        or (dt == np.float32 and _table_ok_f32(fmt))
+    ):
+        _encode_table(flat, out, fmt, rounding, saturate)
+    else:
+        for i in range(0, flat.size, CHUNK):
+            chunk = flat[i:i + CHUNK]
+            bits = None
+            if k:
+                bits = (rb_flat[i:i + CHUNK].astype(_U64) if rb_flat is not None
+                        else gen.integers(0, 1 << k, size=chunk.size, dtype=_U64))
+            out[i:i + CHUNK] = _encode_exact(chunk, fmt, rounding, saturate, bits, k)
+    return out.reshape(arr.shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _decode_table(fmt: Format, dtype: np.dtype) -> np.ndarray:
+    t = fmt.values().astype(dtype)
+    t.setflags(write=False)
+    return t
+
+
+def _as_codes(codes, fmt: Format) -> np.ndarray:
+    arr = codes if isinstance(codes, np.ndarray) else np.asarray(codes) if (
+        hasattr(codes, "__array__") or np.isscalar(codes) or isinstance(codes, (list, tuple))
+    ) else None
+    if arr is None:
+        raise TypeError(f"codes must be array-like, got {type(codes).__name__}")
+    if arr.dtype in _ML_NARROW:
+        if fmt.ml_dtype is None or arr.dtype != np.dtype(fmt.ml_dtype):
+            raise ValueError(f"codes of dtype {arr.dtype} are not {fmt.name} codes")
+        return arr.view(np.uint8)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"codes must be unsigned integers (or an ml_dtypes {fmt.name} array), "
+                        f"got dtype {arr.dtype}")
+    if arr.dtype != np.uint8 or fmt.bits < 8:
+        if arr.size and (arr.min() < 0 or arr.max() >= (1 << fmt.bits)):
+            raise ValueError(f"codes out of range for {fmt.bits}-bit format {fmt.name}: "
+                             f"expected 0..{(1 << fmt.bits) - 1}")
+        arr = arr.astype(np.uint8)
+    return arr
+
+
+def decode(codes, fmt, *, dtype=np.float32) -> np.ndarray:
+    """Values of narrow-format codes.
+
+    Parameters
+    ----------
+    codes : array_like of unsigned int, or an ml_dtypes array of ``fmt``
+        Codes (FP6/FP4 in the low bits).
+    fmt : str or Format
+    dtype : {float16, bfloat16, float32, float64}, keyword-only
+        Output type.  Values are converted from exact float64 values with
+        round-to-nearest-even (only E8M0 and E5M2 extremes can fall outside
+        float16 or need rounding).
+
+    Returns
+    -------
+    numpy.ndarray
+        Values, same shape as ``codes``.
+
+    Examples
+    --------
+    >>> import fp8emu
+    >>> fp8emu.decode([0x38, 0x7E, 0x7F], "e4m3fn").tolist()
+    [1.0, 448.0, nan]
+    """
+    fmt = get_format(fmt)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt not in DECODE_DTYPES:
+        raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
+    c = _as_codes(codes, fmt)
+    return np.take(_decode_table(fmt, dt), c)
+
+
+def quantize(x, fmt, **encode_options) -> np.ndarray:
+    """Round ``x`` to ``fmt`` and return the values: ``decode(encode(x))``.
+
+    The result has ``x``'s float dtype (float64 for integer and bool
+    inputs, float32 for ml_dtypes' narrow float inputs).
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> fp8emu.quantize(np.array([0.3, 1000.0], np.float32), "e5m2").tolist()
+    [0.3125, 1024.0]
+    """
+    arr = _as_array(x)
+    if arr.dtype in DECODE_DTYPES:
+        dt = arr.dtype
+    elif arr.dtype in _ML_NARROW:
+        dt = np.dtype(np.float32)
+    else:
+        dt = np.dtype(np.float64)
+    return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt)
+
+
+def as_ml_dtypes(codes, fmt) -> np.ndarray:
+    """Zero-copy view of uint8 codes as the matching ml_dtypes array.
+
+    Raises
+    ------
+    ValueError
+        If ml_dtypes has no type for ``fmt``.
+
+    Examples
+    --------
+    >>> import fp8emu
+    >>> c = fp8emu.encode([1.5], "e4m3fn")
+    >>> fp8emu.as_ml_dtypes(c, "e4m3fn").dtype.name
+    'float8_e4m3fn'
+    """
+    fmt = get_format(fmt)
+    if fmt.ml_dtype is None:
+        have = [n for n in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4",
+                            "e8m0fnu", "e2m3fn", "e3m2fn", "e2m1fn") if get_format(n).ml_dtype is not None]
+        raise ValueError(f"ml_dtypes has no type for format {fmt.name!r}; it has: {', '.join(have)}")
+    arr = np.asarray(codes)
+    if arr.dtype != np.uint8:
+        raise TypeError(f"as_ml_dtypes expects uint8 codes, got dtype {arr.dtype}")
+    return arr.view(fmt.ml_dtype)
