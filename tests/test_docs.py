@@ -32,6 +32,8 @@ def _modules():
     import importlib
     import pkgutil
     for info in pkgutil.iter_modules(fp8emu.__path__):
+        if info.name == "__main__":   # importing it runs the command line
+            continue
         yield importlib.import_module(f"fp8emu.{info.name}")
 
 
