@@ -196,17 +196,6 @@ def _values_and_exponents(codes, fmt: Format):
     return fin, e, nan, inf
 
 
-def _special(va, na, ia, vb, nb, ib):
-    """NaN / +-Inf masks of the outputs (IEEE semantics of the products and their sum)."""
-    f = np.float64
-    zero_a, zero_b = (va == 0) & ~na & ~ia, (vb == 0) & ~nb & ~ib
-    pos_a = (va > 0) | (ia & (va >= 0))
-    nan_any = (na.sum(1)[:, None] + nb.sum(0)[None, :]
-               + ia.astype(f) @ zero_b.astype(f) + zero_a.astype(f) @ ib.astype(f)) > 0
-    # signs of infinite operands are lost in the zeroed values: recompute them
-    return nan_any, zero_a, zero_b, pos_a
-
-
 def _inf_masks(codes_a, fa, codes_b, fb):
     da = decode(codes_a, fa, dtype=np.float64)
     db = decode(codes_b, fb, dtype=np.float64)
@@ -529,9 +518,11 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
                 v = v * (sbt.reshape(1, -1) if kb_ == "row" else sbt)
         v = v.astype(np.float32)
 
-    pos, neg, nan = _inf_masks(ca, fa, cb, fb)
-    v = np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),
-                                                   np.where(neg, np.float32(-np.inf), v)))
+    # IEEE semantics for NaN/Inf operands (the core above works on finite values)
+    if (~np.isfinite(decode(ca, fa))).any() or (~np.isfinite(decode(cb, fb))).any():
+        pos, neg, nan = _inf_masks(ca, fa, cb, fb)
+        v = np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),
+                                                       np.where(neg, np.float32(-np.inf), v)))
 
     target = odt if odt is not None else np.dtype(np.float32)
     if bias is not None:
