@@ -61,8 +61,10 @@ __all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator"]
 # Exponent given to zero terms: far below any real term, so it never wins the
 # maximum and truncates to nothing.
 _ZERO_EXP = -100000
+# The same for int16 exponent sums (two of them still fit in int16).
+_ZERO_EXP_SMALL = -16000
 #: Elements of the (rows, N, group) product block processed at once.
-_BLOCK_ELEMS = 1 << 21
+_BLOCK_ELEMS = 1 << 18
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
 HW_K_MULTIPLE = 16
 _OUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -256,8 +258,6 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
         ea = np.pad(ea, ((0, 0), (0, pad)), constant_values=_ZERO_EXP)
         eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=_ZERO_EXP)
     ng = (K + pad) // G
-    vbt = np.ascontiguousarray(vb.T)
-    ebt = np.ascontiguousarray(eb.T)
     promote = acc.promote
     if kscale is not None:
         # block scales are applied when a K-block's partial sum is promoted
@@ -265,23 +265,43 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
             raise ValueError(f"block scales need a K block ({kblock}) that is a multiple of the group ({G})")
         promote = kblock // G
     out = np.empty((M, N), np.float32)
-    rows = max(1, _BLOCK_ELEMS // max(1, N * G))
+    rows = max(1, min(M, _BLOCK_ELEMS // max(1, N * G)))
     F = acc.frac_bits
+    # Lowest exponent any non-zero term can have; all-zero steps are clamped to it
+    # (their result is zero whatever the alignment).
+    fin_a, fin_b = ea[ea > _ZERO_EXP], eb[eb > _ZERO_EXP]
+    e_floor = (int(fin_a.min()) if fin_a.size else 0) + (int(fin_b.min()) if fin_b.size else 0) - 2
+    amax, bmax = np.abs(va).max(initial=0.0), np.abs(vb).max(initial=0.0)
+    # float32 is exact when scaled terms stay integers below 2**24 even after
+    # summing a group, and when products and scale factors stay normal float32
+    small = (F + 2 + int(np.ceil(np.log2(G))) <= 24 and F - e_floor < 120 and e_floor > -120
+             and amax * bmax < 2.0 ** 120)
+    dt = np.float32 if small else np.float64
+    # K-major layout: reductions over a step become element-wise operations on
+    # contiguous (rows, N) slabs, much faster than reducing a short last axis
+    vat_, vb_ = np.ascontiguousarray(va.T, dtype=dt), vb.astype(dt)
+    eat_ = np.ascontiguousarray(np.maximum(ea, _ZERO_EXP_SMALL).T, dtype=np.int16)
+    eb_ = np.maximum(eb, _ZERO_EXP_SMALL).astype(np.int16)
+    pbuf = np.empty((G, rows, N), dt)
+    ebuf = np.empty((G, rows, N), np.int16)
     for m0 in range(0, M, rows):
         m1 = min(M, m0 + rows)
-        part = np.zeros((m1 - m0, N))
-        total = np.zeros((m1 - m0, N), np.float32)
+        r = m1 - m0
+        P, Eb = pbuf[:, :r], ebuf[:, :r]
+        part = np.zeros((r, N))
+        total = np.zeros((r, N), np.float32)
         for g in range(ng):
             sl = slice(g * G, (g + 1) * G)
-            P = va[m0:m1, None, sl] * vbt[None, :, sl]
-            E = (ea[m0:m1, None, sl] + ebt[None, :, sl]).max(axis=-1)
+            np.multiply(vat_[sl, m0:m1, None], vb_[sl, None, :], out=P)
+            np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
+            E = Eb.max(axis=0).astype(np.int64)
             _, ec = np.frexp(part)
-            E = np.maximum(E, np.where(part == 0, _ZERO_EXP, ec.astype(np.int64) - 1))
-            E = np.maximum(E, -1000)  # all-zero step: any exponent gives the same zero
+            E = np.maximum(E, np.where(part == 0, e_floor, ec.astype(np.int64) - 1))
+            E = np.maximum(E, e_floor)
             sc = np.ldexp(1.0, F - E)
-            P *= sc[..., None]
+            np.multiply(P, sc.astype(dt)[None], out=P)
             np.trunc(P, out=P)
-            s = P.sum(axis=-1) + np.trunc(part * sc)
+            s = P.sum(axis=0).astype(np.float64) + np.trunc(part * sc)
             part = _trunc_bits(s, acc.sum_bits, acc.sum_rounding) / sc
             if promote and ((g + 1) % promote == 0 or g == ng - 1):
                 if kscale is None:
