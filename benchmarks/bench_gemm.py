@@ -28,13 +28,13 @@ def main(argv):
     a = fp8emu.encode(rng.standard_normal((M, K)) * 4, "e4m3fn")
     b = fp8emu.encode(rng.standard_normal((K, N)) * 4, "e4m3fn")
     A, B = fp8emu.decode(a, "e4m3fn"), fp8emu.decode(b, "e4m3fn")
-    base = best_of(lambda: A @ B, 20)
+    base = best_of(lambda: A @ B, 50)
     print(f"shape {M}x{N}x{K}; np.matmul float32: {base * 1e3:.2f} ms")
     print("| accumulator | time (s) | ratio to np.matmul float32 |")
     print("|---|---|---|")
     for acc in ("exact", "fp32", "hopper-fast", "hopper"):
         t = best_of(lambda: fp8emu.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn",
-                                             accumulator=acc), 2)
+                                             accumulator=acc), 3)
         print(f"| {acc} | {t:.3f} | {t / base:.0f}x |")
 
 

@@ -186,16 +186,28 @@ def _operand(x, fmt, what):
     return codes, fmt, scale
 
 
+def _value_tables(fmt: Format):
+    """Per-code float64 value (non-finite -> 0) and exponent (subnormals -> emin, zero -> sentinel)."""
+    key = (fmt.name, fmt.bits, fmt.ebits, fmt.mbits, fmt.bias)
+    tab = _TABLES.get(key)
+    if tab is None:
+        v = decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
+        fin = np.where(np.isfinite(v), v, 0.0)
+        emin = int(np.log2(fmt.min_normal))
+        _, e = np.frexp(fin)
+        e = np.where(fin == 0, _ZERO_EXP, np.maximum(e.astype(np.int64) - 1, emin))
+        tab = _TABLES[key] = (fin, e)
+    return tab
+
+
+_TABLES: dict = {}
+
+
 def _values_and_exponents(codes, fmt: Format):
-    """float64 values with non-finite ones zeroed, per-element exponents, and masks."""
-    v = decode(codes, fmt, dtype=np.float64)
-    nan = np.isnan(v)
-    inf = np.isinf(v)
-    fin = np.where(nan | inf, 0.0, v)
-    emin = int(np.log2(fmt.min_normal))
-    _, e = np.frexp(fin)
-    e = np.where(fin == 0, _ZERO_EXP, np.maximum(e.astype(np.int64) - 1, emin))
-    return fin, e, nan, inf
+    """float64 values with non-finite ones zeroed, and per-element exponents."""
+    tv, te = _value_tables(fmt)
+    idx = codes & np.uint8((1 << fmt.bits) - 1)
+    return tv[idx], te[idx]
 
 
 def _inf_masks(codes_a, fa, codes_b, fb):
@@ -328,7 +340,7 @@ def _fp32(va, vb):
     return acc
 
 
-def _exact(va, ea, vb, eb):
+def _exact(va, ea, vb, eb, mbits_a=6, mbits_b=6):
     """Exact dot products rounded once to float32.
 
     The operands are split into exponent bands so that every band-pair product
@@ -338,21 +350,26 @@ def _exact(va, ea, vb, eb):
     """
     K = va.shape[1]
     kbits = int(np.ceil(np.log2(max(K, 2))))
-    # each value is an integer of <= 5 bits times 2**(e - 4); a band of width w
-    # makes products integers < 2**(2w + 10), sums < 2**(2w + 10 + kbits)
-    w = max(1, (53 - 10 - kbits) // 2)
+    # a value with exponent e in [lo, lo + w) is an integer below 2**(mbits + w)
+    # times 2**(lo - mbits); band-pair sums stay below 2**(ma + mb + wa + wb + kbits)
+    room = 53 - kbits - mbits_a - mbits_b
 
-    def bands(v, e):
-        fin = e > _ZERO_EXP
-        if not fin.any():
+    def span(e):
+        fin = e[e > _ZERO_EXP]
+        return (int(fin.min()), int(fin.max())) if fin.size else (0, 0)
+
+    (la, ha), (lb, hb) = span(ea), span(eb)
+    wa = max(1, min(ha - la + 1, room // 2))
+    wb = max(1, room - wa)
+
+    def bands(v, e, lo_e, hi_e, w):
+        if hi_e - lo_e + 1 <= w:
             return [v]
-        lo_e, hi_e = int(e[fin].min()), int(e[fin].max())
-        out = []
-        for start in range(lo_e, hi_e + 1, w):
-            out.append(np.where(fin & (e >= start) & (e < start + w), v, 0.0))
-        return out
+        return [np.where((e >= start) & (e < start + w), v, 0.0) for start in range(lo_e, hi_e + 1, w)]
 
-    terms = [ba @ bb for ba in bands(va, ea) for bb in bands(vb, eb)]
+    terms = [ba @ bb for ba in bands(va, ea, la, ha, wa) for bb in bands(vb, eb, lb, hb, wb)]
+    if len(terms) == 1:
+        return terms[0].astype(np.float32)
     # error-free distillation: repeated two-sum sweeps leave the rounded sum in
     # the last term and exact, ever smaller remainders in the others
     for _ in range(len(terms)):
@@ -363,9 +380,9 @@ def _exact(va, ea, vb, eb):
     return _round_f32(hi, lo)
 
 
-def _accumulate(va, ea, vb, eb, acc: Accumulator):
+def _accumulate(va, ea, vb, eb, acc: Accumulator, mbits=(6, 6)):
     if acc.kind == "exact":
-        return _exact(va, ea, vb, eb)
+        return _exact(va, ea, vb, eb, *mbits)
     if acc.kind == "fp32":
         return _fp32(va, vb)
     return _mma(va, ea, vb, eb, acc)
@@ -500,8 +517,8 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     kb_, sbt, rbb = _classify_scale(sb.T if sb.ndim == 2 else sb, N, K, "scale_b",
                                     f"(1, {N}) column-wise")
 
-    va, ea, _, _ = _values_and_exponents(ca, fa)
-    vb, eb, _, _ = _values_and_exponents(cb, fb)
+    va, ea = _values_and_exponents(ca, fa)
+    vb, eb = _values_and_exponents(cb, fb)
 
     if "block" in (ka, kb_):
         def expand(s, kind, rows, rb):
@@ -524,12 +541,12 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
             total = np.zeros((M, N), np.float32)
             for kb in range(-(-K // _KBLOCK)):
                 sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
-                part = _accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], acc).astype(np.float64)
+                part = _accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], acc, (fa.mbits, fb.mbits)).astype(np.float64)
                 hi, lo = _two_sum(total.astype(np.float64), part * kscale(0, M, kb))
                 total = _round_f32(hi, lo)
             v = total
     else:
-        c = _accumulate(va, ea, vb, eb, acc)
+        c = _accumulate(va, ea, vb, eb, acc, (fa.mbits, fb.mbits))
         with np.errstate(over="ignore", invalid="ignore"):
             if ka == "scalar" and kb_ == "scalar":
                 v = c * (sa * sb).astype(np.float32)
