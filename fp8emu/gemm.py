@@ -59,10 +59,8 @@ from .formats import Format, get_format
 __all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator"]
 
 # Exponent given to zero terms: far below any real term, so it never wins the
-# maximum and truncates to nothing.
-_ZERO_EXP = -100000
-# The same for int16 exponent sums (two of them still fit in int16).
-_ZERO_EXP_SMALL = -16000
+# maximum and truncates to nothing; the sum of two still fits in int16.
+_ZERO_EXP = _ZERO_EXP_SMALL = -16000
 #: Elements of the (rows, N, group) product block processed at once.
 _BLOCK_ELEMS = 1 << 18
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
@@ -195,8 +193,8 @@ def _value_tables(fmt: Format):
         fin = np.where(np.isfinite(v), v, 0.0)
         emin = int(np.log2(fmt.min_normal))
         _, e = np.frexp(fin)
-        e = np.where(fin == 0, _ZERO_EXP, np.maximum(e.astype(np.int64) - 1, emin))
-        tab = _TABLES[key] = (fin, e)
+        e = np.where(fin == 0, _ZERO_EXP_SMALL, np.maximum(e.astype(np.int64) - 1, emin))
+        tab = _TABLES[key] = (fin, e.astype(np.int16))
     return tab
 
 
@@ -204,10 +202,18 @@ _TABLES: dict = {}
 
 
 def _values_and_exponents(codes, fmt: Format):
-    """float64 values with non-finite ones zeroed, and per-element exponents."""
+    """float64 values with non-finite ones zeroed, and per-element int16 exponents."""
     tv, te = _value_tables(fmt)
     idx = codes & np.uint8((1 << fmt.bits) - 1)
-    return tv[idx], te[idx]
+    return np.take(tv, idx), np.take(te, idx)
+
+
+def _exp_span(e):
+    """(lowest, highest) exponent of the non-zero values; (0, 0) when all are zero."""
+    hi = int(e.max(initial=_ZERO_EXP))
+    if hi == _ZERO_EXP:
+        return 0, 0
+    return int(np.where(e > _ZERO_EXP, e, np.int16(32767)).min()), hi
 
 
 def _inf_masks(codes_a, fa, codes_b, fb):
@@ -281,8 +287,7 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
     F = acc.frac_bits
     # Lowest exponent any non-zero term can have; all-zero steps are clamped to it
     # (their result is zero whatever the alignment).
-    fin_a, fin_b = ea[ea > _ZERO_EXP], eb[eb > _ZERO_EXP]
-    e_floor = (int(fin_a.min()) if fin_a.size else 0) + (int(fin_b.min()) if fin_b.size else 0) - 2
+    e_floor = _exp_span(ea)[0] + _exp_span(eb)[0] - 2
     amax, bmax = np.abs(va).max(initial=0.0), np.abs(vb).max(initial=0.0)
     # float32 is exact when scaled terms stay integers below 2**24 even after
     # summing a group, and when products and scale factors stay normal float32
@@ -354,11 +359,7 @@ def _exact(va, ea, vb, eb, mbits_a=6, mbits_b=6):
     # times 2**(lo - mbits); band-pair sums stay below 2**(ma + mb + wa + wb + kbits)
     room = 53 - kbits - mbits_a - mbits_b
 
-    def span(e):
-        fin = e[e > _ZERO_EXP]
-        return (int(fin.min()), int(fin.max())) if fin.size else (0, 0)
-
-    (la, ha), (lb, hb) = span(ea), span(eb)
+    (la, ha), (lb, hb) = _exp_span(ea), _exp_span(eb)
     wa = max(1, min(ha - la + 1, room // 2))
     wb = max(1, room - wa)
 
