@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu import scaling
 
 F32_MAX = float(np.finfo(np.float32).max)
 ML = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
