@@ -182,9 +182,9 @@ def _encode_table(flat, out, fmt, rounding, saturate):
     dt = flat.dtype
     if dt == np.float32:
         table = _table(fmt, "float32", rounding, saturate)
-        step = CHUNK * 4
+        step = CHUNK
         u_buf = np.empty(min(step, flat.size), np.uint32)
-        idx_buf = np.empty(min(step, flat.size), np.uint32)
+        idx_buf = np.empty(min(step, flat.size), np.intp)   # take() would otherwise copy to intp
         for i in range(0, flat.size, step):
             u = flat[i:i + step].view(np.uint32)
             n = u.size
@@ -256,7 +256,7 @@ def _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen):
     e_lo = max(1, 127 + fmt.emin)
     lo_bias = np.uint32(e_lo << 23)
     span = np.uint32((253 - e_lo) << 23)
-    step = CHUNK
+    step = CHUNK * 2                              # amortises the per-chunk random draw
     nb = min(step, flat.size)
     v_buf, e_buf, b_buf = np.empty(nb, np.uint32), np.empty(nb, np.uint32), np.empty(nb, bool)
     for i in range(0, flat.size, step):
