@@ -485,7 +485,28 @@ def decode(codes, fmt, *, dtype=np.float32) -> np.ndarray:
     if dt not in DECODE_DTYPES:
         raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
     c = _as_codes(codes, fmt)
-    return np.take(_decode_table(fmt, dt), c)
+    return _decode_take(_decode_table(fmt, dt), c)
+
+
+def _decode_take(table, c):
+    """``table[c]`` in cache-sized chunks.
+
+    ``np.take`` converts non-intp indices to a full-size intp copy (8 bytes
+    per code); converting one chunk at a time into a reused buffer keeps the
+    extra memory at a few hundred kB and the indices in cache.
+    """
+    if c.ndim == 0:
+        return np.take(table, c)                  # a scalar, as for any 0-d index
+    flat = np.ascontiguousarray(c).reshape(-1)
+    out = np.empty(flat.shape, table.dtype)
+    step = CHUNK
+    idx_buf = np.empty(min(step, flat.size), np.intp)
+    for i in range(0, flat.size, step):
+        src = flat[i:i + step]
+        idx = idx_buf[:src.size]
+        np.copyto(idx, src)
+        np.take(table, idx, out=out[i:i + src.size])
+    return out.reshape(np.shape(c))
 
 
 def quantize(x, fmt, **encode_options) -> np.ndarray:

@@ -128,3 +128,17 @@ def test_chunk_boundaries(monkeypatch, dtype):
     y = x.reshape(-1)[:1000].reshape(10, 100)[:, ::3]      # non-contiguous input
     np.testing.assert_array_equal(fp8emu.encode(y, f), ref[:1000].reshape(10, 100)[:, ::3])
     assert fp8emu.encode(x[:0], f).shape == (0,)
+
+
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2"])
+def test_chunked_decode_matches_ml_dtypes(monkeypatch, name):
+    monkeypatch.setattr(codec, "CHUNK", 16)
+    f = fp8emu.get_format(name)
+    codes = np.arange(1003, dtype=np.uint32).astype(np.uint8)
+    ref = codes.view(f.ml_dtype).astype(np.float32)
+    np.testing.assert_array_equal(fp8emu.decode(codes, f), ref)
+    grid = codes[:1000].reshape(10, 100)[:, ::3]          # non-contiguous
+    np.testing.assert_array_equal(fp8emu.decode(grid, f), ref[:1000].reshape(10, 100)[:, ::3])
+    one = fp8emu.decode(np.uint8(0x38), f)
+    assert one.shape == () and one == np.uint8(0x38).view(f.ml_dtype).astype(np.float32)
+    assert fp8emu.decode(np.zeros((0, 3), np.uint8), f).shape == (0, 3)
