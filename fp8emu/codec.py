@@ -13,9 +13,20 @@ saturate) and encoding is a table look-up.  A float32 input's code depends
 only on its upper 16 bits and on whether its lower 16 bits are non-zero (the
 rounding position of a format with at most 6 mantissa bits lies in the upper
 half, so the lower half acts only as a sticky bit); a 2**17-entry table
-therefore covers float32 exactly.  The tables are built by the same exact
-core, so they agree with it by construction, and the tests compare both paths
-with an independent rational oracle.
+therefore covers float32 exactly.  float64 works the same way with its upper
+19 bits (sign, exponent, 7 mantissa bits) and a sticky bit: a 2**20-entry
+table, so float64 is rounded once, never through float32.  Stochastic
+rounding of float32 adds the random bits to the bit pattern below the
+rounding position and truncates through a table (see :func:`_encode_sr_f32`);
+elements whose result would be subnormal, zero or near float32's top binade go
+through the exact core.  The tables are built by the same exact core, so they
+agree with it by construction, and the tests compare every path with an
+independent rational oracle.
+
+Throughput comes from working in cache-sized chunks with preallocated
+buffers and in-place ufuncs (``out=``), so encoding needs only the output
+array and a few hundred kB beyond the input; ``benchmarks/bench_codec.py``
+measures it against ml_dtypes.
 """
 
 from __future__ import annotations
