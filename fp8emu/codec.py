@@ -163,7 +163,7 @@ _F64_SHIFT = 45
 _F64_LOW = np.uint64((1 << _F64_SHIFT) - 1)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def _table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
     """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
 
