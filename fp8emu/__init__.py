@@ -3,6 +3,7 @@
 from .formats import Format, format_table, formats, get_format, register_format
 from .rounding import ROUNDING_MODES
 from .codec import as_ml_dtypes, decode, encode, quantize
+from .scaling import HYBRID, DelayedScaling, ScaledTensor, current_scale, quantize_axiswise, quantize_blockwise, quantize_mx, quantize_nvfp4, quantize_tensorwise, recipe_formats  # noqa: E501
 from .gemm import ACCUMULATORS, Accumulator, scaled_mm
 
 __version__ = "0.1.0"

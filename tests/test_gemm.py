@@ -354,3 +354,21 @@ def test_inputs_not_modified():
         warnings.simplefilter("error")
         scaled_mm(a, b, a_format=E4, b_format=E4, scale_a=sa, bias=np.zeros(3), out_dtype="bfloat16")
     assert np.array_equal(a, a0) and np.array_equal(b, b0) and np.all(sa == 1)
+
+
+def test_with_fp8emu_scaling_quantizers():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((40, 300))
+    w = rng.standard_normal((300, 24))
+    ta = fp8emu.quantize_blockwise(x, E4, block=(1, 128))
+    tb = fp8emu.quantize_blockwise(w, E4, block=(128, 128))
+    out = scaled_mm(ta, tb)
+    ref = scaled_mm(ta.codes, tb.codes, a_format=E4, b_format=E4, scale_a=ta.scale_inv, scale_b=tb.scale_inv)
+    assert np.array_equal(out, ref)
+    # a coarse sanity bound: FP8 inputs keep the product within a few percent
+    assert np.abs(out - x @ w).max() < 0.1 * np.abs(x @ w).max()
+    ra = fp8emu.quantize_axiswise(x, E4, axis=-1)
+    rb = fp8emu.quantize_axiswise(w, E4, axis=0)
+    assert ra.scale_inv.shape == (40, 1) and rb.scale_inv.shape == (1, 24)
+    out = scaled_mm(ra, rb, out_dtype="bfloat16")
+    assert out.dtype == ml_dtypes.bfloat16
