@@ -69,7 +69,7 @@ __all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator"]
 # maximum and truncates to nothing; the sum of two still fits in int16.
 _ZERO_EXP = -16000
 #: Elements of the (rows, N, group) product block processed at once.
-_BLOCK_ELEMS = 1 << 18
+_BLOCK_ELEMS = 1 << 20
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
 HW_K_MULTIPLE = 16
 _OUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -316,7 +316,7 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
         total = np.zeros((r, N), np.float32)
         for g in range(ng):
             sl = slice(g * G, (g + 1) * G)
-            np.multiply(vat_[sl, m0:m1, None], vb_[sl, None, :], out=P)
+            np.einsum("km,kn->kmn", vat_[sl, m0:m1], vb_[sl], out=P)
             np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
             E = Eb.max(axis=0).astype(np.int64)
             _, ec = np.frexp(part)
