@@ -13,7 +13,11 @@ import importlib
 import sys
 
 # Modules that contribute subcommands, in the order they appear in --help.
-_CLI_MODULES = []
+_CLI_MODULES = [
+    "conformance",
+    "testing",
+    "validate_gpu",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
