@@ -3,10 +3,13 @@
 from .formats import Format, format_table, formats, get_format, register_format
 from .rounding import ROUNDING_MODES
 from .codec import as_ml_dtypes, decode, encode, quantize
+from .profiles import profiles
+from .testing import assert_fp8_equal, golden_vectors, save_golden
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Format", "formats", "format_table", "get_format", "register_format", "ROUNDING_MODES",
     "encode", "decode", "quantize", "as_ml_dtypes", "__version__",
+    "profiles", "assert_fp8_equal", "golden_vectors", "save_golden",
 ]

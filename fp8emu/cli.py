@@ -14,6 +14,9 @@ import sys
 
 # Modules that contribute subcommands, in the order they appear in --help.
 _CLI_MODULES = [
+    "conformance",
+    "testing",
+    "validate_gpu",
     "inspect_cmd",
     "plots",
     "train",
