@@ -95,7 +95,7 @@ def encode_lines(values, fmt, *, rounding="rne", saturate=False, profile=None) -
     width = (f.bits + 3) // 4
     out = ["input  code  bits  value  abs_error  rel_error"]
     with np.errstate(invalid="ignore", divide="ignore"):
-        err = dec - x
+        err = np.where(dec == x, 0.0, dec - x)  # exact infinities have no error, not inf - inf
         rel = np.where(x != 0, err / np.abs(x), np.where(err == 0, 0.0, np.inf))
     for s, c, v, e, r in zip(values, codes.tolist(), dec.tolist(), err.tolist(), rel.tolist()):
         out.append(f"{s}  0x{c:0{width}X}  {code_bits(c, f)}  {_value_text(v)}  "
