@@ -5,6 +5,7 @@ from .rounding import ROUNDING_MODES
 from .codec import as_ml_dtypes, decode, encode, quantize
 from .profiles import profiles
 from .testing import assert_fp8_equal, golden_vectors, save_golden
+from .scaling import HYBRID, DelayedScaling, ScaledTensor, current_scale, quantize_axiswise, quantize_blockwise, quantize_mx, quantize_nvfp4, quantize_tensorwise, recipe_formats  # noqa: E501
 
 __version__ = "0.1.0"
 
