@@ -218,7 +218,8 @@ def figure_delayed_scaling(size=1.0):
     ax2.plot(t, rec["d_under"], label=f"delayed: underflows to 0 (total {sum(rec['d_under'])})")
     ax2.plot(t, rec["c_under"], "--", label=f"current: underflows to 0 (total {sum(rec['c_under'])})")
     ax2.set_xlabel("training step")
-    ax2.set_ylabel("elements per step (of 4096)")
+    ax2.set_yscale("symlog", linthresh=1)
+    ax2.set_ylabel("elements per step (of 4096, symlog axis)")
     ax2.set_title("Overflow (> 448 after scaling) and underflow counts")
     ax2.legend()
     return fig
@@ -236,8 +237,8 @@ def figure_granularity(size=1.0):
     recipes = [
         ("per-tensor", lambda: scaling.quantize_tensorwise(x, "e4m3fn")),
         ("row-wise", lambda: scaling.quantize_axiswise(x, "e4m3fn", axis=-1)),
-        ("1x128", lambda: scaling.quantize_blockwise(x, "e4m3fn", block=(1, 128))),
-        ("128x128", lambda: scaling.quantize_blockwise(x, "e4m3fn", block=(128, 128))),
+        ("1x128 (pow2 scales)", lambda: scaling.quantize_blockwise(x, "e4m3fn", block=(1, 128))),
+        ("128x128 (pow2 scales)", lambda: scaling.quantize_blockwise(x, "e4m3fn", block=(128, 128))),
     ] + [(f"MX32 e4m3 {r}", (lambda r=r: scaling.quantize_mx(x, "e4m3fn", block=32, scale_rule=r)))
          for r in ("floor", "ceil", "even", "rceil")] + [
         ("MX32 e2m1 floor", lambda: scaling.quantize_mx(x, "e2m1fn", block=32, scale_rule="floor")),

@@ -9,8 +9,7 @@ operands are accumulated in float32, or, with ``accumulator="hopper"``, by
 accumulator (slow).  Master weights, optimizer and loss stay in float32, as in
 real FP8 training.
 
-The task is synthetic (labels from a random "teacher" network on Gaussian
-inputs) or, if scikit-learn is installed, its bundled 8x8 digits.
+The task is synthetic (each class a mixture of Gaussian clusters) or, if scikit-learn is installed, its bundled 8x8 digits.
 
 Examples
 --------
@@ -29,7 +28,7 @@ import numpy as np
 __all__ = ["make_task", "MLP", "train", "compare", "add_cli"]
 
 
-def make_task(n_train=4096, n_test=1024, *, dim=32, classes=10, seed=0, dataset="synthetic") -> dict:
+def make_task(n_train=8192, n_test=2048, *, dim=32, classes=10, seed=0, dataset="synthetic") -> dict:
     """A classification task: synthetic teacher-labelled Gaussians, or scikit-learn digits.
 
     Parameters
@@ -63,12 +62,13 @@ def make_task(n_train=4096, n_test=1024, *, dim=32, classes=10, seed=0, dataset=
                 "classes": 10}
     if dataset != "synthetic":
         raise ValueError(f"unknown dataset {dataset!r}; accepted: synthetic, digits")
-    w1 = g.standard_normal((dim, 64)) / np.sqrt(dim)
-    w2 = g.standard_normal((64, classes)) / 8.0
-    # Inputs with a few large-variance features, so that scaling has something to do.
+    # Each class is a mixture of 3 Gaussian clusters (not linearly separable); a few features
+    # have large variance so that per-tensor scaling has something to do.
+    centers = g.standard_normal((classes * 3, dim)) * 1.2
     feat_scale = np.exp(g.uniform(-1.5, 1.5, dim))
-    x = g.standard_normal((n_train + n_test, dim)) * feat_scale
-    y = np.argmax(np.tanh(x / feat_scale @ w1) @ w2, axis=1)
+    k = g.integers(0, classes * 3, n_train + n_test)
+    x = (centers[k] + g.standard_normal((n_train + n_test, dim))) * feat_scale
+    y = k % classes
     x = x.astype(np.float32)
     return {"x_train": x[:n_train], "y_train": y[:n_train], "x_test": x[n_train:], "y_test": y[n_train:],
             "classes": classes}
@@ -87,9 +87,13 @@ class _Quantizer:
         self.underflow = 0
         self.count = 0
 
-    def __call__(self, x):
-        """(dequantized x as float32, ScaledTensor)."""
+    def __call__(self, x, update=True):
+        """(dequantized x as float32, ScaledTensor); ``update=False`` (evaluation) leaves no trace."""
+        from .scaling import quantize_tensorwise
         scale = float(np.asarray(self.ds.scale).reshape(-1)[0])
+        if not update:
+            st = quantize_tensorwise(x, self.fmt, scale=scale)
+            return np.asarray(st.dequantize(np.float32), np.float32), st
         st = self.ds.quantize(x)
         q = np.asarray(st.dequantize(np.float32), np.float32)
         self.overflow += int(np.count_nonzero(np.abs(x) * scale > self.max))
@@ -141,14 +145,14 @@ class MLP:
                                         accumulator="hopper"), np.float32)
         return a @ b
 
-    def forward(self, x):
-        """Logits and the cache needed by :meth:`backward`."""
+    def forward(self, x, train=True):
+        """Logits and the cache needed by :meth:`backward` (``train=False``: no scaling updates)."""
         cache = []
         h = x
         for i, (W, b) in enumerate(zip(self.W, self.b)):
             if self.precision == "fp8":
-                hq, hs = self.q[i]["x"](h)
-                wq, ws = self.q[i]["w"](W)
+                hq, hs = self.q[i]["x"](h, train)
+                wq, ws = self.q[i]["w"](W, train)
             else:
                 hq, hs, wq, ws = h, None, W, None
             z = self._mm(hq, hs, wq, ws) + b
@@ -248,7 +252,7 @@ def train(data, *, precision="float32", steps=400, batch=128, hidden=(128, 128),
     bar = _Progress(steps, precision, progress)
 
     def accuracy():
-        logits, _ = model.forward(data["x_test"])
+        logits, _ = model.forward(data["x_test"], train=False)
         return float(np.mean(np.argmax(logits, 1) == data["y_test"]))
 
     t0 = time.time()
