@@ -283,15 +283,18 @@ def train(data, *, precision="float32", steps=400, batch=128, hidden=(128, 128),
     return out
 
 
-def compare(*, steps=400, dataset="synthetic", accumulator="fp32", seed=0, progress=False, **kw) -> dict:
+def compare(*, steps=400, dataset="synthetic", accumulator="fp32", seed=0, progress=False, n_train=8192,
+            n_test=2048, **kw) -> dict:
     """Train the same model from the same initialization in float32 and in FP8; both results.
+
+    ``n_train``/``n_test`` size the synthetic task; other keywords go to :func:`train`.
 
     Returns
     -------
     dict
         ``{"float32": train(...), "fp8": train(...)}``.
     """
-    data = make_task(seed=seed, dataset=dataset)
+    data = make_task(n_train, n_test, seed=seed, dataset=dataset)
     return {p: train(data, precision=p, steps=steps, accumulator=accumulator, seed=seed,
                      progress=progress, **kw) for p in ("float32", "fp8")}
 
@@ -312,8 +315,11 @@ def summary(results) -> str:
 
 
 def _train_demo(args) -> int:
+    if args.steps < 1 or args.train_size < 1 or args.amax_history_len < 1:
+        raise ValueError("--steps, --train-size and --amax-history-len must be positive")
     res = compare(steps=args.steps, dataset=args.dataset, accumulator=args.accumulator, seed=args.seed,
-                  progress=not args.quiet, amax_history_len=args.amax_history_len)
+                  progress=not args.quiet, amax_history_len=args.amax_history_len,
+                  n_train=args.train_size, n_test=max(256, args.train_size // 4))
     print(summary(res))
     return 0
 
@@ -330,6 +336,7 @@ def add_cli(sub) -> None:
     p.add_argument("--accumulator", default="fp32", choices=("fp32", "hopper"),
                    help="FP8 GEMM accumulation; hopper is emulated and slow")
     p.add_argument("--amax-history-len", type=int, default=16, help="delayed-scaling history (default 16)")
+    p.add_argument("--train-size", type=int, default=8192, help="synthetic training examples (default 8192)")
     p.add_argument("--seed", type=int, default=0, help="seed of data and initialization")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_train_demo)

@@ -67,6 +67,11 @@ def test_figures_list_and_render(tmp_path, capsys):
 
 @pytest.mark.skipif(not HAS_SCALING, reason="needs fp8emu.scaling (issue 5)")
 def test_train_demo_runs_small(capsys):
-    assert main(["train-demo", "--steps", "15", "--quiet"]) == 0
+    assert main(["train-demo", "--steps", "10", "--train-size", "512", "--quiet"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("float32") and out[2].startswith("fp8")
+
+
+def test_train_demo_rejects_bad_steps(capsys):
+    assert main(["train-demo", "--steps", "0"]) == 2
+    assert "must be positive" in capsys.readouterr().err

@@ -81,7 +81,7 @@ NOTEBOOKS = {
         "# FP8 training, measured\nThe same MLP, same data, same initialization: float32 vs FP8 linear layers "
         "(E4M3 forward, E5M2 backward, delayed scaling with an amax history).",
         PARAM, SETUP + "\nfrom fp8emu import train",
-        "res = train.compare(steps=max(20, int(400 * SIZE)))\nprint(train.summary(res))",
+        "res = train.compare(steps=max(20, int(400 * SIZE)), n_train=max(512, int(8192 * SIZE)), n_test=max(256, int(2048 * SIZE)))\nprint(train.summary(res))",
         "fig, ax = plt.subplots(figsize=(7, 4))\nfor name, r in res.items():\n    ax.plot(r['loss'], label=name)\n"
         "ax.set_yscale('log'); ax.set_xlabel('step'); ax.set_ylabel('loss (nats)'); ax.legend(); fig",
     ],
