@@ -1,0 +1,552 @@
+"""Emulated FP8 GEMM (``scaled_mm``) with bit-exact models of GPU accumulators.
+
+``scaled_mm`` computes ``(A @ B) * scale_a * scale_b (+ bias)`` from FP8 codes
+with the semantics of ``torch._scaled_mm``.  How the K products are summed is
+chosen by an *accumulator*:
+
+``"exact"``
+    The exact sum, rounded once to float32 (round to nearest even).
+``"fp32"``
+    Sequential IEEE float32 additions in K order (products are exact in float32).
+``"hopper-fast"``
+    The Hopper (sm_90) FP8 tensor core as used by ``use_fast_accum=True``:
+    a chain of k = 32 MMA steps whose accumulator never leaves the tensor core.
+``"hopper"``
+    ``use_fast_accum=False``: the same steps, with the partial sum promoted
+    (added with float32 round-to-nearest-even) into an FP32 accumulator every
+    4 steps (K = 128), after which the tensor-core partial sum restarts at zero.
+
+One tensor-core step (model fitted to, and bit-exact on, 170 ``torch._scaled_mm``
+outputs recorded on an H200; see ``tests/test_gemm.py``):
+
+1. Each product ``a_k * b_k`` carries the *unnormalised* exponent
+   ``e(a_k) + e(b_k)`` (``e`` of a subnormal is the format's minimum exponent);
+   the incoming accumulator carries its own exponent ``floor(log2|c|)``.
+2. All terms are aligned to the largest of these exponents ``E`` and each is
+   truncated toward zero (sign-magnitude) to a multiple of ``2**(E - 13)``.
+3. The truncated terms are added exactly; the sum is normalised and truncated
+   toward zero to 14 significant bits.
+
+A 16-wide step behaves as a 32-wide step with zero products, so K = 16 needs no
+special case.  :class:`Accumulator` exposes every parameter (group size,
+fraction bits, result bits and rounding, promotion interval) for other hardware.
+
+Epilogue (fitted to the same data): float32 result ``acc``; scalar scales are
+first multiplied, ``alpha = fl32(scale_a * scale_b)``, then
+``fl32(acc * alpha)``; with a bias the value ``acc * alpha + bias`` is rounded
+*once* to the output type (bias given in the output type);  row-wise scales give
+``fl32(fl32(acc * scale_a[m]) * scale_b[n])``.  Block scales (1x128 / 128x128)
+multiply each K-block's tensor-core partial sum before it is promoted:
+``acc = fl32(acc + partial * fl32(sa[m, kb] * sb[kb, n]))`` with one rounding
+(as DeepSeek-V3 / DeepGEMM kernels do with an FMA).
+
+Products are exact in float64 (at most 8 significant bits), so the emulation
+works on float64 values scaled by powers of two; all work is vectorised over
+M, N and the products of a step, in chunks of rows so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import ml_dtypes
+import numpy as np
+
+from .codec import decode, encode
+from .formats import Format, get_format
+
+__all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator"]
+
+# Exponent given to zero terms: far below any real term, so it never wins the
+# maximum and truncates to nothing.
+_ZERO_EXP = -100000
+#: Elements of the (rows, N, group) product block processed at once.
+_BLOCK_ELEMS = 1 << 21
+#: cuBLASLt needs K to be a multiple of this for FP8 operands.
+HW_K_MULTIPLE = 16
+_OUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
+               "float16": np.dtype(np.float16)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Accumulator:
+    """How the K products of a dot product are summed.
+
+    Parameters
+    ----------
+    kind : {"exact", "fp32", "mma"}
+        ``"exact"``: exact sum, one rounding to float32. ``"fp32"``: sequential
+        float32 additions.  ``"mma"``: chained tensor-core steps (below).
+    group : int
+        Products summed per tensor-core step (``"mma"`` only).
+    frac_bits : int
+        Fraction bits kept when every term is aligned to the largest exponent.
+    sum_bits : int
+        Significant bits of each step's result.
+    sum_rounding : {"rtz", "rne"}
+        How a step's result is rounded to ``sum_bits`` bits.
+    promote : int or None
+        Steps after which the partial sum is added into an FP32 accumulator
+        (round to nearest even) and restarted; ``None`` never promotes.
+    name : str
+        Label used in reprs and reports.
+
+    Examples
+    --------
+    >>> get_accumulator("hopper").promote
+    4
+    >>> blackwell_like = Accumulator("mma", group=32, frac_bits=25, sum_bits=25)
+    >>> blackwell_like.frac_bits
+    25
+    """
+
+    kind: str = "mma"
+    group: int = 32
+    frac_bits: int = 13
+    sum_bits: int = 14
+    sum_rounding: str = "rtz"
+    promote: int | None = None
+    name: str = "custom"
+
+    def __post_init__(self):
+        if self.kind not in ("exact", "fp32", "mma"):
+            raise ValueError(f"Accumulator kind must be 'exact', 'fp32' or 'mma', got {self.kind!r}")
+        for field in ("group", "frac_bits", "sum_bits"):
+            v = getattr(self, field)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"Accumulator {field} must be a positive integer, got {v!r}")
+        if self.frac_bits > 40 or self.sum_bits > 40:
+            raise ValueError("Accumulator frac_bits and sum_bits must be at most 40 "
+                             "(the emulation is exact in float64 up to there)")
+        if self.group > 4096:
+            raise ValueError(f"Accumulator group must be at most 4096, got {self.group}")
+        if self.sum_rounding not in ("rtz", "rne"):
+            raise ValueError(f"Accumulator sum_rounding must be 'rtz' or 'rne', got {self.sum_rounding!r}")
+        if self.promote is not None and (not isinstance(self.promote, (int, np.integer))
+                                         or self.promote < 1):
+            raise ValueError(f"Accumulator promote must be None or a positive integer, got {self.promote!r}")
+
+
+#: The named accumulators.
+ACCUMULATORS = {
+    "exact": Accumulator("exact", name="exact"),
+    "fp32": Accumulator("fp32", name="fp32"),
+    "hopper-fast": Accumulator("mma", 32, 13, 14, "rtz", None, name="hopper-fast"),
+    "hopper": Accumulator("mma", 32, 13, 14, "rtz", 4, name="hopper"),
+}
+
+
+def get_accumulator(acc) -> Accumulator:
+    """Return the :class:`Accumulator` for a name or an accumulator object.
+
+    Parameters
+    ----------
+    acc : str or Accumulator
+        One of ``"exact"``, ``"fp32"``, ``"hopper-fast"``, ``"hopper"``, or an object.
+
+    Returns
+    -------
+    Accumulator
+
+    Examples
+    --------
+    >>> get_accumulator("hopper-fast").group
+    32
+    """
+    if isinstance(acc, Accumulator):
+        return acc
+    if isinstance(acc, str) and acc in ACCUMULATORS:
+        return ACCUMULATORS[acc]
+    raise ValueError(f"unknown accumulator {acc!r}; use one of {sorted(ACCUMULATORS)} "
+                     "or an fp8emu.gemm.Accumulator")
+
+
+# ----------------------------------------------------------------------------- operands
+def _operand(x, fmt, what):
+    """(codes, Format, scale_inv or None) from codes or a ScaledTensor-like object."""
+    scale = None
+    if hasattr(x, "codes") and hasattr(x, "fmt"):
+        if fmt is None:
+            fmt = x.fmt
+        scale = getattr(x, "scale_inv", None)
+        x = x.codes
+    if fmt is None:
+        raise TypeError(f"{what}_format is required when {what} is an array of codes")
+    fmt = get_format(fmt)
+    codes = np.asarray(x)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"{what} must hold uint8 FP8 codes (or be a ScaledTensor), got dtype {codes.dtype}")
+    if codes.ndim != 2:
+        raise ValueError(f"{what} must be 2-D, got shape {codes.shape}")
+    if fmt.bits > 8:
+        raise ValueError(f"{what}_format must be a format of at most 8 bits, got {fmt.name}")
+    return codes, fmt, scale
+
+
+def _values_and_exponents(codes, fmt: Format):
+    """float64 values with non-finite ones zeroed, per-element exponents, and masks."""
+    v = decode(codes, fmt, dtype=np.float64)
+    nan = np.isnan(v)
+    inf = np.isinf(v)
+    fin = np.where(nan | inf, 0.0, v)
+    emin = int(np.log2(fmt.min_normal))
+    _, e = np.frexp(fin)
+    e = np.where(fin == 0, _ZERO_EXP, np.maximum(e.astype(np.int64) - 1, emin))
+    return fin, e, nan, inf
+
+
+def _special(va, na, ia, vb, nb, ib):
+    """NaN / +-Inf masks of the outputs (IEEE semantics of the products and their sum)."""
+    f = np.float64
+    zero_a, zero_b = (va == 0) & ~na & ~ia, (vb == 0) & ~nb & ~ib
+    pos_a = (va > 0) | (ia & (va >= 0))
+    nan_any = (na.sum(1)[:, None] + nb.sum(0)[None, :]
+               + ia.astype(f) @ zero_b.astype(f) + zero_a.astype(f) @ ib.astype(f)) > 0
+    # signs of infinite operands are lost in the zeroed values: recompute them
+    return nan_any, zero_a, zero_b, pos_a
+
+
+def _inf_masks(codes_a, fa, codes_b, fb):
+    da = decode(codes_a, fa, dtype=np.float64)
+    db = decode(codes_b, fb, dtype=np.float64)
+    f = np.float64
+    ia_p, ia_n = (da == np.inf).astype(f), (da == -np.inf).astype(f)
+    ib_p, ib_n = (db == np.inf).astype(f), (db == -np.inf).astype(f)
+    pa, na_ = ((da > 0) & ~np.isnan(da)).astype(f), ((da < 0) & ~np.isnan(da)).astype(f)
+    pb, nb_ = ((db > 0) & ~np.isnan(db)).astype(f), ((db < 0) & ~np.isnan(db)).astype(f)
+    pos = ia_p @ pb + ia_n @ nb_ + pa @ ib_p + na_ @ ib_n
+    neg = ia_p @ nb_ + ia_n @ pb + pa @ ib_n + na_ @ ib_p
+    nan = (np.isnan(da).astype(f).sum(1)[:, None] + np.isnan(db).astype(f).sum(0)[None, :]
+           + (ia_p + ia_n) @ (db == 0).astype(f) + (da == 0).astype(f) @ (ib_p + ib_n))
+    return pos > 0, neg > 0, (nan > 0) | ((pos > 0) & (neg > 0))
+
+
+# ----------------------------------------------------------------------------- exact helpers
+def _two_sum(a, b):
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _round_f32(hi, lo, dtype=np.float32):
+    """Nearest-even rounding to ``dtype`` of the exact value hi + lo (|lo| <= ulp64(hi)/2)."""
+    dtype = np.dtype(dtype)
+    r = hi.astype(dtype)
+    back = r.astype(np.float64)
+    diff = hi - back
+    big = np.array(np.inf, dtype)
+    other = np.nextafter(r, np.where(diff > 0, big, -big)).astype(np.float64)
+    # hi exactly halfway between two neighbours: the tail decides the direction
+    mid = (diff != 0) & (np.abs(diff) * 2 == np.abs(other - back)) & (lo != 0) & np.isfinite(hi)
+    if np.any(mid):
+        nudged = np.nextafter(hi, np.where(lo > 0, np.inf, -np.inf))
+        r = np.where(mid, nudged.astype(dtype), r)
+    return r
+
+
+def _trunc_bits(x, bits, rounding):
+    """Round float64 x to ``bits`` significant bits (toward zero or nearest even)."""
+    _, e = np.frexp(x)
+    s = np.ldexp(1.0, bits - e)
+    y = x * s
+    y = np.trunc(y) if rounding == "rtz" else np.rint(y)
+    return y / s
+
+
+# ----------------------------------------------------------------------------- accumulators
+def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
+    """Chained tensor-core steps (with optional promotion and per-K-block scales)."""
+    M, K = va.shape
+    N = vb.shape[1]
+    G = acc.group
+    pad = (-K) % G
+    if pad:
+        va = np.pad(va, ((0, 0), (0, pad)))
+        vb = np.pad(vb, ((0, pad), (0, 0)))
+        ea = np.pad(ea, ((0, 0), (0, pad)), constant_values=_ZERO_EXP)
+        eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=_ZERO_EXP)
+    ng = (K + pad) // G
+    vbt = np.ascontiguousarray(vb.T)
+    ebt = np.ascontiguousarray(eb.T)
+    promote = acc.promote
+    if kscale is not None:
+        # block scales are applied when a K-block's partial sum is promoted
+        if kblock % G:
+            raise ValueError(f"block scales need a K block ({kblock}) that is a multiple of the group ({G})")
+        promote = kblock // G
+    out = np.empty((M, N), np.float32)
+    rows = max(1, _BLOCK_ELEMS // max(1, N * G))
+    F = acc.frac_bits
+    for m0 in range(0, M, rows):
+        m1 = min(M, m0 + rows)
+        part = np.zeros((m1 - m0, N))
+        total = np.zeros((m1 - m0, N), np.float32)
+        for g in range(ng):
+            sl = slice(g * G, (g + 1) * G)
+            P = va[m0:m1, None, sl] * vbt[None, :, sl]
+            E = (ea[m0:m1, None, sl] + ebt[None, :, sl]).max(axis=-1)
+            _, ec = np.frexp(part)
+            E = np.maximum(E, np.where(part == 0, _ZERO_EXP, ec.astype(np.int64) - 1))
+            E = np.maximum(E, -1000)  # all-zero step: any exponent gives the same zero
+            sc = np.ldexp(1.0, F - E)
+            P *= sc[..., None]
+            np.trunc(P, out=P)
+            s = P.sum(axis=-1) + np.trunc(part * sc)
+            part = _trunc_bits(s, acc.sum_bits, acc.sum_rounding) / sc
+            if promote and ((g + 1) % promote == 0 or g == ng - 1):
+                if kscale is None:
+                    total = (total + part.astype(np.float32)).astype(np.float32)
+                else:
+                    kb = g // promote
+                    f = kscale(m0, m1, kb)
+                    hi, lo = _two_sum(total.astype(np.float64), part * f)
+                    total = _round_f32(hi, lo)
+                part = np.zeros_like(part)
+        out[m0:m1] = total if promote else part.astype(np.float32)
+    return out
+
+
+def _fp32(va, vb):
+    """Sequential float32 sum in K order; each product is exact in float32."""
+    a = va.astype(np.float32)
+    b = vb.astype(np.float32)
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    tmp = np.empty_like(acc)
+    for k in range(a.shape[1]):
+        np.multiply(a[:, k, None], b[None, k, :], out=tmp)
+        acc += tmp
+    return acc
+
+
+def _exact(va, ea, vb, eb):
+    """Exact dot products rounded once to float32.
+
+    The operands are split into exponent bands so that every band-pair product
+    sum is an integer of at most 53 bits times a power of two, hence exact in a
+    float64 matmul; the band results are combined error-free (two-sum) and the
+    final value is rounded once.
+    """
+    K = va.shape[1]
+    kbits = int(np.ceil(np.log2(max(K, 2))))
+    # each value is an integer of <= 5 bits times 2**(e - 4); a band of width w
+    # makes products integers < 2**(2w + 10), sums < 2**(2w + 10 + kbits)
+    w = max(1, (53 - 10 - kbits) // 2)
+
+    def bands(v, e):
+        fin = e > _ZERO_EXP
+        if not fin.any():
+            return [v]
+        lo_e, hi_e = int(e[fin].min()), int(e[fin].max())
+        out = []
+        for start in range(lo_e, hi_e + 1, w):
+            out.append(np.where(fin & (e >= start) & (e < start + w), v, 0.0))
+        return out
+
+    terms = [ba @ bb for ba in bands(va, ea) for bb in bands(vb, eb)]
+    # error-free distillation: repeated two-sum sweeps leave the rounded sum in
+    # the last term and exact, ever smaller remainders in the others
+    for _ in range(len(terms)):
+        for i in range(len(terms) - 1):
+            terms[i + 1], terms[i] = _two_sum(terms[i], terms[i + 1])
+    hi = terms[-1]
+    lo = np.sum(terms[:-1], axis=0) if len(terms) > 1 else np.zeros_like(hi)
+    return _round_f32(hi, lo)
+
+
+def _accumulate(va, ea, vb, eb, acc: Accumulator):
+    if acc.kind == "exact":
+        return _exact(va, ea, vb, eb)
+    if acc.kind == "fp32":
+        return _fp32(va, vb)
+    return _mma(va, ea, vb, eb, acc)
+
+
+# ----------------------------------------------------------------------------- scales
+_KBLOCK = 128
+
+
+def _as_scale(s, what):
+    try:
+        arr = np.asarray(s, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a float or an array of floats, got {type(s).__name__}") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} must be finite, got non-finite values")
+    # torch passes scales as float32 tensors
+    return arr.astype(np.float32)
+
+
+def _classify_scale(s, rows, K, what, other):
+    """'scalar', 'row' (one per row) or 'block' ((row blocks, K blocks)) for an operand
+    seen as rows x K; returns (kind, array shaped (rows or row-blocks, 1 or K-blocks), row_block)."""
+    kb = -(-K // _KBLOCK)
+    if s.size == 1:
+        return "scalar", s.reshape(()), 1
+    if s.ndim != 2:
+        raise ValueError(f"{what} must be a scalar or 2-D, got shape {s.shape}")
+    r, c = s.shape
+    if (r, c) == (rows, 1):
+        return "row", s, 1
+    if (r, c) == (rows, kb):
+        return "block", s, 1
+    if (r, c) == (-(-rows // _KBLOCK), kb):
+        return "block", s, _KBLOCK
+    raise ValueError(
+        f"{what} has shape {s.shape}; accepted: a scalar, {other}, ({rows}, {kb}) 1x128 blocks "
+        f"or ({-(-rows // _KBLOCK)}, {kb}) 128x128 blocks")
+
+
+# ----------------------------------------------------------------------------- public API
+def _out_dtype(out_dtype):
+    if isinstance(out_dtype, str) and out_dtype in _OUT_DTYPES:
+        return _OUT_DTYPES[out_dtype], None
+    try:
+        dt = np.dtype(out_dtype)
+        if dt in _OUT_DTYPES.values():
+            return dt, None
+    except TypeError:
+        pass
+    try:
+        return None, get_format(out_dtype)
+    except (ValueError, TypeError, KeyError):
+        raise ValueError(f"unknown out_dtype {out_dtype!r}; use 'float32', 'bfloat16', 'float16' "
+                         "or an FP8 format name") from None
+
+
+def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, bias=None,
+              out_dtype="float32", accumulator="hopper", scale_result=None):
+    """Emulate ``torch._scaled_mm``: ``(A @ B) * scale_a * scale_b (+ bias)`` from FP8 codes.
+
+    Parameters
+    ----------
+    a : ndarray of uint8, shape (M, K), or ScaledTensor
+        FP8 codes of A, or an object with ``codes``, ``fmt`` and ``scale_inv``
+        (then ``a_format`` may be omitted and ``scale_inv`` is used as ``scale_a``).
+    b : ndarray of uint8, shape (K, N), or ScaledTensor
+        FP8 codes of B (logical K x N layout).
+    a_format, b_format : str or Format
+        Formats of the codes.
+    scale_a, scale_b : float or ndarray
+        float32 dequantisation multipliers: scalars, row-wise (``scale_a`` (M, 1),
+        ``scale_b`` (1, N)), or block scales: ``scale_a`` (M, ceil(K/128)) for 1x128
+        blocks or (ceil(M/128), ceil(K/128)) for 128x128 blocks; ``scale_b``
+        (ceil(K/128), N) or (ceil(K/128), ceil(N/128)).  Block scales multiply each
+        128-wide K block's partial sum before it joins the FP32 accumulator.
+    bias : array_like of shape (N,), optional
+        Added to every row; converted to the output type first (as torch does).
+    out_dtype : str
+        ``"float32"``, ``"bfloat16"``, ``"float16"`` or an FP8/narrow format name.
+    accumulator : str or Accumulator
+        ``"hopper"`` (``use_fast_accum=False``), ``"hopper-fast"``
+        (``use_fast_accum=True``), ``"fp32"``, ``"exact"``, or an :class:`Accumulator`.
+    scale_result : float, optional
+        Narrow output only: the float32 result is multiplied by it before the
+        (round-to-nearest-even, saturating) conversion.
+
+    Returns
+    -------
+    ndarray, shape (M, N)
+        float32 / bfloat16 / float16 values, or uint8 codes for a narrow ``out_dtype``.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> a = fp8emu.encode(np.array([[1.0] + [2.0 ** -9] * 15]), "e4m3fn")
+    >>> b = fp8emu.encode(np.array([[1.0]] + [[2.0 ** -6]] * 15), "e4m3fn")
+    >>> float(scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="exact")[0, 0])
+    1.000457763671875
+    >>> float(scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="hopper")[0, 0])
+    1.0
+    """
+    ca, fa, sa_obj = _operand(a, a_format, "a")
+    cb, fb, sb_obj = _operand(b, b_format, "b")
+    if sa_obj is not None:
+        if not (np.ndim(scale_a) == 0 and float(scale_a) == 1.0):
+            raise ValueError("give scale_a or a ScaledTensor with scale_inv, not both")
+        scale_a = sa_obj
+    if sb_obj is not None:
+        if not (np.ndim(scale_b) == 0 and float(scale_b) == 1.0):
+            raise ValueError("give scale_b or a ScaledTensor with scale_inv, not both")
+        scale_b = sb_obj
+    M, K = ca.shape
+    if cb.shape[0] != K:
+        raise ValueError(f"shape mismatch: a is {ca.shape} and b is {cb.shape}; need (M, K) @ (K, N)")
+    N = cb.shape[1]
+    acc = get_accumulator(accumulator)
+    odt, ofmt = _out_dtype(out_dtype)
+    if scale_result is not None:
+        if ofmt is None:
+            raise ValueError("scale_result applies only to a narrow (FP8) out_dtype")
+        scale_result = _as_scale(scale_result, "scale_result")
+        if scale_result.size != 1:
+            raise ValueError("scale_result must be a scalar")
+    if K % HW_K_MULTIPLE:
+        warnings.warn(f"K = {K} is not a multiple of {HW_K_MULTIPLE}: cuBLASLt rejects such FP8 "
+                      "GEMMs; computing anyway", RuntimeWarning, stacklevel=2)
+
+    sa = _as_scale(scale_a, "scale_a")
+    sb = _as_scale(scale_b, "scale_b")
+    ka, sa, rba = _classify_scale(sa, M, K, "scale_a", f"({M}, 1) row-wise")
+    kb_, sbt, rbb = _classify_scale(sb.T if sb.ndim == 2 else sb, N, K, "scale_b",
+                                    f"(1, {N}) column-wise")
+
+    va, ea, _, _ = _values_and_exponents(ca, fa)
+    vb, eb, _, _ = _values_and_exponents(cb, fb)
+
+    if "block" in (ka, kb_):
+        def expand(s, kind, rows, rb):
+            # -> (rows, K-blocks) float64
+            nkb = -(-K // _KBLOCK)
+            if kind == "scalar":
+                return np.full((rows, nkb), float(s))
+            if kind == "row":
+                return np.repeat(s.astype(np.float64), nkb, axis=1)
+            return np.repeat(s.astype(np.float64), rb, axis=0)[:rows]
+        SA = expand(sa, ka, M, rba)
+        SB = expand(sbt, kb_, N, rbb)
+
+        def kscale(m0, m1, kb):
+            return (SA[m0:m1, kb, None].astype(np.float32) * SB[None, :, kb].astype(np.float32)
+                    ).astype(np.float64)
+        if acc.kind == "mma":
+            v = _mma(va, ea, vb, eb, acc, kscale=kscale, kblock=_KBLOCK)
+        else:
+            total = np.zeros((M, N), np.float32)
+            for kb in range(-(-K // _KBLOCK)):
+                sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
+                part = _accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], acc).astype(np.float64)
+                hi, lo = _two_sum(total.astype(np.float64), part * kscale(0, M, kb))
+                total = _round_f32(hi, lo)
+            v = total
+    else:
+        c = _accumulate(va, ea, vb, eb, acc)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if ka == "scalar" and kb_ == "scalar":
+                v = c * (sa * sb).astype(np.float32)
+            else:
+                v = (c * sa.reshape(-1, 1) if ka == "row" else c * sa).astype(np.float32)
+                v = v * (sbt.reshape(1, -1) if kb_ == "row" else sbt)
+        v = v.astype(np.float32)
+
+    pos, neg, nan = _inf_masks(ca, fa, cb, fb)
+    v = np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),
+                                                   np.where(neg, np.float32(-np.inf), v)))
+
+    target = odt if odt is not None else np.dtype(np.float32)
+    if bias is not None:
+        bias = np.asarray(bias, dtype=np.float64)
+        if bias.shape not in ((N,), (1, N)):
+            raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
+        bias = bias.reshape(1, N).astype(target).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            hi, lo = _two_sum(v.astype(np.float64), bias)
+            lo = np.where(np.isfinite(hi), lo, 0.0)
+        out = _round_f32(hi, lo, target)
+    else:
+        out = v.astype(target)
+    if ofmt is None:
+        return out
+    if scale_result is not None:
+        out = (out * scale_result).astype(np.float32)
+    return encode(out, ofmt, saturate=True)
