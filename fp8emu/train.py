@@ -25,6 +25,20 @@ import time
 
 import numpy as np
 
+def _scaled_mm(*args, **kw):
+    """:func:`fp8emu.gemm.scaled_mm`, quiet about K not being a multiple of 16.
+
+    The 10-class output layer has K = 10 in its input-gradient GEMM; cuBLASLt would pad it, and the
+    emulation computes it exactly as asked, so the warning says nothing new here.
+    """
+    import warnings
+
+    from .gemm import scaled_mm as mm
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not a multiple of 16.*")
+        return mm(*args, **kw)
+
+
 __all__ = ["make_task", "MLP", "train", "compare", "add_cli"]
 
 
@@ -138,8 +152,7 @@ class MLP:
 
     def _mm(self, a, sa, b, sb):
         if self.accumulator == "hopper" and sa is not None:
-            from .gemm import scaled_mm
-            return np.asarray(scaled_mm(sa.codes, sb.codes, a_format=sa.fmt, b_format=sb.fmt,
+            return np.asarray(_scaled_mm(sa.codes, sb.codes, a_format=sa.fmt, b_format=sb.fmt,
                                         scale_a=float(np.asarray(sa.scale_inv).reshape(-1)[0]),
                                         scale_b=float(np.asarray(sb.scale_inv).reshape(-1)[0]),
                                         accumulator="hopper"), np.float32)
@@ -173,13 +186,12 @@ class MLP:
             else:
                 gq, gs = g, None
             if self.accumulator == "hopper" and gs is not None:
-                # Transposed operands are re-quantized views of the same codes and scales.
-                from .gemm import scaled_mm
-                dW = np.asarray(scaled_mm(np.ascontiguousarray(hs.codes.T), gs.codes, a_format=hs.fmt,
+                # Transposed operands are views of the same codes and scales.
+                dW = np.asarray(_scaled_mm(np.ascontiguousarray(hs.codes.T), gs.codes, a_format=hs.fmt,
                                           b_format=gs.fmt, scale_a=float(np.ravel(hs.scale_inv)[0]),
                                           scale_b=float(np.ravel(gs.scale_inv)[0]),
                                           accumulator="hopper"), np.float32)
-                dh = np.asarray(scaled_mm(gs.codes, np.ascontiguousarray(ws.codes.T), a_format=gs.fmt,
+                dh = np.asarray(_scaled_mm(gs.codes, np.ascontiguousarray(ws.codes.T), a_format=gs.fmt,
                                           b_format=ws.fmt, scale_a=float(np.ravel(gs.scale_inv)[0]),
                                           scale_b=float(np.ravel(ws.scale_inv)[0]),
                                           accumulator="hopper"), np.float32)
