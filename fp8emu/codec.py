@@ -13,14 +13,26 @@ saturate) and encoding is a table look-up.  A float32 input's code depends
 only on its upper 16 bits and on whether its lower 16 bits are non-zero (the
 rounding position of a format with at most 6 mantissa bits lies in the upper
 half, so the lower half acts only as a sticky bit); a 2**17-entry table
-therefore covers float32 exactly.  The tables are built by the same exact
-core, so they agree with it by construction, and the tests compare both paths
-with an independent rational oracle.
+therefore covers float32 exactly.  float64 works the same way with its upper
+19 bits (sign, exponent, 7 mantissa bits) and a sticky bit: a 2**20-entry
+table, so float64 is rounded once, never through float32.  Stochastic
+rounding of float32 adds the random bits to the bit pattern below the
+rounding position and truncates through a table (see :func:`_encode_sr_f32`);
+elements whose result would be subnormal, zero or near float32's top binade go
+through the exact core.  The tables are built by the same exact core, so they
+agree with it by construction, and the tests compare every path with an
+independent rational oracle.
+
+Throughput comes from working in cache-sized chunks with preallocated
+buffers and in-place ufuncs (``out=``), so encoding needs only the output
+array and a few hundred kB beyond the input; ``benchmarks/bench_codec.py``
+measures it against ml_dtypes.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -139,33 +151,147 @@ def _table_ok_f32(fmt: Format) -> bool:
     return fmt.mbits <= 6 and fmt.emin - fmt.mbits >= -132
 
 
+def _table_ok_f64(fmt: Format) -> bool:
+    # float64 keeps 7 mantissa bits in its upper 19 bits; the rounding bit of a
+    # format with at most 6 mantissa bits lies there for every float64 binade
+    # (values below the target's subnormals only ever need the sticky bit).
+    return fmt.mbits <= 6
+
+
+#: float64 index: bits 63..45 (sign, exponent, top 7 mantissa bits) and a sticky bit.
+_F64_SHIFT = 45
+_F64_LOW = np.uint64((1 << _F64_SHIFT) - 1)
+
+
 @functools.lru_cache(maxsize=256)
 def _table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
-    """Code for every 16-bit pattern (float16/bfloat16) or float32 (hi, sticky) index."""
+    """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
+
+    ``rounding="sr0"`` tabulates stochastic rounding with zero random bits,
+    i.e. truncation with stochastic rounding's overflow rule.
+    """
     pats = np.arange(1 << 16, dtype=np.uint32)
     if src == "float16":
         x = pats.astype(np.uint16).view(np.float16)
     elif src == "bfloat16":
         x = pats.astype(np.uint16).view(ml_dtypes.bfloat16)
-    else:  # float32: index = hi16 | sticky << 16; the sticky case uses lower half 0x0001
+    elif src == "float32":  # index = hi16 | sticky << 16; the sticky case uses lower half 0x0001
         x = np.concatenate([pats << 16, (pats << 16) | 1]).view(np.float32)
-    table = _encode_exact(x, fmt, rounding, saturate)
+    else:  # float64: index = hi19 | sticky << 19
+        hi = np.arange(1 << (64 - _F64_SHIFT), dtype=_U64) << _U64(_F64_SHIFT)
+        x = np.concatenate([hi, hi | _U64(1)]).view(np.float64)
+    if rounding == "sr0":
+        table = _encode_exact(x, fmt, "stochastic", saturate, np.zeros(x.shape, _U64), 1)
+    else:
+        table = _encode_exact(x, fmt, rounding, saturate)
     table.setflags(write=False)
     return table
 
 
 def _encode_table(flat, out, fmt, rounding, saturate):
+    """Deterministic rounding by table look-up, in cache-sized chunks."""
     dt = flat.dtype
     if dt == np.float32:
         table = _table(fmt, "float32", rounding, saturate)
-        for i in range(0, flat.size, CHUNK * 4):
-            u = flat[i:i + CHUNK * 4].view(np.uint32)
-            idx = u >> 16
-            idx |= ((u & 0xFFFF) + 0xFFFF) & 0x10000   # bit 16 set iff the lower half is non-zero
-            np.take(table, idx, out=out[i:i + CHUNK * 4])
+        step = CHUNK
+        u_buf = np.empty(min(step, flat.size), np.uint32)
+        idx_buf = np.empty(min(step, flat.size), np.intp)   # take() would otherwise copy to intp
+        for i in range(0, flat.size, step):
+            u = flat[i:i + step].view(np.uint32)
+            n = u.size
+            idx, lo = idx_buf[:n], u_buf[:n]
+            np.right_shift(u, 16, out=idx)
+            np.bitwise_and(u, 0xFFFF, out=lo)
+            lo += 0xFFFF                          # bit 16 set iff the lower half is non-zero
+            lo &= 0x10000
+            idx |= lo
+            np.take(table, idx, out=out[i:i + n])
+    elif dt == np.float64:
+        table = _table(fmt, "float64", rounding, saturate)
+        step = CHUNK
+        a_buf = np.empty(min(step, flat.size), _U64)
+        b_buf = np.empty(min(step, flat.size), _U64)
+        for i in range(0, flat.size, step):
+            u = flat[i:i + step].view(_U64)
+            n = u.size
+            a, b = a_buf[:n], b_buf[:n]
+            np.bitwise_and(u, _F64_LOW, out=a)
+            a += _F64_LOW                         # bit 45 set iff the low 45 bits are non-zero
+            a >>= _U64(_F64_SHIFT - (64 - _F64_SHIFT))
+            a &= _U64(1 << (64 - _F64_SHIFT))
+            np.right_shift(u, _U64(_F64_SHIFT), out=b)
+            b |= a
+            np.take(table, b.view(np.int64), out=out[i:i + n])
     else:
         table = _table(fmt, "float16" if dt == np.float16 else "bfloat16", rounding, saturate)
         np.take(table, flat.view(np.uint16), out=out)
+
+
+# Bit generators whose ``random_raw`` is the 64-bit stream that ``Generator.integers``
+# splits into two 32-bit draws (low half first); MT19937's raw output is 32-bit.
+_RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+
+
+def _draw_bits(gen, k, n):
+    """``gen.integers(0, 2**k, n, dtype=np.uint64)`` as uint32 (the documented stream).
+
+    For even ``n`` and a 64-bit bit generator, ``integers`` with a power-of-two
+    range up to 2**32 takes the top k bits of consecutive 32-bit halves of the
+    raw 64-bit outputs (Lemire's method never rejects there); taking them from
+    ``random_raw`` directly gives the same bits and state, several times faster.
+    """
+    if n % 2 == 0 and sys.byteorder == "little" and type(gen.bit_generator) in _RAW64:
+        r = gen.bit_generator.random_raw(n // 2).view(np.uint32)
+        if k < 32:
+            r >>= np.uint32(32 - k)
+        return r
+    return gen.integers(0, 1 << k, size=n, dtype=_U64).astype(np.uint32)
+
+
+def _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen):
+    """Stochastic rounding of float32 by integer addition on the bit patterns.
+
+    Where the result lies in the target's normal range, the discarded part is
+    the lowest ``s = 23 - mbits`` bits of the pattern, so adding the k random
+    bits aligned below bit ``s`` (``r << (s - k)``, or ``r >> (k - s)`` when
+    ``k > s``, which gives the same carry since the discarded part is an
+    integer) carries into bit ``s`` exactly when the exact core increments; a
+    carry out of the mantissa moves to the next binade as it should.  The
+    truncated sum is then looked up in a table of stochastic rounding with
+    zero random bits (truncation with overflow to Inf/NaN or max).  Elements
+    outside that range (target subnormals, zeros, exponents 254/255) go
+    through the exact core with their own random bits.
+    """
+    table = _table(fmt, "float32", "sr0", saturate)[: 1 << 16]   # sticky does not matter to truncation
+    s0 = 23 - fmt.mbits
+    e_lo = max(1, 127 + fmt.emin)
+    lo_bias = np.uint32(e_lo << 23)
+    span = np.uint32((253 - e_lo) << 23)
+    step = CHUNK * 2                              # amortises the per-chunk random draw
+    nb = min(step, flat.size)
+    v_buf, e_buf, b_buf = np.empty(nb, np.uint32), np.empty(nb, np.uint32), np.empty(nb, bool)
+    for i in range(0, flat.size, step):
+        u = flat[i:i + step].view(np.uint32)
+        n = u.size
+        if rb_flat is not None:
+            r = rb_flat[i:i + n].astype(np.uint32)
+        else:
+            r = _draw_bits(gen, k, n)
+        v, e, bad = v_buf[:n], e_buf[:n], b_buf[:n]
+        if s0 >= k:
+            np.left_shift(r, np.uint32(s0 - k), out=v)
+        else:
+            np.right_shift(r, np.uint32(k - s0), out=v)
+        v += u
+        v >>= np.uint32(16)
+        np.take(table, v, out=out[i:i + n])
+        np.bitwise_and(u, np.uint32(0x7F800000), out=e)
+        e -= lo_bias                              # wraps for exponents below e_lo
+        np.greater(e, span, out=bad)
+        if bad.any():
+            sel = np.flatnonzero(bad)
+            out[i + sel] = _encode_exact(flat[i + sel], fmt, "stochastic", saturate,
+                                         r[sel].astype(_U64), k)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -290,21 +416,31 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     out = np.empty(flat.shape, dtype=np.uint8)
     rb_flat = None if rb is None else rb.reshape(-1) if rb.flags.c_contiguous else np.ascontiguousarray(rb).reshape(-1)
 
-    dt = flat.dtype
-    if rounding in DETERMINISTIC_MODES and (
-        dt in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-        or (dt == np.float32 and _table_ok_f32(fmt))
-    ):
-        _encode_table(flat, out, fmt, rounding, saturate)
-    else:
-        for i in range(0, flat.size, CHUNK):
-            chunk = flat[i:i + CHUNK]
-            bits = None
-            if k:
-                bits = (rb_flat[i:i + CHUNK].astype(_U64) if rb_flat is not None
-                        else gen.integers(0, 1 << k, size=chunk.size, dtype=_U64))
-            out[i:i + CHUNK] = _encode_exact(chunk, fmt, rounding, saturate, bits, k)
+    _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen)
     return out.reshape(arr.shape)
+
+
+def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True):
+    """Encode a contiguous 1-D array into ``out``, choosing the fastest exact path."""
+    dt = flat.dtype
+    if fast and flat.size:
+        if rounding in DETERMINISTIC_MODES and (
+            dt in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+            or (dt == np.float32 and _table_ok_f32(fmt))
+            or (dt == np.float64 and _table_ok_f64(fmt))
+        ):
+            _encode_table(flat, out, fmt, rounding, saturate)
+            return
+        if rounding == "stochastic" and dt == np.float32 and _table_ok_f32(fmt):
+            _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen)
+            return
+    for i in range(0, flat.size, CHUNK):
+        chunk = flat[i:i + CHUNK]
+        bits = None
+        if k:
+            bits = (rb_flat[i:i + CHUNK].astype(_U64) if rb_flat is not None
+                    else _draw_bits(gen, k, chunk.size).astype(_U64))
+        out[i:i + CHUNK] = _encode_exact(chunk, fmt, rounding, saturate, bits, k)
 
 
 @functools.lru_cache(maxsize=256)
@@ -372,7 +508,28 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
     if dt not in DECODE_DTYPES:
         raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
     c = _as_codes(codes, fmt)
-    return np.take(_decode_table(fmt, dt), c)
+    return _decode_take(_decode_table(fmt, dt), c)
+
+
+def _decode_take(table, c):
+    """``table[c]`` in cache-sized chunks.
+
+    ``np.take`` converts non-intp indices to a full-size intp copy (8 bytes
+    per code); converting one chunk at a time into a reused buffer keeps the
+    extra memory at a few hundred kB and the indices in cache.
+    """
+    if c.ndim == 0:
+        return np.take(table, c)                  # a scalar, as for any 0-d index
+    flat = np.ascontiguousarray(c).reshape(-1)
+    out = np.empty(flat.shape, table.dtype)
+    step = CHUNK
+    idx_buf = np.empty(min(step, flat.size), np.intp)
+    for i in range(0, flat.size, step):
+        src = flat[i:i + step]
+        idx = idx_buf[:src.size]
+        np.copyto(idx, src)
+        np.take(table, idx, out=out[i:i + src.size])
+    return out.reshape(np.shape(c))
 
 
 def quantize(x, fmt, **encode_options) -> np.ndarray:

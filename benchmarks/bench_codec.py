@@ -1,0 +1,235 @@
+"""Codec throughput: fp8emu vs ml_dtypes (C++) and gfloat (pure Python/NumPy).
+
+Run from the repository root::
+
+    python3 benchmarks/bench_codec.py            # table + size sweep + figure
+    python3 benchmarks/bench_codec.py --quick    # smaller, for a smoke test
+
+Every ratio compares implementations in the same process on the same data,
+with repetitions interleaved (fp8emu, ml_dtypes, gfloat, fp8emu, ...) and
+the median time of each taken, so load from other processes affects both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import fp8emu  # noqa: E402
+
+try:
+    import gfloat
+    from gfloat.formats import format_info_ocp_e4m3, format_info_ocp_e5m2
+except ImportError:  # pragma: no cover - optional peer
+    gfloat = None
+
+E4, E5 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+
+
+def _time(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def interleaved(fns, repeats):
+    """Median seconds per call of each function, repetitions interleaved."""
+    for f in fns:
+        if f is not None:
+            f()                                   # warm up: tables, caches
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, f in enumerate(fns):
+            if f is not None:
+                times[i].append(_time(f))
+    return [float(np.median(t)) if t else None for t in times]
+
+
+def rows(n, seed=0):
+    rng = np.random.default_rng(seed)
+    x32 = (rng.standard_normal(n) * 8).astype(np.float32)
+    x64 = x32.astype(np.float64) * (1 + 2.0 ** -30)   # not float32-representable
+    x16 = x32.astype(np.float16)
+    xbf = x32.astype(ml_dtypes.bfloat16)
+    c4 = fp8emu.encode(x32, "e4m3fn")
+    c5 = fp8emu.encode(x32, "e5m2")
+    ml4 = lambda: x32.astype(E4)                  # noqa: E731 - the reference for most rows
+    gf_n = min(n, 1 << 20)                        # gfloat is slow: time a slice, scale by size
+    g32 = x32[:gf_n]
+
+    def gf(fi, rnd=None, **kw):
+        if gfloat is None:
+            return None
+        rnd = rnd or gfloat.RoundMode.TiesToEven
+        return lambda: gfloat.encode_ndarray(fi, gfloat.round_ndarray(fi, g32, rnd, **kw))
+
+    out = []
+    ge4 = format_info_ocp_e4m3 if gfloat else None
+    ge5 = format_info_ocp_e5m2 if gfloat else None
+    out.append(("f32->e4m3fn rne", lambda: fp8emu.encode(x32, "e4m3fn"), ml4, gf(ge4), 2.0))
+    out.append(("f32->e5m2 rne", lambda: fp8emu.encode(x32, "e5m2"), lambda: x32.astype(E5), gf(ge5), 2.0))
+    for src, xs in (("f16", x16), ("bf16", xbf)):
+        for fmt, mlt in (("e4m3fn", E4), ("e5m2", E5)):
+            for mode in ("rne", "rtz"):
+                out.append((f"{src}->{fmt} {mode}", lambda xs=xs, fmt=fmt, mode=mode:
+                            fp8emu.encode(xs, fmt, rounding=mode), lambda xs=xs, mlt=mlt: xs.astype(mlt),
+                            None, 3.0))
+    out.append(("f16->e3m4 rup", lambda: fp8emu.encode(x16, "e3m4", rounding="rup"),
+                lambda: x16.astype(ml_dtypes.float8_e3m4), None, 3.0))
+    out.append(("f64->e4m3fn rne (single)", lambda: fp8emu.encode(x64, "e4m3fn"), lambda: x64.astype(E4),
+                gf(ge4) and (lambda: gfloat.encode_ndarray(ge4, gfloat.round_ndarray(ge4, x64[:gf_n]))), 1.0))
+    for mode in ("rtz", "rup", "rdn", "rna", "rto"):
+        out.append((f"f32->e4m3fn {mode}", lambda mode=mode: fp8emu.encode(x32, "e4m3fn", rounding=mode),
+                    ml4, None, 1.0))
+    if gfloat:
+        srbits = np.random.default_rng(1).integers(0, 256, gf_n).astype(np.uint8)
+        gsr = lambda: gfloat.encode_ndarray(ge4, gfloat.round_ndarray(  # noqa: E731
+            ge4, g32, gfloat.RoundMode.Stochastic, srbits=srbits, srnumbits=8))
+    else:
+        gsr = None
+    out.append(("f32->e4m3fn stochastic k=8 (rng)", lambda: fp8emu.encode(
+        x32, "e4m3fn", rounding="stochastic", rng=np.random.default_rng(1), sr_bits=8), ml4, gsr, 1.0))
+    out.append(("decode e4m3fn->f32", lambda: fp8emu.decode(c4, "e4m3fn"),
+                lambda: c4.view(E4).astype(np.float32),
+                gf(ge4) and (lambda: gfloat.decode_ndarray(ge4, c4[:gf_n])), 2.5))
+    out.append(("decode e5m2->f32", lambda: fp8emu.decode(c5, "e5m2"),
+                lambda: c5.view(E5).astype(np.float32),
+                gf(ge5) and (lambda: gfloat.decode_ndarray(ge5, c5[:gf_n])), 2.5))
+    return out, gf_n
+
+
+def table(n, repeats):
+    specs, gf_n = rows(n)
+    print(f"# {n} elements (gfloat timed on {gf_n}), median of {repeats} interleaved runs")
+    print(f"| path | fp8emu M/s | ml_dtypes M/s | gfloat M/s | ratio | target | met |")
+    print("|---|---:|---:|---:|---:|---:|:-:|")
+    results = []
+    for name, ours, ml, gf, target in specs:
+        t_ours, t_ml, t_gf = interleaved([ours, ml, gf], repeats)
+        r = t_ml / t_ours
+        gfs = f"{gf_n / t_gf / 1e6:.1f}" if t_gf else "-"
+        print(f"| {name} | {n / t_ours / 1e6:.0f} | {n / t_ml / 1e6:.0f} | {gfs} | {r:.2f}x | "
+              f">= {target}x | {'yes' if r >= target else 'NO'} |", flush=True)
+        results.append((name, r, target))
+    return results
+
+
+def overhead(repeats=2000):
+    x = np.linspace(-3, 3, 16, dtype=np.float32)
+    fp8emu.encode(x, "e4m3fn")
+    ts = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fp8emu.encode(x, "e4m3fn")
+        ts.append((time.perf_counter() - t0) / repeats)
+    ts_ml = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            x.astype(E4)
+        ts_ml.append((time.perf_counter() - t0) / repeats)
+    us, us_ml = np.median(ts) * 1e6, np.median(ts_ml) * 1e6
+    print(f"per-call time, 16 float32 -> e4m3fn: fp8emu {us:.1f} us, ml_dtypes {us_ml:.2f} us "
+          f"(target <= 20 us: {'yes' if us <= 20 else 'NO'})")
+
+
+def memory(log2n):
+    n = 1 << log2n
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    fp8emu.encode(x[:1024], "e4m3fn")             # build the table outside the measurement
+    gc.collect()
+    tracemalloc.start()
+    out = fp8emu.encode(x, "e4m3fn")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    extra = peak - out.nbytes                     # beyond the output array
+    print(f"peak memory, encode 2^{log2n} float32: input {x.nbytes / 2**20:.0f} MiB, "
+          f"output {out.nbytes / 2**20:.0f} MiB, peak new allocations {peak / 2**20:.1f} MiB "
+          f"= output + {extra / x.nbytes:.3f}x input (target <= output + 1x input: "
+          f"{'yes' if extra <= x.nbytes else 'NO'})")
+
+
+def sweep(max_log2, fig_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [1 << p for p in range(4, max_log2 + 1, 2)]
+    res = {"fp8emu f32->e4m3fn rne": [], "ml_dtypes f32->e4m3fn": [],
+           "fp8emu f64->e4m3fn rne": [], "fp8emu decode e4m3fn": [], "ml_dtypes decode e4m3fn": []}
+    print("| elements | " + " | ".join(f"{k} s/call" for k in res) + " |")
+    print("|---:|" + "---:|" * len(res))
+    rng = np.random.default_rng(2)
+    for n in sizes:
+        x = (rng.standard_normal(n) * 8).astype(np.float32)
+        xd = x.astype(np.float64)
+        c = fp8emu.encode(x, "e4m3fn")
+        reps = int(np.clip(2 ** 22 // n, 3, 2000))
+        fns = [lambda: fp8emu.encode(x, "e4m3fn"), lambda: x.astype(E4),
+               lambda: fp8emu.encode(xd, "e4m3fn"), lambda: fp8emu.decode(c, "e4m3fn"),
+               lambda: c.view(E4).astype(np.float32)]
+        ts = interleaved(fns, min(reps, 7)) if n >= 1 << 16 else [
+            min(_time_many(f, reps) for _ in range(3)) for f in fns]
+        for k, t in zip(res, ts):
+            res[k].append(t)
+        print(f"| 2^{n.bit_length() - 1} | " + " | ".join(f"{t:.3g}" for t in ts) + " |", flush=True)
+        del x, xd, c
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for k, ts in res.items():
+        style = "-" if k.startswith("fp8emu") else "--"
+        a1.loglog(sizes, np.array(ts) * 1e6, style, marker="o", ms=3, label=k)
+        a2.semilogx(sizes, np.array(sizes) / np.array(ts) / 1e6, style, marker="o", ms=3, label=k)
+    a1.set(xlabel="elements per call", ylabel="time per call (µs)", title="Time per call")
+    a2.set(xlabel="elements per call", ylabel="throughput (million elements / s)", title="Throughput")
+    for a in (a1, a2):
+        a.grid(True, which="both", alpha=0.3)
+        a.set_xscale("log", base=2)
+    a2.legend(fontsize=8)
+    fig.suptitle("fp8emu codec (pure NumPy) vs ml_dtypes (C++), one process, 2-core machine")
+    fig.tight_layout()
+    fig_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(fig_path, dpi=120)
+    print(f"wrote {fig_path}")
+
+
+def _time_many(f, reps):
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        f()
+    return (time.perf_counter() - t0) / reps
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--log2n", type=int, default=24, help="elements in the table runs (log2)")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--sweep-max", type=int, default=26, help="largest sweep size (log2)")
+    p.add_argument("--mem-log2n", type=int, default=26)
+    p.add_argument("--figure", type=Path, default=ROOT / "figures" / "codec_throughput.png")
+    p.add_argument("--quick", action="store_true", help="2^18 elements, 3 repeats, sweep to 2^18")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.log2n, a.repeats, a.sweep_max, a.mem_log2n = 18, 3, 18, 20
+    print(f"numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}, "
+          f"gfloat {getattr(gfloat, '__version__', 'installed') if gfloat else 'not installed'}")
+    results = table(1 << a.log2n, a.repeats)
+    overhead()
+    memory(a.mem_log2n)
+    sweep(a.sweep_max, a.figure)
+    missed = [r for r in results if r[1] < r[2]]
+    print("all throughput targets met" if not missed else f"targets missed: {missed}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
