@@ -121,7 +121,7 @@ class RecordedTable:
 
     name: str
     path: str
-    kind: str          # "cast" (run-length), "cast16" (npz array) or "decode"
+    kind: str          # "cast" (run-length), "cast16" (npz array), "decode" or "probe" (float64 inputs)
     src: str
     fmt: str
     profile: str
@@ -182,6 +182,13 @@ def recorded_tables(folder=None):
                     else:
                         out.append(RecordedTable(f"torch_{k}", path, "decode", a, a, "torch-cuda",
                                                  key=k, dtype=b))
+        elif fn == "torch_f64_midpoints.npz":
+            with np.load(path) as z:
+                for k in sorted(z.files):
+                    if k.endswith("_from_f64"):
+                        fmt = k[:-len("_from_f64")]
+                        out.append(RecordedTable(f"torch_f64_midpoints[{fmt}]", path, "probe", "float64",
+                                                 fmt, "torch-cuda", key=fmt))
     return out
 
 
@@ -254,12 +261,34 @@ def _compare_decode(t: RecordedTable):
     return int((rec != prof).sum()), n, int(d.sum()), by_kind
 
 
+def _compare_probe(t: RecordedTable):
+    from .codec import encode
+    with np.load(t.path) as z:
+        x, rec = z[f"{t.key}_x"], z[f"{t.key}_from_f64"].astype(np.int64)
+    f = get_format(t.fmt)
+    prof = encode(x, f, profile=t.profile).astype(np.int64)
+    ocp = encode(x, f).astype(np.int64)
+    d = rec != ocp
+    vals = f.values()
+    kind = np.full(x.shape, "rounding", dtype=object)
+    big = ~np.isfinite(vals[rec]) | ~np.isfinite(vals[ocp])
+    kind[big] = "saturation"
+    kind[(vals[rec] == 0) & (vals[ocp] == 0)] = "zero/sign"
+    if f.name == "e8m0fnu":
+        kind[:] = "e8m0"
+    kind[np.isnan(x)] = "nan"
+    by_kind = {k: int(np.count_nonzero(d & (kind == k))) for k in KINDS}
+    return int(np.count_nonzero(rec != prof)), x.size, int(d.sum()), by_kind
+
+
 @functools.lru_cache(maxsize=4)
 def _report(folder):
     rows = []
     for t in recorded_tables(folder):
         if t.kind == "decode":
             mm, n, diff, by_kind = _compare_decode(t)
+        elif t.kind == "probe":
+            mm, n, diff, by_kind = _compare_probe(t)
         else:
             mm, n, diff, by_kind = _compare_cast(t)
         rows.append(dict(table=t.name, kind=t.kind, source=t.src if t.kind != "decode" else t.fmt,

@@ -20,6 +20,9 @@ Rules found in the H200 recordings (``tests/golden``)
   ``rz``/``rp`` truncate / round up the magnitude; torch rounds the float32
   significand to nearest with ties up, except that a tie in the float32
   subnormal range rounds down (the implicit bit acts as the even/odd bit).
+* Decoding: the GPU decoders give float16/bfloat16 NaN 0x7FFF (sign dropped);
+  torch's float32 NaN is 0x7FF00000|sign (E4M3FN), 0x7FFFFFFF|sign (E5M2) or
+  0x7F800001 (FNUZ formats, E8M0); its float64 NaN widens that pattern.
 * torch and ml_dtypes round float64 through float32 (double rounding); the
   CUDA, Triton and JAX paths take float32 inputs, so float64 is first
   rounded to float32 there too.

@@ -114,8 +114,9 @@ def assert_fp8_equal(actual, x, fmt, *, profile="ocp", **encode_options):
              "index | input (bits) | expected code = value | actual code = value | distance"]
     for i in bad[:10]:
         dist = int(gf[i]) - int(ef[i])
-        lines.append(f"{int(i)} | {xf[i]!r} ({_bits_hex(xf[i])}) | 0x{int(ef[i]):02x} = {vals[ef[i]]!r} | "
-                     f"0x{int(gf[i]):02x} = {vals[gf[i]]!r} | {dist:+d}")
+        xi = xf[i].item() if xf.dtype.kind in "biu" else float(xf[i])
+        lines.append(f"{int(i)} | {xi!r} ({_bits_hex(xf[i])}) | 0x{int(ef[i]):02x} = {float(vals[ef[i]])!r} | "
+                     f"0x{int(gf[i]):02x} = {float(vals[gf[i]])!r} | {dist:+d}")
     raise AssertionError("\n".join(lines))
 
 

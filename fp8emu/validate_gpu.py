@@ -8,6 +8,7 @@ chunks) is cast on the GPU and compared with the matching profile.
 from __future__ import annotations
 
 import importlib
+import os
 
 import numpy as np
 
@@ -80,6 +81,8 @@ def _triton_cast(torch, fmt, rounding):
 
 
 def _jax_cast(torch, fmt):
+    # JAX would otherwise reserve most of the GPU memory that torch is using.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     jax = _try_import("jax")
     if jax is None:
         return None
