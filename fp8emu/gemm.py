@@ -59,10 +59,10 @@ from .formats import Format, get_format
 __all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator"]
 
 # Exponent given to zero terms: far below any real term, so it never wins the
-# maximum and truncates to nothing.
-_ZERO_EXP = -100000
+# maximum and truncates to nothing; the sum of two still fits in int16.
+_ZERO_EXP = _ZERO_EXP_SMALL = -16000
 #: Elements of the (rows, N, group) product block processed at once.
-_BLOCK_ELEMS = 1 << 21
+_BLOCK_ELEMS = 1 << 18
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
 HW_K_MULTIPLE = 16
 _OUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -184,27 +184,36 @@ def _operand(x, fmt, what):
     return codes, fmt, scale
 
 
+def _value_tables(fmt: Format):
+    """Per-code float64 value (non-finite -> 0) and exponent (subnormals -> emin, zero -> sentinel)."""
+    key = (fmt.name, fmt.bits, fmt.ebits, fmt.mbits, fmt.bias)
+    tab = _TABLES.get(key)
+    if tab is None:
+        v = decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
+        fin = np.where(np.isfinite(v), v, 0.0)
+        emin = int(np.log2(fmt.min_normal))
+        _, e = np.frexp(fin)
+        e = np.where(fin == 0, _ZERO_EXP_SMALL, np.maximum(e.astype(np.int64) - 1, emin))
+        tab = _TABLES[key] = (fin, e.astype(np.int16))
+    return tab
+
+
+_TABLES: dict = {}
+
+
 def _values_and_exponents(codes, fmt: Format):
-    """float64 values with non-finite ones zeroed, per-element exponents, and masks."""
-    v = decode(codes, fmt, dtype=np.float64)
-    nan = np.isnan(v)
-    inf = np.isinf(v)
-    fin = np.where(nan | inf, 0.0, v)
-    emin = int(np.log2(fmt.min_normal))
-    _, e = np.frexp(fin)
-    e = np.where(fin == 0, _ZERO_EXP, np.maximum(e.astype(np.int64) - 1, emin))
-    return fin, e, nan, inf
+    """float64 values with non-finite ones zeroed, and per-element int16 exponents."""
+    tv, te = _value_tables(fmt)
+    idx = codes & np.uint8((1 << fmt.bits) - 1)
+    return np.take(tv, idx), np.take(te, idx)
 
 
-def _special(va, na, ia, vb, nb, ib):
-    """NaN / +-Inf masks of the outputs (IEEE semantics of the products and their sum)."""
-    f = np.float64
-    zero_a, zero_b = (va == 0) & ~na & ~ia, (vb == 0) & ~nb & ~ib
-    pos_a = (va > 0) | (ia & (va >= 0))
-    nan_any = (na.sum(1)[:, None] + nb.sum(0)[None, :]
-               + ia.astype(f) @ zero_b.astype(f) + zero_a.astype(f) @ ib.astype(f)) > 0
-    # signs of infinite operands are lost in the zeroed values: recompute them
-    return nan_any, zero_a, zero_b, pos_a
+def _exp_span(e):
+    """(lowest, highest) exponent of the non-zero values; (0, 0) when all are zero."""
+    hi = int(e.max(initial=_ZERO_EXP))
+    if hi == _ZERO_EXP:
+        return 0, 0
+    return int(np.where(e > _ZERO_EXP, e, np.int16(32767)).min()), hi
 
 
 def _inf_masks(codes_a, fa, codes_b, fb):
@@ -267,8 +276,6 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
         ea = np.pad(ea, ((0, 0), (0, pad)), constant_values=_ZERO_EXP)
         eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=_ZERO_EXP)
     ng = (K + pad) // G
-    vbt = np.ascontiguousarray(vb.T)
-    ebt = np.ascontiguousarray(eb.T)
     promote = acc.promote
     if kscale is not None:
         # block scales are applied when a K-block's partial sum is promoted
@@ -276,23 +283,42 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
             raise ValueError(f"block scales need a K block ({kblock}) that is a multiple of the group ({G})")
         promote = kblock // G
     out = np.empty((M, N), np.float32)
-    rows = max(1, _BLOCK_ELEMS // max(1, N * G))
+    rows = max(1, min(M, _BLOCK_ELEMS // max(1, N * G)))
     F = acc.frac_bits
+    # Lowest exponent any non-zero term can have; all-zero steps are clamped to it
+    # (their result is zero whatever the alignment).
+    e_floor = _exp_span(ea)[0] + _exp_span(eb)[0] - 2
+    amax, bmax = np.abs(va).max(initial=0.0), np.abs(vb).max(initial=0.0)
+    # float32 is exact when scaled terms stay integers below 2**24 even after
+    # summing a group, and when products and scale factors stay normal float32
+    small = (F + 2 + int(np.ceil(np.log2(G))) <= 24 and F - e_floor < 120 and e_floor > -120
+             and amax * bmax < 2.0 ** 120)
+    dt = np.float32 if small else np.float64
+    # K-major layout: reductions over a step become element-wise operations on
+    # contiguous (rows, N) slabs, much faster than reducing a short last axis
+    vat_, vb_ = np.ascontiguousarray(va.T, dtype=dt), vb.astype(dt)
+    eat_ = np.ascontiguousarray(np.maximum(ea, _ZERO_EXP_SMALL).T, dtype=np.int16)
+    eb_ = np.maximum(eb, _ZERO_EXP_SMALL).astype(np.int16)
+    pbuf = np.empty((G, rows, N), dt)
+    ebuf = np.empty((G, rows, N), np.int16)
     for m0 in range(0, M, rows):
         m1 = min(M, m0 + rows)
-        part = np.zeros((m1 - m0, N))
-        total = np.zeros((m1 - m0, N), np.float32)
+        r = m1 - m0
+        P, Eb = pbuf[:, :r], ebuf[:, :r]
+        part = np.zeros((r, N))
+        total = np.zeros((r, N), np.float32)
         for g in range(ng):
             sl = slice(g * G, (g + 1) * G)
-            P = va[m0:m1, None, sl] * vbt[None, :, sl]
-            E = (ea[m0:m1, None, sl] + ebt[None, :, sl]).max(axis=-1)
+            np.multiply(vat_[sl, m0:m1, None], vb_[sl, None, :], out=P)
+            np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
+            E = Eb.max(axis=0).astype(np.int64)
             _, ec = np.frexp(part)
-            E = np.maximum(E, np.where(part == 0, _ZERO_EXP, ec.astype(np.int64) - 1))
-            E = np.maximum(E, -1000)  # all-zero step: any exponent gives the same zero
+            E = np.maximum(E, np.where(part == 0, e_floor, ec.astype(np.int64) - 1))
+            E = np.maximum(E, e_floor)
             sc = np.ldexp(1.0, F - E)
-            P *= sc[..., None]
+            np.multiply(P, sc.astype(dt)[None], out=P)
             np.trunc(P, out=P)
-            s = P.sum(axis=-1) + np.trunc(part * sc)
+            s = P.sum(axis=0).astype(np.float64) + np.trunc(part * sc)
             part = _trunc_bits(s, acc.sum_bits, acc.sum_rounding) / sc
             if promote and ((g + 1) % promote == 0 or g == ng - 1):
                 if kscale is None:
@@ -319,7 +345,7 @@ def _fp32(va, vb):
     return acc
 
 
-def _exact(va, ea, vb, eb):
+def _exact(va, ea, vb, eb, mbits_a=6, mbits_b=6):
     """Exact dot products rounded once to float32.
 
     The operands are split into exponent bands so that every band-pair product
@@ -329,21 +355,22 @@ def _exact(va, ea, vb, eb):
     """
     K = va.shape[1]
     kbits = int(np.ceil(np.log2(max(K, 2))))
-    # each value is an integer of <= 5 bits times 2**(e - 4); a band of width w
-    # makes products integers < 2**(2w + 10), sums < 2**(2w + 10 + kbits)
-    w = max(1, (53 - 10 - kbits) // 2)
+    # a value with exponent e in [lo, lo + w) is an integer below 2**(mbits + w)
+    # times 2**(lo - mbits); band-pair sums stay below 2**(ma + mb + wa + wb + kbits)
+    room = 53 - kbits - mbits_a - mbits_b
 
-    def bands(v, e):
-        fin = e > _ZERO_EXP
-        if not fin.any():
+    (la, ha), (lb, hb) = _exp_span(ea), _exp_span(eb)
+    wa = max(1, min(ha - la + 1, room // 2))
+    wb = max(1, room - wa)
+
+    def bands(v, e, lo_e, hi_e, w):
+        if hi_e - lo_e + 1 <= w:
             return [v]
-        lo_e, hi_e = int(e[fin].min()), int(e[fin].max())
-        out = []
-        for start in range(lo_e, hi_e + 1, w):
-            out.append(np.where(fin & (e >= start) & (e < start + w), v, 0.0))
-        return out
+        return [np.where((e >= start) & (e < start + w), v, 0.0) for start in range(lo_e, hi_e + 1, w)]
 
-    terms = [ba @ bb for ba in bands(va, ea) for bb in bands(vb, eb)]
+    terms = [ba @ bb for ba in bands(va, ea, la, ha, wa) for bb in bands(vb, eb, lb, hb, wb)]
+    if len(terms) == 1:
+        return terms[0].astype(np.float32)
     # error-free distillation: repeated two-sum sweeps leave the rounded sum in
     # the last term and exact, ever smaller remainders in the others
     for _ in range(len(terms)):
@@ -354,9 +381,9 @@ def _exact(va, ea, vb, eb):
     return _round_f32(hi, lo)
 
 
-def _accumulate(va, ea, vb, eb, acc: Accumulator):
+def _accumulate(va, ea, vb, eb, acc: Accumulator, mbits=(6, 6)):
     if acc.kind == "exact":
-        return _exact(va, ea, vb, eb)
+        return _exact(va, ea, vb, eb, *mbits)
     if acc.kind == "fp32":
         return _fp32(va, vb)
     return _mma(va, ea, vb, eb, acc)
@@ -491,8 +518,8 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     kb_, sbt, rbb = _classify_scale(sb.T if sb.ndim == 2 else sb, N, K, "scale_b",
                                     f"(1, {N}) column-wise")
 
-    va, ea, _, _ = _values_and_exponents(ca, fa)
-    vb, eb, _, _ = _values_and_exponents(cb, fb)
+    va, ea = _values_and_exponents(ca, fa)
+    vb, eb = _values_and_exponents(cb, fb)
 
     if "block" in (ka, kb_):
         def expand(s, kind, rows, rb):
@@ -515,12 +542,12 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
             total = np.zeros((M, N), np.float32)
             for kb in range(-(-K // _KBLOCK)):
                 sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
-                part = _accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], acc).astype(np.float64)
+                part = _accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], acc, (fa.mbits, fb.mbits)).astype(np.float64)
                 hi, lo = _two_sum(total.astype(np.float64), part * kscale(0, M, kb))
                 total = _round_f32(hi, lo)
             v = total
     else:
-        c = _accumulate(va, ea, vb, eb, acc)
+        c = _accumulate(va, ea, vb, eb, acc, (fa.mbits, fb.mbits))
         with np.errstate(over="ignore", invalid="ignore"):
             if ka == "scalar" and kb_ == "scalar":
                 v = c * (sa * sb).astype(np.float32)
@@ -529,9 +556,11 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
                 v = v * (sbt.reshape(1, -1) if kb_ == "row" else sbt)
         v = v.astype(np.float32)
 
-    pos, neg, nan = _inf_masks(ca, fa, cb, fb)
-    v = np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),
-                                                   np.where(neg, np.float32(-np.inf), v)))
+    # IEEE semantics for NaN/Inf operands (the core above works on finite values)
+    if (~np.isfinite(decode(ca, fa))).any() or (~np.isfinite(decode(cb, fb))).any():
+        pos, neg, nan = _inf_masks(ca, fa, cb, fb)
+        v = np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),
+                                                       np.where(neg, np.float32(-np.inf), v)))
 
     target = odt if odt is not None else np.dtype(np.float32)
     if bias is not None:
