@@ -3,6 +3,8 @@
 from .formats import Format, format_table, formats, get_format, register_format
 from .rounding import ROUNDING_MODES
 from .codec import as_ml_dtypes, decode, encode, quantize
+from .profiles import profiles
+from .testing import assert_fp8_equal, golden_vectors, save_golden
 from .scaling import HYBRID, DelayedScaling, ScaledTensor, current_scale, quantize_axiswise, quantize_blockwise, quantize_mx, quantize_nvfp4, quantize_tensorwise, recipe_formats  # noqa: E501
 from .gemm import ACCUMULATORS, Accumulator, scaled_mm
 
@@ -10,6 +12,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Format", "formats", "format_table", "get_format", "register_format", "ROUNDING_MODES",
-    "encode", "decode", "quantize", "as_ml_dtypes", "scaled_mm", "Accumulator", "ACCUMULATORS",
-    "__version__",
+    "encode", "decode", "quantize", "as_ml_dtypes", "__version__",
+    "profiles", "assert_fp8_equal", "golden_vectors", "save_golden",
+    "scaled_mm", "Accumulator", "ACCUMULATORS",
 ]

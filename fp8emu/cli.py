@@ -13,7 +13,14 @@ import importlib
 import sys
 
 # Modules that contribute subcommands, in the order they appear in --help.
-_CLI_MODULES = []
+_CLI_MODULES = [
+    "conformance",
+    "testing",
+    "validate_gpu",
+    "inspect_cmd",
+    "plots",
+    "train",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -335,7 +335,7 @@ def _random_source(rounding, rng, sr_bits, random_bits, shape):
 
 
 def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
-           random_bits=None, via=None) -> np.ndarray:
+           random_bits=None, via=None, profile=None) -> np.ndarray:
     """Round values to a narrow format and return their codes.
 
     Each value is rounded once, from its exact value (float64 and integer
@@ -370,6 +370,9 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     via : {None, "float32", "float16", "bfloat16"}, keyword-only
         Round to this type first (NumPy/ml_dtypes ``astype``), reproducing the
         double rounding of casts that go through an intermediate type.
+    profile : str, keyword-only
+        Reproduce a GPU or library code path exactly (see
+        :func:`fp8emu.profiles`); ``None`` or ``"ocp"`` is the spec.
 
     Returns
     -------
@@ -394,6 +397,10 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     >>> fp8emu.encode(np.float64(1.0625), "e4m3fn", rounding="rup").tolist()
     57
     """
+    if profile is not None and profile != "ocp":
+        from .profiles import profile_encode
+        return profile_encode(x, fmt, profile, rounding=check_rounding(rounding), saturate=saturate,
+                              rng=rng, sr_bits=sr_bits, random_bits=random_bits, via=via)
     fmt = get_format(fmt)
     rounding = check_rounding(rounding)
     if not isinstance(saturate, (bool, np.bool_)):
@@ -464,7 +471,7 @@ def _as_codes(codes, fmt: Format) -> np.ndarray:
     return arr
 
 
-def decode(codes, fmt, *, dtype=np.float32) -> np.ndarray:
+def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
     """Values of narrow-format codes.
 
     Parameters
@@ -476,6 +483,8 @@ def decode(codes, fmt, *, dtype=np.float32) -> np.ndarray:
         Output type.  Values are converted from exact float64 values with
         round-to-nearest-even (only E8M0 and E5M2 extremes can fall outside
         float16 or need rounding).
+    profile : str, keyword-only
+        GPU decoders give their own NaN bit patterns (see :func:`fp8emu.profiles`).
 
     Returns
     -------
@@ -488,6 +497,9 @@ def decode(codes, fmt, *, dtype=np.float32) -> np.ndarray:
     >>> fp8emu.decode([0x38, 0x7E, 0x7F], "e4m3fn").tolist()
     [1.0, 448.0, nan]
     """
+    if profile is not None and profile != "ocp":
+        from .profiles import profile_decode
+        return profile_decode(codes, fmt, profile, dtype=dtype)
     fmt = get_format(fmt)
     try:
         dt = np.dtype(dtype)
@@ -539,7 +551,8 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
         dt = np.dtype(np.float32)
     else:
         dt = np.dtype(np.float64)
-    return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt)
+    profile = encode_options.get("profile")
+    return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt, profile=profile)
 
 
 def as_ml_dtypes(codes, fmt) -> np.ndarray:

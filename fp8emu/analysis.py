@@ -1,0 +1,450 @@
+"""Error analysis: metrics and seeded sweeps of quantization error.
+
+Metrics compare an exact reference ``x`` with its quantized version ``q``
+(absolute, relative, in ULPs of the target format, MSE, SQNR in dB and the
+mean error, i.e. the bias).  Sweeps measure those metrics over input scale
+(the dynamic range), distributions, formats, rounding modes and scaling
+recipes, and return a :class:`Table` that plots and notebooks share.
+
+Everything is vectorised and seeded: the same arguments give the same numbers.
+
+Examples
+--------
+>>> import numpy as np
+>>> m = error_metrics(np.array([1.0, 2.0]), np.array([1.0, 2.5]))
+>>> float(m["mse"]), float(m["bias"])
+(0.125, 0.25)
+>>> t = sweep_scale(["e4m3fn"], ["gaussian"], [1.0], n=1000, seed=0)
+>>> t.columns
+('format', 'distribution', 'rounding', 'recipe', 'scale', 'sqnr_db', 'mse', 'bias', 'rel_err', 'overflow', 'underflow')
+>>> bool(25 < t["sqnr_db"][0] < 35)
+True
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .codec import decode, encode
+from .formats import get_format
+
+__all__ = [
+    "DISTRIBUTIONS", "RECIPES", "Table", "sample", "quantize_values", "ulp", "error_metrics",
+    "sqnr_db", "values_per_binade", "relative_error_curve", "sweep_scale", "rounding_bias",
+    "stochastic_variance",
+]
+
+#: Distributions understood by :func:`sample` (all with unit-order spread before scaling).
+DISTRIBUTIONS = ("gaussian", "laplace", "student_t", "lognormal", "uniform", "outliers")
+#: Scaling recipes of :func:`sweep_scale`: none, or one per-tensor scale mapping amax to the format's max.
+RECIPES = ("none", "tensor")
+# Wide types not in the narrow-format registry, reached through ml_dtypes/NumPy casts from float32.
+_WIDE = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
+
+
+class Table:
+    """A small column table: named, equal-length NumPy columns.
+
+    Parameters
+    ----------
+    columns : dict of str to array-like
+        Column name to values; all columns must have the same length.
+
+    Examples
+    --------
+    >>> t = Table({"a": [1, 2, 3], "b": ["x", "y", "x"]})
+    >>> len(t), t["a"].tolist()
+    (3, [1, 2, 3])
+    >>> t.where(b="x")["a"].tolist()
+    [1, 3]
+    >>> print(t.where(a=2))
+    a | b
+    2 | y
+    """
+
+    def __init__(self, columns):
+        if not isinstance(columns, dict) or not columns:
+            raise TypeError("Table needs a non-empty dict of column name -> values")
+        self._cols = {str(k): np.asarray(v) for k, v in columns.items()}
+        lengths = {len(v) for v in self._cols.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"Table columns must have equal lengths, got {sorted(lengths)}")
+
+    @property
+    def columns(self) -> tuple:
+        """Column names, in order."""
+        return tuple(self._cols)
+
+    def __len__(self) -> int:
+        return len(next(iter(self._cols.values())))
+
+    def __getitem__(self, name) -> np.ndarray:
+        if name not in self._cols:
+            raise KeyError(f"no column {name!r}; columns are {', '.join(self._cols)}")
+        return self._cols[name]
+
+    def where(self, **equal) -> "Table":
+        """Rows whose columns equal the given values (``t.where(format="e5m2")``)."""
+        keep = np.ones(len(self), bool)
+        for k, v in equal.items():
+            keep &= self[k] == v
+        return Table({k: c[keep] for k, c in self._cols.items()})
+
+    def rows(self) -> list:
+        """The rows as a list of dicts of Python scalars."""
+        return [{k: c[i].item() for k, c in self._cols.items()} for i in range(len(self))]
+
+    def __str__(self) -> str:
+        def fmt(v):
+            return f"{v:.4g}" if isinstance(v, float) else str(v)
+        lines = [" | ".join(self.columns)]
+        lines += [" | ".join(fmt(v) for v in r.values()) for r in self.rows()]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def sample(dist: str, n: int, rng=0) -> np.ndarray:
+    """Draw ``n`` float64 samples of a named distribution.
+
+    Parameters
+    ----------
+    dist : str
+        One of :data:`DISTRIBUTIONS`: ``gaussian`` (standard normal), ``laplace`` (scale 1),
+        ``student_t`` (ν = 3), ``lognormal`` (σ = 1, random sign), ``uniform`` (on [-1, 1]) or
+        ``outliers`` (standard normal with 0.1 % of entries multiplied by 1000).
+    n : int
+        Number of samples.
+    rng : int or numpy.random.Generator
+        Seed or generator.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 samples.
+
+    Examples
+    --------
+    >>> x = sample("uniform", 1000, rng=1)
+    >>> bool(np.all(np.abs(x) <= 1)), x.dtype
+    (True, dtype('float64'))
+    """
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    g = np.random.default_rng(rng)
+    if dist == "gaussian":
+        return g.standard_normal(n)
+    if dist == "laplace":
+        return g.laplace(size=n)
+    if dist == "student_t":
+        return g.standard_t(3, size=n)
+    if dist == "lognormal":
+        return g.lognormal(0.0, 1.0, n) * g.choice([-1.0, 1.0], n)
+    if dist == "uniform":
+        return g.uniform(-1.0, 1.0, n)
+    if dist == "outliers":
+        x = g.standard_normal(n)
+        return np.where(g.random(n) < 1e-3, x * 1000.0, x)
+    raise ValueError(f"unknown distribution {dist!r}; accepted: {', '.join(DISTRIBUTIONS)}")
+
+
+def quantize_values(x, fmt, **encode_options) -> np.ndarray:
+    """Quantize ``x`` (float64) to a narrow format or to ``bfloat16``/``float16``; float64 result.
+
+    Narrow formats go through :func:`fp8emu.encode` (rounded once); the wide names are
+    NumPy/ml_dtypes round-to-nearest-even casts from float32.
+
+    Examples
+    --------
+    >>> quantize_values([1.0625, 300.0], "e4m3fn").tolist()
+    [1.0, 288.0]
+    >>> quantize_values([1.00390625], "bfloat16").tolist()
+    [1.0]
+    """
+    x = np.asarray(x, np.float64)
+    if isinstance(fmt, str) and fmt in _WIDE:
+        return x.astype(np.float32).astype(_WIDE[fmt]).astype(np.float64)
+    return decode(encode(x, fmt, **encode_options), fmt, dtype=np.float64)
+
+
+def _precision(fmt):
+    """(mantissa bits, min normal, min subnormal) of a narrow or wide format."""
+    if isinstance(fmt, str) and fmt in _WIDE:
+        fi = ml_dtypes.finfo(_WIDE[fmt])
+        return int(fi.nmant), float(fi.smallest_normal), float(fi.smallest_subnormal)
+    f = get_format(fmt)
+    return f.mbits, f.min_normal, f.min_subnormal
+
+
+def ulp(x, fmt) -> np.ndarray:
+    """Unit in the last place of ``fmt`` at each magnitude ``|x|`` (spacing of the binade).
+
+    Examples
+    --------
+    >>> ulp([1.0, 1.9, 448.0, 0.001], "e4m3fn").tolist()
+    [0.125, 0.125, 32.0, 0.001953125]
+    """
+    mbits, min_normal, min_sub = _precision(fmt)
+    a = np.abs(np.asarray(x, np.float64))
+    _, e = np.frexp(np.maximum(a, min_normal))
+    return np.ldexp(1.0, e - 1 - mbits)
+
+
+def sqnr_db(x, q) -> float:
+    """Signal-to-quantization-noise ratio ``10 log10(sum x² / sum (q - x)²)`` in dB (inf if exact).
+
+    Examples
+    --------
+    >>> round(sqnr_db([1.0, -1.0], [1.1, -1.1]), 6)
+    20.0
+    """
+    x = np.asarray(x, np.float64)
+    q = np.asarray(q, np.float64)
+    noise = np.sum((q - x) ** 2)
+    signal = np.sum(x ** 2)
+    with np.errstate(divide="ignore"):
+        return float(10 * np.log10(signal / noise)) if noise > 0 else float("inf")
+
+
+def error_metrics(x, q, fmt=None) -> dict:
+    """Error metrics of ``q`` as an approximation of ``x``.
+
+    Parameters
+    ----------
+    x, q : array-like
+        Reference values and their quantized versions (same shape).  Non-finite ``q``
+        (overflow to Inf/NaN) are excluded from the error averages and counted in ``nonfinite``.
+    fmt : str or Format, optional
+        When given, ``ulp_err`` (max |q - x| in ULPs of ``fmt`` at ``x``) is included.
+
+    Returns
+    -------
+    dict
+        ``abs_err`` (max), ``mean_abs_err``, ``rel_err`` (mean |q - x| / |x| over x != 0),
+        ``max_rel_err``, ``mse``, ``sqnr_db``, ``bias`` (mean q - x), ``nonfinite``
+        and optionally ``ulp_err``.
+
+    Examples
+    --------
+    >>> m = error_metrics([1.0, 3.0], [1.0, 2.0], fmt="e4m3fn")
+    >>> float(m["abs_err"]), float(m["rel_err"]), float(m["ulp_err"])
+    (1.0, 0.16666666666666666, 4.0)
+    """
+    x = np.asarray(x, np.float64)
+    q = np.asarray(q, np.float64)
+    if x.shape != q.shape:
+        raise ValueError(f"x and q must have the same shape, got {x.shape} and {q.shape}")
+    ok = np.isfinite(q)
+    xo, qo = x[ok], q[ok]
+    err = qo - xo
+    nz = xo != 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.abs(err[nz]) / np.abs(xo[nz])
+    out = {
+        "abs_err": float(np.max(np.abs(err))) if err.size else 0.0,
+        "mean_abs_err": float(np.mean(np.abs(err))) if err.size else 0.0,
+        "rel_err": float(np.mean(rel)) if rel.size else 0.0,
+        "max_rel_err": float(np.max(rel)) if rel.size else 0.0,
+        "mse": float(np.mean(err ** 2)) if err.size else 0.0,
+        "sqnr_db": sqnr_db(xo, qo),
+        "bias": float(np.mean(err)) if err.size else 0.0,
+        "nonfinite": int(np.count_nonzero(~ok)),
+    }
+    if fmt is not None:
+        out["ulp_err"] = float(np.max(np.abs(err) / ulp(xo, fmt))) if err.size else 0.0
+    return out
+
+
+def values_per_binade(fmt):
+    """Number of positive finite values of ``fmt`` in each binade ``[2**e, 2**(e+1))``.
+
+    Returns
+    -------
+    (exponents, counts) : tuple of int arrays
+
+    Examples
+    --------
+    >>> e, c = values_per_binade("e2m1fn")     # 0.5 | 1, 1.5 | 2, 3 | 4, 6
+    >>> e.tolist(), c.tolist()
+    ([-1, 0, 1, 2], [1, 2, 2, 2])
+    """
+    f = get_format(fmt)
+    v = f.values()
+    v = np.unique(v[np.isfinite(v) & (v > 0)])
+    _, e = np.frexp(v)
+    exps, counts = np.unique(e - 1, return_counts=True)
+    return exps.astype(int), counts.astype(int)
+
+
+def relative_error_curve(fmt, lo=None, hi=None, n=4001, rounding="rne"):
+    """Relative error ``|q(x) - x| / |x|`` on a log-spaced grid (the saw-tooth).
+
+    Parameters
+    ----------
+    fmt : str or Format
+        Narrow format, or ``"bfloat16"`` / ``"float16"``.
+    lo, hi : float, optional
+        Grid range; defaults to [min subnormal, max] of the format (clipped to [2^-20, 2^20]
+        for the wide types).
+    n : int
+        Grid points.
+
+    Returns
+    -------
+    (x, rel) : tuple of float64 arrays
+
+    Examples
+    --------
+    >>> x, r = relative_error_curve("e4m3fn", 1.0, 2.0, n=5)
+    >>> bool(r.max() <= 2.0 ** -4)
+    True
+    """
+    if isinstance(fmt, str) and fmt in _WIDE:
+        fi = ml_dtypes.finfo(_WIDE[fmt])
+        lo = 2.0 ** -20 if lo is None else lo
+        hi = min(float(fi.max), 2.0 ** 20) if hi is None else hi
+    else:
+        f = get_format(fmt)
+        lo = f.min_subnormal if lo is None else lo
+        hi = f.max if hi is None else hi
+    x = np.geomspace(lo, hi, n)
+    q = quantize_values(x, fmt, rounding=rounding) if fmt not in _WIDE else quantize_values(x, fmt)
+    return x, np.abs(q - x) / x
+
+
+def _apply_recipe(x, fmax, recipe):
+    """(x * scale, scale) of a recipe: ``none`` (scale 1) or ``tensor`` (amax -> fmax)."""
+    if recipe == "none":
+        return x, 1.0
+    if recipe == "tensor":
+        amax = float(np.max(np.abs(x)))
+        scale = fmax / amax if amax > 0 else 1.0
+        return x * scale, scale
+    raise ValueError(f"unknown recipe {recipe!r}; accepted: {', '.join(RECIPES)}")
+
+
+def sweep_scale(formats, distributions, scales, *, n=4096, roundings=("rne",), recipes=("none",),
+                saturate=True, seed=0) -> Table:
+    """SQNR and error of quantization as the input scale sweeps the dynamic range.
+
+    For each distribution one seeded sample ``z`` is drawn; every scale ``s`` quantizes ``s * z``
+    (after the recipe's scaling, undone after decoding) for every format, rounding and recipe.
+
+    Parameters
+    ----------
+    formats, distributions : sequence of str
+        Formats (narrow, ``bfloat16`` or ``float16``) and names from :data:`DISTRIBUTIONS`.
+    scales : sequence of float
+        Input scales (e.g. ``np.logspace(-8, 8, 33, base=2)``).
+    n : int
+        Samples per distribution.
+    roundings : sequence of str
+        Rounding modes (``stochastic`` uses a seeded generator).
+    recipes : sequence of str
+        From :data:`RECIPES`.
+    saturate : bool
+        Saturate overflow to ±max (else overflows become Inf/NaN and count as ``overflow``).
+    seed : int
+        Seed of the samples.
+
+    Returns
+    -------
+    Table
+        Columns format, distribution, rounding, recipe, scale, sqnr_db, mse (relative to the
+        signal power), bias (relative to the RMS), rel_err, overflow (count of |x| above max
+        after scaling), underflow (nonzero inputs that became zero).
+
+    Examples
+    --------
+    >>> t = sweep_scale(["e4m3fn"], ["gaussian"], [2.0 ** -12, 1.0], n=2000, recipes=("none", "tensor"))
+    >>> bool(t.where(recipe="none")["sqnr_db"][0] < t.where(recipe="tensor")["sqnr_db"][0])
+    True
+    """
+    rows = {c: [] for c in ("format", "distribution", "rounding", "recipe", "scale", "sqnr_db",
+                            "mse", "bias", "rel_err", "overflow", "underflow")}
+    for d_i, dist in enumerate(distributions):
+        z = sample(dist, n, rng=[seed, d_i])
+        for fmt in formats:
+            wide = isinstance(fmt, str) and fmt in _WIDE
+            fmax = float(ml_dtypes.finfo(_WIDE[fmt]).max) if wide else get_format(fmt).max
+            for rnd in roundings:
+                for recipe in recipes:
+                    for s in scales:
+                        x = z * float(s)
+                        xs, scale = _apply_recipe(x, fmax, recipe)
+                        opts = {} if wide else {"rounding": rnd, "saturate": saturate,
+                                                "rng": np.random.default_rng([seed, d_i, 1])}
+                        if not wide and rnd != "stochastic":
+                            opts.pop("rng")
+                        q = quantize_values(xs, fmt, **opts) / scale
+                        m = error_metrics(x, q)
+                        power = float(np.mean(x ** 2))
+                        for k, v in (("format", str(fmt)), ("distribution", dist), ("rounding", rnd),
+                                     ("recipe", recipe), ("scale", float(s)),
+                                     ("sqnr_db", m["sqnr_db"]), ("mse", m["mse"] / power),
+                                     ("bias", m["bias"] / np.sqrt(power)), ("rel_err", m["rel_err"]),
+                                     ("overflow", int(np.count_nonzero(np.abs(xs) > fmax))),
+                                     ("underflow", int(np.count_nonzero((q == 0) & (x != 0))))):
+                            rows[k].append(v)
+    return Table(rows)
+
+
+def rounding_bias(fmt, x, modes=("rne", "rtz", "stochastic"), *, draws=256, sr_bits=None, seed=0):
+    """Mean error of each rounding mode at each input value, averaged over ``draws`` repetitions.
+
+    Deterministic modes give the same error every draw; stochastic rounding's mean error tends
+    to zero (unbiased) as the draws grow.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Mode -> mean error ``E[q(x)] - x`` per entry of ``x``.
+
+    Examples
+    --------
+    >>> b = rounding_bias("e4m3fn", [1.03125], modes=("rtz",), draws=4)
+    >>> b["rtz"].tolist()
+    [-0.03125]
+    """
+    x = np.asarray(x, np.float64)
+    rep = np.broadcast_to(x, (draws,) + x.shape)
+    out = {}
+    for mode in modes:
+        opts = {"rounding": mode}
+        if mode == "stochastic":
+            opts.update(rng=np.random.default_rng(seed), sr_bits=sr_bits)
+        out[mode] = np.mean(quantize_values(rep, fmt, **opts), axis=0) - x
+    return out
+
+
+def stochastic_variance(fmt, x, bits=(1, 2, 3, 4, 6, 8, 12, 16), *, draws=512, seed=0):
+    """Bias and variance of stochastic rounding as the number of random bits varies.
+
+    Returns
+    -------
+    Table
+        Columns ``bits``, ``mean_abs_bias`` (mean over ``x`` of |E q - x| / ulp), ``variance``
+        (mean over ``x`` of Var q / ulp²) and ``ideal_variance`` (the infinite-precision value
+        ``f (1 - f)`` with ``f`` the fractional position of ``x`` between its neighbours).
+
+    Examples
+    --------
+    >>> t = stochastic_variance("e4m3fn", [1.0 + 1 / 32], bits=(2,), draws=4000)
+    >>> round(float(t["ideal_variance"][0]), 4)
+    0.1875
+    """
+    x = np.asarray(x, np.float64).ravel()
+    u = ulp(x, fmt)
+    frac = (np.abs(x) - np.floor(np.abs(x) / u) * u) / u
+    ideal = float(np.mean(frac * (1 - frac)))
+    rep = np.broadcast_to(x, (draws, x.size))
+    rows = {"bits": [], "mean_abs_bias": [], "variance": [], "ideal_variance": []}
+    for k in bits:
+        q = quantize_values(rep, fmt, rounding="stochastic", rng=np.random.default_rng([seed, k]),
+                            sr_bits=int(k))
+        rows["bits"].append(int(k))
+        rows["mean_abs_bias"].append(float(np.mean(np.abs(q.mean(0) - x) / u)))
+        rows["variance"].append(float(np.mean(q.var(0) / u ** 2)))
+        rows["ideal_variance"].append(ideal)
+    return Table(rows)

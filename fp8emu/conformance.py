@@ -1,0 +1,360 @@
+"""Conformance of the profiles with the recorded H200 tables, computed exactly.
+
+A recorded cast table is a run-length list over every input bit pattern
+(2**32 float32 or 2**16 float16/bfloat16 patterns).  A profile's float32
+code depends only on the upper 16 bits of the input and on whether the lower
+16 bits are non-zero (see :mod:`fp8emu.codec`), so its own run-length form
+has at most 2**17 runs.  Intersecting run lists (merging their start points)
+gives exact counts over all 2**32 inputs without enumerating them: the number
+of mismatches with the recording, and how far the GPU path departs from the
+spec (``ocp``: round to nearest even, non-saturating), split by kind.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .formats import get_format
+
+__all__ = ["read_rle", "RecordedTable", "recorded_tables", "report", "markdown_table", "rle_at",
+           "profile_runs", "GOLDEN_DIR"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+#: Default folder of the recorded tables: the tests' byte-identical copies of the H200 recordings.
+GOLDEN_DIR = os.path.join(os.path.dirname(_HERE), "tests", "golden")
+KINDS = ("nan", "saturation", "rounding", "zero/sign", "e8m0")
+
+
+def read_rle(path):
+    """Read a run-length table: ``(starts uint64, codes int64, n_inputs)``.
+
+    Examples
+    --------
+    >>> import os, fp8emu.conformance as C
+    >>> s, c, n = C.read_rle(os.path.join(C.GOLDEN_DIR, "cuda_f32_e2m1_rn.rle"))
+    >>> n == 2**32, int(s[0]), int(c[0])
+    (True, 0, 0)
+    """
+    starts, codes, n = [], [], None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                for tok in line.split():
+                    if tok.startswith(("inputs=", "n=")):
+                        n = int(tok.split("=")[1])
+                continue
+            a, b = line.split()
+            starts.append(int(a, 16))
+            codes.append(int(b, 16))
+    s = np.array(starts, dtype=np.uint64)
+    if s.size == 0 or s[0] != 0 or np.any(np.diff(s.astype(np.int64)) <= 0):
+        raise ValueError(f"{path}: not a run-length table (starts must begin at 0 and increase)")
+    if n is None:
+        n = 1 << 32 if s[-1] >= (1 << 16) else 1 << 16
+    return s, np.array(codes, dtype=np.int64), n
+
+
+def rle_at(starts, codes, patterns):
+    """Codes of a run-length table at the given input bit patterns.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu.conformance as C
+    >>> C.rle_at(np.array([0, 10], np.uint64), np.array([5, 7]), np.array([0, 9, 10, 99], np.uint64)).tolist()
+    [5, 5, 7, 7]
+    """
+    return codes[np.searchsorted(starts, np.asarray(patterns, dtype=np.uint64), side="right") - 1]
+
+
+def _compress(starts, codes):
+    keep = np.ones(codes.size, dtype=bool)
+    keep[1:] = codes[1:] != codes[:-1]
+    return starts[keep], codes[keep]
+
+
+def profile_runs(profile, fmt, src, rounding="rne"):
+    """Run-length form ``(starts, codes)`` of a profile's cast over every ``src`` bit pattern.
+
+    Examples
+    --------
+    >>> import fp8emu.conformance as C
+    >>> s, c = C.profile_runs("ocp", "e2m1fn", "float32")
+    >>> len(s)          # 8 magnitudes x 2 signs, plus NaN inputs (-> +max) in the negative half
+    17
+    """
+    from .profiles import profile_table
+    from .codec import _table
+    f = get_format(fmt)
+    if profile == "ocp":
+        t = _table(f, src, rounding, False).astype(np.int64)
+    else:
+        t = profile_table(profile, f.name, src, rounding).astype(np.int64)
+    if src == "float32":
+        hi = np.arange(1 << 16, dtype=np.uint64) << np.uint64(16)
+        starts = np.stack([hi, hi + np.uint64(1)], axis=1).reshape(-1)
+        codes = np.stack([t[:1 << 16], t[1 << 16:]], axis=1).reshape(-1)
+    else:
+        starts, codes = np.arange(1 << 16, dtype=np.uint64), t
+    return _compress(starts, codes)
+
+
+def _classes(src):
+    """Boundaries between input classes (finite / Inf / NaN per sign) of a source type."""
+    if src == "float32":
+        w, e, m = 32, 8, 23
+    elif src == "float16":
+        w, e, m = 16, 5, 10
+    else:
+        w, e, m = 16, 8, 7
+    inf = ((1 << e) - 1) << m
+    sign = 1 << (w - 1)
+    return inf, sign
+
+
+@dataclass
+class RecordedTable:
+    """One recorded GPU table and the profile that must reproduce it."""
+
+    name: str
+    path: str
+    kind: str          # "cast" (run-length), "cast16" (npz array), "decode" or "probe" (float64 inputs)
+    src: str
+    fmt: str
+    profile: str
+    rounding: str = "rne"
+    key: str | None = None
+    dtype: str | None = None
+
+
+_FMT = {"e4m3": "e4m3fn", "e5m2": "e5m2", "e8m0": "e8m0fnu", "e2m3": "e2m3fn", "e3m2": "e3m2fn",
+        "e2m1": "e2m1fn", "e4m3fn": "e4m3fn", "e4m3fnuz": "e4m3fnuz", "e5m2fnuz": "e5m2fnuz",
+        "e8m0fnu": "e8m0fnu"}
+_SRC = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_RND = {"rn": "rne", "rz": "rtz", "rp": "rup", "rtne": "rne", "rtz": "rtz"}
+
+
+def recorded_tables(folder=None):
+    """Every recorded table in ``folder`` (default :data:`GOLDEN_DIR`) with its profile.
+
+    Examples
+    --------
+    >>> import fp8emu.conformance as C
+    >>> t = {r.name: r for r in C.recorded_tables()}
+    >>> t["cuda_f32_e8m0_rp_nosat"].profile, t["cuda_f32_e8m0_rp_nosat"].rounding
+    ('cuda-nosat', 'rup')
+    """
+    folder = folder or GOLDEN_DIR
+    if not os.path.isdir(folder):
+        raise ValueError(f"no recorded tables: {folder} is not a folder")
+    out = []
+    for fn in sorted(os.listdir(folder)):
+        path = os.path.join(folder, fn)
+        name, ext = os.path.splitext(fn)
+        p = name.split("_")
+        if ext == ".rle" and p[0] == "cuda" and p[1] == "decode":
+            out.append(RecordedTable(name, path, "decode", p[2], _FMT[p[2]], "cuda-nosat", dtype=p[4]))
+        elif ext == ".rle" and p[0] == "cuda":
+            fmt = _FMT[p[2]]
+            if fmt == "e8m0fnu":
+                prof, rnd = f"cuda-{p[4]}", _RND[p[3]]
+            elif fmt in ("e4m3fn", "e5m2"):
+                prof, rnd = f"cuda-{p[3]}", "rne"
+            else:
+                prof, rnd = "cuda-satfinite", _RND[p[3]]
+            out.append(RecordedTable(name, path, "cast", _SRC[p[1]], fmt, prof, rnd))
+        elif ext == ".rle" and p[0] in ("torch", "jax", "triton"):
+            if p[0] == "triton":
+                prof, rnd = f"triton-{p[3]}", _RND[p[3]]
+            else:
+                prof, rnd = {"torch": "torch-cuda", "jax": "jax-gpu"}[p[0]], "rne"
+            out.append(RecordedTable(name, path, "cast", _SRC[p[1]], _FMT[p[2]], prof, rnd))
+        elif fn == "torch_tables.npz":
+            with np.load(path) as z:
+                for k in sorted(z.files):
+                    a, _, b = k.partition("_to_")
+                    if a in _SRC:
+                        out.append(RecordedTable(f"torch_{k}", path, "cast16", _SRC[a], b, "torch-cuda",
+                                                 key=k))
+                    else:
+                        out.append(RecordedTable(f"torch_{k}", path, "decode", a, a, "torch-cuda",
+                                                 key=k, dtype=b))
+        elif fn == "torch_f64_midpoints.npz":
+            with np.load(path) as z:
+                for k in sorted(z.files):
+                    if k.endswith("_from_f64"):
+                        fmt = k[:-len("_from_f64")]
+                        out.append(RecordedTable(f"torch_f64_midpoints[{fmt}]", path, "probe", "float64",
+                                                 fmt, "torch-cuda", key=fmt))
+    return out
+
+
+def _load_runs(t: RecordedTable):
+    if t.kind == "cast":
+        s, c, n = read_rle(t.path)
+        return s, c, n
+    with np.load(t.path) as z:
+        a = z[t.key].astype(np.int64)
+    return _compress(np.arange(a.size, dtype=np.uint64), a) + (a.size,)
+
+
+def _ocp_kind(f, gpu, ocp, lo, src):
+    """Kind of each differing interval (vectorised over intervals)."""
+    inf_pat, sign = _classes(src)
+    mag = lo & np.uint64(sign - 1)
+    nan = mag > inf_pat
+    isinf = mag == inf_pat
+    kind = np.full(gpu.shape, "rounding", dtype=object)
+    vals = f.values()
+    gv, ov = vals[gpu], vals[ocp]
+    big = ~np.isfinite(ov) | ~np.isfinite(gv) | (np.abs(gv) == f.max) & (np.abs(ov) == f.max)
+    big &= ~np.isnan(gv) | ~np.isnan(ov) | isinf
+    kind[big | isinf] = "saturation"
+    zero = (gv == 0) & (ov == 0) | (np.abs(gv) == np.abs(ov))
+    kind[zero & ~big] = "zero/sign"
+    if f.name == "e8m0fnu":
+        kind[:] = "e8m0"
+    kind[nan] = "nan"
+    return kind
+
+
+def _compare_cast(t: RecordedTable):
+    s, c, n = _load_runs(t)
+    ps, pc = profile_runs(t.profile, t.fmt, t.src, t.rounding)
+    os_, oc = profile_runs("ocp", t.fmt, t.src, "rne")
+    inf_pat, sign = _classes(t.src)
+    extra = np.array([inf_pat, inf_pat + 1, sign, sign | inf_pat, sign | (inf_pat + 1)], dtype=np.uint64)
+    b = np.unique(np.concatenate([s, ps, os_, extra]))
+    length = np.diff(np.append(b, np.uint64(n))).astype(np.int64)
+    rec, prof, ocp = rle_at(s, c, b), rle_at(ps, pc, b), rle_at(os_, oc, b)
+    mismatches = int(length[rec != prof].sum())
+    d = rec != ocp
+    f = get_format(t.fmt)
+    kinds = _ocp_kind(f, rec[d], ocp[d], b[d], t.src)
+    by_kind = {k: int(length[d][kinds == k].sum()) for k in KINDS}
+    return mismatches, n, int(length[d].sum()), by_kind
+
+
+def _compare_decode(t: RecordedTable):
+    from .profiles import profile_decode_table
+    import ml_dtypes
+    dt = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32, "f64": np.float64}[t.dtype]
+    uint = {"f16": np.uint16, "bf16": np.uint16, "f32": np.uint32, "f64": np.uint64}[t.dtype]
+    f = get_format(t.fmt)
+    n = 1 << f.bits
+    if t.kind == "decode" and t.key is None:
+        s, c, _ = read_rle(t.path)
+        rec = rle_at(s, c, np.arange(n, dtype=np.uint64)).astype(np.uint64)
+    else:
+        with np.load(t.path) as z:
+            rec = z[t.key].astype(np.uint64)
+    prof = profile_decode_table(t.profile, f.name, np.dtype(dt)).view(uint).astype(np.uint64)
+    ocp = profile_decode_table("ocp", f.name, np.dtype(dt)).view(uint).astype(np.uint64)
+    d = rec != ocp
+    nan = np.isnan(f.values())
+    by_kind = {k: 0 for k in KINDS}
+    by_kind["nan"] = int((d & nan).sum())
+    by_kind["rounding"] = int((d & ~nan).sum())
+    return int((rec != prof).sum()), n, int(d.sum()), by_kind
+
+
+def _compare_probe(t: RecordedTable):
+    from .codec import encode
+    with np.load(t.path) as z:
+        x, rec = z[f"{t.key}_x"], z[f"{t.key}_from_f64"].astype(np.int64)
+    f = get_format(t.fmt)
+    prof = encode(x, f, profile=t.profile).astype(np.int64)
+    ocp = encode(x, f).astype(np.int64)
+    d = rec != ocp
+    vals = f.values()
+    kind = np.full(x.shape, "rounding", dtype=object)
+    big = ~np.isfinite(vals[rec]) | ~np.isfinite(vals[ocp])
+    kind[big] = "saturation"
+    kind[(vals[rec] == 0) & (vals[ocp] == 0)] = "zero/sign"
+    if f.name == "e8m0fnu":
+        kind[:] = "e8m0"
+    kind[np.isnan(x)] = "nan"
+    by_kind = {k: int(np.count_nonzero(d & (kind == k))) for k in KINDS}
+    return int(np.count_nonzero(rec != prof)), x.size, int(d.sum()), by_kind
+
+
+@functools.lru_cache(maxsize=4)
+def _report(folder):
+    rows = []
+    for t in recorded_tables(folder):
+        if t.kind == "decode":
+            mm, n, diff, by_kind = _compare_decode(t)
+        elif t.kind == "probe":
+            mm, n, diff, by_kind = _compare_probe(t)
+        else:
+            mm, n, diff, by_kind = _compare_cast(t)
+        rows.append(dict(table=t.name, kind=t.kind, source=t.src if t.kind != "decode" else t.fmt,
+                         format=t.fmt, profile=t.profile, rounding=t.rounding, inputs=n,
+                         mismatches=mm, differs_from_ocp=diff, **{f"ocp_{k}": v for k, v in by_kind.items()}))
+    return tuple(rows)
+
+
+def report(folder=None):
+    """Conformance rows, one per recorded table, as a list of dicts.
+
+    Keys: ``table``, ``kind``, ``source``, ``format``, ``profile``,
+    ``rounding``, ``inputs`` (size of the input space), ``mismatches``
+    (profile vs recording; 0 means reproduced bit-exactly),
+    ``differs_from_ocp`` (inputs on which the recording differs from the
+    spec: round to nearest even, non-saturating) and its split
+    ``ocp_nan``, ``ocp_saturation``, ``ocp_rounding``, ``ocp_zero/sign``,
+    ``ocp_e8m0``.
+
+    Examples
+    --------
+    >>> import fp8emu.conformance as C
+    >>> rows = {r["table"]: r for r in C.report()}
+    >>> r = rows["cuda_f32_e4m3_satfinite"]
+    >>> r["mismatches"], r["ocp_nan"], r["ocp_saturation"]
+    (0, 8388607, 1999634432)
+    """
+    return [dict(r) for r in _report(os.path.abspath(folder or GOLDEN_DIR))]
+
+
+def markdown_table(rows=None) -> str:
+    """The conformance report as a Markdown table.
+
+    Examples
+    --------
+    >>> import fp8emu.conformance as C
+    >>> C.markdown_table().splitlines()[0].startswith("| table | profile")
+    True
+    """
+    rows = report() if rows is None else rows
+    head = ["table", "profile", "inputs", "mismatches", "≠ ocp", "NaN code", "saturation", "rounding",
+            "zero/sign", "e8m0 rule"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        prof = r["profile"] + (f" ({r['rounding']})" if r["rounding"] != "rne" else "")
+        n = r["inputs"]
+        size = f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
+        lines.append("| " + " | ".join([f"`{r['table']}`", prof, size, str(r["mismatches"]),
+                                        str(r["differs_from_ocp"])]
+                                       + [str(r[f"ocp_{k}"]) for k in KINDS]) + " |")
+    return "\n".join(lines)
+
+
+def _cli(args) -> int:
+    rows = report(args.folder)
+    print(markdown_table(rows))
+    bad = [r["table"] for r in rows if r["mismatches"]]
+    if bad:
+        print(f"\n{len(bad)} table(s) NOT reproduced: {', '.join(bad)}")
+        return 1
+    print(f"\nall {len(rows)} recorded tables reproduced bit-exactly by their profiles")
+    return 0
+
+
+def add_cli(sub):
+    """Add the ``conformance`` subcommand."""
+    p = sub.add_parser("conformance", help="exact conformance of the profiles with the recorded H200 tables")
+    p.add_argument("--folder", default=None, help="folder of recorded tables (default: the package's copies)")
+    p.set_defaults(func=_cli)

@@ -1,0 +1,428 @@
+"""The numerics lab's figures, and ``fp8emu figures --out DIR`` to regenerate them all.
+
+Every figure function takes a ``size`` factor (1.0 for the committed figures;
+smaller values give quick, coarse versions for tests and notebooks), uses
+fixed seeds, and returns a :class:`matplotlib.figure.Figure`.  Figures whose
+dependencies (scaling, GEMM, profiles modules) are missing from the
+installation are skipped by :func:`save_figures`.
+
+Examples
+--------
+>>> fig = figure_values_per_binade()
+>>> fig.axes[1].get_xlabel()
+'binade exponent e  (values in [2^e, 2^(e+1)))'
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # figures are files; never open a window
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from . import analysis  # noqa: E402
+
+__all__ = [
+    "FIGURES", "available_figures", "save_figures", "figure_values_per_binade",
+    "figure_relative_error", "figure_sqnr_vs_scale", "figure_rounding_bias",
+    "figure_delayed_scaling", "figure_granularity", "figure_gemm_accumulation",
+    "figure_training", "figure_conformance", "add_cli",
+]
+
+_STYLE = {"figure.dpi": 100, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3,
+          "savefig.bbox": "tight", "legend.fontsize": 8}
+
+
+def _new(ncols=1, width=7.0, height=4.2):
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(1, ncols, figsize=(width, height), squeeze=False)
+    for ax in axes.ravel():
+        ax.grid(True, alpha=0.3)
+    return fig, list(axes.ravel())
+
+
+def figure_values_per_binade(size=1.0):
+    """Figure 1: the representable positive values of every format on a log axis, and their density.
+
+    Examples
+    --------
+    >>> fig = figure_values_per_binade()
+    >>> len(fig.axes), fig.axes[1].get_ylabel()
+    (2, 'values per binade')
+    """
+    from .formats import formats, get_format
+
+    fmts = [f for f in formats() if f != "e8m0fnu"] + ["e8m0fnu"]
+    fig, (ax, ax2) = _new(ncols=2, width=13, height=5.5)
+    for row, f in enumerate(fmts):
+        v = get_format(f).values()
+        v = np.unique(v[np.isfinite(v) & (v > 0)])
+        ax.plot(np.log2(v), np.full(v.size, row), "|", ms=9, color=f"C{row % 10}")
+    ax.set_yticks(range(len(fmts)), fmts)
+    ax.invert_yaxis()
+    ax.set_xlim(-20, 18)
+    ax.set_xlabel("log2 of the value (positive finite values; e8m0fnu, binary8p1/p2 extend beyond)")
+    ax.set_title("Every representable positive value, log2 axis")
+    main = ["e4m3fn", "e5m2", "e3m4", "e2m3fn", "e3m2fn", "e2m1fn", "binary8p3"]
+    for i, f in enumerate(main):
+        e, c = analysis.values_per_binade(f)
+        ax2.step(e, c + 0.04 * i, where="mid", lw=1.5, label=f)
+    ax2.set_xlim(-20, 18)
+    ax2.set_xlabel("binade exponent e  (values in [2^e, 2^(e+1)))")
+    ax2.set_ylabel("values per binade")
+    ax2.set_title("Density: 2^mbits per normal binade, fewer in subnormals")
+    ax2.legend(loc="upper left")
+    return fig
+
+
+def figure_relative_error(size=1.0):
+    """Figure 2: relative rounding error vs magnitude (the saw-tooth), round to nearest even.
+
+    Examples
+    --------
+    >>> figure_relative_error(size=0.1).axes[0].get_yscale()
+    'log'
+    """
+    fmts = ["e4m3fn", "e5m2", "e3m4", "e2m1fn", "bfloat16"]
+    fig, (ax,) = _new(width=8)
+    n = max(201, int(6001 * size))
+    for i, f in enumerate(fmts[::-1]):
+        x, r = analysis.relative_error_curve(f, n=n)
+        keep = r > 0
+        ax.plot(x[keep], r[keep], lw=0.7, label=f, color=f"C{len(fmts) - 1 - i}", alpha=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(2.0 ** -12, 1.5)
+    ax.set_xlabel("|x| (input magnitude, log2 axis)")
+    ax.set_ylabel("relative error |q(x) - x| / |x|")
+    ax.set_title("Relative error of RNE rounding: 2^-(m+1) saw-tooth, rising in the subnormals")
+    ax.legend(loc="upper right")
+    return fig
+
+
+def figure_sqnr_vs_scale(size=1.0):
+    """Figure 3: SQNR vs input scale (dynamic range), unscaled vs per-tensor scaled, Gaussian input.
+
+    Examples
+    --------
+    >>> len(figure_sqnr_vs_scale(size=0.1).axes)
+    2
+    """
+    fmts = ["e4m3fn", "e5m2", "e3m4", "e2m1fn", "bfloat16"]
+    scales = np.logspace(-24, 24, 49, base=2)
+    n = max(256, int(16384 * size))
+    t = analysis.sweep_scale(fmts, ["gaussian", "student_t"], scales, n=n, recipes=("none", "tensor"))
+    fig, axes = _new(ncols=2, width=12, height=5.2)
+    for ax, dist in zip(axes, ["gaussian", "student_t"]):
+        for i, f in enumerate(fmts):
+            color = f"C{i}"
+            for recipe, ls in (("none", "-"), ("tensor", "--")):
+                r = t.where(format=f, distribution=dist, recipe=recipe)
+                ax.plot(r["scale"], np.minimum(r["sqnr_db"], 80), ls, color=color, lw=1.3,
+                        label=f"{f} {'unscaled' if recipe == 'none' else 'per-tensor scaled'}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("input standard scale σ (log2 axis)")
+        ax.set_ylabel("SQNR (dB)")
+        ax.set_ylim(-2, 60)
+        ax.set_title(f"SQNR vs input scale, {dist.replace('_', '-')} input (saturating)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.subplots_adjust(bottom=0.28)
+    fig.legend(handles, labels, ncol=5, loc="lower center", bbox_to_anchor=(0.5, 0.0))
+    return fig
+
+
+def figure_rounding_bias(size=1.0):
+    """Figure 4: mean error of rne / rtz / stochastic across a binade, and SR variance vs random bits.
+
+    Examples
+    --------
+    >>> len(figure_rounding_bias(size=0.05).axes)
+    2
+    """
+    draws = max(64, int(2048 * size))
+    x = np.linspace(1.0, 2.0, 161)[:-1]
+    b = analysis.rounding_bias("e4m3fn", x, modes=("rne", "rtz", "stochastic"), draws=draws, seed=0)
+    fig, (ax1, ax2) = _new(ncols=2, width=12)
+    for mode, ls in (("rne", "-"), ("rtz", "-"), ("stochastic", "-")):
+        ax1.plot(x, b[mode] / 0.125, ls, lw=1.3, label=f"{mode} (mean over x: {np.mean(b[mode]) / 0.125:+.3f} ulp)")
+    ax1.set_xlabel("input x in [1, 2) (e4m3fn ulp = 0.125)")
+    ax1.set_ylabel("mean error E[q(x)] - x  (ulp)")
+    ax1.set_title(f"Rounding bias, e4m3fn, {draws} stochastic draws per x")
+    ax1.legend(loc="lower left")
+    xs = np.linspace(1.0, 2.0, 41)[:-1] + 0.01
+    t = analysis.stochastic_variance("e4m3fn", xs, bits=(1, 2, 3, 4, 5, 6, 8, 10, 12, 16), draws=draws)
+    ax2.plot(t["bits"], t["variance"], "o-", label="measured variance / ulp²")
+    ax2.plot(t["bits"], t["ideal_variance"], "k--", label="infinite-precision SR f(1-f)")
+    ax2.plot(t["bits"], t["mean_abs_bias"], "s-", label="mean |bias| / ulp")
+    ax2.set_yscale("log", base=10)
+    ax2.set_xlabel("random bits used by stochastic rounding")
+    ax2.set_ylabel("ulp units (e4m3fn)")
+    ax2.set_title("Stochastic rounding: bias and variance vs random bits")
+    ax2.legend()
+    return fig
+
+
+def _has(module):
+    try:
+        importlib.import_module(f"fp8emu.{module}")
+        return True
+    except ImportError:
+        return False
+
+
+def figure_delayed_scaling(size=1.0):
+    """Figure 5: delayed (amax history) vs current scaling on a tensor whose amax drifts and spikes."""
+    from .scaling import DelayedScaling, current_scale
+
+    steps = max(40, int(300 * size))
+    g = np.random.default_rng(5)
+    base = 0.1 * np.exp(np.linspace(0, 3, steps))  # slow drift over ~1.3 decades
+    spikes = np.zeros(steps)
+    spikes[steps // 3] = 40.0
+    spikes[2 * steps // 3:2 * steps // 3 + 3] = 8.0
+    fmt = "e4m3fn"
+    ds = DelayedScaling(fmt, amax_history_len=16)
+    fmax = 448.0
+    tiny = 2.0 ** -9
+    rec = {k: [] for k in ("amax", "d_amax", "c_scale", "d_scale", "d_over", "c_over", "d_under", "c_under")}
+    for t in range(steps):
+        x = g.standard_normal(4096) * base[t] * (1 + spikes[t])
+        amax = float(np.max(np.abs(x)))
+        d_scale = float(ds.scale)
+        c_scale = float(current_scale(amax, fmt))
+        ds.quantize(x)
+        for name, s in (("d", d_scale), ("c", c_scale)):
+            xs = np.abs(x) * s
+            rec[f"{name}_over"].append(int(np.count_nonzero(xs > fmax)))
+            rec[f"{name}_under"].append(int(np.count_nonzero((xs < tiny / 2) & (x != 0))))
+        rec["amax"].append(amax)
+        rec["d_scale"].append(d_scale)
+        rec["c_scale"].append(c_scale)
+    fig, (ax1, ax2) = _new(ncols=2, width=12)
+    t = np.arange(steps)
+    ax1.plot(t, rec["amax"], label="amax of the step's tensor")
+    ax1.plot(t, fmax / np.asarray(rec["d_scale"]), label="delayed: amax implied by scale (history 16)")
+    ax1.plot(t, fmax / np.asarray(rec["c_scale"]), "--", label="current: amax of this tensor")
+    ax1.set_yscale("log")
+    ax1.set_xlabel("training step")
+    ax1.set_ylabel("amax (absolute value)")
+    ax1.set_title("Amax trace: drift and spikes (e4m3fn, margin 0)")
+    ax1.legend()
+    ax2.plot(t, rec["d_over"], label=f"delayed: overflows (total {sum(rec['d_over'])})")
+    ax2.plot(t, rec["c_over"], "--", label=f"current: overflows (total {sum(rec['c_over'])})")
+    ax2.plot(t, rec["d_under"], label=f"delayed: underflows to 0 (total {sum(rec['d_under'])})")
+    ax2.plot(t, rec["c_under"], "--", label=f"current: underflows to 0 (total {sum(rec['c_under'])})")
+    ax2.set_xlabel("training step")
+    ax2.set_yscale("symlog", linthresh=1)
+    ax2.set_ylabel("elements per step (of 4096, symlog axis)")
+    ax2.set_title("Overflow (> 448 after scaling) and underflow counts")
+    ax2.legend()
+    return fig
+
+
+def figure_granularity(size=1.0):
+    """Figure 6: SQNR vs scaling granularity on activations with outlier channels."""
+    from . import scaling
+
+    g = np.random.default_rng(6)
+    rows, cols = (256, 512) if size >= 1 else (128, 256)
+    x = g.standard_normal((rows, cols))
+    x[:, g.choice(cols, 4, replace=False)] *= 100.0  # outlier channels, as in LLM activations
+    x *= np.exp(g.standard_normal((rows, 1)))  # per-token magnitude spread
+    recipes = [
+        ("per-tensor", lambda: scaling.quantize_tensorwise(x, "e4m3fn")),
+        ("row-wise", lambda: scaling.quantize_axiswise(x, "e4m3fn", axis=-1)),
+        ("1x128 (pow2 scales)", lambda: scaling.quantize_blockwise(x, "e4m3fn", block=(1, 128))),
+        ("128x128 (pow2 scales)", lambda: scaling.quantize_blockwise(x, "e4m3fn", block=(128, 128))),
+    ] + [(f"MX32 e4m3 {r}", (lambda r=r: scaling.quantize_mx(x, "e4m3fn", block=32, scale_rule=r)))
+         for r in ("floor", "ceil", "even", "rceil")] + [
+        ("MX32 e2m1 floor", lambda: scaling.quantize_mx(x, "e2m1fn", block=32, scale_rule="floor")),
+        ("NVFP4 (e2m1, 16)", lambda: scaling.quantize_nvfp4(x)),
+    ]
+    names, vals = [], []
+    for name, fn in recipes:
+        q = np.asarray(fn().dequantize(np.float64), np.float64)
+        names.append(name)
+        vals.append(analysis.sqnr_db(x, q))
+    fig, (ax,) = _new(width=9)
+    colors = ["C0"] * 4 + ["C1"] * 4 + ["C2", "C3"]
+    ax.barh(names[::-1], vals[::-1], color=colors[::-1])
+    for i, v in enumerate(vals[::-1]):
+        ax.text(v + 0.3, i, f"{v:.1f}", va="center", fontsize=8)
+    ax.set_xlabel("SQNR (dB), higher is better")
+    ax.set_title(f"Scaling granularity vs SQNR: {rows}x{cols} activations with 4 outlier channels (x100)")
+    return fig
+
+
+def figure_gemm_accumulation(size=1.0):
+    """Figure 7: relative GEMM error vs K for the exact, fp32, hopper-fast and hopper accumulators."""
+    from .codec import encode
+    from .gemm import scaled_mm
+
+    g = np.random.default_rng(7)
+    ks = [64, 256, 1024, 4096] + ([16384] if size >= 1 else [])
+    m = n = 8 if size >= 1 else 4
+    fig, (ax,) = _new(width=8)
+    res = {a: [] for a in ("exact", "fp32", "hopper-fast", "hopper")}
+    for k in ks:
+        a = g.uniform(0.0, 1.0, (m, k))  # same-sign inputs: the sum grows, as DeepSeek-V3 observed
+        b = g.uniform(0.0, 1.0, (k, n))
+        aq = analysis.quantize_values(a * 448 / a.max(), "e4m3fn")
+        bq = analysis.quantize_values(b * 448 / b.max(), "e4m3fn")
+        ref = aq @ bq
+        ca, cb = encode(aq, "e4m3fn"), encode(bq, "e4m3fn")
+        for acc in res:
+            out = np.asarray(scaled_mm(ca, cb, a_format="e4m3fn", b_format="e4m3fn", accumulator=acc),
+                             np.float64)
+            res[acc].append(float(np.max(np.abs(out - ref) / np.abs(ref))))
+    notes = {"exact": "exact (only the final float32 rounding)", "fp32": "fp32 (float32 running sum)",
+             "hopper-fast": "hopper-fast (use_fast_accum=True)", "hopper": "hopper (use_fast_accum=False)"}
+    for acc, v in res.items():
+        ax.plot(ks, np.maximum(v, 1e-10), "o-", label=notes[acc])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("inner dimension K")
+    ax.set_ylabel("max relative error vs exact sum (M=N=8)")
+    ax.set_title("FP8 GEMM accumulation error vs K (e4m3fn x e4m3fn, positive inputs)")
+    ax.legend()
+    return fig
+
+
+def figure_training(size=1.0):
+    """Figure 8: training loss curves, float32 vs emulated FP8 (HYBRID, delayed scaling)."""
+    from .train import compare
+
+    res = compare(steps=max(30, int(400 * size)), progress=False)
+    fig, (ax1, ax2) = _new(ncols=2, width=12)
+    for name, r in res.items():
+        ax1.plot(r["loss"], lw=1, label=f"{name}: final loss {r['final_loss']:.3f}, acc {r['accuracy']:.3f}")
+        ax2.plot(r["test_accuracy"][0], r["test_accuracy"][1], "o-", ms=3, label=name)
+    ax1.set_yscale("log")
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("training cross-entropy loss (nats)")
+    ax1.set_title("MLP training: float32 vs FP8 (E4M3 fwd / E5M2 bwd, delayed scaling)")
+    ax1.legend()
+    ax2.set_xlabel("step")
+    ax2.set_ylabel("held-out accuracy")
+    ax2.set_title("Held-out accuracy")
+    ax2.legend()
+    return fig
+
+
+def figure_conformance(size=1.0):
+    """Figure 9: which recorded GPU float32 conversion paths depart from the OCP spec, and how.
+
+    Bars are the exact share of all 2^32 float32 inputs that each path (reproduced bit-exactly by
+    its profile) encodes differently from ``ocp`` (round to nearest even, non-saturating), split
+    by kind of difference.
+    """
+    from .conformance import report
+
+    rows = [r for r in report() if r["kind"] == "cast" and r["source"] == "float32"]
+    kinds = ["ocp_nan", "ocp_saturation", "ocp_rounding", "ocp_zero/sign", "ocp_e8m0"]
+    labels = [f"{r['table']}  [{r['profile']}]" for r in rows]
+    fig, (ax,) = _new(width=10, height=0.28 * len(rows) + 1.8)
+    left = np.zeros(len(rows))
+    for i, kind in enumerate(kinds):
+        v = np.array([r.get(kind, 0) for r in rows], float) / 2.0 ** 32 * 100
+        ax.barh(labels, v, left=left, label=kind.removeprefix("ocp_"), color=f"C{i}")
+        left += v
+    for y, (r, x) in enumerate(zip(rows, left)):
+        ax.text(max(x, 1e-4) * 1.15, y, "= ocp" if r["differs_from_ocp"] == 0 else f"{x:.3g} %",
+                va="center", fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlim(1e-4, 400)
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_xlabel("float32 inputs encoded differently from the OCP spec (% of 2^32, log axis)")
+    ax.set_title("Recorded H200 conversion paths vs OCP (RNE, non-saturating), by kind of difference")
+    ax.legend(title="difference", loc="upper right")
+    return fig
+
+
+#: name -> (figure function, fp8emu modules it needs).
+FIGURES = {
+    "fig1_values_per_binade": (figure_values_per_binade, ()),
+    "fig2_relative_error": (figure_relative_error, ()),
+    "fig3_sqnr_vs_scale": (figure_sqnr_vs_scale, ()),
+    "fig4_rounding_bias": (figure_rounding_bias, ()),
+    "fig5_delayed_scaling": (figure_delayed_scaling, ("scaling",)),
+    "fig6_granularity": (figure_granularity, ("scaling",)),
+    "fig7_gemm_accumulation": (figure_gemm_accumulation, ("gemm",)),
+    "fig8_training": (figure_training, ("scaling", "train")),
+    "fig9_conformance": (figure_conformance, ("conformance",)),
+}
+
+
+def available_figures() -> list:
+    """Names of the figures whose dependencies are installed.
+
+    Examples
+    --------
+    >>> available_figures()[:2]
+    ['fig1_values_per_binade', 'fig2_relative_error']
+    """
+    return [n for n, (_, deps) in FIGURES.items() if all(_has(d) for d in deps)]
+
+
+def save_figures(out, names=None, *, size=1.0, progress=False) -> list:
+    """Render figures to ``out/NAME.png`` and return the paths written.
+
+    Parameters
+    ----------
+    out : str or Path
+        Output folder (created if missing).
+    names : sequence of str, optional
+        Figure names (keys of :data:`FIGURES`); default: :func:`available_figures`.
+    size : float
+        Work factor (1.0 for the committed figures).
+    progress : bool
+        Print one line per figure on stderr.
+    """
+    names = available_figures() if names is None else list(names)
+    unknown = [n for n in names if n not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure {unknown[0]!r}; accepted: {', '.join(FIGURES)}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, name in enumerate(names):
+        if progress:
+            print(f"[{i + 1}/{len(names)}] {name}", file=sys.stderr, flush=True)
+        fig = FIGURES[name][0](size=size)
+        path = out / f"{name}.png"
+        # No software/date metadata, so the same figure gives the same bytes.
+        fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _figures(args) -> int:
+    if args.list:
+        avail = set(available_figures())
+        for n in FIGURES:
+            print(f"{n}{'' if n in avail else '  (unavailable: missing dependency)'}")
+        return 0
+    if not args.size > 0:
+        raise ValueError(f"--size must be positive, got {args.size}")
+    for p in save_figures(args.out, args.only or None, size=args.size, progress=not args.quiet):
+        print(p)
+    return 0
+
+
+def add_cli(sub) -> None:
+    """Add the ``figures`` subcommand."""
+    p = sub.add_parser("figures", help="regenerate the numerics-lab figures (PNG)",
+                       description="Regenerate every available figure deterministically into --out.")
+    p.add_argument("--out", default="figures", help="output folder (default: figures)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="render only these figures")
+    p.add_argument("--size", type=float, default=1.0, help="work factor; <1 for quick coarse figures")
+    p.add_argument("--list", action="store_true", help="list figure names and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=_figures)

@@ -1,0 +1,107 @@
+"""Write the lab's notebooks (sources only, no outputs). Run: python3 tools/make_notebooks.py"""
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parents[1] / "notebooks"
+PARAM = "# Parameters: SIZE scales the work (1.0 = full; the test suite runs 0.05).\nSIZE = 1.0"
+SETUP = "import numpy as np\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nimport fp8emu\nfrom fp8emu import analysis, plots"
+
+NOTEBOOKS = {
+    "01_formats_tour": [
+        "# A tour of the formats\nEvery format fp8emu knows, its range and precision, and where its values lie.",
+        PARAM, SETUP,
+        "print(fp8emu.format_table())",
+        "f = fp8emu.get_format('e4m3fn')\nprint(f.max, f.min_normal, f.min_subnormal, f.eps)\nprint(f.values()[:16])",
+        "## Every value of a format\nThe same table `fp8emu table e4m3fn` prints.",
+        "from fp8emu.inspect_cmd import code_table\nprint('\\n'.join(code_table('e2m1fn').splitlines()))",
+        "## Values per binade\nMantissa bits set how many values each binade holds; exponent bits set how many binades there are.",
+        "for name in ['e4m3fn', 'e5m2', 'e3m4', 'e2m1fn']:\n    e, c = analysis.values_per_binade(name)\n    print(f'{name:8s} binades {e.min():+d}..{e.max():+d}  values/binade {sorted(set(c.tolist()))}')",
+        "fig = plots.figure_values_per_binade(size=SIZE)\nfig",
+    ],
+    "02_rounding_and_saturation": [
+        "# Rounding and saturation\nHow each rounding mode treats the same inputs, what overflow does with and without saturation, "
+        "and the bias of each mode.",
+        PARAM, SETUP,
+        "x = np.array([1.0625, 1.1875, -1.0625, 300.0, 464.0, 1e6, -1e6])\nfor mode in ['rne', 'rna', 'rtz', 'rup', 'rdn', 'rto']:\n"
+        "    print(f'{mode:4s}', fp8emu.quantize(x, 'e4m3fn', rounding=mode))",
+        "## Overflow: NaN (OCP non-saturating) vs clamping to ±448\n",
+        "print(fp8emu.quantize(x, 'e4m3fn'))\nprint(fp8emu.quantize(x, 'e4m3fn', saturate=True))\nprint(fp8emu.quantize(x, 'e5m2'))  # e5m2 has Inf",
+        "## Stochastic rounding is unbiased on average\n",
+        "draws = max(64, int(4000 * SIZE))\nb = analysis.rounding_bias('e4m3fn', [1.03125, 1.09375], draws=draws)\n"
+        "{k: v.round(5).tolist() for k, v in b.items()}",
+        "t = analysis.stochastic_variance('e4m3fn', np.linspace(1, 2, 21)[:-1] + 0.01, bits=(1, 2, 4, 8), draws=draws)\nprint(t)",
+        "fig = plots.figure_rounding_bias(size=SIZE)\nfig",
+    ],
+    "03_error_vs_dynamic_range": [
+        "# Error vs dynamic range\nSQNR of each format as the input's scale sweeps 48 binades, for heavy- and light-tailed "
+        "inputs, unscaled and with one per-tensor scale.",
+        PARAM, SETUP,
+        "n = max(256, int(16384 * SIZE))\nscales = np.logspace(-20, 20, 21, base=2)\n"
+        "t = analysis.sweep_scale(['e4m3fn', 'e5m2', 'bfloat16'], analysis.DISTRIBUTIONS, scales, n=n, recipes=('none', 'tensor'))\nlen(t)",
+        "for d in analysis.DISTRIBUTIONS:\n    r = t.where(format='e4m3fn', distribution=d)\n"
+        "    best = r.where(recipe='none')['sqnr_db'].max()\n    scaled = r.where(recipe='tensor')['sqnr_db'][0]\n"
+        "    print(f'{d:10s} best unscaled {best:5.1f} dB   per-tensor scaled {scaled:5.1f} dB')",
+        "Outliers cost the per-tensor scale its precision: one huge value sets the scale for everyone.",
+        "fig = plots.figure_sqnr_vs_scale(size=SIZE)\nfig",
+        "fig = plots.figure_relative_error(size=SIZE)\nfig",
+    ],
+    "04_scaling_recipes": [
+        "# Scaling recipes\nPer-tensor current and delayed scaling, and finer granularity: row-wise, 1x128, 128x128, MX and NVFP4.",
+        PARAM, SETUP + "\nfrom fp8emu import scaling",
+        "x = np.random.default_rng(0).standard_normal((64, 256))\nx[:, 7] *= 100  # an outlier channel\n"
+        "for name, st in [('tensor', scaling.quantize_tensorwise(x, 'e4m3fn')),\n"
+        "                 ('row', scaling.quantize_axiswise(x, 'e4m3fn', axis=-1)),\n"
+        "                 ('1x128', scaling.quantize_blockwise(x, 'e4m3fn', block=(1, 128))),\n"
+        "                 ('mx32', scaling.quantize_mx(x, 'e4m3fn', block=32)),\n"
+        "                 ('nvfp4', scaling.quantize_nvfp4(x))]:\n"
+        "    print(f'{name:7s} SQNR {analysis.sqnr_db(x, np.asarray(st.dequantize(np.float64))):5.1f} dB')",
+        "## Delayed scaling\nThe scale comes from the history of amax values, so a sudden spike overflows once.",
+        "ds = scaling.DelayedScaling('e4m3fn', amax_history_len=8)\nfor step in range(6):\n"
+        "    amax = 100.0 if step == 3 else 1.0\n    st = ds.quantize(np.array([amax, -amax / 2]))\n"
+        "    print(step, float(np.ravel(ds.scale)[0]), np.asarray(st.dequantize(np.float64)))",
+        "fig = plots.figure_delayed_scaling(size=SIZE)\nfig",
+        "fig = plots.figure_granularity(size=SIZE)\nfig",
+    ],
+    "05_gemm_accumulation": [
+        "# GEMM accumulation\nFP8 tensor cores on Hopper accumulate with limited precision; DeepSeek-V3 noticed the error "
+        "growing with K and promoted partial sums to FP32 every 128 elements. Reproduced on the CPU.",
+        PARAM, SETUP + "\nfrom fp8emu.gemm import scaled_mm",
+        "g = np.random.default_rng(0)\nk = 512 if SIZE < 1 else 4096\n"
+        "a = fp8emu.encode(g.uniform(0, 448, (4, k)), 'e4m3fn')\nb = fp8emu.encode(g.uniform(0, 448, (k, 4)), 'e4m3fn')\n"
+        "ref = scaled_mm(a, b, a_format='e4m3fn', b_format='e4m3fn', accumulator='exact')\n"
+        "for acc in ['fp32', 'hopper-fast', 'hopper']:\n"
+        "    out = scaled_mm(a, b, a_format='e4m3fn', b_format='e4m3fn', accumulator=acc)\n"
+        "    print(f'{acc:12s} max rel err {np.max(np.abs(out - ref) / np.abs(ref)):.2e}')",
+        "fig = plots.figure_gemm_accumulation(size=SIZE)\nfig",
+    ],
+    "06_fp8_training": [
+        "# FP8 training, measured\nThe same MLP, same data, same initialization: float32 vs FP8 linear layers "
+        "(E4M3 forward, E5M2 backward, delayed scaling with an amax history).",
+        PARAM, SETUP + "\nfrom fp8emu import train",
+        "res = train.compare(steps=max(20, int(400 * SIZE)), n_train=max(512, int(8192 * SIZE)), n_test=max(256, int(2048 * SIZE)))\nprint(train.summary(res))",
+        "fig, ax = plt.subplots(figsize=(7, 4))\nfor name, r in res.items():\n    ax.plot(r['loss'], label=name)\n"
+        "ax.set_yscale('log'); ax.set_xlabel('step'); ax.set_ylabel('loss (nats)'); ax.legend(); fig",
+    ],
+}
+
+
+def main():
+    HERE.mkdir(exist_ok=True)
+    for name, cells in NOTEBOOKS.items():
+        nb = new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        for c in cells:
+            is_md = c.startswith("#") and not c.startswith("# Parameters")
+            is_md = is_md or (not any(t in c for t in ("=", "(", "import")) and not c.startswith("fig"))
+            nb.cells.append(new_markdown_cell(c) if is_md else new_code_cell(c))
+        nb.cells[1].metadata["tags"] = ["parameters"]
+        for i, cell in enumerate(nb.cells):
+            cell.id = f"{name[:2]}-{i}"
+        nbformat.write(nb, HERE / f"{name}.ipynb")
+
+
+if __name__ == "__main__":
+    main()
