@@ -411,7 +411,8 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     if via is not None:
         if via not in _VIA:
             raise ValueError(f"unknown via {via!r}; valid: None, {', '.join(_VIA)}")
-        arr = arr.astype(_VIA[via])
+        with np.errstate(over="ignore", invalid="ignore"):   # overflow to Inf is the intended rounding
+            arr = arr.astype(_VIA[via])
     flat = np.ascontiguousarray(arr).reshape(-1)
     out = np.empty(flat.shape, dtype=np.uint8)
     rb_flat = None if rb is None else rb.reshape(-1) if rb.flags.c_contiguous else np.ascontiguousarray(rb).reshape(-1)

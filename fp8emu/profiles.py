@@ -282,7 +282,8 @@ def profile_encode(x, fmt, profile, *, rounding="rne", saturate=False, rng=None,
     arr = _as_array(x)
     if arr.dtype not in _SRC_NAMES:
         with np.errstate(over="ignore"):
-            arr = arr.astype(np.float32)   # every profiled path takes float32 (double rounding)
+            with np.errstate(over="ignore", invalid="ignore"):   # float64 -> float32 overflows to Inf, as on the GPU
+                arr = arr.astype(np.float32)   # every profiled path takes float32 (double rounding)
     src = _SRC_NAMES[arr.dtype]
     table = profile_table(prof.name, fmt.name, src, rounding)
     flat = np.ascontiguousarray(arr).reshape(-1)
