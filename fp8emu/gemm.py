@@ -29,7 +29,16 @@ outputs recorded on an H200; see ``tests/test_gemm.py``):
 
 A 16-wide step behaves as a 32-wide step with zero products, so K = 16 needs no
 special case.  :class:`Accumulator` exposes every parameter (group size,
-fraction bits, result bits and rounding, promotion interval) for other hardware.
+fraction bits, result bits and rounding, promotion interval, split-K) for other
+hardware.
+
+Split-K: for long K and few output tiles cuBLAS splits K into ``S`` contiguous
+pieces of ``ceil(ceil(K / 128) / S)`` K-tiles of 128 (the last piece takes the
+rest).  Each piece is reduced from zero exactly as above (its own tensor-core
+chain and, for ``"hopper"``, its own FP32 accumulator), and the ``S`` float32
+piece results are then added in piece order with float32 round-to-nearest-even.
+With ``split_k="cublas"`` (the presets) ``S`` comes from :func:`cublas_split_k`,
+the choice observed on the H200 (see there; an assumption for other shapes).
 
 Epilogue (fitted to the same data): float32 result ``acc``; scalar scales are
 first multiplied, ``alpha = fl32(scale_a * scale_b)``, then
@@ -40,12 +49,13 @@ multiply each K-block's tensor-core partial sum before it is promoted:
 ``acc = fl32(acc + partial * fl32(sa[m, kb] * sb[kb, n]))`` with one rounding
 (as DeepSeek-V3 / DeepGEMM kernels do with an FMA).
 
-Limits of the fit: the dev set covers K <= 16384 with M = N = 32.  For K = 16384
-cuBLAS changes its reduction (fast accumulation then no longer matches a single
-chain, nor contiguous split-K chains summed in float32), so that size is not
-reproduced; K <= 4096 is bit-exact in every recorded case.  FP8 outputs
-(``scale_result``) follow cuBLASLt's documented D-scale semantics but were not
-recorded on the GPU.
+Limits of the fit: the dev set covers K <= 16384 with M = N = 32 (and
+M = 64 at K = 256); every recorded case is bit-exact, K = 16384 through 6-way
+split-K.  How cuBLAS picks the split count for other shapes is not recorded
+(:func:`cublas_split_k`).  With split-K the scales and bias are applied once,
+after the pieces are summed (only unit scales were recorded at K = 16384).
+FP8 outputs (``scale_result``) follow cuBLASLt's documented D-scale semantics
+but were not recorded on the GPU.
 
 Products are exact in float64 (at most 8 significant bits), so the emulation
 works on float64 values scaled by powers of two; all work is vectorised over
@@ -63,7 +73,8 @@ import numpy as np
 from .codec import decode, encode
 from .formats import Format, get_format
 
-__all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator"]
+__all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator", "cublas_split_k",
+           "split_bounds"]
 
 # Exponent given to zero terms: far below any real term, so it never wins the
 # maximum and truncates to nothing; the sum of two still fits in int16.
@@ -72,6 +83,13 @@ _ZERO_EXP = -16000
 _BLOCK_ELEMS = 1 << 20
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
 HW_K_MULTIPLE = 16
+#: K extent of one CTA K-tile of cuBLAS's sm_90 FP8 kernels: split-K pieces are whole tiles.
+SPLIT_K_TILE = 128
+#: Observed heuristic (see cublas_split_k): the fewest K-tiles cuBLAS gives one split-K piece,
+#: the number of SMs of an H200, and the output tile assumed when counting tiles.
+_MIN_TILES_PER_SPLIT = 20
+_NUM_SMS = 132
+_OUT_TILE = 128
 _OUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
                "float16": np.dtype(np.float16)}
 
@@ -96,6 +114,11 @@ class Accumulator:
     promote : int or None
         Steps after which the partial sum is added into an FP32 accumulator
         (round to nearest even) and restarted; ``None`` never promotes.
+    split_k : int, "cublas" or None
+        ``"mma"`` only: split K into this many contiguous pieces of whole
+        128-wide K-tiles, each reduced from zero, whose float32 results are
+        summed in order with float32 additions.  ``None`` or 1: no split;
+        ``"cublas"``: the count :func:`cublas_split_k` gives for the shape.
     name : str
         Label used in reprs and reports.
 
@@ -103,6 +126,8 @@ class Accumulator:
     --------
     >>> get_accumulator("hopper").promote
     4
+    >>> get_accumulator("hopper").split_k
+    'cublas'
     >>> blackwell_like = Accumulator("mma", group=32, frac_bits=25, sum_bits=25)
     >>> blackwell_like.frac_bits
     25
@@ -115,6 +140,7 @@ class Accumulator:
     sum_rounding: str = "rtz"
     promote: int | None = None
     name: str = "custom"
+    split_k: int | str | None = None
 
     def __post_init__(self):
         if self.kind not in ("exact", "fp32", "mma"):
@@ -133,15 +159,86 @@ class Accumulator:
         if self.promote is not None and (not isinstance(self.promote, (int, np.integer))
                                          or self.promote < 1):
             raise ValueError(f"Accumulator promote must be None or a positive integer, got {self.promote!r}")
+        sk = self.split_k
+        if not (sk is None or sk == "cublas"
+                or (isinstance(sk, (int, np.integer)) and not isinstance(sk, bool) and sk >= 1)):
+            raise ValueError(f"Accumulator split_k must be None, 'cublas' or a positive integer, got {sk!r}")
+        if sk not in (None, 1) and self.kind != "mma":
+            raise ValueError(f"Accumulator split_k applies to kind 'mma' only, not {self.kind!r}")
+
+    def splits(self, M, N, K):
+        """Number of split-K pieces this accumulator uses for an M x K by K x N product.
+
+        Examples
+        --------
+        >>> get_accumulator("hopper-fast").splits(32, 32, 16384)
+        6
+        >>> Accumulator("mma", split_k=3).splits(32, 32, 16384)
+        3
+        """
+        if self.split_k is None:
+            return 1
+        if self.split_k == "cublas":
+            return cublas_split_k(M, N, K)
+        return int(self.split_k)
 
 
 #: The named accumulators.
 ACCUMULATORS = {
     "exact": Accumulator("exact", name="exact"),
     "fp32": Accumulator("fp32", name="fp32"),
-    "hopper-fast": Accumulator("mma", 32, 13, 14, "rtz", None, name="hopper-fast"),
-    "hopper": Accumulator("mma", 32, 13, 14, "rtz", 4, name="hopper"),
+    "hopper-fast": Accumulator("mma", 32, 13, 14, "rtz", None, name="hopper-fast", split_k="cublas"),
+    "hopper": Accumulator("mma", 32, 13, 14, "rtz", 4, name="hopper", split_k="cublas"),
 }
+
+
+def cublas_split_k(M, N, K):
+    """Split-K count cuBLASLt (CUDA 13.0, H200) is assumed to choose for an FP8 GEMM.
+
+    Observed (``torch._scaled_mm``, M = N = 32, both ``use_fast_accum``
+    settings): no split for K <= 4096, and at K = 16384 six pieces of 22
+    K-tiles (K = 2816) with the last of 18.  Every other contiguous split
+    (2-16 pieces, remainder first or last) matches at most 2% of those outputs.
+    The rule below is the simplest one consistent with that: as many pieces as
+    give each at least 20 K-tiles of 128 (so 8192 -> 3), and no more pieces
+    than fit next to the output tiles (assumed 128 x 128) on the 132 SMs.  Both
+    limits are *assumptions* outside the recorded shapes; pass an integer
+    ``split_k`` to :class:`Accumulator` to model another choice.
+
+    Parameters
+    ----------
+    M, N, K : int
+        Problem shape.
+
+    Returns
+    -------
+    int
+        Number of pieces (1 = no split).
+
+    Examples
+    --------
+    >>> cublas_split_k(32, 32, 4096), cublas_split_k(32, 32, 16384)
+    (1, 6)
+    """
+    k_tiles = -(-int(K) // SPLIT_K_TILE)
+    tiles = -(-int(M) // _OUT_TILE) * -(-int(N) // _OUT_TILE)
+    s = min(k_tiles // _MIN_TILES_PER_SPLIT, _NUM_SMS // max(1, tiles))
+    return max(1, s)
+
+
+def split_bounds(K, splits):
+    """K offsets bounding the split-K pieces: whole 128-wide K-tiles, remainder last.
+
+    Examples
+    --------
+    >>> split_bounds(16384, 6)
+    [0, 2816, 5632, 8448, 11264, 14080, 16384]
+    >>> split_bounds(4096, 1)
+    [0, 4096]
+    """
+    k_tiles = -(-int(K) // SPLIT_K_TILE)
+    per = -(-k_tiles // max(1, int(splits))) * SPLIT_K_TILE
+    return list(range(0, K, per))[:max(1, int(splits))] + [K] if K > 0 else [0, 0]
 
 
 def get_accumulator(acc) -> Accumulator:
@@ -284,6 +381,11 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
         eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=_ZERO_EXP)
     ng = (K + pad) // G
     promote = acc.promote
+    bounds = split_bounds(K, acc.splits(M, N, K))
+    if len(bounds) > 2 and (bounds[1] % G):
+        raise ValueError(f"split-K pieces of {bounds[1]} do not hold whole steps of group {G}")
+    # step ranges of the split-K pieces (the last one also takes the padding)
+    pieces = [(b0 // G, b1 // G) for b0, b1 in zip(bounds[:-2], bounds[1:-1])] + [(bounds[-2] // G, ng)]
     if kscale is not None:
         # block scales are applied when a K-block's partial sum is promoted
         if kblock % G:
@@ -312,32 +414,43 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
         m1 = min(M, m0 + rows)
         r = m1 - m0
         P, Eb = pbuf[:, :r], ebuf[:, :r]
-        part = np.zeros((r, N))
-        total = np.zeros((r, N), np.float32)
-        for g in range(ng):
-            sl = slice(g * G, (g + 1) * G)
-            np.einsum("km,kn->kmn", vat_[sl, m0:m1], vb_[sl], out=P)
-            np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
-            E = Eb.max(axis=0).astype(np.int64)
-            _, ec = np.frexp(part)
-            E = np.maximum(E, np.where(part == 0, e_floor, ec.astype(np.int64) - 1))
-            E = np.maximum(E, e_floor)
-            sc = np.ldexp(1.0, F - E)
-            np.multiply(P, sc.astype(dt)[None], out=P)
-            np.trunc(P, out=P)
-            s = P.sum(axis=0).astype(np.float64) + np.trunc(part * sc)
-            part = _trunc_bits(s, acc.sum_bits, acc.sum_rounding) / sc
-            if promote and ((g + 1) % promote == 0 or g == ng - 1):
-                if kscale is None:
-                    total = (total + part.astype(np.float32)).astype(np.float32)
-                else:
-                    kb = g // promote
-                    f = kscale(m0, m1, kb)
-                    hi, lo = _two_sum(total.astype(np.float64), part * f)
-                    total = _round_f32(hi, lo)
-                part = np.zeros_like(part)
-        out[m0:m1] = total if promote else part.astype(np.float32)
+        result = None
+        for g0, g1 in pieces:
+            piece = _mma_piece(vat_, vb_, eat_, eb_, m0, m1, g0, g1, P, Eb, acc, promote, e_floor, dt,
+                               kscale, kblock)
+            # split-K: the pieces' float32 results are added in piece order
+            result = piece if result is None else (result + piece).astype(np.float32)
+        out[m0:m1] = result
     return out
+
+
+def _mma_piece(vat_, vb_, eat_, eb_, m0, m1, g0, g1, P, Eb, acc, promote, e_floor, dt, kscale, kblock):
+    """float32 result of steps g0..g1-1 for rows m0..m1, starting from a zero accumulator."""
+    G, F = acc.group, acc.frac_bits
+    part = np.zeros((m1 - m0, vb_.shape[1]))
+    total = np.zeros(part.shape, np.float32)
+    for g in range(g0, g1):
+        sl = slice(g * G, (g + 1) * G)
+        np.einsum("km,kn->kmn", vat_[sl, m0:m1], vb_[sl], out=P)
+        np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
+        E = Eb.max(axis=0).astype(np.int64)
+        _, ec = np.frexp(part)
+        E = np.maximum(E, np.where(part == 0, e_floor, ec.astype(np.int64) - 1))
+        E = np.maximum(E, e_floor)
+        sc = np.ldexp(1.0, F - E)
+        np.multiply(P, sc.astype(dt)[None], out=P)
+        np.trunc(P, out=P)
+        s = P.sum(axis=0).astype(np.float64) + np.trunc(part * sc)
+        part = _trunc_bits(s, acc.sum_bits, acc.sum_rounding) / sc
+        if promote and ((g + 1 - g0) % promote == 0 or g == g1 - 1):
+            if kscale is None:
+                total = (total + part.astype(np.float32)).astype(np.float32)
+            else:
+                f = kscale(m0, m1, (g * G) // kblock)
+                hi, lo = _two_sum(total.astype(np.float64), part * f)
+                total = _round_f32(hi, lo)
+            part = np.zeros_like(part)
+    return total if promote else part.astype(np.float32)
 
 
 def _fp32(va, vb):

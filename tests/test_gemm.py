@@ -51,10 +51,9 @@ def _golden_cases():
     return cases
 
 
-# K = 16384 is not reproduced (see the README, "GEMM accumulators"): cuBLAS changes
-# its reduction there, and contiguous split-K models do not fit the data.
-LARGE_K = [c for c in _golden_cases() if "_K16384_" in c]
-CASES = [c for c in _golden_cases() if c not in LARGE_K]
+CASES = _golden_cases()
+# K = 16384: cuBLAS splits K six ways there (see cublas_split_k)
+LARGE_K = [c for c in CASES if "_K16384_" in c]
 
 
 def _run_golden(case):
@@ -87,7 +86,7 @@ def _bits_equal(out, ref):
 
 
 def test_golden_case_count():
-    assert len(CASES) + len(LARGE_K) == 170
+    assert len(CASES) == 170
     assert len(LARGE_K) == 18
 
 
@@ -98,6 +97,43 @@ def test_golden_bit_exact(case):
     assert out.shape == ref.shape
     same = _bits_equal(out, ref)
     assert same.all(), f"{case}: {same.mean():.4%} of elements bit-identical"
+
+
+def test_golden_k16384_needs_the_split():
+    # one unsplit chain over K = 16384 reproduces almost none of the GPU's fast-accum outputs
+    case = "e4m3fnxe5m2_codes_K16384_fast1_f32"
+    key = case.rsplit("_fast", 1)[0]
+    chain = Accumulator("mma", name="one chain")
+    out = scaled_mm(GOLDEN[key + "_a"], GOLDEN[key + "_b"], a_format=E4, b_format="e5m2",
+                    accumulator=chain)
+    assert _bits_equal(out, GOLDEN[case]).mean() < 0.05
+
+
+def test_cublas_split_choice_on_the_recorded_shapes():
+    # recorded: no split up to K = 4096 (M = N = 32, and M = 64 at K = 256), six at K = 16384
+    for M, N, K in [(32, 32, 16), (32, 32, 1024), (32, 32, 4096), (64, 32, 256)]:
+        assert fp8emu.gemm.cublas_split_k(M, N, K) == 1
+    assert fp8emu.gemm.cublas_split_k(32, 32, 16384) == 6
+    # 128 K-tiles in 6 pieces: ceil(128 / 6) = 22 tiles (2816) each, the last one 18 tiles
+    assert fp8emu.gemm.split_bounds(16384, 6) == [0, 2816, 5632, 8448, 11264, 14080, 16384]
+    assert fp8emu.gemm.split_bounds(16384, 1) == [0, 16384]
+
+
+def test_split_pieces_restart_the_tensor_core_accumulator():
+    # 1 at k = 0 and 2**-15 at k = 128: in one chain the small term falls below 2**(0 - 13)
+    # and is dropped; in its own split-K piece it is exact, and float32 keeps 1 + 2**-15
+    a, b = padded([(0, 1.0, 1.0), (128, 2.0 ** -9, 2.0 ** -6)], 256)
+    assert one_dot(a, b, "hopper-fast") == 1
+    assert one_dot(a, b, Accumulator("mma", split_k=2)) == 1 + Fraction(1, 2 ** 15)
+    assert one_dot(a, b, Accumulator("mma", promote=4, split_k=2)) == 1 + Fraction(1, 2 ** 15)
+
+
+def test_split_pieces_are_added_in_order_in_float32():
+    # pieces 2**24, 1, -2**24: (2**24 + 1) ties to 2**24 in float32, minus 2**24 gives 0
+    # (any other order, or an exact sum, gives 1)
+    a, b = padded([(0, 2.0 ** 12, 2.0 ** 12), (128, 1.0, 1.0), (256, -(2.0 ** 12), 2.0 ** 12)], 384)
+    assert one_dot(a, b, Accumulator("mma", split_k=3), "e5m2", "e5m2") == 0
+    assert one_dot(a, b, "exact", "e5m2", "e5m2") == 1
 
 
 def test_golden_has_nans_and_they_propagate():
@@ -335,6 +371,11 @@ def test_errors():
         Accumulator("mma", frac_bits=0)
     with pytest.raises(ValueError, match="kind"):
         Accumulator("bf16")
+    for bad in (0, -2, "auto", 1.5, True):
+        with pytest.raises(ValueError, match="split_k"):
+            Accumulator("mma", split_k=bad)
+    with pytest.raises(ValueError, match="split_k"):
+        Accumulator("fp32", split_k=2)
 
 
 def test_k_not_multiple_of_16_warns_but_computes():
