@@ -4,9 +4,12 @@ from .formats import Format, format_table, formats, get_format, register_format
 from .rounding import ROUNDING_MODES
 from .codec import as_ml_dtypes, decode, encode, quantize
 from .profiles import profiles
-from .testing import assert_fp8_equal, golden_vectors, save_golden
-from .scaling import HYBRID, DelayedScaling, ScaledTensor, current_scale, quantize_axiswise, quantize_blockwise, quantize_mx, quantize_nvfp4, quantize_tensorwise, recipe_formats  # noqa: E501
+from .scaling import (
+    HYBRID, DelayedScaling, ScaledTensor, current_scale, quantize_axiswise, quantize_blockwise,
+    quantize_mx, quantize_nvfp4, quantize_tensorwise, recipe_formats,
+)
 from .gemm import ACCUMULATORS, Accumulator, scaled_mm
+from .testing import assert_fp8_equal, golden_vectors, save_golden
 
 __version__ = "0.1.0"
 
@@ -14,5 +17,7 @@ __all__ = [
     "Format", "formats", "format_table", "get_format", "register_format", "ROUNDING_MODES",
     "encode", "decode", "quantize", "as_ml_dtypes", "__version__",
     "profiles", "assert_fp8_equal", "golden_vectors", "save_golden",
+    "HYBRID", "DelayedScaling", "ScaledTensor", "current_scale", "quantize_axiswise",
+    "quantize_blockwise", "quantize_mx", "quantize_nvfp4", "quantize_tensorwise", "recipe_formats",
     "scaled_mm", "Accumulator", "ACCUMULATORS",
 ]
