@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules that contribute subcommands, in the order they appear in --help.
@@ -42,6 +43,10 @@ def main(argv=None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) stopped early: not an error of ours.
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except (ValueError, TypeError, OSError) as exc:
         print(f"fp8emu {args.command}: error: {exc}", file=sys.stderr)
         return 2
