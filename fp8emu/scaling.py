@@ -377,6 +377,14 @@ def current_scale(amax, fmt, *, margin=0, pow2=False, eps=0.0) -> np.float32:
                                bool(pow2), eps)[()])
 
 
+def _block_scales(xf, fmt, block, scale, margin, pow2, eps) -> np.ndarray:
+    """Per-block scales: the given ones (validated), else current scaling of each block's amax."""
+    if scale is not None:
+        return _given_scale(scale, _blocks_shape(xf.shape, block))
+    amax = _block_amax(xf, block)
+    return _compute_scale(amax, _scaled_max(fmt, _int_arg(margin, "margin")), bool(pow2), _eps_arg(eps))
+
+
 def _scaled_quantize(x, fmt, block, scale, *, axis=None, recipe="", **encode_options):
     """Cast with one scale per block (block () -> per tensor)."""
     full = _expand(scale, block, x.shape) if block else scale
@@ -599,13 +607,7 @@ def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0,
         raise ValueError("quantize_axiswise needs an array with at least one dimension")
     ax = _axis_arg(axis, xf.ndim)
     block = tuple(max(s, 1) if d == ax else 1 for d, s in enumerate(xf.shape))
-    nblocks = _blocks_shape(xf.shape, block)
-    if scale is None:
-        amax = _block_amax(xf, block)
-        s = _compute_scale(amax, _scaled_max(fmt, _int_arg(margin, "margin")), bool(pow2),
-                           _eps_arg(eps))
-    else:
-        s = _given_scale(scale, nblocks)
+    s = _block_scales(xf, fmt, block, scale, margin, pow2, eps)
     return _scaled_quantize(xf, fmt, block, s, axis=ax, recipe="axiswise")
 
 
@@ -651,13 +653,7 @@ def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0,
     if xf.ndim == 0:
         raise ValueError("quantize_blockwise needs an array with at least one dimension")
     blk = _block_arg(block, xf.ndim)
-    nblocks = _blocks_shape(xf.shape, blk)
-    if scale is None:
-        amax = _block_amax(xf, blk)
-        s = _compute_scale(amax, _scaled_max(fmt, _int_arg(margin, "margin")), bool(pow2),
-                           _eps_arg(eps))
-    else:
-        s = _given_scale(scale, nblocks)
+    s = _block_scales(xf, fmt, blk, scale, margin, pow2, eps)
     return _scaled_quantize(xf, fmt, blk, s, recipe="blockwise")
 
 
