@@ -43,7 +43,6 @@ from .rounding import (
     check_rounding,
     finish_codes,
     nan_codes,
-    overflow_code,
     round_exact,
 )
 

@@ -114,22 +114,14 @@ def _even(fmt, code, value):
 
 def round_fraction(x, fmt, rounding, saturate, r=None, k=None):
     """Code for one exact value ``x`` (Fraction, or float nan/inf)."""
-    sign_bit = (1 << (fmt.ebits + fmt.mbits)) if fmt.signed else 0
     if isinstance(x, float) and math.isnan(x):
         return expected_nan(fmt, math.copysign(1, x) < 0)
     table = positive_table(fmt)
-    max_code = table[-1][1]
     if isinstance(x, float) and math.isinf(x):
         neg = x < 0
         if not fmt.signed and neg:
             return expected_nan(fmt, True)
-        if saturate or (fmt.inf is None and fmt.nan is None):
-            mag = max_code
-        elif fmt.inf is not None:
-            mag = _inf_code(fmt)
-        else:
-            return expected_nan(fmt, neg)
-        return mag | (sign_bit if neg else 0)
+        return _beyond_max(fmt, neg, saturate)
     x = Fraction(x)
     neg = x < 0 or (x == 0 and r == "negzero")
     a = abs(x)
@@ -188,12 +180,18 @@ def round_fraction(x, fmt, rounding, saturate, r=None, k=None):
     if overflow:
         to_max = saturate or rounding in ("rtz", "rto") or (rounding == "rdn" and not neg) or (
             rounding == "rup" and neg)
-        if to_max or (fmt.inf is None and fmt.nan is None):
-            mag = max_code
-        elif fmt.inf is not None:
-            mag = _inf_code(fmt)
-        else:
-            return expected_nan(fmt, neg)
+        return _beyond_max(fmt, neg, to_max)
+    return _sign(fmt, mag, neg)
+
+
+def _beyond_max(fmt, neg, to_max):
+    """Code (sign applied) of a result beyond max: +-max, else +-Inf, else NaN."""
+    if to_max or (fmt.inf is None and fmt.nan is None):
+        mag = spec_max_code(fmt)
+    elif fmt.inf is not None:
+        mag = _inf_code(fmt)
+    else:
+        return expected_nan(fmt, neg)
     return _sign(fmt, mag, neg)
 
 
@@ -248,7 +246,6 @@ class ValueOracle:
         below = i < 0
         ic = np.maximum(i, 0)
         lo_v, lo_c = self.vals[ic], self.codes[ic]
-        hi_v = self.hi_vals[ic]
         last = ic == len(self.vals) - 1
         hi_c = np.where(last, -1, self.codes[np.minimum(ic + 1, len(self.vals) - 1)])
         exact = (lo_v == af) & ~below
