@@ -65,6 +65,8 @@ M, N and the products of a step, in chunks of rows so memory stays bounded.
 from __future__ import annotations
 
 import dataclasses
+import os
+from concurrent.futures import ThreadPoolExecutor
 import warnings
 
 import ml_dtypes
@@ -81,6 +83,7 @@ __all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator", "cubla
 _ZERO_EXP = -16000
 #: Elements of the (rows, N, group) product block processed at once.
 _BLOCK_ELEMS = 1 << 20
+_THREADS = os.cpu_count() or 1
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
 HW_K_MULTIPLE = 16
 #: K extent of one CTA K-tile of cuBLAS's sm_90 FP8 kernels: split-K pieces are whole tiles.
@@ -408,12 +411,11 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
     vat_, vb_ = np.ascontiguousarray(va.T, dtype=dt), vb.astype(dt)
     eat_ = np.ascontiguousarray(np.maximum(ea, _ZERO_EXP).T, dtype=np.int16)
     eb_ = np.maximum(eb, _ZERO_EXP).astype(np.int16)
-    pbuf = np.empty((G, rows, N), dt)
-    ebuf = np.empty((G, rows, N), np.int16)
-    for m0 in range(0, M, rows):
-        m1 = min(M, m0 + rows)
-        r = m1 - m0
-        P, Eb = pbuf[:, :r], ebuf[:, :r]
+    rows = -(-M // max(min(_THREADS, M), -(-M // rows)))   # at least one block per core
+
+    def row_block(m0, m1):
+        P = np.empty((G, m1 - m0, N), dt)
+        Eb = np.empty((G, m1 - m0, N), np.int16)
         result = None
         for g0, g1 in pieces:
             piece = _mma_piece(vat_, vb_, eat_, eb_, m0, m1, g0, g1, P, Eb, acc, promote, e_floor, dt,
@@ -421,7 +423,24 @@ def _mma(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
             # split-K: the pieces' float32 results are added in piece order
             result = piece if result is None else (result + piece).astype(np.float32)
         out[m0:m1] = result
+
+    _over_row_blocks(M, rows, row_block)
     return out
+
+
+def _over_row_blocks(M, rows, fn):
+    """Call ``fn(m0, m1)`` for each block of output rows, spread over the cores.
+
+    Row blocks are independent and NumPy releases the GIL inside its loops, so
+    threads share them out (as the BLAS behind ``np.matmul`` uses every core).
+    """
+    blocks = [(m0, min(M, m0 + rows)) for m0 in range(0, M, rows)]
+    if len(blocks) > 1 and _THREADS > 1:
+        with ThreadPoolExecutor(min(_THREADS, len(blocks))) as pool:
+            list(pool.map(lambda b: fn(*b), blocks))
+    else:
+        for b in blocks:
+            fn(*b)
 
 
 def _mma_piece(vat_, vb_, eat_, eb_, m0, m1, g0, g1, P, Eb, acc, promote, e_floor, dt, kscale, kblock):
@@ -455,13 +474,19 @@ def _mma_piece(vat_, vb_, eat_, eb_, m0, m1, g0, g1, P, Eb, acc, promote, e_floo
 
 def _fp32(va, vb):
     """Sequential float32 sum in K order; each product is exact in float32."""
-    a = va.astype(np.float32)
+    at = np.ascontiguousarray(va.T, dtype=np.float32)   # K-major: a column of A is contiguous
     b = vb.astype(np.float32)
-    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
-    tmp = np.empty_like(acc)
-    for k in range(a.shape[1]):
-        np.multiply(a[:, k, None], b[None, k, :], out=tmp)
-        acc += tmp
+    M = at.shape[1]
+    acc = np.zeros((M, b.shape[1]), np.float32)
+
+    def row_block(m0, m1):
+        rows_acc = acc[m0:m1]
+        tmp = np.empty_like(rows_acc)
+        for k in range(at.shape[0]):
+            np.multiply(at[k, m0:m1, None], b[k], out=tmp)
+            rows_acc += tmp
+
+    _over_row_blocks(M, max(1, -(-M // _THREADS)), row_block)
     return acc
 
 
