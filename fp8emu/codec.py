@@ -62,6 +62,8 @@ _FLOAT_LAYOUT = {
 _VIA = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
         "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 #: dtypes that :func:`decode` can produce.
+_SRC = {np.dtype(np.float16): "float16", np.dtype(ml_dtypes.bfloat16): "bfloat16",
+        np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 DECODE_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16),
                  np.dtype(np.float32), np.dtype(np.float64))
 _ML_NARROW = {np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
@@ -162,6 +164,22 @@ _F64_SHIFT = 45
 _F64_LOW = np.uint64((1 << _F64_SHIFT) - 1)
 
 
+def table_inputs(src: str) -> np.ndarray:
+    """One representative input per entry of a ``src`` encode table, in index order.
+
+    float16/bfloat16: every bit pattern.  float32: index ``hi16 | sticky << 16``,
+    the sticky case with lower half 0x0001.  float64: index ``hi19 | sticky << 19``.
+    """
+    if src in ("float16", "bfloat16"):
+        pats = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+        return pats.view(np.float16 if src == "float16" else ml_dtypes.bfloat16)
+    if src == "float32":
+        pats = np.arange(1 << 16, dtype=np.uint32) << 16
+        return np.concatenate([pats, pats | 1]).view(np.float32)
+    hi = np.arange(1 << (64 - _F64_SHIFT), dtype=_U64) << _U64(_F64_SHIFT)
+    return np.concatenate([hi, hi | _U64(1)]).view(np.float64)
+
+
 @functools.lru_cache(maxsize=64)
 def _table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
     """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
@@ -169,16 +187,7 @@ def _table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
     ``rounding="sr0"`` tabulates stochastic rounding with zero random bits,
     i.e. truncation with stochastic rounding's overflow rule.
     """
-    pats = np.arange(1 << 16, dtype=np.uint32)
-    if src == "float16":
-        x = pats.astype(np.uint16).view(np.float16)
-    elif src == "bfloat16":
-        x = pats.astype(np.uint16).view(ml_dtypes.bfloat16)
-    elif src == "float32":  # index = hi16 | sticky << 16; the sticky case uses lower half 0x0001
-        x = np.concatenate([pats << 16, (pats << 16) | 1]).view(np.float32)
-    else:  # float64: index = hi19 | sticky << 19
-        hi = np.arange(1 << (64 - _F64_SHIFT), dtype=_U64) << _U64(_F64_SHIFT)
-        x = np.concatenate([hi, hi | _U64(1)]).view(np.float64)
+    x = table_inputs(src)
     if rounding == "sr0":
         table = _encode_exact(x, fmt, "stochastic", saturate, np.zeros(x.shape, _U64), 1)
     else:
@@ -188,10 +197,17 @@ def _table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
 
 
 def _encode_table(flat, out, fmt, rounding, saturate):
-    """Deterministic rounding by table look-up, in cache-sized chunks."""
+    """Deterministic rounding by table look-up."""
+    lookup(flat, out, _table(fmt, _SRC[flat.dtype], rounding, saturate))
+
+
+def lookup(flat, out, table):
+    """``out[i] = table[index(flat[i])]`` for a 1-D source array, in cache-sized chunks.
+
+    The index is the one :func:`table_inputs` enumerates for ``flat``'s dtype.
+    """
     dt = flat.dtype
     if dt == np.float32:
-        table = _table(fmt, "float32", rounding, saturate)
         step = CHUNK
         u_buf = np.empty(min(step, flat.size), np.uint32)
         idx_buf = np.empty(min(step, flat.size), np.intp)   # take() would otherwise copy to intp
@@ -206,7 +222,6 @@ def _encode_table(flat, out, fmt, rounding, saturate):
             idx |= lo
             np.take(table, idx, out=out[i:i + n])
     elif dt == np.float64:
-        table = _table(fmt, "float64", rounding, saturate)
         step = CHUNK
         a_buf = np.empty(min(step, flat.size), _U64)
         b_buf = np.empty(min(step, flat.size), _U64)
@@ -222,7 +237,6 @@ def _encode_table(flat, out, fmt, rounding, saturate):
             b |= a
             np.take(table, b.view(np.int64), out=out[i:i + n])
     else:
-        table = _table(fmt, "float16" if dt == np.float16 else "bfloat16", rounding, saturate)
         np.take(table, flat.view(np.uint16), out=out)
 
 

@@ -181,17 +181,9 @@ def _nan7f_inf(codes, x, fmt):
 
 def _e8m0_gpu(codes, x, fmt, rounding, saturate):
     # The GPU ignores the sign and maps zero to the smallest code: re-encode |x|.
-    from .codec import _table
-    mag = np.abs(x.astype(np.float32))
-    src = "float32" if x.dtype == _F32 else _SRC_NAMES[x.dtype]
-    table = _table(fmt, src, rounding, saturate)
-    u = np.abs(x).view(np.uint32 if x.dtype == _F32 else np.uint16)
-    if x.dtype == _F32:
-        idx = (u >> 16) | (((u & 0xFFFF) != 0).astype(np.uint32) << 16)
-    else:
-        idx = u
-    codes[...] = table[idx]
-    codes[mag == 0] = 0
+    from .codec import _table, lookup
+    lookup(np.abs(x), codes, _table(fmt, _SRC_NAMES[x.dtype], rounding, saturate))
+    codes[x.astype(np.float32) == 0] = 0
 
 
 def _e8m0_torch(codes, x, fmt):
@@ -210,14 +202,6 @@ def _ml_dtypes_cast(x, fmt):
 _FIXES = {"nan7f": _nan7f, "torch_nan": _torch_nan, "nan7f_inf": _nan7f_inf, "e8m0_torch": _e8m0_torch}
 
 
-def _representatives(src):
-    """Inputs whose codes form the encode table of source ``src`` (see :mod:`fp8emu.codec`)."""
-    pats = np.arange(1 << 16, dtype=np.uint32)
-    if src == "float32":
-        return np.concatenate([pats << 16, (pats << 16) | 1]).view(np.float32)
-    return pats.astype(np.uint16).view(np.float16 if src == "float16" else ml_dtypes.bfloat16)
-
-
 @functools.lru_cache(maxsize=128)
 def profile_table(name, fmt, src, rounding="rne"):
     """Encode table of a profile: the code of every representative input of ``src``.
@@ -232,10 +216,10 @@ def profile_table(name, fmt, src, rounding="rne"):
     >>> hex(t[0xFFC0]), hex(t[0x7FC0])      # NaN keeps its sign in torch's float32 path
     ('0xff', '0x7f')
     """
-    from .codec import _table
+    from .codec import _table, table_inputs
     prof = get_profile(name)
     fmt = get_format(fmt)
-    x = _representatives(src)
+    x = table_inputs(src)
     if prof.name == "ml_dtypes":
         if fmt.ml_dtype is None:
             raise ValueError(f"ml_dtypes has no type for format {fmt.name!r}")
@@ -265,7 +249,7 @@ def profile_encode(x, fmt, profile, *, rounding="rne", saturate=False, rng=None,
     >>> fp8emu.encode(x, "e4m3fn", profile="torch-cuda").tolist()
     [127, 127, 255]
     """
-    from .codec import _as_array, encode
+    from .codec import _as_array, encode, lookup
     prof = get_profile(profile)
     if prof.name == "ocp":
         return encode(x, fmt, rounding=rounding, saturate=saturate, rng=rng, sr_bits=sr_bits,
@@ -281,22 +265,12 @@ def profile_encode(x, fmt, profile, *, rounding="rne", saturate=False, rng=None,
         raise ValueError(f"profile {prof.name!r} fixes the intermediate type; via applies to profile='ocp'")
     arr = _as_array(x)
     if arr.dtype not in _SRC_NAMES:
-        with np.errstate(over="ignore"):
-            with np.errstate(over="ignore", invalid="ignore"):   # float64 -> float32 overflows to Inf, as on the GPU
-                arr = arr.astype(np.float32)   # every profiled path takes float32 (double rounding)
-    src = _SRC_NAMES[arr.dtype]
-    table = profile_table(prof.name, fmt.name, src, rounding)
+        with np.errstate(over="ignore", invalid="ignore"):   # float64 -> float32 overflows to Inf, as on the GPU
+            arr = arr.astype(np.float32)   # every profiled path takes float32 (double rounding)
+    table = profile_table(prof.name, fmt.name, _SRC_NAMES[arr.dtype], rounding)
     flat = np.ascontiguousarray(arr).reshape(-1)
     out = np.empty(flat.shape, dtype=np.uint8)
-    if src == "float32":
-        step = 1 << 18
-        for i in range(0, flat.size, step):
-            u = flat[i:i + step].view(np.uint32)
-            idx = u >> 16
-            idx |= ((u & 0xFFFF) + 0xFFFF) & 0x10000   # bit 16 set iff the lower half is non-zero
-            np.take(table, idx, out=out[i:i + step])
-    else:
-        np.take(table, flat.view(np.uint16), out=out)
+    lookup(flat, out, table)
     return out.reshape(arr.shape)
 
 
