@@ -87,19 +87,17 @@ def profile_runs(profile, fmt, src, rounding="rne"):
     17
     """
     from .profiles import profile_table
-    from .codec import _table
+    from .codec import _table, table_inputs
     f = get_format(fmt)
     if profile == "ocp":
         t = _table(f, src, rounding, False).astype(np.int64)
     else:
         t = profile_table(profile, f.name, src, rounding).astype(np.int64)
-    if src == "float32":
-        hi = np.arange(1 << 16, dtype=np.uint64) << np.uint64(16)
-        starts = np.stack([hi, hi + np.uint64(1)], axis=1).reshape(-1)
-        codes = np.stack([t[:1 << 16], t[1 << 16:]], axis=1).reshape(-1)
-    else:
-        starts, codes = np.arange(1 << 16, dtype=np.uint64), t
-    return _compress(starts, codes)
+    # Each table entry's representative input starts the run of inputs that share its code.
+    x = table_inputs(src)
+    starts = x.view(np.uint32 if x.itemsize == 4 else np.uint16).astype(np.uint64)
+    order = np.argsort(starts, kind="stable")
+    return _compress(starts[order], t[order])
 
 
 def _classes(src):
