@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -37,10 +38,9 @@ def _to_codes(actual):
         except (BufferError, TypeError, RuntimeError):
             # NumPy cannot import float8 dtypes through DLPack: view the tensor's bytes.
             view = getattr(actual, "view", None)
-            if view is None:
+            torch = sys.modules.get("torch")      # the caller's torch; fp8emu never imports it here
+            if view is None or torch is None:
                 raise
-            import importlib
-            torch = importlib.import_module("torch")   # only reached for a torch tensor
             arr = np.from_dlpack(view(torch.uint8).cpu())
     elif hasattr(actual, "__array__") or isinstance(actual, (list, tuple)) or np.isscalar(actual):
         arr = np.asarray(actual)
