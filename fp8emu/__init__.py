@@ -1,9 +1,9 @@
 """fp8emu: a bit-exact NumPy reference emulator for FP8 and other narrow float formats."""
 
-from .formats import Format, format_table, formats, get_format, register_format
+from .formats import Format, format_names, format_table, get_format, register_format
 from .rounding import ROUNDING_MODES
+from .profiles import Profile, get_profile, profile_names
 from .codec import as_ml_dtypes, decode, encode, quantize
-from .profiles import profiles
 from .scaling import (
     HYBRID, DelayedScaling, ScaledTensor, current_scale, quantize_axiswise, quantize_blockwise,
     quantize_mx, quantize_nvfp4, quantize_tensorwise, recipe_formats,
@@ -14,10 +14,11 @@ from .testing import assert_fp8_equal, golden_vectors, save_golden
 __version__ = "0.1.0"
 
 __all__ = [
-    "Format", "formats", "format_table", "get_format", "register_format", "ROUNDING_MODES",
+    "Format", "format_names", "format_table", "get_format", "register_format", "ROUNDING_MODES",
+    "Profile", "get_profile", "profile_names",
     "encode", "decode", "quantize", "as_ml_dtypes", "__version__",
-    "profiles", "assert_fp8_equal", "golden_vectors", "save_golden",
     "HYBRID", "DelayedScaling", "ScaledTensor", "current_scale", "quantize_axiswise",
     "quantize_blockwise", "quantize_mx", "quantize_nvfp4", "quantize_tensorwise", "recipe_formats",
     "scaled_mm", "Accumulator", "ACCUMULATORS",
+    "assert_fp8_equal", "golden_vectors", "save_golden",
 ]

@@ -361,7 +361,7 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
         ml_dtypes' narrow floats), or any object exposing ``__array__``.
         Never modified.
     fmt : str or Format
-        Target format (see :func:`fp8emu.formats`).
+        Target format (see :func:`fp8emu.format_names`).
     rounding : {"rne", "rna", "rtz", "rup", "rdn", "rto", "stochastic"}, keyword-only
         Rounding mode (see :data:`fp8emu.rounding.ROUNDING_MODES`).
     saturate : bool, keyword-only
@@ -385,7 +385,7 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
         double rounding of casts that go through an intermediate type.
     profile : str, keyword-only
         Reproduce a GPU or library code path exactly (see
-        :func:`fp8emu.profiles`); ``None`` or ``"ocp"`` is the spec.
+        :func:`fp8emu.profile_names`); ``None`` or ``"ocp"`` is the spec.
 
     Returns
     -------
@@ -498,7 +498,7 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
         round-to-nearest-even (only E8M0 and E5M2 extremes can fall outside
         float16 or need rounding).
     profile : str, keyword-only
-        GPU decoders give their own NaN bit patterns (see :func:`fp8emu.profiles`).
+        GPU decoders give their own NaN bit patterns (see :func:`fp8emu.profile_names`).
 
     Returns
     -------

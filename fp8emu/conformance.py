@@ -18,14 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .data import golden_dir
 from .formats import get_format
 
 __all__ = ["read_rle", "RecordedTable", "recorded_tables", "report", "markdown_table", "rle_at",
-           "profile_runs", "GOLDEN_DIR"]
+           "profile_runs"]
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-#: Default folder of the recorded tables: the tests' byte-identical copies of the H200 recordings.
-GOLDEN_DIR = os.path.join(os.path.dirname(_HERE), "tests", "golden")
 KINDS = ("nan", "saturation", "rounding", "zero/sign", "e8m0")
 
 
@@ -34,8 +32,9 @@ def read_rle(path):
 
     Examples
     --------
-    >>> import os, fp8emu.conformance as C
-    >>> s, c, n = C.read_rle(os.path.join(C.GOLDEN_DIR, "cuda_f32_e2m1_rn.rle"))
+    >>> import fp8emu.conformance as C
+    >>> from fp8emu.data import golden_path
+    >>> s, c, n = C.read_rle(golden_path("cuda_f32_e2m1_rn.rle"))
     >>> n == 2**32, int(s[0]), int(c[0])
     (True, 0, 0)
     """
@@ -136,7 +135,7 @@ _RND = {"rn": "rne", "rz": "rtz", "rp": "rup", "rtne": "rne", "rtz": "rtz"}
 
 
 def recorded_tables(folder=None):
-    """Every recorded table in ``folder`` (default :data:`GOLDEN_DIR`) with its profile.
+    """Every recorded table in ``folder`` (default: the package's recordings) with its profile.
 
     Examples
     --------
@@ -145,7 +144,7 @@ def recorded_tables(folder=None):
     >>> t["cuda_f32_e8m0_rp_nosat"].profile, t["cuda_f32_e8m0_rp_nosat"].rounding
     ('cuda-nosat', 'rup')
     """
-    folder = folder or GOLDEN_DIR
+    folder = folder or golden_dir()
     if not os.path.isdir(folder):
         raise ValueError(f"no recorded tables: {folder} is not a folder")
     out = []
@@ -314,7 +313,7 @@ def report(folder=None):
     >>> r["mismatches"], r["ocp_nan"], r["ocp_saturation"]
     (0, 8388607, 1999634432)
     """
-    return [dict(r) for r in _report(os.path.abspath(folder or GOLDEN_DIR))]
+    return [dict(r) for r in _report(os.path.abspath(folder or golden_dir()))]
 
 
 def markdown_table(rows=None) -> str:
@@ -338,21 +337,3 @@ def markdown_table(rows=None) -> str:
                                         str(r["differs_from_ocp"])]
                                        + [str(r[f"ocp_{k}"]) for k in KINDS]) + " |")
     return "\n".join(lines)
-
-
-def _cli(args) -> int:
-    rows = report(args.folder)
-    print(markdown_table(rows))
-    bad = [r["table"] for r in rows if r["mismatches"]]
-    if bad:
-        print(f"\n{len(bad)} table(s) NOT reproduced: {', '.join(bad)}")
-        return 1
-    print(f"\nall {len(rows)} recorded tables reproduced bit-exactly by their profiles")
-    return 0
-
-
-def add_cli(sub):
-    """Add the ``conformance`` subcommand."""
-    p = sub.add_parser("conformance", help="exact conformance of the profiles with the recorded H200 tables")
-    p.add_argument("--folder", default=None, help="folder of recorded tables (default: the package's copies)")
-    p.set_defaults(func=_cli)

@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-__all__ = ["Format", "get_format", "formats", "register_format", "format_table"]
+__all__ = ["Format", "get_format", "format_names", "register_format", "format_table"]
 
 _INF_STYLES = (None, "ieee", "top")
 _NAN_STYLES = (None, "ieee", "fn", "negzero", "top")
@@ -358,13 +358,13 @@ _BUILTIN_NAMES = frozenset(f.name for f in _BUILTINS)
 _REGISTRY.update({f.name: f for f in _BUILTINS})
 
 
-def formats() -> list[str]:
+def format_names() -> list[str]:
     """Names of all registered formats, built-ins first.
 
     Examples
     --------
     >>> import fp8emu
-    >>> fp8emu.formats()[:3]
+    >>> fp8emu.format_names()[:3]
     ['e4m3fn', 'e5m2', 'e4m3fnuz']
     """
     return list(_REGISTRY)
@@ -376,7 +376,7 @@ def get_format(fmt) -> Format:
     Parameters
     ----------
     fmt : str or Format
-        A registered name (see :func:`formats`) or a Format object.
+        A registered name (see :func:`format_names`) or a Format object.
 
     Returns
     -------

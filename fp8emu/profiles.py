@@ -38,7 +38,7 @@ import numpy as np
 
 from .formats import get_format
 
-__all__ = ["profiles", "get_profile", "profile_encode", "profile_decode", "PROFILE_NAMES", "Profile"]
+__all__ = ["profile_names", "get_profile", "profile_encode", "profile_decode", "PROFILE_NAMES", "Profile"]
 
 _F32 = np.dtype(np.float32)
 _F16 = np.dtype(np.float16)
@@ -105,17 +105,17 @@ _PROFILES = {p.name: p for p in [
                                 **{f: _r("rne", False) for f in _FNUZ})),
 ]}
 
-#: Profile names, in the order of :func:`profiles`.
+#: Profile names, in the order of :func:`profile_names`.
 PROFILE_NAMES = tuple(_PROFILES)
 
 
-def profiles() -> dict:
+def profile_names() -> dict:
     """Names of the implementation profiles and a one-line description of each.
 
     Examples
     --------
     >>> import fp8emu
-    >>> list(fp8emu.profiles())[:3]
+    >>> list(fp8emu.profile_names())[:3]
     ['ocp', 'ml_dtypes', 'torch-cuda']
     """
     return {p.name: p.description for p in _PROFILES.values()}

@@ -23,7 +23,7 @@ from .formats import get_format
 
 __all__ = ["assert_fp8_equal", "golden_vectors", "save_golden", "load_golden"]
 
-_SOURCES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
+SOURCE_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
             "float64": np.float64}
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -77,7 +77,7 @@ def assert_fp8_equal(actual, x, fmt, *, profile="ocp", **encode_options):
         The inputs that produced ``actual`` (same shape).
     fmt : str or Format
     profile : str, keyword-only
-        The code path to emulate (see :func:`fp8emu.profiles`).
+        The code path to emulate (see :func:`fp8emu.profile_names`).
     **encode_options
         Further options of :func:`fp8emu.encode` (e.g. ``saturate=True``).
 
@@ -165,9 +165,9 @@ def golden_vectors(fmt, *, source_dtype="float32", profile="ocp", rounding="rne"
     126
     """
     f = get_format(fmt)
-    if source_dtype not in _SOURCES:
-        raise ValueError(f"unknown source_dtype {source_dtype!r}; valid: {', '.join(_SOURCES)}")
-    dt = np.dtype(_SOURCES[source_dtype])
+    if source_dtype not in SOURCE_DTYPES:
+        raise ValueError(f"unknown source_dtype {source_dtype!r}; valid: {', '.join(SOURCE_DTYPES)}")
+    dt = np.dtype(SOURCE_DTYPES[source_dtype])
     vals = f.values()
     fin = np.unique(np.abs(vals[np.isfinite(vals)]))
     mids = (fin[1:] + fin[:-1]) / 2           # exact in float64: narrow values have few bits
@@ -245,37 +245,17 @@ def load_golden(path):
     if path.lower().endswith(".json"):
         with open(path) as fh:
             d = json.load(fh)
-        dt = np.dtype(_SOURCES[d["source_dtype"]])
+        dt = np.dtype(SOURCE_DTYPES[d["source_dtype"]])
         bits = np.array([int(b, 16) for b in d["bits"]], dtype=np.uint64).astype(_UINT[dt.itemsize])
         codes = np.array([int(c, 16) for c in d["codes"]], dtype=np.uint8)
     else:
         with np.load(path) as z:
             d = {k: z[k].item() for k in ("format", "source_dtype", "profile", "rounding", "saturate")}
             bits, codes = z["bits"], z["codes"]
-        dt = np.dtype(_SOURCES[d["source_dtype"]])
+        dt = np.dtype(SOURCE_DTYPES[d["source_dtype"]])
     out = {k: d[k] for k in ("format", "source_dtype", "profile", "rounding", "saturate")}
     out.update(bits=bits, codes=codes, x=bits.view(dt))
     return out
-
-
-def _cli(args) -> int:
-    g = save_golden(args.out, args.format, source_dtype=args.source_dtype, profile=args.profile,
-                    rounding=args.rounding, saturate=args.saturate)
-    print(f"wrote {g['codes'].size} {g['format']} vectors ({g['source_dtype']} inputs, "
-          f"profile {g['profile']}) to {args.out}")
-    return 0
-
-
-def add_cli(sub):
-    """Add the ``golden`` subcommand."""
-    p = sub.add_parser("golden", help="write golden edge-case vectors with expected codes (.json/.npz)")
-    p.add_argument("--format", required=True, help="target format, e.g. e4m3fn")
-    p.add_argument("--profile", default="ocp", help="implementation profile (default: ocp)")
-    p.add_argument("--source-dtype", default="float32", choices=list(_SOURCES))
-    p.add_argument("--rounding", default="rne")
-    p.add_argument("--saturate", action="store_true")
-    p.add_argument("--out", required=True, help="output file (.json or .npz)")
-    p.set_defaults(func=_cli)
 
 
 # A fixture only when loaded under pytest (``-p fp8emu.testing``); fp8emu does not depend on pytest.

@@ -137,15 +137,3 @@ def validate(chunk_bits=28, limit=None, out=print):
     for r in rows:
         out("| " + " | ".join(str(v) for v in r) + " |")
     return rows
-
-
-def _cli(args) -> int:
-    validate(limit=args.limit)
-    return 0
-
-
-def add_cli(sub):
-    """Add the ``validate-gpu`` subcommand."""
-    p = sub.add_parser("validate-gpu", help="compare torch/Triton/JAX GPU casts with the profiles (needs CUDA)")
-    p.add_argument("--limit", type=int, default=None, help="validate only the first N float32 patterns")
-    p.set_defaults(func=_cli)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu import analysis
+from fp8emu.lab import analysis
 
 
 def test_error_metrics_hand_worked():

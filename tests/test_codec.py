@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 import fp8emu
+from fp8emu.data import golden_dir
 from oracle import ValueOracle, code_value, round_float, round_fraction
 
-GOLDEN = Path(__file__).parent / "golden"
-ALL = fp8emu.formats()
+GOLDEN = golden_dir()
+ALL = fp8emu.format_names()
 ML = [n for n in ALL if fp8emu.get_format(n).ml_dtype is not None]
 MODES = ["rne", "rna", "rtz", "rup", "rdn", "rto"]
 SOURCES16 = [np.float16, ml_dtypes.bfloat16]
@@ -88,7 +89,7 @@ def test_values_match_spec_formula(name):
 
 
 def test_registry_and_errors():
-    assert fp8emu.formats()[:2] == ["e4m3fn", "e5m2"]
+    assert fp8emu.format_names()[:2] == ["e4m3fn", "e5m2"]
     assert set(ML) == {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4",
                        "e8m0fnu", "e2m3fn", "e3m2fn", "e2m1fn"}
     f = fp8emu.get_format("e4m3fn")

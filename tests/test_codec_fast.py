@@ -13,7 +13,7 @@ import fp8emu
 from fp8emu import codec
 from oracle import ValueOracle, round_fraction
 
-ALL = fp8emu.formats()
+ALL = fp8emu.format_names()
 MODES = ["rne", "rna", "rtz", "rup", "rdn", "rto"]
 
 

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import fp8emu
+from fp8emu.data import golden_dir
 from fp8emu import conformance as C
 from fp8emu.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = golden_dir()
 
 
 @pytest.fixture(scope="module")

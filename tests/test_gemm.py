@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import fp8emu
+from fp8emu.data import golden_path
 from fp8emu import Accumulator, scaled_mm
 
-GOLDEN = np.load(Path(__file__).parent / "golden" / "scaled_mm_dev.npz")
+GOLDEN = np.load(golden_path("scaled_mm_dev.npz"))
 E4 = "e4m3fn"
 
 

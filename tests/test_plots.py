@@ -2,7 +2,7 @@
 
 import pytest
 
-from fp8emu import plots
+from fp8emu.lab import plots
 
 QUICK = [n for n in plots.available_figures()
          if n in ("fig1_values_per_binade", "fig2_relative_error", "fig3_sqnr_vs_scale",
@@ -12,13 +12,10 @@ QUICK = [n for n in plots.available_figures()
 
 @pytest.mark.parametrize("name", QUICK)
 def test_figure_has_labels_titles_and_data(name):
-    fig = plots.FIGURES[name][0](size=0.05)
-    try:
-        for ax in fig.axes:
-            assert ax.get_xlabel() and ax.get_title()
-            assert ax.lines or ax.patches or ax.collections
-    finally:
-        plots.plt.close(fig)
+    fig = plots.FIGURES[name](size=0.05)
+    for ax in fig.axes:
+        assert ax.get_xlabel() and ax.get_title()
+        assert ax.lines or ax.patches or ax.collections
 
 
 def test_save_is_deterministic(tmp_path):

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import fp8emu
+from fp8emu.data import golden_dir
 from fp8emu.conformance import read_rle, recorded_tables, rle_at
 from oracle import ValueOracle
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = golden_dir()
 TABLES = recorded_tables(str(GOLDEN))
 CASTS = [t for t in TABLES if t.kind in ("cast", "cast16")]
 DECODES = [t for t in TABLES if t.kind == "decode"]
@@ -96,7 +97,7 @@ def test_float64_midpoints_double_rounding(fmt):
 
 
 def test_profiles_listing():
-    p = fp8emu.profiles()
+    p = fp8emu.profile_names()
     assert list(p) == ["ocp", "ml_dtypes", "torch-cuda", "cuda-satfinite", "cuda-nosat", "triton-rtne",
                        "triton-rtz", "jax-gpu"]
     assert all(isinstance(v, str) and "\n" not in v and v for v in p.values())

@@ -94,7 +94,7 @@ def test_golden_vectors_ocp_match_oracle(fmt, src):
     mids = (a[1:] + a[:-1]) / 2
     present = np.isin(mids.astype(g["x"].dtype).astype(np.float64), x)
     assert present.all()
-    assert g["x"].dtype == np.dtype(T._SOURCES[src]) and g["bits"].view(g["x"].dtype).tolist() is not None
+    assert g["x"].dtype == np.dtype(T.SOURCE_DTYPES[src]) and g["bits"].view(g["x"].dtype).tolist() is not None
 
 
 def test_golden_vectors_profile_and_errors():

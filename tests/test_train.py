@@ -5,7 +5,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from fp8emu import train
+from fp8emu.lab import train
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("fp8emu.scaling") is None,
                                 reason="needs fp8emu.scaling (issue 5)")

@@ -7,7 +7,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parents[1] / "notebooks"
 PARAM = "# Parameters: SIZE scales the work (1.0 = full; the test suite runs 0.05).\nSIZE = 1.0"
-SETUP = "import numpy as np\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nimport fp8emu\nfrom fp8emu import analysis, plots"
+SETUP = "%matplotlib inline\nimport numpy as np\nimport matplotlib.pyplot as plt\nimport fp8emu\nfrom fp8emu.lab import analysis, plots"
 
 NOTEBOOKS = {
     "01_formats_tour": [
@@ -16,7 +16,7 @@ NOTEBOOKS = {
         "print(fp8emu.format_table())",
         "f = fp8emu.get_format('e4m3fn')\nprint(f.max, f.min_normal, f.min_subnormal, f.eps)\nprint(f.values()[:16])",
         "## Every value of a format\nThe same table `fp8emu table e4m3fn` prints.",
-        "from fp8emu.inspect_cmd import code_table\nprint('\\n'.join(code_table('e2m1fn').splitlines()))",
+        "from fp8emu.describe import code_table\nprint('\\n'.join(code_table('e2m1fn').splitlines()))",
         "## Values per binade\nMantissa bits set how many values each binade holds; exponent bits set how many binades there are.",
         "for name in ['e4m3fn', 'e5m2', 'e3m4', 'e2m1fn']:\n    e, c = analysis.values_per_binade(name)\n    print(f'{name:8s} binades {e.min():+d}..{e.max():+d}  values/binade {sorted(set(c.tolist()))}')",
         "fig = plots.figure_values_per_binade(size=SIZE)\nfig",
@@ -80,7 +80,7 @@ NOTEBOOKS = {
     "06_fp8_training": [
         "# FP8 training, measured\nThe same MLP, same data, same initialization: float32 vs FP8 linear layers "
         "(E4M3 forward, E5M2 backward, delayed scaling with an amax history).",
-        PARAM, SETUP + "\nfrom fp8emu import train",
+        PARAM, SETUP + "\nfrom fp8emu.lab import train",
         "res = train.compare(steps=max(20, int(400 * SIZE)), n_train=max(512, int(8192 * SIZE)), n_test=max(256, int(2048 * SIZE)))\nprint(train.summary(res))",
         "fig, ax = plt.subplots(figsize=(7, 4))\nfor name, r in res.items():\n    ax.plot(r['loss'], label=name)\n"
         "ax.set_yscale('log'); ax.set_xlabel('step'); ax.set_ylabel('loss (nats)'); ax.legend(); fig",

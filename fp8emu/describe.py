@@ -1,8 +1,8 @@
-"""Inspect formats from the command line: ``fp8emu table`` and ``fp8emu encode``.
+"""Human-readable descriptions of codes: bit fields, code tables, encode reports.
 
-``table FORMAT`` lists every code of a format with its bits and value;
-``encode VALUE... --format F`` shows how each value is encoded (code, bits,
-decoded value, absolute and relative error).
+:func:`code_table` lists every code of a format with its bits and value
+(``fp8emu table``); :func:`encode_lines` shows how each value is encoded
+(code, bits, decoded value, absolute and relative error; ``fp8emu encode``).
 
 Examples
 --------
@@ -14,15 +14,12 @@ Examples
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from .codec import decode, encode
 from .formats import get_format
-from .rounding import ROUNDING_MODES
 
-__all__ = ["code_bits", "code_table", "encode_lines", "add_cli"]
+__all__ = ["code_bits", "code_table", "encode_lines"]
 
 
 def code_bits(code: int, fmt) -> str:
@@ -85,12 +82,7 @@ def encode_lines(values, fmt, *, rounding="rne", saturate=False, profile=None) -
     opts = {"rounding": rounding, "saturate": saturate}
     if profile is not None:
         opts["profile"] = profile
-    try:
-        codes = encode(x, f, **opts)
-    except TypeError as exc:
-        if profile is not None and "profile" in str(exc):
-            raise ValueError("--profile needs fp8emu.profiles, which this installation lacks") from None
-        raise
+    codes = encode(x, f, **opts)
     dec = decode(codes, f, dtype=np.float64)
     width = (f.bits + 3) // 4
     out = ["input  code  bits  value  abs_error  rel_error"]
@@ -101,35 +93,3 @@ def encode_lines(values, fmt, *, rounding="rne", saturate=False, profile=None) -
         out.append(f"{s}  0x{c:0{width}X}  {code_bits(c, f)}  {_value_text(v)}  "
                    f"{_value_text(e)}  {_value_text(r)}")
     return out
-
-
-def _table(args) -> int:
-    print(code_table(args.format))
-    return 0
-
-
-def _encode(args) -> int:
-    print("\n".join(encode_lines(args.values, args.format, rounding=args.rounding,
-                                 saturate=args.saturate, profile=args.profile)))
-    return 0
-
-
-def add_cli(sub) -> None:
-    """Add the ``table`` and ``encode`` subcommands."""
-    p = sub.add_parser("table", help="list every code of a format with its bits and value",
-                       description="List every code of FORMAT with its bits (sign exponent mantissa) "
-                                   "and value.")
-    p.add_argument("format", metavar="FORMAT", help="format name (see `fp8emu.formats()`)")
-    p.set_defaults(func=_table)
-    p = sub.add_parser("encode", help="encode values and show code, bits, value and error",
-                       description="Encode each VALUE (read exactly as float64, rounded once) and print "
-                                   "its code, bits, decoded value, absolute and relative error.")
-    # Let negative numbers in exponent notation (-1e-3) and -inf be values, not options.
-    p._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-inf(inity)?$", re.I)
-    p.add_argument("values", nargs="+", metavar="VALUE", help="decimal numbers, inf or nan")
-    p.add_argument("--format", "-f", default="e4m3fn", help="target format (default e4m3fn)")
-    p.add_argument("--rounding", "-r", default="rne", choices=ROUNDING_MODES,
-                   help="rounding mode (default rne)")
-    p.add_argument("--saturate", action="store_true", help="clamp overflow and ±Inf to ±max")
-    p.add_argument("--profile", default=None, help="implementation profile (e.g. cuda-satfinite)")
-    p.set_defaults(func=_encode)

@@ -2,9 +2,9 @@
 
 Every figure function takes a ``size`` factor (1.0 for the committed figures;
 smaller values give quick, coarse versions for tests and notebooks), uses
-fixed seeds, and returns a :class:`matplotlib.figure.Figure`.  Figures whose
-dependencies (scaling, GEMM, profiles modules) are missing from the
-installation are skipped by :func:`save_figures`.
+fixed seeds, and returns a :class:`matplotlib.figure.Figure` built with the
+object API: importing this module never switches the caller's matplotlib
+backend, and a notebook displays a returned figure as usual.
 
 Examples
 --------
@@ -15,23 +15,27 @@ Examples
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # figures are files; never open a window
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from . import analysis  # noqa: E402
+from .. import scaling
+from ..codec import encode
+from ..conformance import report
+from ..formats import format_names, get_format
+from ..gemm import scaled_mm
+from ..scaling import DelayedScaling, current_scale
+from . import analysis
+from .train import compare
 
 __all__ = [
     "FIGURES", "available_figures", "save_figures", "figure_values_per_binade",
     "figure_relative_error", "figure_sqnr_vs_scale", "figure_rounding_bias",
     "figure_delayed_scaling", "figure_granularity", "figure_gemm_accumulation",
-    "figure_training", "figure_conformance", "add_cli",
+    "figure_training", "figure_conformance",
 ]
 
 _STYLE = {"figure.dpi": 100, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3,
@@ -39,8 +43,9 @@ _STYLE = {"figure.dpi": 100, "font.size": 10, "axes.grid": True, "grid.alpha": 0
 
 
 def _new(ncols=1, width=7.0, height=4.2):
-    with plt.rc_context(_STYLE):
-        fig, axes = plt.subplots(1, ncols, figsize=(width, height), squeeze=False)
+    with matplotlib.rc_context(_STYLE):
+        fig = Figure(figsize=(width, height))
+        axes = fig.subplots(1, ncols, squeeze=False)
     for ax in axes.ravel():
         ax.grid(True, alpha=0.3)
     return fig, list(axes.ravel())
@@ -55,9 +60,8 @@ def figure_values_per_binade(size=1.0):
     >>> len(fig.axes), fig.axes[1].get_ylabel()
     (2, 'values per binade')
     """
-    from .formats import formats, get_format
 
-    fmts = [f for f in formats() if f != "e8m0fnu"] + ["e8m0fnu"]
+    fmts = [f for f in format_names() if f != "e8m0fnu"] + ["e8m0fnu"]
     fig, (ax, ax2) = _new(ncols=2, width=13, height=5.5)
     for row, f in enumerate(fmts):
         v = get_format(f).values()
@@ -167,17 +171,8 @@ def figure_rounding_bias(size=1.0):
     return fig
 
 
-def _has(module):
-    try:
-        importlib.import_module(f"fp8emu.{module}")
-        return True
-    except ImportError:
-        return False
-
-
 def figure_delayed_scaling(size=1.0):
     """Figure 5: delayed (amax history) vs current scaling on a tensor whose amax drifts and spikes."""
-    from .scaling import DelayedScaling, current_scale
 
     steps = max(40, int(300 * size))
     g = np.random.default_rng(5)
@@ -227,7 +222,6 @@ def figure_delayed_scaling(size=1.0):
 
 def figure_granularity(size=1.0):
     """Figure 6: SQNR vs scaling granularity on activations with outlier channels."""
-    from . import scaling
 
     g = np.random.default_rng(6)
     rows, cols = (256, 512) if size >= 1 else (128, 256)
@@ -261,8 +255,6 @@ def figure_granularity(size=1.0):
 
 def figure_gemm_accumulation(size=1.0):
     """Figure 7: relative GEMM error vs K for the exact, fp32, hopper-fast and hopper accumulators."""
-    from .codec import encode
-    from .gemm import scaled_mm
 
     g = np.random.default_rng(7)
     ks = [64, 256, 1024, 4096] + ([16384] if size >= 1 else [])
@@ -295,7 +287,6 @@ def figure_gemm_accumulation(size=1.0):
 
 def figure_training(size=1.0):
     """Figure 8: training loss curves, float32 vs emulated FP8 (HYBRID, delayed scaling)."""
-    from .train import compare
 
     res = compare(steps=max(30, int(400 * size)), progress=False)
     fig, (ax1, ax2) = _new(ncols=2, width=12)
@@ -321,7 +312,6 @@ def figure_conformance(size=1.0):
     its profile) encodes differently from ``ocp`` (round to nearest even, non-saturating), split
     by kind of difference.
     """
-    from .conformance import report
 
     rows = [r for r in report() if r["kind"] == "cast" and r["source"] == "float32"]
     kinds = ["ocp_nan", "ocp_saturation", "ocp_rounding", "ocp_zero/sign", "ocp_e8m0"]
@@ -345,17 +335,17 @@ def figure_conformance(size=1.0):
     return fig
 
 
-#: name -> (figure function, fp8emu modules it needs).
+#: name -> figure function.
 FIGURES = {
-    "fig1_values_per_binade": (figure_values_per_binade, ()),
-    "fig2_relative_error": (figure_relative_error, ()),
-    "fig3_sqnr_vs_scale": (figure_sqnr_vs_scale, ()),
-    "fig4_rounding_bias": (figure_rounding_bias, ()),
-    "fig5_delayed_scaling": (figure_delayed_scaling, ("scaling",)),
-    "fig6_granularity": (figure_granularity, ("scaling",)),
-    "fig7_gemm_accumulation": (figure_gemm_accumulation, ("gemm",)),
-    "fig8_training": (figure_training, ("scaling", "train")),
-    "fig9_conformance": (figure_conformance, ("conformance",)),
+    "fig1_values_per_binade": figure_values_per_binade,
+    "fig2_relative_error": figure_relative_error,
+    "fig3_sqnr_vs_scale": figure_sqnr_vs_scale,
+    "fig4_rounding_bias": figure_rounding_bias,
+    "fig5_delayed_scaling": figure_delayed_scaling,
+    "fig6_granularity": figure_granularity,
+    "fig7_gemm_accumulation": figure_gemm_accumulation,
+    "fig8_training": figure_training,
+    "fig9_conformance": figure_conformance,
 }
 
 
@@ -367,7 +357,7 @@ def available_figures() -> list:
     >>> available_figures()[:2]
     ['fig1_values_per_binade', 'fig2_relative_error']
     """
-    return [n for n, (_, deps) in FIGURES.items() if all(_has(d) for d in deps)]
+    return list(FIGURES)
 
 
 def save_figures(out, names=None, *, size=1.0, progress=False) -> list:
@@ -394,35 +384,9 @@ def save_figures(out, names=None, *, size=1.0, progress=False) -> list:
     for i, name in enumerate(names):
         if progress:
             print(f"[{i + 1}/{len(names)}] {name}", file=sys.stderr, flush=True)
-        fig = FIGURES[name][0](size=size)
+        fig = FIGURES[name](size=size)
         path = out / f"{name}.png"
         # No software/date metadata, so the same figure gives the same bytes.
         fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
-        plt.close(fig)
         paths.append(path)
     return paths
-
-
-def _figures(args) -> int:
-    if args.list:
-        avail = set(available_figures())
-        for n in FIGURES:
-            print(f"{n}{'' if n in avail else '  (unavailable: missing dependency)'}")
-        return 0
-    if not args.size > 0:
-        raise ValueError(f"--size must be positive, got {args.size}")
-    for p in save_figures(args.out, args.only or None, size=args.size, progress=not args.quiet):
-        print(p)
-    return 0
-
-
-def add_cli(sub) -> None:
-    """Add the ``figures`` subcommand."""
-    p = sub.add_parser("figures", help="regenerate the numerics-lab figures (PNG)",
-                       description="Regenerate every available figure deterministically into --out.")
-    p.add_argument("--out", default="figures", help="output folder (default: figures)")
-    p.add_argument("--only", nargs="+", metavar="NAME", help="render only these figures")
-    p.add_argument("--size", type=float, default=1.0, help="work factor; <1 for quick coarse figures")
-    p.add_argument("--list", action="store_true", help="list figure names and exit")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.set_defaults(func=_figures)

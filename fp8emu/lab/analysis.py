@@ -26,8 +26,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .codec import decode, encode
-from .formats import get_format
+from ..codec import decode, encode
+from ..formats import get_format
 
 __all__ = [
     "DISTRIBUTIONS", "RECIPES", "Table", "sample", "quantize_values", "ulp", "error_metrics",

@@ -23,7 +23,14 @@ from __future__ import annotations
 import sys
 import time
 
+import warnings
+
 import numpy as np
+
+from ..formats import get_format
+from ..gemm import scaled_mm
+from ..scaling import HYBRID, DelayedScaling, quantize_tensorwise
+
 
 def _scaled_mm(*args, **kw):
     """:func:`fp8emu.gemm.scaled_mm`, quiet about K not being a multiple of 16.
@@ -31,15 +38,12 @@ def _scaled_mm(*args, **kw):
     The 10-class output layer has K = 10 in its input-gradient GEMM; cuBLASLt would pad it, and the
     emulation computes it exactly as asked, so the warning says nothing new here.
     """
-    import warnings
-
-    from .gemm import scaled_mm as mm
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*not a multiple of 16.*")
-        return mm(*args, **kw)
+        return scaled_mm(*args, **kw)
 
 
-__all__ = ["make_task", "MLP", "train", "compare", "add_cli"]
+__all__ = ["make_task", "MLP", "train", "compare", "summary"]
 
 
 def make_task(n_train=8192, n_test=2048, *, dim=32, classes=10, seed=0, dataset="synthetic") -> dict:
@@ -92,10 +96,8 @@ class _Quantizer:
     """Delayed scaling for one tensor role, counting overflows and underflows."""
 
     def __init__(self, fmt, history):
-        from .scaling import DelayedScaling
         self.fmt = fmt
         self.ds = DelayedScaling(fmt, amax_history_len=history)
-        from .formats import get_format
         self.max = get_format(fmt).max
         self.overflow = 0
         self.underflow = 0
@@ -103,7 +105,6 @@ class _Quantizer:
 
     def __call__(self, x, update=True):
         """(dequantized x as float32, ScaledTensor); ``update=False`` (evaluation) leaves no trace."""
-        from .scaling import quantize_tensorwise
         scale = float(np.asarray(self.ds.scale).reshape(-1)[0])
         if not update:
             st = quantize_tensorwise(x, self.fmt, scale=scale)
@@ -145,7 +146,6 @@ class MLP:
         self.precision = precision
         self.accumulator = accumulator
         if precision == "fp8":
-            from .scaling import HYBRID
             fwd, bwd = HYBRID["forward"], HYBRID["backward"]
             self.q = [{"x": _Quantizer(fwd, amax_history_len), "w": _Quantizer(fwd, amax_history_len),
                        "g": _Quantizer(bwd, amax_history_len)} for _ in self.W]
@@ -324,31 +324,3 @@ def summary(results) -> str:
         lines.append(f"{name:<9}  {r['final_loss']:.4f}      {r['accuracy']:.4f}    {r['seconds']:.1f}    "
                      f"{ov}  {un}  {n}")
     return "\n".join(lines)
-
-
-def _train_demo(args) -> int:
-    if args.steps < 1 or args.train_size < 1 or args.amax_history_len < 1:
-        raise ValueError("--steps, --train-size and --amax-history-len must be positive")
-    res = compare(steps=args.steps, dataset=args.dataset, accumulator=args.accumulator, seed=args.seed,
-                  progress=not args.quiet, amax_history_len=args.amax_history_len,
-                  n_train=args.train_size, n_test=max(256, args.train_size // 4))
-    print(summary(res))
-    return 0
-
-
-def add_cli(sub) -> None:
-    """Add the ``train-demo`` subcommand."""
-    p = sub.add_parser("train-demo", help="train a NumPy MLP in float32 and emulated FP8; compare",
-                       description="Train the same MLP in float32 and with FP8-emulated linear layers "
-                                   "(HYBRID: E4M3 forward, E5M2 backward; delayed scaling) and compare "
-                                   "loss, accuracy and overflow/underflow counts.")
-    p.add_argument("--steps", type=int, default=400, help="SGD steps (default 400)")
-    p.add_argument("--dataset", default="synthetic", choices=("synthetic", "digits"),
-                   help="synthetic (default) or scikit-learn digits (needs scikit-learn)")
-    p.add_argument("--accumulator", default="fp32", choices=("fp32", "hopper"),
-                   help="FP8 GEMM accumulation; hopper is emulated and slow")
-    p.add_argument("--amax-history-len", type=int, default=16, help="delayed-scaling history (default 16)")
-    p.add_argument("--train-size", type=int, default=8192, help="synthetic training examples (default 8192)")
-    p.add_argument("--seed", type=int, default=0, help="seed of data and initialization")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_train_demo)

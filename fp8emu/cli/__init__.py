@@ -1,0 +1,82 @@
+"""The ``fp8emu`` command line.
+
+One module per command in this package.  Each defines ``register(sub, name,
+help)``, which adds its parser, and ``run(args) -> int``.  Only the module
+of the command being run is imported, so ``fp8emu table e4m3fn`` loads
+neither matplotlib nor the GEMM code.  Bad input (``ValueError``,
+``OSError``) is one line ``fp8emu COMMAND: error: ...`` on stderr and exit
+status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+#: command name -> (module in fp8emu.cli, one-line help), in --help order.
+COMMANDS = {
+    "encode": ("encode", "encode values and show code, bits, value and error"),
+    "table": ("table", "list every code of a format with its bits and value"),
+    "conformance": ("conformance", "exact conformance of the profiles with the recorded H200 tables"),
+    "golden": ("golden", "write golden vectors with expected codes for kernel tests"),
+    "validate-gpu": ("validate_gpu", "compare torch/Triton/JAX GPU casts with the profiles (needs CUDA)"),
+    "figures": ("figures", "regenerate the numerics-lab figures (PNG)"),
+    "train-demo": ("train_demo", "train a NumPy MLP in float32 and emulated FP8; compare"),
+}
+
+
+def _version() -> str:
+    # importlib.metadata reads the installed distribution without importing the library.
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("fp8emu")
+    except PackageNotFoundError:   # running from a source tree that was never installed
+        return "unknown"
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only ``command``'s module is imported to build its options.
+
+    Examples
+    --------
+    >>> p = build_parser("table")
+    >>> p.parse_args(["table", "e2m1fn"]).format
+    'e2m1fn'
+    """
+    parser = argparse.ArgumentParser(
+        prog="fp8emu", description="Bit-exact FP8 / narrow-float reference emulator and numerics lab.")
+    parser.add_argument("--version", action="version", version=f"fp8emu {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        if name == command:
+            importlib.import_module(f"{__name__}.{module}").register(sub, name, help_text)
+        else:
+            sub.add_parser(name, help=help_text)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``fp8emu`` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    parser = build_parser(command)
+    args = parser.parse_args(argv)
+    if command is None or not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) stopped early: not an error of ours.
+        sys.stdout = open(os.devnull, "w")
+        return 0
+    except (ValueError, OSError) as exc:
+        print(f"fp8emu {command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fp8emu {command}: interrupted", file=sys.stderr)
+        return 130
