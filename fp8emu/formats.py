@@ -257,7 +257,9 @@ class Format:
         if self.inf_code is not None:
             vals = np.where(mag == self.inf_code, np.where(neg, -np.inf, np.inf), vals)
         nan = self.nan_mask(codes)
-        vals = np.where(nan, np.nan, vals)
+        # a NaN code decodes to a NaN with the code's sign bit (as ml_dtypes), so that
+        # encode(decode(c)) gives c back for every canonical NaN code
+        vals = np.where(nan, np.where(neg, -np.nan, np.nan), vals)
         vals.setflags(write=False)
         return vals
 
@@ -278,7 +280,7 @@ class Format:
     def values(self) -> np.ndarray:
         """Value of every code, as a read-only float64 array indexed by code.
 
-        NaN codes hold NaN, Inf codes +-Inf.
+        NaN codes hold NaN with the sign of the code's sign bit (as ml_dtypes), Inf codes +-Inf.
 
         Examples
         --------

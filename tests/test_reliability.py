@@ -384,3 +384,19 @@ def test_training_float32_gemm_is_the_sequential_k_order_sum():
     for k in range(40):                      # one IEEE float32 product and sum at a time, in K order
         exp = (exp + (a[:, k:k + 1] * b[k:k + 1, :]).astype(np.float32)).astype(np.float32)
     np.testing.assert_array_equal(out, exp)
+
+
+# ----------------------------------------------------------------------------- NaN sign on decode
+@pytest.mark.parametrize("fmt", [n for n in fp8emu.format_names() if fp8emu.get_format(n).ml_dtype is not None])
+def test_decoded_nan_keeps_the_codes_sign_as_ml_dtypes(fmt):
+    """Found by the property 'every code decodes and re-encodes to itself': 0xFF (e4m3fn -NaN)
+    decoded to +NaN, so it re-encoded to 0x7F, and ml_dtypes decodes it to -NaN."""
+    f = fp8emu.get_format(fmt)
+    c = np.arange(1 << f.bits, dtype=np.uint8)
+    ml = c.view(f.ml_dtype).astype(np.float32)
+    for dt in (np.float32, np.float64, np.float16):
+        got = fp8emu.decode(c, f, dtype=dt).astype(np.float32)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(ml))
+    nan = np.isnan(ml)
+    if f.has_signed_nan:
+        assert (fp8emu.encode(ml[nan], f) & f.sign_bit).tolist() == (c[nan] & f.sign_bit).tolist()
