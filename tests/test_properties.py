@@ -111,7 +111,9 @@ def test_quantize_is_idempotent(fmt, mode, x, saturate, seed):
     q = fp8emu.quantize(x, f, **opts)
     assert q.dtype == x.dtype
     opts2 = dict(opts, rng=seed + 1) if mode == "stochastic" else opts
-    np.testing.assert_array_equal(fp8emu.quantize(q, f, **opts2), q)
+    ut = DTYPES[x.dtype.name][1]
+    # bit for bit (NaN signs included; NumPy cannot compare bfloat16 NaNs)
+    np.testing.assert_array_equal(fp8emu.quantize(q, f, **opts2).view(ut), q.view(ut))
 
 
 @given(fmt=st.sampled_from(FORMATS), mode=st.sampled_from(DETERMINISTIC_MODES + ("stochastic",)),
@@ -147,15 +149,16 @@ def _in_range(x, f):
     return x[ok]
 
 
-@given(fmt=st.sampled_from(FORMATS), x=float_arrays(), saturate=st.booleans())
-def test_directed_modes_bracket_x(fmt, x, saturate):
+@given(fmt=st.sampled_from(FORMATS), x=float_arrays(), saturate=st.booleans(), data=st.data())
+def test_directed_modes_bracket_x(fmt, x, saturate, data):
     f = fp8emu.get_format(fmt)
     x = _in_range(x, f)
     v = exact(x)
-    q = {m: values(fp8emu.encode(x, f, rounding=m, saturate=saturate), f) for m in DETERMINISTIC_MODES}
+    modes = ("rdn", "rup", "rtz", "rne", data.draw(st.sampled_from(["rna", "rto"])))
+    q = {m: values(fp8emu.encode(x, f, rounding=m, saturate=saturate), f) for m in modes}
     assert np.all(q["rdn"] <= v) and np.all(v <= q["rup"])
     assert np.all(np.abs(q["rtz"]) <= np.abs(v))
-    for m in ("rne", "rna", "rtz", "rto"):
+    for m in modes[2:]:
         assert np.all((q[m] == q["rdn"]) | (q[m] == q["rup"])), m
     # rdn and rup are neighbours: no value of the format lies strictly between them
     vals = np.unique(f.values()[np.isfinite(f.values())])
@@ -345,7 +348,7 @@ class DelayedScalingModel(RuleBasedStateMachine):
             self.scale = float(np.finfo(np.float32).max) if math.isinf(s) else s
 
     @precondition(lambda self: hasattr(self, "ds"))
-    @rule(s=st.floats(1e-30, 1e30, width=32))
+    @rule(s=st.floats(2.0 ** -100, 2.0 ** 100, width=32))
     def set_scale(self, s):
         self.ds.scale = s
         self.scale = float(np.float32(s))
