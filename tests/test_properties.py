@@ -37,7 +37,8 @@ MIRROR = {"rne": "rne", "rna": "rna", "rtz": "rtz", "rto": "rto", "rup": "rdn", 
 def float_arrays(draw, dtype_name=None, min_size=1, max_size=40):
     """Arrays of any bit patterns of a source dtype (NaN, Inf, subnormals, -0 included), biased
     toward the narrow formats' range by also drawing small-exponent values."""
-    name = dtype_name or draw(st.sampled_from(sorted(DTYPES)))
+    # float64 less often: its first encode per (format, mode) builds a 2**20-entry table
+    name = dtype_name or draw(st.sampled_from(["float16", "bfloat16", "float32"] * 3 + ["float64"]))
     dt, ut = DTYPES[name]
     n = draw(st.integers(min_size, max_size))
     bits = np.iinfo(ut).bits
