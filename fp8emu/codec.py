@@ -325,10 +325,10 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
     arr = as_array(x)
     if arr.dtype in DECODE_DTYPES:
         dt = arr.dtype
-    elif arr.dtype.kind == "V":   # ml_dtypes' narrow floats
-        dt = np.dtype(np.float32)
-    else:
+    elif arr.dtype.kind in "biu":
         dt = np.dtype(np.float64)
+    else:   # ml_dtypes' narrow floats, the only other types as_array accepts (their kind is "f" or "V")
+        dt = np.dtype(np.float32)
     profile = encode_options.get("profile")
     return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt, profile=profile)
 
