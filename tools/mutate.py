@@ -285,9 +285,10 @@ def _run_tests(workdir, tests, timeout):
     tail = (p.stdout + p.stderr).strip().splitlines()[-1:] or [""]
     if p.returncode == 0:
         return "survived", time.time() - t0, tail[0]
-    if p.returncode in (1, 2, 3):     # failures, interrupted (collection error), internal error
-        return "killed", time.time() - t0, tail[0]
-    return "error", time.time() - t0, tail[0]
+    # any failure kills: test failures (1), a collection error (2), an internal error (3), and
+    # "found no collectors" (4) when the mutant breaks a module's import (the baseline run
+    # proved the command itself is valid)
+    return "killed", time.time() - t0, tail[0]
 
 
 def run_group(group, sample, seed, timeout, jobs, progress=True):
