@@ -337,3 +337,23 @@ def test_fast_paths_are_taken(monkeypatch):
     assert calls == [1]                                # only the element below e4m3fn's normal range
     fp8emu.encode(x.astype(np.int32), "e4m3fn")        # integers: the exact core
     assert calls[-1] == 5000
+
+
+# ----------------------------------------------------------------------------- table exactness limits
+@pytest.mark.parametrize("bias, mbits", [(131, 3), (130, 4), (134, 1)])
+def test_float32_table_limit_for_deep_subnormal_user_formats(user_format, bias, mbits):
+    """A format whose subnormals round below float32's upper 16 bits (emin - mbits < -132)
+    cannot use the float32 table: every float32 input must still be rounded exactly."""
+    ebits = 7 - mbits
+    f = user_format(Format(f"deep{bias}m{mbits}", ebits, mbits, bias))
+    spec = oracle.Spec(f.name, ebits, mbits, bias, True, True, frozenset(), None, None)
+    assert f.emin - f.mbits < -132
+    g = np.random.default_rng(bias)
+    lo = f.min_subnormal
+    x = (g.uniform(0.5, 64, 400) * lo * np.where(g.random(400) < 0.5, -1, 1)).astype(np.float32)
+    edge = np.array([1.5 * lo, np.nextafter(np.float32(lo / 2), np.float32(1))], np.float32)
+    x = np.concatenate([x, edge, -edge])
+    for mode in ("rne", "rup", "rtz"):
+        got = fp8emu.encode(x, f, rounding=mode)
+        exp = [oracle.round_float(v, spec, mode, False) for v in x.astype(np.float64)]
+        np.testing.assert_array_equal(got, np.array(exp, np.uint8), err_msg=mode)
