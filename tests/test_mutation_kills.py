@@ -357,3 +357,14 @@ def test_float32_table_limit_for_deep_subnormal_user_formats(user_format, bias, 
         got = fp8emu.encode(x, f, rounding=mode)
         exp = [oracle.round_float(v, spec, mode, False) for v in x.astype(np.float64)]
         np.testing.assert_array_equal(got, np.array(exp, np.uint8), err_msg=mode)
+
+
+def test_as_ml_dtypes_needs_uint8_codes():
+    """A wider integer array would be reinterpreted byte by byte (one int64 -> 8 values)."""
+    for dt in (np.int64, np.uint16, np.int8, np.float32):
+        with pytest.raises(TypeError, match="expects uint8 codes"):
+            fp8emu.as_ml_dtypes(np.array([56], dt), "e4m3fn")
+    with pytest.raises(ValueError, match="ml_dtypes has no type for format 'binary8p3'"):
+        fp8emu.as_ml_dtypes(np.array([56], np.uint8), "binary8p3")
+    v = fp8emu.as_ml_dtypes(np.array([56, 0xB8], np.uint8), "e4m3fn")
+    assert v.dtype == ml_dtypes.float8_e4m3fn and v.astype(np.float32).tolist() == [1.0, -1.0]

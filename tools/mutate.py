@@ -52,7 +52,7 @@ _CORE_QUICK = ["tests/test_readme_conventions.py", "tests/test_mutation_kills.py
                _CODEC + "test_roundtrip_every_code"]
 GROUPS = {
     "formats": (["fp8emu/formats.py"],
-                ["tests/test_reliability.py", *_CORE_QUICK, _CODEC + "test_constants_match_ml_dtypes",
+                ["tests/test_reliability.py", "tests/test_docs.py", *_CORE_QUICK, _CODEC + "test_constants_match_ml_dtypes",
                  _CODEC + "test_values_match_ml_dtypes", _CODEC + "test_p3109_matches_gfloat",
                  _CODEC + "test_values_match_spec_formula", _CODEC + "test_registry_and_errors",
                  _CODEC + "test_unknown_format_lists_valid_names", _CODEC + "test_user_format_roundtrip"]),
