@@ -368,3 +368,13 @@ def test_as_ml_dtypes_needs_uint8_codes():
         fp8emu.as_ml_dtypes(np.array([56], np.uint8), "binary8p3")
     v = fp8emu.as_ml_dtypes(np.array([56, 0xB8], np.uint8), "e4m3fn")
     assert v.dtype == ml_dtypes.float8_e4m3fn and v.astype(np.float32).tolist() == [1.0, -1.0]
+
+
+def test_spec_profile_accepts_every_encode_option():
+    ocp = fp8emu.get_profile("ocp")
+    assert ocp.is_spec
+    assert ocp.check_options(saturate=True, stochastic=True, via="float16") is None
+    cuda = next(fp8emu.get_profile(n) for n in fp8emu.profile_names() if not fp8emu.get_profile(n).is_spec)
+    for kw in ({"saturate": True}, {"stochastic": True}, {"via": "float32"}):
+        with pytest.raises(ValueError, match=cuda.name):
+            cuda.check_options(**kw)
