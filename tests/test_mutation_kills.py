@@ -378,3 +378,20 @@ def test_spec_profile_accepts_every_encode_option():
     for kw in ({"saturate": True}, {"stochastic": True}, {"via": "float32"}):
         with pytest.raises(ValueError, match=cuda.name):
             cuda.check_options(**kw)
+
+
+def test_scaling_rejects_void_dtypes_with_a_clear_message():
+    for x in (np.zeros(2, "V4"), np.zeros(2, [("a", np.float32)])):
+        with pytest.raises(TypeError, match="must be a real numeric array"):
+            fp8emu.quantize_tensorwise(x, "e4m3fn")
+    # ml_dtypes narrow floats (kind "V" or "f") are converted exactly
+    v = np.array([1.5, -3.0], ml_dtypes.float4_e2m1fn)
+    t = fp8emu.quantize_tensorwise(v, "e4m3fn", scale=1.0)
+    assert t.dequantize().tolist() == [1.5, -3.0]
+
+
+def test_scaled_tensor_codes_must_have_the_stated_shape():
+    with pytest.raises(ValueError, match=r"codes have shape \(2, 3\), expected \(3, 2\)"):
+        fp8emu.ScaledTensor(codes=np.zeros((2, 3), np.uint8), fmt="e4m3fn", scale=1.0, scale_inv=1.0, shape=(3, 2))
+    t = fp8emu.ScaledTensor(codes=np.zeros((2, 3), np.uint8), fmt="e4m3fn", scale=1.0, scale_inv=1.0)
+    assert t.shape == (2, 3)

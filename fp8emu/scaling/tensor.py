@@ -41,7 +41,8 @@ def bool_arg(value, what) -> bool:
 def as_f32(x, what="x") -> np.ndarray:
     """x as a new float32 array (the GPU kernels' compute type)."""
     arr = np.asarray(x)
-    if arr.dtype == object or arr.dtype.kind not in "biuf" and arr.dtype.kind != "V":
+    if arr.dtype == object or arr.dtype.names is not None or arr.dtype.kind not in "biufV":
+        # (a structured array would have its one field converted silently)
         raise TypeError(f"{what} must be a real numeric array, got dtype {arr.dtype}")
     if arr.dtype.kind == "V":  # ml_dtypes narrow floats are numpy 'V' kinds
         try:
