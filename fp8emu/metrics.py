@@ -148,7 +148,10 @@ def input_partial(x) -> dict:
     >>> p["n"], p["n_nan"], p["n_zero"], p["amax"], p["min_nonzero"]
     (4, 1, 1, 2.0, 0.5)
     """
-    x = np.asarray(x, dtype=np.float32)
+    return _sliced(_input_partial, [np.asarray(x, dtype=np.float32).ravel()])
+
+
+def _input_partial(x):
     a = _finite_abs(x)
     nz = a[a > 0]
     return {
@@ -179,6 +182,18 @@ def calibration_histogram(x, amax) -> np.ndarray:
     return np.bincount(idx, minlength=CALIB_BINS).astype(np.int64)
 
 
+#: Elements per slice inside the partial functions, which bounds their float64 temporaries.
+_SLICE = 1 << 18
+
+
+def _sliced(fn, arrays):
+    """``fn`` over aligned 1-D slices of ``arrays``, combined in order (bounded temporaries)."""
+    n = arrays[0].size
+    if n <= _SLICE:
+        return fn(*arrays)
+    return combine([fn(*(a[i:i + _SLICE] for a in arrays)) for i in range(0, n, _SLICE)])
+
+
 def error_partial(x, y, codes, q, fmt) -> dict:
     """Partial error statistics of one chunk under one recipe.
 
@@ -206,10 +221,14 @@ def error_partial(x, y, codes, q, fmt) -> dict:
     (1, 1, 1)
     """
     f = fmt if isinstance(fmt, Format) else get_format(fmt)
-    x = np.asarray(x, dtype=np.float32).ravel()
-    y = np.asarray(y, dtype=np.float32).ravel()
-    q = np.asarray(q, dtype=np.float32).ravel()
-    codes = np.asarray(codes).ravel()
+    arrays = [np.asarray(x, dtype=np.float32).ravel(), np.asarray(y, dtype=np.float32).ravel(),
+              np.asarray(codes).ravel(), np.asarray(q, dtype=np.float32).ravel()]
+    if len({a.size for a in arrays}) != 1:
+        raise ValueError(f"x, y, codes and q must have the same size, got {[a.size for a in arrays]}")
+    return _sliced(lambda *a: _error_partial(*a, f), arrays)
+
+
+def _error_partial(x, y, codes, q, f):
     fin = np.isfinite(x)
     xf = x[fin].astype(np.float64)
     qf = q[fin].astype(np.float64)

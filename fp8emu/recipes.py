@@ -249,11 +249,17 @@ def calibrate(hist, amax, fmt, method) -> float:
                          + ", ".join(CALIBRATION_METHODS) + " or pP")
     stops, thresholds = _candidates(amax)
     centres = ((np.arange(CALIB_BINS) + 0.5) * width).astype(np.float32)
+    # Candidates in groups bound the (candidates x bins) temporaries to a few MB.
+    loss = np.concatenate([_search_loss(method, h, total, centres, stops[i:i + 64], thresholds[i:i + 64], fmt)
+                           for i in range(0, stops.size, 64)])
+    return _best(thresholds, loss)
+
+
+def _search_loss(method, h, total, centres, stops, thresholds, fmt):
     codes, q = _fake_quant(centres, thresholds, fmt)
     if method == "mse":
-        err = ((q.astype(np.float64) - centres.astype(np.float64)) ** 2) @ h
-        return _best(thresholds, err)
-    # KL: all candidates at once; row r keeps bins [0, stops[r]).
+        return ((q.astype(np.float64) - centres.astype(np.float64)) ** 2) @ h
+    # KL: row r keeps bins [0, stops[r]) and folds the clipped mass into its last bin.
     cols = np.arange(CALIB_BINS)
     keep = cols[None, :] < stops[:, None]
     p = np.where(keep, h[None, :], 0.0)
@@ -268,8 +274,7 @@ def calibrate(hist, amax, fmt, method) -> float:
         qd = np.where(nonzero, mass[rows] / count[rows], 0.0)
         pn = p / p.sum(axis=1, keepdims=True)
         qn = qd / qd.sum(axis=1, keepdims=True)
-        kl = np.sum(np.where(nonzero, pn * np.log(pn / qn), 0.0), axis=1)
-    return _best(thresholds, kl)
+        return np.sum(np.where(nonzero, pn * np.log(pn / qn), 0.0), axis=1)
 
 
 def _best(thresholds, loss):
