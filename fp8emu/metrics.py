@@ -183,7 +183,7 @@ def calibration_histogram(x, amax) -> np.ndarray:
 
 
 #: Elements per slice inside the partial functions, which bounds their float64 temporaries.
-_SLICE = 1 << 18
+_SLICE = 1 << 16
 
 
 def _sliced(fn, arrays):

@@ -389,7 +389,7 @@ def _nvfp4_2d_option():
 
 
 _CAST_FORMATS = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz")
-_SCALED_FORMATS = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz")
+_SCALED_FORMATS = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e2m3fn", "e3m2fn", "e2m1fn")
 
 
 def recipe_matrix() -> dict:

@@ -254,7 +254,9 @@ def _refs_of(path: Path):
                 # The .npy header inside the archive gives shape and dtype without loading the data.
                 with z.zip.open(name + ".npy") as member:
                     version = np.lib.format.read_magic(member)
-                    shape, _, dtype = np.lib.format._read_array_header(member, version)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(member)
                 yield TensorRef(label, str(path), name, tuple(shape), np.dtype(dtype).name, "npz")
     elif suffix == ".npy":
         arr = np.load(path, mmap_mode="r")
