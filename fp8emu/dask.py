@@ -85,8 +85,13 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None):
     """Values of codes (:func:`fp8emu.decode`), chunk by chunk."""
     codes = _array(codes, "codes")
     fmt = get_format(fmt)
-    return codes.map_blocks(codec.decode, fmt, dtype=np.dtype(dtype), profile=profile,
-                            meta=np.empty((0,) * codes.ndim, np.dtype(dtype)))
+    out = np.dtype(dtype)
+    # map_blocks keeps ``dtype=`` for itself, so the decode dtype travels under another name.
+    return codes.map_blocks(_decode_block, fmt, out_dtype=out, profile=profile, dtype=out)
+
+
+def _decode_block(c, fmt, out_dtype, profile):
+    return codec.decode(c, fmt, dtype=out_dtype, profile=profile)
 
 
 def quantize(x, fmt, **options):

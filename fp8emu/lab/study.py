@@ -610,32 +610,29 @@ def _tensor_task(ref, recipe_names, chunk_elems):
 
 
 def _run_distributed(client, todo, chunk_elems, write):
-    """Small tensors as one task each; a large tensor's chunks as separate tasks per pass."""
+    """Small tensors as one task each; a large tensor's chunks as separate tasks per pass.
+
+    The passes of several large tensors are driven from a few client threads so
+    that their chunk tasks overlap on the cluster.  A task lost with a worker
+    is rerun by the scheduler (every task is a pure function of files).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import as_completed as threads_completed
+
     from distributed import as_completed
 
     small = [(ref, m) for ref, m in todo if len(chunk_ranges(ref, chunk_elems)) == 1]
     large = [(ref, m) for ref, m in todo if len(chunk_ranges(ref, chunk_elems)) > 1]
-    futures = [client.submit(_tensor_task, ref, tuple(r.name for r in m), chunk_elems, pure=False)
-               for ref, m in small]
-    pending = as_completed(futures)
-
-    def drain():
-        for fut in list(futures):
-            if fut.done():
-                futures.remove(fut)
-                write(fut.result())
 
     def submit(f, *a):
         return client.submit(f, *a, pure=False)
 
-    def gather(fs):
-        res = client.gather(fs)
-        drain()
-        return res
-
-    for ref, missing in large:
-        write(_pipeline(ref, missing, chunk_elems, submit, gather))
-    for fut in pending:
-        if fut in futures:
-            futures.remove(fut)
-            write(fut.result())
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        drivers = [pool.submit(_pipeline, ref, m, chunk_elems, submit, client.gather) for ref, m in large]
+        futures = [client.submit(_tensor_task, ref, tuple(r.name for r in m), chunk_elems, pure=False)
+                   for ref, m in small]
+        if futures:
+            for fut in as_completed(futures):
+                write(fut.result())
+        for d in threads_completed(drivers):
+            write(d.result())
