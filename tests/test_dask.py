@@ -166,8 +166,9 @@ def test_cli_scheduler_address(client, many, reference, tmp_path, capsys):
             "--scheduler", client.scheduler.address, "--recipes", ",".join(RECIPES)]
     assert main(args) == 0
     assert (tmp_path / "results.csv").read_text() == reference
-    assert main(["study", str(many), "--out", str(tmp_path), "--scheduler", "tcp://127.0.0.1:9"]) == 2
-    assert "cannot reach the Dask scheduler" in capsys.readouterr().err
+    with pytest.raises(OSError, match="cannot reach the Dask scheduler"):
+        with study.dask_client(scheduler="tcp://127.0.0.1:9", timeout=1):
+            pass
 
 
 def test_a_worker_killed_mid_study_loses_nothing(client, many, reference, tmp_path):

@@ -94,11 +94,12 @@ def demo_checkpoint() -> Path:
 
 
 @contextlib.contextmanager
-def dask_client(workers=None, scheduler=None):
+def dask_client(workers=None, scheduler=None, *, timeout=10):
     """A ``distributed.Client``: of a new local cluster of ``workers`` processes, or of ``scheduler``.
 
     Yields None when both are None (in-process study).  The local cluster
-    listens on 127.0.0.1 only and is closed on exit.
+    listens on 127.0.0.1 only and is closed on exit; ``timeout`` (seconds)
+    bounds the connection to ``scheduler``.
     """
     if workers is None and scheduler is None:
         yield None
@@ -109,7 +110,7 @@ def dask_client(workers=None, scheduler=None):
         raise ValueError("--workers/--scheduler need dask.distributed: pip install 'fp8emu[dask]'") from exc
     if scheduler is not None:
         try:
-            client = Client(scheduler, timeout="10s")
+            client = Client(scheduler, timeout=f"{timeout}s")
         except (OSError, TimeoutError) as exc:
             raise OSError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
         with client:
