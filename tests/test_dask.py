@@ -117,8 +117,7 @@ def client():
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([old] if old else []))
     try:
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                      dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        with study.dask_client(workers=2) as c:
             yield c
     finally:
         if old is None:

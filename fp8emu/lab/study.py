@@ -98,8 +98,10 @@ def dask_client(workers=None, scheduler=None, *, timeout=10):
     """A ``distributed.Client``: of a new local cluster of ``workers`` processes, or of ``scheduler``.
 
     Yields None when both are None (in-process study).  The local cluster
-    listens on 127.0.0.1 only and is closed on exit; ``timeout`` (seconds)
-    bounds the connection to ``scheduler``.
+    listens on 127.0.0.1 only, runs one thread per worker process, starts its
+    workers without Dask's default ``MALLOC_TRIM_THRESHOLD_`` (see the
+    README: workers with it run the study several times slower) and is closed
+    on exit; ``timeout`` (seconds) bounds the connection to ``scheduler``.
     """
     if workers is None and scheduler is None:
         yield None
@@ -116,8 +118,15 @@ def dask_client(workers=None, scheduler=None, *, timeout=10):
         with client:
             yield client
         return
-    with LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    import dask
+    # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand every freed
+    # temporary back to the OS; the study allocates chunk-sized temporaries per recipe and ran
+    # 5-10x slower so (measured).  The study's own memory is bounded by its chunks instead.
+    env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": env}), \
+            LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, host="127.0.0.1",
+                         dashboard_address=None) as cluster, Client(cluster) as client:
         yield client
 
 
