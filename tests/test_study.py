@@ -370,3 +370,19 @@ def test_cli_errors_exit_2(capsys, tmp_path):
     assert main(["study", "--demo", "--out", str(tmp_path), "--chunk-mb", "0"]) == 2
     assert main(["study", "--list-recipes"]) == 0
     assert "calib-kl-e4m3fn" in capsys.readouterr().out
+
+
+def test_report_renders_in_headless_chromium_with_every_figure(demo_run, tmp_path):
+    import shutil
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+    images = report.check_in_browser(demo_run / "report.html", screenshot=tmp_path / "shot.png")
+    assert [i["id"] for i in images] == ["sqnr_heatmap", "sqnr_vs_dynamic_range"]
+    assert all(i["complete"] and i["width"] > 300 and i["height"] > 200 for i in images)
+    assert (tmp_path / "shot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The probe does see a figure the browser cannot decode.
+    page = (demo_run / "report.html").read_text()
+    broken = tmp_path / "broken.html"
+    broken.write_text(page.replace("base64,iVBOR", "base64,AAAAA", 1))
+    widths = [i["width"] for i in report.check_in_browser(broken)]
+    assert widths[0] == 0 and widths[1] > 0

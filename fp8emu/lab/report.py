@@ -20,13 +20,18 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import math
+import re
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 __all__ = ["summarize", "worst_tensors", "figure_heatmap", "figure_sqnr_vs_range", "write_report",
-           "MAX_HEATMAP_TENSORS"]
+           "MAX_HEATMAP_TENSORS", "check_in_browser"]
 
 #: The heat map shows at most this many tensors (the worst by median SQNR).
 MAX_HEATMAP_TENSORS = 60
@@ -274,3 +279,62 @@ def write_report(rows, out) -> list:
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
     (out / "report.html").write_text(page)
     return [out / "report.md", out / "report.html"] + paths
+
+
+_PROBE = """<script>window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var out = document.createElement('pre'); out.id = 'fp8emu-image-check';
+  out.textContent = JSON.stringify(imgs.map(function (i) {
+    return {id: i.id, complete: i.complete, width: i.naturalWidth, height: i.naturalHeight}; }));
+  document.body.appendChild(out);
+});</script>"""
+
+
+def _chromium(executable):
+    exe = executable or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        raise FileNotFoundError("no chromium executable found (Debian: apt-get install chromium)")
+    return [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--mute-audio",
+            "--no-first-run", "--allow-file-access-from-files"]
+
+
+def check_in_browser(report_html, *, screenshot=None, executable=None, width=1280, height=2400,
+                     timeout=120) -> list:
+    """Render ``report.html`` in headless Chromium and report how each ``<img>`` loaded.
+
+    A copy of the page with a small probe script (the report itself has no
+    script) is loaded with ``--dump-dom``; on the ``load`` event the probe
+    records, for every image, whether it completed and its decoded size
+    (``naturalWidth`` is 0 for an image the browser could not decode).
+    With ``screenshot``, the original page is also rendered to that PNG.
+
+    Returns
+    -------
+    list of dict
+        ``{"id", "complete", "width", "height"}`` per image, in page order.
+
+    Raises
+    ------
+    FileNotFoundError
+        If Chromium is not installed.
+    OSError
+        If Chromium fails or the probe's result is missing.
+    """
+    page = Path(report_html).resolve()
+    cmd = _chromium(executable)
+    with tempfile.TemporaryDirectory() as d:
+        probe = Path(d) / "probe.html"
+        probe.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
+        run = subprocess.run(cmd + ["--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+                             capture_output=True, text=True, timeout=timeout)
+    m = re.search(r'<pre id="fp8emu-image-check">(.*?)</pre>', run.stdout, re.S)
+    if run.returncode or not m:
+        raise OSError(f"chromium could not render {page}: exit {run.returncode}, {run.stderr[-500:]}")
+    images = json.loads(html.unescape(m.group(1)))
+    if screenshot is not None:
+        shot = Path(screenshot).resolve()
+        run = subprocess.run(cmd + [f"--window-size={width},{height}", f"--screenshot={shot}", page.as_uri()],
+                             capture_output=True, text=True, timeout=timeout)
+        if run.returncode or not shot.is_file():
+            raise OSError(f"chromium could not take a screenshot of {page}: {run.stderr[-500:]}")
+    return images
