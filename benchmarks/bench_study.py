@@ -14,14 +14,14 @@ element-recipes/s (elements x recipes / s / cores).
 
 Memory: a child process limits its data segment (``RLIMIT_DATA``, which
 counts heap and anonymous memory) below the checkpoint's size, studies it,
-and reports its peak resident set (``ru_maxrss``).
+and reports its peak resident set (``VmHWM``; not ``ru_maxrss``, which Linux
+keeps across ``execve`` from the parent that wrote the checkpoint).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -93,7 +93,8 @@ from fp8emu.lab import study
 t = time.perf_counter()
 res = study.run_study([sys.argv[1]], sys.argv[3], recipes=sys.argv[4].split(","), chunk_mb=float(sys.argv[6]),
                       progress=False, report=False)
-print(f"{time.perf_counter() - t:.1f} {res['computed']} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
+hwm = [l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
+print(f"{time.perf_counter() - t:.1f} {res['computed']} {hwm}")
 """
 
 
@@ -108,10 +109,10 @@ def memory(args):
         if out.returncode:
             print(out.stderr[-2000:])
             raise SystemExit(f"the study failed under RLIMIT_DATA={args.limit_mb} MiB")
-        secs, n, maxrss_kb = out.stdout.split()
+        secs, n, hwm_kb = out.stdout.split()
     print(f"checkpoint {size / 2**20:.0f} MiB ({args.mem_tensors} bf16 tensors of 4096x8192), "
           f"RLIMIT_DATA {args.limit_mb} MiB, chunk {args.chunk_mb} MiB, recipes {args.mem_recipes}: "
-          f"{n} tensors in {secs} s, peak RSS {int(maxrss_kb) / 1024:.0f} MiB")
+          f"{n} tensors in {secs} s, peak RSS (VmHWM) {int(hwm_kb) / 1024:.0f} MiB")
 
 
 def main():
