@@ -41,6 +41,7 @@ import numpy as np
 from . import codec, metrics, scaling
 from .formats import get_format
 from .recipes import select_recipes, tensor_params, threshold
+from .scaling.tensor import axis_arg, block_arg, expand, int_arg, reciprocal
 
 __all__ = [
     "encode", "decode", "quantize", "DaskScaledTensor", "amax", "quantize_tensorwise",
@@ -134,7 +135,7 @@ class DaskScaledTensor:
             return self.codes.map_blocks(lambda c: _times(codec.decode(c, fmt), inv, out), dtype=out)
         # Code chunks and scale chunks correspond block for block (the recipes aligned them).
         index = tuple(range(self.codes.ndim))
-        return da.blockwise(lambda c, s: _times(codec.decode(c, fmt), scaling._expand(s, block, c.shape), out),
+        return da.blockwise(lambda c, s: _times(codec.decode(c, fmt), expand(s, block, c.shape), out),
                             index, self.codes, index, self.scale_inv, index, dtype=out,
                             align_arrays=False, concatenate=False)
 
@@ -225,8 +226,7 @@ def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) ->
     def fn(blk):
         return scaling.quantize_tensorwise(blk, fmt, scale=s)
     codes = x.map_blocks(_attr(fn, "codes"), dtype=np.uint8)
-    with np.errstate(divide="ignore", over="ignore"):
-        inv = np.float32(np.float32(1) / s)
+    inv = reciprocal(s)
     return DaskScaledTensor(codes=codes, fmt=fmt, scale=np.asarray(s, np.float32),
                             scale_inv=np.asarray(inv, np.float32), shape=tuple(x.shape), recipe="tensorwise")
 
@@ -236,7 +236,7 @@ def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0) -> Dask
     x = _array(x)
     if x.ndim == 0:
         raise ValueError("quantize_axiswise needs an array with at least one dimension")
-    ax = scaling._axis_arg(axis, x.ndim)
+    ax = axis_arg(axis, x.ndim)
     x = x.rechunk({ax: -1})
     block = tuple(max(s, 1) if d == ax else 1 for d, s in enumerate(x.shape))
     return _scaled_fmt(x, block, scaling.quantize_axiswise, fmt, "axiswise", ax,
@@ -248,7 +248,7 @@ def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0) 
     x = _array(x)
     if x.ndim == 0:
         raise ValueError("quantize_blockwise needs an array with at least one dimension")
-    blk = scaling._block_arg(block, x.ndim)
+    blk = block_arg(block, x.ndim)
     return _scaled_fmt(x, blk, scaling.quantize_blockwise, fmt, "blockwise", None,
                        block=blk, pow2=pow2, margin=margin, eps=eps)
 
@@ -258,8 +258,8 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor") -> Das
     x = _array(x)
     if x.ndim == 0:
         raise ValueError("quantize_mx needs an array with at least one dimension")
-    ax = scaling._axis_arg(axis, x.ndim)
-    b = scaling._int_arg(block, "block", minimum=1)
+    ax = axis_arg(axis, x.ndim)
+    b = int_arg(block, "block", minimum=1)
     blk = tuple(b if d == ax else 1 for d in range(x.ndim))
     # Validate format and rule once, eagerly, with the NumPy function.
     scaling.quantize_mx(np.zeros((1,) * x.ndim, np.float32), elem_format, block=b, axis=ax, scale_rule=scale_rule)
@@ -272,7 +272,7 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> DaskScaledTensor:
     x = _array(x)
     if x.ndim == 0:
         raise ValueError("quantize_nvfp4 needs an array with at least one dimension")
-    ax = scaling._axis_arg(axis, x.ndim)
+    ax = axis_arg(axis, x.ndim)
     g = amax(x) if global_amax is None else global_amax
     blk = tuple(16 if d == ax else 1 for d in range(x.ndim))
     probe = scaling.quantize_nvfp4(np.zeros((1,) * x.ndim, np.float32), axis=ax, global_amax=g)

@@ -48,6 +48,7 @@ from .scaling import (
     MX_ELEMENT_FORMATS, MX_SCALE_RULES, ScaledTensor, current_scale, quantize_axiswise,
     quantize_blockwise, quantize_mx, quantize_nvfp4, quantize_tensorwise,
 )
+from .scaling.tensor import expand, scale_times
 
 __all__ = [
     "Recipe", "Quantized", "recipe_matrix", "recipe_names", "select_recipes", "DEFAULT_RECIPES",
@@ -142,14 +143,7 @@ class Recipe:
 
 def _scaled_input(x, st: ScaledTensor) -> np.ndarray:
     """fl32(x * scale) with the scale repeated over its block, as the quantizers compute it."""
-    scale = st.scale
-    for d, b in enumerate(st.block):
-        if b > 1:
-            scale = np.repeat(scale, b, axis=d)
-    if st.block:
-        scale = scale[tuple(slice(0, s) for s in x.shape)]
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        return np.multiply(x, scale, dtype=np.float32)
+    return scale_times(x, expand(st.scale, st.block, x.shape) if st.block else st.scale)
 
 
 # --------------------------------------------------------------------------- calibration
@@ -410,8 +404,9 @@ def recipe_matrix() -> dict:
 
     for prof in profile_names():
         rules = get_profile(prof).rules
+        covered = None if not rules else {getattr(k, "name", k) for k in rules}
         for fmt in _CAST_FORMATS:
-            if rules and fmt not in rules:
+            if covered is not None and fmt not in covered:
                 continue
             add(Recipe(f"cast-{fmt}-{prof}", fmt, f"plain cast to {fmt}, no scale, as {prof} casts",
                        _cast(fmt, prof)))
