@@ -303,8 +303,11 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
         dt = None
     if dt not in DECODE_DTYPES:
         raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
+    if isinstance(codes, (list, tuple)) and np.size(codes) == 0:
+        codes = np.zeros(np.shape(codes), np.uint8)   # NumPy would make an empty list float64
     c = as_codes(codes, fmt)
-    return decode_take(prof.decode_table(fmt, dt), c)
+    # A 0-d input gives a 0-d array, as encode does (np.take would return a scalar).
+    return np.asarray(decode_take(prof.decode_table(fmt, dt), c))
 
 
 def quantize(x, fmt, **encode_options) -> np.ndarray:
@@ -322,10 +325,10 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
     arr = as_array(x)
     if arr.dtype in DECODE_DTYPES:
         dt = arr.dtype
-    elif arr.dtype.kind == "V":   # ml_dtypes' narrow floats
-        dt = np.dtype(np.float32)
-    else:
+    elif arr.dtype.kind in "biu":
         dt = np.dtype(np.float64)
+    else:   # ml_dtypes' narrow floats, the only other types as_array accepts (their kind is "f" or "V")
+        dt = np.dtype(np.float32)
     profile = encode_options.get("profile")
     return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt, profile=profile)
 
@@ -353,4 +356,8 @@ def as_ml_dtypes(codes, fmt) -> np.ndarray:
     arr = np.asarray(codes)
     if arr.dtype != np.uint8:
         raise TypeError(f"as_ml_dtypes expects uint8 codes, got dtype {arr.dtype}")
+    if fmt.bits < 8 and arr.size and int(arr.max()) >= (1 << fmt.bits):
+        # ml_dtypes would read the stray high bits (0x1F as e2m1fn is -6): refuse instead.
+        raise ValueError(f"codes out of range for {fmt.bits}-bit format {fmt.name}: "
+                         f"expected 0..{(1 << fmt.bits) - 1}, got a maximum of {int(arr.max())}")
     return arr.view(fmt.ml_dtype)

@@ -86,15 +86,34 @@ class Format:
     description: str = ""
 
     def __post_init__(self):
+        # Every field is checked by type and range here, so that a wrong field is
+        # named at construction rather than surfacing later as an overflow warning,
+        # a zero maximum or an Inf value table.
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError("Format name must be a non-empty string")
+            raise ValueError(f"Format.name must be a non-empty string, got {self.name!r}")
         for field in ("ebits", "mbits", "bias"):
-            if not isinstance(getattr(self, field), (int, np.integer)):
-                raise TypeError(f"Format.{field} must be an int, got {getattr(self, field)!r}")
-        if self.ebits < 1 or self.mbits < 0:
-            raise ValueError(f"need ebits >= 1 and mbits >= 0, got ebits={self.ebits}, mbits={self.mbits}")
+            v = getattr(self, field)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"Format.{field} must be an int, got {v!r}")
+            object.__setattr__(self, field, int(v))
+        for field in ("signed", "subnormals"):
+            v = getattr(self, field)
+            if not isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"Format.{field} must be a bool (True or False), got {v!r}")
+            object.__setattr__(self, field, bool(v))
+        if not isinstance(self.description, str):
+            raise TypeError(f"Format.description must be a string, got {self.description!r}")
+        if not 1 <= self.ebits <= 8:
+            raise ValueError(f"Format.ebits must be in 1..8, got {self.ebits}")
+        if not 0 <= self.mbits <= 7:
+            raise ValueError(f"Format.mbits must be in 0..7, got {self.mbits}")
         if self.bits > 8:
-            raise ValueError(f"fp8emu formats have at most 8 bits; {self.name} would have {self.bits}")
+            raise ValueError(f"fp8emu formats have at most 8 bits; {self.name} would have {self.bits} "
+                             f"(signed={self.signed}, ebits={self.ebits}, mbits={self.mbits})")
+        lo, hi = self.bias_range(self.ebits, self.mbits, self.subnormals)
+        if not lo <= self.bias <= hi:
+            raise ValueError(f"Format.bias must be in {lo}..{hi} for ebits={self.ebits}, mbits={self.mbits}"
+                             f" (every value a finite float64, the smallest one normal), got {self.bias}")
         if self.inf not in _INF_STYLES:
             raise ValueError(f"inf must be one of {_INF_STYLES}, got {self.inf!r}")
         if self.nan not in _NAN_STYLES:
@@ -115,6 +134,21 @@ class Format:
             raise ValueError("nan='ieee' needs at least one mantissa bit")
         if self.max_code < (1 << self.mbits) and not self.subnormals:
             raise ValueError("format has no finite values")
+
+    @staticmethod
+    def bias_range(ebits: int, mbits: int, subnormals: bool = True) -> tuple[int, int]:
+        """Accepted ``bias`` values ``(lo, hi)`` for the given field widths.
+
+        The largest exponent field's binade must stay below ``2**1024`` (every
+        value a finite float64) and the smallest value must be a normal float64
+        (``>= 2**-1022``), so values, tables and the exact core stay exact.
+
+        Examples
+        --------
+        >>> Format.bias_range(4, 3)
+        (-1008, 1020)
+        """
+        return (1 << ebits) - 1024, 1022 + int(bool(subnormals)) - mbits
 
     # ------------------------------------------------------------------ layout
     @property
@@ -223,7 +257,9 @@ class Format:
         if self.inf_code is not None:
             vals = np.where(mag == self.inf_code, np.where(neg, -np.inf, np.inf), vals)
         nan = self.nan_mask(codes)
-        vals = np.where(nan, np.nan, vals)
+        # a NaN code decodes to a NaN with the code's sign bit (as ml_dtypes), so that
+        # encode(decode(c)) gives c back for every canonical NaN code
+        vals = np.where(nan, np.where(neg, -np.nan, np.nan), vals)
         vals.setflags(write=False)
         return vals
 
@@ -244,7 +280,7 @@ class Format:
     def values(self) -> np.ndarray:
         """Value of every code, as a read-only float64 array indexed by code.
 
-        NaN codes hold NaN, Inf codes +-Inf.
+        NaN codes hold NaN with the sign of the code's sign bit (as ml_dtypes), Inf codes +-Inf.
 
         Examples
         --------

@@ -197,9 +197,13 @@ def finish_codes(code, neg, fmt: Format, zero_input=None) -> np.ndarray:
         out = np.where(signed, code | fmt.sign_bit, code)
     else:
         out = code
-        bad = neg & (code != 0) if fmt.has_zero else neg
-        if zero_input is not None and not fmt.has_zero:
-            bad = bad | zero_input
+        if not fmt.has_zero:
+            bad = neg if zero_input is None else neg | zero_input
+        elif zero_input is not None:
+            # a negative non-zero input is NaN even where it rounds to zero (there is no -0)
+            bad = neg & ~np.asarray(zero_input, dtype=bool)
+        else:
+            bad = neg & (code != 0)
         is_nan = is_nan | bad
     out = np.where(is_nan, nan_codes(fmt, neg), out)
     return out.astype(np.uint8)

@@ -27,8 +27,12 @@ def _operand(x, fmt, what):
     """(codes, Format, scale_inv or None) from codes or a ScaledTensor-like object."""
     scale = None
     if hasattr(x, "codes") and hasattr(x, "fmt"):
-        if fmt is None:
-            fmt = x.fmt
+        own = get_format(x.fmt)
+        if fmt is not None and get_format(fmt) != own:
+            # the codes would be read as another format: silently wrong values
+            raise ValueError(f"{what} is a ScaledTensor of format {own.name} but {what}_format is "
+                             f"{get_format(fmt).name}; omit {what}_format or pass the same format")
+        fmt = own
         scale = getattr(x, "scale_inv", None)
         x = x.codes
     if fmt is None:
@@ -48,15 +52,24 @@ def _operand(x, fmt, what):
 _KBLOCK = 128
 
 
+def _real_array(x, what, accepted="a float or an array of floats"):
+    """``x`` as an integer or float array; strings, bools, complex and objects are refused."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{what} must be {accepted} (integer or float dtype), got "
+                        f"{type(x).__name__} of dtype {arr.dtype}")
+    return arr
+
+
 def _as_scale(s, what):
-    try:
-        arr = np.asarray(s, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{what} must be a float or an array of floats, got {type(s).__name__}") from None
+    # torch passes scales as float32 tensors: check finiteness after the conversion
+    # (1e39 is finite in float64 but Inf in float32)
+    with np.errstate(over="ignore"):
+        arr = _real_array(s, what).astype(np.float32)
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{what} must be finite, got non-finite values")
-    # torch passes scales as float32 tensors
-    return arr.astype(np.float32)
+        raise ValueError(f"{what} must be finite in float32 (|scale| <= {float(np.finfo(np.float32).max):g}), "
+                         "got non-finite values")
+    return arr
 
 
 class _Scale(NamedTuple):
@@ -68,13 +81,22 @@ class _Scale(NamedTuple):
     row_block: int
 
 
-def _classify_scale(s, rows, K, what, other) -> _Scale:
-    """The :class:`_Scale` of an operand seen as rows x K."""
+def _classify_scale(s, rows, K, what, other, transposed=False) -> _Scale:
+    """The :class:`_Scale` of an operand seen as rows x K.
+
+    ``transposed``: the caller gave ``s`` as K x rows (``scale_b``); the error
+    message then shows its shape and the accepted shapes in that orientation.
+    """
     kb = -(-K // _KBLOCK)
     if s.size == 1:
         return _Scale("scalar", s.reshape(()), 1)
     if s.ndim != 2:
         raise ValueError(f"{what} must be a scalar or 2-D, got shape {s.shape}")
+    if transposed:
+        s = s.T
+
+    def shown(shape):
+        return tuple(reversed(shape)) if transposed else tuple(shape)
     r, c = s.shape
     if (r, c) == (rows, 1):
         return _Scale("row", s, 1)
@@ -83,8 +105,8 @@ def _classify_scale(s, rows, K, what, other) -> _Scale:
     if (r, c) == (-(-rows // _KBLOCK), kb):
         return _Scale("block", s, _KBLOCK)
     raise ValueError(
-        f"{what} has shape {s.shape}; accepted: a scalar, {other}, ({rows}, {kb}) 1x128 blocks "
-        f"or ({-(-rows // _KBLOCK)}, {kb}) 128x128 blocks")
+        f"{what} has shape {shown(s.shape)}; accepted: a scalar, {other}, {shown((rows, kb))} 1x128 "
+        f"blocks or {shown((-(-rows // _KBLOCK), kb))} 128x128 blocks")
 
 
 # ----------------------------------------------------------------------------- public API
@@ -162,9 +184,11 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         warnings.warn(f"K = {K} is not a multiple of {HW_K_MULTIPLE}: cuBLASLt rejects such FP8 "
                       "GEMMs; computing anyway", RuntimeWarning, stacklevel=2)
     sa = _classify_scale(_as_scale(scale_a, "scale_a"), M, K, "scale_a", f"({M}, 1) row-wise")
-    sb = _as_scale(scale_b, "scale_b")
-    sb = _classify_scale(sb.T if sb.ndim == 2 else sb, N, K, "scale_b", f"(1, {N}) column-wise")
+    sb = _classify_scale(_as_scale(scale_b, "scale_b"), N, K, "scale_b", f"(1, {N}) column-wise",
+                         transposed=True)
 
+    if M == 0 or N == 0:   # an empty result: nothing to accumulate
+        return _to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
     va, ea = values_and_exponents(ca, fa)
     vb, eb = values_and_exponents(cb, fb)
     if "block" in (sa.kind, sb.kind):
@@ -251,7 +275,7 @@ def _to_output(v, bias, odt, ofmt, scale_result):
     target = odt if odt is not None else np.dtype(np.float32)
     N = v.shape[1]
     if bias is not None:
-        bias = np.asarray(bias, dtype=np.float64)
+        bias = _real_array(bias, "bias", "an array of floats").astype(np.float64)
         if bias.shape not in ((N,), (1, N)):
             raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
         bias = bias.reshape(1, N).astype(target).astype(np.float64)

@@ -11,7 +11,7 @@ import numpy as np
 from .tensor import (
     F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32, as_format, axis_arg, block_amax, block_arg,
     blocks_shape,
-    eps_arg, given_scale, int_arg, prepare, scaled_max, scaled_quantize,
+    bool_arg, eps_arg, given_scale, int_arg, prepare, scaled_max, scaled_quantize,
 )
 
 __all__ = ["current_scale", "compute_scale", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise"]
@@ -78,15 +78,16 @@ def current_scale(amax, fmt, *, margin=0, pow2=False, eps=0.0) -> np.float32:
     if a.shape != () or a.dtype.kind not in "iuf":
         raise TypeError(f"amax must be a real scalar, got {amax!r}")
     return F32(compute_scale(np.abs(a.astype(np.float32)), scaled_max(fmt, margin),
-                               bool(pow2), eps)[()])
+                               bool_arg(pow2, "pow2"), eps)[()])
 
 
 def block_scales(xf, fmt, block, scale, margin, pow2, eps) -> np.ndarray:
     """Per-block scales: the given ones (validated), else current scaling of each block's amax."""
+    # the options are checked even when a given scale makes them unused
+    smax, pow2, eps = scaled_max(fmt, int_arg(margin, "margin")), bool_arg(pow2, "pow2"), eps_arg(eps)
     if scale is not None:
         return given_scale(scale, blocks_shape(xf.shape, block))
-    amax = block_amax(xf, block)
-    return compute_scale(amax, scaled_max(fmt, int_arg(margin, "margin")), bool(pow2), eps_arg(eps))
+    return compute_scale(block_amax(xf, block), smax, pow2, eps)
 
 
 def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) -> ScaledTensor:
@@ -122,10 +123,9 @@ def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) ->
     """
     fmt = as_format(fmt)
     xf = as_f32(x)
+    smax, pow2, eps = scaled_max(fmt, int_arg(margin, "margin")), bool_arg(pow2, "pow2"), eps_arg(eps)
     if scale is None:
-        amax = amax_nan_ignoring(xf, None)
-        s = compute_scale(amax, scaled_max(fmt, int_arg(margin, "margin")), bool(pow2),
-                          eps_arg(eps))
+        s = compute_scale(amax_nan_ignoring(xf, None), smax, pow2, eps)
     else:
         s = given_scale(scale, ())
     return scaled_quantize(xf, fmt, (), np.asarray(s, dtype=np.float32),
