@@ -178,7 +178,9 @@ def round_fraction(x, fmt, rounding, saturate, r=None, k=None):
             mag = hi_c
             overflow = False
     if overflow:
-        to_max = saturate or rounding in ("rtz", "rto") or (rounding == "rdn" and not neg) or (
+        # P3109 (Inf at the top code): round to odd overflows to Inf; OCP formats give max
+        rto_max = rounding == "rto" and fmt.inf != "top"
+        to_max = saturate or rounding == "rtz" or rto_max or (rounding == "rdn" and not neg) or (
             rounding == "rup" and neg)
         return _beyond_max(fmt, neg, to_max)
     return _sign(fmt, mag, neg)
@@ -269,7 +271,7 @@ class ValueOracle:
         away &= ~exact
         mag = np.where(away, hi_c, lo_c)
         overflow = away & last
-        to_max = np.full(x.shape, saturate or rounding in ("rtz", "rto"))
+        to_max = np.full(x.shape, saturate or rounding == "rtz" or (rounding == "rto" and fmt.inf != "top"))
         if rounding == "rdn":
             to_max |= ~neg
         if rounding == "rup":
