@@ -3,18 +3,17 @@ IEEE specials, bias with one rounding and narrow outputs."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
+from ..tables import SOURCE_DTYPES
 from .fparith import round_hi_lo, two_sum
 from .kernels import special_masks
 
 __all__ = ["as_scale", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
 
-OUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
-              "float16": np.dtype(np.float16)}
+OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
 
 
 def as_scale(s, what):
