@@ -36,8 +36,10 @@ def hadamard_matrix(n: int = RHT_SIZE) -> np.ndarray:
     if not isinstance(n, (int, np.integer)) or n < 1 or n & (n - 1):
         raise ValueError(f"Hadamard order must be a power of two, got {n!r}")
     i = np.arange(n)
-    parity = np.bitwise_count(i[:, None] & i[None, :]) & 1 if hasattr(np, "bitwise_count") else \
-        np.array([[bin(a & b).count("1") & 1 for b in range(n)] for a in range(n)])
+    both = i[:, None] & i[None, :]
+    parity = np.zeros(both.shape, dtype=np.int64)
+    for bit in range(int(n).bit_length()):      # popcount parity, one bit position at a time
+        parity ^= (both >> bit) & 1
     return np.where(parity == 1, -1.0, 1.0)
 
 

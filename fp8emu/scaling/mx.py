@@ -65,20 +65,16 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
     E4M3, 15 for E5M2, 2 for E2M3 and E2M1, 4 for E3M2, 0 for INT8), the
     shared exponent ``E`` is given by ``scale_rule``:
 
-    ========== =========================================== =====================================
-    rule       formula                                     called in the literature
-    ========== =========================================== =====================================
-    ``floor``  ``floor(log2 amax) - emax_elem``            OCP MX v1.0 section 6.3;
-                                                           microxcaling's default
-    ``rceil``  ``ceil(log2(fl32(amax * fl32(1/elem_max))))`` "ceil" / "round-up" in most papers
-                                                           (e.g. NVIDIA's MXFP8 pre-training
-                                                           recipe), TE ``MXFP8BlockScaling``,
-                                                           torchao ``RCEIL``
-    ``ceil``   ``ceil(log2 amax) - emax_elem``             fp8emu only; *not* the papers' ceil
-    ``even``   floor rule on amax rounded to the element's torchao ``EVEN``
-               mantissa width (half-ulp added to its
-               float32 bits)
-    ========== =========================================== =====================================
+    ``"floor"``: ``E = floor(log2 amax) - emax_elem``
+        OCP MX v1.0 section 6.3 and microxcaling's default.
+    ``"rceil"``: ``E = ceil(log2(fl32(amax * fl32(1 / elem_max))))``
+        What most papers call "ceil" or "round-up" scaling (e.g. NVIDIA's MXFP8
+        pre-training recipe), Transformer Engine ``MXFP8BlockScaling``
+        (``float_to_e8m0``), torchao ``RCEIL``.
+    ``"ceil"``: ``E = ceil(log2 amax) - emax_elem``
+        fp8emu's own rule; *not* the papers' "ceil".
+    ``"even"``: the floor rule on amax first rounded to the element's mantissa
+        width (half an element ulp added to its float32 bits); torchao ``EVEN``.
 
     The papers' "ceil" is ``rceil``: the smallest power of two with
     ``amax / 2**E <= elem_max``, so nothing saturates.  fp8emu's ``ceil``
