@@ -34,13 +34,14 @@ Accumulators, each defined exactly:
     (``scale_at="block"``: ``total = fl32(total + partial * sa * sb)``, as software
     block scaling on Hopper does).
 
-The ``"blackwell"`` preset (32 products per step, scales per product, 25 fraction
-bits, 25-bit truncated step results) is **not verified against GPU recordings**:
-its parameters follow the kind of model published for B200 tensor cores
-(Khattak and Mikaitis, "Accurate Models of NVIDIA Tensor Cores",
-arXiv:2512.07004) — wider internal alignment than Hopper's 13 bits and a
-truncated, chained accumulator — but the values are placeholders until recordings
-of ``torch._scaled_mm`` block-scaled GEMMs on Blackwell exist.
+The ``"blackwell"`` preset (32 products per step = one MX block, scales per product,
+25 fraction bits, 25-bit truncated step results) is **not verified against GPU
+recordings and its numbers are placeholders**: the model's form (aligned, truncated,
+chained step sums) is the one published for NVIDIA tensor cores up to B200 (Khattak
+and Mikaitis, "Accurate Models of NVIDIA Tensor Cores", arXiv:2512.07004), but the
+bit widths here were not taken from that paper's tables (not reachable when this was
+written) nor fitted to recordings of ``torch._scaled_mm`` block-scaled GEMMs on
+Blackwell.  Pass a :class:`BlockScaledAccumulator` to model other widths.
 
 B is (K, N) with its blocks along K (axis 0): quantize it with
 ``quantize_mx(b, fmt, axis=0)`` / ``quantize_nvfp4(b, axis=0)``.  2-D blocks
