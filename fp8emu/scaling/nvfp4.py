@@ -101,6 +101,10 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     >>> t.dequantize().tolist()
     [4.0, 1.5, 3.0, 0.0]
     """
+    for name, flag in (("fp4_2d_quantization", fp4_2d_quantization), ("stochastic_rounding", stochastic_rounding),
+                       ("random_hadamard_transform", random_hadamard_transform), ("four_over_six", four_over_six)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, got {flag!r}")
     if stochastic_rounding:
         if rounding not in ("rne", "stochastic"):
             raise ValueError("stochastic_rounding=True conflicts with rounding=" + repr(rounding))
