@@ -41,7 +41,6 @@ from typing import Callable
 import numpy as np
 
 from .codec import decode, encode
-from .formats import get_format
 from .metrics import CALIB_BINS
 from .profiles import get_profile, profile_names
 from .scaling import (

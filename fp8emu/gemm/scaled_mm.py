@@ -161,7 +161,7 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
                          transposed=True)
 
     if M == 0 or N == 0:   # an empty result: nothing to accumulate
-        return _to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
+        return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
     va, ea = values_and_exponents(ca, fa)
     vb, eb = values_and_exponents(cb, fb)
     if "block" in (sa.kind, sb.kind):
