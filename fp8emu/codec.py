@@ -34,7 +34,7 @@ import numpy as np
 
 from .formats import get_format
 from .profiles import get_profile
-from .rounding import DETERMINISTIC_MODES, check_rounding
+from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation
 from .tables import (
     CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, decode_take, encode_exact,
     encode_table, lookup, source_name, table_ok,
@@ -115,12 +115,13 @@ def _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen):
 # ----------------------------------------------------------------------------- public API
 def _random_source(rounding, rng, sr_bits, random_bits, shape):
     """Validate the stochastic-rounding options; return (k, bits array or None, Generator)."""
-    if rounding != "stochastic":
+    if rounding not in STOCHASTIC_MODES:
         if rng is not None or random_bits is not None or sr_bits is not None:
-            raise ValueError("rng, sr_bits and random_bits apply only to rounding='stochastic'")
+            raise ValueError("rng, sr_bits and random_bits apply only to rounding='stochastic' and "
+                             f"the other stochastic modes ({', '.join(STOCHASTIC_MODES[1:])})")
         return 0, None, None
     if random_bits is None and rng is None:
-        raise ValueError("rounding='stochastic' needs a source of randomness: pass rng "
+        raise ValueError(f"rounding={rounding!r} needs a source of randomness: pass rng "
                          "(np.random.Generator or int seed) or random_bits")
     if random_bits is not None and rng is not None:
         raise ValueError("pass either rng or random_bits, not both")
@@ -167,14 +168,20 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
         Never modified.
     fmt : str or Format
         Target format (see :func:`fp8emu.format_names`).
-    rounding : {"rne", "rna", "rtz", "rup", "rdn", "rto", "stochastic"}, keyword-only
-        Rounding mode (see :data:`fp8emu.rounding.ROUNDING_MODES`).
-    saturate : bool, keyword-only
-        If True, overflows and +-Inf become +-max (NaN stays NaN).  If False
-        (OCP non-saturating mode with IEEE 754 section 7.4), overflow gives
-        +-Inf, or NaN where the format has no Inf, except that ``rtz``/``rto``,
-        ``rdn`` for positive and ``rup`` for negative values give +-max;
-        formats with neither Inf nor NaN (FP6, FP4) always saturate.
+    rounding : str, keyword-only
+        ``"rne"``, ``"rna"``, ``"rtz"``, ``"rup"``, ``"rdn"``, ``"rto"`` or a
+        stochastic mode (``"stochastic"``, ``"stochastic_p3109"``,
+        ``"stochastic_odd"``, ``"stochastic_fast"``); see
+        :data:`fp8emu.rounding.ROUNDING_MODES`.
+    saturate : bool or {"satfinite", "satpropagate", "ovfinf"}, keyword-only
+        If True (``"satfinite"``), overflows and +-Inf become +-max (NaN stays
+        NaN).  If False (``"ovfinf"``; OCP non-saturating mode with IEEE 754
+        section 7.4), overflow gives +-Inf, or NaN where the format has no Inf,
+        except that ``rtz``/``rto``, ``rdn`` for positive and ``rup`` for
+        negative values give +-max (for the P3109 formats ``rto`` gives Inf,
+        as P3109 says); formats with neither Inf nor NaN (FP6, FP4) always
+        saturate.  ``"satpropagate"`` (P3109): finite overflows give +-max,
+        +-Inf inputs keep what ``saturate=False`` gives them.
     rng : numpy.random.Generator or int, keyword-only
         Randomness for stochastic rounding.  Bits are drawn as
         ``rng.integers(0, 2**sr_bits, size, dtype=np.uint64)`` in C order.
@@ -218,13 +225,20 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     fmt = get_format(fmt)
     prof = get_profile(profile)
     rounding = check_rounding(rounding)
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__}")
-    saturate = bool(saturate)
+    saturate = check_saturation(saturate)
+    if saturate == "satpropagate":
+        options = dict(rounding=rounding, rng=rng, sr_bits=sr_bits, random_bits=random_bits, via=via,
+                       profile=profile)
+        out = encode(x, fmt, saturate=True, **options)
+        arr = as_array(x)
+        inf = np.isinf(arr) if arr.dtype.kind in "fc" else np.zeros(arr.shape, bool)
+        if inf.any():
+            out = np.where(inf, encode(np.where(inf, arr, 0), fmt, saturate=False, **options), out)
+        return out.astype(np.uint8)
     arr = as_array(x)
     if not prof.is_spec:
         prof.check_options(saturate=saturate, via=via, stochastic=(
-            rounding == "stochastic" or rng is not None or sr_bits is not None or random_bits is not None))
+            rounding in STOCHASTIC_MODES or rng is not None or sr_bits is not None or random_bits is not None))
         return _encode_profile(arr, fmt, prof, rounding)
     k, rb, gen = _random_source(rounding, rng, sr_bits, random_bits, arr.shape)
     if via is not None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from .registry import Registry
 
-__all__ = ["Format", "get_format", "format_names", "register_format", "format_table"]
+__all__ = ["Format", "get_format", "format_names", "register_format", "format_table", "p3109_format"]
 
 _INF_STYLES = (None, "ieee", "top")
 _NAN_STYLES = (None, "ieee", "fn", "negzero", "top")
@@ -50,7 +50,9 @@ class Format:
         has no zero.
     inf : {None, "ieee", "top"}
         How +-Inf are encoded: ``"ieee"`` all-ones exponent with zero
-        mantissa; ``"top"`` the largest magnitude code (IEEE P3109).
+        mantissa; ``"top"`` the largest magnitude code that is not NaN (IEEE
+        P3109: 0x7F/0xFF in signed formats, 0xFE below the NaN 0xFF in
+        unsigned ones).
     nan : {None, "ieee", "fn", "negzero", "top"}
         How NaN is encoded: ``"ieee"`` all-ones exponent with non-zero
         mantissa; ``"fn"`` all-ones magnitude (OCP E4M3, sign kept);
@@ -128,8 +130,10 @@ class Format:
             raise ValueError("inf='ieee' pairs with nan='ieee' or no NaN")
         if self.nan == "ieee" and self.inf != "ieee":
             raise ValueError("nan='ieee' needs inf='ieee'")
-        if self.inf is not None and not self.signed:
-            raise ValueError("unsigned formats with Inf are not supported")
+        if self.inf == "ieee" and not self.signed:
+            raise ValueError("unsigned formats take Inf as inf='top' (P3109), not 'ieee'")
+        if self.inf == "top" and not self.signed and self.nan != "top":
+            raise ValueError("an unsigned format with Inf needs nan='top' (P3109: NaN 0xFF, Inf 0xFE)")
         if self.nan == "ieee" and self.mbits == 0:
             raise ValueError("nan='ieee' needs at least one mantissa bit")
         if self.max_code < (1 << self.mbits) and not self.subnormals:
@@ -177,15 +181,15 @@ class Format:
         if self.inf == "ieee":
             return ((1 << self.ebits) - 1) << self.mbits
         if self.inf == "top":
-            return self.magnitude_mask
+            return self.magnitude_mask - (1 if self.nan == "top" else 0)
         return None
 
     @property
     def max_code(self) -> int:
         """Magnitude code of the largest finite value."""
-        if self.inf == "ieee":
+        if self.inf is not None:
             return self.inf_code - 1
-        if self.inf == "top" or self.nan in ("fn", "top"):
+        if self.nan in ("fn", "top"):
             return self.magnitude_mask - 1
         return self.magnitude_mask
 
@@ -342,6 +346,34 @@ def _p3109(p: int) -> Format:
         f"binary8p{p}", ebits=8 - p, mbits=p - 1, bias=2 ** (7 - p), inf="top", nan="negzero",
         description=f"IEEE P3109 binary8p{p} (signed, extended)",
     )
+
+
+def p3109_format(p: int, *, signed: bool = True) -> Format:
+    """The IEEE P3109 8-bit extended format of precision ``p`` (1..7 signed, 1..8 unsigned).
+
+    Signed: ``binary8p{p}``, the registered built-in.  Unsigned (``binary8p{p}u``,
+    not registered; pass it to :func:`register_format` to use it by name): no sign
+    bit, ``9 - p`` exponent bits, bias ``2**(8 - p)``, zero at 0x00, +Inf at 0xFE
+    and NaN at 0xFF (as gfloat's ``format_info_p3109(8, p, Unsigned)``); negative
+    inputs give NaN.
+
+    Examples
+    --------
+    >>> from fp8emu.formats import p3109_format
+    >>> f = p3109_format(3, signed=False)
+    >>> f.bits, f.bias, f.max, f.inf_code, f.nan_code
+    (8, 32, 2684354560.0, 254, 255)
+    """
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+        raise TypeError(f"p must be an int, got {p!r}")
+    if signed:
+        if not 1 <= p <= 7:
+            raise ValueError(f"signed P3109 8-bit formats have p in 1..7, got {p}")
+        return _REGISTRY[f"binary8p{p}"]
+    if not 1 <= p <= 8:
+        raise ValueError(f"unsigned P3109 8-bit formats have p in 1..8, got {p}")
+    return Format(f"binary8p{p}u", ebits=9 - p, mbits=p - 1, bias=2 ** (8 - p), signed=False,
+                  inf="top", nan="top", description=f"IEEE P3109 binary8p{p} (unsigned, extended)")
 
 
 def register_format(fmt: Format, *, replace: bool = False) -> Format:

@@ -232,6 +232,10 @@ class ScaledTensor:
         NVFP4 only: the e4m3fn codes of the per-16-element scales.
     global_scale : numpy.float32 or None
         NVFP4 only: the per-tensor encode multiplier ``S_enc``.
+    global_amax : numpy.float32 or None
+        NVFP4 only: the tensor amax ``S_enc`` came from (a GEMM's alpha uses it).
+    scale_max : numpy.float32 or None
+        NVFP4 only: the E4M3 block-scale target of ``S_enc`` (448 or 256).
     recipe : str
         Name of the quantizer that built it.
 
@@ -254,6 +258,8 @@ class ScaledTensor:
     block_scale_codes: np.ndarray | None = None
     global_scale: np.float32 | None = None
     recipe: str = ""
+    global_amax: np.float32 | None = None
+    scale_max: np.float32 | None = None
 
     def __post_init__(self):
         self.fmt = as_format(self.fmt)
