@@ -395,3 +395,18 @@ def test_scaled_tensor_codes_must_have_the_stated_shape():
         fp8emu.ScaledTensor(codes=np.zeros((2, 3), np.uint8), fmt="e4m3fn", scale=1.0, scale_inv=1.0, shape=(3, 2))
     t = fp8emu.ScaledTensor(codes=np.zeros((2, 3), np.uint8), fmt="e4m3fn", scale=1.0, scale_inv=1.0)
     assert t.shape == (2, 3)
+
+
+def test_mx_from_codes_rejects_codes_wider_than_the_element_format():
+    from fp8emu.scaling import mx_from_codes
+    ok = mx_from_codes(np.array([0x7, 0xF], np.uint8), np.array([127], np.uint8), "e2m1fn", block=32)
+    assert ok.dequantize().tolist() == [6.0, -6.0]
+    for fmt, bad in (("e2m1fn", 0x10), ("e2m3fn", 0x40), ("e3m2fn", 0xFF)):
+        with pytest.raises(ValueError, match="codes must be below"):
+            mx_from_codes(np.array([0, bad], np.uint8), np.array([127], np.uint8), fmt, block=32)
+
+
+def test_scaled_tensor_stores_float32_scales():
+    t = fp8emu.ScaledTensor(codes=np.zeros(2, np.uint8), fmt="e4m3fn", scale=10.0, scale_inv=0.1)
+    for arr, v in ((t.scale, 10.0), (t.scale_inv, 0.1)):
+        assert isinstance(arr, np.ndarray) and arr.dtype == np.float32 and arr == np.float32(v)
