@@ -410,3 +410,22 @@ def test_scaled_tensor_stores_float32_scales():
     t = fp8emu.ScaledTensor(codes=np.zeros(2, np.uint8), fmt="e4m3fn", scale=10.0, scale_inv=0.1)
     for arr, v in ((t.scale, 10.0), (t.scale_inv, 0.1)):
         assert isinstance(arr, np.ndarray) and arr.dtype == np.float32 and arr == np.float32(v)
+
+
+def test_gemm_value_tables_are_read_only():
+    from fp8emu.gemm import kernels
+    for name in ("e4m3fn", "e5m2", "binary8p1"):
+        for arr in kernels._value_tables(fp8emu.get_format(name)):
+            assert not arr.flags.writeable, name
+
+
+def test_split_k_pieces_must_hold_whole_steps():
+    """A group that does not divide the 128-wide K-tiles cannot be split: an error, not
+    pieces cut in the middle of a tensor-core step."""
+    a = np.full((2, 512), 0x38, np.uint8)
+    b = np.full((512, 2), 0x38, np.uint8)
+    for splits in (2, 3):
+        with pytest.raises(ValueError, match="do not hold whole steps of group 48"):
+            mm(a, b, "e4m3fn", "e4m3fn", accumulator=Accumulator("mma", group=48, split_k=splits))
+    # one piece is fine: 512 ones summed exactly
+    assert mm(a, b, "e4m3fn", "e4m3fn", accumulator=Accumulator("mma", group=48, split_k=1))[0, 0] == 512
