@@ -251,7 +251,7 @@ def compare_codes(actual, x, fmt, *, profile="ocp", expected=None, max_examples=
     rnd = ~vnan & ~sat & ~zero & (np.abs(dist) == 1)
     if xv is not None:
         with np.errstate(invalid="ignore"):
-            rnd &= (np.minimum(va, ve) <= xv) & (xv <= np.maximum(va, ve))
+            rnd &= (np.minimum(va, ve) < xv) & (xv < np.maximum(va, ve))   # an exact input never rounds
     kind = np.select([nan, sat, zero, rnd], [0, 1, 3, 2], default=4)   # indices into KINDS
     res.kinds = {k: int(np.count_nonzero(kind == i)) for i, k in enumerate(KINDS)}
     keys, counts = np.unique(dist[~vnan], return_counts=True)
@@ -440,7 +440,7 @@ def compare_ulp(actual, expected, dtype, *, max_ulp=0, n_worst=10) -> UlpCompari
         if c:
             hist[name] = c
     k = 2
-    while fin.size and 2 ** k <= max(fin.max(), 4) and k < 64:   # buckets (2^(k-1), 2^k]
+    while fin.size and 2 ** (k - 1) < fin.max() and k <= 64:   # buckets (2^(k-1), 2^k]
         c = int(np.count_nonzero((fin > 2 ** (k - 1)) & (fin <= 2 ** k)))
         if c:
             hist[f"{2 ** (k - 1) + 1}-{2 ** k}"] = c
