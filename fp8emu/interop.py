@@ -169,7 +169,7 @@ def narrow_codes(arr, fmt, *, what="codes") -> np.ndarray:
     >>> narrow_codes(np.array([1.0], ml_dtypes.float8_e5m2), get_format("e4m3fn"))
     Traceback (most recent call last):
     ...
-    ValueError: codes has dtype float8_e5m2 but the format is e4m3fn; pass float8_e4m3fn values or uint8 codes
+    ValueError: codes of dtype float8_e5m2 are not e4m3fn codes; pass float8_e4m3fn values or uint8 codes
     """
     a = to_numpy(arr, what=what)
     if a.dtype in ML_NARROW_DTYPES:
@@ -177,7 +177,7 @@ def narrow_codes(arr, fmt, *, what="codes") -> np.ndarray:
         if want is None or a.dtype != np.dtype(want):
             hint = f"pass {np.dtype(want).name} values or uint8 codes" if want is not None else \
                 "pass uint8 codes"
-            raise ValueError(f"{what} has dtype {a.dtype.name} but the format is {fmt.name}; {hint}")
+            raise ValueError(f"{what} of dtype {a.dtype.name} are not {fmt.name} codes; {hint}")
         return a.view(np.uint8)
     if a.dtype.kind == "b" or a.dtype.kind not in "iu":
         raise TypeError(f"{what} must hold {fmt.name} codes (unsigned integers) or an ml_dtypes "

@@ -44,7 +44,8 @@ import zipfile
 import ml_dtypes
 import numpy as np
 
-from ..codec import encode, table_inputs
+from ..codec import encode
+from ..tables import table_inputs
 from ..formats import get_format
 from ..gemm import scaled_mm
 
@@ -409,7 +410,7 @@ def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", sat
     Same format as the recorded GPU tables (see the module docs): a kernel
     test can check any input by looking up the last run start at or below
     its bit pattern.  float32 tables are exact over all 2**32 inputs with at
-    most 2**17 runs (see :func:`fp8emu.codec.table_inputs`).
+    most 2**17 runs (see :func:`fp8emu.tables.table_inputs`).
 
     Examples
     --------
