@@ -163,7 +163,9 @@ def check_cast(case: CastCase, *, limit=None, chunk_bits=24, n_examples=5) -> Ca
     f = get_format(case.format)
     try:
         for x in source_chunks(case.source, limit, chunk_bits):
-            got = narrow_codes(to_numpy(case.cast(x), what="GPU result"), f, what="GPU result")
+            with np.errstate(invalid="ignore", over="ignore"):   # NaN and overflowing inputs are cast on purpose
+                y = case.cast(x)
+            got = narrow_codes(to_numpy(y, what="GPU result"), f, what="GPU result")
             exp = encode(x, f, profile=case.profile, rounding=case.rounding)
             if got.shape != exp.shape:
                 raise ValueError(f"the cast returned shape {got.shape} for {exp.shape} inputs")
