@@ -72,6 +72,13 @@ def test_array_and_dlpack_protocols():
         fp8emu.encode(object(), "e4m3fn")
 
 
+def test_dlpack_that_numpy_cannot_import_is_a_clear_error():
+    jnp = pytest.importorskip("jax.numpy")
+    j8 = jnp.asarray(X).astype(jnp.float8_e4m3fn)      # NumPy's DLPack import has no float8 dtype
+    with pytest.raises(TypeError, match="NumPy cannot import this OnlyDlpack through DLPack"):
+        fp8emu.decode(OnlyDlpack(j8), "e4m3fn")
+
+
 def test_narrow_codes_checks_the_format():
     f = get_format("e4m3fn")
     assert narrow_codes(np.array([1.0, -448], ml_dtypes.float8_e4m3fn), f).tolist() == [0x38, 0xFE]
