@@ -305,17 +305,19 @@ def report_dict(results, *, gpu=True, reason="", device="") -> dict:
 
 
 # ----------------------------------------------------------------------------- the GPU calls
-def _to_torch(torch, x):
+# The GPU calls take the device as a parameter so that the same code can be exercised with torch's CPU
+# kernels in the tests of a machine without a GPU.
+def _to_torch(torch, x, device="cuda"):
     if x.dtype == np.dtype(ml_dtypes.bfloat16):
-        return torch.from_numpy(x.view(np.int16)).cuda().view(torch.bfloat16)
-    return torch.from_numpy(x).cuda()
+        return torch.from_numpy(x.view(np.int16)).to(device).view(torch.bfloat16)
+    return torch.from_numpy(x).to(device)
 
 
-def _torch_cast(torch, fmt):
+def _torch_cast(torch, fmt, device="cuda"):
     dt = getattr(torch, "float8_" + fmt, None)
     if dt is None:
         return None
-    return lambda x: _to_torch(torch, x).to(dt)
+    return lambda x: _to_torch(torch, x, device).to(dt)
 
 
 def _triton_cast(torch, fmt, rounding):
@@ -356,14 +358,14 @@ def _jax_cast(fmt):
     return lambda x: f(jax.device_put(x, gpu[0]))
 
 
-def _torch_mm(torch):
+def _torch_mm(torch, device="cuda"):
     def mm(a, b, fa, fb, scale_a, scale_b, bias, out_dtype, fast):
-        A = torch.from_numpy(a).cuda().view(getattr(torch, "float8_" + fa))
+        A = torch.from_numpy(a).to(device).view(getattr(torch, "float8_" + fa))
         # cuBLASLt wants B column-major: a (N, K) row-major tensor, transposed
-        B = torch.from_numpy(np.ascontiguousarray(b.T)).cuda().view(getattr(torch, "float8_" + fb)).t()
-        sa = torch.from_numpy(np.asarray(scale_a, np.float32)).cuda()
-        sb = torch.from_numpy(np.asarray(scale_b, np.float32)).cuda()
-        bt = None if bias is None else torch.from_numpy(bias).cuda().to(torch.bfloat16)
+        B = torch.from_numpy(np.ascontiguousarray(b.T)).to(device).view(getattr(torch, "float8_" + fb)).t()
+        sa = torch.from_numpy(np.asarray(scale_a, np.float32)).to(device)
+        sb = torch.from_numpy(np.asarray(scale_b, np.float32)).to(device)
+        bt = None if bias is None else torch.from_numpy(bias).to(device).to(torch.bfloat16)
         od = {"float32": torch.float32, "bfloat16": torch.bfloat16}[out_dtype]
         return torch._scaled_mm(A, B, scale_a=sa, scale_b=sb, bias=bt, out_dtype=od, use_fast_accum=fast)
     return mm

@@ -291,3 +291,16 @@ def test_run_prints_report_and_json(tmp_path):
     d = V.report_dict(results, device="test double")
     json.dumps(d)
     assert d["exit_status"] == 0 and d["results"][0]["inputs"] == 65536 and d["gpu"] is True
+
+
+def test_torch_calls_run_with_cpu_kernels():
+    """The real torch call code of validate-gpu, on torch's CPU kernels (device="cpu")."""
+    torch = pytest.importorskip("torch")
+    for src in ("float32", "float16", "bfloat16"):
+        # FNUZ casts on the CPU agree with the H200-recorded CUDA behaviour (the torch-cuda profile)
+        r = V.check_cast(V.CastCase("torch", "e4m3fnuz", "torch-cuda", "rne", src,
+                                    V._torch_cast(torch, "e4m3fnuz", device="cpu")), limit=1 << 16)
+        assert (r.status, r.mismatches) == ("ok", 0), r
+    res = V.check_scaled_mm(V._torch_mm(torch, device="cpu"), shapes=((16, 16, 32),))
+    # CPU kernels do not accumulate as Hopper does: only that every variant runs is checked here
+    assert len(res) == 10 and all(r.status in ("ok", "mismatch") and r.inputs == 256 for r in res), V.markdown(res)
