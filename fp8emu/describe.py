@@ -17,19 +17,16 @@ Examples
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from .codec import decode, encode
 from .formats import get_format
+from .tables import SOURCE_DTYPES
 
 __all__ = ["code_bits", "code_table", "encode_lines", "decode_lines", "parse_inputs", "parse_codes",
-           "SOURCE_DTYPES"]
+           "SOURCE_DTYPES"]   # SOURCE_DTYPES: the input/output types, re-exported from fp8emu.tables
 
-#: Input types of :func:`parse_inputs` and their bit-pattern views.
-SOURCE_DTYPES = {"float64": (np.dtype(np.float64), np.uint64), "float32": (np.dtype(np.float32), np.uint32),
-                 "float16": (np.dtype(np.float16), np.uint16),
-                 "bfloat16": (np.dtype(ml_dtypes.bfloat16), np.uint16)}
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def parse_inputs(texts, source_dtype=None) -> np.ndarray:
@@ -53,7 +50,8 @@ def parse_inputs(texts, source_dtype=None) -> np.ndarray:
         source_dtype = "float32" if any(t.lower().startswith("bits:") for t in texts) else "float64"
     if source_dtype not in SOURCE_DTYPES:
         raise ValueError(f"unknown source dtype {source_dtype!r}; valid: {', '.join(SOURCE_DTYPES)}")
-    dt, uint = SOURCE_DTYPES[source_dtype]
+    dt = SOURCE_DTYPES[source_dtype]
+    uint = _UINT[dt.itemsize]
     nbits = dt.itemsize * 8
     out = np.empty(len(texts), dt)
     for i, t in enumerate(texts):       # a handful of command-line values
@@ -165,7 +163,7 @@ def encode_lines(values, fmt, *, rounding="rne", saturate=False, profile=None, s
     x = parse_inputs(values, source_dtype)
     show_bits = source_dtype is not None or any(str(v).lower().startswith("bits:") for v in values)
     dt = x.dtype
-    uint = {8: np.uint64, 4: np.uint32, 2: np.uint16}[dt.itemsize]
+    uint = _UINT[dt.itemsize]
     opts = {"rounding": rounding, "saturate": saturate}
     if profile is not None:
         opts["profile"] = profile
@@ -197,7 +195,8 @@ def decode_lines(codes, fmt, *, dtype="float32", profile=None) -> list:
     f = get_format(fmt)
     if dtype not in SOURCE_DTYPES:
         raise ValueError(f"unknown output dtype {dtype!r}; valid: {', '.join(SOURCE_DTYPES)}")
-    dt, uint = SOURCE_DTYPES[dtype]
+    dt = SOURCE_DTYPES[dtype]
+    uint = _UINT[dt.itemsize]
     c = parse_codes(codes, f)
     vals = decode(c, f, dtype=dt, profile=profile)
     width = (f.bits + 3) // 4

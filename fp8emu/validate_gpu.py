@@ -26,7 +26,6 @@ reported as skipped and does not fail the run.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -37,6 +36,7 @@ import numpy as np
 from .codec import encode
 from .formats import get_format
 from .interop import narrow_codes, to_numpy
+from .tables import SOURCE_DTYPES
 from .testing import scaled_mm_cases
 
 __all__ = ["validate", "gpu_available", "check_cast", "check_scaled_mm", "run", "exit_status", "CastCase",
@@ -63,7 +63,6 @@ MM_SHAPES = ((32, 32, 64), (64, 48, 256), (128, 64, 1024), (32, 32, 16384))
 #: (a format, b format, variants) of the GEMM checks; torch's row-wise scaling takes e4m3fn operands.
 MM_PAIRS = (("e4m3fn", "e4m3fn", ("tensorwise_f32", "tensorwise_bf16_bias", "rowwise_bf16")),
             ("e4m3fn", "e5m2", ("tensorwise_f32", "tensorwise_bf16_bias")))
-_SRC = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 _UINT = {2: np.uint16, 4: np.uint32}
 
 
@@ -130,7 +129,7 @@ def source_chunks(source, limit=None, chunk_bits=24):
     >>> next(source_chunks("float32", limit=3)).view("u4").tolist()
     [0, 1, 2]
     """
-    dt = _SRC[source]
+    dt = SOURCE_DTYPES[source]
     total = 1 << (dt.itemsize * 8)
     if limit is not None:
         total = min(total, int(limit))

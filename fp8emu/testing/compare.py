@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 
 from ..codec import decode, encode
 from ..describe import code_bits
 from ..formats import get_format
 from ..interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
+from ..tables import SOURCE_DTYPES
 
 __all__ = ["Comparison", "compare_codes", "to_codes", "assert_fp8_equal", "UlpComparison", "compare_ulp",
            "assert_close_ulp", "KINDS"]
@@ -26,8 +26,6 @@ __all__ = ["Comparison", "compare_codes", "to_codes", "assert_fp8_equal", "UlpCo
 #: Kinds of code mismatch, in report order.
 KINDS = ("NaN code", "saturation/overflow", "rounding direction", "zero/sign", "other")
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_FLOAT_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
-                 "float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 
 
 def _bits_hex(arr):
@@ -146,7 +144,7 @@ def to_codes(actual, fmt, *, what="actual"):
     a = to_numpy(actual, what=what)
     if a.dtype in ML_NARROW_DTYPES or a.dtype.kind in "iu":
         return narrow_codes(a, f, what=what), False
-    if a.dtype in _FLOAT_DTYPES.values():
+    if a.dtype in SOURCE_DTYPES.values():
         codes = encode(a, f)
         with np.errstate(invalid="ignore"):
             back = decode(codes, f, dtype=np.float64)
@@ -364,7 +362,7 @@ def _as_float(a, dt, what):
     arr = to_numpy(a, what=what)
     if arr.dtype == dt:
         return arr
-    if arr.dtype not in _FLOAT_DTYPES.values() and arr.dtype not in ML_NARROW_DTYPES:
+    if arr.dtype not in SOURCE_DTYPES.values() and arr.dtype not in ML_NARROW_DTYPES:
         raise TypeError(f"{what} must hold float values (got dtype {arr.dtype}); view bit patterns as "
                         f"{dt.name} first")
     with np.errstate(over="ignore", invalid="ignore"):
@@ -411,11 +409,11 @@ def compare_ulp(actual, expected, dtype, *, max_ulp=0, n_worst=10) -> UlpCompari
     (1, {'0': 1, '1': 1})
     """
     key = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    if key not in _FLOAT_DTYPES:
-        raise ValueError(f"unsupported dtype {dtype!r}; accepted: {', '.join(_FLOAT_DTYPES)}")
+    if key not in SOURCE_DTYPES:
+        raise ValueError(f"unsupported dtype {dtype!r}; accepted: {', '.join(SOURCE_DTYPES)}")
     if not isinstance(max_ulp, (int, np.integer)) or isinstance(max_ulp, bool) or max_ulp < 0:
         raise ValueError(f"max_ulp must be a non-negative integer, got {max_ulp!r}")
-    dt = _FLOAT_DTYPES[key]
+    dt = SOURCE_DTYPES[key]
     a = _as_float(actual, dt, "actual")
     e = _as_float(expected, dt, "expected")
     if a.shape != e.shape:

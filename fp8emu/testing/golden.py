@@ -45,7 +45,7 @@ import ml_dtypes
 import numpy as np
 
 from ..codec import encode
-from ..tables import table_inputs
+from ..tables import SOURCE_DTYPES, table_inputs
 from ..formats import get_format
 from ..gemm import scaled_mm
 
@@ -54,8 +54,6 @@ __all__ = ["FORMAT_VERSION", "SOURCE_DTYPES", "golden_vectors", "save_golden", "
 
 #: Version of the file formats written here; readers reject newer versions.
 FORMAT_VERSION = 1
-SOURCE_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
-                 "float64": np.float64}
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 _META = ("format", "source_dtype", "profile", "rounding", "saturate")
 _HEADER_EXT = (".h", ".hpp", ".cuh")

@@ -19,7 +19,6 @@ committed rather than created).
 from __future__ import annotations
 
 import json
-import os
 import re
 import warnings
 import zipfile
