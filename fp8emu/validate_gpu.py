@@ -136,7 +136,7 @@ def source_chunks(source, limit=None, chunk_bits=24):
     step = 1 << chunk_bits
     for base in range(0, total, step):
         n = min(step, total - base)
-        yield np.arange(base, base + n, dtype=np.uint64).astype(_UINT[dt.itemsize]).view(dt)
+        yield np.arange(base, base + n, dtype=_UINT[dt.itemsize]).view(dt)
 
 
 def _bits_text(v):
