@@ -396,9 +396,10 @@ def test_scaled_mm_cases_match_h200_recordings(tmp_path):
 PLUGIN = ("-p", "fp8emu.testing.plugin")
 
 SNAPSHOT_TEST = """
-import numpy as np, fp8emu
+import ml_dtypes, numpy as np, fp8emu
 
 X = np.linspace(-3, 3, 24, dtype=np.float32)
+XB = X.astype(ml_dtypes.bfloat16)
 
 def kernel(x):
     return fp8emu.encode(x, "e4m3fn"{rounding})
@@ -406,6 +407,7 @@ def kernel(x):
 def test_kernel(fp8_golden):
     fp8_golden.check(kernel(X), x=X, fmt="e4m3fn", profile="ocp")
     fp8_golden.check(fp8emu.quantize(X, "e5m2"), x=X, fmt="e5m2", name="values")
+    fp8_golden.check(XB.astype(ml_dtypes.float8_e5m2), x=XB, fmt="e5m2", name="bf16")
 """
 
 
@@ -413,9 +415,9 @@ def test_plugin_snapshot_cycle(pytester):
     pytester.makepyfile(test_snap=SNAPSHOT_TEST.format(rounding=""))
     r = pytester.runpytest(*PLUGIN)
     r.assert_outcomes(passed=1)
-    assert r.stdout.str().count("fp8_golden: created") == 2    # two snapshots created, a warning each
+    assert r.stdout.str().count("fp8_golden: created") == 3    # three snapshots created, a warning each
     files = sorted(p.name for p in (pytester.path / "fp8_golden" / "test_snap").iterdir())
-    assert files == ["test_kernel.npz", "test_kernel__values.npz"]
+    assert files == ["test_kernel.npz", "test_kernel__bf16.npz", "test_kernel__values.npz"]
     with np.load(pytester.path / "fp8_golden" / "test_snap" / "test_kernel.npz", allow_pickle=False) as z:
         assert str(z["format"]) == "e4m3fn" and str(z["profile"]) == "ocp" and int(z["format_version"]) == 1
         assert z["x"].dtype == np.float32 and z["codes"].size == 24

@@ -36,6 +36,8 @@ from .golden import FORMAT_VERSION
 __all__ = ["FP8Golden", "fp8_golden", "pytest_addoption"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+# ml_dtypes types (bfloat16 and the narrow floats) by name: npz files cannot name them, so x is stored as bits
+_ML_TYPES = {dt.name: dt for dt in ML_NARROW_DTYPES | {np.dtype(ml_dtypes.bfloat16)}}
 
 
 def pytest_addoption(parser):
@@ -57,23 +59,20 @@ def _raw(a):
 
 
 def _x_arrays(x):
-    """npz entries for the inputs: bit patterns for ml_dtypes types, the array itself otherwise."""
+    """npz entries for the inputs: ml_dtypes types (which npz cannot name) are stored as their bits."""
     if x is None:
         return {}
-    if x.dtype in ML_NARROW_DTYPES or x.dtype == np.dtype(ml_dtypes.bfloat16):
-        return {"x": x.view(_UINT[x.dtype.itemsize]), "x_dtype": np.array(x.dtype.name)}
-    if x.dtype.kind not in "biuf":
+    ml = _ML_TYPES.get(x.dtype.name) == x.dtype
+    if x.dtype.kind not in "biuf" and not ml:
         raise TypeError(f"x must hold numbers, got dtype {x.dtype}")
-    return {"x": x, "x_dtype": np.array(x.dtype.name)}
+    return {"x": x.view(_UINT[x.dtype.itemsize]) if ml else x, "x_dtype": np.array(x.dtype.name)}
 
 
 def _stored_x(z):
     if "x" not in z.files:
         return None
-    x = z["x"]
-    name = str(z["x_dtype"])
-    return x.view(getattr(ml_dtypes, name)) if hasattr(ml_dtypes, name) and x.dtype.kind == "u" and \
-        np.dtype(getattr(ml_dtypes, name)).kind != "u" else x
+    ml = _ML_TYPES.get(str(z["x_dtype"]))
+    return z["x"].view(ml) if ml is not None else z["x"]
 
 
 class FP8Golden:
