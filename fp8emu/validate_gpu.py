@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -143,7 +144,7 @@ def _bits_text(v):
     return f"0x{int(v):0{2 * v.dtype.itemsize}x}"
 
 
-def check_cast(case: CastCase, *, limit=None, chunk_bits=24, n_examples=5) -> CaseResult:
+def check_cast(case: CastCase, *, limit=None, chunk_bits=24, n_examples=5, on_chunk=None) -> CaseResult:
     """Run ``case.cast`` over every input pattern of ``case.source`` and compare with the profile.
 
     Examples
@@ -171,6 +172,8 @@ def check_cast(case: CastCase, *, limit=None, chunk_bits=24, n_examples=5) -> Ca
             bad = np.flatnonzero(got != exp)
             res.inputs += x.size
             res.mismatches += int(bad.size)
+            if on_chunk is not None:
+                on_chunk(x.size)
             vals = f.values()
             for i in bad[:max(0, n_examples - len(res.examples))]:   # only the reported few are formatted
                 res.examples.append({"bits": _bits_text(x.view(_UINT[x.dtype.itemsize])[i]),
@@ -286,9 +289,46 @@ def markdown(results) -> list:
     return lines
 
 
-def run(cast_cases, mm=None, *, limit=None, chunk_bits=24, out=print, mm_options=None) -> list:
-    """Check every cast case (and the GEMMs when ``mm`` is given); print and return the results."""
-    results = [check_cast(c, limit=limit, chunk_bits=chunk_bits) for c in cast_cases]
+class _Bar:
+    """Progress over all inputs on stderr: a tqdm bar when tqdm is installed, else a line per 10 %."""
+
+    def __init__(self, total):
+        try:
+            tqdm = importlib.import_module("tqdm")
+        except ImportError:
+            tqdm = None
+        self.bar = None if tqdm is None else tqdm.tqdm(total=total, unit="inputs", unit_scale=True,
+                                                        desc="validate-gpu", file=sys.stderr)
+        self.total, self.done, self.shown = total, 0, -1
+
+    def update(self, n):
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.total and 10 * self.done // self.total > self.shown:
+            self.shown = 10 * self.done // self.total
+            print(f"validate-gpu: {self.done}/{self.total} inputs", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run(cast_cases, mm=None, *, limit=None, chunk_bits=24, out=print, mm_options=None, progress=False) -> list:
+    """Check every cast case (and the GEMMs when ``mm`` is given); print and return the results.
+
+    ``progress`` shows how many inputs have been compared on stderr.
+    """
+    bar = None
+    if progress:
+        bar = _Bar(sum(min(1 << (SOURCE_DTYPES[c.source].itemsize * 8), limit or (1 << 32))
+                       for c in cast_cases if c.cast is not None))
+    try:
+        results = [check_cast(c, limit=limit, chunk_bits=chunk_bits, on_chunk=bar and bar.update)
+                   for c in cast_cases]
+    finally:
+        if bar is not None:
+            bar.close()
     if mm is not None:
         results += check_scaled_mm(mm, **(mm_options or {}))
     for line in markdown(results):
@@ -384,7 +424,7 @@ def gpu_cases(torch) -> list:
     return out
 
 
-def validate(limit=None, out=print, *, scaled_mm=True, chunk_bits=24):
+def validate(limit=None, out=print, *, scaled_mm=True, chunk_bits=24, progress=False):
     """Cast all input patterns on the GPU, run the GEMMs, and compare with the profiles.
 
     Returns ``(results, device name)``, or ``None`` (after printing why) when
@@ -398,5 +438,5 @@ def validate(limit=None, out=print, *, scaled_mm=True, chunk_bits=24):
     device = torch.cuda.get_device_name()
     out(f"validate-gpu: {device}, torch {torch.__version__}")
     results = run(gpu_cases(torch), _torch_mm(torch) if scaled_mm else None, limit=limit,
-                  chunk_bits=chunk_bits, out=out)
+                  chunk_bits=chunk_bits, out=out, progress=progress)
     return results, device

@@ -280,12 +280,14 @@ def test_check_scaled_mm_against_recorded_h200_outputs():
     assert V.exit_status(bad) == V.EXIT_MISMATCH
 
 
-def test_run_prints_report_and_json(tmp_path):
+def test_run_prints_report_and_json(tmp_path, capsys):
     mm, case = _recorded_mm()
     lines = []
     pairs = (("e4m3fn", "e4m3fn", ("tensorwise_f32",)),)
     results = V.run([V.CastCase("ml_dtypes", "e4m3fn", "ml_dtypes", "rne", "float16", _ml_cast("e4m3fn"))], mm,
-                    out=lines.append, mm_options=dict(pairs=pairs, cases=[case]))
+                    out=lines.append, mm_options=dict(pairs=pairs, cases=[case]), progress=True)
+    err = capsys.readouterr().err                 # progress: a tqdm bar, or lines without tqdm
+    assert "65.5k/65.5k" in err or "65536/65536 inputs" in err
     assert [r.status for r in results] == ["ok", "ok", "ok"]
     assert lines[0] == "| library | case | profile | inputs | mismatches | status |"
     d = V.report_dict(results, device="test double")

@@ -34,13 +34,14 @@ def register(sub, name, help_text):
     p.add_argument("--require-gpu", action="store_true", help="exit 1 instead of 3 when there is no GPU/torch")
     p.add_argument("--no-scaled-mm", action="store_true", help="skip the torch._scaled_mm checks")
     p.add_argument("--json", metavar="PATH", default=None, help="write a machine-readable report to PATH")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Run the validation; the exit status says what happened."""
     limit = None if args.limit is None else _positive(args.limit)
-    res = validate_gpu.validate(limit=limit, scaled_mm=not args.no_scaled_mm)
+    res = validate_gpu.validate(limit=limit, scaled_mm=not args.no_scaled_mm, progress=not args.quiet)
     if res is None:
         _, reason = validate_gpu.gpu_available()
         report = validate_gpu.report_dict([], gpu=False, reason=str(reason))
