@@ -80,6 +80,7 @@ def test_encode_stochastic_with_seed(capsys):
     (["golden", "--format", "e4m3fn", "--exhaustive", "--out", "v.npz"], "exhaustive"),
     (["golden", "--format", "e4m3fn", "--seed", "1", "--out", "v.rle"], "do not apply"),
     (["golden", "--scaled-mm", "--out", "v.json"], "writes an .npz"),
+    (["golden", "--scaled-mm", "--accumulators", "bogus", "--out", "v.npz"], "bogus"),
     (["validate-gpu", "--limit", "-5"], "positive"),
     (["validate-gpu", "--limit", "0"], "positive"),
 ])
@@ -148,13 +149,14 @@ def test_golden_outputs(tmp_path, capsys):
     assert main(["golden", "--format", "e2m1fn", "--profile", "cuda-satfinite", "--name", "fp4", "--out", str(h)]) == 0
     assert "static const uint8_t fp4_expected_codes[FP4_COUNT]" in h.read_text()
     m = tmp_path / "mm.npz"
-    assert main(["golden", "--scaled-mm", "--seed", "3", "--out", str(m)]) == 0
+    assert main(["golden", "--scaled-mm", "--seed", "3", "--accumulators", "hopper-fast", "exact", "--out", str(m)]) == 0
     with np.load(m, allow_pickle=False) as z:
         assert z["shapes"].tolist()[-1] == [32, 32, 16384]
         a, b = z["case0_a"], z["case0_b"]
         want = fp8emu.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", scale_a=z["case0_scale_a"],
                                 scale_b=z["case0_scale_b"], accumulator="hopper-fast")
         np.testing.assert_array_equal(z["case0_tensorwise_f32_hopper-fast"], want)
+        assert z["accumulators"].tolist() == ["hopper-fast", "exact"] and "case0_rowwise_bf16_exact" in z.files
 
 
 # ----------------------------------------------------------------------------- conformance

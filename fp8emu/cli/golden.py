@@ -36,6 +36,9 @@ def register(sub, name, help_text):
                    help="write scaled_mm cases (operands, scales, bias, expected outputs per accumulator)")
     p.add_argument("--a-format", default="e4m3fn", help="--scaled-mm: format of A (default e4m3fn)")
     p.add_argument("--b-format", default="e4m3fn", help="--scaled-mm: format of B (default e4m3fn)")
+    p.add_argument("--accumulators", nargs="+", default=["hopper", "hopper-fast"], metavar="ACC",
+                   help="--scaled-mm: accumulators to give expected outputs for (default: hopper hopper-fast; "
+                        "also fp32, exact)")
     p.add_argument("--out", required=True, help="output file; its extension picks the type")
     p.set_defaults(func=run)
 
@@ -47,7 +50,8 @@ def run(args) -> int:
         if ext != ".npz":
             raise ValueError(f"--scaled-mm writes an .npz file, got {args.out!r}")
         cases = golden.save_scaled_mm_cases(args.out, seed=0 if args.seed is None else args.seed,
-                                            a_format=args.a_format, b_format=args.b_format)
+                                            a_format=args.a_format, b_format=args.b_format,
+                                            accumulators=tuple(args.accumulators))
         print(f"wrote {len(cases['shapes'])} scaled_mm cases ({args.a_format} x {args.b_format}; "
               f"accumulators {', '.join(cases['accumulators'].tolist())}) to {args.out}")
         return 0
