@@ -322,12 +322,14 @@ def test_c_header_compiles_and_holds_the_vectors(tmp_path, compiler, lang):
     # the header alone, as the main file (unused static arrays must not warn)
     subprocess.run([compiler, "-x", lang, "-c", "-Wall", "-Wextra", "-Werror", str(h), "-o",
                     str(tmp_path / "h.o")], check=True)
+    T.save_golden(tmp_path / "other.h", "e5m2")        # a second header in the same translation unit
     src = tmp_path / ("main.c" if lang == "c" else "main.cpp")
     src.write_text(textwrap.dedent("""\
         #include <stdio.h>
         #include "e4m3_sr.h"
+        #include "other.h"
         int main(void) {
-            unsigned long sum = 0;
+            unsigned long sum = other_expected_codes[0] * 0u;
             for (int i = 0; i < E4M3_SR_COUNT; ++i)
                 sum += e4m3_sr_input_bits[i] * 3u + e4m3_sr_expected_codes[i] + e4m3_sr_random_bits[i] * 7u;
             printf("%d %lu\\n", E4M3_SR_COUNT, sum);
