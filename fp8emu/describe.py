@@ -190,7 +190,7 @@ def decode_lines(codes, fmt, *, dtype="float32", profile=None) -> list:
     Examples
     --------
     >>> decode_lines(["0x7e", "0xff"], "e4m3fn")[1:]
-    ['0x7E  0 1111 110  448  0x43e00000', '0xFF  1 1111 111  nan  0x7fc00000']
+    ['0x7E  0 1111 110  448  0x43e00000', '0xFF  1 1111 111  nan  0xffc00000']
     """
     f = get_format(fmt)
     if dtype not in SOURCE_DTYPES:
