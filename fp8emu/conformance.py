@@ -27,6 +27,42 @@ __all__ = ["read_rle", "RecordedTable", "recorded_tables", "report", "markdown_t
 KINDS = ("nan", "saturation", "rounding", "zero/sign", "e8m0")
 
 
+def classify_differences(fmt, x, got, ocp) -> np.ndarray:
+    """Kind (one of :data:`KINDS`) of each input where an implementation's code differs from the spec's.
+
+    ``x`` are the inputs (any float dtype), ``got`` the implementation's codes
+    and ``ocp`` the spec's codes for them.  NaN inputs are "nan"; a result or
+    spec value that is Inf/NaN (or both at +-max) is "saturation"; equal
+    magnitudes or two zeros are "zero/sign"; anything else is "rounding";
+    every E8M0 difference of a non-NaN input is "e8m0".
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8emu.formats import get_format
+    >>> x = np.array([np.nan, 470.0, 0.3], np.float32)
+    >>> classify_differences(get_format("e4m3fn"), x, np.array([0xFF, 0x7E, 0x2A]),
+    ...                      np.array([0x7F, 0x7F, 0x2B])).tolist()
+    ['nan', 'saturation', 'rounding']
+    """
+    f = get_format(fmt)
+    got = np.asarray(got, dtype=np.int64)
+    ocp = np.asarray(ocp, dtype=np.int64)
+    vals = f.values()
+    gv, ov = vals[got], vals[ocp]
+    kind = np.full(got.shape, "rounding", dtype=object)
+    with np.errstate(invalid="ignore"):
+        big = ~np.isfinite(gv) | ~np.isfinite(ov) | ((np.abs(gv) == f.max) & (np.abs(ov) == f.max))
+        same = ((gv == 0) & (ov == 0)) | (np.abs(gv) == np.abs(ov))
+    kind[big] = "saturation"
+    kind[same & ~big] = "zero/sign"
+    if f.name == "e8m0fnu":
+        kind[:] = "e8m0"
+    with np.errstate(over="ignore", invalid="ignore"):
+        kind[np.isnan(np.asarray(x).astype(np.float64))] = "nan"
+    return kind.astype(str)
+
+
 def read_rle(path):
     """Read a run-length table: ``(starts uint64, codes int64, n_inputs)``.
 
