@@ -7,15 +7,12 @@ and returns the codes; ``decode`` maps codes back to values; ``quantize`` is
 Implementation
 --------------
 Every finite input is described exactly as ``(-1)**s * m * 2**e`` and rounded
-by :func:`fp8emu.rounding.round_exact`.  For 16-bit sources the result of
-every one of the 65,536 bit patterns is tabulated once per (format, rounding,
-saturate) and encoding is a table look-up.  A float32 input's code depends
-only on its upper 16 bits and on whether its lower 16 bits are non-zero (the
-rounding position of a format with at most 6 mantissa bits lies in the upper
-half, so the lower half acts only as a sticky bit); a 2**17-entry table
-therefore covers float32 exactly.  float64 works the same way with its upper
-19 bits (sign, exponent, 7 mantissa bits) and a sticky bit: a 2**20-entry
-table, so float64 is rounded once, never through float32.  Stochastic
+by :func:`fp8emu.rounding.round_exact`; where that is exact, encoding is a
+look-up in a table built by the same core (:mod:`fp8emu.tables`: every 16-bit
+pattern, float32 by its upper 16 bits and a sticky bit, float64 by its upper
+19 bits and a sticky bit, so float64 is rounded once, never through float32).
+A profile other than ``ocp`` is one look-up in that profile's table
+(:meth:`fp8emu.profiles.Profile.encode_table`).  Stochastic
 rounding of float32 adds the random bits to the bit pattern below the
 rounding position and truncates through a table (see :func:`_encode_sr_f32`);
 elements whose result would be subnormal, zero or near float32's top binade go
@@ -31,214 +28,22 @@ measures it against ml_dtypes.
 
 from __future__ import annotations
 
-import functools
 import sys
 
-import ml_dtypes
 import numpy as np
 
-from .formats import Format, get_format
-from .rounding import (
-    DETERMINISTIC_MODES,
-    check_rounding,
-    finish_codes,
-    nan_codes,
-    round_exact,
+from .formats import get_format
+from .profiles import get_profile
+from .rounding import DETERMINISTIC_MODES, check_rounding
+from .tables import (
+    CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, decode_table, decode_take, encode_exact,
+    encode_table, lookup, source_name, table_ok,
 )
 
-__all__ = ["encode", "decode", "quantize", "as_ml_dtypes", "DECODE_DTYPES"]
+__all__ = ["encode", "decode", "quantize", "as_ml_dtypes"]
 
 _U64 = np.uint64
-#: Elements processed per step; keeps temporaries small (a few MB) for any input size.
-CHUNK = 1 << 16
-
-# (uint view, exponent bits, mantissa bits) of the IEEE-style source types.
-_FLOAT_LAYOUT = {
-    np.dtype(np.float16): (np.uint16, 5, 10),
-    np.dtype(ml_dtypes.bfloat16): (np.uint16, 8, 7),
-    np.dtype(np.float32): (np.uint32, 8, 23),
-    np.dtype(np.float64): (np.uint64, 11, 52),
-}
-_VIA = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
-        "bfloat16": np.dtype(ml_dtypes.bfloat16)}
-#: dtypes that :func:`decode` can produce.
-_SRC = {np.dtype(np.float16): "float16", np.dtype(ml_dtypes.bfloat16): "bfloat16",
-        np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
-DECODE_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16),
-                 np.dtype(np.float32), np.dtype(np.float64))
-_ML_NARROW = {np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
-              if n.startswith(("float8_", "float6_", "float4_"))}
-
-
-# ----------------------------------------------------------------------------- inputs
-def _as_array(x, what="x") -> np.ndarray:
-    """Convert an input to an ndarray without copying, rejecting unsupported dtypes."""
-    if isinstance(x, np.ndarray):
-        arr = x
-    elif hasattr(x, "__array__") or np.isscalar(x) or isinstance(x, (list, tuple)):
-        arr = np.asarray(x)
-    else:
-        raise TypeError(f"{what} must be array-like, got {type(x).__name__}")
-    dt = arr.dtype
-    if dt in _FLOAT_LAYOUT or dt in _ML_NARROW or dt.kind in "biu":
-        return arr
-    raise TypeError(
-        f"unsupported {what} dtype {dt}; accepted: bool, integers, float16, bfloat16, "
-        "float32, float64 (and ml_dtypes' narrow float types)"
-    )
-
-
-def _decompose(x: np.ndarray):
-    """Exact (neg, m, lsb, is_nan, is_inf) description of a 1-D chunk."""
-    dt = x.dtype
-    if dt.kind == "b":
-        x = x.astype(np.uint8)
-        dt = x.dtype
-    if dt.kind in "iu":
-        if dt.kind == "i":
-            neg = x < 0
-            u = x.astype(np.int64).view(_U64)
-            m = np.where(neg, ~u + _U64(1), u)   # two's complement magnitude, exact for INT64_MIN
-        else:
-            neg = np.zeros(x.shape, dtype=bool)
-            m = x.astype(_U64)
-        no = np.zeros(x.shape, dtype=bool)
-        return neg, m, np.zeros(x.shape, np.int64), no, no
-    uint, eb, mb = _FLOAT_LAYOUT[dt]
-    u = x.view(uint).astype(_U64)
-    bias = (1 << (eb - 1)) - 1
-    neg = (u >> _U64(eb + mb)) != 0
-    ef = ((u >> _U64(mb)) & _U64((1 << eb) - 1)).astype(np.int64)
-    mf = u & _U64((1 << mb) - 1)
-    special = ef == (1 << eb) - 1
-    normal = (ef != 0) & ~special
-    m = np.where(normal, mf | _U64(1 << mb), mf)
-    m = np.where(special, _U64(0), m)
-    lsb = np.maximum(ef, 1) - bias - mb
-    return neg, m, lsb, special & (mf != 0), special & (mf == 0)
-
-
-def _special_codes(fmt: Format, neg, is_nan, is_inf, saturate: bool):
-    """Codes of NaN and Inf inputs (int64 magnitude with -1 = NaN marker, neg)."""
-    if saturate or not (fmt.has_inf or fmt.has_nan):
-        inf = fmt.max_code
-    elif fmt.has_inf:
-        inf = fmt.inf_code
-    else:
-        inf = -1
-    return np.where(is_nan, -1, np.int64(inf))
-
-
-def _encode_exact(x, fmt, rounding, saturate, random_bits=None, sr_bits=0):
-    """Round a 1-D chunk from its exact values (no tables)."""
-    if x.dtype in _ML_NARROW:
-        x = x.astype(np.float32)   # lossless: every ml_dtypes narrow value fits float32
-    neg, m, lsb, is_nan, is_inf = _decompose(x)
-    codes = round_exact(neg, m, lsb, fmt, rounding, saturate, random_bits, sr_bits)
-    special = is_nan | is_inf
-    if special.any():
-        sc = _special_codes(fmt, neg, is_nan, is_inf, saturate)
-        fixed = finish_codes(sc, neg, fmt)
-        if not fmt.signed:  # an unsigned format has no -Inf
-            fixed = np.where(neg & is_inf, nan_codes(fmt, neg).astype(np.uint8), fixed)
-        codes = np.where(special, fixed, codes)
-    return codes
-
-
-# ----------------------------------------------------------------------------- tables
-def _table_ok_f32(fmt: Format) -> bool:
-    # The rounding position must lie in the upper 16 bits of every float32,
-    # normal (23 - mbits >= 17) and subnormal (emin - mbits + 149 >= 17).
-    return fmt.mbits <= 6 and fmt.emin - fmt.mbits >= -132
-
-
-def _table_ok_f64(fmt: Format) -> bool:
-    # float64 keeps 7 mantissa bits in its upper 19 bits; the rounding bit of a
-    # format with at most 6 mantissa bits lies there for every float64 binade
-    # (values below the target's subnormals only ever need the sticky bit).
-    return fmt.mbits <= 6
-
-
-#: float64 index: bits 63..45 (sign, exponent, top 7 mantissa bits) and a sticky bit.
-_F64_SHIFT = 45
-_F64_LOW = np.uint64((1 << _F64_SHIFT) - 1)
-
-
-def table_inputs(src: str) -> np.ndarray:
-    """One representative input per entry of a ``src`` encode table, in index order.
-
-    float16/bfloat16: every bit pattern.  float32: index ``hi16 | sticky << 16``,
-    the sticky case with lower half 0x0001.  float64: index ``hi19 | sticky << 19``.
-    """
-    if src in ("float16", "bfloat16"):
-        pats = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-        return pats.view(np.float16 if src == "float16" else ml_dtypes.bfloat16)
-    if src == "float32":
-        pats = np.arange(1 << 16, dtype=np.uint32) << 16
-        return np.concatenate([pats, pats | 1]).view(np.float32)
-    hi = np.arange(1 << (64 - _F64_SHIFT), dtype=_U64) << _U64(_F64_SHIFT)
-    return np.concatenate([hi, hi | _U64(1)]).view(np.float64)
-
-
-@functools.lru_cache(maxsize=64)
-def _table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
-    """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
-
-    ``rounding="sr0"`` tabulates stochastic rounding with zero random bits,
-    i.e. truncation with stochastic rounding's overflow rule.
-    """
-    x = table_inputs(src)
-    if rounding == "sr0":
-        table = _encode_exact(x, fmt, "stochastic", saturate, np.zeros(x.shape, _U64), 1)
-    else:
-        table = _encode_exact(x, fmt, rounding, saturate)
-    table.setflags(write=False)
-    return table
-
-
-def _encode_table(flat, out, fmt, rounding, saturate):
-    """Deterministic rounding by table look-up."""
-    lookup(flat, out, _table(fmt, _SRC[flat.dtype], rounding, saturate))
-
-
-def lookup(flat, out, table):
-    """``out[i] = table[index(flat[i])]`` for a 1-D source array, in cache-sized chunks.
-
-    The index is the one :func:`table_inputs` enumerates for ``flat``'s dtype.
-    """
-    dt = flat.dtype
-    if dt == np.float32:
-        step = CHUNK
-        u_buf = np.empty(min(step, flat.size), np.uint32)
-        idx_buf = np.empty(min(step, flat.size), np.intp)   # take() would otherwise copy to intp
-        for i in range(0, flat.size, step):
-            u = flat[i:i + step].view(np.uint32)
-            n = u.size
-            idx, lo = idx_buf[:n], u_buf[:n]
-            np.right_shift(u, 16, out=idx)
-            np.bitwise_and(u, 0xFFFF, out=lo)
-            lo += 0xFFFF                          # bit 16 set iff the lower half is non-zero
-            lo &= 0x10000
-            idx |= lo
-            np.take(table, idx, out=out[i:i + n])
-    elif dt == np.float64:
-        step = CHUNK
-        a_buf = np.empty(min(step, flat.size), _U64)
-        b_buf = np.empty(min(step, flat.size), _U64)
-        for i in range(0, flat.size, step):
-            u = flat[i:i + step].view(_U64)
-            n = u.size
-            a, b = a_buf[:n], b_buf[:n]
-            np.bitwise_and(u, _F64_LOW, out=a)
-            a += _F64_LOW                         # bit 45 set iff the low 45 bits are non-zero
-            a >>= _U64(_F64_SHIFT - (64 - _F64_SHIFT))
-            a &= _U64(1 << (64 - _F64_SHIFT))
-            np.right_shift(u, _U64(_F64_SHIFT), out=b)
-            b |= a
-            np.take(table, b.view(np.int64), out=out[i:i + n])
-    else:
-        np.take(table, flat.view(np.uint16), out=out)
-
+_VIA = {name: SOURCE_DTYPES[name] for name in ("float32", "float16", "bfloat16")}
 
 # Bit generators whose ``random_raw`` is the 64-bit stream that ``Generator.integers``
 # splits into two 32-bit draws (low half first); MT19937's raw output is 32-bit.
@@ -275,7 +80,7 @@ def _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen):
     outside that range (target subnormals, zeros, exponents 254/255) go
     through the exact core with their own random bits.
     """
-    table = _table(fmt, "float32", "sr0", saturate)[: 1 << 16]   # sticky does not matter to truncation
+    table = encode_table(fmt, "float32", "sr0", saturate)[: 1 << 16]   # sticky does not matter to truncation
     s0 = 23 - fmt.mbits
     e_lo = max(1, 127 + fmt.emin)
     lo_bias = np.uint32(e_lo << 23)
@@ -303,7 +108,7 @@ def _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen):
         np.greater(e, span, out=bad)
         if bad.any():
             sel = np.flatnonzero(bad)
-            out[i + sel] = _encode_exact(flat[i + sel], fmt, "stochastic", saturate,
+            out[i + sel] = encode_exact(flat[i + sel], fmt, "stochastic", saturate,
                                          r[sel].astype(_U64), k)
 
 
@@ -410,16 +215,17 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     >>> fp8emu.encode(np.float64(1.0625), "e4m3fn", rounding="rup").tolist()
     57
     """
-    if profile is not None and profile != "ocp":
-        from .profiles import profile_encode
-        return profile_encode(x, fmt, profile, rounding=check_rounding(rounding), saturate=saturate,
-                              rng=rng, sr_bits=sr_bits, random_bits=random_bits, via=via)
     fmt = get_format(fmt)
+    prof = get_profile(profile)
     rounding = check_rounding(rounding)
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be a bool, got {type(saturate).__name__}")
     saturate = bool(saturate)
-    arr = _as_array(x)
+    arr = as_array(x)
+    if not prof.is_spec:
+        prof.check_options(saturate=saturate, via=via, stochastic=(
+            rounding == "stochastic" or rng is not None or sr_bits is not None or random_bits is not None))
+        return _encode_profile(arr, fmt, prof, rounding)
     k, rb, gen = _random_source(rounding, rng, sr_bits, random_bits, arr.shape)
     if via is not None:
         if via not in _VIA:
@@ -434,18 +240,24 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     return out.reshape(arr.shape)
 
 
+def _encode_profile(arr, fmt, prof, rounding):
+    """Encode under a fixed code path: one look-up in the profile's table."""
+    arr = prof.source(arr)
+    table = prof.encode_table(fmt, source_name(arr.dtype), rounding)
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    out = np.empty(flat.shape, dtype=np.uint8)
+    lookup(flat, out, table)
+    return out.reshape(arr.shape)
+
+
 def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True):
     """Encode a contiguous 1-D array into ``out``, choosing the fastest exact path."""
     dt = flat.dtype
     if fast and flat.size:
-        if rounding in DETERMINISTIC_MODES and (
-            dt in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-            or (dt == np.float32 and _table_ok_f32(fmt))
-            or (dt == np.float64 and _table_ok_f64(fmt))
-        ):
-            _encode_table(flat, out, fmt, rounding, saturate)
+        if rounding in DETERMINISTIC_MODES and table_ok(fmt, dt):
+            lookup(flat, out, encode_table(fmt, source_name(dt), rounding, saturate))
             return
-        if rounding == "stochastic" and dt == np.float32 and _table_ok_f32(fmt):
+        if rounding == "stochastic" and dt == SOURCE_DTYPES["float32"] and table_ok(fmt, dt):
             _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen)
             return
     for i in range(0, flat.size, CHUNK):
@@ -454,35 +266,7 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True)
         if k:
             bits = (rb_flat[i:i + CHUNK].astype(_U64) if rb_flat is not None
                     else _draw_bits(gen, k, chunk.size).astype(_U64))
-        out[i:i + CHUNK] = _encode_exact(chunk, fmt, rounding, saturate, bits, k)
-
-
-@functools.lru_cache(maxsize=256)
-def _decode_table(fmt: Format, dtype: np.dtype) -> np.ndarray:
-    t = fmt.values().astype(dtype)
-    t.setflags(write=False)
-    return t
-
-
-def _as_codes(codes, fmt: Format) -> np.ndarray:
-    arr = codes if isinstance(codes, np.ndarray) else np.asarray(codes) if (
-        hasattr(codes, "__array__") or np.isscalar(codes) or isinstance(codes, (list, tuple))
-    ) else None
-    if arr is None:
-        raise TypeError(f"codes must be array-like, got {type(codes).__name__}")
-    if arr.dtype in _ML_NARROW:
-        if fmt.ml_dtype is None or arr.dtype != np.dtype(fmt.ml_dtype):
-            raise ValueError(f"codes of dtype {arr.dtype} are not {fmt.name} codes")
-        return arr.view(np.uint8)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"codes must be unsigned integers (or an ml_dtypes {fmt.name} array), "
-                        f"got dtype {arr.dtype}")
-    if arr.dtype != np.uint8 or fmt.bits < 8:
-        if arr.size and (arr.min() < 0 or arr.max() >= (1 << fmt.bits)):
-            raise ValueError(f"codes out of range for {fmt.bits}-bit format {fmt.name}: "
-                             f"expected 0..{(1 << fmt.bits) - 1}")
-        arr = arr.astype(np.uint8)
-    return arr
+        out[i:i + CHUNK] = encode_exact(chunk, fmt, rounding, saturate, bits, k)
 
 
 def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
@@ -511,39 +295,16 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
     >>> fp8emu.decode([0x38, 0x7E, 0x7F], "e4m3fn").tolist()
     [1.0, 448.0, nan]
     """
-    if profile is not None and profile != "ocp":
-        from .profiles import profile_decode
-        return profile_decode(codes, fmt, profile, dtype=dtype)
     fmt = get_format(fmt)
+    prof = get_profile(profile)
     try:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
     if dt not in DECODE_DTYPES:
         raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
-    c = _as_codes(codes, fmt)
-    return _decode_take(_decode_table(fmt, dt), c)
-
-
-def _decode_take(table, c):
-    """``table[c]`` in cache-sized chunks.
-
-    ``np.take`` converts non-intp indices to a full-size intp copy (8 bytes
-    per code); converting one chunk at a time into a reused buffer keeps the
-    extra memory at a few hundred kB and the indices in cache.
-    """
-    if c.ndim == 0:
-        return np.take(table, c)                  # a scalar, as for any 0-d index
-    flat = np.ascontiguousarray(c).reshape(-1)
-    out = np.empty(flat.shape, table.dtype)
-    step = CHUNK
-    idx_buf = np.empty(min(step, flat.size), np.intp)
-    for i in range(0, flat.size, step):
-        src = flat[i:i + step]
-        idx = idx_buf[:src.size]
-        np.copyto(idx, src)
-        np.take(table, idx, out=out[i:i + src.size])
-    return out.reshape(np.shape(c))
+    c = as_codes(codes, fmt)
+    return decode_take(prof.decode_table(fmt, dt), c)
 
 
 def quantize(x, fmt, **encode_options) -> np.ndarray:
@@ -558,10 +319,10 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
     >>> fp8emu.quantize(np.array([0.3, 1000.0], np.float32), "e5m2").tolist()
     [0.3125, 1024.0]
     """
-    arr = _as_array(x)
+    arr = as_array(x)
     if arr.dtype in DECODE_DTYPES:
         dt = arr.dtype
-    elif arr.dtype in _ML_NARROW:
+    elif arr.dtype.kind == "V":   # ml_dtypes' narrow floats
         dt = np.dtype(np.float32)
     else:
         dt = np.dtype(np.float64)

@@ -18,8 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .codec import encode
 from .data import golden_dir
 from .formats import get_format
+from .profiles import get_profile
+from .tables import SOURCE_DTYPES, table_inputs
 
 __all__ = ["read_rle", "RecordedTable", "recorded_tables", "report", "markdown_table", "rle_at",
            "profile_runs"]
@@ -121,13 +124,8 @@ def profile_runs(profile, fmt, src, rounding="rne"):
     >>> len(s)          # 8 magnitudes x 2 signs, plus NaN inputs (-> +max) in the negative half
     17
     """
-    from .profiles import profile_table
-    from .codec import _table, table_inputs
     f = get_format(fmt)
-    if profile == "ocp":
-        t = _table(f, src, rounding, False).astype(np.int64)
-    else:
-        t = profile_table(profile, f.name, src, rounding).astype(np.int64)
+    t = get_profile(profile).encode_table(f, src, rounding).astype(np.int64)
     # Each table entry's representative input starts the run of inputs that share its code.
     x = table_inputs(src)
     starts = x.view(np.uint32 if x.itemsize == 4 else np.uint16).astype(np.uint64)
@@ -167,6 +165,7 @@ _FMT = {"e4m3": "e4m3fn", "e5m2": "e5m2", "e8m0": "e8m0fnu", "e2m3": "e2m3fn", "
         "e2m1": "e2m1fn", "e4m3fn": "e4m3fn", "e4m3fnuz": "e4m3fnuz", "e5m2fnuz": "e5m2fnuz",
         "e8m0fnu": "e8m0fnu"}
 _SRC = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_DTYPE_NAMES = dict(_SRC, f64="float64")
 _RND = {"rn": "rne", "rz": "rtz", "rp": "rup", "rtne": "rne", "rtz": "rtz"}
 
 
@@ -272,9 +271,7 @@ def _compare_cast(t: RecordedTable):
 
 
 def _compare_decode(t: RecordedTable):
-    from .profiles import profile_decode_table
-    import ml_dtypes
-    dt = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32, "f64": np.float64}[t.dtype]
+    dt = SOURCE_DTYPES[_DTYPE_NAMES[t.dtype]]
     uint = {"f16": np.uint16, "bf16": np.uint16, "f32": np.uint32, "f64": np.uint64}[t.dtype]
     f = get_format(t.fmt)
     n = 1 << f.bits
@@ -284,8 +281,8 @@ def _compare_decode(t: RecordedTable):
     else:
         with np.load(t.path) as z:
             rec = z[t.key].astype(np.uint64)
-    prof = profile_decode_table(t.profile, f.name, np.dtype(dt)).view(uint).astype(np.uint64)
-    ocp = profile_decode_table("ocp", f.name, np.dtype(dt)).view(uint).astype(np.uint64)
+    prof = get_profile(t.profile).decode_table(f, dt).view(uint).astype(np.uint64)
+    ocp = get_profile("ocp").decode_table(f, dt).view(uint).astype(np.uint64)
     d = rec != ocp
     nan = np.isnan(f.values())
     by_kind = {k: 0 for k in KINDS}
@@ -295,7 +292,6 @@ def _compare_decode(t: RecordedTable):
 
 
 def _compare_probe(t: RecordedTable):
-    from .codec import encode
     with np.load(t.path) as z:
         x, rec = z[f"{t.key}_x"], z[f"{t.key}_from_f64"].astype(np.int64)
     f = get_format(t.fmt)

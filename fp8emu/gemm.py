@@ -65,6 +65,7 @@ M, N and the products of a step, in chunks of rows so memory stays bounded.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 import warnings
@@ -291,21 +292,22 @@ def _operand(x, fmt, what):
     return codes, fmt, scale
 
 
+@functools.lru_cache(maxsize=64)
 def _value_tables(fmt: Format):
-    """Per-code float64 value (non-finite -> 0) and exponent (subnormals -> emin, zero -> sentinel)."""
-    key = (fmt.name, fmt.bits, fmt.ebits, fmt.mbits, fmt.bias)
-    tab = _TABLES.get(key)
-    if tab is None:
-        v = decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
-        fin = np.where(np.isfinite(v), v, 0.0)
-        emin = int(np.log2(fmt.min_normal))
-        _, e = np.frexp(fin)
-        e = np.where(fin == 0, _ZERO_EXP, np.maximum(e.astype(np.int64) - 1, emin))
-        tab = _TABLES[key] = (fin, e.astype(np.int16))
-    return tab
+    """Per-code float64 value (non-finite -> 0) and exponent (subnormals -> emin, zero -> sentinel).
 
-
-_TABLES: dict = {}
+    Cached on the Format object itself, so formats that differ in any field (their Inf/NaN codes
+    too) never share a table.
+    """
+    v = decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
+    fin = np.where(np.isfinite(v), v, 0.0)
+    emin = int(np.log2(fmt.min_normal))
+    _, e = np.frexp(fin)
+    e = np.where(fin == 0, _ZERO_EXP, np.maximum(e.astype(np.int64) - 1, emin))
+    fin.setflags(write=False)
+    e = e.astype(np.int16)
+    e.setflags(write=False)
+    return fin, e
 
 
 def _values_and_exponents(codes, fmt: Format):

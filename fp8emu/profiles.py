@@ -1,13 +1,22 @@
 """Implementation profiles: what a particular GPU or library cast produces.
 
-A profile names a code path (``"torch-cuda"``, ``"cuda-satfinite"``, ...) and
-fixes, per source dtype and target format, the rounding mode, the saturation
-behaviour, the intermediate type (``via``) and the NaN/Inf codes of that
-path.  Each is expressed as the plain codec with those options plus a
-post-processing step on the small encode tables (never per element), so
-``encode(x, fmt, profile=...)`` is a table look-up as fast as plain encode.
+A :class:`Profile` names a code path (``"torch-cuda"``, ``"cuda-satfinite"``,
+...) and fixes, per target format, the rounding modes it offers, its
+saturation behaviour and its intermediate type.  Each :class:`Rule` is the
+exact encode with those options plus an optional *fix*: a callable with the
+one signature ``fix(table, x, fmt, rule)`` that edits a copy of the small
+encode table in place (never per element), so ``encode(x, fmt, profile=...)``
+is a table look-up as fast as plain encode.  Decoders differ only in NaN bit
+patterns, described by a ``decode_fix(table, fmt, dtype)`` callable.
 
-Rules found in the H200 recordings (``tests/golden``)
+``"ocp"`` (the spec; every option of :func:`fp8emu.encode`) and
+``"ml_dtypes"`` are ordinary profiles.  A user-built :class:`Profile` is used
+exactly as given: tables are cached on the Profile object itself and on the
+:class:`~fp8emu.formats.Format` object, never looked up again by name.  Rules
+are keyed on the built-in Format objects they describe, so a look-alike
+Format that merely shares a built-in's name is rejected with a clear error.
+
+Rules found in the H200 recordings (``fp8emu/data/golden``)
 ------------------------------------------------------
 * NaN inputs: CUDA intrinsics, Triton and JAX (XLA) give ``0x7F`` for both
   E4M3 and E5M2, the sign dropped; torch keeps the sign and gives
@@ -31,86 +40,346 @@ Rules found in the H200 recordings (``tests/golden``)
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
-from .formats import get_format
+from .formats import Format, get_format
+from .rounding import DETERMINISTIC_MODES
+from .tables import SOURCE_DTYPES, encode_table, decode_table, lookup, source_name, table_inputs
 
-__all__ = ["profile_names", "get_profile", "profile_encode", "profile_decode", "PROFILE_NAMES", "Profile"]
+__all__ = ["Rule", "Profile", "profile_names", "get_profile", "register_profile", "PROFILE_NAMES"]
 
-_F32 = np.dtype(np.float32)
-_F16 = np.dtype(np.float16)
-_BF16 = np.dtype(ml_dtypes.bfloat16)
-_SRC_NAMES = {_F32: "float32", _F16: "float16", _BF16: "bfloat16"}
+_F16 = SOURCE_DTYPES["float16"]
+_F32 = SOURCE_DTYPES["float32"]
+#: Sources a profile's tables cover directly; others are first converted to ``Profile.via64``.
+_TABLE_SOURCES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
+class Rule:
+    """How a profile produces one format under one rounding option.
+
+    Attributes
+    ----------
+    rounding : str
+        Rounding mode of the exact encode the table starts from.
+    saturate : bool
+        Saturation of that exact encode.
+    fix : callable or None
+        ``fix(table, x, fmt, rule) -> None`` edits the writable encode table
+        ``table`` (one code per representative input ``x``, see
+        :func:`fp8emu.tables.table_inputs`) in place.
+    """
+
+    rounding: str
+    saturate: bool
+    fix: Callable | None = None
+
+
+@dataclass(frozen=True, eq=False)
 class Profile:
-    """One implementation profile.
+    """One implementation profile: what a GPU or library cast produces.
+
+    Profiles compare and hash by identity: caches are keyed on the object.
 
     Attributes
     ----------
     name : str
     description : str
-    rules : dict
-        ``{format name: {rounding: (codec rounding, saturate, fix name)}}``.
-    via64 : str or None
+    rules : mapping or None
+        ``{Format: {rounding option: Rule}}``; ``None`` means the spec: every
+        format and every option of :func:`fp8emu.encode` (the ``ocp`` profile).
+    via64 : {"float32", None}
         Intermediate type for sources other than float32/float16/bfloat16.
+    decode_fix : callable or None
+        ``decode_fix(table, fmt, dtype) -> None`` edits a writable copy of the
+        decode table (value of every code in ``dtype``) in place.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> from fp8emu.profiles import Profile, Rule
+    >>> sat = Profile("my-sat", "saturating RNE", {fp8emu.get_format("e4m3fn"): {"rne": Rule("rne", True)}})
+    >>> fp8emu.encode(np.float32(1000.0), "e4m3fn", profile=sat).tolist()
+    126
     """
 
     name: str
     description: str
-    rules: dict
+    rules: Mapping | None
     via64: str | None = "float32"
+    decode_fix: Callable | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError("Profile.name must be a non-empty string")
+        if self.via64 not in (None, "float32"):
+            raise ValueError(f"Profile.via64 must be 'float32' or None, got {self.via64!r}")
+        if self.rules is None:
+            return
+        if not isinstance(self.rules, Mapping):
+            raise TypeError(f"Profile.rules must be a mapping {{Format: {{rounding: Rule}}}}, "
+                            f"got {type(self.rules).__name__}")
+        for fmt, by_mode in self.rules.items():
+            if not isinstance(fmt, Format):
+                raise TypeError(f"Profile.rules keys must be Format objects, got {fmt!r}")
+            if not isinstance(by_mode, Mapping) or not by_mode:
+                raise TypeError(f"Profile.rules[{fmt.name}] must be a non-empty mapping {{rounding: Rule}}")
+            for mode, rule in by_mode.items():
+                if mode not in DETERMINISTIC_MODES or not isinstance(rule, Rule):
+                    raise ValueError(f"Profile.rules[{fmt.name}][{mode!r}] must map a deterministic "
+                                     f"rounding mode ({', '.join(DETERMINISTIC_MODES)}) to a Rule")
+                if rule.rounding not in DETERMINISTIC_MODES:
+                    raise ValueError(f"Rule.rounding must be one of {DETERMINISTIC_MODES}, got {rule.rounding!r}")
+
+    @property
+    def is_spec(self) -> bool:
+        """True for a profile with every option of the exact encode (``ocp``)."""
+        return self.rules is None
+
+    def rule(self, fmt: Format, rounding: str) -> Rule:
+        """The :class:`Rule` for ``fmt`` and ``rounding``; a clear error when the profile lacks it."""
+        by_mode = self.rules.get(fmt)
+        if by_mode is None:
+            covered = ", ".join(f.name for f in self.rules)
+            same_name = [f for f in self.rules if f.name == fmt.name]
+            if same_name:
+                raise ValueError(f"profile {self.name!r} describes the built-in format {fmt.name!r}; the "
+                                 f"Format given under that name differs from it ({fmt!r})")
+            raise ValueError(f"profile {self.name!r} cannot express format {fmt.name!r}; it covers: {covered}")
+        if rounding in by_mode:
+            return by_mode[rounding]
+        if rounding == "rne" and len(by_mode) == 1:   # the default selects the path's only mode
+            return next(iter(by_mode.values()))
+        raise ValueError(f"profile {self.name!r} has no rounding {rounding!r} for {fmt.name}; "
+                         f"it offers: {', '.join(by_mode)}")
+
+    def check_options(self, *, saturate=False, stochastic=False, via=None) -> None:
+        """Reject encode options that a fixed code path does not take."""
+        if self.is_spec:
+            return
+        if stochastic:
+            raise ValueError(f"profile {self.name!r} is deterministic: stochastic rounding options "
+                             "apply only to profile='ocp'")
+        if saturate:
+            raise ValueError(f"profile {self.name!r} fixes saturation itself (pick cuda-satfinite or "
+                             "cuda-nosat, or use profile='ocp' with saturate=True)")
+        if via is not None:
+            raise ValueError(f"profile {self.name!r} fixes the intermediate type; via applies to profile='ocp'")
+
+    def source(self, arr: np.ndarray) -> np.ndarray:
+        """``arr`` in a type the profile's tables cover (float64 and integers go through ``via64``)."""
+        if arr.dtype in (SOURCE_DTYPES[n] for n in _TABLE_SOURCES):
+            return arr
+        if self.via64 is None:
+            raise ValueError(f"profile {self.name!r} takes float32, float16 or bfloat16 inputs, got {arr.dtype}")
+        with np.errstate(over="ignore", invalid="ignore"):   # float64 -> float32 overflows to Inf, as on the GPU
+            return arr.astype(SOURCE_DTYPES[self.via64])
+
+    def encode_table(self, fmt: Format, src: str, rounding: str = "rne") -> np.ndarray:
+        """Read-only code of every representative ``src`` input (see :func:`fp8emu.tables.table_inputs`).
+
+        Examples
+        --------
+        >>> from fp8emu.profiles import get_profile
+        >>> from fp8emu.formats import get_format
+        >>> t = get_profile("torch-cuda").encode_table(get_format("e5m2"), "float32")
+        >>> hex(t[0xFFC0]), hex(t[0x7FC0])      # NaN keeps its sign in torch's float32 path
+        ('0xff', '0x7f')
+        """
+        return _profile_encode_table(self, fmt, src, rounding)
+
+    def decode_table(self, fmt: Format, dtype) -> np.ndarray:
+        """Read-only decoded value of every code of ``fmt`` in ``dtype``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fp8emu.profiles import get_profile
+        >>> from fp8emu.formats import get_format
+        >>> t = get_profile("torch-cuda").decode_table(get_format("e4m3fn"), np.float32)
+        >>> hex(t.view(np.uint32)[0xFF])
+        '0xfff00000'
+        """
+        return _profile_decode_table(self, fmt, np.dtype(dtype))
 
 
-def _r(rnd, sat, fix=None):
-    return {rnd: (rnd, sat, fix)}
+@functools.lru_cache(maxsize=128)
+def _profile_encode_table(prof: Profile, fmt: Format, src: str, rounding: str) -> np.ndarray:
+    if prof.is_spec:
+        return encode_table(fmt, src, rounding, False)
+    rule = prof.rule(fmt, rounding)
+    t = encode_table(fmt, src, rule.rounding, rule.saturate).copy()
+    if rule.fix is not None:
+        rule.fix(t, table_inputs(src), fmt, rule)
+    t.setflags(write=False)
+    return t
 
 
-_FP8 = ("e4m3fn", "e5m2")
-_FNUZ = ("e4m3fnuz", "e5m2fnuz")
-_SUBBYTE = ("e2m3fn", "e3m2fn", "e2m1fn")
+@functools.lru_cache(maxsize=128)
+def _profile_decode_table(prof: Profile, fmt: Format, dtype: np.dtype) -> np.ndarray:
+    if prof.decode_fix is None:
+        return decode_table(fmt, dtype)
+    if not prof.is_spec and fmt not in prof.rules:
+        prof.rule(fmt, "rne")   # raises the profile's error for formats it does not describe
+    t = decode_table(fmt, dtype).copy()
+    prof.decode_fix(t, fmt, dtype)
+    t.setflags(write=False)
+    return t
+
+
+# ----------------------------------------------------------------------------- encode fixes
+def _isnan(x):
+    return np.isnan(x.astype(np.float32))
+
+
+def nan_7f(table, x, fmt, rule):
+    """NaN inputs give 0x7F, the sign dropped (CUDA intrinsics, Triton, XLA)."""
+    table[_isnan(x)] = 0x7F
+
+
+def torch_nan(table, x, fmt, rule):
+    """NaN gives 0x7F with the sign kept, except from float16, whose kernel drops it (torch CUDA)."""
+    nan = _isnan(x)
+    if x.dtype == _F16:
+        table[nan] = 0x7F
+    else:
+        table[nan] = 0x7F | (table[nan] & 0x80)
+
+
+def nan_7f_keep_inf(table, x, fmt, rule):
+    """NaN gives 0x7F; +-Inf stays +-Inf while finite overflow is clamped (Triton rtz)."""
+    nan_7f(table, x, fmt, rule)
+    inf = np.isinf(x.astype(np.float32))
+    table[inf] = fmt.inf_code | np.where(np.signbit(x[inf].astype(np.float32)), 0x80, 0).astype(np.uint8)
+
+
+def e8m0_unsigned_zero_min(table, x, fmt, rule):
+    """E8M0 on the GPU: the sign is ignored and zero maps to the smallest code (2**-127)."""
+    lookup(np.abs(x), table, encode_table(fmt, source_name(x.dtype), rule.rounding, rule.saturate))
+    table[x.astype(np.float32) == 0] = 0
+
+
+def e8m0_torch(table, x, fmt, rule):
+    """torch's E8M0: float32 significand rounded to nearest, ties up, but down in float32 subnormals."""
+    u = x.astype(np.float32).view(np.uint32) & 0x7FFFFFFF
+    exp = (u >> 23).astype(np.int64)
+    mant = u & 0x7FFFFF
+    up = (mant > 0x400000) | ((mant == 0x400000) & (exp > 0))
+    c = np.where(exp == 255, 255, np.minimum(exp + up, 255))
+    table[...] = c.astype(np.uint8)
+
+
+def ml_dtypes_cast(table, x, fmt, rule):
+    """ml_dtypes' own ``astype`` cast of every representative input."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        table[...] = x.astype(fmt.ml_dtype).view(np.uint8)
+
+
+# ----------------------------------------------------------------------------- decode fixes
+def _nan_mask_and_sign(fmt):
+    codes = np.arange(1 << fmt.bits)
+    nan = fmt.nan_mask(codes)
+    neg = (codes >> (fmt.bits - 1)) & 1 if fmt.signed else np.zeros(codes.size, dtype=np.int64)
+    return nan, neg
+
+
+def _put_nan_bits(table, nan, pat):
+    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[table.dtype.itemsize]
+    table.view(uint)[nan] = pat[nan].astype(uint)
+
+
+def gpu_decode_nan(table, fmt, dtype):
+    """GPU decoders give float16/bfloat16 NaN 0x7FFF (sign dropped); wider NaNs as the spec."""
+    nan, _ = _nan_mask_and_sign(fmt)
+    if nan.any() and dtype.itemsize == 2:
+        _put_nan_bits(table, nan, np.full(nan.shape, 0x7FFF, dtype=np.uint64))
+
+
+def torch_decode_nan(table, fmt, dtype):
+    """torch CUDA: 16-bit NaN 0x7FFF; float32 0x7FF00000|sign (E4M3FN), 0x7FFFFFFF|sign (E5M2),
+    0x7F800001 otherwise; float64 widens the float32 pattern (quiet bit, payload << 29)."""
+    nan, neg = _nan_mask_and_sign(fmt)
+    if not nan.any():
+        return
+    if dtype.itemsize == 2:
+        return gpu_decode_nan(table, fmt, dtype)
+    sign = neg.astype(np.uint64) << np.uint64(31)
+    if fmt == _E4M3FN:
+        f32 = np.uint64(0x7FF00000) | sign
+    elif fmt == _E5M2:
+        f32 = np.uint64(0x7FFFFFFF) | sign
+    else:
+        f32 = np.full(neg.shape, 0x7F800001, dtype=np.uint64)
+    if dtype.itemsize == 8:
+        f32 = ((f32 >> np.uint64(31)) << np.uint64(63)) | np.uint64(0x7FF8000000000000) | (
+            (f32 & np.uint64(0x7FFFFF)) << np.uint64(29))
+    _put_nan_bits(table, nan, f32)
+
+
+def ml_dtypes_decode(table, fmt, dtype):
+    """ml_dtypes' own ``astype`` of every code."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        table[...] = np.arange(1 << fmt.bits, dtype=np.uint8).view(fmt.ml_dtype).astype(dtype)
+
+
+# ----------------------------------------------------------------------------- the profiles
+_F = {n: get_format(n) for n in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e8m0fnu",
+                                  "e2m3fn", "e3m2fn", "e2m1fn")}
+_E4M3FN, _E5M2 = _F["e4m3fn"], _F["e5m2"]
+_FP8 = (_F["e4m3fn"], _F["e5m2"])
+_FNUZ = (_F["e4m3fnuz"], _F["e5m2fnuz"])
+_SUBBYTE = (_F["e2m3fn"], _F["e3m2fn"], _F["e2m1fn"])
+
+
+def _only(rnd, sat, fix=None):
+    return {rnd: Rule(rnd, sat, fix)}
 
 
 def _cuda_rules(sat):
-    rules = {f: _r("rne", sat, "nan7f") for f in _FP8}
-    rules["e8m0fnu"] = {"rtz": ("rtz", sat, "e8m0_gpu"), "rup": ("rup", sat, "e8m0_gpu")}
+    rules = {f: _only("rne", sat, nan_7f) for f in _FP8}
+    rules[_F["e8m0fnu"]] = {m: Rule(m, sat, e8m0_unsigned_zero_min) for m in ("rtz", "rup")}
     for f in _SUBBYTE:
-        rules[f] = {"rne": ("rne", True, None), "rtz": ("rtz", True, None)}
+        rules[f] = {m: Rule(m, True) for m in ("rne", "rtz")}
     return rules
 
 
-_PROFILES = {p.name: p for p in [
+_BUILTIN = [
     Profile("ocp", "OCP OFP8 / OCP MX spec: exact single rounding, every option of encode (the default)",
-            {}, None),
+            None, None),
     Profile("ml_dtypes", "ml_dtypes NumPy astype casts: RNE, non-saturating, float64 via float32",
-            {}, "float32"),
+            {f: _only("rne", False, ml_dtypes_cast) for f in (get_format(n) for n in (
+                "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4", "e8m0fnu",
+                "e2m3fn", "e3m2fn", "e2m1fn")) if f.ml_dtype is not None},
+            "float32", ml_dtypes_decode),
     Profile("torch-cuda", "torch 2.11 tensor.to(float8_*) on CUDA 13.0: RNE non-saturating, "
             "E5M2 NaN 0x7F, f16 NaN unsigned, e8m0 ties-up rule, float64 via float32",
-            dict({f: _r("rne", False, "torch_nan") for f in _FP8},
-                 **{f: _r("rne", False) for f in _FNUZ}, e8m0fnu=_r("rne", False, "e8m0_torch"))),
+            {**{f: _only("rne", False, torch_nan) for f in _FP8}, **{f: _only("rne", False) for f in _FNUZ},
+             _F["e8m0fnu"]: _only("rne", False, e8m0_torch)},
+            "float32", torch_decode_nan),
     Profile("cuda-satfinite", "cuda_fp8/fp6/fp4.h intrinsics with __NV_SATFINITE: overflow and Inf -> max, "
-            "NaN 0x7F; e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(True)),
+            "NaN 0x7F; e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(True), "float32", gpu_decode_nan),
     Profile("cuda-nosat", "cuda_fp8/fp6/fp4.h intrinsics with __NV_NOSAT: overflow -> Inf/NaN, NaN 0x7F; "
-            "e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(False)),
+            "e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(False), "float32", gpu_decode_nan),
     Profile("triton-rtne", "Triton 3.6 fp_downcast_rounding='rtne' (e4m3fn, e5m2): saturates overflow and "
-            "Inf to max, NaN 0x7F", {f: _r("rne", True, "nan7f") for f in _FP8}),
+            "Inf to max, NaN 0x7F", {f: _only("rne", True, nan_7f) for f in _FP8}, "float32", gpu_decode_nan),
     Profile("triton-rtz", "Triton 3.6 fp_downcast_rounding='rtz' (e5m2 only): overflow -> max, Inf kept, "
-            "NaN 0x7F", {"e5m2": _r("rtz", False, "nan7f_inf")}),
+            "NaN 0x7F", {_E5M2: _only("rtz", False, nan_7f_keep_inf)}, "float32", gpu_decode_nan),
     Profile("jax-gpu", "JAX 0.11 astype under jit on the GPU (XLA): RNE non-saturating, NaN 0x7F for "
-            "e4m3fn/e5m2", dict({f: _r("rne", False, "nan7f") for f in _FP8},
-                                **{f: _r("rne", False) for f in _FNUZ})),
-]}
+            "e4m3fn/e5m2", {**{f: _only("rne", False, nan_7f) for f in _FP8},
+                            **{f: _only("rne", False) for f in _FNUZ}}, "float32", gpu_decode_nan),
+]
+_PROFILES = {p.name: p for p in _BUILTIN}
+_BUILTIN_NAMES = frozenset(_PROFILES)
 
-#: Profile names, in the order of :func:`profile_names`.
+#: Built-in profile names, in the order of :func:`profile_names`.
 PROFILE_NAMES = tuple(_PROFILES)
 
 
 def profile_names() -> dict:
-    """Names of the implementation profiles and a one-line description of each.
+    """Names of the registered implementation profiles and a one-line description of each.
 
     Examples
     --------
@@ -121,227 +390,51 @@ def profile_names() -> dict:
     return {p.name: p.description for p in _PROFILES.values()}
 
 
-def get_profile(name) -> Profile:
-    """The :class:`Profile` called ``name``.
+def register_profile(profile: Profile, *, replace: bool = False) -> Profile:
+    """Make a user-built :class:`Profile` available by its name.
+
+    Built-in profiles cannot be replaced; another user registration only with ``replace=True``.
+
+    Examples
+    --------
+    >>> import fp8emu
+    >>> from fp8emu.profiles import Profile, Rule, register_profile
+    >>> p = register_profile(Profile("demo-sat", "RNE, saturating",
+    ...     {fp8emu.get_format("e5m2"): {"rne": Rule("rne", True)}}), replace=True)
+    >>> fp8emu.get_profile("demo-sat") is p
+    True
+    """
+    if not isinstance(profile, Profile):
+        raise TypeError(f"register_profile expects a Profile, got {type(profile).__name__}")
+    if profile.name in _BUILTIN_NAMES or (profile.name in _PROFILES and not replace):
+        raise ValueError(f"a profile named {profile.name!r} is already registered")
+    _PROFILES[profile.name] = profile
+    return profile
+
+
+def get_profile(profile=None) -> Profile:
+    """The :class:`Profile` called ``profile`` (``None``: ``"ocp"``); a Profile object is used as given.
 
     Raises
     ------
     ValueError
-        If there is no such profile.
+        If there is no such profile (the message lists them).
+    TypeError
+        If ``profile`` is neither a name nor a Profile.
 
     Examples
     --------
     >>> from fp8emu.profiles import get_profile
-    >>> get_profile("cuda-nosat").rules["e8m0fnu"].keys()
-    dict_keys(['rtz', 'rup'])
+    >>> sorted(m for r in get_profile("cuda-nosat").rules.values() for m in r if m != "rne")[:2]
+    ['rtz', 'rtz']
     """
-    if isinstance(name, Profile):
-        return name
-    if name not in _PROFILES:
-        raise ValueError(f"unknown profile {name!r}; valid: {', '.join(_PROFILES)}")
-    return _PROFILES[name]
-
-
-def _rule(prof: Profile, fmt, rounding):
-    """(codec rounding, saturate, fix) for ``prof`` and ``fmt``; clear errors otherwise."""
-    rules = prof.rules.get(fmt.name)
-    if rules is None:
-        raise ValueError(f"profile {prof.name!r} cannot express format {fmt.name!r}; it covers: "
-                         f"{', '.join(prof.rules)}")
-    if rounding in rules:
-        return rules[rounding]
-    if rounding == "rne" and len(rules) == 1:   # the default selects the path's only mode
-        return next(iter(rules.values()))
-    raise ValueError(f"profile {prof.name!r} has no rounding {rounding!r} for {fmt.name}; "
-                     f"it offers: {', '.join(rules)}")
-
-
-# ----------------------------------------------------------------------------- fixes
-def _isnan(x):
-    return np.isnan(x.astype(np.float32))
-
-
-def _nan7f(codes, x, fmt):
-    codes[_isnan(x)] = 0x7F
-
-
-def _torch_nan(codes, x, fmt):
-    nan = _isnan(x)
-    if x.dtype == _F16:      # torch's float16 kernel drops the NaN sign
-        codes[nan] = 0x7F
-    else:
-        codes[nan] = 0x7F | (codes[nan] & 0x80)
-
-
-def _nan7f_inf(codes, x, fmt):
-    _nan7f(codes, x, fmt)
-    inf = np.isinf(x.astype(np.float32))
-    codes[inf] = fmt.inf_code | np.where(np.signbit(x[inf].astype(np.float32)), 0x80, 0).astype(np.uint8)
-
-
-def _e8m0_gpu(codes, x, fmt, rounding, saturate):
-    # The GPU ignores the sign and maps zero to the smallest code: re-encode |x|.
-    from .codec import _table, lookup
-    lookup(np.abs(x), codes, _table(fmt, _SRC_NAMES[x.dtype], rounding, saturate))
-    codes[x.astype(np.float32) == 0] = 0
-
-
-def _e8m0_torch(codes, x, fmt):
-    u = x.astype(np.float32).view(np.uint32) & 0x7FFFFFFF
-    exp = (u >> 23).astype(np.int64)
-    mant = u & 0x7FFFFF
-    up = (mant > 0x400000) | ((mant == 0x400000) & (exp > 0))
-    c = np.where(exp == 255, 255, np.minimum(exp + up, 255))
-    codes[...] = c.astype(np.uint8)
-
-
-def _ml_dtypes_cast(x, fmt):
-    return x.astype(fmt.ml_dtype).view(np.uint8)
-
-
-_FIXES = {"nan7f": _nan7f, "torch_nan": _torch_nan, "nan7f_inf": _nan7f_inf, "e8m0_torch": _e8m0_torch}
-
-
-@functools.lru_cache(maxsize=128)
-def profile_table(name, fmt, src, rounding="rne"):
-    """Encode table of a profile: the code of every representative input of ``src``.
-
-    ``src`` is "float32" (2**17 entries indexed by ``hi16 | (lo16 != 0) << 16``),
-    "float16" or "bfloat16" (2**16 entries indexed by the bit pattern).
-
-    Examples
-    --------
-    >>> from fp8emu.profiles import profile_table
-    >>> t = profile_table("torch-cuda", "e5m2", "float32")
-    >>> hex(t[0xFFC0]), hex(t[0x7FC0])      # NaN keeps its sign in torch's float32 path
-    ('0xff', '0x7f')
-    """
-    from .codec import _table, table_inputs
-    prof = get_profile(name)
-    fmt = get_format(fmt)
-    x = table_inputs(src)
-    if prof.name == "ml_dtypes":
-        if fmt.ml_dtype is None:
-            raise ValueError(f"ml_dtypes has no type for format {fmt.name!r}")
-        with np.errstate(invalid="ignore", over="ignore"):
-            t = _ml_dtypes_cast(x, fmt).copy()
-    else:
-        rnd, sat, fix = _rule(prof, fmt, rounding)
-        t = _table(fmt, src, rnd, sat).copy()
-        if fix == "e8m0_gpu":
-            _e8m0_gpu(t, x, fmt, rnd, sat)
-        elif fix is not None:
-            _FIXES[fix](t, x, fmt)
-    t.setflags(write=False)
-    return t
-
-
-def profile_encode(x, fmt, profile, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
-                   random_bits=None, via=None):
-    """:func:`fp8emu.encode` under a profile; see there.  ``profile="ocp"`` is plain encode.
-
-    Examples
-    --------
-    >>> import numpy as np, fp8emu
-    >>> x = np.array([464.33, np.nan, -np.nan], np.float32)
-    >>> fp8emu.encode(x, "e4m3fn", profile="cuda-satfinite").tolist()
-    [126, 127, 127]
-    >>> fp8emu.encode(x, "e4m3fn", profile="torch-cuda").tolist()
-    [127, 127, 255]
-    """
-    from .codec import _as_array, encode, lookup
-    prof = get_profile(profile)
-    if prof.name == "ocp":
-        return encode(x, fmt, rounding=rounding, saturate=saturate, rng=rng, sr_bits=sr_bits,
-                      random_bits=random_bits, via=via)
-    fmt = get_format(fmt)
-    if rng is not None or sr_bits is not None or random_bits is not None or rounding == "stochastic":
-        raise ValueError(f"profile {prof.name!r} is deterministic: stochastic rounding options "
-                         "apply only to profile='ocp'")
-    if saturate:
-        raise ValueError(f"profile {prof.name!r} fixes saturation itself (pick cuda-satfinite or "
-                         "cuda-nosat, or use profile='ocp' with saturate=True)")
-    if via is not None:
-        raise ValueError(f"profile {prof.name!r} fixes the intermediate type; via applies to profile='ocp'")
-    arr = _as_array(x)
-    if arr.dtype not in _SRC_NAMES:
-        with np.errstate(over="ignore", invalid="ignore"):   # float64 -> float32 overflows to Inf, as on the GPU
-            arr = arr.astype(np.float32)   # every profiled path takes float32 (double rounding)
-    table = profile_table(prof.name, fmt.name, _SRC_NAMES[arr.dtype], rounding)
-    flat = np.ascontiguousarray(arr).reshape(-1)
-    out = np.empty(flat.shape, dtype=np.uint8)
-    lookup(flat, out, table)
-    return out.reshape(arr.shape)
-
-
-# ----------------------------------------------------------------------------- decode
-def _decode_nan_bits(prof, fmt, dtype, neg):
-    """NaN bit patterns the GPU decoders produce (None: keep the ``ocp`` patterns).
-
-    Recorded: float16/bfloat16 outputs are always 0x7FFF (sign dropped).  torch's
-    float32 outputs keep the FP8 bits in place for E4M3FN (0x7FF00000 | sign),
-    go through float16 for E5M2 (canonical 0x7FFFFFFF | sign) and are 0x7F800001
-    for the unsigned-zero formats and E8M0; float64 widens the float32 pattern.
-    """
-    if dtype.itemsize == 2:
-        return np.full(neg.shape, 0x7FFF, dtype=np.uint64)
-    if prof != "torch-cuda":
-        return None
-    if fmt.name == "e4m3fn":
-        f32 = np.uint64(0x7FF00000) | (neg.astype(np.uint64) << np.uint64(31))
-    elif fmt.name == "e5m2":
-        f32 = np.uint64(0x7FFFFFFF) | (neg.astype(np.uint64) << np.uint64(31))
-    else:
-        f32 = np.full(neg.shape, 0x7F800001, dtype=np.uint64)
-    if dtype.itemsize == 4:
-        return f32
-    # float32 -> float64 widening on the GPU: quiet bit set, payload shifted up by 29.
-    sign = (f32 >> np.uint64(31)) << np.uint64(63)
-    return sign | np.uint64(0x7FF8000000000000) | ((f32 & np.uint64(0x7FFFFF)) << np.uint64(29))
-
-
-@functools.lru_cache(maxsize=64)
-def profile_decode_table(name, fmt, dtype):
-    """Decoded value of every code under a profile (read-only array of ``dtype``).
-
-    The profiles differ from ``ocp`` only in the bit patterns of NaN.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from fp8emu.profiles import profile_decode_table
-    >>> hex(profile_decode_table("torch-cuda", "e4m3fn", np.dtype(np.float32)).view(np.uint32)[0xFF])
-    '0xfff00000'
-    """
-    prof = get_profile(name).name
-    fmt = get_format(fmt)
-    dtype = np.dtype(dtype)
-    vals = fmt.values()
-    if prof == "ml_dtypes" and fmt.ml_dtype is not None:
-        t = np.arange(vals.size, dtype=np.uint8).view(fmt.ml_dtype).astype(dtype)
-    else:
-        with np.errstate(invalid="ignore", over="ignore"):
-            t = vals.astype(dtype)
-    nan = np.isnan(vals)
-    if prof not in ("ocp", "ml_dtypes") and nan.any():
-        codes = np.arange(vals.size)
-        neg = (codes >> (fmt.bits - 1)) & 1 if fmt.signed else np.zeros(vals.size, dtype=np.int64)
-        pat = _decode_nan_bits(prof, fmt, dtype, neg)
-        if pat is not None:
-            uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
-            t.view(uint)[nan] = pat[nan].astype(uint)
-    t.setflags(write=False)
-    return t
-
-
-def profile_decode(codes, fmt, profile, *, dtype=np.float32):
-    """:func:`fp8emu.decode` under a profile (differs from ``ocp`` only in NaN bit patterns)."""
-    from .codec import _as_codes, decode, DECODE_DTYPES
-    prof = get_profile(profile)
-    if prof.name == "ocp":
-        return decode(codes, fmt, dtype=dtype)
-    fmt = get_format(fmt)
-    dt = np.dtype(dtype)
-    if dt not in DECODE_DTYPES:
-        raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
-    return np.take(profile_decode_table(prof.name, fmt.name, dt), _as_codes(codes, fmt))
+    if profile is None:
+        return _PROFILES["ocp"]
+    if isinstance(profile, Profile):
+        return profile
+    if not isinstance(profile, str):
+        raise TypeError(f"profile must be a name or a Profile, got {type(profile).__name__}")
+    try:
+        return _PROFILES[profile]
+    except KeyError:
+        raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(_PROFILES)}") from None

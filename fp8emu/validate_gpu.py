@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+from .codec import encode
+
 __all__ = ["validate", "gpu_available"]
 
 # (library, format, profile, rounding)
@@ -106,7 +108,7 @@ def validate(chunk_bits=28, limit=None, out=print):
         out(f"validate-gpu: {torch}; nothing to validate (the recorded tables are checked by "
             "`fp8emu conformance`)")
         return None
-    from .codec import encode
+
     total = (1 << 32) if limit is None else int(limit)
     step = 1 << chunk_bits
     rows = []

@@ -31,10 +31,10 @@ def test_readme_python_blocks_run():
 def _modules():
     import importlib
     import pkgutil
-    for info in pkgutil.iter_modules(fp8emu.__path__):
-        if info.name == "__main__":   # importing it runs the command line
+    for info in pkgutil.walk_packages(fp8emu.__path__, prefix="fp8emu."):
+        if info.name == "fp8emu.__main__":   # importing it runs the command line
             continue
-        yield importlib.import_module(f"fp8emu.{info.name}")
+        yield importlib.import_module(info.name)
 
 
 @pytest.mark.parametrize("mod", list(_modules()), ids=lambda m: m.__name__)

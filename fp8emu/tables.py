@@ -1,0 +1,337 @@
+"""Input coercion, the exact encode of a chunk, and the cached encode/decode tables.
+
+This module owns everything that turns user input into codes without any
+policy of a particular implementation: it checks and views inputs
+(:func:`as_array`, :func:`as_codes`), describes each finite input exactly and
+rounds it once with :func:`fp8emu.rounding.round_exact` (:func:`encode_exact`),
+and tabulates that exact encode for the source types where a table is exact.
+
+Tables
+------
+For 16-bit sources the code of every one of the 65,536 bit patterns is
+tabulated once per (format, rounding, saturate).  A float32 input's code
+depends only on its upper 16 bits and on whether its lower 16 bits are
+non-zero (the rounding position of a format with at most 6 mantissa bits lies
+in the upper half, so the lower half acts only as a sticky bit); a 2**17-entry
+table therefore covers float32 exactly.  float64 works the same way with its
+upper 19 bits (sign, exponent, 7 mantissa bits) and a sticky bit: a
+2**20-entry table, so float64 is rounded once, never through float32.  The
+tables are built by the exact core, so they agree with it by construction.
+
+Every cache is keyed on the :class:`~fp8emu.formats.Format` object itself
+(a frozen dataclass: equal fields, equal behaviour), never on its name.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+
+from .formats import Format
+from .rounding import finish_codes, nan_codes, round_exact
+
+__all__ = [
+    "SOURCE_DTYPES", "DECODE_DTYPES", "source_name", "as_array", "as_codes", "encode_exact",
+    "table_ok", "table_inputs", "encode_table", "lookup", "decode_table", "decode_take", "CHUNK",
+]
+
+_U64 = np.uint64
+#: Elements processed per step; keeps temporaries small (a few MB) for any input size.
+CHUNK = 1 << 16
+
+#: The floating-point source types fp8emu reads exactly, by name (the one table of dtype names).
+SOURCE_DTYPES = {
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+}
+_SOURCE_NAMES = {dt: name for name, dt in SOURCE_DTYPES.items()}
+#: dtypes that decode can produce (the same four types).
+DECODE_DTYPES = tuple(SOURCE_DTYPES.values())
+# (uint view, exponent bits, mantissa bits) of the IEEE-style source types.
+_FLOAT_LAYOUT = {
+    SOURCE_DTYPES["float16"]: (np.uint16, 5, 10),
+    SOURCE_DTYPES["bfloat16"]: (np.uint16, 8, 7),
+    SOURCE_DTYPES["float32"]: (np.uint32, 8, 23),
+    SOURCE_DTYPES["float64"]: (np.uint64, 11, 52),
+}
+_ML_NARROW = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
+                       if n.startswith(("float8_", "float6_", "float4_")))
+
+
+def source_name(dtype) -> str:
+    """Name of a floating-point source dtype (a key of :data:`SOURCE_DTYPES`).
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is not float16, bfloat16, float32 or float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> source_name(np.float32)
+    'float32'
+    """
+    dt = np.dtype(dtype)
+    try:
+        return _SOURCE_NAMES[dt]
+    except KeyError:
+        raise ValueError(f"unsupported source dtype {dt}; accepted: {', '.join(SOURCE_DTYPES)}") from None
+
+
+# ----------------------------------------------------------------------------- inputs
+def as_array(x, what="x") -> np.ndarray:
+    """``x`` as an ndarray, without copying, rejecting unsupported dtypes.
+
+    Examples
+    --------
+    >>> as_array([1.5, 2]).dtype.name
+    'float64'
+    """
+    if isinstance(x, np.ndarray):
+        arr = x
+    elif hasattr(x, "__array__") or np.isscalar(x) or isinstance(x, (list, tuple)):
+        arr = np.asarray(x)
+    else:
+        raise TypeError(f"{what} must be array-like, got {type(x).__name__}")
+    dt = arr.dtype
+    if dt in _FLOAT_LAYOUT or dt in _ML_NARROW or dt.kind in "biu":
+        return arr
+    raise TypeError(
+        f"unsupported {what} dtype {dt}; accepted: bool, integers, float16, bfloat16, "
+        "float32, float64 (and ml_dtypes' narrow float types)"
+    )
+
+
+def as_codes(codes, fmt: Format) -> np.ndarray:
+    """``codes`` as uint8 codes of ``fmt``: range-checked, ml_dtypes arrays of ``fmt`` viewed.
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> as_codes([1, 2], get_format("e2m1fn")).dtype.name
+    'uint8'
+    """
+    arr = codes if isinstance(codes, np.ndarray) else np.asarray(codes) if (
+        hasattr(codes, "__array__") or np.isscalar(codes) or isinstance(codes, (list, tuple))
+    ) else None
+    if arr is None:
+        raise TypeError(f"codes must be array-like, got {type(codes).__name__}")
+    if arr.dtype in _ML_NARROW:
+        if fmt.ml_dtype is None or arr.dtype != np.dtype(fmt.ml_dtype):
+            raise ValueError(f"codes of dtype {arr.dtype} are not {fmt.name} codes")
+        return arr.view(np.uint8)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"codes must be unsigned integers (or an ml_dtypes {fmt.name} array), "
+                        f"got dtype {arr.dtype}")
+    if arr.dtype != np.uint8 or fmt.bits < 8:
+        if arr.size and (arr.min() < 0 or arr.max() >= (1 << fmt.bits)):
+            raise ValueError(f"codes out of range for {fmt.bits}-bit format {fmt.name}: "
+                             f"expected 0..{(1 << fmt.bits) - 1}")
+        arr = arr.astype(np.uint8)
+    return arr
+
+
+
+# ----------------------------------------------------------------------------- exact encode
+def _decompose(x: np.ndarray):
+    """Exact (neg, m, lsb, is_nan, is_inf) description of a 1-D chunk."""
+    dt = x.dtype
+    if dt.kind == "b":
+        x = x.astype(np.uint8)
+        dt = x.dtype
+    if dt.kind in "iu":
+        if dt.kind == "i":
+            neg = x < 0
+            u = x.astype(np.int64).view(_U64)
+            m = np.where(neg, ~u + _U64(1), u)   # two's complement magnitude, exact for INT64_MIN
+        else:
+            neg = np.zeros(x.shape, dtype=bool)
+            m = x.astype(_U64)
+        no = np.zeros(x.shape, dtype=bool)
+        return neg, m, np.zeros(x.shape, np.int64), no, no
+    uint, eb, mb = _FLOAT_LAYOUT[dt]
+    u = x.view(uint).astype(_U64)
+    bias = (1 << (eb - 1)) - 1
+    neg = (u >> _U64(eb + mb)) != 0
+    ef = ((u >> _U64(mb)) & _U64((1 << eb) - 1)).astype(np.int64)
+    mf = u & _U64((1 << mb) - 1)
+    special = ef == (1 << eb) - 1
+    normal = (ef != 0) & ~special
+    m = np.where(normal, mf | _U64(1 << mb), mf)
+    m = np.where(special, _U64(0), m)
+    lsb = np.maximum(ef, 1) - bias - mb
+    return neg, m, lsb, special & (mf != 0), special & (mf == 0)
+
+
+def _special_codes(fmt: Format, neg, is_nan, is_inf, saturate: bool):
+    """Codes of NaN and Inf inputs (int64 magnitude with -1 = NaN marker, neg)."""
+    if saturate or not (fmt.has_inf or fmt.has_nan):
+        inf = fmt.max_code
+    elif fmt.has_inf:
+        inf = fmt.inf_code
+    else:
+        inf = -1
+    return np.where(is_nan, -1, np.int64(inf))
+
+
+def encode_exact(x, fmt, rounding, saturate, random_bits=None, sr_bits=0):
+    """Codes of a 1-D chunk, each rounded once from its exact value (no tables).
+
+    ``random_bits`` (uint64, one per element) and ``sr_bits`` apply to
+    ``rounding="stochastic"``.
+    """
+    if x.dtype in _ML_NARROW:
+        x = x.astype(np.float32)   # lossless: every ml_dtypes narrow value fits float32
+    neg, m, lsb, is_nan, is_inf = _decompose(x)
+    codes = round_exact(neg, m, lsb, fmt, rounding, saturate, random_bits, sr_bits)
+    special = is_nan | is_inf
+    if special.any():
+        sc = _special_codes(fmt, neg, is_nan, is_inf, saturate)
+        fixed = finish_codes(sc, neg, fmt)
+        if not fmt.signed:  # an unsigned format has no -Inf
+            fixed = np.where(neg & is_inf, nan_codes(fmt, neg).astype(np.uint8), fixed)
+        codes = np.where(special, fixed, codes)
+    return codes
+
+
+
+#####TABLES
+# ----------------------------------------------------------------------------- tables
+
+# ----------------------------------------------------------------------------- tables
+def _table_ok_f32(fmt: Format) -> bool:
+    # The rounding position must lie in the upper 16 bits of every float32,
+    # normal (23 - mbits >= 17) and subnormal (emin - mbits + 149 >= 17).
+    return fmt.mbits <= 6 and fmt.emin - fmt.mbits >= -132
+
+
+def _table_ok_f64(fmt: Format) -> bool:
+    # float64 keeps 7 mantissa bits in its upper 19 bits; the rounding bit of a
+    # format with at most 6 mantissa bits lies there for every float64 binade
+    # (values below the target's subnormals only ever need the sticky bit).
+    return fmt.mbits <= 6
+
+
+#: float64 index: bits 63..45 (sign, exponent, top 7 mantissa bits) and a sticky bit.
+_F64_SHIFT = 45
+_F64_LOW = np.uint64((1 << _F64_SHIFT) - 1)
+
+
+def table_inputs(src: str) -> np.ndarray:
+    """One representative input per entry of a ``src`` encode table, in index order.
+
+    float16/bfloat16: every bit pattern.  float32: index ``hi16 | sticky << 16``,
+    the sticky case with lower half 0x0001.  float64: index ``hi19 | sticky << 19``.
+    """
+    if src in ("float16", "bfloat16"):
+        pats = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+        return pats.view(np.float16 if src == "float16" else ml_dtypes.bfloat16)
+    if src == "float32":
+        pats = np.arange(1 << 16, dtype=np.uint32) << 16
+        return np.concatenate([pats, pats | 1]).view(np.float32)
+    hi = np.arange(1 << (64 - _F64_SHIFT), dtype=_U64) << _U64(_F64_SHIFT)
+    return np.concatenate([hi, hi | _U64(1)]).view(np.float64)
+
+
+def table_ok(fmt: Format, dtype) -> bool:
+    """Whether a deterministic encode of ``dtype`` inputs to ``fmt`` is exact by table look-up."""
+    dt = np.dtype(dtype)
+    if dt.itemsize == 2 and dt in _FLOAT_LAYOUT:
+        return True
+    if dt == SOURCE_DTYPES["float32"]:
+        return _table_ok_f32(fmt)
+    if dt == SOURCE_DTYPES["float64"]:
+        return _table_ok_f64(fmt)
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def encode_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
+    """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
+
+    ``rounding="sr0"`` tabulates stochastic rounding with zero random bits,
+    i.e. truncation with stochastic rounding's overflow rule.
+    """
+    x = table_inputs(src)
+    if rounding == "sr0":
+        table = encode_exact(x, fmt, "stochastic", saturate, np.zeros(x.shape, _U64), 1)
+    else:
+        table = encode_exact(x, fmt, rounding, saturate)
+    table.setflags(write=False)
+    return table
+
+
+def lookup(flat, out, table):
+    """``out[i] = table[index(flat[i])]`` for a 1-D source array, in cache-sized chunks.
+
+    The index is the one :func:`table_inputs` enumerates for ``flat``'s dtype.
+    """
+    dt = flat.dtype
+    if dt == np.float32:
+        step = CHUNK
+        u_buf = np.empty(min(step, flat.size), np.uint32)
+        idx_buf = np.empty(min(step, flat.size), np.intp)   # take() would otherwise copy to intp
+        for i in range(0, flat.size, step):
+            u = flat[i:i + step].view(np.uint32)
+            n = u.size
+            idx, lo = idx_buf[:n], u_buf[:n]
+            np.right_shift(u, 16, out=idx)
+            np.bitwise_and(u, 0xFFFF, out=lo)
+            lo += 0xFFFF                          # bit 16 set iff the lower half is non-zero
+            lo &= 0x10000
+            idx |= lo
+            np.take(table, idx, out=out[i:i + n])
+    elif dt == np.float64:
+        step = CHUNK
+        a_buf = np.empty(min(step, flat.size), _U64)
+        b_buf = np.empty(min(step, flat.size), _U64)
+        for i in range(0, flat.size, step):
+            u = flat[i:i + step].view(_U64)
+            n = u.size
+            a, b = a_buf[:n], b_buf[:n]
+            np.bitwise_and(u, _F64_LOW, out=a)
+            a += _F64_LOW                         # bit 45 set iff the low 45 bits are non-zero
+            a >>= _U64(_F64_SHIFT - (64 - _F64_SHIFT))
+            a &= _U64(1 << (64 - _F64_SHIFT))
+            np.right_shift(u, _U64(_F64_SHIFT), out=b)
+            b |= a
+            np.take(table, b.view(np.int64), out=out[i:i + n])
+    else:
+        np.take(table, flat.view(np.uint16), out=out)
+
+
+
+
+@functools.lru_cache(maxsize=256)
+def decode_table(fmt: Format, dtype: np.dtype) -> np.ndarray:
+    """Read-only value of every code of ``fmt`` in ``dtype`` (converted from exact float64 values)."""
+    with np.errstate(over="ignore", invalid="ignore"):   # E8M0/E5M2 extremes overflow float16: Inf is right
+        t = fmt.values().astype(dtype)
+    t.setflags(write=False)
+    return t
+
+
+def decode_take(table, c):
+    """``table[c]`` in cache-sized chunks.
+
+    ``np.take`` converts non-intp indices to a full-size intp copy (8 bytes
+    per code); converting one chunk at a time into a reused buffer keeps the
+    extra memory at a few hundred kB and the indices in cache.
+    """
+    if c.ndim == 0:
+        return np.take(table, c)                  # a scalar, as for any 0-d index
+    flat = np.ascontiguousarray(c).reshape(-1)
+    out = np.empty(flat.shape, table.dtype)
+    step = CHUNK
+    idx_buf = np.empty(min(step, flat.size), np.intp)
+    for i in range(0, flat.size, step):
+        src = flat[i:i + step]
+        idx = idx_buf[:src.size]
+        np.copyto(idx, src)
+        np.take(table, idx, out=out[i:i + src.size])
+    return out.reshape(np.shape(c))

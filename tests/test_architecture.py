@@ -1,0 +1,241 @@
+"""The package's shape: one-way layers, no cycles, no lazy imports of fp8emu modules, objects used as given."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fp8emu
+from fp8emu.formats import Format
+from fp8emu.profiles import Profile, Rule
+
+PKG = Path(fp8emu.__file__).resolve().parent
+
+# Layer of each module (by dotted name prefix, longest match wins); imports may only go to the same
+# layer or below.  A new module must be given a layer here.
+LAYERS = {
+    "fp8emu.data": 0, "fp8emu.interop": 0,
+    "fp8emu.formats": 1, "fp8emu.rounding": 2, "fp8emu.tables": 3, "fp8emu.profiles": 4,
+    "fp8emu.codec": 5,
+    "fp8emu.scaling": 6, "fp8emu.gemm": 6, "fp8emu.describe": 6, "fp8emu.testing": 6,
+    "fp8emu.conformance": 6, "fp8emu.layouts": 6, "fp8emu.validate_gpu": 6, "fp8emu.engines": 6,
+    "fp8emu.dask": 7,
+    "fp8emu.lab": 8,
+    "fp8emu.cli": 9, "fp8emu.__main__": 9,
+    "fp8emu": 10,   # the package's __init__ re-exports the public API
+}
+
+
+def _modules():
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts = parts[:-1]
+        out[".".join(parts)] = (path, is_pkg)
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(mod, is_pkg, node):
+    """fp8emu modules named by an import statement inside module ``mod``."""
+    names = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        if node.level:
+            base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        for a in node.names:
+            sub = f"{target}.{a.name}"
+            names.append(sub if sub in MODULES else target)
+    return [n for n in names if n == "fp8emu" or n.startswith("fp8emu.")]
+
+
+def _layer(mod):
+    best = max((p for p in LAYERS if mod == p or mod.startswith(p + ".")), key=len, default=None)
+    return None if best is None else LAYERS[best]
+
+
+def _edges():
+    """(module-level edges, function-local fp8emu imports, imports from tests)."""
+    edges, local, from_tests = {}, [], []
+    for mod, (path, is_pkg) in MODULES.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+        in_func = {id(x) for f in funcs for x in ast.walk(f) if x is not f}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            raw = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(r == "tests" or r.startswith(("tests.", "oracle", "conftest")) for r in raw):
+                from_tests.append((mod, node.lineno))
+            targets = [t for t in _resolve(mod, is_pkg, node) if t != mod]
+            if id(node) in in_func and targets:
+                local.append((mod, node.lineno, targets))
+            elif targets:
+                edges.setdefault(mod, set()).update(targets)
+    return edges, local, from_tests
+
+
+def test_every_module_has_a_layer():
+    missing = [m for m in MODULES if _layer(m) is None]
+    assert not missing, f"give these modules a layer in tests/test_architecture.py: {missing}"
+
+
+def test_no_function_local_imports_of_fp8emu_modules_and_none_from_tests():
+    _, local, from_tests = _edges()
+    assert not local, f"function-local imports of fp8emu modules: {local}"
+    assert not from_tests, f"fp8emu modules importing from tests: {from_tests}"
+
+
+def test_imports_go_down_the_layers():
+    edges, _, _ = _edges()
+    bad = [(a, b) for a, bs in edges.items() for b in bs
+           if b != "fp8emu" and _layer(b) is not None and _layer(a) is not None and _layer(b) > _layer(a)]
+    assert not bad, f"imports against the layer order: {sorted(bad)}"
+    upward_to_package = [a for a, bs in edges.items() if "fp8emu" in bs and a != "fp8emu"]
+    assert not upward_to_package, f"modules importing names from the fp8emu package itself: {upward_to_package}"
+
+
+def _cycles(edges):
+    state, stack, cycles = {}, [], []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(edges.get(m, ())):
+            if n == "fp8emu":
+                continue
+            if state.get(n) == 1:
+                cycles.append(stack[stack.index(n):] + [n])
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(set(edges) | {n for ns in edges.values() for n in ns}):
+        if m not in state:
+            visit(m)
+    return cycles
+
+
+def test_no_import_cycles():
+    edges, _, _ = _edges()
+    cycles = _cycles(edges)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_checker_can_fail():
+    # The checks above must be able to fail: a synthetic cycle, and relative imports resolved right.
+    assert _cycles({"fp8emu.a": {"fp8emu.b"}, "fp8emu.b": {"fp8emu.c"}, "fp8emu.c": {"fp8emu.a"}})
+    assert not _cycles({"fp8emu.a": {"fp8emu.b"}, "fp8emu.b": {"fp8emu.c"}})
+    tree = ast.parse("from ..codec import encode\nfrom . import analysis\nfrom .. import scaling\n")
+    got = [_resolve("fp8emu.lab.plots", False, n) for n in tree.body]
+    assert got == [["fp8emu.codec"], ["fp8emu.lab.analysis"], ["fp8emu.scaling"]]
+
+
+def test_no_function_shadows_a_submodule():
+    subs = {m.split(".")[1] for m in MODULES if m.count(".") >= 1}
+    for name in subs:
+        obj = getattr(fp8emu, name, None)
+        assert obj is None or type(obj).__name__ == "module", f"fp8emu.{name} is a {type(obj).__name__}"
+
+
+def test_all_lists_documented_public_names():
+    assert len(set(fp8emu.__all__)) == len(fp8emu.__all__)
+    for name in fp8emu.__all__:
+        obj = getattr(fp8emu, name)
+        if callable(obj):
+            assert obj.__doc__ and obj.__doc__.strip(), f"fp8emu.{name} has no docstring"
+    assert "add_cli" not in fp8emu.__all__
+
+
+def _run(code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_table_command_does_not_import_matplotlib():
+    r = _run("import sys\nfrom fp8emu.cli import main\nmain(['table', 'e2m1fn'])\n"
+             "print('MPL' if 'matplotlib' in sys.modules else 'NOMPL')")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("NOMPL")
+
+
+def test_plots_keep_the_callers_backend():
+    r = _run("import matplotlib\nmatplotlib.use('svg')\nfrom fp8emu.lab import plots\n"
+             "fig = plots.figure_values_per_binade(size=0.05)\nprint(matplotlib.get_backend())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().lower() == "svg"
+
+
+def test_cli_bad_input_is_one_line_and_exit_2():
+    r = subprocess.run([sys.executable, "-m", "fp8emu", "table", "nope"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.startswith("fp8emu table: error: unknown format 'nope'") and "Traceback" not in r.stderr
+
+
+# ----------------------------------------------------------------------------- objects used as given
+E4M3FN = fp8emu.get_format("e4m3fn")
+
+
+def test_user_profile_named_like_a_builtin_uses_its_own_rules():
+    # cuda-nosat gives NaN (0x7F) for 500; a user's saturating profile of the same name must give 0x7E.
+    mine = Profile("cuda-nosat", "user: saturating RNE", {E4M3FN: {"rne": Rule("rne", True)}})
+    x = np.array([500.0, -500.0, 1.0], np.float32)
+    assert fp8emu.encode(x, "e4m3fn", profile=mine).tolist() == [0x7E, 0xFE, 0x38]
+    assert fp8emu.encode(x, "e4m3fn", profile="cuda-nosat").tolist() == [0x7F, 0xFF, 0x38]
+    assert fp8emu.encode(x.astype(np.float16), "e4m3fn", profile=mine).tolist() == [0x7E, 0xFE, 0x38]
+
+
+def test_user_profile_fix_and_decode_fix_are_called():
+    def all_ones(table, x, fmt, rule):
+        table[...] = 0x11
+
+    def nan_payload(table, fmt, dtype):
+        table[np.isnan(table)] = -7.0
+
+    p = Profile("ones", "test", {E4M3FN: {"rtz": Rule("rtz", False, all_ones)}}, decode_fix=nan_payload)
+    assert fp8emu.encode(np.float32([3.0]), "e4m3fn", profile=p, rounding="rtz").tolist() == [0x11]
+    assert fp8emu.decode([0x7F, 0x38], "e4m3fn", profile=p).tolist() == [-7.0, 1.0]
+
+
+def test_lookalike_format_is_not_the_builtin():
+    ieee = Format("e4m3fn", 4, 3, 7, inf="ieee", nan="ieee")       # IEEE specials under the OCP name
+    with pytest.raises(ValueError, match="differs from it"):
+        fp8emu.encode(np.float32([1.0]), ieee, profile="torch-cuda")
+    # With the spec profile the look-alike is used as given: 0x78 is its +Inf, 240 its max.
+    assert fp8emu.encode(np.float32([np.inf, 240.0, 1e6]), ieee).tolist() == [0x78, 0x77, 0x78]
+    assert fp8emu.decode([0x78], ieee).tolist() == [np.inf]
+    assert fp8emu.decode([0x78], "e4m3fn").tolist() == [256.0]
+
+
+def test_gemm_value_tables_distinguish_special_encodings():
+    # Same name and field widths, different specials: 0x7F is 480 without NaN, NaN with nan="fn".
+    plain = Format("e4m3x", 4, 3, 7)
+    fn = Format("e4m3x", 4, 3, 7, nan="fn")
+    a = np.full((1, 16), 0x7F, np.uint8)
+    b = np.zeros((16, 1), np.uint8)
+    b[0, 0] = 0x38   # 1.0
+    assert np.isnan(fp8emu.scaled_mm(a, b, a_format=fn, b_format="e4m3fn", accumulator="exact")[0, 0])
+    assert fp8emu.scaled_mm(a, b, a_format=plain, b_format="e4m3fn", accumulator="exact")[0, 0] == 480.0
+    assert np.isnan(fp8emu.scaled_mm(a, b, a_format=fn, b_format="e4m3fn", accumulator="exact")[0, 0])
+
+
+def test_profile_rejects_malformed_rules():
+    with pytest.raises(TypeError, match="Format objects"):
+        Profile("bad", "x", {"e4m3fn": {"rne": Rule("rne", False)}})
+    with pytest.raises(ValueError, match="deterministic rounding"):
+        Profile("bad", "x", {E4M3FN: {"stochastic": Rule("rne", False)}})
