@@ -34,8 +34,9 @@ def classify_differences(fmt, x, got, ocp) -> np.ndarray:
     """Kind (one of :data:`KINDS`) of each input where an implementation's code differs from the spec's.
 
     ``x`` are the inputs (any float dtype), ``got`` the implementation's codes
-    and ``ocp`` the spec's codes for them.  NaN inputs are "nan"; a result or
-    spec value that is Inf/NaN (or both at +-max) is "saturation"; equal
+    and ``ocp`` the spec's codes for them, by the rule of the recorded
+    tables' report: NaN inputs are "nan"; Inf inputs, and results where
+    either side is Inf/NaN (or both are +-max), are "saturation"; equal
     magnitudes or two zeros are "zero/sign"; anything else is "rounding";
     every E8M0 difference of a non-NaN input is "e8m0".
 
@@ -54,15 +55,16 @@ def classify_differences(fmt, x, got, ocp) -> np.ndarray:
     vals = f.values()
     gv, ov = vals[got], vals[ocp]
     kind = np.full(got.shape, "rounding", dtype=object)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
+        xv = np.asarray(x).astype(np.float64)
         big = ~np.isfinite(gv) | ~np.isfinite(ov) | ((np.abs(gv) == f.max) & (np.abs(ov) == f.max))
+        big &= ~np.isnan(gv) | ~np.isnan(ov) | np.isinf(xv)    # two different NaN codes are not saturation
         same = ((gv == 0) & (ov == 0)) | (np.abs(gv) == np.abs(ov))
-    kind[big] = "saturation"
+    kind[big | np.isinf(xv)] = "saturation"
     kind[same & ~big] = "zero/sign"
     if f.name == "e8m0fnu":
         kind[:] = "e8m0"
-    with np.errstate(over="ignore", invalid="ignore"):
-        kind[np.isnan(np.asarray(x).astype(np.float64))] = "nan"
+    kind[np.isnan(xv)] = "nan"
     return kind.astype(str)
 
 

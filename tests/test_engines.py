@@ -229,6 +229,36 @@ def test_live_report_rows_for_jax():
         E.live_report(["tensorflow"])
 
 
+@pytest.mark.parametrize("table", ["cuda_bf16_e4m3_satfinite", "cuda_f16_e5m2_satfinite", "torch_f16_to_e8m0fnu"])
+def test_classify_differences_agrees_with_the_recorded_report(table):
+    """The live report's kinds are the recorded tables' kinds: same split for a profile that reproduces a table."""
+    from fp8emu import conformance
+    from fp8emu.tables import table_inputs
+    row = next(r for r in conformance.report() if r["table"] == table)
+    x = table_inputs(row["source"])
+    got = fp8emu.encode(x, row["format"], profile=row["profile"])
+    ocp = fp8emu.encode(x, row["format"])
+    d = got != ocp
+    kinds = conformance.classify_differences(fp8emu.get_format(row["format"]), x[d], got[d], ocp[d])
+    assert {k: int((kinds == k).sum()) for k in conformance.KINDS} == {k: row[f"ocp_{k}"] for k in conformance.KINDS}
+
+
+def test_readme_live_table_covers_every_setting_on_the_proven_versions():
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    m = re.search(r"<!-- live-table:start -->\n(.*?)\n<!-- live-table:end -->", text, re.S)
+    assert m
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in m.group(1).splitlines()[2:]]
+    want = {(e, f, E._setting_text(o)) for e in E.ENGINES for f in E.ENGINE_FORMATS[e] for o in E.engine_options(e, f)}
+    assert {(r[0], r[2], r[3]) for r in rows} == want
+    for r in rows:
+        assert r[1] == ", ".join(f"{d} {v}" for d, v in E.PROVEN_VERSIONS[r[0]].items()), r
+        assert r[6] == "0" and r[7] == "0", r
+        assert r[4] == "{} ({})".format(*E.engine_profile(r[0], r[2], **next(
+            o for o in E.engine_options(r[0], r[2]) if E._setting_text(o) == r[3]))).replace(" (rne)", ""), r
+
+
 def test_engine_argument_errors():
     with pytest.raises(ValueError, match="no cast to"):
         E.engine_cast("torch-cpu", np.zeros(2, np.float32), "e2m1fn")
@@ -252,3 +282,36 @@ def test_exhaustive_float32(engine, fmt, opt):
         got = E.engine_cast(engine, x, fmt, **opt)
         exp = fp8emu.encode(x, fmt, profile=prof, rounding=rnd)
         assert np.array_equal(got, exp), (engine, fmt, opt, hex(start), _first_diffs(x, got, exp))
+
+
+# ----------------------------------------------------------------------------- command line
+def test_cli_conformance_live(capsys):
+    _need("jax-cpu")
+    from fp8emu.cli import main
+    assert main(["conformance", "--live", "--engines", "jax-cpu", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "jax-cpu (jax " in out and "| jax-cpu | jax " in out
+    assert "all 9 engine settings reproduced bit-exactly" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["conformance", "--live", "--engines", "tensorflow"], "unknown engine 'tensorflow'"),
+    (["conformance", "--engines", "onnx"], "--engines applies to --live"),
+    (["conformance", "--live", "--folder", "."], "--folder applies to the recorded tables"),
+])
+def test_cli_conformance_live_bad_input(argv, message, capsys):
+    from fp8emu.cli import main
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fp8emu conformance: error: ") and message in err
+
+
+def test_cli_conformance_live_says_when_the_version_is_not_the_proven_one(capsys, monkeypatch):
+    _need("jax-cpu")
+    from fp8emu.cli import main
+    installed = INSTALLED["jax-cpu"]["jax"]
+    monkeypatch.setitem(E.PROVEN_VERSIONS, "jax-cpu", {"jax": "0.0.1", "jaxlib": INSTALLED["jax-cpu"]["jaxlib"]})
+    assert main(["conformance", "--live", "--engines", "jax-cpu", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"version check: jax-cpu: jax {installed} is installed, its profile was proven on 0.0.1" in out
+    assert "(not the proven version)" in out
