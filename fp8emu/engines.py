@@ -71,7 +71,7 @@ ENGINE_SOURCES = {
 
 #: Narrow formats each engine casts to and from (fp8emu names).
 ENGINE_FORMATS = {
-    "onnx": ("e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "e2m1fn", "e8m0fnu"),
+    "onnx": ("e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "e2m1fn", "e2m3fn", "e3m2fn", "e8m0fnu"),
     "onnxruntime-cpu": ("e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "e8m0fnu"),
     "jax-cpu": ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4", "e8m0fnu",
                 "e2m1fn"),
@@ -80,9 +80,12 @@ ENGINE_FORMATS = {
 
 # ONNX TensorProto data types (numbers fixed by onnx.proto, so no import is needed to name them).
 _ONNX_TYPE = {"e4m3fn": 17, "e4m3fnuz": 18, "e5m2": 19, "e5m2fnuz": 20, "e2m1fn": 23, "e8m0fnu": 24,
-              "float32": 1, "float16": 10, "float64": 11, "bfloat16": 16}
-_ONNX_OPSET = 24           # the first opset with FLOAT8E8M0 and Cast's round_mode
+              "e2m3fn": 27, "e3m2fn": 28, "float32": 1, "float16": 10, "float64": 11, "bfloat16": 16}
+_ONNX_OPSET = 28           # onnx 1.23's current opset (FLOAT8E8M0 and round_mode from 24, FLOAT6 from 28)
+_ORT_OPSET = 25            # ONNX Runtime 1.32 has no QuantizeLinear-28 kernel; 25 has both ops' last FP8 changes
+_ONNX_IR = 11
 _ROUND_MODE = {"rup": "up", "rtz": "down", "rne": "nearest"}
+_SUBBYTE = ("e2m1fn", "e2m3fn", "e3m2fn")
 
 
 def installed_engines() -> dict:
@@ -113,7 +116,7 @@ def engine_options(engine, fmt) -> list:
     """The cast settings an engine offers for ``fmt``, as keyword dicts for :func:`engine_cast`.
 
     ONNX and ONNX Runtime: ``saturate`` False/True (E8M0: with each
-    ``rounding`` of Cast's ``round_mode``; FP4 has no ``saturate``);
+    ``rounding`` of Cast's ``round_mode``; FP4/FP6 ignore ``saturate``);
     JAX and torch: one plain cast.
 
     Examples
@@ -126,7 +129,7 @@ def engine_options(engine, fmt) -> list:
     """
     _check(engine, fmt)
     if engine in ("onnx", "onnxruntime-cpu"):
-        if fmt == "e2m1fn":
+        if fmt in _SUBBYTE:   # no Inf/NaN: Cast ignores saturate
             return [{}]
         sats = [{"saturate": False}, {"saturate": True}]
         if fmt == "e8m0fnu":
@@ -240,7 +243,7 @@ def engine_decode(engine, codes, fmt, dtype) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- ONNX models
 @functools.lru_cache(maxsize=64)
-def _cast_model(src, fmt, saturate, rounding, op):
+def _cast_model(src, fmt, saturate, rounding, op, opset):
     """Serialized one-node model: input ``x`` (src) -> output ``y`` (fmt)."""
     from onnx import helper
     to = _ONNX_TYPE[fmt]
@@ -261,35 +264,30 @@ def _cast_model(src, fmt, saturate, rounding, op):
     node = helper.make_node(op, inputs, ["y"], **attrs)
     graph = helper.make_graph([node], "cast", [helper.make_tensor_value_info("x", _ONNX_TYPE[src], [None])],
                               [helper.make_tensor_value_info("y", to, [None])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _ONNX_OPSET)])
-    model.ir_version = 10
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = _ONNX_IR
     return model.SerializeToString()
 
 
 @functools.lru_cache(maxsize=64)
-def _decode_model(fmt, src, n):
+def _decode_model(fmt, src, n, opset):
     """Model with the codes 0..n-1 of ``fmt`` as a constant, cast to ``src``."""
-    from onnx import helper
-    f = get_format(fmt)
-    codes = np.arange(n, dtype=np.uint8)
-    if f.bits == 4:
-        raw = (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8).tobytes()   # two FP4 codes a byte
-    else:
-        raw = codes.tobytes()
-    const = helper.make_node("Constant", [], ["c"],
-                             value=helper.make_tensor("v", _ONNX_TYPE[fmt], [n], raw, raw=True))
+    from onnx import helper, numpy_helper
+    codes = np.arange(n, dtype=np.uint8).view(get_format(fmt).ml_dtype)
+    # from_array packs sub-byte types (two FP4 codes a byte, four FP6 codes in three bytes).
+    const = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(codes, "v"))
     node = helper.make_node("Cast", ["c"], ["y"], to=_ONNX_TYPE[src])
     graph = helper.make_graph([const, node], "decode", [],
                               [helper.make_tensor_value_info("y", _ONNX_TYPE[src], [n])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _ONNX_OPSET)])
-    model.ir_version = 10
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = _ONNX_IR
     return model.SerializeToString()
 
 
 def _onnx_ref_cast(flat, src, fmt, saturate, rounding, op):
     import onnx
     from onnx.reference import ReferenceEvaluator
-    ev = ReferenceEvaluator(onnx.load_from_string(_cast_model(src, fmt, saturate, rounding, op)))
+    ev = ReferenceEvaluator(onnx.load_from_string(_cast_model(src, fmt, saturate, rounding, op, _ONNX_OPSET)))
     with np.errstate(all="ignore"):   # NaN/overflow casts are what is being measured
         y = ev.run(None, {"x": flat})[0]
     y = np.asarray(y)
@@ -324,7 +322,7 @@ _ORT_CHUNK = 1 << 24
 
 
 def _ort_cast(flat, src, fmt, saturate, rounding, op):
-    sess = _ort_session(_cast_model(src, fmt, saturate, rounding, op))
+    sess = _ort_session(_cast_model(src, fmt, saturate, rounding, op, _ORT_OPSET))
     out = np.empty(flat.size, np.uint8)
     for i in range(0, flat.size, _ORT_CHUNK):
         part = np.ascontiguousarray(flat[i:i + _ORT_CHUNK])
@@ -339,7 +337,7 @@ def _ort_cast(flat, src, fmt, saturate, rounding, op):
 
 def _onnx_decode(engine, flat, fmt, src):
     n = 1 << get_format(fmt).bits
-    model = _decode_model(fmt, src, n)
+    model = _decode_model(fmt, src, n, _ONNX_OPSET if engine == "onnx" else _ORT_OPSET)
     dt = _SOURCES[src]
     if engine == "onnx":
         import onnx

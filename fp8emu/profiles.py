@@ -45,8 +45,8 @@ exhaustive``); ``fp8emu.engines.PROVEN_VERSIONS`` names the versions (onnx
 
 * ``onnx`` / ``onnx-nosat``: the ONNX reference evaluator's ``Cast`` and
   ``QuantizeLinear`` (scale 1) with ``saturate=1`` (ONNX's default) / ``0``:
-  the spec for FP8 (float64 through float32); FLOAT4E2M1 NaN gives 0x8 and
-  -NaN 0x0; FLOAT8E8M0 keeps the float32 exponent field, ignoring the sign,
+  the spec for FP8 (float64 through float32); FLOAT4E2M1/FLOAT6 NaN gives -0
+  (0x8/0x20) and -NaN +0; FLOAT8E8M0 keeps the float32 exponent field, ignoring the sign,
   with ``round_mode`` up/down/nearest as the rounding options ``rup``,
   ``rtz``, ``rne`` (see :func:`e8m0_onnx`).  ONNX's default ``round_mode`` is
   "up": pass ``rounding="rup"`` (fp8emu's default ``"rne"`` selects "nearest").
@@ -375,11 +375,11 @@ def nan_7f_signed(table, x, fmt, rule):
     table[nan] = 0x7F | _sign_code(x[nan])
 
 
-def fp4_nan_ml_dtypes(table, x, fmt, rule):
-    """E2M1 has no NaN: ml_dtypes' cast, and so the ONNX reference (onnx 1.23.2), gives NaN 0x8 (-0)
-    and -NaN 0x0 (+0); the spec's NaN -> +max does not apply."""
+def subbyte_nan_ml_dtypes(table, x, fmt, rule):
+    """FP4/FP6 have no NaN: ml_dtypes' cast, and so the ONNX reference (onnx 1.23.2), gives NaN the
+    code of -0 (0x8 for E2M1, 0x20 for E2M3/E3M2) and -NaN +0; the spec's NaN -> +max does not apply."""
     nan = _isnan(x)
-    table[nan] = np.where(np.signbit(_f32(x[nan])), 0x0, 0x8)
+    table[nan] = np.where(np.signbit(_f32(x[nan])), 0, fmt.sign_bit)
 
 
 def fp4_nan_jax(table, x, fmt, rule):
@@ -580,7 +580,7 @@ _BUILTIN = [
 
 def _onnx_rules(sat):
     rules = {f: _only("rne", sat) for f in (*_FP8, *_FNUZ)}
-    rules[_F["e2m1fn"]] = _only("rne", True, fp4_nan_ml_dtypes)
+    rules.update({f: _only("rne", True, subbyte_nan_ml_dtypes) for f in _SUBBYTE})
     rules[_F["e8m0fnu"]] = {m: Rule(m, sat, e8m0_onnx) for m in ("rup", "rtz", "rne")}
     return rules
 
@@ -598,11 +598,11 @@ _JAX_CPU.update({_E5M2: _only("rne", False, jax_cpu_e5m2), _F["e2m1fn"]: _only("
                  _F["e8m0fnu"]: _only("rne", False, jax_cpu_e8m0)})
 
 _BUILTIN += [
-    Profile("onnx", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2, opset 24) with saturate=1, "
-            "the default: FP8 RNE saturating, FP4 NaN 0x8, E8M0 exponent-field rule (round_mode up/down/nearest "
+    Profile("onnx", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2, opset 28) with saturate=1, "
+            "the default: FP8 RNE saturating, FP4/FP6 NaN -> -0, E8M0 exponent-field rule (round_mode up/down/nearest "
             "= rup/rtz/rne), float64 via float32", _onnx_rules(True), "float32", signed_nan_decode),
     Profile("onnx-nosat", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2) with saturate=0: FP8 RNE "
-            "non-saturating (the spec), FP4 NaN 0x8, E8M0 exponent-field rule", _onnx_rules(False), "float32",
+            "non-saturating (the spec), FP4/FP6 NaN -> -0, E8M0 exponent-field rule", _onnx_rules(False), "float32",
             signed_nan_decode),
     Profile("onnxruntime-cpu", "ONNX Runtime 1.32 CPU Cast/QuantizeLinear with saturate=1 (default): E5M2 NaN "
             "0x7F|sign; E8M0 rounds in [2**-127, 2**127] only, else 0x00/0xFE", _onnxruntime_rules(True),

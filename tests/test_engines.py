@@ -97,7 +97,7 @@ def test_quantizelinear_with_scale_1_is_cast(engine, probes):
     srcs = ("float32", "float16") if engine == "onnxruntime-cpu" else ("float32", "float16", "bfloat16")
     fmts = [f for f in E.ENGINE_FORMATS[engine] if f != "e8m0fnu"]
     for fmt in fmts:
-        for sat in ((None,) if fmt == "e2m1fn" else (False, True)):
+        for sat in ((None,) if fmt in E._SUBBYTE else (False, True)):
             for src in srcs:
                 x = probes[src]
                 q = E.engine_cast(engine, x, fmt, saturate=sat, op="QuantizeLinear")
@@ -108,7 +108,7 @@ def test_quantizelinear_with_scale_1_is_cast(engine, probes):
 def test_jax_eager_equals_jit(probes):
     _need("jax-cpu")
     for fmt in E.ENGINE_FORMATS["jax-cpu"]:
-        for src in ("float32", "bfloat16", "float64"):
+        for src in ("float32", "float64"):     # each (format, source) compiles anew: keep it to two
             x = probes[src][: 1 << 17]
             assert np.array_equal(E.engine_cast("jax-cpu", x, fmt, jit=False),
                                   E.engine_cast("jax-cpu", x, fmt, jit=True)), (fmt, src)
@@ -168,11 +168,20 @@ _ONNX_NAMES = {"FLOAT8E4M3FN": "e4m3fn", "FLOAT8E4M3FNUZ": "e4m3fnuz", "FLOAT8E5
 
 def _onnx_cases():
     onnx = pytest.importorskip("onnx")
+    import importlib
+    import sys
     import warnings
     from onnx.backend.test.case import node
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cases = node.collect_testcases("Cast")
+        if hasattr(node, "_TargetOpType") and "onnx.backend.test.case.node.cast" not in sys.modules:
+            # collect_testcases("Cast") imports every operator's case module (seconds); the Cast
+            # cases are generated when their module is imported, filtered by this op type.
+            node._TargetOpType = "Cast"
+            importlib.import_module("onnx.backend.test.case.node.cast")
+            cases = list(node._NodeTestCases)
+        else:
+            cases = node.collect_testcases("Cast")
     out = []
     for c in cases:
         if not any(k in c.name for k in _ONNX_NAMES):
