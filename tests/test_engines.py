@@ -287,7 +287,7 @@ def test_exhaustive_float32(engine, fmt, opt):
     _need(engine)
     prof, rnd = E.engine_profile(engine, fmt, **opt)
     for start in range(0, 1 << 32, _CHUNK):
-        x = np.arange(start, start + _CHUNK, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        x = (np.arange(_CHUNK, dtype=np.uint32) + np.uint32(start)).view(np.float32)
         got = E.engine_cast(engine, x, fmt, **opt)
         exp = fp8emu.encode(x, fmt, profile=prof, rounding=rnd)
         assert np.array_equal(got, exp), (engine, fmt, opt, hex(start), _first_diffs(x, got, exp))
