@@ -36,7 +36,7 @@ from .formats import get_format
 from .profiles import get_profile
 from .rounding import DETERMINISTIC_MODES, check_rounding
 from .tables import (
-    CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, decode_table, decode_take, encode_exact,
+    CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, decode_take, encode_exact,
     encode_table, lookup, source_name, table_ok,
 )
 

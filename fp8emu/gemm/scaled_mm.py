@@ -1,0 +1,269 @@
+"""``scaled_mm``: the ``torch._scaled_mm`` entry point (operands, scales, epilogue).
+
+See :mod:`fp8emu.gemm` for the semantics of each step.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import ml_dtypes
+import numpy as np
+
+from ..codec import decode, encode
+from ..formats import get_format
+from .accumulator import HW_K_MULTIPLE, get_accumulator
+from .fparith import round_hi_lo, two_sum
+from .kernels import accumulate, mma_dot, special_masks, values_and_exponents
+
+__all__ = ["scaled_mm"]
+
+_OUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
+               "float16": np.dtype(np.float16)}
+
+
+
+def _operand(x, fmt, what):
+    """(codes, Format, scale_inv or None) from codes or a ScaledTensor-like object."""
+    scale = None
+    if hasattr(x, "codes") and hasattr(x, "fmt"):
+        if fmt is None:
+            fmt = x.fmt
+        scale = getattr(x, "scale_inv", None)
+        x = x.codes
+    if fmt is None:
+        raise TypeError(f"{what}_format is required when {what} is an array of codes")
+    fmt = get_format(fmt)
+    codes = np.asarray(x)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"{what} must hold uint8 FP8 codes (or be a ScaledTensor), got dtype {codes.dtype}")
+    if codes.ndim != 2:
+        raise ValueError(f"{what} must be 2-D, got shape {codes.shape}")
+    if fmt.bits > 8:
+        raise ValueError(f"{what}_format must be a format of at most 8 bits, got {fmt.name}")
+    return codes, fmt, scale
+
+
+# ----------------------------------------------------------------------------- scales
+_KBLOCK = 128
+
+
+def _as_scale(s, what):
+    try:
+        arr = np.asarray(s, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a float or an array of floats, got {type(s).__name__}") from None
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} must be finite, got non-finite values")
+    # torch passes scales as float32 tensors
+    return arr.astype(np.float32)
+
+
+class _Scale(NamedTuple):
+    """An operand's scale: ``kind`` "scalar", "row" or "block"; ``values`` shaped
+    () / (rows, 1) / (row blocks, K blocks); ``row_block`` rows per block (1 or 128)."""
+
+    kind: str
+    values: np.ndarray
+    row_block: int
+
+
+def _classify_scale(s, rows, K, what, other) -> _Scale:
+    """The :class:`_Scale` of an operand seen as rows x K."""
+    kb = -(-K // _KBLOCK)
+    if s.size == 1:
+        return _Scale("scalar", s.reshape(()), 1)
+    if s.ndim != 2:
+        raise ValueError(f"{what} must be a scalar or 2-D, got shape {s.shape}")
+    r, c = s.shape
+    if (r, c) == (rows, 1):
+        return _Scale("row", s, 1)
+    if (r, c) == (rows, kb):
+        return _Scale("block", s, 1)
+    if (r, c) == (-(-rows // _KBLOCK), kb):
+        return _Scale("block", s, _KBLOCK)
+    raise ValueError(
+        f"{what} has shape {s.shape}; accepted: a scalar, {other}, ({rows}, {kb}) 1x128 blocks "
+        f"or ({-(-rows // _KBLOCK)}, {kb}) 128x128 blocks")
+
+
+# ----------------------------------------------------------------------------- public API
+def _out_dtype(out_dtype):
+    if isinstance(out_dtype, str) and out_dtype in _OUT_DTYPES:
+        return _OUT_DTYPES[out_dtype], None
+    try:
+        dt = np.dtype(out_dtype)
+        if dt in _OUT_DTYPES.values():
+            return dt, None
+    except TypeError:
+        pass
+    try:
+        return None, get_format(out_dtype)
+    except (ValueError, TypeError, KeyError):
+        raise ValueError(f"unknown out_dtype {out_dtype!r}; use 'float32', 'bfloat16', 'float16' "
+                         "or an FP8 format name") from None
+
+
+def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, bias=None,
+              out_dtype="float32", accumulator="hopper", scale_result=None):
+    """Emulate ``torch._scaled_mm``: ``(A @ B) * scale_a * scale_b (+ bias)`` from FP8 codes.
+
+    Parameters
+    ----------
+    a : ndarray of uint8, shape (M, K), or ScaledTensor
+        FP8 codes of A, or an object with ``codes``, ``fmt`` and ``scale_inv``
+        (then ``a_format`` may be omitted and ``scale_inv`` is used as ``scale_a``).
+    b : ndarray of uint8, shape (K, N), or ScaledTensor
+        FP8 codes of B (logical K x N layout).
+    a_format, b_format : str or Format
+        Formats of the codes.
+    scale_a, scale_b : float or ndarray
+        float32 dequantisation multipliers: scalars, row-wise (``scale_a`` (M, 1),
+        ``scale_b`` (1, N)), or block scales: ``scale_a`` (M, ceil(K/128)) for 1x128
+        blocks or (ceil(M/128), ceil(K/128)) for 128x128 blocks; ``scale_b``
+        (ceil(K/128), N) or (ceil(K/128), ceil(N/128)).  Block scales multiply each
+        128-wide K block's partial sum before it joins the FP32 accumulator.
+    bias : array_like of shape (N,), optional
+        Added to every row; converted to the output type first (as torch does).
+    out_dtype : str
+        ``"float32"``, ``"bfloat16"``, ``"float16"`` or an FP8/narrow format name.
+    accumulator : str or Accumulator
+        ``"hopper"`` (``use_fast_accum=False``), ``"hopper-fast"``
+        (``use_fast_accum=True``), ``"fp32"``, ``"exact"``, or an :class:`Accumulator`.
+    scale_result : float, optional
+        Narrow output only: the float32 result is multiplied by it before the
+        (round-to-nearest-even, saturating) conversion.
+
+    Returns
+    -------
+    ndarray, shape (M, N)
+        float32 / bfloat16 / float16 values, or uint8 codes for a narrow ``out_dtype``.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> a = fp8emu.encode(np.array([[1.0] + [2.0 ** -9] * 15]), "e4m3fn")
+    >>> b = fp8emu.encode(np.array([[1.0]] + [[2.0 ** -6]] * 15), "e4m3fn")
+    >>> float(scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="exact")[0, 0])
+    1.000457763671875
+    >>> float(scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="hopper")[0, 0])
+    1.0
+    """
+    ca, fa, scale_a = _operand_and_scale(a, a_format, scale_a, "a")
+    cb, fb, scale_b = _operand_and_scale(b, b_format, scale_b, "b")
+    M, K = ca.shape
+    if cb.shape[0] != K:
+        raise ValueError(f"shape mismatch: a is {ca.shape} and b is {cb.shape}; need (M, K) @ (K, N)")
+    N = cb.shape[1]
+    acc = get_accumulator(accumulator)
+    odt, ofmt = _out_dtype(out_dtype)
+    scale_result = _result_scale(scale_result, ofmt)
+    if K % HW_K_MULTIPLE:
+        warnings.warn(f"K = {K} is not a multiple of {HW_K_MULTIPLE}: cuBLASLt rejects such FP8 "
+                      "GEMMs; computing anyway", RuntimeWarning, stacklevel=2)
+    sa = _classify_scale(_as_scale(scale_a, "scale_a"), M, K, "scale_a", f"({M}, 1) row-wise")
+    sb = _as_scale(scale_b, "scale_b")
+    sb = _classify_scale(sb.T if sb.ndim == 2 else sb, N, K, "scale_b", f"(1, {N}) column-wise")
+
+    va, ea = values_and_exponents(ca, fa)
+    vb, eb = values_and_exponents(cb, fb)
+    if "block" in (sa.kind, sb.kind):
+        v = _block_scaled_sum(va, ea, vb, eb, acc, sa, sb, (fa.mbits, fb.mbits))
+    else:
+        v = _scale_epilogue(accumulate(va, ea, vb, eb, acc, (fa.mbits, fb.mbits)), sa, sb)
+    v = _ieee_specials(v, ca, fa, cb, fb)
+    return _to_output(v, bias, odt, ofmt, scale_result)
+
+
+def _operand_and_scale(x, fmt, scale, what):
+    """Codes, Format and scale of an operand; a ScaledTensor brings its own ``scale_inv``."""
+    codes, fmt, own = _operand(x, fmt, what)
+    if own is None:
+        return codes, fmt, scale
+    if not (np.ndim(scale) == 0 and float(scale) == 1.0):
+        raise ValueError(f"give scale_{what} or a ScaledTensor with scale_inv, not both")
+    return codes, fmt, own
+
+
+def _result_scale(scale_result, ofmt):
+    if scale_result is None:
+        return None
+    if ofmt is None:
+        raise ValueError("scale_result applies only to a narrow (FP8) out_dtype")
+    s = _as_scale(scale_result, "scale_result")
+    if s.size != 1:
+        raise ValueError("scale_result must be a scalar")
+    return s
+
+
+def _per_kblock(scale, rows, K):
+    """A scale as a float64 (rows, K-blocks) array, one entry per row and 128-wide K block."""
+    nkb = -(-K // _KBLOCK)
+    if scale.kind == "scalar":
+        return np.full((rows, nkb), float(scale.values))
+    if scale.kind == "row":
+        return np.repeat(scale.values.astype(np.float64), nkb, axis=1)
+    return np.repeat(scale.values.astype(np.float64), scale.row_block, axis=0)[:rows]
+
+
+def _block_scaled_sum(va, ea, vb, eb, acc, sa, sb, mbits):
+    """Block scales multiply each 128-wide K block's partial sum as it joins the FP32 accumulator."""
+    M, K = va.shape
+    N = vb.shape[1]
+    SA, SB = _per_kblock(sa, M, K), _per_kblock(sb, N, K)
+
+    def kscale(m0, m1, kb):
+        return (SA[m0:m1, kb, None].astype(np.float32) * SB[None, :, kb].astype(np.float32)).astype(np.float64)
+
+    if acc.kind == "mma":
+        return mma_dot(va, ea, vb, eb, acc, kscale=kscale, kblock=_KBLOCK)
+    total = np.zeros((M, N), np.float32)
+    for kb in range(-(-K // _KBLOCK)):
+        sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
+        part = accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], acc, mbits).astype(np.float64)
+        hi, lo = two_sum(total.astype(np.float64), part * kscale(0, M, kb))
+        total = round_hi_lo(hi, lo)
+    return total
+
+
+def _scale_epilogue(c, sa, sb):
+    """``fl32(c * fl32(sa * sb))`` for scalars; ``fl32(fl32(c * sa[m]) * sb[n])`` for row-wise scales."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if sa.kind == "scalar" and sb.kind == "scalar":
+            v = c * (sa.values * sb.values).astype(np.float32)
+        else:
+            v = (c * sa.values.reshape(-1, 1) if sa.kind == "row" else c * sa.values).astype(np.float32)
+            v = v * (sb.values.reshape(1, -1) if sb.kind == "row" else sb.values)
+    return v.astype(np.float32)
+
+
+def _ieee_specials(v, ca, fa, cb, fb):
+    """IEEE semantics for NaN/Inf operands (the kernels work on finite values)."""
+    if not ((~np.isfinite(decode(ca, fa))).any() or (~np.isfinite(decode(cb, fb))).any()):
+        return v
+    pos, neg, nan = special_masks(ca, fa, cb, fb)
+    return np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),
+                                                      np.where(neg, np.float32(-np.inf), v)))
+
+
+def _to_output(v, bias, odt, ofmt, scale_result):
+    """Add the bias with one rounding to the output type; narrow outputs are scaled and cast."""
+    target = odt if odt is not None else np.dtype(np.float32)
+    N = v.shape[1]
+    if bias is not None:
+        bias = np.asarray(bias, dtype=np.float64)
+        if bias.shape not in ((N,), (1, N)):
+            raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
+        bias = bias.reshape(1, N).astype(target).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            hi, lo = two_sum(v.astype(np.float64), bias)
+            lo = np.where(np.isfinite(hi), lo, 0.0)
+        out = round_hi_lo(hi, lo, target)
+    else:
+        out = v.astype(target)
+    if ofmt is None:
+        return out
+    if scale_result is not None:
+        out = (out * scale_result).astype(np.float32)
+    return encode(out, ofmt, saturate=True)

@@ -1,0 +1,215 @@
+"""Current scaling (Transformer Engine ``Float8CurrentScaling`` / ``Float8BlockScaling``).
+
+One scale per tensor, per row or column, or per 1x128 / 128x128 block, computed from
+the amax of the values it scales with Transformer Engine's ``compute_scale_from_amax``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .tensor import (
+    F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32, as_format, axis_arg, block_amax, block_arg,
+    blocks_shape,
+    eps_arg, given_scale, int_arg, prepare, scaled_max, scaled_quantize,
+)
+
+__all__ = ["current_scale", "compute_scale", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise"]
+
+
+def compute_scale(amax, scaled_max, pow2, eps) -> np.ndarray:
+    """Transformer Engine ``compute_scale_from_amax``, vectorised, in float32."""
+    amax = np.asarray(amax, dtype=np.float32)
+    amax = np.where(amax < eps, eps, amax).astype(np.float32)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        scale = np.divide(F32(scaled_max), amax, dtype=np.float32)
+    scale = np.where(np.isinf(scale), FLT_MAX, scale)
+    scale = np.where(np.isnan(scale) | np.isinf(amax) | (amax == 0), F32(1), scale)
+    scale = np.asarray(scale, dtype=np.float32)
+    if pow2:
+        scale = (scale.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
+    return scale
+
+
+def current_scale(amax, fmt, *, margin=0, pow2=False, eps=0.0) -> np.float32:
+    """The current-scaling factor for one amax (Transformer Engine recipe).
+
+    Reproduces ``compute_scale_from_amax`` of Transformer Engine
+    (``Float8CurrentScaling``, ``Float8BlockScaling``), in float32:
+
+    1. ``amax < eps`` -> ``amax = eps``;
+    2. amax of 0, +-Inf or NaN -> scale 1;
+    3. ``scale = fl32(fl32(fmt.max * 2**-margin) / amax)`` (round-to-nearest
+       division); an infinite scale becomes ``FLT_MAX``;
+    4. ``pow2=True``: the mantissa bits are cleared (the scale is rounded
+       down to a power of two).
+
+    Parameters
+    ----------
+    amax : float
+        Largest magnitude of the tensor (or block); converted to float32.
+    fmt : str or Format
+        Target format (its ``max`` is ``fp8_max``).
+    margin : int, keyword-only
+        Headroom in binades: the target maximum is ``fp8_max * 2**-margin``.
+    pow2 : bool, keyword-only
+        Round the scale down to a power of two.
+    eps : float, keyword-only
+        Lower bound on amax (Transformer Engine's ``amax_epsilon``).
+
+    Returns
+    -------
+    numpy.float32
+
+    Examples
+    --------
+    >>> import fp8emu
+    >>> float(fp8emu.current_scale(3.0, "e4m3fn"))           # 448/3 rounded to float32
+    149.3333282470703
+    >>> float(fp8emu.current_scale(3.0, "e4m3fn", pow2=True))
+    128.0
+    >>> float(fp8emu.current_scale(0.0, "e4m3fn")), float(fp8emu.current_scale(1e-45, "e5m2"))
+    (1.0, 3.4028234663852886e+38)
+    """
+    fmt = as_format(fmt)
+    margin = int_arg(margin, "margin")
+    eps = eps_arg(eps)
+    a = np.asarray(amax)
+    if a.shape != () or a.dtype.kind not in "iuf":
+        raise TypeError(f"amax must be a real scalar, got {amax!r}")
+    return F32(compute_scale(np.abs(a.astype(np.float32)), scaled_max(fmt, margin),
+                               bool(pow2), eps)[()])
+
+
+def block_scales(xf, fmt, block, scale, margin, pow2, eps) -> np.ndarray:
+    """Per-block scales: the given ones (validated), else current scaling of each block's amax."""
+    if scale is not None:
+        return given_scale(scale, blocks_shape(xf.shape, block))
+    amax = block_amax(xf, block)
+    return compute_scale(amax, scaled_max(fmt, int_arg(margin, "margin")), bool(pow2), eps_arg(eps))
+
+
+def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) -> ScaledTensor:
+    """Per-tensor current scaling (Transformer Engine ``Float8CurrentScaling``).
+
+    ``amax = max|x|`` (NaN ignored), ``scale = current_scale(amax, fmt, ...)``,
+    ``codes = cast(fl32(x * scale))`` with a saturating round-to-nearest-even
+    cast, ``scale_inv = fl32(1 / scale)``.  An Inf in ``x`` makes amax Inf, so
+    the scale is 1 and the Inf saturates to +-max; NaNs stay NaN.
+
+    Parameters
+    ----------
+    x : array_like
+        Values (converted to float32 first).
+    fmt : str or Format
+        Target format.
+    margin, pow2, eps
+        As in :func:`current_scale`.
+    scale : float, optional, keyword-only
+        Use this scale (finite, > 0) instead of computing one.
+
+    Returns
+    -------
+    ScaledTensor
+        ``block == ()``, ``scale`` and ``scale_inv`` of shape ``()``.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> t = fp8emu.quantize_tensorwise(np.array([0.5, -3.0, 0.01]), "e4m3fn")
+    >>> t.codes.tolist(), float(t.scale_inv)
+    ([105, 254, 60], 0.0066964286379516125)
+    """
+    fmt = as_format(fmt)
+    xf = as_f32(x)
+    if scale is None:
+        amax = amax_nan_ignoring(xf, None)
+        s = compute_scale(amax, scaled_max(fmt, int_arg(margin, "margin")), bool(pow2),
+                          eps_arg(eps))
+    else:
+        s = given_scale(scale, ())
+    return scaled_quantize(xf, fmt, (), np.asarray(s, dtype=np.float32),
+                           recipe="tensorwise")
+
+
+def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0,
+                      scale=None) -> ScaledTensor:
+    """One current-scaling factor per slice (row-wise / column-wise scaling).
+
+    For each slice along ``axis``: ``amax`` over the slice (NaN ignored),
+    ``scale = current_scale(amax, fmt, margin=..., pow2=..., eps=...)``, then
+    ``cast(fl32(x * scale))``.  On an (M, K) tensor ``axis=-1`` gives row-wise
+    scales of shape (M, 1) (block ``(1, K)``), ``axis=0`` column-wise scales
+    of shape (1, K) (block ``(M, 1)``), the layout of ``torch._scaled_mm``'s
+    row-wise scales.
+
+    Parameters
+    ----------
+    x : array_like
+    fmt : str or Format
+    axis : int, keyword-only
+        The axis reduced to one scale.
+    margin, pow2, eps
+        As in :func:`current_scale`.
+    scale : array_like, optional, keyword-only
+        Use these scales (shape with ``axis`` reduced to 1) instead.
+
+    Returns
+    -------
+    ScaledTensor
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> t = fp8emu.quantize_axiswise(np.array([[1.0, -2.0], [0.25, 0.5]]), "e4m3fn")
+    >>> t.scale.tolist(), t.block
+    ([[224.0], [896.0]], (1, 2))
+    """
+    fmt, xf = prepare(x, fmt, "quantize_axiswise")
+    ax = axis_arg(axis, xf.ndim)
+    block = tuple(max(s, 1) if d == ax else 1 for d, s in enumerate(xf.shape))
+    s = block_scales(xf, fmt, block, scale, margin, pow2, eps)
+    return scaled_quantize(xf, fmt, block, s, axis=ax, recipe="axiswise")
+
+
+def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0,
+                       scale=None) -> ScaledTensor:
+    """Block-wise current scaling (Transformer Engine ``Float8BlockScaling``).
+
+    The DeepSeek-V3 recipe: 1x128 blocks (activations, gradients) or 128x128
+    blocks (weights), one scale per block from the block's amax with
+    Transformer Engine's ``compute_scale_from_amax`` (see
+    :func:`current_scale`; power-of-two scales by default, ``eps = 0``),
+    then ``cast(fl32(x * scale))`` and ``scale_inv = 1 / scale``.  The block
+    applies to the trailing dimensions (leading dimensions get block size
+    1).  Partial blocks at the end are padded with zeros; an all-zero block
+    gets scale 1.
+
+    Parameters
+    ----------
+    x : array_like
+    fmt : str or Format
+    block : tuple of int, keyword-only
+        Block shape, e.g. ``(1, 128)`` or ``(128, 128)``.
+    pow2, margin, eps
+        As in :func:`current_scale`.
+    scale : array_like, optional, keyword-only
+        Use these per-block scales instead.
+
+    Returns
+    -------
+    ScaledTensor
+        ``scale`` of shape ``ceil(shape / block)``.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> x = np.arange(1.0, 4.0).reshape(1, 3)
+    >>> t = fp8emu.quantize_blockwise(x, "e4m3fn", block=(1, 2))
+    >>> t.scale.tolist(), t.dequantize().tolist()
+    ([[128.0, 128.0]], [[1.0, 2.0, 3.0]])
+    """
+    fmt, xf = prepare(x, fmt, "quantize_blockwise")
+    blk = block_arg(block, xf.ndim)
+    s = block_scales(xf, fmt, blk, scale, margin, pow2, eps)
+    return scaled_quantize(xf, fmt, blk, s, recipe="blockwise")
