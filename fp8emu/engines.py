@@ -11,6 +11,14 @@ and drive ``fp8emu conformance --live``.
 The engines are optional: each is imported only inside the function that
 runs it, and :func:`installed_engines` says which are present.
 
+What each engine casts (:data:`ENGINE_FORMATS`, :data:`ENGINE_SOURCES`) was
+found on the versions in :data:`PROVEN_VERSIONS`; casts they lack there:
+ONNX Runtime 1.32's CPU provider has no FLOAT4E2M1/FLOAT6 Cast and no
+bfloat16 QuantizeLinear; XLA on the CPU rejects JAX's float6 types; torch's
+``float4_e2m1fn_x2`` has no CPU conversion kernel.  ONNX models use the
+current opset of onnx 1.23 (28) for the reference evaluator and opset 25
+for ONNX Runtime, whose 1.32 CPU provider has no QuantizeLinear-28 kernel.
+
 Examples
 --------
 >>> import numpy as np
@@ -95,8 +103,8 @@ def installed_engines() -> dict:
 
     Examples
     --------
-    >>> from fp8emu.engines import installed_engines
-    >>> sorted(installed_engines()) == sorted(set(installed_engines()))
+    >>> from fp8emu.engines import ENGINES, installed_engines
+    >>> set(installed_engines()) <= set(ENGINES)
     True
     """
     out = {}
@@ -213,6 +221,20 @@ def engine_cast(engine, x, fmt, *, saturate=None, rounding=None, op="Cast", jit=
 
 def engine_decode(engine, codes, fmt, dtype) -> np.ndarray:
     """Values of ``codes`` (uint8) in ``dtype`` as ``engine`` converts them (bit patterns kept).
+
+    Parameters
+    ----------
+    engine : {"onnx", "onnxruntime-cpu", "jax-cpu", "torch-cpu"}
+    codes : numpy.ndarray of uint8
+        Codes of ``fmt`` (FP4/FP6 in the low bits).
+    fmt : str
+        fp8emu format name (see :data:`ENGINE_FORMATS`).
+    dtype : {float32, float16, bfloat16, float64}
+        Output type of the engine's cast.
+
+    Returns
+    -------
+    numpy.ndarray of ``dtype``, the shape of ``codes``
 
     Examples
     --------

@@ -435,10 +435,10 @@ def onnxruntime_fp8(table, x, fmt, rule):
     """ONNX Runtime 1.32 CPU Cast/QuantizeLinear to FLOAT8E4M3FN/FLOAT8E5M2 (float64 via float32).
 
     * E5M2 NaN gives 0x7F with the sign kept (the spec: 0x7E/0xFE).
-    * saturate=0, E4M3FN: ``|x|`` in [480, 496) gives +-448 (0x7E/0xFE); the
-      kernel drops the top mantissa code 0x7F before rounding and rounds only
-      from the bit below, so the spec's NaN for ``|x|`` > 464 starts at 496
-      (from 464 to 480 it still rounds up to NaN).
+    * saturate=0, E4M3FN: ``|x|`` in [480, 496) gives +-448 (0x7E/0xFE), as if
+      the truncated code 0x7F (NaN) were replaced by 0x7E before rounding up
+      from the bit below; from 464 to 480 it rounds up to NaN as the spec
+      does, and from 496 on it gives NaN again.
     * saturate=0, E5M2: a value that rounds up past 57344 (``|x|`` in
       [61440, 65536)) gives NaN 0x7F/0xFF instead of Inf; ``|x|`` >= 65536 gives Inf.
     * saturate=0, bfloat16 inputs: NaN gives 0x7F, the sign dropped.
@@ -507,23 +507,20 @@ def torch_cpu_decode(table, fmt, dtype):
     if not nan.any() or dtype == _BF16:
         return
     codes = np.arange(1 << fmt.bits, dtype=np.uint64)
-    sign16 = neg.astype(np.uint64) << np.uint64(15)
-    if fmt == _E4M3FN:
-        f16 = np.uint64(0x7F80) | sign16
-    elif fmt == _E5M2:
+    neg = neg.astype(np.uint64)
+    if fmt == _E4M3FN:     # float32 keeps the FP8 bits in place; float16 narrows that pattern
+        f32 = np.uint64(0x7FF00000) | (neg << np.uint64(31))
+        f16 = np.uint64(0x7F80) | (neg << np.uint64(15))
+    elif fmt == _E5M2:     # the float16 NaN code << 8, quieted; float32 widens it (payload << 13)
         f16 = (codes << np.uint64(8)) | np.uint64(0x200)
+        f32 = (neg << np.uint64(31)) | np.uint64(0x7F800000) | ((f16 & np.uint64(0x3FF)) << np.uint64(13))
     else:
         f16 = None
+        f32 = np.full(codes.shape, 0x7F800001, dtype=np.uint64)
     if dtype.itemsize == 2:
         if f16 is not None:
             _put_nan_bits(table, nan, f16)
         return
-    if f16 is None:
-        f32 = np.full(codes.shape, 0x7F800001, dtype=np.uint64)
-    else:     # float16 NaN -> float32: sign moved up, payload << 13
-        f32 = ((f16 >> np.uint64(15)) << np.uint64(31)) | np.uint64(0x7F800000) | ((f16 & np.uint64(0x3FF)) << np.uint64(13))
-    if fmt == _E4M3FN:
-        f32 = np.uint64(0x7FF00000) | (neg.astype(np.uint64) << np.uint64(31))
     if dtype.itemsize == 8:
         f32 = ((f32 >> np.uint64(31)) << np.uint64(63)) | np.uint64(0x7FF8000000000000) | (
             (f32 & np.uint64(0x7FFFFF)) << np.uint64(29))
@@ -598,12 +595,13 @@ _JAX_CPU.update({_E5M2: _only("rne", False, jax_cpu_e5m2), _F["e2m1fn"]: _only("
                  _F["e8m0fnu"]: _only("rne", False, jax_cpu_e8m0)})
 
 _BUILTIN += [
-    Profile("onnx", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2, opset 28) with saturate=1, "
-            "the default: FP8 RNE saturating, FP4/FP6 NaN -> -0, E8M0 exponent-field rule (round_mode up/down/nearest "
-            "= rup/rtz/rne), float64 via float32", _onnx_rules(True), "float32", signed_nan_decode),
-    Profile("onnx-nosat", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2) with saturate=0: FP8 RNE "
-            "non-saturating (the spec), FP4/FP6 NaN -> -0, E8M0 exponent-field rule", _onnx_rules(False), "float32",
-            signed_nan_decode),
+    Profile("onnx", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2, opset 28) with "
+            "saturate=1, the default: FP8 RNE saturating, FP4/FP6 NaN -> -0, E8M0 exponent-field rule "
+            "(round_mode up/down/nearest = rup/rtz/rne), float64 via float32",
+            _onnx_rules(True), "float32", signed_nan_decode),
+    Profile("onnx-nosat", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2) with saturate=0: "
+            "FP8 RNE non-saturating (the spec), FP4/FP6 NaN -> -0, E8M0 exponent-field rule",
+            _onnx_rules(False), "float32", signed_nan_decode),
     Profile("onnxruntime-cpu", "ONNX Runtime 1.32 CPU Cast/QuantizeLinear with saturate=1 (default): E5M2 NaN "
             "0x7F|sign; E8M0 rounds in [2**-127, 2**127] only, else 0x00/0xFE", _onnxruntime_rules(True),
             "float32", signed_nan_decode),

@@ -249,7 +249,8 @@ def test_classify_differences_agrees_with_the_recorded_report(table):
     ocp = fp8emu.encode(x, row["format"])
     d = got != ocp
     kinds = conformance.classify_differences(fp8emu.get_format(row["format"]), x[d], got[d], ocp[d])
-    assert {k: int((kinds == k).sum()) for k in conformance.KINDS} == {k: row[f"ocp_{k}"] for k in conformance.KINDS}
+    split = {k: int((kinds == k).sum()) for k in conformance.KINDS}
+    assert split == {k: row[f"ocp_{k}"] for k in conformance.KINDS}
 
 
 def test_readme_live_table_covers_every_setting_on_the_proven_versions():
@@ -259,7 +260,8 @@ def test_readme_live_table_covers_every_setting_on_the_proven_versions():
     m = re.search(r"<!-- live-table:start -->\n(.*?)\n<!-- live-table:end -->", text, re.S)
     assert m
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in m.group(1).splitlines()[2:]]
-    want = {(e, f, E._setting_text(o)) for e in E.ENGINES for f in E.ENGINE_FORMATS[e] for o in E.engine_options(e, f)}
+    want = {(e, f, E._setting_text(o))
+            for e in E.ENGINES for f in E.ENGINE_FORMATS[e] for o in E.engine_options(e, f)}
     assert {(r[0], r[2], r[3]) for r in rows} == want
     for r in rows:
         assert r[1] == ", ".join(f"{d} {v}" for d, v in E.PROVEN_VERSIONS[r[0]].items()), r
