@@ -38,12 +38,12 @@ import ctypes
 import functools
 import importlib.metadata
 
-import ml_dtypes
 import numpy as np
 
 from .codec import decode, encode
 from .conformance import KINDS, classify_differences
 from .formats import get_format
+from .tables import SOURCE_DTYPES, source_name
 
 __all__ = ["ENGINES", "ENGINE_SOURCES", "ENGINE_FORMATS", "PROVEN_VERSIONS", "installed_engines",
            "engine_cast", "engine_decode", "engine_options", "engine_profile", "probe_inputs",
@@ -65,9 +65,8 @@ PROVEN_VERSIONS = {
     "torch-cpu": {"torch": "2.13.0+cpu"},
 }
 
-_F32, _F16, _F64 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)
-_BF16 = np.dtype(ml_dtypes.bfloat16)
-_SOURCES = {"float32": _F32, "float16": _F16, "bfloat16": _BF16, "float64": _F64}
+_FLOAT64 = SOURCE_DTYPES["float64"]
+_BFLOAT16 = SOURCE_DTYPES["bfloat16"]
 
 #: Source dtypes each engine's cast accepts.
 ENGINE_SOURCES = {
@@ -157,11 +156,11 @@ def _check(engine, fmt, src=None):
                          f"{', '.join(ENGINE_SOURCES[engine])}")
 
 
-def _source_name(x) -> str:
-    for name, dt in _SOURCES.items():
-        if x.dtype == dt:
-            return name
-    raise TypeError(f"engine casts take float32, float16, bfloat16 or float64 arrays, got {x.dtype}")
+def _source_name(dtype) -> str:
+    try:
+        return source_name(dtype)
+    except ValueError:
+        raise TypeError(f"engine casts take float32, float16, bfloat16 or float64 arrays, got {dtype}") from None
 
 
 def engine_cast(engine, x, fmt, *, saturate=None, rounding=None, op="Cast", jit=True) -> np.ndarray:
@@ -195,7 +194,7 @@ def engine_cast(engine, x, fmt, *, saturate=None, rounding=None, op="Cast", jit=
     [127, 128]
     """
     x = np.asarray(x)
-    src = _source_name(x)
+    src = _source_name(x.dtype)
     _check(engine, fmt, src)
     if engine not in ("onnx", "onnxruntime-cpu") and (saturate is not None or rounding is not None
                                                       or op != "Cast"):
@@ -248,7 +247,7 @@ def engine_decode(engine, codes, fmt, dtype) -> np.ndarray:
     if codes.dtype != np.uint8:
         raise TypeError(f"codes must be uint8, got {codes.dtype}")
     dtype = np.dtype(dtype)
-    src = _source_name(np.empty(0, dtype))
+    src = _source_name(dtype)
     _check(engine, fmt, src)
     f = get_format(fmt)
     if codes.size and int(codes.max()) >= (1 << f.bits):
@@ -279,7 +278,7 @@ def _cast_model(src, fmt, saturate, rounding, op, opset):
         if rounding is not None:
             attrs["round_mode"] = _ROUND_MODE[rounding]
     else:
-        one = np.ones((), _SOURCES[src])
+        one = np.ones((), SOURCE_DTYPES[src])
         inits.append(helper.make_tensor("scale", _ONNX_TYPE[src], [], one.tobytes(), raw=True))
         attrs["output_dtype"] = to
         inputs.append("scale")
@@ -360,7 +359,7 @@ def _ort_cast(flat, src, fmt, saturate, rounding, op):
 def _onnx_decode(engine, flat, fmt, src):
     n = 1 << get_format(fmt).bits
     model = _decode_model(fmt, src, n, _ONNX_OPSET if engine == "onnx" else _ORT_OPSET)
-    dt = _SOURCES[src]
+    dt = SOURCE_DTYPES[src]
     if engine == "onnx":
         import onnx
         from onnx.reference import ReferenceEvaluator
@@ -396,7 +395,7 @@ def _jax_cast(flat, fmt, jit):
     import jax.numpy as jnp
     cpu = jax.devices("cpu")[0]
     # float64 needs 64-bit mode, else jnp.asarray would round it to float32 before the cast.
-    with jax.enable_x64(flat.dtype == _F64):
+    with jax.enable_x64(flat.dtype == _FLOAT64):
         a = jax.device_put(flat, cpu)
         y = _jax_jitted(fmt)(a) if jit else jnp.asarray(a).astype(_jax_dtype(fmt))
         return np.asarray(y).view(np.uint8).copy()
@@ -406,7 +405,7 @@ def _jax_decode(flat, fmt, dtype):
     import jax
     import jax.numpy as jnp
     cpu = jax.devices("cpu")[0]
-    with jax.enable_x64(dtype == _F64):
+    with jax.enable_x64(dtype == _FLOAT64):
         a = jax.device_put(flat.view(get_format(fmt).ml_dtype), cpu)
         y = np.asarray(jnp.asarray(a).astype(dtype))
     if y.dtype != dtype:
@@ -420,7 +419,7 @@ _TORCH_NAME = {"e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "fl
 
 def _torch_tensor(flat):
     import torch
-    if flat.dtype == _BF16:   # torch.from_numpy has no bfloat16: hand over the bits
+    if flat.dtype == _BFLOAT16:   # torch.from_numpy has no bfloat16: hand over the bits
         return torch.from_numpy(flat.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(flat)
 
@@ -434,9 +433,9 @@ def _torch_cast(flat, fmt):
 def _torch_decode(flat, fmt, dtype):
     import torch
     t = torch.from_numpy(flat.copy()).view(getattr(torch, _TORCH_NAME[fmt]))
-    if dtype == _BF16:
-        return t.to(torch.bfloat16).view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
-    return t.to(getattr(torch, {_F32: "float32", _F16: "float16", _F64: "float64"}[dtype])).numpy().copy()
+    if dtype == _BFLOAT16:
+        return t.to(torch.bfloat16).view(torch.int16).numpy().view(_BFLOAT16).copy()
+    return t.to(getattr(torch, source_name(dtype))).numpy().copy()
 
 
 # ----------------------------------------------------------------------------- profiles and probes
@@ -478,11 +477,11 @@ def probe_inputs(src, n_random=1 << 16, seed=0) -> np.ndarray:
     >>> probe_inputs("float16").size, probe_inputs("float32", 0).size
     (65536, 393216)
     """
-    if src not in _SOURCES:
-        raise ValueError(f"unknown source {src!r}; valid: {', '.join(_SOURCES)}")
+    if src not in SOURCE_DTYPES:
+        raise ValueError(f"unknown source {src!r}; valid: {', '.join(SOURCE_DTYPES)}")
     rng = np.random.default_rng(seed)
     if src in ("float16", "bfloat16"):
-        return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(_SOURCES[src])
+        return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(SOURCE_DTYPES[src])
     hi = np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)
     lows = np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)
     f32 = (hi[:, None] | lows[None, :]).reshape(-1)
@@ -578,7 +577,7 @@ def live_report(engines=None, n_random=1 << 16, progress=None) -> list:
             codes = np.arange(1 << f.bits, dtype=np.uint8)
             dec_mm = 0
             for src in ENGINE_SOURCES[engine]:
-                dt = _SOURCES[src]
+                dt = SOURCE_DTYPES[src]
                 uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize]
                 got = engine_decode(engine, codes, fmt, dt)
                 exp = decode(codes, fmt, dtype=dt, profile=engine_profile(engine, fmt)[0])

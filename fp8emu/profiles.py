@@ -72,15 +72,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .formats import Format, get_format
+from .registry import Registry
 from .rounding import DETERMINISTIC_MODES
 from .tables import SOURCE_DTYPES, encode_table, decode_table, lookup, source_name, table_inputs
 
 __all__ = ["Rule", "Profile", "profile_names", "get_profile", "register_profile", "PROFILE_NAMES"]
 
-_F16 = SOURCE_DTYPES["float16"]
-_F32 = SOURCE_DTYPES["float32"]
-_BF16 = SOURCE_DTYPES["bfloat16"]
-_F64 = SOURCE_DTYPES["float64"]
+_FLOAT16 = SOURCE_DTYPES["float16"]
+_BFLOAT16 = SOURCE_DTYPES["bfloat16"]
 #: Sources a profile's tables cover directly; others are first converted to ``Profile.via64``.
 _TABLE_SOURCES = ("float32", "float16", "bfloat16")
 
@@ -274,7 +273,7 @@ def nan_7f(table, x, fmt, rule):
 def torch_nan(table, x, fmt, rule):
     """NaN gives 0x7F with the sign kept, except from float16, whose kernel drops it (torch CUDA)."""
     nan = _isnan(x)
-    if x.dtype == _F16:
+    if x.dtype == _FLOAT16:
         table[nan] = 0x7F
     else:
         table[nan] = 0x7F | (table[nan] & 0x80)
@@ -455,7 +454,7 @@ def onnxruntime_fp8(table, x, fmt, rule):
             table[band] = 0x7F | sign[band]
     if fmt == _E5M2:
         table[nan] = 0x7F | sign[nan]
-    if not rule.saturate and x.dtype == _BF16:
+    if not rule.saturate and x.dtype == _BFLOAT16:
         table[nan] = 0x7F
 
 
@@ -504,7 +503,7 @@ def torch_cpu_decode(table, fmt, dtype):
     0x200``, others 0x7E00.  bfloat16: always 0x7FC0.
     """
     nan, neg = _nan_mask_and_sign(fmt)
-    if not nan.any() or dtype == _BF16:
+    if not nan.any() or dtype == _BFLOAT16:
         return
     codes = np.arange(1 << fmt.bits, dtype=np.uint64)
     neg = neg.astype(np.uint64)
@@ -617,8 +616,7 @@ _BUILTIN += [
              **{f: _only("rne", False) for f in _FNUZ}, _F["e8m0fnu"]: _only("rne", False, e8m0_torch)},
             "float32", torch_cpu_decode),
 ]
-_PROFILES = {p.name: p for p in _BUILTIN}
-_BUILTIN_NAMES = frozenset(_PROFILES)
+_PROFILES = Registry("profile", Profile, _BUILTIN)
 
 #: Built-in profile names, in the order of :func:`profile_names`.
 PROFILE_NAMES = tuple(_PROFILES)
@@ -650,12 +648,7 @@ def register_profile(profile: Profile, *, replace: bool = False) -> Profile:
     >>> fp8emu.get_profile("demo-sat") is p
     True
     """
-    if not isinstance(profile, Profile):
-        raise TypeError(f"register_profile expects a Profile, got {type(profile).__name__}")
-    if profile.name in _BUILTIN_NAMES or (profile.name in _PROFILES and not replace):
-        raise ValueError(f"a profile named {profile.name!r} is already registered")
-    _PROFILES[profile.name] = profile
-    return profile
+    return _PROFILES.register(profile, replace=replace)
 
 
 def get_profile(profile=None) -> Profile:
@@ -680,7 +673,4 @@ def get_profile(profile=None) -> Profile:
         return profile
     if not isinstance(profile, str):
         raise TypeError(f"profile must be a name or a Profile, got {type(profile).__name__}")
-    try:
-        return _PROFILES[profile]
-    except KeyError:
-        raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(_PROFILES)}") from None
+    return _PROFILES.lookup(profile)

@@ -19,6 +19,7 @@ import pytest
 
 import fp8emu
 from fp8emu import engines as E
+from fp8emu.tables import SOURCE_DTYPES
 
 INSTALLED = E.installed_engines()
 
@@ -71,7 +72,7 @@ def test_decode_matches_profile(engine):
         codes = np.arange(1 << fp8emu.get_format(fmt).bits, dtype=np.uint8)
         prof = E.engine_profile(engine, fmt)[0]
         for src in E.ENGINE_SOURCES[engine]:
-            dt = E._SOURCES[src]
+            dt = SOURCE_DTYPES[src]
             got = _bits(E.engine_decode(engine, codes, fmt, dt))
             exp = _bits(fp8emu.decode(codes, fmt, dtype=dt, profile=prof))
             bad = np.flatnonzero(got != exp)
