@@ -34,7 +34,7 @@ import numpy as np
 
 from .formats import get_format
 from .profiles import get_profile
-from .rounding import DETERMINISTIC_MODES, check_rounding
+from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation
 from .tables import (
     CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, decode_take, encode_exact,
     encode_table, lookup, source_name, table_ok,
@@ -115,12 +115,13 @@ def _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen):
 # ----------------------------------------------------------------------------- public API
 def _random_source(rounding, rng, sr_bits, random_bits, shape):
     """Validate the stochastic-rounding options; return (k, bits array or None, Generator)."""
-    if rounding != "stochastic":
+    if rounding not in STOCHASTIC_MODES:
         if rng is not None or random_bits is not None or sr_bits is not None:
-            raise ValueError("rng, sr_bits and random_bits apply only to rounding='stochastic'")
+            raise ValueError("rng, sr_bits and random_bits apply only to rounding='stochastic' and "
+                             f"the other stochastic modes ({', '.join(STOCHASTIC_MODES[1:])})")
         return 0, None, None
     if random_bits is None and rng is None:
-        raise ValueError("rounding='stochastic' needs a source of randomness: pass rng "
+        raise ValueError(f"rounding={rounding!r} needs a source of randomness: pass rng "
                          "(np.random.Generator or int seed) or random_bits")
     if random_bits is not None and rng is not None:
         raise ValueError("pass either rng or random_bits, not both")
@@ -167,14 +168,20 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
         Never modified.
     fmt : str or Format
         Target format (see :func:`fp8emu.format_names`).
-    rounding : {"rne", "rna", "rtz", "rup", "rdn", "rto", "stochastic"}, keyword-only
-        Rounding mode (see :data:`fp8emu.rounding.ROUNDING_MODES`).
-    saturate : bool, keyword-only
-        If True, overflows and +-Inf become +-max (NaN stays NaN).  If False
-        (OCP non-saturating mode with IEEE 754 section 7.4), overflow gives
-        +-Inf, or NaN where the format has no Inf, except that ``rtz``/``rto``,
-        ``rdn`` for positive and ``rup`` for negative values give +-max;
-        formats with neither Inf nor NaN (FP6, FP4) always saturate.
+    rounding : str, keyword-only
+        ``"rne"``, ``"rna"``, ``"rtz"``, ``"rup"``, ``"rdn"``, ``"rto"`` or a
+        stochastic mode (``"stochastic"``, ``"stochastic_p3109"``,
+        ``"stochastic_odd"``, ``"stochastic_fast"``); see
+        :data:`fp8emu.rounding.ROUNDING_MODES`.
+    saturate : bool or {"satfinite", "satpropagate", "ovfinf"}, keyword-only
+        If True (``"satfinite"``), overflows and +-Inf become +-max (NaN stays
+        NaN).  If False (``"ovfinf"``; OCP non-saturating mode with IEEE 754
+        section 7.4), overflow gives +-Inf, or NaN where the format has no Inf,
+        except that ``rtz``/``rto``, ``rdn`` for positive and ``rup`` for
+        negative values give +-max (for the P3109 formats ``rto`` gives Inf,
+        as P3109 says); formats with neither Inf nor NaN (FP6, FP4) always
+        saturate.  ``"satpropagate"`` (P3109): finite overflows give +-max,
+        +-Inf inputs keep what ``saturate=False`` gives them.
     rng : numpy.random.Generator or int, keyword-only
         Randomness for stochastic rounding.  Bits are drawn as
         ``rng.integers(0, 2**sr_bits, size, dtype=np.uint64)`` in C order.
@@ -218,13 +225,20 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     fmt = get_format(fmt)
     prof = get_profile(profile)
     rounding = check_rounding(rounding)
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__}")
-    saturate = bool(saturate)
+    saturate = check_saturation(saturate)
+    if saturate == "satpropagate":
+        options = dict(rounding=rounding, rng=rng, sr_bits=sr_bits, random_bits=random_bits, via=via,
+                       profile=profile)
+        out = encode(x, fmt, saturate=True, **options)
+        arr = as_array(x)
+        inf = np.isinf(arr) if arr.dtype.kind in "fc" else np.zeros(arr.shape, bool)
+        if inf.any():
+            out = np.where(inf, encode(np.where(inf, arr, 0), fmt, saturate=False, **options), out)
+        return out.astype(np.uint8)
     arr = as_array(x)
     if not prof.is_spec:
         prof.check_options(saturate=saturate, via=via, stochastic=(
-            rounding == "stochastic" or rng is not None or sr_bits is not None or random_bits is not None))
+            rounding in STOCHASTIC_MODES or rng is not None or sr_bits is not None or random_bits is not None))
         return _encode_profile(arr, fmt, prof, rounding)
     k, rb, gen = _random_source(rounding, rng, sr_bits, random_bits, arr.shape)
     if via is not None:
@@ -303,8 +317,11 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
         dt = None
     if dt not in DECODE_DTYPES:
         raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
+    if isinstance(codes, (list, tuple)) and np.size(codes) == 0:
+        codes = np.zeros(np.shape(codes), np.uint8)   # NumPy would make an empty list float64
     c = as_codes(codes, fmt)
-    return decode_take(prof.decode_table(fmt, dt), c)
+    # A 0-d input gives a 0-d array, as encode does (np.take would return a scalar).
+    return np.asarray(decode_take(prof.decode_table(fmt, dt), c))
 
 
 def quantize(x, fmt, **encode_options) -> np.ndarray:
@@ -322,10 +339,10 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
     arr = as_array(x)
     if arr.dtype in DECODE_DTYPES:
         dt = arr.dtype
-    elif arr.dtype.kind == "V":   # ml_dtypes' narrow floats
-        dt = np.dtype(np.float32)
-    else:
+    elif arr.dtype.kind in "biu":
         dt = np.dtype(np.float64)
+    else:   # ml_dtypes' narrow floats, the only other types as_array accepts (their kind is "f" or "V")
+        dt = np.dtype(np.float32)
     profile = encode_options.get("profile")
     return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt, profile=profile)
 
@@ -353,4 +370,8 @@ def as_ml_dtypes(codes, fmt) -> np.ndarray:
     arr = np.asarray(codes)
     if arr.dtype != np.uint8:
         raise TypeError(f"as_ml_dtypes expects uint8 codes, got dtype {arr.dtype}")
+    if fmt.bits < 8 and arr.size and int(arr.max()) >= (1 << fmt.bits):
+        # ml_dtypes would read the stray high bits (0x1F as e2m1fn is -6): refuse instead.
+        raise ValueError(f"codes out of range for {fmt.bits}-bit format {fmt.name}: "
+                         f"expected 0..{(1 << fmt.bits) - 1}, got a maximum of {int(arr.max())}")
     return arr.view(fmt.ml_dtype)
