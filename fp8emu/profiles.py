@@ -473,9 +473,12 @@ def jax_cpu_e8m0(table, x, fmt, rule):
         table[(v > 0) & (v < 2.0 ** -127)] = 0xFF
 
 
-def _flip_sign(table, where):
-    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[table.dtype.itemsize]
-    table.view(uint)[where] |= uint(1 << (8 * table.dtype.itemsize - 1))
+def _quiet_nan(dtype, neg):
+    """The output type's default quiet NaN bit pattern (0x7FC00000 in float32), with sign ``neg``."""
+    bits = 8 * dtype.itemsize
+    q = int(np.array(np.nan, dtype=np.float32).astype(dtype).view(f"u{dtype.itemsize}"))
+    q &= (1 << (bits - 1)) - 1
+    return np.uint64(q) | (neg.astype(np.uint64) << np.uint64(bits - 1))
 
 
 def signed_nan_decode(table, fmt, dtype):
@@ -483,14 +486,14 @@ def signed_nan_decode(table, fmt, dtype):
     the ONNX reference (onnx 1.23.2) and ONNX Runtime 1.32 CPU."""
     nan, neg = _nan_mask_and_sign(fmt)
     if nan.any():
-        _flip_sign(table, nan & (neg == 1))
+        _put_nan_bits(table, nan, _quiet_nan(dtype, neg))
 
 
 def jax_cpu_decode(table, fmt, dtype):
     """JAX 0.10.2 CPU: NaN codes decode to the quiet NaN with the code's sign; FNUZ 0x80 is +NaN."""
     nan, neg = _nan_mask_and_sign(fmt)
-    if nan.any() and fmt.nan != "negzero":
-        _flip_sign(table, nan & (neg == 1))
+    if nan.any():
+        _put_nan_bits(table, nan, _quiet_nan(dtype, neg * (fmt.nan != "negzero")))
 
 
 def torch_cpu_decode(table, fmt, dtype):
@@ -503,7 +506,10 @@ def torch_cpu_decode(table, fmt, dtype):
     0x200``, others 0x7E00.  bfloat16: always 0x7FC0.
     """
     nan, neg = _nan_mask_and_sign(fmt)
-    if not nan.any() or dtype == _BFLOAT16:
+    if not nan.any():
+        return
+    if dtype == _BFLOAT16:
+        _put_nan_bits(table, nan, _quiet_nan(dtype, np.zeros_like(neg)))
         return
     codes = np.arange(1 << fmt.bits, dtype=np.uint64)
     neg = neg.astype(np.uint64)
@@ -514,11 +520,10 @@ def torch_cpu_decode(table, fmt, dtype):
         f16 = (codes << np.uint64(8)) | np.uint64(0x200)
         f32 = (neg << np.uint64(31)) | np.uint64(0x7F800000) | ((f16 & np.uint64(0x3FF)) << np.uint64(13))
     else:
-        f16 = None
+        f16 = _quiet_nan(dtype, np.zeros_like(neg)) if dtype.itemsize == 2 else None
         f32 = np.full(codes.shape, 0x7F800001, dtype=np.uint64)
     if dtype.itemsize == 2:
-        if f16 is not None:
-            _put_nan_bits(table, nan, f16)
+        _put_nan_bits(table, nan, f16)
         return
     if dtype.itemsize == 8:
         f32 = ((f32 >> np.uint64(31)) << np.uint64(63)) | np.uint64(0x7FF8000000000000) | (
