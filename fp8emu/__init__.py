@@ -8,8 +8,8 @@ from .scaling import (
     HYBRID, DelayedScaling, ScaledTensor, current_scale, quantize_axiswise, quantize_blockwise,
     quantize_mx, quantize_nvfp4, quantize_tensorwise, recipe_formats,
 )
-from .gemm import ACCUMULATORS, Accumulator, scaled_mm
-from .testing import assert_fp8_equal, golden_vectors, save_golden
+from .gemm import ACCUMULATORS, Accumulator, block_scaled_mm, scaled_mm
+from .testing import assert_close_ulp, assert_fp8_equal, compare_codes, golden_vectors, save_golden
 
 __version__ = "0.1.0"
 
@@ -19,6 +19,6 @@ __all__ = [
     "encode", "decode", "quantize", "as_ml_dtypes", "__version__",
     "HYBRID", "DelayedScaling", "ScaledTensor", "current_scale", "quantize_axiswise",
     "quantize_blockwise", "quantize_mx", "quantize_nvfp4", "quantize_tensorwise", "recipe_formats",
-    "scaled_mm", "Accumulator", "ACCUMULATORS",
-    "assert_fp8_equal", "golden_vectors", "save_golden",
+    "scaled_mm", "block_scaled_mm", "Accumulator", "ACCUMULATORS",
+    "assert_fp8_equal", "compare_codes", "assert_close_ulp", "golden_vectors", "save_golden",
 ]

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import Format, get_format
-from ..tables import DECODE_DTYPES
+from ..tables import DECODE_DTYPES, as_array
 
 __all__ = ["ScaledTensor"]
 
@@ -39,15 +39,12 @@ def bool_arg(value, what) -> bool:
 
 
 def as_f32(x, what="x") -> np.ndarray:
-    """x as a new float32 array (the GPU kernels' compute type)."""
-    arr = np.asarray(x)
-    if arr.dtype == object or arr.dtype.kind not in "biuf" and arr.dtype.kind != "V":
-        raise TypeError(f"{what} must be a real numeric array, got dtype {arr.dtype}")
-    if arr.dtype.kind == "V":  # ml_dtypes narrow floats are numpy 'V' kinds
-        try:
-            arr = arr.astype(np.float32)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{what} must be a real numeric array, got dtype {arr.dtype}") from exc
+    """x as a new float32 array (the GPU kernels' compute type).
+
+    Anything :func:`fp8emu.tables.as_array` takes is accepted: NumPy and ml_dtypes arrays, torch
+    tensors on any device, JAX arrays, objects with ``__array__`` or ``__dlpack__``.
+    """
+    arr = as_array(x, what)
     return np.array(arr, dtype=np.float32, copy=True)
 
 
