@@ -36,7 +36,7 @@ import numpy as np
 from . import parallel
 from .formats import get_format
 from .profiles import get_profile
-from .rounding import DETERMINISTIC_MODES, check_rounding
+from .rounding import check_rounding
 from .tables import (
     CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table,
     decode_take, encode_exact, encode_table, lookup, source_name, table_ok,
@@ -150,7 +150,7 @@ def _sr_range(src, r, out, plan, fmt, saturate, k):
     as they are).  ``r`` holds the k-bit draws of the range, in order.
     """
     uint = plan.uint
-    s0, k_shift = plan.s0, None
+    s0 = plan.s0
     step = CHUNK * 2
     nb = min(step, src.size)
     wide = np.dtype(uint).itemsize >= 4

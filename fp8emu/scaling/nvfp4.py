@@ -6,8 +6,8 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
-from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, axis_block, block_amax, cast, expand, \
-    prepare, reciprocal, scale_times
+from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, axis_block, block_amax, prepare, \
+    reciprocal, scaled_cast
 
 __all__ = ["quantize_nvfp4", "NVFP4_BLOCK"]
 
@@ -96,7 +96,7 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None) ->
     options = {"rounding": rounding}
     if rounding == "stochastic":
         options["rng"] = rng
-    codes = cast(scale_times(xf, expand(scale, blk, xf.shape)), fmt, **options)
+    codes = scaled_cast(xf, scale, blk, fmt, **options)
     return ScaledTensor(codes=codes, fmt=fmt, scale=scale, scale_inv=inv, block=blk, axis=ax,
                         shape=xf.shape, block_scale_codes=bcodes, global_scale=s_enc,
                         recipe="nvfp4")
