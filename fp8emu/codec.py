@@ -45,9 +45,24 @@ from .tables import (
 __all__ = ["encode", "decode", "quantize", "as_ml_dtypes"]
 
 _U64 = np.uint64
-#: Below this many elements a table that is not built yet is not built: the exact
-#: core encodes a few thousand elements faster than a table build (2**20 entries for float64).
+#: A float64 table (2**20 entries, ~0.2 s to build) is built for a call of at least this
+#: many elements, or once small calls with the same key have been seen _SMALL_CALLS times;
+#: until then the exact core encodes them (well under a millisecond for a few elements).
 _TABLE_MIN = 1 << 12
+_SMALL_CALLS = 64
+_small_calls = {}
+
+
+def _worth_building(fmt, src, rounding, saturate, n):
+    """Whether to build a missing encode table now (always for 16-bit and float32 sources: ~10 ms)."""
+    if src != "float64" or n >= _TABLE_MIN:
+        return True
+    key = (fmt, rounding, saturate)
+    seen = _small_calls.get(key, 0) + 1
+    if len(_small_calls) > 4096:
+        _small_calls.clear()
+    _small_calls[key] = seen
+    return seen > _SMALL_CALLS
 _VIA = {name: SOURCE_DTYPES[name] for name in ("float32", "float16", "bfloat16")}
 
 # Bit generators whose ``random_raw`` is the 64-bit stream that ``Generator.integers``
@@ -97,10 +112,10 @@ class _SRPlan(NamedTuple):
     big: bool             # 64-bit integers: magnitudes >= 2**53 are not exact in float64
 
 
-def _sr_plan(fmt, dt, saturate, build=True):
-    """A plan for stochastic rounding of ``dt`` inputs to ``fmt``, or None (exact core only).
+def _sr_plan(fmt, dt, saturate, n):
+    """A plan for stochastic rounding of ``n`` inputs of ``dt`` to ``fmt``, or None (exact core only).
 
-    With ``build=False`` a table that is not built yet is not built (None).
+    A table not built yet is built only when :func:`_worth_building` says so.
     """
     if dt in _SR_LAYOUT:
         work = dt
@@ -119,7 +134,7 @@ def _sr_plan(fmt, dt, saturate, build=True):
     src = source_name(work)
     table = cached_encode_table(fmt, src, "sr0", saturate)
     if table is None:
-        if not build:
+        if not _worth_building(fmt, src, "sr0", saturate, n):
             return None
         table = encode_table(fmt, src, "sr0", saturate)
     table = table[: 1 << (8 * work.itemsize - ishift)]   # the sticky half does not matter to truncation
@@ -413,7 +428,7 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True,
         if fast and table_ok(fmt, dt):
             src = source_name(dt)
             table = cached_encode_table(fmt, src, rounding, saturate)
-            if table is None and n >= _TABLE_MIN:     # below that the exact core is cheaper than a build
+            if table is None and _worth_building(fmt, src, rounding, saturate, n):
                 table = encode_table(fmt, src, rounding, saturate)
         if table is not None:
             _remember_fast(fmt, rounding, saturate, dt, table)
@@ -422,7 +437,7 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True,
             work = lambda a, b: _exact_range(flat[a:b], None, out[a:b], fmt, rounding, saturate, 0)  # noqa: E731
         parallel.run(work, parallel.split(0, n, threads, CHUNK), threads)
         return
-    plan = _sr_plan(fmt, dt, saturate, build=n >= _TABLE_MIN) if fast else None
+    plan = _sr_plan(fmt, dt, saturate, n) if fast else None
 
     def work_on(bits, a0):
         def work(a, b):

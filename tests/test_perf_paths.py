@@ -188,3 +188,18 @@ def test_table_cache_holds_many_configurations():
             first = tables.cached_encode_table(fp8emu.get_format(n), "float32", m, s)
     n, m, s = configs[0]
     assert tables.cached_encode_table(fp8emu.get_format(n), "float32", m, s) is first
+
+
+def test_repeated_small_float64_calls_build_the_table_once():
+    f = dataclasses.replace(fp8emu.get_format("e5m2"), name="perf_probe_repeat")
+    x = np.linspace(-70000.0, 70000.0, 16) * (1 + 2.0 ** -33)
+    with np.errstate(all="ignore"):
+        ref = ValueOracle(f)(x, "rne", False)
+    for _ in range(codec._SMALL_CALLS + 1):
+        np.testing.assert_array_equal(fp8emu.encode(x, f), ref)
+    assert tables.cached_encode_table(f, "float64", "rne", False) is not None
+    x32 = x.astype(np.float32)
+    fp8emu.encode(x32, f)                         # a small float32 call builds and registers its table
+    assert (f, "rne", False, x32.dtype) in codec._FAST
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(fp8emu.encode(x32, f), ValueOracle(f)(x32.astype(np.float64), "rne", False))
