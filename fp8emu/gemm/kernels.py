@@ -144,12 +144,12 @@ def _exponent_weights(eat, eb, G):
 
     A step's largest exponent ``E = max_k(ea_k + eb_k)`` is read off
     ``S = sum_k 2**(c*(ea_k + eb_k - s))``, one matrix product: with
-    ``2**c > G``, ``2**(c*(E - s)) <= S < 2**(c*(E - s) + c)`` (the rounded sum
+    ``2**c > G`` (``c`` a power of two), ``2**(c*(E - s)) <= S < 2**(c*(E - s) + c)`` (the rounded sum
     of positive terms stays within those representable bounds), so
     ``E = s + floor(log2(S) / c)``.  Zero terms (exponent sentinel) weigh 0.
     Returns Nones when the weights would leave float64's normal range.
     """
-    c = int(G).bit_length()
+    c = 1 << (int(G).bit_length() - 1).bit_length()   # a power of two with 2**c > G: E is a shift
     nz_a, nz_b = eat > _ZERO_EXP, eb > _ZERO_EXP
     if not nz_a.any() or not nz_b.any():
         return None, None, c, 0
@@ -216,6 +216,8 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, ksc
     S = np.empty(shape, wat.dtype) if wat is not None else None
     fs = np.empty(shape, wat.dtype) if wat is not None else None
     sub = max(1, _BLAS_SERIAL // (G * shape[1]))
+    c_log2 = np.int32(c.bit_length() - 1)
+    e_floor = np.int32(e_floor)
     rtz = acc.sum_rounding == "rtz"
     for g in range(g0, g1):
         sl = slice(g * G, (g + 1) * G)
@@ -226,7 +228,7 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, ksc
                 np.matmul(wat[sl, r:min(m1, r + sub)].T, wb[sl], out=S[r - m0:min(m1, r + sub) - m0])
             np.frexp(S, out=(fs, E))
             E -= 1
-            np.floor_divide(E, c, out=E)
+            np.right_shift(E, c_log2, out=E)      # floor division by c
             E += shift
             np.equal(S, 0, out=mask)
             np.copyto(E, e_floor, where=mask)
