@@ -21,6 +21,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .registry import Registry
+
 __all__ = ["Format", "get_format", "format_names", "register_format", "format_table"]
 
 _INF_STYLES = (None, "ieee", "top")
@@ -306,9 +308,6 @@ def _p3109(p: int) -> Format:
     )
 
 
-_REGISTRY: dict[str, Format] = {}
-
-
 def register_format(fmt: Format, *, replace: bool = False) -> Format:
     """Add a user-defined :class:`Format` to the registry under ``fmt.name``.
 
@@ -332,12 +331,7 @@ def register_format(fmt: Format, *, replace: bool = False) -> Format:
     >>> fp8emu.get_format("e3m3demo") is f
     True
     """
-    if not isinstance(fmt, Format):
-        raise TypeError(f"register_format expects a Format, got {type(fmt).__name__}")
-    if fmt.name in _BUILTIN_NAMES or (fmt.name in _REGISTRY and not replace):
-        raise ValueError(f"a format named {fmt.name!r} is already registered")
-    _REGISTRY[fmt.name] = fmt
-    return fmt
+    return _REGISTRY.register(fmt, replace=replace)
 
 
 _BUILTINS = [
@@ -354,8 +348,7 @@ _BUILTINS = [
     Format("e3m2fn", 3, 2, 3, description="OCP MX FP6 E3M2 (no Inf/NaN)"),
     Format("e2m1fn", 2, 1, 1, description="OCP MX FP4 E2M1 (no Inf/NaN)"),
 ] + [_p3109(p) for p in range(1, 8)]
-_BUILTIN_NAMES = frozenset(f.name for f in _BUILTINS)
-_REGISTRY.update({f.name: f for f in _BUILTINS})
+_REGISTRY = Registry("format", Format, _BUILTINS)
 
 
 def format_names() -> list[str]:
@@ -398,12 +391,7 @@ def get_format(fmt) -> Format:
     if isinstance(fmt, Format):
         return fmt
     if isinstance(fmt, str):
-        try:
-            return _REGISTRY[fmt]
-        except KeyError:
-            raise ValueError(
-                f"unknown format {fmt!r}; valid formats: {', '.join(_REGISTRY)}"
-            ) from None
+        return _REGISTRY.lookup(fmt)
     raise TypeError(f"format must be a name or a Format, got {type(fmt).__name__}")
 
 

@@ -46,13 +46,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .formats import Format, get_format
+from .registry import Registry
 from .rounding import DETERMINISTIC_MODES
 from .tables import SOURCE_DTYPES, encode_table, decode_table, lookup, source_name, table_inputs
 
 __all__ = ["Rule", "Profile", "profile_names", "get_profile", "register_profile", "PROFILE_NAMES"]
 
-_F16 = SOURCE_DTYPES["float16"]
-_F32 = SOURCE_DTYPES["float32"]
+_FLOAT16 = SOURCE_DTYPES["float16"]
 #: Sources a profile's tables cover directly; others are first converted to ``Profile.via64``.
 _TABLE_SOURCES = ("float32", "float16", "bfloat16")
 
@@ -243,7 +243,7 @@ def nan_7f(table, x, fmt, rule):
 def torch_nan(table, x, fmt, rule):
     """NaN gives 0x7F with the sign kept, except from float16, whose kernel drops it (torch CUDA)."""
     nan = _isnan(x)
-    if x.dtype == _F16:
+    if x.dtype == _FLOAT16:
         table[nan] = 0x7F
     else:
         table[nan] = 0x7F | (table[nan] & 0x80)
@@ -371,8 +371,7 @@ _BUILTIN = [
             "e4m3fn/e5m2", {**{f: _only("rne", False, nan_7f) for f in _FP8},
                             **{f: _only("rne", False) for f in _FNUZ}}, "float32", gpu_decode_nan),
 ]
-_PROFILES = {p.name: p for p in _BUILTIN}
-_BUILTIN_NAMES = frozenset(_PROFILES)
+_PROFILES = Registry("profile", Profile, _BUILTIN)
 
 #: Built-in profile names, in the order of :func:`profile_names`.
 PROFILE_NAMES = tuple(_PROFILES)
@@ -404,12 +403,7 @@ def register_profile(profile: Profile, *, replace: bool = False) -> Profile:
     >>> fp8emu.get_profile("demo-sat") is p
     True
     """
-    if not isinstance(profile, Profile):
-        raise TypeError(f"register_profile expects a Profile, got {type(profile).__name__}")
-    if profile.name in _BUILTIN_NAMES or (profile.name in _PROFILES and not replace):
-        raise ValueError(f"a profile named {profile.name!r} is already registered")
-    _PROFILES[profile.name] = profile
-    return profile
+    return _PROFILES.register(profile, replace=replace)
 
 
 def get_profile(profile=None) -> Profile:
@@ -434,7 +428,4 @@ def get_profile(profile=None) -> Profile:
         return profile
     if not isinstance(profile, str):
         raise TypeError(f"profile must be a name or a Profile, got {type(profile).__name__}")
-    try:
-        return _PROFILES[profile]
-    except KeyError:
-        raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(_PROFILES)}") from None
+    return _PROFILES.lookup(profile)

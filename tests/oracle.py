@@ -1,77 +1,147 @@
 """Independent reference for rounding into narrow formats.
 
-Nothing here calls fp8emu's rounding or codec.  Values of codes are computed
-from the spec formula with exact rationals; rounding is done by locating the
-input between the two neighbouring representable values (value space, not bit
-manipulation) and applying each mode's definition.  Only the format's spec
-constants (field widths, bias, special encodings) are read from the Format.
+Nothing here imports fp8emu.  Each format's constants (field widths, bias,
+which codes are NaN and Inf) are written below from the specification texts
+(OCP OFP8 v1.0, OCP Microscaling v1.0, the IEEE P3109 interim report, and for
+the FNUZ and IEEE-like formats the definitions ml_dtypes documents), and the
+policy for NaN inputs, overflow and signed zeros is written from IEEE 754
+section 7.4 and the OCP text, plus fp8emu's documented choices where the specs
+leave a choice.  A format is looked up by *name* only: an fp8emu ``Format``
+passed in contributes nothing but its name.  ``tests/test_oracle.py`` checks
+these constants against gfloat's format definitions.
 
-Two implementations share one definition:
+Values of codes are computed from the spec formula with exact rationals;
+rounding is done by locating the input between the two neighbouring
+representable values (value space, not bit manipulation) and applying each
+mode's definition.  Two implementations share one definition:
 - :func:`round_fraction` rounds one exact ``Fraction`` (slow, fully general);
 - :class:`ValueOracle` does the same with NumPy ``searchsorted`` for inputs
   that are exact in float64 (every float16/bfloat16/float32/float64 value);
-  all representable values and midpoints of fp8emu's formats are exact in
+  all representable values and midpoints of these formats are exact in
   float64, so its comparisons are exact.  The tests check the two agree.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-# The canonical NaN code chosen for each NaN style (documented in Format.nan_code).
+
+@dataclass(frozen=True)
+class Spec:
+    """A format as its specification states it."""
+
+    name: str
+    ebits: int
+    mbits: int
+    bias: int
+    signed: bool
+    has_zero: bool            # exponent field 0 holds zero and subnormals (False: E8M0)
+    nan: frozenset            # every NaN code
+    inf: int | None           # magnitude code of +Inf (None: no Inf)
+    nan_input: tuple          # policy: code for a NaN input (positive, negative); None = +max
+    ties_up: bool = False     # policy: ties of round-to-nearest-even go up (E8M0, ml_dtypes)
+
+    @property
+    def bits(self):
+        return int(self.signed) + self.ebits + self.mbits
+
+    @property
+    def sign_bit(self):
+        return (1 << (self.ebits + self.mbits)) if self.signed else 0
+
+
+def _signed_pair(code):
+    return frozenset({code, code | 0x80})
+
+
+def _ieee_nans(ebits, mbits):
+    top = ((1 << ebits) - 1) << mbits
+    return frozenset(c | s for c in range(top + 1, top + (1 << mbits)) for s in (0, 1 << (ebits + mbits)))
+
+
+SPECS = {s.name: s for s in [
+    # OCP OFP8 v1.0: E4M3 bias 7, no Inf, NaN S.1111.111 (max 448 = S.1111.110).
+    Spec("e4m3fn", 4, 3, 7, True, True, _signed_pair(0x7F), None, (0x7F, 0xFF)),
+    # OCP OFP8 v1.0: E5M2 bias 15, IEEE-style Inf S.11111.00 and NaN S.11111.{01,10,11}.
+    Spec("e5m2", 5, 2, 15, True, True, _ieee_nans(5, 2), 0x7C, (0x7E, 0xFE)),
+    # FNUZ: no Inf, no -0; the code 1000 0000 is the only NaN.
+    Spec("e4m3fnuz", 4, 3, 8, True, True, frozenset({0x80}), None, (0x80, 0x80)),
+    Spec("e5m2fnuz", 5, 2, 16, True, True, frozenset({0x80}), None, (0x80, 0x80)),
+    Spec("e4m3b11fnuz", 4, 3, 11, True, True, frozenset({0x80}), None, (0x80, 0x80)),
+    # IEEE-like E4M3 (Inf 0x78) and E3M4 (Inf 0x70): quiet NaN has the top mantissa bit set.
+    Spec("e4m3", 4, 3, 7, True, True, _ieee_nans(4, 3), 0x78, (0x7C, 0xFC)),
+    Spec("e3m4", 3, 4, 3, True, True, _ieee_nans(3, 4), 0x70, (0x78, 0xF8)),
+    # OCP MX v1.0 E8M0: unsigned, value 2**(e - 127), no zero, 0xFF is NaN.
+    Spec("e8m0fnu", 8, 0, 127, False, False, frozenset({0xFF}), None, (0xFF, 0xFF), ties_up=True),
+    # OCP MX v1.0 FP6/FP4: no Inf, no NaN (a NaN input gives +max: fp8emu's documented choice).
+    Spec("e2m3fn", 2, 3, 1, True, True, frozenset(), None, None),
+    Spec("e3m2fn", 3, 2, 3, True, True, frozenset(), None, None),
+    Spec("e2m1fn", 2, 1, 1, True, True, frozenset(), None, None),
+] + [
+    # IEEE P3109 binary8pP, signed and extended: exponent bits 8 - P, bias 2**(7 - P),
+    # NaN 0x80 (no -0), +Inf 0x7F, -Inf 0xFF.
+    Spec(f"binary8p{p}", 8 - p, p - 1, 2 ** (7 - p), True, True, frozenset({0x80}), 0x7F, (0x80, 0x80))
+    for p in range(1, 8)
+]}
+
+#: Overflow policy (IEEE 754 section 7.4): whether a result beyond max becomes +-max rather than
+#: Inf (or NaN where there is no Inf), per rounding mode, for (positive, negative) values.
+#: Round-to-odd never overflows (fp8emu's documented choice, as a truncation).
+OVERFLOW_TO_MAX = {
+    "rne": (False, False), "rna": (False, False), "stochastic": (False, False),
+    "rtz": (True, True), "rto": (True, True), "rup": (False, True), "rdn": (True, False),
+}
+
+
+def spec(fmt):
+    """The :class:`Spec` of a format given by name (or by an object with a ``name``), or a Spec."""
+    if isinstance(fmt, Spec):
+        return fmt
+    name = fmt if isinstance(fmt, str) else fmt.name
+    return SPECS[name]
+
+
 def expected_nan(fmt, neg):
-    if fmt.nan is None:
-        return spec_max_code(fmt)   # no NaN: +max (documented choice, as CUDA's FP6/FP4 intrinsics)
-    sign = 1 << (fmt.ebits + fmt.mbits)
-    if fmt.nan == "fn":
-        return (sign - 1) | (sign if neg else 0)
-    if fmt.nan == "ieee":
-        q = (((1 << fmt.ebits) - 1) << fmt.mbits) | (1 << (fmt.mbits - 1))
-        return q | (sign if neg else 0)
-    if fmt.nan == "negzero":
-        return sign
-    if fmt.nan == "top":
-        return (1 << fmt.bits) - 1
-    raise AssertionError(fmt.nan)
+    """Code for a NaN input."""
+    s = spec(fmt)
+    if s.nan_input is None:
+        return spec_max_code(s)
+    return s.nan_input[1 if neg else 0]
 
 
 def code_value(fmt, code):
     """Exact value of one code from the spec formula (None for NaN, +-inf as float)."""
-    mbits, ebits = fmt.mbits, fmt.ebits
-    sign_bit = (1 << (ebits + mbits)) if fmt.signed else 0
-    neg = bool(code & sign_bit)
-    mag = code & ((1 << (ebits + mbits)) - 1)
-    e_all_ones = (mag >> mbits) == (1 << ebits) - 1
-    if fmt.nan == "negzero" and code == sign_bit:
+    s = spec(fmt)
+    neg = bool(code & s.sign_bit)
+    mag = code & ((1 << (s.ebits + s.mbits)) - 1)
+    if code in s.nan:
         return None
-    if fmt.nan == "fn" and mag == (1 << (ebits + mbits)) - 1:
-        return None
-    if fmt.nan == "top" and code == (1 << fmt.bits) - 1:
-        return None
-    if fmt.inf == "ieee" and e_all_ones:
-        if mag & ((1 << mbits) - 1):
-            return None
+    if s.inf is not None and mag == s.inf:
         return -math.inf if neg else math.inf
-    if fmt.inf == "top" and mag == (1 << (ebits + mbits)) - 1:
-        return -math.inf if neg else math.inf
-    e = mag >> mbits
-    f = mag & ((1 << mbits) - 1)
-    if fmt.subnormals and e == 0:
-        v = Fraction(f, 1 << mbits) * Fraction(2) ** (1 - fmt.bias)
+    e = mag >> s.mbits
+    f = mag & ((1 << s.mbits) - 1)
+    if s.has_zero and e == 0:
+        v = Fraction(f, 1 << s.mbits) * Fraction(2) ** (1 - s.bias)
     else:
-        v = (1 + Fraction(f, 1 << mbits)) * Fraction(2) ** (e - fmt.bias)
+        v = (1 + Fraction(f, 1 << s.mbits)) * Fraction(2) ** (e - s.bias)
     return -v if neg else v
 
 
-@functools.lru_cache(maxsize=None)
 def positive_table(fmt):
     """Sorted list of (value, code) for the finite non-negative values."""
+    return _positive_table(spec(fmt))
+
+
+@functools.lru_cache(maxsize=None)
+def _positive_table(fmt):
     out = []
-    sign_bit = (1 << (fmt.ebits + fmt.mbits)) if fmt.signed else 0
+    sign_bit = fmt.sign_bit
     for c in range(1 << fmt.bits):
         if c & sign_bit:
             continue
@@ -83,9 +153,8 @@ def positive_table(fmt):
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=None)
 def _inf_code(fmt):
-    return [c for c in range(1 << fmt.bits) if code_value(fmt, c) == math.inf][0]
+    return spec(fmt).inf
 
 
 def spec_max_code(fmt):
@@ -104,16 +173,17 @@ def _next_after_max(table, mbits):
 
 
 def _even(fmt, code, value):
-    """Whether a candidate is 'even' for ties-to-even."""
-    if fmt.parity == "significand" and fmt.mbits == 0:
-        # Significand integer incl. the implicit bit: 1 (odd) for every normal value,
-        # so only the binade above (significand 2 in the lower binade's units) is even.
+    """Whether a candidate is 'even' for ties-to-even (None: the policy rounds ties up)."""
+    if spec(fmt).ties_up:
+        # With no stored mantissa the significand integer incl. the implicit bit is 1 (odd) for
+        # every normal value, so a tie goes to the binade above (ml_dtypes' E8M0 convention).
         return None
     return code % 2 == 0
 
 
 def round_fraction(x, fmt, rounding, saturate, r=None, k=None):
     """Code for one exact value ``x`` (Fraction, or float nan/inf)."""
+    fmt = spec(fmt)
     if isinstance(x, float) and math.isnan(x):
         return expected_nan(fmt, math.copysign(1, x) < 0)
     table = positive_table(fmt)
@@ -127,13 +197,12 @@ def round_fraction(x, fmt, rounding, saturate, r=None, k=None):
     a = abs(x)
     if not fmt.signed and neg and a != 0:
         return expected_nan(fmt, True)
-    if not fmt.subnormals and a == 0:
+    if not fmt.has_zero and a == 0:
         return expected_nan(fmt, neg)
     vals = [v for v, _ in table]
     codes = [c for _, c in table]
     nxt = _next_after_max(table, fmt.mbits)
     # locate a between neighbours
-    import bisect
     i = bisect.bisect_right(vals, a) - 1
     if i >= 0 and vals[i] == a:
         mag = codes[i]
@@ -164,7 +233,7 @@ def round_fraction(x, fmt, rounding, saturate, r=None, k=None):
                 else:
                     away = not ev
         elif rounding == "rto":
-            away = (lo_c % 2 == 0) if not (fmt.parity == "significand" and fmt.mbits == 0) else False
+            away = (lo_c % 2 == 0) if not fmt.ties_up else False
         elif rounding == "stochastic":
             frac = (a - lo_v) / (hi_v - lo_v)
             top = math.floor(frac * 2 ** k)
@@ -178,15 +247,13 @@ def round_fraction(x, fmt, rounding, saturate, r=None, k=None):
             mag = hi_c
             overflow = False
     if overflow:
-        to_max = saturate or rounding in ("rtz", "rto") or (rounding == "rdn" and not neg) or (
-            rounding == "rup" and neg)
-        return _beyond_max(fmt, neg, to_max)
+        return _beyond_max(fmt, neg, saturate or OVERFLOW_TO_MAX[rounding][int(neg)])
     return _sign(fmt, mag, neg)
 
 
 def _beyond_max(fmt, neg, to_max):
     """Code (sign applied) of a result beyond max: +-max, else +-Inf, else NaN."""
-    if to_max or (fmt.inf is None and fmt.nan is None):
+    if to_max or (fmt.inf is None and not fmt.nan):
         mag = spec_max_code(fmt)
     elif fmt.inf is not None:
         mag = _inf_code(fmt)
@@ -195,15 +262,18 @@ def _beyond_max(fmt, neg, to_max):
     return _sign(fmt, mag, neg)
 
 
+def _has_negative_zero(fmt):
+    return fmt.signed and fmt.has_zero and fmt.sign_bit not in fmt.nan
+
+
 def _sign(fmt, mag, neg):
-    sign_bit = (1 << (fmt.ebits + fmt.mbits)) if fmt.signed else 0
     if not neg:
         return mag
     if not fmt.signed:
         return mag if mag == 0 else expected_nan(fmt, True)
-    if mag == 0 and not (fmt.subnormals and fmt.nan != "negzero"):
+    if mag == 0 and not _has_negative_zero(fmt):
         return 0
-    return mag | sign_bit
+    return mag | fmt.sign_bit
 
 
 def round_float(xf, fmt, rounding, saturate):
@@ -219,7 +289,7 @@ class ValueOracle:
     """Vectorised form of :func:`round_fraction` for float64-exact inputs."""
 
     def __init__(self, fmt):
-        self.fmt = fmt
+        fmt = self.fmt = spec(fmt)
         table = positive_table(fmt)
         self.vals = np.array([float(v) for v, _ in table])
         assert all(Fraction(float(v)) == v for v, _ in table)
@@ -227,10 +297,9 @@ class ValueOracle:
         nxt = _next_after_max(table, fmt.mbits)
         self.hi_vals = np.append(self.vals[1:], float(nxt))
         self.mids = (self.vals + self.hi_vals) / 2   # exact: few significant bits
-        self.sign_bit = (1 << (fmt.ebits + fmt.mbits)) if fmt.signed else 0
+        self.sign_bit = fmt.sign_bit
         self.max_code = int(self.codes[-1])
-        infs = [c for c in range(1 << fmt.bits) if code_value(fmt, c) == math.inf]
-        self.inf_code = infs[0] if infs else None
+        self.inf_code = fmt.inf
 
     def nan_code(self, neg):
         return np.where(neg, expected_nan(self.fmt, True), expected_nan(self.fmt, False))
@@ -250,7 +319,7 @@ class ValueOracle:
         hi_c = np.where(last, -1, self.codes[np.minimum(ic + 1, len(self.vals) - 1)])
         exact = (lo_v == af) & ~below
         mid = self.mids[ic]
-        sig_parity = fmt.parity == "significand" and fmt.mbits == 0
+        sig_parity = fmt.ties_up
         if rounding == "rne":
             lo_odd = (lo_v != 0) if sig_parity else (lo_c % 2 == 1)
             away = (af > mid) | ((af == mid) & lo_odd)
@@ -269,19 +338,16 @@ class ValueOracle:
         away &= ~exact
         mag = np.where(away, hi_c, lo_c)
         overflow = away & last
-        to_max = np.full(x.shape, saturate or rounding in ("rtz", "rto"))
-        if rounding == "rdn":
-            to_max |= ~neg
-        if rounding == "rup":
-            to_max |= neg
-        if fmt.inf is None and fmt.nan is None:
+        pos_max, neg_max = OVERFLOW_TO_MAX[rounding]
+        to_max = saturate | np.where(neg, neg_max, pos_max)
+        if fmt.inf is None and not fmt.nan:
             to_max[:] = True
         ov_mag = np.where(to_max, self.max_code, self.inf_code if self.inf_code is not None else -1)
         mag = np.where(overflow, ov_mag, mag)
         mag = np.where(below, self.codes[0], mag)
         # infinities
         isinf = np.isinf(x)
-        if saturate or (fmt.inf is None and fmt.nan is None):
+        if saturate or (fmt.inf is None and not fmt.nan):
             inf_mag = self.max_code
         else:
             inf_mag = self.inf_code if self.inf_code is not None else -1
@@ -289,13 +355,13 @@ class ValueOracle:
         isnan_res = mag < 0
         # signs
         if fmt.signed:
-            has_nz = fmt.subnormals and fmt.nan != "negzero"
+            has_nz = _has_negative_zero(fmt)
             signed = neg & ((mag != 0) | has_nz)
             out = np.where(signed, mag | self.sign_bit, mag)
         else:
             out = mag
-            isnan_res = isnan_res | (neg & ((mag != 0) | (not fmt.subnormals)))
-            if not fmt.subnormals:
+            isnan_res = isnan_res | (neg & ((mag != 0) | (not fmt.has_zero)))
+            if not fmt.has_zero:
                 isnan_res |= (a == 0)
         out = np.where(isnan_res, self.nan_code(neg), out)
         out = np.where(np.isnan(x), self.nan_code(neg), out)

@@ -8,19 +8,18 @@ from __future__ import annotations
 import warnings
 from typing import NamedTuple
 
-import ml_dtypes
 import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
+from ..tables import SOURCE_DTYPES
 from .accumulator import HW_K_MULTIPLE, get_accumulator
 from .fparith import round_hi_lo, two_sum
 from .kernels import accumulate, mma_dot, special_masks, values_and_exponents
 
 __all__ = ["scaled_mm"]
 
-_OUT_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
-               "float16": np.dtype(np.float16)}
+_OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
 
 
 

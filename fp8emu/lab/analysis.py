@@ -28,6 +28,7 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
+from ..tables import SOURCE_DTYPES
 
 __all__ = [
     "DISTRIBUTIONS", "RECIPES", "Table", "sample", "quantize_values", "ulp", "error_metrics",
@@ -40,7 +41,7 @@ DISTRIBUTIONS = ("gaussian", "laplace", "student_t", "lognormal", "uniform", "ou
 #: Scaling recipes of :func:`sweep_scale`: none, or one per-tensor scale mapping amax to the format's max.
 RECIPES = ("none", "tensor")
 # Wide types not in the narrow-format registry, reached through ml_dtypes/NumPy casts from float32.
-_WIDE = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
+_WIDE = {n: SOURCE_DTYPES[n] for n in ("bfloat16", "float16")}
 
 
 class Table:

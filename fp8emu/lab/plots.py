@@ -51,6 +51,14 @@ def _new(ncols=1, width=7.0, height=4.2):
     return fig, list(axes.ravel())
 
 
+def _label(ax, xlabel, ylabel, title, **legend):
+    """Axis labels, title and legend (keyword arguments go to ``Axes.legend``)."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(**legend)
+
+
 def figure_values_per_binade(size=1.0):
     """Figure 1: the representable positive values of every format on a log axis, and their density.
 
@@ -77,10 +85,8 @@ def figure_values_per_binade(size=1.0):
         e, c = analysis.values_per_binade(f)
         ax2.step(e, c + 0.04 * i, where="mid", lw=1.5, label=f)
     ax2.set_xlim(-20, 18)
-    ax2.set_xlabel("binade exponent e  (values in [2^e, 2^(e+1)))")
-    ax2.set_ylabel("values per binade")
-    ax2.set_title("Density: 2^mbits per normal binade, fewer in subnormals")
-    ax2.legend(loc="upper left")
+    _label(ax2, "binade exponent e  (values in [2^e, 2^(e+1)))", "values per binade",
+           "Density: 2^mbits per normal binade, fewer in subnormals", loc="upper left")
     return fig
 
 
@@ -102,10 +108,8 @@ def figure_relative_error(size=1.0):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_ylim(2.0 ** -12, 1.5)
-    ax.set_xlabel("|x| (input magnitude, log2 axis)")
-    ax.set_ylabel("relative error |q(x) - x| / |x|")
-    ax.set_title("Relative error of RNE rounding: 2^-(m+1) saw-tooth, rising in the subnormals")
-    ax.legend(loc="upper right")
+    _label(ax, "|x| (input magnitude, log2 axis)", "relative error |q(x) - x| / |x|",
+           "Relative error of RNE rounding: 2^-(m+1) saw-tooth, rising in the subnormals", loc="upper right")
     return fig
 
 
@@ -154,20 +158,16 @@ def figure_rounding_bias(size=1.0):
     fig, (ax1, ax2) = _new(ncols=2, width=12)
     for mode, ls in (("rne", "-"), ("rtz", "-"), ("stochastic", "-")):
         ax1.plot(x, b[mode] / 0.125, ls, lw=1.3, label=f"{mode} (mean over x: {np.mean(b[mode]) / 0.125:+.3f} ulp)")
-    ax1.set_xlabel("input x in [1, 2) (e4m3fn ulp = 0.125)")
-    ax1.set_ylabel("mean error E[q(x)] - x  (ulp)")
-    ax1.set_title(f"Rounding bias, e4m3fn, {draws} stochastic draws per x")
-    ax1.legend(loc="lower left")
+    _label(ax1, "input x in [1, 2) (e4m3fn ulp = 0.125)", "mean error E[q(x)] - x  (ulp)",
+           f"Rounding bias, e4m3fn, {draws} stochastic draws per x", loc="lower left")
     xs = np.linspace(1.0, 2.0, 41)[:-1] + 0.01
     t = analysis.stochastic_variance("e4m3fn", xs, bits=(1, 2, 3, 4, 5, 6, 8, 10, 12, 16), draws=draws)
     ax2.plot(t["bits"], t["variance"], "o-", label="measured variance / ulp²")
     ax2.plot(t["bits"], t["ideal_variance"], "k--", label="infinite-precision SR f(1-f)")
     ax2.plot(t["bits"], t["mean_abs_bias"], "s-", label="mean |bias| / ulp")
     ax2.set_yscale("log", base=10)
-    ax2.set_xlabel("random bits used by stochastic rounding")
-    ax2.set_ylabel("ulp units (e4m3fn)")
-    ax2.set_title("Stochastic rounding: bias and variance vs random bits")
-    ax2.legend()
+    _label(ax2, "random bits used by stochastic rounding", "ulp units (e4m3fn)",
+           "Stochastic rounding: bias and variance vs random bits")
     return fig
 
 
@@ -204,10 +204,7 @@ def figure_delayed_scaling(size=1.0):
     ax1.plot(t, fmax / np.asarray(rec["d_scale"]), label="delayed: amax implied by scale (history 16)")
     ax1.plot(t, fmax / np.asarray(rec["c_scale"]), "--", label="current: amax of this tensor")
     ax1.set_yscale("log")
-    ax1.set_xlabel("training step")
-    ax1.set_ylabel("amax (absolute value)")
-    ax1.set_title("Amax trace: drift and spikes (e4m3fn, margin 0)")
-    ax1.legend()
+    _label(ax1, "training step", "amax (absolute value)", "Amax trace: drift and spikes (e4m3fn, margin 0)")
     ax2.plot(t, rec["d_over"], label=f"delayed: overflows (total {sum(rec['d_over'])})")
     ax2.plot(t, rec["c_over"], "--", label=f"current: overflows (total {sum(rec['c_over'])})")
     ax2.plot(t, rec["d_under"], label=f"delayed: underflows to 0 (total {sum(rec['d_under'])})")
@@ -278,10 +275,8 @@ def figure_gemm_accumulation(size=1.0):
         ax.plot(ks, np.maximum(v, 1e-10), "o-", label=notes[acc])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("inner dimension K")
-    ax.set_ylabel("max relative error vs exact sum (M=N=8)")
-    ax.set_title("FP8 GEMM accumulation error vs K (e4m3fn x e4m3fn, positive inputs)")
-    ax.legend()
+    _label(ax, "inner dimension K", "max relative error vs exact sum (M=N=8)",
+           "FP8 GEMM accumulation error vs K (e4m3fn x e4m3fn, positive inputs)")
     return fig
 
 
@@ -294,14 +289,9 @@ def figure_training(size=1.0):
         ax1.plot(r["loss"], lw=1, label=f"{name}: final loss {r['final_loss']:.3f}, acc {r['accuracy']:.3f}")
         ax2.plot(r["test_accuracy"][0], r["test_accuracy"][1], "o-", ms=3, label=name)
     ax1.set_yscale("log")
-    ax1.set_xlabel("step")
-    ax1.set_ylabel("training cross-entropy loss (nats)")
-    ax1.set_title("MLP training: float32 vs FP8 (E4M3 fwd / E5M2 bwd, delayed scaling)")
-    ax1.legend()
-    ax2.set_xlabel("step")
-    ax2.set_ylabel("held-out accuracy")
-    ax2.set_title("Held-out accuracy")
-    ax2.legend()
+    _label(ax1, "step", "training cross-entropy loss (nats)",
+           "MLP training: float32 vs FP8 (E4M3 fwd / E5M2 bwd, delayed scaling)")
+    _label(ax2, "step", "held-out accuracy", "Held-out accuracy")
     return fig
 
 
