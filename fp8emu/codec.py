@@ -368,7 +368,8 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     """
     if (type(x) is np.ndarray and 0 < x.ndim and x.size <= CHUNK and (saturate is False or saturate is True)
             and type(rounding) is str and profile is None and via is None and rng is None
-            and random_bits is None and sr_bits is None and threads is None):
+            and random_bits is None and sr_bits is None
+            and (threads is None or type(threads) is int and threads > 0)):   # one thread below CHUNK anyway
         # Small calls with plain options: one dict look-up, then the table (see _remember_fast).
         fast = _FAST.get((get_format(fmt), rounding, saturate, x.dtype))
         if fast is not None:
