@@ -134,6 +134,17 @@ def executor(n: int) -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool():
+    # A forked child inherits the pool object but not its threads: work submitted to it would
+    # wait forever, so the child starts a pool of its own when it needs one.
+    global _pool, _pool_size, _pool_lock
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def split(start: int, stop: int, parts: int, align: int):
     """``[start, stop)`` as at most ``parts`` contiguous ranges whose inner bounds are multiples of ``align``.
 

@@ -204,3 +204,23 @@ def test_repeated_small_float64_calls_build_the_table_once():
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(fp8emu.encode(x32, f), ValueOracle(fp8emu.get_format("e5m2"))(
             x32.astype(np.float64), "rne", False))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_threads_work_in_a_forked_child():
+    x = np.resize(sr_inputs(6, 1000), N_BIG).astype(np.float32)
+    with np.errstate(all="ignore"):
+        ref = fp8emu.encode(x, "e4m3fn", threads=2)          # the parent's pool exists now
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                             # child: the same call must not hang
+        try:
+            with np.errstate(all="ignore"):
+                ok = np.array_equal(fp8emu.encode(x, "e4m3fn", threads=2), ref)
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    assert got == b"1"
