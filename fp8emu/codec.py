@@ -63,6 +63,8 @@ def _worth_building(fmt, src, rounding, saturate, n):
         _small_calls.clear()
     _small_calls[key] = seen
     return seen > _SMALL_CALLS
+
+
 _VIA = {name: SOURCE_DTYPES[name] for name in ("float32", "float16", "bfloat16")}
 
 # Bit generators whose ``random_raw`` is the 64-bit stream that ``Generator.integers``
@@ -195,6 +197,8 @@ def _sr_range(src, r, out, plan, fmt, saturate, k):
             w = xs
         u = w.view(uint)
         ri = r[i:i + n]
+        if ri.dtype != np.uint32:                 # caller's bits of any integer type (all < 2**32)
+            ri = ri.astype(np.uint32)
         v, e, bad = v_buf[:n], e_buf[:n], b_buf[:n]
         if s0 >= k:
             np.left_shift(ri, uint(s0 - k) if wide else np.uint32(s0 - k), out=v, casting="unsafe")

@@ -224,3 +224,14 @@ def test_threads_work_in_a_forked_child():
     got = os.read(r, 1)
     os.waitpid(pid, 0)
     assert got == b"1"
+
+
+@pytest.mark.parametrize("src", ["float64", "float16", "int32"])
+def test_stochastic_random_bits_of_any_integer_dtype(src):
+    x = SOURCES[src]
+    f = fp8emu.get_format("e4m3fn")
+    r = np.random.default_rng(2).integers(0, 256, x.size)
+    ref = exact_encode(x, f, "stochastic", False, 8, r.astype(np.uint64))
+    for dt in (np.int64, np.uint8, np.int16, np.uint64):
+        got = fp8emu.encode(x, f, rounding="stochastic", random_bits=r.astype(dt), sr_bits=8)
+        np.testing.assert_array_equal(got, ref, err_msg=str(np.dtype(dt)))
