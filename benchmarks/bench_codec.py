@@ -222,6 +222,35 @@ def threads_table(n, repeats, base=None):
     return out
 
 
+def calibrate(runs=3):
+    """How much two threads of plain NumPy work gain on this machine right now (no fp8emu involved).
+
+    ``np.sin`` over 2^22 float64 five times on one thread, then the same on each of two
+    threads at once: 2x the one-thread time over the two-thread time is the parallel
+    efficiency the machine offers (2.0 on two free cores).
+    """
+    import threading
+
+    x = np.random.default_rng(0).standard_normal(1 << 22)
+
+    def work():
+        for _ in range(5):
+            np.sin(x)
+
+    def run(nt):
+        ts = [threading.Thread(target=work) for _ in range(nt)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return time.perf_counter() - t0
+
+    eff = [2 * run(1) / run(2) for _ in range(runs)]
+    print("parallel efficiency of 2 threads (np.sin, 2.0 = two free cores): "
+          + ", ".join(f"{e:.2f}x" for e in eff))
+
+
 def sr_sources_table(n, repeats, base=None):
     """Stochastic rounding from every source type on one thread (and the base package's, if given)."""
     rng = np.random.default_rng(4)
@@ -334,7 +363,8 @@ def main(argv=None):
     p.add_argument("--figure", type=Path, default=ROOT / "figures" / "codec_throughput.png")
     p.add_argument("--base", default=None, help="folder holding another copy of the package as fp8emu_base "
                    "(stochastic-rounding rates of that version)")
-    p.add_argument("--only", choices=["table", "threads", "sr", "overhead", "memory", "sweep"], action="append",
+    p.add_argument("--only", choices=["table", "calibrate", "threads", "sr", "overhead", "memory", "sweep"],
+                   action="append",
                    help="run only these parts (repeatable)")
     p.add_argument("--quick", action="store_true", help="2^18 elements, 3 repeats, sweep to 2^18")
     a = p.parse_args(argv)
@@ -344,7 +374,7 @@ def main(argv=None):
     if a.base:
         sys.path.insert(0, a.base)
         import fp8emu_base as base
-    parts = set(a.only or ["table", "threads", "sr", "overhead", "memory", "sweep"])
+    parts = set(a.only or ["table", "calibrate", "threads", "sr", "overhead", "memory", "sweep"])
     print(f"numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}, "
           f"gfloat {getattr(gfloat, '__version__', 'installed') if gfloat else 'not installed'}, "
           f"fp8emu threads {fp8emu.get_threads()}")
@@ -353,6 +383,8 @@ def main(argv=None):
         fp8emu.set_threads(1)                     # equal thread counts against the C++ casts
         results = table(1 << a.log2n, a.repeats)
         fp8emu.set_threads(None)
+    if "calibrate" in parts:
+        calibrate()
     if "threads" in parts:
         threads_table(1 << a.log2n, a.repeats)
     if "sr" in parts:
