@@ -242,6 +242,19 @@ def _remember_fast(fmt, rounding, saturate, dt, table):
         return
     if dt.itemsize == 2:
         fn = lambda x: table.take(x.view(np.uint16))   # noqa: E731 - every pattern is an index
+    elif dt == np.float32 and fmt.mbits <= 5 and fmt.emin - fmt.mbits >= -131:
+        # Bit 16 lies below the rounding bit of every float32 input, so it is itself only a
+        # sticky bit: OR-ing "lower half non-zero" into it makes the upper half the whole index.
+        half = table[: 1 << 16]
+        low, s16 = np.uint32(0xFFFF), np.uint32(16)
+
+        def fn(x):
+            u = x.view(np.uint32)
+            v = u & low
+            v += low                               # bit 16 set iff the lower half is non-zero
+            v |= u
+            v >>= s16
+            return half.take(v)
     elif dt == np.float32 and sys.byteorder == "little":
         pairs = table.reshape(2, 1 << 16)          # [sticky, upper 16 bits]
 

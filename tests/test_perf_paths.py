@@ -143,12 +143,13 @@ def test_thread_environment_variable(value, expect):
     assert expect in out.stdout
 
 
+@pytest.mark.parametrize("name", ["e5m2", "e4m3fn", "binary8p7", "e2m1fn"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
-def test_small_call_path_matches_oracle(dtype):
+def test_small_call_path_matches_oracle(dtype, name):
     x = sr_inputs(8, 3000)
     with np.errstate(all="ignore"):
         x = x.astype(dtype)
-    f = fp8emu.get_format("e5m2")
+    f = fp8emu.get_format(name)
     o = ValueOracle(f)
     ref = o(x.astype(np.float64), "rne", False)
     big = np.resize(x, 1 << 13)
