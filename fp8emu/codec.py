@@ -383,9 +383,9 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     >>> fp8emu.encode(np.float64(1.0625), "e4m3fn", rounding="rup").tolist()
     57
     """
-    if (type(x) is np.ndarray and 0 < x.ndim and x.size <= CHUNK and (saturate is False or saturate is True)
-            and type(rounding) is str and profile is None and via is None and rng is None
-            and random_bits is None and sr_bits is None
+    if (type(x) is np.ndarray and rng is random_bits is sr_bits is via is profile is None
+            and 0 < x.ndim and x.size <= CHUNK and (saturate is False or saturate is True)
+            and type(rounding) is str
             and (threads is None or type(threads) is int and threads > 0)):   # one thread below CHUNK anyway
         # Small calls with plain options: one dict look-up, then the table (see _remember_fast).
         fast = _FAST.get((get_format(fmt), rounding, saturate, x.dtype))
