@@ -255,6 +255,18 @@ def _remember_fast(fmt, rounding, saturate, dt, table):
             v |= u
             v >>= s16
             return half.take(v)
+    elif dt == np.float64 and fmt.mbits <= 5:
+        # the same for float64: bit 45 (the lowest of the 19-bit index) is only a sticky bit
+        half = table[: 1 << 19]
+        low, s45 = np.uint64((1 << 45) - 1), np.uint64(45)
+
+        def fn(x):
+            u = x.view(np.uint64)
+            v = u & low
+            v += low                               # bit 45 set iff the low 45 bits are non-zero
+            v |= u
+            v >>= s45
+            return half.take(v.view(np.int64))
     elif dt == np.float32 and sys.byteorder == "little":
         pairs = table.reshape(2, 1 << 16)          # [sticky, upper 16 bits]
 

@@ -144,7 +144,7 @@ def test_thread_environment_variable(value, expect):
 
 
 @pytest.mark.parametrize("name", ["e5m2", "e4m3fn", "binary8p7", "e2m1fn"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64])
 def test_small_call_path_matches_oracle(dtype, name):
     x = sr_inputs(8, 3000)
     with np.errstate(all="ignore"):
@@ -154,7 +154,8 @@ def test_small_call_path_matches_oracle(dtype, name):
     ref = o(x.astype(np.float64), "rne", False)
     big = np.resize(x, 1 << 13)
     fp8emu.encode(big, f)                         # builds the table and registers the small path
-    assert (f, "rne", False, x.dtype) in codec._FAST
+    if x.dtype != np.float64 or f.mbits <= 5:
+        assert (f, "rne", False, x.dtype) in codec._FAST
     np.testing.assert_array_equal(fp8emu.encode(x, f), ref)
     grid = x[:3000].reshape(30, 100)
     np.testing.assert_array_equal(fp8emu.encode(grid, f), ref[:3000].reshape(30, 100))
