@@ -36,7 +36,7 @@ import numpy as np
 from . import parallel
 from .formats import get_format
 from .profiles import get_profile
-from .rounding import check_rounding
+from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation
 from .tables import (
     CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table,
     decode_take, encode_exact, encode_table, lookup, source_name, table_ok,
@@ -290,12 +290,13 @@ def _f32_index(x):
 # ----------------------------------------------------------------------------- public API
 def _random_source(rounding, rng, sr_bits, random_bits, shape):
     """Validate the stochastic-rounding options; return (k, bits array or None, Generator)."""
-    if rounding != "stochastic":
+    if rounding not in STOCHASTIC_MODES:
         if rng is not None or random_bits is not None or sr_bits is not None:
-            raise ValueError("rng, sr_bits and random_bits apply only to rounding='stochastic'")
+            raise ValueError("rng, sr_bits and random_bits apply only to rounding='stochastic' and "
+                             f"the other stochastic modes ({', '.join(STOCHASTIC_MODES[1:])})")
         return 0, None, None
     if random_bits is None and rng is None:
-        raise ValueError("rounding='stochastic' needs a source of randomness: pass rng "
+        raise ValueError(f"rounding={rounding!r} needs a source of randomness: pass rng "
                          "(np.random.Generator or int seed) or random_bits")
     if random_bits is not None and rng is not None:
         raise ValueError("pass either rng or random_bits, not both")
@@ -342,14 +343,20 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
         Never modified.
     fmt : str or Format
         Target format (see :func:`fp8emu.format_names`).
-    rounding : {"rne", "rna", "rtz", "rup", "rdn", "rto", "stochastic"}, keyword-only
-        Rounding mode (see :data:`fp8emu.rounding.ROUNDING_MODES`).
-    saturate : bool, keyword-only
-        If True, overflows and +-Inf become +-max (NaN stays NaN).  If False
-        (OCP non-saturating mode with IEEE 754 section 7.4), overflow gives
-        +-Inf, or NaN where the format has no Inf, except that ``rtz``/``rto``,
-        ``rdn`` for positive and ``rup`` for negative values give +-max;
-        formats with neither Inf nor NaN (FP6, FP4) always saturate.
+    rounding : str, keyword-only
+        ``"rne"``, ``"rna"``, ``"rtz"``, ``"rup"``, ``"rdn"``, ``"rto"`` or a
+        stochastic mode (``"stochastic"``, ``"stochastic_p3109"``,
+        ``"stochastic_odd"``, ``"stochastic_fast"``); see
+        :data:`fp8emu.rounding.ROUNDING_MODES`.
+    saturate : bool or {"satfinite", "satpropagate", "ovfinf"}, keyword-only
+        If True (``"satfinite"``), overflows and +-Inf become +-max (NaN stays
+        NaN).  If False (``"ovfinf"``; OCP non-saturating mode with IEEE 754
+        section 7.4), overflow gives +-Inf, or NaN where the format has no Inf,
+        except that ``rtz``/``rto``, ``rdn`` for positive and ``rup`` for
+        negative values give +-max (for the P3109 formats ``rto`` gives Inf,
+        as P3109 says); formats with neither Inf nor NaN (FP6, FP4) always
+        saturate.  ``"satpropagate"`` (P3109): finite overflows give +-max,
+        +-Inf inputs keep what ``saturate=False`` gives them.
     rng : numpy.random.Generator or int, keyword-only
         Randomness for stochastic rounding.  Bits are drawn as
         ``rng.integers(0, 2**sr_bits, size, dtype=np.uint64)`` in C order.
@@ -406,13 +413,20 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     fmt = get_format(fmt)
     prof = get_profile(profile)
     rounding = check_rounding(rounding)
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__}")
-    saturate = bool(saturate)
+    saturate = check_saturation(saturate)
+    if saturate == "satpropagate":
+        options = dict(rounding=rounding, rng=rng, sr_bits=sr_bits, random_bits=random_bits, via=via,
+                       profile=profile, threads=threads)
+        out = encode(x, fmt, saturate=True, **options)
+        arr = as_array(x)
+        inf = np.isinf(arr) if arr.dtype.kind in "fc" else np.zeros(arr.shape, bool)
+        if inf.any():
+            out = np.where(inf, encode(np.where(inf, arr, 0), fmt, saturate=False, **options), out)
+        return out.astype(np.uint8)
     arr = as_array(x)
     if not prof.is_spec:
         prof.check_options(saturate=saturate, via=via, stochastic=(
-            rounding == "stochastic" or rng is not None or sr_bits is not None or random_bits is not None))
+            rounding in STOCHASTIC_MODES or rng is not None or sr_bits is not None or random_bits is not None))
         return _encode_profile(arr, fmt, prof, rounding, threads)
     k, rb, gen = _random_source(rounding, rng, sr_bits, random_bits, arr.shape)
     if via is not None:
@@ -453,7 +467,7 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True,
     if not n:
         return
     dt = flat.dtype
-    if rounding != "stochastic":
+    if rounding in DETERMINISTIC_MODES:
         table = None
         if fast and table_ok(fmt, dt):
             src = source_name(dt)
@@ -467,7 +481,8 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True,
             work = lambda a, b: _exact_range(flat[a:b], None, out[a:b], fmt, rounding, saturate, 0)  # noqa: E731
         parallel.run(work, parallel.split(0, n, threads, CHUNK), threads)
         return
-    plan = _sr_plan(fmt, dt, saturate, n) if fast else None
+    # the pattern addition is plain stochastic rounding; the other stochastic modes use the exact core
+    plan = _sr_plan(fmt, dt, saturate, n) if fast and rounding == "stochastic" else None
 
     def work_on(bits, a0):
         def work(a, b):
@@ -537,8 +552,11 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None, threads=None) -> np.nd
         dt = None
     if dt not in DECODE_DTYPES:
         raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
+    if isinstance(codes, (list, tuple)) and np.size(codes) == 0:
+        codes = np.zeros(np.shape(codes), np.uint8)   # NumPy would make an empty list float64
     c = as_codes(codes, fmt)
-    return decode_take(prof.decode_table(fmt, dt), c, parallel.resolve_threads(threads, c.size))
+    # A 0-d input gives a 0-d array, as encode does (np.take would return a scalar).
+    return np.asarray(decode_take(prof.decode_table(fmt, dt), c, parallel.resolve_threads(threads, c.size)))
 
 
 def quantize(x, fmt, **encode_options) -> np.ndarray:
@@ -556,10 +574,10 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
     arr = as_array(x)
     if arr.dtype in DECODE_DTYPES:
         dt = arr.dtype
-    elif arr.dtype.kind == "V":   # ml_dtypes' narrow floats
-        dt = np.dtype(np.float32)
-    else:
+    elif arr.dtype.kind in "biu":
         dt = np.dtype(np.float64)
+    else:   # ml_dtypes' narrow floats, the only other types as_array accepts (their kind is "f" or "V")
+        dt = np.dtype(np.float32)
     return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt, profile=encode_options.get("profile"),
                   threads=encode_options.get("threads"))
 
@@ -587,4 +605,8 @@ def as_ml_dtypes(codes, fmt) -> np.ndarray:
     arr = np.asarray(codes)
     if arr.dtype != np.uint8:
         raise TypeError(f"as_ml_dtypes expects uint8 codes, got dtype {arr.dtype}")
+    if fmt.bits < 8 and arr.size and int(arr.max()) >= (1 << fmt.bits):
+        # ml_dtypes would read the stray high bits (0x1F as e2m1fn is -6): refuse instead.
+        raise ValueError(f"codes out of range for {fmt.bits}-bit format {fmt.name}: "
+                         f"expected 0..{(1 << fmt.bits) - 1}, got a maximum of {int(arr.max())}")
     return arr.view(fmt.ml_dtype)

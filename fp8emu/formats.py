@@ -23,7 +23,7 @@ import numpy as np
 
 from .registry import Registry
 
-__all__ = ["Format", "get_format", "format_names", "register_format", "format_table"]
+__all__ = ["Format", "get_format", "format_names", "register_format", "format_table", "p3109_format"]
 
 _INF_STYLES = (None, "ieee", "top")
 _NAN_STYLES = (None, "ieee", "fn", "negzero", "top")
@@ -50,7 +50,9 @@ class Format:
         has no zero.
     inf : {None, "ieee", "top"}
         How +-Inf are encoded: ``"ieee"`` all-ones exponent with zero
-        mantissa; ``"top"`` the largest magnitude code (IEEE P3109).
+        mantissa; ``"top"`` the largest magnitude code that is not NaN (IEEE
+        P3109: 0x7F/0xFF in signed formats, 0xFE below the NaN 0xFF in
+        unsigned ones).
     nan : {None, "ieee", "fn", "negzero", "top"}
         How NaN is encoded: ``"ieee"`` all-ones exponent with non-zero
         mantissa; ``"fn"`` all-ones magnitude (OCP E4M3, sign kept);
@@ -86,15 +88,34 @@ class Format:
     description: str = ""
 
     def __post_init__(self):
+        # Every field is checked by type and range here, so that a wrong field is
+        # named at construction rather than surfacing later as an overflow warning,
+        # a zero maximum or an Inf value table.
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError("Format name must be a non-empty string")
+            raise ValueError(f"Format.name must be a non-empty string, got {self.name!r}")
         for field in ("ebits", "mbits", "bias"):
-            if not isinstance(getattr(self, field), (int, np.integer)):
-                raise TypeError(f"Format.{field} must be an int, got {getattr(self, field)!r}")
-        if self.ebits < 1 or self.mbits < 0:
-            raise ValueError(f"need ebits >= 1 and mbits >= 0, got ebits={self.ebits}, mbits={self.mbits}")
+            v = getattr(self, field)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"Format.{field} must be an int, got {v!r}")
+            object.__setattr__(self, field, int(v))
+        for field in ("signed", "subnormals"):
+            v = getattr(self, field)
+            if not isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"Format.{field} must be a bool (True or False), got {v!r}")
+            object.__setattr__(self, field, bool(v))
+        if not isinstance(self.description, str):
+            raise TypeError(f"Format.description must be a string, got {self.description!r}")
+        if not 1 <= self.ebits <= 8:
+            raise ValueError(f"Format.ebits must be in 1..8, got {self.ebits}")
+        if not 0 <= self.mbits <= 7:
+            raise ValueError(f"Format.mbits must be in 0..7, got {self.mbits}")
         if self.bits > 8:
-            raise ValueError(f"fp8emu formats have at most 8 bits; {self.name} would have {self.bits}")
+            raise ValueError(f"fp8emu formats have at most 8 bits; {self.name} would have {self.bits} "
+                             f"(signed={self.signed}, ebits={self.ebits}, mbits={self.mbits})")
+        lo, hi = self.bias_range(self.ebits, self.mbits, self.subnormals)
+        if not lo <= self.bias <= hi:
+            raise ValueError(f"Format.bias must be in {lo}..{hi} for ebits={self.ebits}, mbits={self.mbits}"
+                             f" (every value a finite float64, the smallest one normal), got {self.bias}")
         if self.inf not in _INF_STYLES:
             raise ValueError(f"inf must be one of {_INF_STYLES}, got {self.inf!r}")
         if self.nan not in _NAN_STYLES:
@@ -109,12 +130,29 @@ class Format:
             raise ValueError("inf='ieee' pairs with nan='ieee' or no NaN")
         if self.nan == "ieee" and self.inf != "ieee":
             raise ValueError("nan='ieee' needs inf='ieee'")
-        if self.inf is not None and not self.signed:
-            raise ValueError("unsigned formats with Inf are not supported")
+        if self.inf == "ieee" and not self.signed:
+            raise ValueError("unsigned formats take Inf as inf='top' (P3109), not 'ieee'")
+        if self.inf == "top" and not self.signed and self.nan != "top":
+            raise ValueError("an unsigned format with Inf needs nan='top' (P3109: NaN 0xFF, Inf 0xFE)")
         if self.nan == "ieee" and self.mbits == 0:
             raise ValueError("nan='ieee' needs at least one mantissa bit")
         if self.max_code < (1 << self.mbits) and not self.subnormals:
             raise ValueError("format has no finite values")
+
+    @staticmethod
+    def bias_range(ebits: int, mbits: int, subnormals: bool = True) -> tuple[int, int]:
+        """Accepted ``bias`` values ``(lo, hi)`` for the given field widths.
+
+        The largest exponent field's binade must stay below ``2**1024`` (every
+        value a finite float64) and the smallest value must be a normal float64
+        (``>= 2**-1022``), so values, tables and the exact core stay exact.
+
+        Examples
+        --------
+        >>> Format.bias_range(4, 3)
+        (-1008, 1020)
+        """
+        return (1 << ebits) - 1024, 1022 + int(bool(subnormals)) - mbits
 
     # ------------------------------------------------------------------ layout
     @property
@@ -143,15 +181,15 @@ class Format:
         if self.inf == "ieee":
             return ((1 << self.ebits) - 1) << self.mbits
         if self.inf == "top":
-            return self.magnitude_mask
+            return self.magnitude_mask - (1 if self.nan == "top" else 0)
         return None
 
     @property
     def max_code(self) -> int:
         """Magnitude code of the largest finite value."""
-        if self.inf == "ieee":
+        if self.inf is not None:
             return self.inf_code - 1
-        if self.inf == "top" or self.nan in ("fn", "top"):
+        if self.nan in ("fn", "top"):
             return self.magnitude_mask - 1
         return self.magnitude_mask
 
@@ -223,7 +261,9 @@ class Format:
         if self.inf_code is not None:
             vals = np.where(mag == self.inf_code, np.where(neg, -np.inf, np.inf), vals)
         nan = self.nan_mask(codes)
-        vals = np.where(nan, np.nan, vals)
+        # a NaN code decodes to a NaN with the code's sign bit (as ml_dtypes), so that
+        # encode(decode(c)) gives c back for every canonical NaN code
+        vals = np.where(nan, np.where(neg, -np.nan, np.nan), vals)
         vals.setflags(write=False)
         return vals
 
@@ -244,7 +284,7 @@ class Format:
     def values(self) -> np.ndarray:
         """Value of every code, as a read-only float64 array indexed by code.
 
-        NaN codes hold NaN, Inf codes +-Inf.
+        NaN codes hold NaN with the sign of the code's sign bit (as ml_dtypes), Inf codes +-Inf.
 
         Examples
         --------
@@ -306,6 +346,34 @@ def _p3109(p: int) -> Format:
         f"binary8p{p}", ebits=8 - p, mbits=p - 1, bias=2 ** (7 - p), inf="top", nan="negzero",
         description=f"IEEE P3109 binary8p{p} (signed, extended)",
     )
+
+
+def p3109_format(p: int, *, signed: bool = True) -> Format:
+    """The IEEE P3109 8-bit extended format of precision ``p`` (1..7 signed, 1..8 unsigned).
+
+    Signed: ``binary8p{p}``, the registered built-in.  Unsigned (``binary8p{p}u``,
+    not registered; pass it to :func:`register_format` to use it by name): no sign
+    bit, ``9 - p`` exponent bits, bias ``2**(8 - p)``, zero at 0x00, +Inf at 0xFE
+    and NaN at 0xFF (as gfloat's ``format_info_p3109(8, p, Unsigned)``); negative
+    inputs give NaN.
+
+    Examples
+    --------
+    >>> from fp8emu.formats import p3109_format
+    >>> f = p3109_format(3, signed=False)
+    >>> f.bits, f.bias, f.max, f.inf_code, f.nan_code
+    (8, 32, 2684354560.0, 254, 255)
+    """
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+        raise TypeError(f"p must be an int, got {p!r}")
+    if signed:
+        if not 1 <= p <= 7:
+            raise ValueError(f"signed P3109 8-bit formats have p in 1..7, got {p}")
+        return _REGISTRY[f"binary8p{p}"]
+    if not 1 <= p <= 8:
+        raise ValueError(f"unsigned P3109 8-bit formats have p in 1..8, got {p}")
+    return Format(f"binary8p{p}u", ebits=9 - p, mbits=p - 1, bias=2 ** (8 - p), signed=False,
+                  inf="top", nan="top", description=f"IEEE P3109 binary8p{p} (unsigned, extended)")
 
 
 def register_format(fmt: Format, *, replace: bool = False) -> Format:

@@ -16,7 +16,8 @@ import numpy as np
 
 from .formats import Format
 
-__all__ = ["ROUNDING_MODES", "DETERMINISTIC_MODES", "check_rounding"]
+__all__ = ["ROUNDING_MODES", "DETERMINISTIC_MODES", "STOCHASTIC_MODES", "SATURATION_MODES",
+           "check_rounding", "check_saturation"]
 
 #: Rounding modes understood by :func:`fp8emu.encode`.
 ROUNDING_MODES = {
@@ -27,8 +28,18 @@ ROUNDING_MODES = {
     "rdn": "round toward -infinity",
     "rto": "round to odd (truncate, then set the last bit if inexact)",
     "stochastic": "add k random bits to the top k discarded bits; a carry rounds away from zero",
+    "stochastic_p3109": "round the discarded fraction to k bits (ties to even), add k random bits; "
+                        "a carry rounds away (gfloat Stochastic, its reading of P3109)",
+    "stochastic_odd": "as stochastic_p3109 with ties to odd (gfloat StochasticOdd)",
+    "stochastic_fast": "round away iff fraction + (2r + 1) / 2**(k+1) >= 1 (gfloat StochasticFast)",
 }
-DETERMINISTIC_MODES = tuple(m for m in ROUNDING_MODES if m != "stochastic")
+#: The stochastic modes (they need random bits: ``rng`` or ``random_bits``).
+STOCHASTIC_MODES = ("stochastic", "stochastic_p3109", "stochastic_odd", "stochastic_fast")
+DETERMINISTIC_MODES = tuple(m for m in ROUNDING_MODES if m not in STOCHASTIC_MODES)
+#: Overflow behaviours accepted as ``encode(..., saturate=...)`` besides True/False (IEEE P3109
+#: interim report's saturation modes): "satfinite" = True, "ovfinf" = False, "satpropagate":
+#: finite overflow saturates to +-max, +-Inf inputs stay +-Inf.
+SATURATION_MODES = ("satfinite", "satpropagate", "ovfinf")
 
 _U64 = np.uint64
 
@@ -55,6 +66,28 @@ def check_rounding(rounding) -> str:
     return rounding
 
 
+def check_saturation(saturate):
+    """Normalise ``saturate``: a bool, or one of :data:`SATURATION_MODES`.
+
+    Returns
+    -------
+    bool or str
+        True (saturate-finite), False (overflow to Inf), or ``"satpropagate"``.
+
+    Examples
+    --------
+    >>> from fp8emu.rounding import check_saturation
+    >>> check_saturation("ovfinf"), check_saturation("satfinite"), check_saturation("satpropagate")
+    (False, True, 'satpropagate')
+    """
+    if isinstance(saturate, (bool, np.bool_)):
+        return bool(saturate)
+    if isinstance(saturate, str) and saturate in SATURATION_MODES:
+        return {"satfinite": True, "ovfinf": False}.get(saturate, saturate)
+    raise TypeError(f"saturate must be a bool or one of {', '.join(SATURATION_MODES)}, "
+                    f"got {saturate!r}")
+
+
 def bit_length(m: np.ndarray) -> np.ndarray:
     """Number of significant bits of each uint64 in ``m`` (0 for 0), as int64."""
     _, bl = np.frexp(m.astype(np.float64))
@@ -77,11 +110,17 @@ def overflow_code(fmt: Format, neg, rounding: str, saturate: bool) -> np.ndarray
     stochastic modes overflow to Inf (NaN where the format has no Inf, +-max
     where it has neither); ``rtz`` and ``rto``, ``rdn`` for positive and
     ``rup`` for negative values give +-max.  ``saturate`` always gives +-max.
+
+    IEEE P3109 formats (Inf at the top code, ``inf="top"``) differ for
+    ``rto`` in overflow-to-infinity mode: the code after max is Inf, so a
+    value above max, truncated to max (even code) and inexact, takes the odd
+    neighbour, Inf (the P3109 interim report; fp8emu's OCP formats keep +-max).
     Returns int64 codes *without* the sign bit applied, except for NaN codes,
     which are complete; use together with :func:`finish_codes`.
     """
     neg = np.asarray(neg, dtype=bool)
-    to_max = np.full(neg.shape, saturate or rounding in ("rtz", "rto"), dtype=bool)
+    rto_max = rounding == "rto" and fmt.inf != "top"
+    to_max = np.full(neg.shape, bool(saturate) or rounding == "rtz" or rto_max, dtype=bool)
     if rounding == "rdn":
         to_max |= ~neg
     elif rounding == "rup":
@@ -160,13 +199,8 @@ def round_exact(neg, m, lsb, fmt: Format, rounding: str, saturate: bool,
         inc = inexact & neg
     elif rounding == "rto":
         inc = inexact & ~odd
-    elif rounding == "stochastic":
-        k = int(sr_bits)
-        r = np.asarray(random_bits, dtype=_U64)
-        down = _shift_right(rem, s_pos - k)                               # s >= k
-        up = rem << np.clip(k - s_pos, 0, 63).astype(_U64)                # s < k
-        top_k = np.where(s_pos >= k, down, up)
-        inc = ((top_k + r) >> _U64(k)) != 0
+    elif rounding in STOCHASTIC_MODES:
+        inc = _stochastic_increment(rounding, rem, s_pos, np.asarray(random_bits, dtype=_U64), int(sr_bits))
         inc &= inexact
     else:  # pragma: no cover - guarded by check_rounding
         raise ValueError(rounding)
@@ -178,6 +212,41 @@ def round_exact(neg, m, lsb, fmt: Format, rounding: str, saturate: bool,
     if over.any():
         code = np.where(over, overflow_code(fmt, neg, rounding, saturate), code)
     return finish_codes(code, neg, fmt, zero_input=is_zero)
+
+
+def _stochastic_increment(rounding, rem, s, r, k):
+    """Whether stochastic rounding rounds away, from the discarded bits ``rem`` (``s`` of them).
+
+    With ``f = rem / 2**s`` the discarded fraction and ``r`` the k random bits:
+
+    * ``stochastic``: ``floor(f * 2**k) + r >= 2**k`` (gfloat ``StochasticFastest``);
+    * ``stochastic_p3109``: ``rne(f * 2**k) + r >= 2**k``, ``f * 2**k`` rounded to an
+      integer with ties to even (gfloat ``Stochastic``);
+    * ``stochastic_odd``: the same with ties to odd (gfloat ``StochasticOdd``);
+    * ``stochastic_fast``: ``f + (2r + 1) / 2**(k+1) >= 1`` (gfloat ``StochasticFast``).
+
+    All comparisons are done on integers, exactly.
+    """
+    if rounding == "stochastic_fast":
+        t = (_U64(1) << _U64(k + 1)) - (r << _U64(1)) - _U64(1)          # odd, >= 1
+        j = s - (k + 1)
+        # f >= t / 2**(k+1)  <=>  rem >= t * 2**j  <=>  floor(rem / 2**j) >= t (j >= 0)
+        big = _shift_right(rem, np.maximum(j, 0)) >= t
+        small = (rem << np.clip(-j, 0, 63).astype(_U64)) >= t               # rem < 2**s, no overflow
+        return np.where(j >= 0, big, small)
+    down = _shift_right(rem, np.maximum(s - k, 0))                        # floor(f * 2**k), s >= k
+    up = rem << np.clip(k - s, 0, 63).astype(_U64)                        # exact when s < k
+    top_k = np.where(s >= k, down, up)
+    if rounding in ("stochastic_p3109", "stochastic_odd"):
+        j = s - k                                                          # bits below the k kept
+        in_reach = (j >= 1) & (j <= 64)
+        low_mask = np.where(j >= 64, ~_U64(0), (_U64(1) << np.clip(j, 0, 63).astype(_U64)) - _U64(1))
+        low = rem & low_mask
+        half = _U64(1) << np.clip(j - 1, 0, 63).astype(_U64)
+        odd = (top_k & _U64(1)).astype(bool)
+        tie_up = odd if rounding == "stochastic_p3109" else ~odd
+        top_k = top_k + (in_reach & ((low > half) | ((low == half) & tie_up))).astype(_U64)
+    return (top_k + r) >= (_U64(1) << _U64(k))
 
 
 def finish_codes(code, neg, fmt: Format, zero_input=None) -> np.ndarray:
@@ -197,9 +266,13 @@ def finish_codes(code, neg, fmt: Format, zero_input=None) -> np.ndarray:
         out = np.where(signed, code | fmt.sign_bit, code)
     else:
         out = code
-        bad = neg & (code != 0) if fmt.has_zero else neg
-        if zero_input is not None and not fmt.has_zero:
-            bad = bad | zero_input
+        if not fmt.has_zero:
+            bad = neg if zero_input is None else neg | zero_input
+        elif zero_input is not None:
+            # a negative non-zero input is NaN even where it rounds to zero (there is no -0)
+            bad = neg & ~np.asarray(zero_input, dtype=bool)
+        else:
+            bad = neg & (code != 0)
         is_nan = is_nan | bad
     out = np.where(is_nan, nan_codes(fmt, neg), out)
     return out.astype(np.uint8)

@@ -92,11 +92,19 @@ SPECS = {s.name: s for s in [
 
 #: Overflow policy (IEEE 754 section 7.4): whether a result beyond max becomes +-max rather than
 #: Inf (or NaN where there is no Inf), per rounding mode, for (positive, negative) values.
-#: Round-to-odd never overflows (fp8emu's documented choice, as a truncation).
+#: Round-to-odd never overflows in OCP formats (fp8emu's documented choice, as a truncation);
+#: in the P3109 formats it overflows to Inf (the P3109 interim report: the code after max is Inf).
 OVERFLOW_TO_MAX = {
     "rne": (False, False), "rna": (False, False), "stochastic": (False, False),
     "rtz": (True, True), "rto": (True, True), "rup": (False, True), "rdn": (True, False),
 }
+
+
+def overflow_to_max(fmt, rounding):
+    """:data:`OVERFLOW_TO_MAX` for ``rounding``, with P3109's round-to-odd overflowing to Inf."""
+    if rounding == "rto" and spec(fmt).name.startswith("binary8p"):
+        return (False, False)
+    return OVERFLOW_TO_MAX[rounding]
 
 
 def spec(fmt):
@@ -247,7 +255,7 @@ def round_fraction(x, fmt, rounding, saturate, r=None, k=None):
             mag = hi_c
             overflow = False
     if overflow:
-        return _beyond_max(fmt, neg, saturate or OVERFLOW_TO_MAX[rounding][int(neg)])
+        return _beyond_max(fmt, neg, saturate or overflow_to_max(fmt, rounding)[int(neg)])
     return _sign(fmt, mag, neg)
 
 
@@ -338,7 +346,7 @@ class ValueOracle:
         away &= ~exact
         mag = np.where(away, hi_c, lo_c)
         overflow = away & last
-        pos_max, neg_max = OVERFLOW_TO_MAX[rounding]
+        pos_max, neg_max = overflow_to_max(fmt, rounding)
         to_max = saturate | np.where(neg, neg_max, pos_max)
         if fmt.inf is None and not fmt.nan:
             to_max[:] = True

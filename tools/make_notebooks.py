@@ -85,6 +85,82 @@ NOTEBOOKS = {
         "fig, ax = plt.subplots(figsize=(7, 4))\nfor name, r in res.items():\n    ax.plot(r['loss'], label=name)\n"
         "ax.set_yscale('log'); ax.set_xlabel('step'); ax.set_ylabel('loss (nats)'); ax.legend(); fig",
     ],
+    "07_checkpoint_study": [
+        "# Studying a checkpoint\nWhat happens to a model's tensors under E4M3 per-tensor scaling, 1x128 blocks, MXFP8, "
+        "MXFP4, NVFP4 and calibrated scales? `fp8emu study` answers it for real checkpoints; here we walk through a "
+        "study of the small demo checkpoint that ships with fp8emu (the training demo's learned weights plus "
+        "synthetic LLM-like tensors with outlier channels and heavy tails).",
+        PARAM, SETUP + "\nimport pathlib, tempfile\nfrom fp8emu.lab import report, study\nfrom fp8emu.recipes import recipe_matrix",
+        "ckpt = study.demo_checkpoint()\nrefs, skipped = study.discover([ckpt])\nprint(len(refs), 'tensors')\n"
+        "for r in refs[:6]:\n    print(f'{r.name:45s} {str(r.shape):12s} {r.dtype}')",
+        "## The recipe matrix\nEvery recipe is a small named object; `fp8emu study --list-recipes` lists them. "
+        "A small SIZE studies a few tensors under a few recipes.",
+        "print(len(recipe_matrix()), 'recipes, e.g.', list(recipe_matrix())[:4])\n"
+        "recipes = None if SIZE >= 1 else ['tensor-e4m3fn', 'row-e4m3fn', 'block1x128-e4m3fn', 'mx-e4m3fn-floor',\n"
+        "                                  'mx-e2m1fn-floor', 'nvfp4', 'calib-p99.99-e4m3fn', 'calib-kl-e4m3fn']\n"
+        "include = None if SIZE >= 1 else ['activations.*', '*.k_proj.*', '*.down_proj.*', 'mlp.layers.0.*', 'model.norm.*']\n"
+        "out = pathlib.Path(tempfile.mkdtemp()) / 'study'\n"
+        "res = study.run_study([ckpt], out, recipes=recipes, include=include, progress=False)\n"
+        "print(res['computed'], 'tensors,', len(res['rows']), 'rows in', out / 'results.csv')",
+        "## Summary per recipe\nMedian and worst SQNR over the tensors, and the element-weighted fractions that "
+        "overflowed the format's real rounding threshold, saturated at max, flushed to zero or became subnormal.",
+        "for s in report.summarize(res['rows']):\n"
+        "    print(f\"{s['recipe']:22s} median {s['median_sqnr_db']:6.1f} dB  worst {s['min_sqnr_db']:6.1f} dB  \"\n"
+        "          f\"overflow {s['frac_overflow']:.1e}  flushed {s['frac_flushed']:.1e}\")",
+        "## One tensor, every metric\nActivations with a few outlier feature channels: one per-tensor scale serves "
+        "the outliers, finer scales serve everybody.",
+        "for r in res['rows']:\n    if r['tensor'] == 'activations.layers.0.mlp_input':\n"
+        "        print(f\"{r['recipe']:22s} SQNR {r['sqnr_db']:5.1f} dB  rel RMS {r['rel_rms_err']:.3f}  \"\n"
+        "              f\"max rel {r['max_rel_err']:.2f}  subnormal {r['frac_subnormal']:.4f}  clip {r['clip_threshold']}\")",
+        "fig = report.figure_heatmap(res['rows'])\nfig",
+        "fig = report.figure_sqnr_vs_range(res['rows'])\nfig",
+        "## What calibration buys\nA floating-point format keeps its relative precision over many binades, so "
+        "clipping outliers (KL, percentiles) rarely pays in E4M3 and can cost a lot: compare the calibrated "
+        "recipes with plain amax scaling.",
+        "rows = {(r['tensor'], r['recipe']): r['sqnr_db'] for r in res['rows']}\n"
+        "for t in sorted({r['tensor'] for r in res['rows']}):\n"
+        "    if (t, 'calib-kl-e4m3fn') in rows:\n"
+        "        print(f\"{t:45s} amax {rows[(t, 'tensor-e4m3fn')]:6.1f}  KL {rows[(t, 'calib-kl-e4m3fn')]:6.1f} dB\")",
+        "## Resuming\nRerunning into the same folder skips the tensor x recipe pairs already in results.csv.",
+        "again = study.run_study([ckpt], out, recipes=recipes, include=include, progress=False, report=False)\n"
+        "print(again['computed'], 'tensors recomputed,', again['skipped'], 'skipped')",
+        "## The same metrics on Dask arrays\n`fp8emu.dask` gives NumPy-identical results on `dask.array` inputs "
+        "(the `fp8emu study --workers N` and `--scheduler ADDRESS` options run the whole study on a cluster).",
+        "import dask.array as da\nimport fp8emu.dask as fd\n"
+        "x = [r for r in refs if r.name == 'activations.layers.0.mlp_input'][0].read()\n"
+        "m = fd.study_metrics(da.from_array(x, chunks=(32, 256)), ['mx-e4m3fn-floor'], rows_per_chunk=128)[0]\n"
+        "print(m['recipe'], round(m['sqnr_db'], 2), 'dB')\n"
+        "print(bool((fd.quantize_mx(da.from_array(x, chunks=(32, 64)), 'e4m3fn').compute().codes == "
+        "fp8emu.quantize_mx(x, 'e4m3fn').codes).all()))",
+    ],
+    "08_block_scaled": [
+        "# Block-scaled GEMM: MXFP8, MXFP4, NVFP4 and the Hadamard transform\n"
+        "Blackwell multiplies MX and NVFP4 operands directly: every product carries its two block scales. "
+        "Here each recipe's GEMM (exact accumulator) is compared with the exact float64 product of the "
+        "unquantized, heavy-tailed inputs.",
+        PARAM, SETUP + "\nfrom fp8emu import scaling\nfrom fp8emu.gemm import block_scaled_mm",
+        "g = np.random.default_rng(0)\nk = 256 if SIZE < 1 else 4096\n"
+        "x = g.standard_t(3, (16, k))\nx[:, g.choice(k, 8, replace=False)] *= 30.0\n"
+        "w = g.standard_normal((k, 16)) / np.sqrt(k)\nref = x @ w\n"
+        "recipes = {\n"
+        "    'MXFP8': (scaling.quantize_mx(x, 'e4m3fn'), scaling.quantize_mx(w, 'e4m3fn', axis=0)),\n"
+        "    'MXFP4': (scaling.quantize_mx(x, 'e2m1fn'), scaling.quantize_mx(w, 'e2m1fn', axis=0)),\n"
+        "    'NVFP4': (scaling.quantize_nvfp4(x), scaling.quantize_nvfp4(w, axis=0)),\n"
+        "    'NVFP4 + RHT': (scaling.quantize_nvfp4(x, random_hadamard_transform=True),\n"
+        "                    scaling.quantize_nvfp4(w, axis=0, random_hadamard_transform=True)),\n"
+        "}\n"
+        "for name, (a, b) in recipes.items():\n"
+        "    out = block_scaled_mm(a, b, accumulator='exact').astype(np.float64)\n"
+        "    print(f'{name:12s} relative error {np.linalg.norm(out - ref) / np.linalg.norm(ref):.4f}')",
+        "## The kernel's buffers\nPacked FP4 (two codes per byte) and the swizzled 128x4 scale layout, "
+        "as cuBLASLt receives them; importing them back gives the same tensor.",
+        "from fp8emu import layouts\na = recipes['NVFP4'][0]\nbuf = layouts.export_kernel_buffers(a)\n"
+        "print(buf['data'].shape, buf['scales'].shape)\n"
+        "back = layouts.import_kernel_buffers(buf['data'], buf['scales'], fmt='nvfp4', k=k, "
+        "global_scale=buf['global_scale'], global_amax=buf['global_amax'])\n"
+        "print(np.array_equal(back.codes, a.codes))",
+        "fig = plots.figure_block_scaled_gemm(size=SIZE)\nfig",
+    ],
 }
 
 

@@ -26,6 +26,7 @@ COMMANDS = {
     "validate-gpu": ("validate_gpu", "compare torch/Triton/JAX GPU casts with the profiles (needs CUDA)"),
     "figures": ("figures", "regenerate the numerics-lab figures (PNG)"),
     "train-demo": ("train_demo", "train a NumPy MLP in float32 and emulated FP8; compare"),
+    "study": ("study", "study a checkpoint's tensors under FP8/MX/NVFP4 recipes; results.csv and reports"),
 }
 
 

@@ -57,6 +57,9 @@ after the pieces are summed (only unit scales were recorded at K = 16384).
 FP8 outputs (``scale_result``) follow cuBLASLt's documented D-scale semantics
 but were not recorded on the GPU.
 
+Block-scaled GEMMs (MX, NVFP4, mixed) are in :mod:`fp8emu.gemm.block_scaled`
+(:func:`block_scaled_mm`; ``scaled_mm`` hands MX / NVFP4 ScaledTensors to it).
+
 Products are exact in float64 (at most 8 significant bits), so the emulation
 works on float64 values scaled by powers of two; all work is vectorised over
 M, N and the products of a step, in chunks of rows so memory stays bounded.
@@ -65,7 +68,9 @@ M, N and the products of a step, in chunks of rows so memory stays bounded.
 from __future__ import annotations
 
 from .accumulator import ACCUMULATORS, Accumulator, cublas_split_k, get_accumulator, split_bounds
+from .block_scaled import BLOCK_ACCUMULATORS, BlockScaledAccumulator, block_scaled_mm, nvfp4_alpha
 from .scaled_mm import scaled_mm
 
 __all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator", "cublas_split_k",
-           "split_bounds"]
+           "split_bounds", "block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS",
+           "nvfp4_alpha"]

@@ -10,25 +10,26 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..codec import decode, encode
 from ..formats import get_format
-from ..tables import SOURCE_DTYPES
 from .accumulator import HW_K_MULTIPLE, get_accumulator
+from .block_scaled import block_scaled_mm
+from .epilogue import as_scale, ieee_specials, output_type, result_scale, to_output
 from .fparith import round_hi_lo, two_sum
-from .kernels import accumulate, mma_dot, special_masks, values_and_exponents
+from .kernels import accumulate, mma_dot, values_and_exponents
 
 __all__ = ["scaled_mm"]
-
-_OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
-
 
 
 def _operand(x, fmt, what):
     """(codes, Format, scale_inv or None) from codes or a ScaledTensor-like object."""
     scale = None
     if hasattr(x, "codes") and hasattr(x, "fmt"):
-        if fmt is None:
-            fmt = x.fmt
+        own = get_format(x.fmt)
+        if fmt is not None and get_format(fmt) != own:
+            # the codes would be read as another format: silently wrong values
+            raise ValueError(f"{what} is a ScaledTensor of format {own.name} but {what}_format is "
+                             f"{get_format(fmt).name}; omit {what}_format or pass the same format")
+        fmt = own
         scale = getattr(x, "scale_inv", None)
         x = x.codes
     if fmt is None:
@@ -48,17 +49,6 @@ def _operand(x, fmt, what):
 _KBLOCK = 128
 
 
-def _as_scale(s, what):
-    try:
-        arr = np.asarray(s, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{what} must be a float or an array of floats, got {type(s).__name__}") from None
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{what} must be finite, got non-finite values")
-    # torch passes scales as float32 tensors
-    return arr.astype(np.float32)
-
-
 class _Scale(NamedTuple):
     """An operand's scale: ``kind`` "scalar", "row" or "block"; ``values`` shaped
     () / (rows, 1) / (row blocks, K blocks); ``row_block`` rows per block (1 or 128)."""
@@ -68,13 +58,22 @@ class _Scale(NamedTuple):
     row_block: int
 
 
-def _classify_scale(s, rows, K, what, other) -> _Scale:
-    """The :class:`_Scale` of an operand seen as rows x K."""
+def _classify_scale(s, rows, K, what, other, transposed=False) -> _Scale:
+    """The :class:`_Scale` of an operand seen as rows x K.
+
+    ``transposed``: the caller gave ``s`` as K x rows (``scale_b``); the error
+    message then shows its shape and the accepted shapes in that orientation.
+    """
     kb = -(-K // _KBLOCK)
     if s.size == 1:
         return _Scale("scalar", s.reshape(()), 1)
     if s.ndim != 2:
         raise ValueError(f"{what} must be a scalar or 2-D, got shape {s.shape}")
+    if transposed:
+        s = s.T
+
+    def shown(shape):
+        return tuple(reversed(shape)) if transposed else tuple(shape)
     r, c = s.shape
     if (r, c) == (rows, 1):
         return _Scale("row", s, 1)
@@ -83,29 +82,13 @@ def _classify_scale(s, rows, K, what, other) -> _Scale:
     if (r, c) == (-(-rows // _KBLOCK), kb):
         return _Scale("block", s, _KBLOCK)
     raise ValueError(
-        f"{what} has shape {s.shape}; accepted: a scalar, {other}, ({rows}, {kb}) 1x128 blocks "
-        f"or ({-(-rows // _KBLOCK)}, {kb}) 128x128 blocks")
+        f"{what} has shape {shown(s.shape)}; accepted: a scalar, {other}, {shown((rows, kb))} 1x128 "
+        f"blocks or {shown((-(-rows // _KBLOCK), kb))} 128x128 blocks")
 
 
 # ----------------------------------------------------------------------------- public API
-def _out_dtype(out_dtype):
-    if isinstance(out_dtype, str) and out_dtype in _OUT_DTYPES:
-        return _OUT_DTYPES[out_dtype], None
-    try:
-        dt = np.dtype(out_dtype)
-        if dt in _OUT_DTYPES.values():
-            return dt, None
-    except TypeError:
-        pass
-    try:
-        return None, get_format(out_dtype)
-    except (ValueError, TypeError, KeyError):
-        raise ValueError(f"unknown out_dtype {out_dtype!r}; use 'float32', 'bfloat16', 'float16' "
-                         "or an FP8 format name") from None
-
-
 def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, bias=None,
-              out_dtype="float32", accumulator="hopper", scale_result=None):
+              out_dtype="float32", accumulator=None, scale_result=None):
     """Emulate ``torch._scaled_mm``: ``(A @ B) * scale_a * scale_b (+ bias)`` from FP8 codes.
 
     Parameters
@@ -127,9 +110,11 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         Added to every row; converted to the output type first (as torch does).
     out_dtype : str
         ``"float32"``, ``"bfloat16"``, ``"float16"`` or an FP8/narrow format name.
-    accumulator : str or Accumulator
-        ``"hopper"`` (``use_fast_accum=False``), ``"hopper-fast"``
+    accumulator : str or Accumulator, optional
+        ``"hopper"`` (``use_fast_accum=False``, the default), ``"hopper-fast"``
         (``use_fast_accum=True``), ``"fp32"``, ``"exact"``, or an :class:`Accumulator`.
+        MX / NVFP4 operands (ScaledTensors with block scale codes) are passed to
+        :func:`fp8emu.gemm.block_scaled_mm`, whose default is ``"blackwell"``.
     scale_result : float, optional
         Narrow output only: the float32 result is multiplied by it before the
         (round-to-nearest-even, saturating) conversion.
@@ -149,6 +134,16 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     >>> float(scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="hopper")[0, 0])
     1.0
     """
+    if _block_scaled(a) or _block_scaled(b):
+        if not (np.ndim(scale_a) == 0 and float(scale_a) == 1.0 and np.ndim(scale_b) == 0
+                and float(scale_b) == 1.0):
+            raise ValueError("MX / NVFP4 operands carry their own block scales; leave scale_a and "
+                             "scale_b at 1")
+        return block_scaled_mm(a, b, a_format=a_format, b_format=b_format, bias=bias,
+                               out_dtype=out_dtype, scale_result=scale_result,
+                               accumulator="blackwell" if accumulator is None else accumulator)
+    if accumulator is None:
+        accumulator = "hopper"
     ca, fa, scale_a = _operand_and_scale(a, a_format, scale_a, "a")
     cb, fb, scale_b = _operand_and_scale(b, b_format, scale_b, "b")
     M, K = ca.shape
@@ -156,23 +151,29 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         raise ValueError(f"shape mismatch: a is {ca.shape} and b is {cb.shape}; need (M, K) @ (K, N)")
     N = cb.shape[1]
     acc = get_accumulator(accumulator)
-    odt, ofmt = _out_dtype(out_dtype)
-    scale_result = _result_scale(scale_result, ofmt)
+    odt, ofmt = output_type(out_dtype)
+    scale_result = result_scale(scale_result, ofmt)
     if K % HW_K_MULTIPLE:
         warnings.warn(f"K = {K} is not a multiple of {HW_K_MULTIPLE}: cuBLASLt rejects such FP8 "
                       "GEMMs; computing anyway", RuntimeWarning, stacklevel=2)
-    sa = _classify_scale(_as_scale(scale_a, "scale_a"), M, K, "scale_a", f"({M}, 1) row-wise")
-    sb = _as_scale(scale_b, "scale_b")
-    sb = _classify_scale(sb.T if sb.ndim == 2 else sb, N, K, "scale_b", f"(1, {N}) column-wise")
+    sa = _classify_scale(as_scale(scale_a, "scale_a"), M, K, "scale_a", f"({M}, 1) row-wise")
+    sb = _classify_scale(as_scale(scale_b, "scale_b"), N, K, "scale_b", f"(1, {N}) column-wise",
+                         transposed=True)
 
+    if M == 0 or N == 0:   # an empty result: nothing to accumulate
+        return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
     va, ea = values_and_exponents(ca, fa)
     vb, eb = values_and_exponents(cb, fb)
     if "block" in (sa.kind, sb.kind):
         v = _block_scaled_sum(va, ea, vb, eb, acc, sa, sb, (fa.mbits, fb.mbits))
     else:
         v = _scale_epilogue(accumulate(va, ea, vb, eb, acc, (fa.mbits, fb.mbits)), sa, sb)
-    v = _ieee_specials(v, ca, fa, cb, fb)
-    return _to_output(v, bias, odt, ofmt, scale_result)
+    v = ieee_specials(v, ca, fa, cb, fb)
+    return to_output(v, bias, odt, ofmt, scale_result)
+
+
+def _block_scaled(x):
+    return getattr(x, "scale_codes", None) is not None or getattr(x, "block_scale_codes", None) is not None
 
 
 def _operand_and_scale(x, fmt, scale, what):
@@ -183,17 +184,6 @@ def _operand_and_scale(x, fmt, scale, what):
     if not (np.ndim(scale) == 0 and float(scale) == 1.0):
         raise ValueError(f"give scale_{what} or a ScaledTensor with scale_inv, not both")
     return codes, fmt, own
-
-
-def _result_scale(scale_result, ofmt):
-    if scale_result is None:
-        return None
-    if ofmt is None:
-        raise ValueError("scale_result applies only to a narrow (FP8) out_dtype")
-    s = _as_scale(scale_result, "scale_result")
-    if s.size != 1:
-        raise ValueError("scale_result must be a scalar")
-    return s
 
 
 def _per_kblock(scale, rows, K):
@@ -235,34 +225,3 @@ def _scale_epilogue(c, sa, sb):
             v = (c * sa.values.reshape(-1, 1) if sa.kind == "row" else c * sa.values).astype(np.float32)
             v = v * (sb.values.reshape(1, -1) if sb.kind == "row" else sb.values)
     return v.astype(np.float32)
-
-
-def _ieee_specials(v, ca, fa, cb, fb):
-    """IEEE semantics for NaN/Inf operands (the kernels work on finite values)."""
-    if not ((~np.isfinite(decode(ca, fa))).any() or (~np.isfinite(decode(cb, fb))).any()):
-        return v
-    pos, neg, nan = special_masks(ca, fa, cb, fb)
-    return np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),
-                                                      np.where(neg, np.float32(-np.inf), v)))
-
-
-def _to_output(v, bias, odt, ofmt, scale_result):
-    """Add the bias with one rounding to the output type; narrow outputs are scaled and cast."""
-    target = odt if odt is not None else np.dtype(np.float32)
-    N = v.shape[1]
-    if bias is not None:
-        bias = np.asarray(bias, dtype=np.float64)
-        if bias.shape not in ((N,), (1, N)):
-            raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
-        bias = bias.reshape(1, N).astype(target).astype(np.float64)
-        with np.errstate(invalid="ignore"):
-            hi, lo = two_sum(v.astype(np.float64), bias)
-            lo = np.where(np.isfinite(hi), lo, 0.0)
-        out = round_hi_lo(hi, lo, target)
-    else:
-        out = v.astype(target)
-    if ofmt is None:
-        return out
-    if scale_result is not None:
-        out = (out * scale_result).astype(np.float32)
-    return encode(out, ofmt, saturate=True)

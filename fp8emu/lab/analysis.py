@@ -33,7 +33,7 @@ from ..tables import SOURCE_DTYPES
 __all__ = [
     "DISTRIBUTIONS", "RECIPES", "Table", "sample", "quantize_values", "ulp", "error_metrics",
     "sqnr_db", "values_per_binade", "relative_error_curve", "sweep_scale", "rounding_bias",
-    "stochastic_variance",
+    "stochastic_variance", "overflow_threshold", "overflow_mask",
 ]
 
 #: Distributions understood by :func:`sample` (all with unit-order spread before scaling).
@@ -192,6 +192,49 @@ def ulp(x, fmt) -> np.ndarray:
     return np.ldexp(1.0, e - 1 - mbits)
 
 
+def overflow_threshold(fmt, rounding="rne") -> tuple[float, bool]:
+    """Where rounding to ``fmt`` overflows: ``(h, tie_overflows)``.
+
+    A magnitude above ``h`` rounds beyond ``fmt.max`` (to Inf/NaN, or clamped to max when
+    saturating); exactly ``h`` does so only when ``tie_overflows``.  ``h`` is the midpoint
+    between max and the next value of the format's binade grid: 464 for e4m3fn, whose
+    tie rounds to the even code 0x7E (448), so nothing up to 464 overflows.
+
+    Parameters
+    ----------
+    fmt : str or Format
+    rounding : {"rne", "rna"}
+        The round-to-nearest modes (the casts of the scaling recipes).
+
+    Examples
+    --------
+    >>> overflow_threshold("e4m3fn"), overflow_threshold("e5m2")
+    ((464.0, False), (61440.0, True))
+    """
+    f = get_format(fmt)
+    if rounding not in ("rne", "rna"):
+        raise ValueError(f"overflow_threshold supports rounding 'rne' or 'rna', got {rounding!r}")
+    _, e = np.frexp(f.max)
+    half_ulp = float(np.ldexp(1.0, int(e) - 2 - f.mbits))
+    # ties to even: the code after max_code would be the even one iff max_code is odd
+    # (with no mantissa bits and significand parity every significand is odd: ties go up)
+    odd_next = (f.parity == "significand" and f.mbits == 0) or f.max_code % 2 == 1
+    return f.max + half_ulp, bool(rounding == "rna" or odd_next)
+
+
+def overflow_mask(y, fmt, rounding="rne") -> np.ndarray:
+    """Elements of ``y`` (finite ones) that round beyond ``fmt.max`` under ``rounding``.
+
+    Examples
+    --------
+    >>> overflow_mask([448.0, 464.0, 464.5, -500.0, float("inf")], "e4m3fn").tolist()
+    [False, False, True, True, False]
+    """
+    h, tie = overflow_threshold(fmt, rounding)
+    a = np.abs(np.asarray(y, np.float64))
+    return (a > h) & np.isfinite(a) | ((a == h) & tie)
+
+
 def sqnr_db(x, q) -> float:
     """Signal-to-quantization-noise ratio ``10 log10(sum x² / sum (q - x)²)`` in dB (inf if exact).
 
@@ -325,6 +368,19 @@ def _apply_recipe(x, fmax, recipe):
     raise ValueError(f"unknown recipe {recipe!r}; accepted: {', '.join(RECIPES)}")
 
 
+def _scales_arg(scales) -> np.ndarray:
+    """Input scales as float64: a sequence of finite numbers > 0."""
+    if isinstance(scales, (str, bytes)) or np.ndim(scales) != 1:
+        raise TypeError(f"scales must be a 1-D sequence of numbers, got {scales!r}")
+    arr = np.asarray(scales)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"scales must be real numbers, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr) & (arr > 0)):
+        raise ValueError(f"scales must be finite and > 0, got {scales!r}")
+    return arr
+
+
 def sweep_scale(formats, distributions, scales, *, n=4096, roundings=("rne",), recipes=("none",),
                 saturate=True, seed=0) -> Table:
     """SQNR and error of quantization as the input scale sweeps the dynamic range.
@@ -362,6 +418,11 @@ def sweep_scale(formats, distributions, scales, *, n=4096, roundings=("rne",), r
     >>> bool(t.where(recipe="none")["sqnr_db"][0] < t.where(recipe="tensor")["sqnr_db"][0])
     True
     """
+    for what, seq in (("formats", formats), ("distributions", distributions), ("roundings", roundings),
+                      ("recipes", recipes)):
+        if isinstance(seq, str):   # would be iterated character by character
+            raise TypeError(f"{what} must be a sequence of names, e.g. [{seq!r}], got the string {seq!r}")
+    scales = _scales_arg(scales)
     rows = {c: [] for c in ("format", "distribution", "rounding", "recipe", "scale", "sqnr_db",
                             "mse", "bias", "rel_err", "overflow", "underflow")}
     for d_i, dist in enumerate(distributions):

@@ -3,11 +3,17 @@
 Every linear layer quantizes its operands with the HYBRID recipe (E4M3
 activations and weights in the forward pass, E5M2 gradients in the backward
 pass), each tensor with its own delayed scaling (scale from an amax history,
-:class:`fp8emu.scaling.DelayedScaling`).  The products of the dequantized
-operands are accumulated in float32, or, with ``accumulator="hopper"``, by
-:func:`fp8emu.gemm.scaled_mm`'s emulation of Hopper's limited-precision
-accumulator (slow).  Master weights, optimizer and loss stay in float32, as in
-real FP8 training.
+:class:`fp8emu.scaling.DelayedScaling`).  The FP8 GEMMs run on the codes with
+:func:`fp8emu.gemm.scaled_mm`: a sequential float32 sum in K order
+(``accumulator="fp32"``) or the emulation of Hopper's limited-precision
+accumulator (``"hopper"``, slow).  Master weights, optimizer and loss stay in
+float32, as in real FP8 training.
+
+Reproducible anywhere: no result depends on the BLAS library or the CPU.  The
+float32 GEMMs are sequential float32 sums in K order (one IEEE operation at a
+time, the order fixed), not BLAS ``sgemm`` calls, whose summation order varies
+between libraries, thread counts and CPUs; the softmax is computed in float64
+and rounded to float32.
 
 The task is synthetic (each class a mixture of Gaussian clusters) or, if scikit-learn is installed, its bundled 8x8 digits.
 
@@ -22,14 +28,16 @@ from __future__ import annotations
 
 import sys
 import time
+import types
 
 import warnings
 
 import numpy as np
 
-from ..formats import get_format
 from ..gemm import scaled_mm
+from ..gemm.kernels import fp32_dot
 from ..scaling import HYBRID, DelayedScaling, quantize_tensorwise
+from .analysis import overflow_mask
 
 
 def _scaled_mm(*args, **kw):
@@ -98,7 +106,6 @@ class _Quantizer:
     def __init__(self, fmt, history):
         self.fmt = fmt
         self.ds = DelayedScaling(fmt, amax_history_len=history)
-        self.max = get_format(fmt).max
         self.overflow = 0
         self.underflow = 0
         self.count = 0
@@ -111,7 +118,9 @@ class _Quantizer:
             return np.asarray(st.dequantize(np.float32), np.float32), st
         st = self.ds.quantize(x)
         q = np.asarray(st.dequantize(np.float32), np.float32)
-        self.overflow += int(np.count_nonzero(np.abs(x) * scale > self.max))
+        # fl32(x * scale) as the recipe computes it, against the threshold of its RNE cast
+        y = np.multiply(np.asarray(x, np.float32), np.float32(scale), dtype=np.float32)
+        self.overflow += int(np.count_nonzero(overflow_mask(y, self.fmt)))
         self.underflow += int(np.count_nonzero((q == 0) & (x != 0)))
         self.count += x.size
         return q, st
@@ -127,7 +136,8 @@ class MLP:
     precision : {"float32", "fp8"}
         ``fp8``: HYBRID recipe with delayed scaling on every GEMM operand.
     accumulator : {"fp32", "hopper"}
-        How the FP8 GEMMs accumulate (``hopper`` uses :func:`fp8emu.gemm.scaled_mm`; slow).
+        How the FP8 GEMMs accumulate in :func:`fp8emu.gemm.scaled_mm` (``hopper`` is slow).
+        float32 GEMMs are always sequential float32 sums in K order.
     amax_history_len : int
         Length of each tensor's amax history.
     seed : int
@@ -151,12 +161,17 @@ class MLP:
                        "g": _Quantizer(bwd, amax_history_len)} for _ in self.W]
 
     def _mm(self, a, sa, b, sb):
-        if self.accumulator == "hopper" and sa is not None:
-            return np.asarray(_scaled_mm(sa.codes, sb.codes, a_format=sa.fmt, b_format=sb.fmt,
-                                        scale_a=float(np.asarray(sa.scale_inv).reshape(-1)[0]),
-                                        scale_b=float(np.asarray(sb.scale_inv).reshape(-1)[0]),
-                                        accumulator="hopper"), np.float32)
-        return a @ b
+        """The product of a and b: float32 values, or FP8 codes with per-tensor scales (``sa``/``sb`` ScaledTensors).
+
+        Neither depends on BLAS: float32 is summed in K order, FP8 by scaled_mm's accumulators.
+        """
+        if sa is None:
+            return fp32_dot(a, b)
+        return np.asarray(_scaled_mm(np.ascontiguousarray(sa.codes), np.ascontiguousarray(sb.codes),
+                                     a_format=sa.fmt, b_format=sb.fmt,
+                                     scale_a=float(np.ravel(sa.scale_inv)[0]),
+                                     scale_b=float(np.ravel(sb.scale_inv)[0]),
+                                     accumulator=self.accumulator), np.float32)
 
     def forward(self, x, train=True):
         """Logits and the cache needed by :meth:`backward` (``train=False``: no scaling updates)."""
@@ -185,19 +200,9 @@ class MLP:
                 gq, gs = self.q[i]["g"](g)
             else:
                 gq, gs = g, None
-            if self.accumulator == "hopper" and gs is not None:
-                # Transposed operands are views of the same codes and scales.
-                dW = np.asarray(_scaled_mm(np.ascontiguousarray(hs.codes.T), gs.codes, a_format=hs.fmt,
-                                          b_format=gs.fmt, scale_a=float(np.ravel(hs.scale_inv)[0]),
-                                          scale_b=float(np.ravel(gs.scale_inv)[0]),
-                                          accumulator="hopper"), np.float32)
-                dh = np.asarray(_scaled_mm(gs.codes, np.ascontiguousarray(ws.codes.T), a_format=gs.fmt,
-                                          b_format=ws.fmt, scale_a=float(np.ravel(gs.scale_inv)[0]),
-                                          scale_b=float(np.ravel(ws.scale_inv)[0]),
-                                          accumulator="hopper"), np.float32)
-            else:
-                dW = hq.T @ gq
-                dh = gq @ wq.T
+            # Transposed operands are views of the same codes and scales.
+            dW = self._mm(hq.T, _transposed(hs), gq, gs)
+            dh = self._mm(gq, gs, wq.T, _transposed(ws))
             grads[i] = (dW, g.sum(0))
             g = dh
         return grads
@@ -211,8 +216,17 @@ class MLP:
         return out
 
 
+def _transposed(st):
+    """The codes-and-scales view of a per-tensor ScaledTensor's transpose (None stays None)."""
+    if st is None:
+        return None
+    return types.SimpleNamespace(codes=st.codes.T, fmt=st.fmt, scale_inv=st.scale_inv)
+
+
 def _softmax_xent(logits, y):
-    z = logits - logits.max(1, keepdims=True)
+    # float64, rounded to float32 once at the end: NumPy's float32 exp/log differ between
+    # CPUs (SIMD kernels), a float64 difference of an ulp almost never survives the rounding
+    z = logits.astype(np.float64) - logits.max(1, keepdims=True)
     p = np.exp(z)
     p /= p.sum(1, keepdims=True)
     loss = float(-np.mean(np.log(p[np.arange(len(y)), y] + 1e-12)))

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 from .current import current_scale, quantize_axiswise, quantize_blockwise, quantize_tensorwise
 from .delayed import HYBRID, DelayedScaling, recipe_formats
-from .mx import MX_ELEMENT_FORMATS, MX_SCALE_RULES, quantize_mx
-from .nvfp4 import quantize_nvfp4
+from .hadamard import inverse_rht, rht
+from .mx import MX_ELEMENT_FORMATS, MX_SCALE_RULES, MXINT8, mx_from_codes, quantize_mx
+from .nvfp4 import nvfp4_from_codes, quantize_nvfp4
 from .tensor import ScaledTensor
 
 __all__ = [
     "ScaledTensor", "current_scale", "quantize_tensorwise", "DelayedScaling", "HYBRID",
     "recipe_formats", "quantize_axiswise", "quantize_blockwise", "quantize_mx",
-    "MX_SCALE_RULES", "MX_ELEMENT_FORMATS", "quantize_nvfp4",
+    "MX_SCALE_RULES", "MX_ELEMENT_FORMATS", "MXINT8", "mx_from_codes", "quantize_nvfp4",
+    "nvfp4_from_codes", "rht", "inverse_rht",
 ]

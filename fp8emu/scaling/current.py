@@ -6,24 +6,30 @@ the amax of the values it scales with Transformer Engine's ``compute_scale_from_
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .tensor import (
     F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32, as_format, axis_arg, block_amax, block_arg,
     blocks_shape,
-    eps_arg, given_scale, int_arg, prepare, scaled_max, scaled_quantize,
+    bool_arg, eps_arg, given_scale, int_arg, prepare, scaled_max, scaled_quantize,
 )
+
+#: bfloat16's largest finite value as float32 (0x7F7F0000), TE's overflow scale for bf16 inputs.
+BF16_MAX = np.float32(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 __all__ = ["current_scale", "compute_scale", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise"]
 
 
-def compute_scale(amax, scaled_max, pow2, eps) -> np.ndarray:
-    """Transformer Engine ``compute_scale_from_amax``, vectorised, in float32."""
+def compute_scale(amax, scaled_max, pow2, eps, value_for_inf=FLT_MAX) -> np.ndarray:
+    """Transformer Engine ``compute_scale_from_amax``, vectorised, in float32 (an infinite
+    scale becomes ``value_for_inf``)."""
     amax = np.asarray(amax, dtype=np.float32)
     amax = np.where(amax < eps, eps, amax).astype(np.float32)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         scale = np.divide(F32(scaled_max), amax, dtype=np.float32)
-    scale = np.where(np.isinf(scale), FLT_MAX, scale)
+    scale = np.where(np.isinf(scale), F32(value_for_inf), scale)
     scale = np.where(np.isnan(scale) | np.isinf(amax) | (amax == 0), F32(1), scale)
     scale = np.asarray(scale, dtype=np.float32)
     if pow2:
@@ -78,15 +84,16 @@ def current_scale(amax, fmt, *, margin=0, pow2=False, eps=0.0) -> np.float32:
     if a.shape != () or a.dtype.kind not in "iuf":
         raise TypeError(f"amax must be a real scalar, got {amax!r}")
     return F32(compute_scale(np.abs(a.astype(np.float32)), scaled_max(fmt, margin),
-                               bool(pow2), eps)[()])
+                               bool_arg(pow2, "pow2"), eps)[()])
 
 
-def block_scales(xf, fmt, block, scale, margin, pow2, eps) -> np.ndarray:
+def block_scales(xf, fmt, block, scale, margin, pow2, eps, value_for_inf=FLT_MAX) -> np.ndarray:
     """Per-block scales: the given ones (validated), else current scaling of each block's amax."""
+    # the options are checked even when a given scale makes them unused
+    smax, pow2, eps = scaled_max(fmt, int_arg(margin, "margin")), bool_arg(pow2, "pow2"), eps_arg(eps)
     if scale is not None:
         return given_scale(scale, blocks_shape(xf.shape, block))
-    amax = block_amax(xf, block)
-    return compute_scale(amax, scaled_max(fmt, int_arg(margin, "margin")), bool(pow2), eps_arg(eps))
+    return compute_scale(block_amax(xf, block), smax, pow2, eps, value_for_inf)
 
 
 def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) -> ScaledTensor:
@@ -122,10 +129,9 @@ def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) ->
     """
     fmt = as_format(fmt)
     xf = as_f32(x)
+    smax, pow2, eps = scaled_max(fmt, int_arg(margin, "margin")), bool_arg(pow2, "pow2"), eps_arg(eps)
     if scale is None:
-        amax = amax_nan_ignoring(xf, None)
-        s = compute_scale(amax, scaled_max(fmt, int_arg(margin, "margin")), bool(pow2),
-                          eps_arg(eps))
+        s = compute_scale(amax_nan_ignoring(xf, None), smax, pow2, eps)
     else:
         s = given_scale(scale, ())
     return scaled_quantize(xf, fmt, (), np.asarray(s, dtype=np.float32),
@@ -173,7 +179,7 @@ def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0,
 
 
 def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0,
-                       scale=None) -> ScaledTensor:
+                       scale=None, input_dtype=None) -> ScaledTensor:
     """Block-wise current scaling (Transformer Engine ``Float8BlockScaling``).
 
     The DeepSeek-V3 recipe: 1x128 blocks (activations, gradients) or 128x128
@@ -183,7 +189,11 @@ def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0,
     then ``cast(fl32(x * scale))`` and ``scale_inv = 1 / scale``.  The block
     applies to the trailing dimensions (leading dimensions get block size
     1).  Partial blocks at the end are padded with zeros; an all-zero block
-    gets scale 1.
+    gets scale 1.  A block whose scale overflows float32 gets FLT_MAX, or
+    bfloat16's largest value 3.3895314e38 when the input is bfloat16
+    (``ml_dtypes.bfloat16`` array, or ``input_dtype="bfloat16"``) and
+    ``pow2=False``, as Transformer Engine's block-scaling kernels clamp for
+    bf16 inputs.
 
     Parameters
     ----------
@@ -195,6 +205,8 @@ def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0,
         As in :func:`current_scale`.
     scale : array_like, optional, keyword-only
         Use these per-block scales instead.
+    input_dtype : {None, "bfloat16"}, keyword-only
+        Type the values came in as (default: taken from ``x``).
 
     Returns
     -------
@@ -204,12 +216,19 @@ def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0,
     Examples
     --------
     >>> import numpy as np, fp8emu
+    >>> tiny = np.full((1, 128), 1e-38)
+    >>> float(fp8emu.quantize_blockwise(tiny, "e4m3fn", pow2=False, input_dtype="bfloat16").scale[0, 0])
+    3.3895313892515355e+38
     >>> x = np.arange(1.0, 4.0).reshape(1, 3)
     >>> t = fp8emu.quantize_blockwise(x, "e4m3fn", block=(1, 2))
     >>> t.scale.tolist(), t.dequantize().tolist()
     ([[128.0, 128.0]], [[1.0, 2.0, 3.0]])
     """
+    if input_dtype not in (None, "bfloat16"):
+        raise ValueError(f"input_dtype must be None or 'bfloat16', got {input_dtype!r}")
+    bf16 = input_dtype == "bfloat16" or np.asarray(x).dtype == BF16
     fmt, xf = prepare(x, fmt, "quantize_blockwise")
     blk = block_arg(block, xf.ndim)
-    s = block_scales(xf, fmt, blk, scale, margin, pow2, eps)
+    s = block_scales(xf, fmt, blk, scale, margin, pow2, eps,
+                     BF16_MAX if bf16 and not pow2 else FLT_MAX)
     return scaled_quantize(xf, fmt, blk, s, recipe="blockwise")

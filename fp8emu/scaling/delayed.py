@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from .tensor import (
-    F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32, as_format, int_arg, reciprocal, scaled_max,
-    scaled_quantize,
+    F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32, as_format, given_scale, int_arg, reciprocal,
+    scaled_max, scaled_quantize,
 )
 
 __all__ = ["HYBRID", "recipe_formats", "DelayedScaling"]
@@ -100,9 +100,29 @@ class DelayedScaling:
                              "accepted: 'max', 'most_recent'")
         self.amax_compute_algo = amax_compute_algo
         self.margin = int_arg(margin, "margin")
+        scaled_max(self.fmt, self.margin)   # range check now rather than at the first update
         self.amax_history = np.zeros(self.amax_history_len, dtype=np.float32)
         self.scale = F32(1)
-        self.scale_inv = F32(1)
+
+    @property
+    def scale(self) -> np.float32:
+        """The scale of the next :meth:`quantize` (float32, finite, > 0, with a finite reciprocal).
+
+        Setting it also sets :attr:`scale_inv` to ``fl32(1 / scale)``; a value that is not
+        finite and positive in float32, or whose reciprocal overflows, raises ValueError.
+        """
+        return self._scale
+
+    @scale.setter
+    def scale(self, value):
+        s = F32(given_scale(value, (), "DelayedScaling.scale")[()])
+        self._scale = s
+        self._scale_inv = F32(reciprocal(s)[()])
+
+    @property
+    def scale_inv(self) -> np.float32:
+        """``fl32(1 / scale)`` (read-only: set :attr:`scale`)."""
+        return self._scale_inv
 
     def quantize(self, x) -> ScaledTensor:
         """Cast ``x`` with the current scale, then record its amax and update.
@@ -135,7 +155,6 @@ class DelayedScaling:
             with np.errstate(over="ignore"):
                 s = F32(scaled_max(self.fmt, self.margin) / amax)
             self.scale = FLT_MAX if np.isinf(s) else s
-        self.scale_inv = F32(reciprocal(self.scale)[()])
 
     def __repr__(self):
         return (f"DelayedScaling({self.fmt.name!r}, amax_history_len={self.amax_history_len}, "

@@ -6,26 +6,30 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
-from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, axis_block, block_amax, prepare, \
-    reciprocal, scaled_cast
+from .hadamard import rht
+from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, axis_block, block_amax, blocked_view, \
+    expand, pad_to_blocks, prepare, reciprocal, scaled_cast
 
-__all__ = ["quantize_nvfp4", "NVFP4_BLOCK"]
+__all__ = ["quantize_nvfp4", "nvfp4_from_codes", "NVFP4_BLOCK"]
 
 #: Elements per E4M3 block scale.
 NVFP4_BLOCK = 16
 
 
-def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None) -> ScaledTensor:
+def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
+                   fp4_2d_quantization=False, stochastic_rounding=False,
+                   random_hadamard_transform=False, four_over_six=False, scale_max=448.0,
+                   headroom=1.0) -> ScaledTensor:
     """NVFP4 (Transformer Engine): E2M1 elements, an E4M3 scale per 16, a float32 tensor scale.
 
     In float32, following Transformer Engine's NVFP4 kernels
     (``compute_global_encode_scaling_factor_FP4``,
     ``compute_decoding_scaling_factor``, ``compute_scaling_coefficient``):
 
-    1. ``S_enc = min(fl32(fl32(448 * 6) / global_amax), FLT_MAX)``; 1 if
+    1. ``S_enc = min(fl32(fl32(scale_max * 6) / global_amax), FLT_MAX)``; 1 if
        ``global_amax`` is 0 or the result is 0 (Inf amax);
     2. per block of 16 along ``axis``: ``s_b = e4m3fn(fl32(block_amax *
-       fl32(S_enc * fl32(1/6))))`` (saturating RNE cast);
+       fl32(S_enc * fl32(headroom / 6))))`` (saturating RNE cast);
     3. ``scale_inv = fl32(float(s_b) * fl32(1 / S_enc))`` and
        ``scale = min(fl32(1 / scale_inv), FLT_MAX)`` (so a zero block scale
        gives ``scale = FLT_MAX``);
@@ -37,6 +41,36 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None) ->
     ``__nv_cvt_float_to_fp4``) and +-Inf saturate to +-6.  Partial blocks are
     padded with zeros.
 
+    Recipe options, named as Transformer Engine's ``NVFP4Quantizer``
+    (``with_2d_quantization``, ``stochastic_rounding``, ``with_rht``) and its
+    recipe ``QParams``; NVIDIA's training recipe ("Pretraining LLMs with
+    NVFP4", 2025) uses 1x16 RNE for activations, 16x16 blocks for weights and
+    stochastic rounding plus the Hadamard transform for the gradients of the
+    weight-gradient GEMM:
+
+    * ``fp4_2d_quantization``: one scale per 16x16 tile of the last two
+      dimensions (``block = (16, 16)``) instead of 1x16;
+    * ``stochastic_rounding``: same as ``rounding="stochastic"``;
+    * ``random_hadamard_transform``: first replace ``x`` by
+      :func:`fp8emu.scaling.hadamard.rht` along ``axis`` (TE's fixed 16-entry
+      sign vector times the 16x16 Hadamard matrix over 4), then quantize the
+      transformed values, their amax included (TE computes the global amax
+      after the transform).  ``dequantize()`` returns transformed values;
+      :func:`fp8emu.scaling.hadamard.inverse_rht` undoes it.  A GEMM whose two
+      operands are transformed along K gives the untransformed product.
+
+    Variants from recent papers:
+
+    * ``scale_max``: largest E4M3 block scale the tensor scale aims at, 448
+      (TE) or 256 (used with "Four Over Six", Cook et al. 2025, so that a
+      block scaled to 4 keeps its scale representable);
+    * ``four_over_six``: "Four Over Six" adaptive block scaling: each block is
+      quantized both with the amax mapped to 6 and to 4 (step 2 with
+      ``6`` replaced by ``4``), and the candidate with the smaller squared
+      error of the dequantized block (ties: 6) is kept;
+    * ``headroom``: scale-override factor >= 1 dividing the element target
+      (amax maps to ``6 / headroom``); 1 is TE's recipe.
+
     Parameters
     ----------
     x : array_like
@@ -44,15 +78,18 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None) ->
         Axis along which the 16-element blocks run.
     rounding : {"rne", "stochastic"}, keyword-only
     rng : numpy.random.Generator or int, optional, keyword-only
-        Randomness for ``rounding="stochastic"``.
+        Randomness for stochastic rounding.
     global_amax : float, optional, keyword-only
-        Per-tensor amax to use (default: ``max|x|``).
+        Per-tensor amax to use (default: ``max|x|``, after the transform).
+    fp4_2d_quantization, stochastic_rounding, random_hadamard_transform, four_over_six : bool
+    scale_max : {448.0, 256.0}
+    headroom : float >= 1
 
     Returns
     -------
     ScaledTensor
         ``fmt`` e2m1fn, ``block_scale_codes`` (e4m3fn codes),
-        ``global_scale = S_enc``.
+        ``global_scale = S_enc``, ``global_amax``.
 
     Examples
     --------
@@ -60,15 +97,37 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None) ->
     >>> t = fp8emu.quantize_nvfp4(np.array([6.0, 1.0, -2.0, 0.5]))
     >>> float(t.global_scale), t.block_scale_codes.tolist(), t.dequantize().tolist()
     (448.0, [126], [6.0, 1.0, -2.0, 0.5])
+    >>> t = fp8emu.quantize_nvfp4(np.array([4.0, 1.5, 3.0, 0.0]), four_over_six=True, scale_max=256)
+    >>> t.dequantize().tolist()
+    [4.0, 1.5, 3.0, 0.0]
     """
+    for name, flag in (("fp4_2d_quantization", fp4_2d_quantization), ("stochastic_rounding", stochastic_rounding),
+                       ("random_hadamard_transform", random_hadamard_transform), ("four_over_six", four_over_six)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, got {flag!r}")
+    if stochastic_rounding:
+        if rounding not in ("rne", "stochastic"):
+            raise ValueError("stochastic_rounding=True conflicts with rounding=" + repr(rounding))
+        rounding = "stochastic"
     if rounding not in ("rne", "stochastic"):
         raise ValueError(f"unknown rounding {rounding!r} for NVFP4; accepted: 'rne', 'stochastic'")
     if rounding != "stochastic" and rng is not None:
         raise ValueError("rng applies only to rounding='stochastic'")
+    if isinstance(scale_max, bool) or scale_max not in (448, 256):
+        raise ValueError(f"scale_max must be 448 or 256, got {scale_max!r}")
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float, np.floating)) \
+            or not np.isfinite(headroom) or headroom < 1:
+        raise ValueError(f"headroom must be a finite number >= 1, got {headroom!r}")
     fmt = get_format("e2m1fn")
     e4m3 = get_format("e4m3fn")
     fmt, xf = prepare(x, fmt, "quantize_nvfp4")
     ax, blk = axis_block(xf.ndim, axis, NVFP4_BLOCK)
+    if fp4_2d_quantization:
+        if xf.ndim < 2:
+            raise ValueError("fp4_2d_quantization needs an array with at least two dimensions")
+        blk = (1,) * (xf.ndim - 2) + (NVFP4_BLOCK, NVFP4_BLOCK)
+    if random_hadamard_transform:
+        xf = rht(xf, axis=ax)
 
     if global_amax is None:
         gamax = F32(amax_nan_ignoring(xf, None))
@@ -80,23 +139,103 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None) ->
         if np.isnan(gamax) or gamax < 0:
             raise ValueError(f"global_amax must be >= 0 and not NaN, got {global_amax!r}")
     with np.errstate(divide="ignore", over="ignore"):
-        s_enc = F32(np.fmin(F32(F32(448) * F32(6)) / gamax, FLT_MAX))
+        s_enc = F32(np.fmin(F32(F32(scale_max) * F32(6)) / gamax, FLT_MAX))
     if gamax == 0 or s_enc == 0:
         s_enc = F32(1)
 
     amax = block_amax(xf, blk)
-    factor = F32(s_enc * F32(F32(1) / F32(6)))
-    with np.errstate(over="ignore"):
-        s_dec = np.multiply(amax, factor, dtype=np.float32)
-    bcodes = encode(s_dec, e4m3, saturate=True)
-    s_dec_q = decode(bcodes, e4m3, dtype=np.float32)
-    inv = np.multiply(s_dec_q, F32(F32(1) / s_enc), dtype=np.float32)
-    scale = np.fmin(reciprocal(inv), FLT_MAX).astype(np.float32)
-
     options = {"rounding": rounding}
     if rounding == "stochastic":
         options["rng"] = rng
-    codes = scaled_cast(xf, scale, blk, fmt, **options)
-    return ScaledTensor(codes=codes, fmt=fmt, scale=scale, scale_inv=inv, block=blk, axis=ax,
-                        shape=xf.shape, block_scale_codes=bcodes, global_scale=s_enc,
-                        recipe="nvfp4")
+
+    def candidate(target):
+        factor = F32(s_enc * F32(F32(headroom) / F32(target)))
+        with np.errstate(over="ignore"):
+            s_dec = np.multiply(amax, factor, dtype=np.float32)
+        bcodes = encode(s_dec, e4m3, saturate=True)
+        s_dec_q = decode(bcodes, e4m3, dtype=np.float32)
+        inv = np.multiply(s_dec_q, F32(F32(1) / s_enc), dtype=np.float32)
+        scale = np.fmin(reciprocal(inv), FLT_MAX).astype(np.float32)
+        codes = scaled_cast(xf, scale, blk, fmt, **options)
+        return bcodes, inv, scale, codes
+
+    bcodes, inv, scale, codes = candidate(6)
+    if four_over_six:
+        b4, inv4, scale4, codes4 = candidate(4)
+        err6 = _block_sq_error(xf, codes, inv, blk, fmt)
+        err4 = _block_sq_error(xf, codes4, inv4, blk, fmt)
+        use4 = err4 < err6
+        bcodes, inv, scale = (np.where(use4, b4, bcodes), np.where(use4, inv4, inv),
+                              np.where(use4, scale4, scale))
+        codes = np.where(expand(use4, blk, xf.shape), codes4, codes)
+    recipe = "nvfp4" + ("-2d" if fp4_2d_quantization else "") + ("-rht" if random_hadamard_transform else "") \
+        + ("-4over6" if four_over_six else "")
+    t = ScaledTensor(codes=codes, fmt=fmt, scale=scale, scale_inv=inv, block=blk, axis=ax,
+                     shape=xf.shape, block_scale_codes=bcodes, global_scale=s_enc, recipe=recipe,
+                     global_amax=gamax, scale_max=F32(scale_max))
+    return t
+
+
+def _block_sq_error(xf, codes, inv, blk, fmt):
+    """Per-block sum of squared errors (float64) of the dequantized values; non-finite x ignored."""
+    deq = decode(codes, fmt, dtype=np.float64) * expand(inv.astype(np.float64), blk, xf.shape)
+    err = np.where(np.isfinite(xf), (xf.astype(np.float64) - deq) ** 2, 0.0)
+    view, axes = blocked_view(pad_to_blocks(err, blk), blk)
+    return view.sum(axis=axes)
+
+
+def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_amax=None) -> ScaledTensor:
+    """Rebuild an NVFP4 :class:`ScaledTensor` from E2M1 codes, E4M3 block-scale codes and ``S_enc``.
+
+    ``scale_inv = fl32(e4m3(block code) * fl32(1 / S_enc))`` and
+    ``scale = min(fl32(1 / scale_inv), FLT_MAX)``, as :func:`quantize_nvfp4`.
+
+    Parameters
+    ----------
+    codes : array_like of uint8
+        E2M1 codes (one per element, low nibble).
+    block_scale_codes : array_like of uint8
+        e4m3fn codes, one per 16 elements along ``axis``.
+    global_scale : float
+        The per-tensor encode multiplier ``S_enc`` (float32, > 0).
+    axis : int, keyword-only
+    global_amax : float, optional, keyword-only
+        The tensor amax, if known (a block-scaled GEMM then forms its alpha as
+        Transformer Engine does).
+
+    Returns
+    -------
+    ScaledTensor
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> t = fp8emu.quantize_nvfp4(np.array([[6.0, 1.0, -2.0, 0.5]]))
+    >>> nvfp4_from_codes(t.codes, t.block_scale_codes, t.global_scale).dequantize().tolist()
+    [[6.0, 1.0, -2.0, 0.5]]
+    """
+    codes = np.asarray(codes)
+    bcodes = np.asarray(block_scale_codes)
+    for what, arr in (("codes", codes), ("block_scale_codes", bcodes)):
+        if arr.dtype != np.uint8:
+            raise TypeError(f"{what} must be uint8, got dtype {arr.dtype}")
+    if codes.ndim == 0:
+        raise ValueError("codes need at least one dimension")
+    if codes.size and int(codes.max()) > 15:
+        raise ValueError("E2M1 codes must be below 16 (one code per element; unpack packed bytes "
+                         "with fp8emu.layouts.unpack_fp4)")
+    ax, blk = axis_block(codes.ndim, axis, NVFP4_BLOCK)
+    expected = tuple(-(-s // b) for s, b in zip(codes.shape, blk))
+    if bcodes.shape != expected:
+        raise ValueError(f"block_scale_codes have shape {bcodes.shape}, expected {expected}")
+    s_enc = F32(global_scale)
+    if not np.isfinite(s_enc) or s_enc <= 0:
+        raise ValueError(f"global_scale must be finite and > 0, got {global_scale!r}")
+    s_dec_q = decode(bcodes, get_format("e4m3fn"), dtype=np.float32)
+    inv = np.multiply(s_dec_q, F32(F32(1) / s_enc), dtype=np.float32)
+    scale = np.fmin(reciprocal(inv), FLT_MAX).astype(np.float32)
+    t = ScaledTensor(codes=codes.copy(), fmt=get_format("e2m1fn"), scale=scale, scale_inv=inv,
+                     block=blk, axis=ax, shape=codes.shape, block_scale_codes=bcodes.copy(),
+                     global_scale=s_enc, recipe="nvfp4-codes",
+                     global_amax=None if global_amax is None else F32(global_amax), scale_max=F32(448))
+    return t

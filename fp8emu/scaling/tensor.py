@@ -11,6 +11,8 @@ import numpy as np
 from .. import parallel
 from ..codec import decode, encode
 from ..formats import Format, get_format
+from ..rounding import DETERMINISTIC_MODES
+from ..tables import DECODE_DTYPES
 
 __all__ = ["ScaledTensor"]
 
@@ -20,11 +22,22 @@ FLT_MAX = np.finfo(np.float32).max
 
 
 def as_format(fmt) -> Format:
-    if isinstance(fmt, Format):
-        return fmt
-    if not isinstance(fmt, str):
+    """The element Format of a recipe: a signed format (an unsigned one such as
+    e8m0fnu is a scale format and would turn every negative value into NaN)."""
+    if not isinstance(fmt, (Format, str)):
         raise TypeError(f"fmt must be a format name or a Format, got {type(fmt).__name__}")
-    return get_format(fmt)
+    fmt = get_format(fmt)
+    if not fmt.signed:
+        raise ValueError(f"{fmt.name} is unsigned (a scale format) and cannot be an element format; "
+                         "use a signed format such as e4m3fn, e5m2 or e2m1fn")
+    return fmt
+
+
+def bool_arg(value, what) -> bool:
+    """A real bool (a string such as "no" is truthy and would silently mean True)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be a bool (True or False), got {value!r}")
+    return bool(value)
 
 
 def as_f32(x, what="x") -> np.ndarray:
@@ -69,9 +82,24 @@ def axis_arg(axis, ndim):
     return axis % ndim
 
 
+def margin_range(fmt: Format) -> tuple[int, int]:
+    """Margins for which ``fmt.max * 2**-margin`` is exact, finite and > 0 in float32."""
+    e = int(np.frexp(fmt.max)[1]) - 1                 # fmt.max in [2**e, 2**(e+1))
+    # below: the product stays under 2**128; above: its last significant bit (fmt.max
+    # has at most mbits + 1 of them) stays at or above float32's 2**-149, and so does 2**-margin
+    return max(e - 127, -127), min(e + 149 - fmt.mbits, 149)
+
+
 def scaled_max(fmt: Format, margin: int) -> np.float32:
-    """fp8_max * 2**-margin in float32 (Transformer Engine's ``scaled_max``)."""
-    return F32(F32(fmt.max) * F32(2.0 ** -margin))
+    """fp8_max * 2**-margin in float32 (Transformer Engine's ``scaled_max``).
+
+    Raises ValueError when the margin makes it 0 or Inf (every scale would be 0 or Inf).
+    """
+    lo, hi = margin_range(fmt)
+    if not lo <= margin <= hi:
+        raise ValueError(f"margin must be in {lo}..{hi} for {fmt.name} (fmt.max * 2**-margin finite and "
+                         f"> 0 in float32), got {margin}")
+    return F32(F32(fmt.max) * F32(np.ldexp(1.0, -margin)))
 
 
 def amax_nan_ignoring(xp: np.ndarray, axes) -> np.ndarray:
@@ -163,8 +191,18 @@ def blocks_shape(shape, block):
     return tuple(-(-s // b) for s, b in zip(shape, block))
 
 
+def effective_block(shape, block):
+    """Block sizes capped at the axis lengths: a block larger than its axis is one block of the axis.
+
+    The scale shape ``ceil(shape / block)`` is the same either way; capping keeps the
+    padding (and memory) proportional to the input rather than to the block.
+    """
+    return tuple(max(1, min(b, s)) for s, b in zip(shape, block))
+
+
 def pad_to_blocks(x: np.ndarray, block) -> np.ndarray:
-    """Zero-pad every dimension up to a multiple of its block size."""
+    """Zero-pad every dimension up to a multiple of its (effective) block size."""
+    block = effective_block(x.shape, block)
     pad = [(0, (-s) % b) for s, b in zip(x.shape, block)]
     if any(p for _, p in pad):
         x = np.pad(x, pad)
@@ -173,6 +211,7 @@ def pad_to_blocks(x: np.ndarray, block) -> np.ndarray:
 
 def blocked_view(xp: np.ndarray, block):
     """(n0, b0, n1, b1, ...) view of a padded array and the block axes."""
+    block = effective_block(xp.shape, block)
     split = []
     for s, b in zip(xp.shape, block):
         split += [s // b, b]
@@ -198,7 +237,7 @@ def block_amax(x: np.ndarray, block) -> np.ndarray:
 def expand(per_block: np.ndarray, block, shape) -> np.ndarray:
     """Repeat one value per block back to the (unpadded) element shape."""
     out = per_block
-    for d, b in enumerate(block):
+    for d, b in enumerate(effective_block(shape, block)):
         if b > 1:
             out = np.repeat(out, b, axis=d)
     return out[tuple(slice(0, s) for s in shape)]
@@ -208,9 +247,10 @@ def block_arg(block, ndim):
     """Normalise a block tuple to one positive entry per dimension (aligned right)."""
     if isinstance(block, numbers.Integral) and not isinstance(block, bool):
         block = (block,)
-    if not isinstance(block, (tuple, list)) or not block:
-        raise TypeError(f"block must be a non-empty tuple of ints, got {block!r}")
-    block = tuple(int_arg(b, "block size") for b in block)
+    if (not isinstance(block, (tuple, list)) or not block
+            or any(isinstance(b, bool) or not isinstance(b, numbers.Integral) for b in block)):
+        raise TypeError(f"block must be an int or a non-empty tuple of ints, e.g. (1, 128), got {block!r}")
+    block = tuple(int(b) for b in block)
     if any(b <= 0 for b in block):
         raise ValueError(f"block sizes must be >= 1, got {block}")
     if len(block) > ndim:
@@ -240,7 +280,8 @@ def given_scale(scale, expected_shape, what="scale") -> np.ndarray:
     s = np.asarray(scale)
     if s.dtype.kind not in "iuf":
         raise TypeError(f"{what} must be a real numeric array, got dtype {s.dtype}")
-    s = s.astype(np.float32)
+    with np.errstate(over="ignore"):     # overflow to Inf is reported below
+        s = s.astype(np.float32)
     if s.shape != tuple(expected_shape):
         if s.size == 1 and math.prod(expected_shape) == 1:
             s = s.reshape(expected_shape)
@@ -248,7 +289,11 @@ def given_scale(scale, expected_shape, what="scale") -> np.ndarray:
             raise ValueError(f"{what} has shape {s.shape}, expected {tuple(expected_shape)} "
                              "(one entry per block)")
     if not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError(f"{what} must be finite and > 0 everywhere")
+        raise ValueError(f"{what} must be finite and > 0 everywhere (in float32)")
+    if not np.all(np.isfinite(reciprocal(s))):
+        # e.g. 1e-45: a float32 subnormal whose reciprocal (scale_inv) overflows to Inf
+        raise ValueError(f"{what} must have a finite float32 reciprocal: it must be > 2**-128 "
+                         "(about 2.9e-39) everywhere")
     return s
 
 
@@ -280,6 +325,10 @@ class ScaledTensor:
         NVFP4 only: the e4m3fn codes of the per-16-element scales.
     global_scale : numpy.float32 or None
         NVFP4 only: the per-tensor encode multiplier ``S_enc``.
+    global_amax : numpy.float32 or None
+        NVFP4 only: the tensor amax ``S_enc`` came from (a GEMM's alpha uses it).
+    scale_max : numpy.float32 or None
+        NVFP4 only: the E4M3 block-scale target of ``S_enc`` (448 or 256).
     recipe : str
         Name of the quantizer that built it.
 
@@ -302,6 +351,8 @@ class ScaledTensor:
     block_scale_codes: np.ndarray | None = None
     global_scale: np.float32 | None = None
     recipe: str = ""
+    global_amax: np.float32 | None = None
+    scale_max: np.float32 | None = None
 
     def __post_init__(self):
         self.fmt = as_format(self.fmt)
@@ -330,7 +381,7 @@ class ScaledTensor:
 
         Parameters
         ----------
-        dtype : numpy dtype, optional
+        dtype : {float16, bfloat16, float32, float64}, optional
             Type of the result (the float32 product is converted to it).
 
         Returns
@@ -344,6 +395,13 @@ class ScaledTensor:
         >>> fp8emu.quantize_mx(np.array([1.0, 3.0, -0.5]), "e4m3fn").dequantize().tolist()
         [1.0, 3.0, -0.5]
         """
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            dt = None
+        if dt not in DECODE_DTYPES:
+            raise TypeError(f"unsupported dequantize dtype {dtype!r}; accepted: float16, bfloat16, "
+                            "float32, float64")
         values = decode(self.codes, self.fmt, dtype=np.float32)
         if self.block:
             inv = expand(self.scale_inv, self.block, self.shape)
@@ -351,7 +409,7 @@ class ScaledTensor:
             inv = self.scale_inv
         with np.errstate(over="ignore", invalid="ignore", under="ignore"):
             out = np.multiply(values, inv, dtype=np.float32)
-        return np.asarray(out).astype(dtype)
+        return np.asarray(out).astype(dt)
 
 
 def prepare(x, fmt, recipe: str):
@@ -374,10 +432,11 @@ def scaled_cast(x, scale, block, fmt, **encode_options) -> np.ndarray:
 
     Fused in chunks of whole block rows (the multiply, the cast and the
     expansion of the scales never make a full-size temporary), spread over
-    threads for large inputs.  Stochastic rounding draws its random bits
-    over the whole array in C order, so it takes the unchunked path.
+    threads for large inputs.  The stochastic modes draw their random bits
+    over the whole array in C order, so they take the unchunked path.
     """
-    if encode_options.get("rounding", "rne") == "stochastic" or x.size <= CHUNK_ELEMS:
+    if (encode_options.get("rounding", "rne") not in DETERMINISTIC_MODES or "rng" in encode_options
+            or "random_bits" in encode_options or x.size <= CHUNK_ELEMS):
         full = expand(scale, block, x.shape) if block else scale
         return cast(scale_times(x, full), fmt, **encode_options)
     if not block:

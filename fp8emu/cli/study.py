@@ -1,0 +1,85 @@
+"""``fp8emu study``: every tensor of a checkpoint under the recipe matrix; results.csv and reports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..lab import study
+from ..recipes import DEFAULT_RECIPES, recipe_matrix
+
+#: Output folder of ``fp8emu study --demo`` when ``--out`` is not given.
+DEMO_OUT = "fp8emu-study-demo"
+
+
+def register(sub, name, help_text):
+    """Add the ``study`` subcommand."""
+    p = sub.add_parser(
+        name, help=help_text,
+        description="Quantize every tensor of one or more checkpoints (.safetensors, .npz, .npy or folders "
+                    "of .npy) with a matrix of recipes (plain casts per profile, per-tensor, row-wise, "
+                    "1x128/128x128 blocks, MX, NVFP4, calibrated per-tensor scales) and write results.csv "
+                    "(one row per tensor x recipe), report.md and a self-contained report.html. "
+                    "Rerunning into the same --out skips what is already there.")
+    p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="checkpoint files or folders")
+    p.add_argument("--demo", action="store_true",
+                   help=f"study the small checkpoint shipped with fp8emu (default --out ./{DEMO_OUT})")
+    p.add_argument("--out", help="output folder (required unless --demo)")
+    p.add_argument("--recipes", action="append", metavar="NAMES",
+                   help="recipe names or globs, comma-separated or repeated; 'all' for the whole matrix "
+                        "(default: a 20-recipe selection, see --list-recipes)")
+    p.add_argument("--include", action="append", metavar="PATTERN",
+                   help="study only tensors matching (glob on the whole name, or a substring); repeatable")
+    p.add_argument("--exclude", action="append", metavar="PATTERN", help="skip tensors matching; repeatable")
+    p.add_argument("--chunk-mb", type=float, default=study.DEFAULT_CHUNK_MB,
+                   help=f"process large tensors in chunks of about this many MiB of float32 "
+                        f"(default {study.DEFAULT_CHUNK_MB})")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--workers", type=int, metavar="N",
+                       help="start a local Dask cluster of N worker processes (needs the [dask] extra)")
+    group.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on an existing dask.distributed scheduler, e.g. tcp://host:8786")
+    p.add_argument("--no-report", action="store_true", help="write results.csv only")
+    p.add_argument("--list-recipes", action="store_true", help="list the recipes and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    p.set_defaults(func=run)
+
+
+def _list_recipes() -> int:
+    for name, r in recipe_matrix().items():
+        mark = "*" if name in DEFAULT_RECIPES else " "
+        print(f"{mark} {name:28s} {r.description}")
+    print("(* = run by default)")
+    return 0
+
+
+def run(args) -> int:
+    """Run the study and print where the results went."""
+    if args.list_recipes:
+        return _list_recipes()
+    paths = list(args.checkpoints)
+    if args.demo:
+        paths.append(str(study.demo_checkpoint()))
+    if not paths:
+        raise ValueError("give checkpoint files or folders, or --demo")
+    out = args.out or (DEMO_OUT if args.demo else None)
+    if out is None:
+        raise ValueError("--out is required (the folder for results.csv and the reports)")
+    recipes = None
+    if args.recipes:
+        recipes = [n.strip() for spec in args.recipes for n in spec.split(",") if n.strip()]
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    with study.dask_client(workers=args.workers, scheduler=args.scheduler) as client:
+        res = study.run_study(paths, out, recipes=recipes, include=args.include, exclude=args.exclude,
+                              chunk_mb=args.chunk_mb, progress=not args.quiet, client=client,
+                              report=not args.no_report)
+    if not args.quiet:
+        out = Path(res["out"])
+        print(f"{res['computed']} tensors studied, {res['skipped']} already in {out / 'results.csv'}"
+              + (f"; {len(res['non_float'])} non-float tensors skipped" if res["non_float"] else ""))
+        print(f"results: {out / 'results.csv'}  ({len(res['rows'])} rows)")
+        if not args.no_report:
+            print(f"report:  {out / 'report.md'}  {out / 'report.html'}")
+        sys.stdout.flush()
+    return 0

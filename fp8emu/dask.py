@@ -1,0 +1,342 @@
+"""fp8emu on ``dask.array``: encode, decode, the scaling recipes and the study's metrics.
+
+Optional extra ``[dask]``.  Every function takes a ``dask.array.Array`` and
+gives results bit-identical to the NumPy functions on the whole array:
+
+* :func:`encode`, :func:`decode`, :func:`quantize` map over the chunks
+  (element-wise, so any chunking works);
+* block recipes (:func:`quantize_blockwise`, :func:`quantize_mx`,
+  :func:`quantize_nvfp4`) first rechunk so that chunk boundaries fall on
+  block boundaries (no block straddles two chunks), then quantize each chunk;
+  :func:`quantize_axiswise` makes the reduced axis one chunk;
+* per-tensor scales are two passes: the global amax reduction (computed when
+  the function is called), then the map.  NVFP4's tensor scale likewise.
+  Delayed scaling is sequential by nature (each step's scale comes from
+  earlier steps' amax) and stays per tensor in NumPy
+  (:class:`fp8emu.DelayedScaling`);
+* :func:`study_metrics` computes the rows of ``fp8emu study`` for one
+  tensor from chunk partials merged in chunk order.
+
+Stochastic rounding is not offered: its random stream depends on how the
+array is chunked, so it could not match NumPy bit for bit.
+
+Examples
+--------
+>>> import numpy as np, dask.array as da, fp8emu
+>>> x = np.linspace(-3, 3, 1000).reshape(10, 100)
+>>> dx = da.from_array(x, chunks=(3, 40))
+>>> bool((encode(dx, "e4m3fn").compute() == fp8emu.encode(x, "e4m3fn")).all())
+True
+>>> t = quantize_mx(dx, "e4m3fn")
+>>> bool((t.compute().codes == fp8emu.quantize_mx(x, "e4m3fn").codes).all())
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import codec, metrics, scaling
+from .formats import get_format
+from .recipes import select_recipes, tensor_params, threshold
+from .scaling.tensor import axis_arg, block_arg, expand, int_arg, reciprocal
+
+__all__ = [
+    "encode", "decode", "quantize", "DaskScaledTensor", "amax", "quantize_tensorwise",
+    "quantize_axiswise", "quantize_blockwise", "quantize_mx", "quantize_nvfp4", "study_metrics",
+]
+
+
+def _da():
+    try:
+        import dask.array as da
+    except ImportError as exc:   # pragma: no cover - the extra is missing
+        raise ImportError("fp8emu.dask needs dask: pip install 'fp8emu[dask]'") from exc
+    return da
+
+
+def _array(x, what="x"):
+    da = _da()
+    if not isinstance(x, da.Array):
+        raise TypeError(f"{what} must be a dask.array.Array, got {type(x).__name__} "
+                        "(use the fp8emu functions for NumPy arrays)")
+    return x
+
+
+def _no_stochastic(options):
+    if options.get("rounding") == "stochastic" or "rng" in options or "random_bits" in options:
+        raise ValueError("stochastic rounding is not available on dask arrays: its random bits depend on "
+                         "the chunking; use a deterministic rounding mode")
+
+
+def encode(x, fmt, **options):
+    """Element codes (uint8 dask array) of :func:`fp8emu.encode`, chunk by chunk.
+
+    ``options`` are those of :func:`fp8emu.encode` except the stochastic ones.
+    """
+    x = _array(x)
+    _no_stochastic(options)
+    fmt = get_format(fmt)
+    return x.map_blocks(codec.encode, fmt, dtype=np.uint8, **options)
+
+
+def decode(codes, fmt, *, dtype=np.float32, profile=None):
+    """Values of codes (:func:`fp8emu.decode`), chunk by chunk."""
+    codes = _array(codes, "codes")
+    fmt = get_format(fmt)
+    out = np.dtype(dtype)
+    # map_blocks keeps ``dtype=`` for itself, so the decode dtype travels under another name.
+    return codes.map_blocks(_decode_block, fmt, out_dtype=out, profile=profile, dtype=out)
+
+
+def _decode_block(c, fmt, out_dtype, profile):
+    return codec.decode(c, fmt, dtype=out_dtype, profile=profile)
+
+
+def quantize(x, fmt, **options):
+    """``decode(encode(x))`` in ``x``'s float dtype (:func:`fp8emu.quantize`), chunk by chunk."""
+    x = _array(x)
+    _no_stochastic(options)
+    fmt = get_format(fmt)
+    out = np.empty((0,), x.dtype)
+    dt = codec.quantize(out, fmt, **options).dtype
+    return x.map_blocks(codec.quantize, fmt, dtype=dt, **options)
+
+
+@dataclasses.dataclass(eq=False)
+class DaskScaledTensor:
+    """Lazy codes and scales of a scaling recipe; :meth:`compute` gives the NumPy :class:`fp8emu.ScaledTensor`.
+
+    Attributes mirror :class:`fp8emu.ScaledTensor` (``codes``, ``scale``,
+    ``scale_inv`` and ``scale_codes`` / ``block_scale_codes`` may be dask
+    arrays).
+    """
+
+    codes: object
+    fmt: object
+    scale: object
+    scale_inv: object
+    block: tuple = ()
+    axis: int | None = None
+    shape: tuple = ()
+    scale_codes: object = None
+    block_scale_codes: object = None
+    global_scale: object = None
+    recipe: str = ""
+
+    def dequantize(self, dtype=np.float32):
+        """Lazy ``decode(codes) * scale_inv`` (per block), as :meth:`fp8emu.ScaledTensor.dequantize`."""
+        da = _da()
+        fmt, block, out = self.fmt, self.block, np.dtype(dtype)
+        if not block:
+            inv = np.float32(self.scale_inv)
+            return self.codes.map_blocks(lambda c: _times(codec.decode(c, fmt), inv, out), dtype=out)
+        # Code chunks and scale chunks correspond block for block (the recipes aligned them).
+        index = tuple(range(self.codes.ndim))
+        return da.blockwise(lambda c, s: _times(codec.decode(c, fmt), expand(s, block, c.shape), out),
+                            index, self.codes, index, self.scale_inv, index, dtype=out,
+                            align_arrays=False, concatenate=False)
+
+    def compute(self, **kwargs):
+        """Compute everything and return a NumPy :class:`fp8emu.ScaledTensor`."""
+        import dask
+        codes, scale, inv, sc, bsc = dask.compute(self.codes, self.scale, self.scale_inv, self.scale_codes,
+                                                  self.block_scale_codes, **kwargs)
+        return scaling.ScaledTensor(codes=codes, fmt=self.fmt, scale=scale, scale_inv=inv, block=self.block,
+                                    axis=self.axis, shape=self.shape, scale_codes=sc, block_scale_codes=bsc,
+                                    global_scale=self.global_scale, recipe=self.recipe)
+
+
+def _times(values, inv, out_dtype):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        return np.multiply(values, inv, dtype=np.float32).astype(out_dtype)
+
+
+def _block_amax(b):
+    a = np.abs(b.astype(np.float32))
+    return np.max(np.where(np.isnan(a), np.float32(0), a), initial=np.float32(0), keepdims=True)
+
+
+def amax(x) -> np.float32:
+    """max |x| over the whole array, NaN ignored (0 if all NaN), Inf kept: one pass, computed now.
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da
+    >>> float(amax(da.from_array(np.array([1.0, np.nan, -3.0]), chunks=1)))
+    3.0
+    """
+    x = _array(x)
+    if x.size == 0:
+        return np.float32(0)
+    per_block = x.map_blocks(_block_amax, dtype=np.float32, chunks=tuple((1,) * len(c) for c in x.chunks))
+    return np.float32(per_block.max().compute())
+
+
+def _aligned(x, block):
+    """Rechunk so each dimension's chunks are multiples of its block size (the last may be shorter)."""
+    new = {}
+    for d, b in enumerate(block):
+        if b > 1:
+            size = max(b, (max(x.chunks[d]) // b) * b)
+            if any(c % b for c in x.chunks[d][:-1]) or max(x.chunks[d]) != size:
+                new[d] = size
+    return x.rechunk(new) if new else x
+
+
+def _per_block_chunks(x, block):
+    return tuple(tuple(-(-c // b) for c in cs) for cs, b in zip(x.chunks, block))
+
+
+def _attr(fn, name):
+    """Map over blocks keeping one attribute of each block's ScaledTensor."""
+    def one(blk):
+        return getattr(fn(blk), name)
+    return one
+
+
+def _scaled(x, block, fn, fmt, recipe, axis=None, extra_scales=(), global_scale=None):
+    """Quantize each (block-aligned) chunk with ``fn(chunk) -> ScaledTensor``; lazy codes and scales."""
+    x = _aligned(_array(x), block)
+    codes = x.map_blocks(_attr(fn, "codes"), dtype=np.uint8)
+    sc = _per_block_chunks(x, block)
+    scale = x.map_blocks(_attr(fn, "scale"), dtype=np.float32, chunks=sc)
+    inv = x.map_blocks(_attr(fn, "scale_inv"), dtype=np.float32, chunks=sc)
+    extras = {name: x.map_blocks(_attr(fn, name), dtype=np.uint8, chunks=sc) for name in extra_scales}
+    return DaskScaledTensor(codes=codes, fmt=get_format(fmt), scale=scale, scale_inv=inv, block=tuple(block),
+                            axis=axis, shape=tuple(x.shape), global_scale=global_scale, recipe=recipe, **extras)
+
+
+def _scaled_fmt(x, st_block, fn, fmt, recipe, st_axis, extra_scales=(), global_scale=None, **kw):
+    def bound(blk):
+        return fn(blk, fmt, **kw) if fmt is not None else fn(blk, **kw)
+    return _scaled(x, st_block, bound, fmt if fmt is not None else "e2m1fn", recipe, axis=st_axis,
+                   extra_scales=extra_scales, global_scale=global_scale)
+
+
+def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) -> DaskScaledTensor:
+    """:func:`fp8emu.quantize_tensorwise` in two passes: the global amax now, then a lazy map."""
+    x = _array(x)
+    fmt = get_format(fmt)
+    s = scaling.current_scale(amax(x), fmt, margin=margin, pow2=pow2, eps=eps) if scale is None else scale
+    s = np.float32(s)
+
+    def fn(blk):
+        return scaling.quantize_tensorwise(blk, fmt, scale=s)
+    codes = x.map_blocks(_attr(fn, "codes"), dtype=np.uint8)
+    inv = reciprocal(s)
+    return DaskScaledTensor(codes=codes, fmt=fmt, scale=np.asarray(s, np.float32),
+                            scale_inv=np.asarray(inv, np.float32), shape=tuple(x.shape), recipe="tensorwise")
+
+
+def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0) -> DaskScaledTensor:
+    """:func:`fp8emu.quantize_axiswise` with the reduced ``axis`` in one chunk."""
+    x = _array(x)
+    if x.ndim == 0:
+        raise ValueError("quantize_axiswise needs an array with at least one dimension")
+    ax = axis_arg(axis, x.ndim)
+    x = x.rechunk({ax: -1})
+    block = tuple(max(s, 1) if d == ax else 1 for d, s in enumerate(x.shape))
+    return _scaled_fmt(x, block, scaling.quantize_axiswise, fmt, "axiswise", ax,
+                       axis=ax, margin=margin, pow2=pow2, eps=eps)
+
+
+def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0) -> DaskScaledTensor:
+    """:func:`fp8emu.quantize_blockwise`, rechunked so no block straddles chunks."""
+    x = _array(x)
+    if x.ndim == 0:
+        raise ValueError("quantize_blockwise needs an array with at least one dimension")
+    blk = block_arg(block, x.ndim)
+    return _scaled_fmt(x, blk, scaling.quantize_blockwise, fmt, "blockwise", None,
+                       block=blk, pow2=pow2, margin=margin, eps=eps)
+
+
+def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor") -> DaskScaledTensor:
+    """:func:`fp8emu.quantize_mx`, rechunked so no block straddles chunks."""
+    x = _array(x)
+    if x.ndim == 0:
+        raise ValueError("quantize_mx needs an array with at least one dimension")
+    ax = axis_arg(axis, x.ndim)
+    b = int_arg(block, "block", minimum=1)
+    blk = tuple(b if d == ax else 1 for d in range(x.ndim))
+    # Validate format and rule once, eagerly, with the NumPy function.
+    scaling.quantize_mx(np.zeros((1,) * x.ndim, np.float32), elem_format, block=b, axis=ax, scale_rule=scale_rule)
+    return _scaled_fmt(x, blk, scaling.quantize_mx, elem_format, f"mx-{scale_rule}", ax,
+                       extra_scales=("scale_codes",), block=b, axis=ax, scale_rule=scale_rule)
+
+
+def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> DaskScaledTensor:
+    """:func:`fp8emu.quantize_nvfp4` (round to nearest even) in two passes: global amax, then the map."""
+    x = _array(x)
+    if x.ndim == 0:
+        raise ValueError("quantize_nvfp4 needs an array with at least one dimension")
+    ax = axis_arg(axis, x.ndim)
+    g = amax(x) if global_amax is None else global_amax
+    blk = tuple(16 if d == ax else 1 for d in range(x.ndim))
+    probe = scaling.quantize_nvfp4(np.zeros((1,) * x.ndim, np.float32), axis=ax, global_amax=g)
+    return _scaled_fmt(x, blk, scaling.quantize_nvfp4, None, "nvfp4", ax,
+                       extra_scales=("block_scale_codes",), global_scale=probe.global_scale,
+                       axis=ax, global_amax=g)
+
+
+# --------------------------------------------------------------------------- study metrics
+
+def _errors(x, names, params):
+    recipes = {r.name: r for r in select_recipes(list(names))}
+    out = []
+    for n in names:
+        q = recipes[n].apply(x, params)
+        out.append(metrics.error_partial(x, q.y, q.codes, q.q, recipes[n].fmt))
+    return out
+
+
+def study_metrics(x, recipes=None, *, rows_per_chunk=None) -> list:
+    """The metric columns of ``fp8emu study`` for one tensor held as a dask array.
+
+    ``x`` is viewed as rows of its last axis (as :func:`fp8emu.metrics.as_matrix`),
+    rechunked to whole rows and ``rows_per_chunk`` rows per chunk (a multiple
+    of 128; default: from ``x``'s chunks), so every recipe's blocks stay
+    within a chunk.  Three passes over the chunks (statistics, calibration
+    histogram when needed, recipe errors); partials merge in chunk order, so
+    the result equals :func:`fp8emu.lab.study.study_tensor` run with the same
+    chunk rows.
+
+    Returns
+    -------
+    list of dict
+        One per recipe: ``recipe``, ``format``, the input columns
+        (:func:`fp8emu.metrics.input_summary`), the metric columns
+        (:func:`fp8emu.metrics.error_summary`) and ``clip_threshold``.
+    """
+    import dask
+    x = _array(x)
+    recs = select_recipes(recipes if recipes is None or isinstance(recipes, str) else list(recipes))
+    k = x.shape[-1] if x.ndim else 1
+    xm = x.astype(np.float32).reshape((-1, k) if x.ndim > 1 else (1, -1) if x.ndim == 1 else (1, 1))
+    if rows_per_chunk is None:
+        rows_per_chunk = max(128, (max(xm.chunks[0]) // 128) * 128)
+    elif rows_per_chunk % 128:
+        raise ValueError(f"rows_per_chunk must be a multiple of 128, got {rows_per_chunk}")
+    xm = xm.rechunk((rows_per_chunk, -1))
+    blocks = list(xm.to_delayed().ravel())
+    part = dask.delayed(metrics.input_partial)
+    stats = metrics.combine(dask.compute(*[part(b) for b in blocks]))
+    hist = None
+    if any(r.needs_histogram for r in recs):
+        h = dask.delayed(metrics.calibration_histogram)
+        hist = sum(dask.compute(*[h(b, stats["amax"]) for b in blocks]))
+    params = tensor_params(stats["amax"], stats["n_inf"], hist)
+    for r in recs:
+        if r.calibration:
+            threshold(params, r.fmt, r.calibration)
+    names = tuple(r.name for r in recs)
+    parts = dask.compute(*[dask.delayed(_errors)(b, names, params) for b in blocks])
+    summary = metrics.input_summary(stats)
+    out = []
+    for i, r in enumerate(recs):
+        err = metrics.error_summary(metrics.combine([p[i] for p in parts]))
+        clip = params["thresholds"][f"{r.calibration}/{r.fmt}"] if r.calibration else ""
+        out.append(dict(recipe=r.name, format=r.fmt, **summary, **err, clip_threshold=clip))
+    return out

@@ -1,0 +1,344 @@
+"""Block-scaled GEMM (MXFP8/MXFP6/MXFP4/MXINT8, NVFP4, mixed) as Blackwell-class hardware defines it.
+
+``block_scaled_mm(a, b)`` computes ``D[m, n] = alpha * sum_k a[m, k] * sa[m, k // Ba]
+* b[k, n] * sb[k // Bb, n]``: every product carries the product of its two block
+scales (E8M0 powers of two for MX, E4M3 values for NVFP4; ``Ba``, ``Bb`` the
+operands' blocks along K: 32 for MX, 16 for NVFP4), as cuBLASLt's
+``CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0`` / ``VEC16_UE4M3`` modes and
+``cuda.tile.mma_scaled`` document it.  ``alpha`` is 1 for MX; for NVFP4 it carries
+the per-tensor scales as Transformer Engine passes them to cuBLASLt
+(``transformer_engine/common/recipe/nvfp4.cu``, ``compute_nvfp4_per_tensor_scale``):
+``alpha = fl32(fl32(amax_A * amax_B) * fl32(1 / (6 * 6 * 448 * 448)))``, applied to the
+float32 accumulator in the epilogue, ``fl32(acc * alpha)``.  (When an operand's amax
+is unknown, fp8emu uses its decode scale ``fl32(1 / S_enc)`` instead, and an MX
+operand contributes 1.)
+
+Accumulators, each defined exactly:
+
+``"exact"``
+    The exact sum of all block-scaled products, rounded once to float32 (round to
+    nearest even), then the epilogue.
+``"fp32"``
+    K is cut into blocks over which both operands' scales are constant (the
+    smaller block, 16 or 32); each block's unscaled products (exact in float32)
+    are summed in K order with float32 additions from zero, and the block sum is
+    added to the running float32 total with *one* rounding,
+    ``total = fl32(total + partial * sa * sb)``, blocks in K order.
+:class:`BlockScaledAccumulator` (``"blackwell"`` preset)
+    Chained tensor-core steps as in :mod:`fp8emu.gemm`'s Hopper model (align every
+    term of a step to the largest exponent, truncate to ``frac_bits`` fraction bits,
+    sum, round the step's result to ``sum_bits``), with ``group`` products per step
+    and the block scales applied either to each product (``scale_at="product"``:
+    the scale exponents join the product exponents before alignment, as a
+    hardware MMA that consumes the scales does) or to each K-block's partial sum
+    (``scale_at="block"``: ``total = fl32(total + partial * sa * sb)``, as software
+    block scaling on Hopper does).
+
+The ``"blackwell"`` preset (32 products per step = one MX block, scales per product,
+25 fraction bits, 25-bit truncated step results) is **not verified against GPU
+recordings and its numbers are placeholders**: the model's form (aligned, truncated,
+chained step sums) is the one published for NVIDIA tensor cores up to B200 (Khattak
+and Mikaitis, "Accurate Models of NVIDIA Tensor Cores", arXiv:2512.07004), but the
+bit widths here were not taken from that paper's tables (not reachable when this was
+written) nor fitted to recordings of ``torch._scaled_mm`` block-scaled GEMMs on
+Blackwell.  Pass a :class:`BlockScaledAccumulator` to model other widths.
+
+B is (K, N) with its blocks along K (axis 0): quantize it with
+``quantize_mx(b, fmt, axis=0)`` / ``quantize_nvfp4(b, axis=0)``.  2-D blocks
+(32x32 MX, 16x16 NVFP4) are expanded to one scale per row and K-block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from ..codec import decode
+from ..formats import get_format
+from ..scaling.mx import mx_from_codes
+from ..scaling.nvfp4 import nvfp4_from_codes
+from ..scaling.tensor import ScaledTensor, expand
+from .accumulator import Accumulator
+from .epilogue import ieee_specials, output_type, result_scale, to_output
+from .fparith import round_hi_lo, two_sum
+from .kernels import _ZERO_EXP, accumulate, exact_dot, mma_dot, values_and_exponents
+
+__all__ = ["block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS", "nvfp4_alpha"]
+
+#: float32(1 / (6 * 6 * 448 * 448)), Transformer Engine's ``factor_inv``.
+_TE_FACTOR_INV = np.float32(1.0 / (6.0 * 6.0 * 448.0 * 448.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockScaledAccumulator:
+    """A block-scaled tensor-core accumulator (chained steps; see :mod:`fp8emu.gemm.block_scaled`).
+
+    Parameters
+    ----------
+    group : int
+        Products summed per tensor-core step.
+    frac_bits : int
+        Fraction bits kept when a step's terms are aligned to the largest exponent.
+    sum_bits : int
+        Significant bits of each step's result.
+    sum_rounding : {"rtz", "rne"}
+        How a step's result is rounded to ``sum_bits``.
+    scale_at : {"product", "block"}
+        Where the block scales apply: to every product before alignment, or to
+        each K-block's partial sum as it joins a float32 accumulator.
+    name : str
+
+    Examples
+    --------
+    >>> BLOCK_ACCUMULATORS["blackwell"].frac_bits
+    25
+    >>> BlockScaledAccumulator(group=16, frac_bits=13, sum_bits=14, scale_at="block").scale_at
+    'block'
+    """
+
+    group: int = 32
+    frac_bits: int = 25
+    sum_bits: int = 25
+    sum_rounding: str = "rtz"
+    scale_at: str = "product"
+    name: str = "custom"
+
+    def __post_init__(self):
+        # Reuse Accumulator's checks of the shared fields.
+        Accumulator("mma", self.group, self.frac_bits, self.sum_bits, self.sum_rounding)
+        if self.scale_at not in ("product", "block"):
+            raise ValueError(f"scale_at must be 'product' or 'block', got {self.scale_at!r}")
+
+
+#: Named block-scaled accumulators (``"exact"`` and ``"fp32"`` are accepted by name too).
+BLOCK_ACCUMULATORS = {
+    "blackwell": BlockScaledAccumulator(32, 25, 25, "rtz", "product", name="blackwell"),
+}
+
+
+class _Operand(NamedTuple):
+    """A block-scaled operand seen as rows x K: codes, Format, per-(row, K-block) scales, block."""
+
+    codes: np.ndarray          # (rows, K) uint8
+    fmt: object
+    scales: np.ndarray         # (rows, ceil(K / block)) float64, NaN for the E8M0 NaN code
+    block: int
+    decode_global: np.float32 | None   # NVFP4: fl32(1 / S_enc)
+    amax: np.float32 | None             # NVFP4: tensor amax, if known
+    scale_max: np.float32 | None
+
+
+def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
+    if isinstance(x, ScaledTensor):
+        if fmt is not None or scales is not None or global_scale is not None:
+            raise ValueError(f"give {what} as a ScaledTensor or as codes with {what}_format and "
+                             f"{what}_scales, not both")
+        t = x
+    else:
+        if fmt is None or scales is None:
+            raise TypeError(f"{what} as raw codes needs {what}_format and {what}_scales (scale codes)")
+        if isinstance(fmt, str) and fmt == "nvfp4":
+            if global_scale is None:
+                raise ValueError(f"NVFP4 {what} needs {what}_global_scale (S_enc)")
+            t = nvfp4_from_codes(x, scales, global_scale, axis=k_axis)
+        else:
+            if global_scale is not None:
+                raise ValueError(f"{what}_global_scale applies to NVFP4 operands only")
+            t = mx_from_codes(x, scales, fmt, axis=k_axis)
+    if t.scale_codes is None and t.block_scale_codes is None:
+        raise ValueError(f"{what} is not block-scaled (MX or NVFP4); use scaled_mm for "
+                         f"per-tensor/row-wise/1x128 scales")
+    if len(t.shape) != 2:
+        raise ValueError(f"{what} must be 2-D, got shape {t.shape}")
+    if t.axis != k_axis:
+        hint = "quantize B along K with axis=0" if what == "b" else "quantize A along K with axis=-1"
+        raise ValueError(f"{what}'s blocks run along axis {t.axis}, but K is axis {k_axis} "
+                         f"({hint})")
+    other = 1 - k_axis
+    nvfp4 = t.block_scale_codes is not None
+    sc_codes = t.block_scale_codes if nvfp4 else t.scale_codes
+    if nvfp4:
+        sval = decode(sc_codes, get_format("e4m3fn"), dtype=np.float64)
+    else:
+        e = sc_codes.astype(np.float64) - 127
+        sval = np.where(sc_codes == 255, np.nan, np.ldexp(1.0, np.where(sc_codes == 255, 0, e).astype(int)))
+    # one scale per row (2-D tiles repeat along the rows)
+    sval = expand(sval, tuple(t.block[d] if d == other else 1 for d in range(2)),
+                  tuple(t.shape[d] if d == other else sval.shape[d] for d in range(2)))
+    codes = t.codes
+    if k_axis == 0:
+        codes, sval = codes.T, sval.T
+    dg = None
+    if nvfp4:
+        dg = np.float32(np.float32(1) / np.float32(t.global_scale))
+    return _Operand(np.ascontiguousarray(codes), t.fmt, np.ascontiguousarray(sval), t.block[k_axis], dg,
+                    t.global_amax if nvfp4 else None, t.scale_max if nvfp4 else None)
+
+
+def nvfp4_alpha(a_amax, b_amax) -> np.float32:
+    """Transformer Engine's NVFP4 GEMM alpha: ``fl32(fl32(amax_A * amax_B) * fl32(1/(6*6*448*448)))``.
+
+    Examples
+    --------
+    >>> float(nvfp4_alpha(2688.0, 2688.0))
+    1.0
+    """
+    p = np.float32(np.float32(a_amax) * np.float32(b_amax))
+    return np.float32(p * _TE_FACTOR_INV)
+
+
+def _alpha(A: _Operand, B: _Operand):
+    if A.decode_global is None and B.decode_global is None:
+        return None
+    if (A.amax is not None and B.amax is not None and A.scale_max == 448 and B.scale_max == 448):
+        return nvfp4_alpha(A.amax, B.amax)
+    alpha = np.float32(1)
+    for op in (A, B):
+        if op.decode_global is not None:
+            if op.amax is not None:
+                d = np.float32(op.amax * np.float32(1.0 / (6.0 * float(op.scale_max))))
+            else:
+                d = op.decode_global
+            alpha = np.float32(alpha * d)
+    return alpha
+
+
+def _get_acc(acc):
+    if isinstance(acc, BlockScaledAccumulator):
+        return acc
+    if isinstance(acc, Accumulator) and acc.kind in ("exact", "fp32"):
+        return acc.kind
+    if isinstance(acc, str):
+        if acc in ("exact", "fp32"):
+            return acc
+        if acc in BLOCK_ACCUMULATORS:
+            return BLOCK_ACCUMULATORS[acc]
+    raise ValueError(f"unknown block-scaled accumulator {acc!r}; use 'exact', 'fp32', "
+                     f"{', '.join(repr(k) for k in BLOCK_ACCUMULATORS)} or a BlockScaledAccumulator")
+
+
+def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scales=None,
+                    a_global_scale=None, b_global_scale=None, accumulator="blackwell", bias=None,
+                    out_dtype="float32", scale_result=None):
+    """Emulate a block-scaled GEMM (MX, NVFP4 or mixed operands): ``alpha * (A @ B)`` with block scales.
+
+    Parameters
+    ----------
+    a : ScaledTensor (M, K) or ndarray of uint8 codes
+        From :func:`fp8emu.quantize_mx` / :func:`fp8emu.quantize_nvfp4` (blocks along
+        axis 1), or element codes (one per byte) with ``a_format`` and ``a_scales``.
+    b : ScaledTensor (K, N) or ndarray of uint8 codes
+        Blocks along K, i.e. axis 0 (``quantize_mx(b, fmt, axis=0)``).
+    a_format, b_format : str or Format, optional
+        For raw codes: an MX element format (``"e4m3fn"``, ``"e5m2"``, ``"e2m3fn"``,
+        ``"e3m2fn"``, ``"e2m1fn"``, ``"int8"``) or ``"nvfp4"``.
+    a_scales, b_scales : ndarray of uint8, optional
+        For raw codes: E8M0 scale codes (MX, one per 32 along K) or e4m3fn codes
+        (NVFP4, one per 16), shaped like the codes with K replaced by the block count.
+    a_global_scale, b_global_scale : float, optional
+        For raw NVFP4 codes: ``S_enc``.
+    accumulator : {"blackwell", "exact", "fp32"} or BlockScaledAccumulator
+        See :mod:`fp8emu.gemm.block_scaled`.
+    bias, out_dtype, scale_result
+        As :func:`fp8emu.scaled_mm`.
+
+    Returns
+    -------
+    ndarray, shape (M, N)
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> x = np.zeros((1, 64)); x[0, 0], x[0, 32] = 1.0, 2.0 ** -20   # two MX blocks
+    >>> a = fp8emu.quantize_mx(x, "e4m3fn")
+    >>> b = fp8emu.quantize_mx(np.ones((64, 1)), "e2m1fn", axis=0)
+    >>> float(block_scaled_mm(a, b, accumulator="exact")[0, 0])      # 1 + 2**-20
+    1.0000009536743164
+    >>> float(block_scaled_mm(a, b, accumulator="blackwell")[0, 0])  # 25 fraction bits keep it
+    1.0000009536743164
+    """
+    A = _operand(a, a_format, a_scales, a_global_scale, 1, "a")
+    B = _operand(b, b_format, b_scales, b_global_scale, 0, "b")
+    M, K = A.codes.shape
+    N, Kb = B.codes.shape
+    if Kb != K:
+        raise ValueError(f"shape mismatch: a is ({M}, {K}) and b is ({Kb}, {N}); need (M, K) @ (K, N)")
+    acc = _get_acc(accumulator)
+    odt, ofmt = output_type(out_dtype)
+    scale_result = result_scale(scale_result, ofmt)
+
+    va, ea = values_and_exponents(A.codes, A.fmt)
+    vbt, ebt = values_and_exponents(B.codes, B.fmt)
+    sa = np.repeat(A.scales, A.block, axis=1)[:, :K]          # (M, K) per-element scale
+    sbt = np.repeat(B.scales, B.block, axis=1)[:, :K]         # (N, K)
+    nan_rows = np.isnan(sa).any(axis=1)
+    nan_cols = np.isnan(sbt).any(axis=1)
+    sa = np.where(np.isnan(sa), 0.0, sa)
+    sbt = np.where(np.isnan(sbt), 0.0, sbt)
+
+    with np.errstate(over="ignore", invalid="ignore"):   # float32 overflow gives Inf, as the GPU
+        if acc == "exact":
+            v = _exact(va, sa, vbt.T, sbt.T, A.fmt.mbits, B.fmt.mbits)
+        elif acc == "fp32" or acc.scale_at == "block":
+            v = _blockwise(va, ea, vbt.T, ebt.T, A.scales, B.scales.T, A.block, B.block, acc)
+        else:
+            v = _product_scaled(va, ea, sa, vbt.T, ebt.T, sbt.T, acc)
+    v = np.where(nan_rows[:, None] | nan_cols[None, :], np.float32(np.nan), v).astype(np.float32)
+    v = ieee_specials(v, A.codes, A.fmt, np.ascontiguousarray(B.codes.T), B.fmt)
+    alpha = _alpha(A, B)
+    if alpha is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = (v * alpha).astype(np.float32)
+    return to_output(v, bias, odt, ofmt, scale_result)
+
+
+def _exponents(v):
+    """floor(log2|v|) of float64 values as int16-range int64; the zero sentinel for zeros."""
+    _, e = np.frexp(v)
+    return np.where(v == 0, _ZERO_EXP, e.astype(np.int64) - 1)
+
+
+def _exact(va, sa, vb, sb, ma, mb):
+    """Exact sum of the scaled products, rounded once to float32."""
+    pa, pb = va * sa, vb * sb        # exact: element and scale significands have <= 8 bits together
+    # the scaled significands have at most mbits + 4 bits (E4M3 scales carry 3 fraction bits)
+    return exact_dot(pa, _exponents(pa), pb, _exponents(pb), ma + 4, mb + 4)
+
+
+def _blockwise(va, ea, vb, eb, sa_blocks, sb_blocks, ba, bb, acc):
+    """K-blocks with constant scales; each block's partial joins a float32 total with one rounding."""
+    M, K = va.shape
+    N = vb.shape[1]
+    g = math.gcd(ba, bb)
+    if acc != "fp32" and g % acc.group:
+        raise ValueError(f"scale_at='block' needs K blocks ({g}) that are a multiple of the group "
+                         f"({acc.group})")
+    step_acc = Accumulator("fp32") if acc == "fp32" else Accumulator(
+        "mma", acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
+    total = np.zeros((M, N), np.float32)
+    for k0 in range(0, K, g):
+        sl = slice(k0, min(K, k0 + g))
+        part = accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], step_acc).astype(np.float64)
+        f = sa_blocks[:, k0 // ba][:, None] * sb_blocks[k0 // bb][None, :]
+        f = np.where(np.isnan(f), 0.0, f)
+        with np.errstate(over="ignore", invalid="ignore"):
+            hi, lo = two_sum(total.astype(np.float64), part * f)
+        total = round_hi_lo(hi, lo)
+    return total
+
+
+def _product_scaled(va, ea, sa, vb, eb, sb, acc):
+    """Chained steps whose products carry their block scales (scale exponents join the alignment)."""
+    _, qa = np.frexp(sa)
+    _, qb = np.frexp(sb)
+    pa, pb = va * sa, vb * sb
+    ea2 = np.where(pa == 0, _ZERO_EXP, ea + np.where(sa == 0, 0, qa - 1)).astype(np.int16)
+    eb2 = np.where(pb == 0, _ZERO_EXP, eb + np.where(sb == 0, 0, qb - 1)).astype(np.int16)
+    step_acc = Accumulator("mma", acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return mma_dot(pa, ea2, pb, eb2, step_acc)

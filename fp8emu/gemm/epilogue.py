@@ -1,0 +1,93 @@
+"""The GEMM epilogue shared by ``scaled_mm`` and ``block_scaled_mm``: scales as torch passes them,
+IEEE specials, bias with one rounding and narrow outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..codec import decode, encode
+from ..formats import get_format
+from ..tables import SOURCE_DTYPES
+from .fparith import round_hi_lo, two_sum
+from .kernels import special_masks
+
+__all__ = ["as_scale", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
+
+OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
+
+
+def real_array(x, what, accepted="a float or an array of floats"):
+    """``x`` as an integer or float array; strings, bools, complex and objects are refused."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{what} must be {accepted} (integer or float dtype), got "
+                        f"{type(x).__name__} of dtype {arr.dtype}")
+    return arr
+
+
+def as_scale(s, what):
+    """A scale as float32, as torch passes them; finite after that conversion (1e39 is not)."""
+    with np.errstate(over="ignore"):
+        arr = real_array(s, what).astype(np.float32)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} must be finite in float32 (|scale| <= {float(np.finfo(np.float32).max):g}), "
+                         "got non-finite values")
+    return arr
+
+
+def output_type(out_dtype):
+    if isinstance(out_dtype, str) and out_dtype in OUT_DTYPES:
+        return OUT_DTYPES[out_dtype], None
+    try:
+        dt = np.dtype(out_dtype)
+        if dt in OUT_DTYPES.values():
+            return dt, None
+    except TypeError:
+        pass
+    try:
+        return None, get_format(out_dtype)
+    except (ValueError, TypeError, KeyError):
+        raise ValueError(f"unknown out_dtype {out_dtype!r}; use 'float32', 'bfloat16', 'float16' "
+                         "or an FP8 format name") from None
+
+
+def result_scale(scale_result, ofmt):
+    if scale_result is None:
+        return None
+    if ofmt is None:
+        raise ValueError("scale_result applies only to a narrow (FP8) out_dtype")
+    s = as_scale(scale_result, "scale_result")
+    if s.size != 1:
+        raise ValueError("scale_result must be a scalar")
+    return s
+
+
+def ieee_specials(v, ca, fa, cb, fb):
+    """IEEE semantics for NaN/Inf operands (the kernels work on finite values)."""
+    if not ((~np.isfinite(decode(ca, fa))).any() or (~np.isfinite(decode(cb, fb))).any()):
+        return v
+    pos, neg, nan = special_masks(ca, fa, cb, fb)
+    return np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),
+                                                      np.where(neg, np.float32(-np.inf), v)))
+
+
+def to_output(v, bias, odt, ofmt, scale_result):
+    """Add the bias with one rounding to the output type; narrow outputs are scaled and cast."""
+    target = odt if odt is not None else np.dtype(np.float32)
+    N = v.shape[1]
+    if bias is not None:
+        bias = real_array(bias, "bias", "an array of floats").astype(np.float64)
+        if bias.shape not in ((N,), (1, N)):
+            raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
+        bias = bias.reshape(1, N).astype(target).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            hi, lo = two_sum(v.astype(np.float64), bias)
+            lo = np.where(np.isfinite(hi), lo, 0.0)
+        out = round_hi_lo(hi, lo, target)
+    else:
+        out = v.astype(target)
+    if ofmt is None:
+        return out
+    if scale_result is not None:
+        out = (out * scale_result).astype(np.float32)
+    return encode(out, ofmt, saturate=True)

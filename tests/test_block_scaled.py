@@ -1,0 +1,208 @@
+"""Block-scaled GEMM (MX, NVFP4, mixed) against exact Fraction references."""
+
+from __future__ import annotations
+
+import zlib
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import fp8emu
+from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
+from fp8emu.scaling import MXINT8
+
+F32_MAX_EXP, F32_MIN_EXP, F32_P = 127, -126, 24
+
+
+def round_f32(q: Fraction) -> float:
+    """Round an exact rational to float32 (nearest even, overflow to Inf), independently of NumPy."""
+    if q == 0:
+        return 0.0
+    sign = -1 if q < 0 else 1
+    q = abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    if Fraction(2) ** e > q:
+        e -= 1
+    ulp = Fraction(2) ** (max(e, F32_MIN_EXP) - (F32_P - 1))
+    n, rem = divmod(q, ulp)
+    n = int(n)
+    if rem * 2 > ulp or (rem * 2 == ulp and n % 2):
+        n += 1
+    r = n * ulp
+    if r >= Fraction(2) ** 128:
+        return sign * float("inf")
+    return sign * float(r)
+
+
+def frac_values(codes, fmt):
+    return [[Fraction(float(v)) for v in row] for row in fp8emu.decode(codes, fmt, dtype=np.float64)]
+
+
+def finite_codes(rng, fmt, shape, zero_frac=0.2):
+    vals = fmt.values()
+    ok = np.flatnonzero(np.isfinite(vals)).astype(np.uint8)
+    codes = rng.choice(ok, size=shape)
+    codes[rng.random(shape) < zero_frac] = 0
+    return codes.astype(np.uint8)
+
+
+def exact_reference(ca, fa, sa, ba, cb, fb, sb, bb, scale_value):
+    """(M, N) list of exact sums of block-scaled products."""
+    A, B = frac_values(ca, fa), frac_values(cb, fb)
+    M, K = ca.shape
+    N = cb.shape[1]
+    out = []
+    for m in range(M):
+        row = []
+        for n in range(N):
+            row.append(sum(A[m][k] * scale_value(sa[m, k // ba]) * B[k][n] * scale_value(sb[k // bb, n])
+                           for k in range(K)))
+        out.append(row)
+    return out
+
+
+def e8m0(code):
+    return Fraction(2) ** (int(code) - 127)
+
+
+@pytest.mark.parametrize("fa,fb", [("e4m3fn", "e4m3fn"), ("e5m2", "e2m1fn"), ("e2m3fn", "e3m2fn"),
+                                   ("int8", "e4m3fn"), ("e2m1fn", "e2m1fn")])
+@pytest.mark.parametrize("shape", [(3, 45, 2), (2, 96, 3)])
+def test_exact_matches_fraction_reference_mx(fa, fb, shape):
+    M, K, N = shape
+    rng = np.random.default_rng(zlib.crc32(repr((fa, fb, shape)).encode()))
+    fmt_a = MXINT8 if fa == "int8" else fp8emu.get_format(fa)
+    fmt_b = MXINT8 if fb == "int8" else fp8emu.get_format(fb)
+    ca, cb = finite_codes(rng, fmt_a, (M, K)), finite_codes(rng, fmt_b, (K, N))
+    nka = -(-K // 32)
+    # extreme scales 2**-127 (code 0) and 2**127 (code 254) among ordinary ones
+    sa = rng.choice(np.array([0, 254, 100, 127, 140], np.uint8), size=(M, nka))
+    sb = rng.choice(np.array([0, 254, 120, 127, 130], np.uint8), size=(nka, N))
+    ref = exact_reference(ca, fmt_a, sa, 32, cb, fmt_b, sb, 32, e8m0)
+    got = block_scaled_mm(ca, cb, a_format=fa, b_format=fb, a_scales=sa, b_scales=sb,
+                          accumulator="exact")
+    want = np.array([[round_f32(q) for q in row] for row in ref], np.float32)
+    assert np.array_equal(got, want)
+    # the same through ScaledTensors (scaled_mm dispatches block-scaled operands)
+    ta = fp8emu.scaling.mx_from_codes(ca, sa, fa)
+    tb = fp8emu.scaling.mx_from_codes(cb, sb, fb, axis=0)
+    assert np.array_equal(scaled_mm(ta, tb, accumulator="exact"), want)
+
+
+def test_exact_from_quantized_tensors_with_subnormals_and_zeros():
+    rng = np.random.default_rng(7)
+    x = rng.standard_t(2, (4, 70)) * np.exp(rng.uniform(-12, 12, (4, 70)))
+    x[:, 5:9] = 0.0
+    w = rng.standard_normal((70, 3)) * 1e-3
+    a = fp8emu.quantize_mx(x, "e4m3fn")
+    b = fp8emu.quantize_mx(w, "e2m1fn", axis=0)
+    da = a.dequantize().astype(np.float64)
+    db = b.dequantize().astype(np.float64)
+    assert np.any((a.codes & 0x78) == 0) and np.any(a.codes & 0x7 > 0)     # subnormal elements occur
+    want = np.array([[round_f32(sum(Fraction(float(da[m, k])) * Fraction(float(db[k, n])) for k in range(70)))
+                      for n in range(3)] for m in range(4)], np.float32)
+    assert np.array_equal(block_scaled_mm(a, b, accumulator="exact"), want)
+
+
+def test_fp32_accumulator_matches_sequential_reference():
+    rng = np.random.default_rng(3)
+    M, K, N = 2, 80, 2
+    fa = fp8emu.get_format("e4m3fn")
+    ca, cb = finite_codes(rng, fa, (M, K)), finite_codes(rng, fa, (K, N))
+    sa = rng.integers(110, 145, (M, 3)).astype(np.uint8)
+    sb = rng.integers(110, 145, (3, N)).astype(np.uint8)
+    A, B = fp8emu.decode(ca, fa, dtype=np.float32), fp8emu.decode(cb, fa, dtype=np.float32)
+    want = np.zeros((M, N), np.float32)
+    for m in range(M):
+        for n in range(N):
+            total = Fraction(0)
+            for kb in range(3):
+                part = np.float32(0)
+                for k in range(kb * 32, min(K, kb * 32 + 32)):
+                    part = np.float32(part + np.float32(A[m, k] * B[k, n]))
+                total = Fraction(round_f32(total + Fraction(float(part)) * e8m0(sa[m, kb]) * e8m0(sb[kb, n])))
+            want[m, n] = float(total)
+    got = block_scaled_mm(ca, cb, a_format="e4m3fn", b_format="e4m3fn", a_scales=sa, b_scales=sb,
+                          accumulator="fp32")
+    assert np.array_equal(got, want)
+
+
+def te_alpha(amax_a, amax_b):
+    # transformer_engine/common/recipe/nvfp4.cu: alpha = amax_A * amax_B * factor_inv in float32
+    f = np.float32(1.0 / (6.0 * 6.0 * 448.0 * 448.0))
+    return np.float32(np.float32(np.float32(amax_a) * np.float32(amax_b)) * f)
+
+
+def test_nvfp4_exact_with_te_alpha():
+    rng = np.random.default_rng(11)
+    x = rng.standard_t(3, (3, 48)).astype(np.float32)
+    w = rng.standard_t(3, (48, 2)).astype(np.float32)
+    a, b = fp8emu.quantize_nvfp4(x), fp8emu.quantize_nvfp4(w, axis=0)
+    e4m3, e2m1 = fp8emu.get_format("e4m3fn"), fp8emu.get_format("e2m1fn")
+
+    def e4(code):
+        return Fraction(float(fp8emu.decode(np.array([code], np.uint8), e4m3, dtype=np.float64)[0]))
+
+    ref = exact_reference(a.codes, e2m1, a.block_scale_codes, 16, b.codes, e2m1, b.block_scale_codes, 16, e4)
+    alpha = te_alpha(np.abs(x).max(), np.abs(w).max())
+    want = np.array([[round_f32(Fraction(round_f32(q)) * Fraction(float(alpha))) for q in row] for row in ref],
+                    np.float32)
+    assert np.array_equal(block_scaled_mm(a, b, accumulator="exact"), want)
+    # close to the product of the dequantized operands
+    approx = a.dequantize().astype(np.float64) @ b.dequantize().astype(np.float64)
+    assert np.allclose(block_scaled_mm(a, b, accumulator="exact"), approx, rtol=1e-5, atol=1e-5)
+    # raw codes with only S_enc: alpha = fl32(1/S_a) * fl32(1/S_b)
+    raw = block_scaled_mm(a.codes, b.codes, a_format="nvfp4", b_format="nvfp4", a_scales=a.block_scale_codes,
+                          b_scales=b.block_scale_codes, a_global_scale=a.global_scale,
+                          b_global_scale=b.global_scale, accumulator="exact")
+    da = np.float32(np.float32(1) / a.global_scale)
+    db = np.float32(np.float32(1) / b.global_scale)
+    alpha2 = np.float32(da * db)
+    want2 = np.array([[round_f32(Fraction(round_f32(q)) * Fraction(float(alpha2))) for q in row] for row in ref],
+                     np.float32)
+    assert np.array_equal(raw, want2)
+
+
+def test_mixed_mxfp8_times_nvfp4_and_mxfp4():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 64))
+    w = rng.standard_normal((64, 4))
+    a = fp8emu.quantize_mx(x, "e4m3fn")
+    for b in (fp8emu.quantize_mx(w, "e2m1fn", axis=0), fp8emu.quantize_nvfp4(w, axis=0)):
+        ex = block_scaled_mm(a, b, accumulator="exact")
+        f32 = block_scaled_mm(a, b, accumulator="fp32")
+        ref = x @ w
+        assert np.max(np.abs(ex - ref)) < 0.5 * np.max(np.abs(ref)) and np.max(np.abs(f32 - ex)) < 1e-5
+
+
+def test_wide_mma_equals_exact_when_nothing_is_cut():
+    rng = np.random.default_rng(9)
+    a = fp8emu.quantize_mx(rng.standard_normal((4, 64)), "e4m3fn")
+    b = fp8emu.quantize_mx(rng.standard_normal((64, 5)), "e4m3fn", axis=0)
+    wide = BlockScaledAccumulator(group=32, frac_bits=40, sum_bits=40)
+    assert np.array_equal(block_scaled_mm(a, b, accumulator=wide), block_scaled_mm(a, b, accumulator="exact"))
+    narrow = BlockScaledAccumulator(group=32, frac_bits=4, sum_bits=6)
+    assert not np.array_equal(block_scaled_mm(a, b, accumulator=narrow),
+                              block_scaled_mm(a, b, accumulator="exact"))
+    blockwise = BlockScaledAccumulator(group=32, frac_bits=40, sum_bits=40, scale_at="block")
+    assert np.array_equal(block_scaled_mm(a, b, accumulator=blockwise), block_scaled_mm(a, b, accumulator="fp32"))
+
+
+def test_nan_scale_and_errors():
+    rng = np.random.default_rng(2)
+    a = fp8emu.quantize_mx(rng.standard_normal((2, 32)), "e4m3fn")
+    b = fp8emu.quantize_mx(rng.standard_normal((32, 2)), "e4m3fn", axis=0)
+    sa = a.scale_codes.copy()
+    sa[1, 0] = 255
+    out = block_scaled_mm(a.codes, b.codes, a_format="e4m3fn", b_format="e4m3fn", a_scales=sa,
+                          b_scales=b.scale_codes, accumulator="exact")
+    assert np.all(np.isnan(out[1])) and np.all(np.isfinite(out[0]))
+    with pytest.raises(ValueError, match="axis=0"):
+        block_scaled_mm(a, fp8emu.quantize_mx(rng.standard_normal((32, 2)), "e4m3fn"))
+    with pytest.raises(TypeError, match="b_scales"):
+        block_scaled_mm(a, b.codes, b_format="e4m3fn")
+    with pytest.raises(ValueError, match="unknown block-scaled accumulator"):
+        block_scaled_mm(a, b, accumulator="hopper")
+    with pytest.raises(ValueError, match="leave scale_a"):
+        scaled_mm(a, b, scale_a=2.0)

@@ -1,0 +1,339 @@
+"""Behaviours that mutation testing found unpinned (tools/mutate.py, tests/MUTATION.md).
+
+Each test pins one behaviour that a changed operator, constant or dropped statement
+altered without any other test noticing.  Expectations come from exact rationals, the
+docstrings' stated rules and the independent oracle, never from the code under test.
+"""
+
+import math
+import warnings
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8emu
+import oracle
+from fp8emu import Format
+from fp8emu.gemm import Accumulator, cublas_split_k, split_bounds
+
+
+def f32(q) -> float:
+    """Exact rational -> float32 value, round to nearest even (overflow -> inf)."""
+    q = Fraction(q)
+    if q == 0:
+        return 0.0
+    a = abs(q)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    e = e - 1 if Fraction(2) ** e > a else e
+    e = max(e, -126)
+    ulp = Fraction(2) ** (e - 23)
+    v = round(a / ulp) * ulp
+    if v >= Fraction(2) ** 128:
+        return math.copysign(math.inf, q)
+    return math.copysign(float(v), q)
+
+
+def mm(a, b, fa, fb, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fp8emu.scaled_mm(np.asarray(a, np.uint8), np.asarray(b, np.uint8), a_format=fa, b_format=fb, **kw)
+
+
+def codes_of(values, fmt):
+    c = fp8emu.encode(np.asarray(values, np.float64), fmt)
+    assert np.array_equal(fp8emu.decode(c, fmt, dtype=np.float64), np.asarray(values, np.float64)), "not exact"
+    return c
+
+
+ACCS = ["exact", "fp32", "hopper", "hopper-fast"]
+
+
+# ----------------------------------------------------------------------------- exact accumulator tails
+@pytest.mark.parametrize("tail_sign", [1, -1])
+@pytest.mark.parametrize("tail_exp", [-60, -100, -120])
+def test_exact_accumulator_tie_broken_by_a_far_tail(tail_sign, tail_exp):
+    """1 + 2**-24 is a float32 tie; a tail far below (more than 53 bits: no float64 holds the
+    sum) decides the direction.  binary8p1 (powers of two from 2**-63) reaches such tails."""
+    f = "binary8p1"
+    h = tail_exp // 2
+    a = codes_of([[1.0, 2.0 ** -12, tail_sign * 2.0 ** h]], f)
+    b = codes_of([[1.0], [2.0 ** -12], [2.0 ** (tail_exp - h)]], f)
+    exact = Fraction(1) + Fraction(2) ** -24 + tail_sign * Fraction(2) ** tail_exp
+    out = mm(a, b, f, f, accumulator="exact")
+    assert out[0, 0] == f32(exact) == (1 + 2.0 ** -23 if tail_sign > 0 else 1.0)
+    # in any order of the K products
+    out = mm(a[:, ::-1], b[::-1], f, f, accumulator="exact")
+    assert out[0, 0] == f32(exact)
+
+
+def test_exact_accumulator_many_bands_random():
+    """Random binary8p1 operands spanning the whole exponent range (many bands): the exact
+    sum rounded once, compared with Fractions."""
+    g = np.random.default_rng(4)
+    f = fp8emu.get_format("binary8p1")
+    finite = [c for c in range(256) if np.isfinite(f.values()[c])]
+    a = g.choice(finite, (3, 20)).astype(np.uint8)
+    b = g.choice(finite, (20, 2)).astype(np.uint8)
+    out = mm(a, b, f, f, accumulator="exact")
+    for i in range(3):
+        for j in range(2):
+            s = sum(oracle.code_value(f, int(x)) * oracle.code_value(f, int(y)) for x, y in zip(a[i], b[:, j]))
+            assert out[i, j] == np.float32(f32(s))
+
+
+# ----------------------------------------------------------------------------- IEEE specials in scaled_mm
+E5 = "e5m2"
+INF, NINF, NAN5, ONE, ZERO = 0x7C, 0xFC, 0x7E, 0x3C, 0x00
+
+
+@pytest.mark.parametrize("acc", ACCS)
+def test_scaled_mm_inf_and_nan_rules(acc):
+    a = np.array([[ONE, ONE], [INF, ONE], [NINF, ONE], [ONE, ONE], [NAN5, ONE], [0xBC, ONE]], np.uint8)
+    b = np.array([[INF, ZERO, ONE, NINF, ONE], [ONE, ONE, NINF, INF, ONE]], np.uint8)
+    out = mm(a, b, E5, E5, accumulator=acc)
+    nan = math.nan
+    exp = np.array([
+        # b columns: (+inf, 1) (0, 1) (1, -inf) (-inf, +inf) (1, 1)
+        [math.inf, 1.0, -math.inf, nan, 2.0],            # a = (1, 1): Inf in B
+        [math.inf, nan, nan, nan, math.inf],             # a = (+inf, 1): inf*0 NaN, inf - inf NaN
+        [-math.inf, nan, -math.inf, math.inf, -math.inf],  # a = (-inf, 1): -inf x 0 NaN; (-inf)(-inf) + inf
+        [math.inf, 1.0, -math.inf, nan, 2.0],
+        [nan, nan, nan, nan, nan],                       # NaN anywhere in the row
+        [-math.inf, 1.0, -math.inf, math.inf, 0.0],      # a = (-1, 1)
+    ], np.float32)
+    np.testing.assert_array_equal(out, exp)
+
+
+# ----------------------------------------------------------------------------- split-K
+@pytest.mark.parametrize("M, N, K", [(256, 256, 16384), (1024, 1024, 16384), (1024, 512, 16384),
+                                     (2048, 2048, 16384), (129, 64, 16384), (64, 64, 2560), (64, 64, 2559),
+                                     (4096, 4096, 1 << 20), (1, 1, 128 * 40)])
+def test_cublas_split_k_rule(M, N, K):
+    """The documented rule: as many pieces as give each >= 20 K-tiles of 128, but no more than
+    fit next to the output tiles (128 x 128) on 132 SMs; at least one."""
+    k_tiles = math.ceil(K / 128)
+    out_tiles = math.ceil(M / 128) * math.ceil(N / 128)
+    assert cublas_split_k(M, N, K) == max(1, min(k_tiles // 20, 132 // out_tiles))
+
+
+def test_split_bounds_rule():
+    assert split_bounds(16384, 6) == [0, 2816, 5632, 8448, 11264, 14080, 16384]
+    assert split_bounds(1000, 3) == [0, 384, 768, 1000]     # ceil(8 tiles / 3) = 3 tiles of 128
+    assert split_bounds(300, 1) == [0, 300]
+    assert split_bounds(0, 4) == [0, 0]
+
+
+@pytest.mark.parametrize("K", [384, 512, 16384])
+def test_split_k_none_is_one_piece(K):
+    g = np.random.default_rng(K)
+    a = fp8emu.encode(g.uniform(0, 1, (2, K)), "e4m3fn")
+    b = fp8emu.encode(g.uniform(0, 1, (K, 2)), "e4m3fn")
+    none = Accumulator("mma", promote=4, split_k=None)
+    one = Accumulator("mma", promote=4, split_k=1)
+    three = Accumulator("mma", promote=4, split_k=3)
+    assert none.splits(2, 2, K) == 1 and three.splits(2, 2, K) == 3
+    r_none = mm(a, b, "e4m3fn", "e4m3fn", accumulator=none)
+    np.testing.assert_array_equal(r_none, mm(a, b, "e4m3fn", "e4m3fn", accumulator=one))
+    # three pieces: each reduced alone, the float32 results summed in order
+    bounds = split_bounds(K, 3)
+    parts = [mm(a[:, k0:k1], b[k0:k1], "e4m3fn", "e4m3fn", accumulator=one) for k0, k1 in zip(bounds, bounds[1:])]
+    total = parts[0]
+    for p in parts[1:]:
+        total = (total + p).astype(np.float32)
+    np.testing.assert_array_equal(mm(a, b, "e4m3fn", "e4m3fn", accumulator=three), total)
+
+
+# ----------------------------------------------------------------------------- stochastic rounding bits
+@pytest.mark.parametrize("dtype, k", [(np.uint8, 8), (np.uint16, 16), (np.uint32, 32)])
+def test_random_bits_width_from_dtype(dtype, k):
+    """x = 1 + half an ulp of e4m3fn: the discarded part is exactly 1/2, so with k random bits
+    r >= 2**(k-1) rounds up and r = 2**(k-1) - 1 rounds down."""
+    x = np.array([1.0625, 1.0625, -1.0625], np.float32)
+    r = np.array([1 << (k - 1), (1 << (k - 1)) - 1, 1 << (k - 1)], dtype)
+    assert fp8emu.encode(x, "e4m3fn", rounding="stochastic", random_bits=r).tolist() == [0x39, 0x38, 0xB9]
+    # the same through the exact core (float64 inputs)
+    assert fp8emu.encode(x.astype(np.float64), "e4m3fn", rounding="stochastic", random_bits=r).tolist() == \
+        [0x39, 0x38, 0xB9]
+
+
+def test_random_bits_of_a_signed_or_wide_dtype_need_sr_bits():
+    with pytest.raises(ValueError, match="sr_bits"):
+        fp8emu.encode([1.0], "e4m3fn", rounding="stochastic", random_bits=np.array([1], np.int64))
+    with pytest.raises(ValueError, match="sr_bits"):
+        fp8emu.encode([1.0], "e4m3fn", rounding="stochastic", random_bits=np.array([1], np.uint64))
+    assert fp8emu.encode([1.0625], "e4m3fn", rounding="stochastic", random_bits=np.array([2], np.int64),
+                         sr_bits=2).tolist() == [0x39]
+
+
+# ----------------------------------------------------------------------------- ml_dtypes inputs
+@pytest.mark.parametrize("src", [ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fn, ml_dtypes.float6_e3m2fn,
+                                 ml_dtypes.float4_e2m1fn, ml_dtypes.float8_e8m0fnu])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e2m1fn", "e5m2"])
+def test_quantize_of_ml_dtypes_narrow_input(src, fmt):
+    x = np.arange(256, dtype=np.uint8)
+    x = x[x < (1 << (8 * np.dtype(src).itemsize if np.dtype(src).itemsize else 8))]
+    bits = {ml_dtypes.float6_e3m2fn: 6, ml_dtypes.float4_e2m1fn: 4}.get(src, 8)
+    v = x[x < (1 << bits)].view(src)
+    ref32 = v.astype(np.float32)
+    q = fp8emu.quantize(v, fmt)
+    assert q.dtype == np.float32
+    np.testing.assert_array_equal(q, fp8emu.quantize(ref32, fmt))
+    np.testing.assert_array_equal(fp8emu.encode(v, fmt), fp8emu.encode(ref32.astype(np.float64), fmt))
+
+
+# ----------------------------------------------------------------------------- user formats
+@pytest.fixture
+def user_format():
+    made = []
+
+    def make(fmt):
+        made.append(fmt.name)
+        return fp8emu.register_format(fmt)
+
+    yield make
+    for name in made:
+        fp8emu.formats._REGISTRY.pop(name, None)
+
+
+@pytest.mark.parametrize("mode", ["rne", "rna", "rtz", "rup", "rdn", "rto"])
+@pytest.mark.parametrize("saturate", [False, True])
+def test_unsigned_user_format_with_a_zero(user_format, mode, saturate):
+    f = user_format(Format("u2m2test", ebits=2, mbits=2, bias=1, signed=False))
+    spec = oracle.Spec("u2m2test", 2, 2, 1, False, True, frozenset(), None, None)
+    assert [oracle.code_value(spec, c) for c in range(16)] == [Fraction(v) for v in f.values()]
+    assert f.has_zero and not f.has_negative_zero and f.max == 7.0      # 1.75 * 2**(3 - 1)
+    x = np.concatenate([np.linspace(-5, 5, 161), [0.0, -0.0, 0.03, -0.03, np.inf, -np.inf, np.nan]])
+    got = fp8emu.encode(x, f, rounding=mode, saturate=saturate)
+    exp = [oracle.round_float(v, spec, mode, saturate) for v in x]
+    np.testing.assert_array_equal(got, np.array(exp, np.uint8))
+
+
+def test_register_format_rules(user_format):
+    a = user_format(Format("e3m3regtest", 3, 3, 3, nan="fn"))
+    assert fp8emu.get_format("e3m3regtest") is a
+    with pytest.raises(ValueError, match="already registered"):
+        fp8emu.register_format(Format("e3m3regtest", 3, 3, 4, nan="fn"))
+    assert fp8emu.get_format("e3m3regtest") is a                       # unchanged
+    b = fp8emu.register_format(Format("e3m3regtest", 3, 3, 4, nan="fn"), replace=True)
+    assert fp8emu.get_format("e3m3regtest") is b and b is not a
+    with pytest.raises(ValueError, match="already registered"):
+        fp8emu.register_format(Format("e4m3fn", 4, 3, 7, nan="fn"), replace=True)   # built-ins never
+    with pytest.raises(TypeError, match="expects a Format"):
+        fp8emu.register_format("e4m3fn")
+    assert "e3m3regtest" in fp8emu.format_names()
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"nan": "negzero", "signed": False}, "nan='negzero' needs a signed format"),
+    ({"nan": "top"}, "nan='top' is for unsigned formats"),
+    ({"inf": "ieee", "nan": "fn"}, "inf='ieee' pairs with nan='ieee' or no NaN"),
+    ({"nan": "ieee"}, "nan='ieee' needs inf='ieee'"),
+    ({"inf": "top", "nan": "negzero", "signed": False}, "needs a signed format|unsigned format with Inf"),
+    ({"inf": "ieee", "signed": False}, "unsigned formats take Inf as inf='top'"),
+    ({"inf": "ieee", "nan": "ieee", "mbits": 0, "ebits": 4}, "nan='ieee' needs at least one mantissa bit"),
+    ({"inf": "bad"}, "inf must be one of"), ({"nan": "bad"}, "nan must be one of"),
+    ({"parity": "odd"}, "parity must be one of"),
+    ({"ebits": 1, "mbits": 0, "subnormals": False, "nan": "top", "signed": False}, "no finite values"),
+])
+def test_every_format_structure_error(kw, match):
+    args = {"name": "x", "ebits": 4, "mbits": 3, "bias": 7} | kw
+    with pytest.raises(ValueError, match=match):
+        Format(**args)
+
+
+@pytest.mark.parametrize("fmt", ["e2m3fn", "e3m2fn", "e2m1fn"])
+def test_nan_mask_of_formats_without_nan_and_values_read_only(fmt):
+    f = fp8emu.get_format(fmt)
+    c = np.arange(1 << f.bits)
+    assert not f.nan_mask(c).any() and f.nan_code is None and not f.has_nan
+    v = f.values()
+    assert not v.flags.writeable
+    with pytest.raises(ValueError):
+        v[0] = 1.0
+    assert np.isfinite(v).all() and v[(1 << (f.bits - 1)) - 1] == f.max
+
+
+def test_nan_masks_of_every_builtin_match_the_spec():
+    for name, spec in oracle.SPECS.items():
+        f = fp8emu.get_format(name)
+        c = np.arange(1 << f.bits)
+        assert set(np.flatnonzero(f.nan_mask(c)).tolist()) == set(spec.nan), name
+
+
+def test_format_derived_constants_of_every_builtin_match_the_spec():
+    for name, spec in oracle.SPECS.items():
+        f = fp8emu.get_format(name)
+        vals = [oracle.code_value(spec, c) for c in range(1 << spec.bits)]
+        finite = [v for v in vals if v is not None and not isinstance(v, float)]
+        pos = sorted(v for v in finite if v > 0)
+        assert f.bits == spec.bits and f.max == float(max(finite)), name
+        assert f.min_subnormal == float(pos[0]), name
+        assert f.min_normal == float(Fraction(2) ** ((1 if spec.has_zero else 0) - spec.bias)), name
+        assert f.eps == 2.0 ** -spec.mbits
+        assert f.has_inf == (spec.inf is not None) and f.has_nan == bool(spec.nan)
+        assert f.has_zero == spec.has_zero
+        assert f.inf_code == spec.inf
+        assert f.sign_bit == spec.sign_bit and f.magnitude_mask == (1 << (spec.ebits + spec.mbits)) - 1
+        assert f.emin == int(math.log2(f.min_normal))
+        assert vals[f.max_code] == max(finite)
+        assert f.has_negative_zero == (spec.signed and spec.has_zero and spec.sign_bit not in spec.nan)
+        assert str(f) == name
+
+
+# ----------------------------------------------------------------------------- scaling argument normalisation
+def test_scaling_argument_normalisation():
+    g = np.random.default_rng(7)
+    x = g.standard_normal((3, 10))
+    ref = fp8emu.quantize_blockwise(x, "e4m3fn", block=(1, 4))
+    for block in (4, [1, 4], (4,), np.int64(4), (1, 1, 4)):
+        t = fp8emu.quantize_blockwise(x, "e4m3fn", block=block)
+        assert t.block == (1, 4)
+        np.testing.assert_array_equal(t.codes, ref.codes)
+    with pytest.raises(ValueError, match="more non-unit dimensions"):
+        fp8emu.quantize_blockwise(x, "e4m3fn", block=(2, 1, 4))
+    with pytest.raises(ValueError, match="block sizes must be >= 1"):
+        fp8emu.quantize_blockwise(x, "e4m3fn", block=(0, 4))
+    # one-element scales of any shape for one scale per tensor / per block
+    for s in (2.0, [2.0], [[2.0]], np.float32(2)):
+        t = fp8emu.quantize_tensorwise(x, "e4m3fn", scale=s)
+        assert t.scale.shape == () and t.scale == 2
+    t = fp8emu.quantize_blockwise(x[:1, :4], "e4m3fn", block=(1, 4), scale=[2.0])
+    assert t.scale.shape == (1, 1)
+    # a format name in ScaledTensor is the Format
+    st = fp8emu.ScaledTensor(codes=np.zeros(3, np.uint8), fmt="e5m2", scale=1.0, scale_inv=1.0)
+    assert st.fmt is fp8emu.get_format("e5m2")
+    # axis normalisation
+    a = fp8emu.quantize_axiswise(x, "e4m3fn", axis=-2)
+    assert a.axis == 0 and a.block == (3, 1) and a.scale.shape == (1, 10)
+    with pytest.raises(ValueError, match="out of range"):
+        fp8emu.quantize_axiswise(x, "e4m3fn", axis=2)
+
+
+# ----------------------------------------------------------------------------- fast paths taken
+def test_fast_paths_are_taken(monkeypatch):
+    """Deterministic encodes of float16/bfloat16/float32/float64 look up a table; SR of float32
+    in the normal range adds bits and truncates through a table: neither calls the exact core
+    on the input (only table builds do, through fp8emu.tables)."""
+    import fp8emu.codec as codec
+
+    calls = []
+
+    def spy(x, *a, **k):
+        calls.append(x.size)
+        return real(x, *a, **k)
+
+    real = codec.encode_exact
+    monkeypatch.setattr(codec, "encode_exact", spy)
+    g = np.random.default_rng(1)
+    x = g.uniform(-3, 3, 5000)
+    for dt in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64):
+        fp8emu.encode(x.astype(dt), "e4m3fn", rounding="rdn")
+    normal = np.where(np.abs(x) < 0.1, 1.0, x)       # every result in e4m3fn's normal range
+    fp8emu.encode(normal.astype(np.float32), "e4m3fn", rounding="stochastic", rng=1)
+    assert calls == []
+    fp8emu.encode(np.array([1e-30, 1.0], np.float32), "e4m3fn", rounding="stochastic", rng=1)
+    assert calls == [1]                                # only the element below e4m3fn's normal range
+    fp8emu.encode(x.astype(np.int32), "e4m3fn")        # integers: the exact core
+    assert calls[-1] == 5000

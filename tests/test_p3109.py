@@ -1,0 +1,130 @@
+"""IEEE P3109 semantics (overflow modes, unsigned formats) and the stochastic-rounding variants, vs gfloat."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gfloat import round_ndarray
+from gfloat.formats import format_info_ocp_e4m3, format_info_ocp_e5m2, format_info_p3109
+from gfloat.types import RoundMode, Signedness
+
+import fp8emu
+from fp8emu.formats import p3109_format
+
+MODES = {"rne": RoundMode.TiesToEven, "rna": RoundMode.TiesToAway, "rtz": RoundMode.TowardZero,
+         "rup": RoundMode.TowardPositive, "rdn": RoundMode.TowardNegative}
+
+
+def test_round_to_odd_overflows_to_inf_in_p3109_only():
+    assert fp8emu.encode(224.1, "binary8p4", rounding="rto") == 0x7F          # +Inf
+    assert fp8emu.encode(-224.1, "binary8p4", rounding="rto") == 0xFF         # -Inf
+    assert fp8emu.encode(224.1, "binary8p4", rounding="rto", saturate=True) == 0x7E
+    assert fp8emu.encode(224.0, "binary8p4", rounding="rto") == 0x7E          # exact max stays
+    # OCP formats keep their documented behaviour: round to odd overflows to max
+    assert fp8emu.encode(500.0, "e4m3fn", rounding="rto") == 0x7E
+    assert fp8emu.encode(1e6, "e5m2", rounding="rto") == 0x7B
+
+
+def _values(rng, fmt, signed=True):
+    mx = fmt.max
+    v = np.concatenate([
+        np.exp(rng.uniform(np.log(fmt.min_subnormal) - 2, np.log(mx) + 1, 3000)),
+        fmt.values()[np.isfinite(fmt.values())] * (1 + rng.uniform(-1e-3, 1e-3)),
+        [0.0, mx, mx * 1.01, mx * 4, np.inf],
+    ])
+    v = v[~np.isnan(v)]
+    if signed:
+        v = np.concatenate([v, -v])
+    return v
+
+
+def _ps(ps, default):
+    """Precisions to run; the others only with -m exhaustive."""
+    return [p if p in default else pytest.param(p, marks=pytest.mark.exhaustive) for p in ps]
+
+
+@pytest.mark.parametrize("p", _ps(range(1, 8), (1, 4)))
+@pytest.mark.parametrize("sat", [False, True])
+def test_signed_p3109_matches_gfloat(p, sat):
+    fmt = fp8emu.get_format(f"binary8p{p}")
+    fi = format_info_p3109(8, p)
+    v = _values(np.random.default_rng(p), fmt)
+    for name, mode in MODES.items():
+        want = round_ndarray(fi, v, mode, sat)
+        got = fp8emu.decode(fp8emu.encode(v, fmt, rounding=name, saturate=sat), fmt, dtype=np.float64)
+        assert np.array_equal(got, want, equal_nan=True), (p, name, sat)
+
+
+@pytest.mark.parametrize("p", _ps(range(1, 9), (3, 8)))
+@pytest.mark.parametrize("sat", [False, True])
+def test_unsigned_p3109_matches_gfloat(p, sat):
+    fmt = p3109_format(p, signed=False)
+    fi = format_info_p3109(8, p, Signedness.Unsigned)
+    v = _values(np.random.default_rng(10 + p), fmt, signed=False)
+    for name, mode in MODES.items():
+        want = round_ndarray(fi, v, mode, sat)
+        got = fp8emu.decode(fp8emu.encode(v, fmt, rounding=name, saturate=sat), fmt, dtype=np.float64)
+        assert np.array_equal(got, want, equal_nan=True), (p, name, sat)
+    assert fp8emu.encode(-1.0, fmt) == 0xFF            # negative inputs: NaN
+
+
+def test_saturation_modes():
+    fmt = "binary8p4"
+    x = np.array([np.inf, -np.inf, 1e9, -1e9, 1.0, np.nan])
+    enc = {m: fp8emu.encode(x, fmt, saturate=m).tolist() for m in ("satfinite", "satpropagate", "ovfinf")}
+    assert enc["satfinite"] == fp8emu.encode(x, fmt, saturate=True).tolist() == [0x7E, 0xFE, 0x7E, 0xFE, 0x40, 0x80]
+    assert enc["ovfinf"] == fp8emu.encode(x, fmt, saturate=False).tolist() == [0x7F, 0xFF, 0x7F, 0xFF, 0x40, 0x80]
+    assert enc["satpropagate"] == [0x7F, 0xFF, 0x7E, 0xFE, 0x40, 0x80]
+    with pytest.raises(TypeError, match="satpropagate"):
+        fp8emu.encode(1.0, fmt, saturate="yes")
+
+
+def test_unsigned_format_checks():
+    with pytest.raises(ValueError, match="nan='top'"):
+        fp8emu.Format("u", ebits=5, mbits=3, bias=16, signed=False, inf="top")
+    with pytest.raises(ValueError, match="p in 1..8"):
+        p3109_format(9, signed=False)
+
+
+SR = {"stochastic": RoundMode.StochasticFastest, "stochastic_p3109": RoundMode.Stochastic,
+      "stochastic_odd": RoundMode.StochasticOdd, "stochastic_fast": RoundMode.StochasticFast}
+SR_FORMATS = [("e4m3fn", format_info_ocp_e4m3), ("e5m2", format_info_ocp_e5m2),
+              ("binary8p4", format_info_p3109(8, 4))]
+
+
+@pytest.mark.parametrize("name", list(SR))
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+@pytest.mark.parametrize("fmt_name,fi", SR_FORMATS)
+def test_stochastic_modes_every_random_value_matches_gfloat(name, k, fmt_name, fi):
+    fmt = fp8emu.get_format(fmt_name)
+    rng = np.random.default_rng(k)
+    grid = fmt.values()[np.isfinite(fmt.values())]
+    grid = np.unique(np.abs(grid))
+    lo, hi = grid[1:-1], grid[2:]
+    # points between neighbours: random, and exact multiples of 2**-(k+2) of the gap (ties at k bits)
+    t = np.concatenate([rng.random(lo.size), (np.arange(lo.size) % 2 ** (k + 2)) / 2 ** (k + 2)])
+    x = np.concatenate([lo, lo]) + t * (np.concatenate([hi, hi]) - np.concatenate([lo, lo]))
+    x = np.concatenate([x, -x])
+    r_all = np.arange(2 ** k, dtype=np.uint64)
+    ups = np.zeros(x.shape, int)
+    for r in r_all:
+        got = fp8emu.decode(fp8emu.encode(x, fmt, rounding=name, random_bits=np.full(x.shape, r),
+                                          sr_bits=k), fmt, dtype=np.float64)
+        want = round_ndarray(fi, x, SR[name], False, np.full(x.shape, int(r), np.int64), k)
+        assert np.array_equal(got, want, equal_nan=True), (name, k, int(r))
+        ups += np.abs(got) > np.abs(fp8emu.decode(fp8emu.encode(x, fmt, rounding="rtz"), fmt, dtype=np.float64))
+    # the number of the 2**k random values that round away, from the documented rules
+    a = np.abs(x)
+    down = np.abs(fp8emu.decode(fp8emu.encode(a, fmt, rounding="rtz"), fmt, dtype=np.float64))
+    up = np.abs(fp8emu.decode(fp8emu.encode(a, fmt, rounding="rup"), fmt, dtype=np.float64))
+    f = np.where(up > down, (a - down) / np.where(up > down, up - down, 1), 0.0)   # exact for these inputs
+    fk = f * 2 ** k
+    if name == "stochastic":
+        want_ups = np.floor(fk)
+    elif name == "stochastic_p3109":
+        want_ups = np.where(fk - np.floor(fk) == 0.5, np.floor(fk) + np.floor(fk) % 2, np.round(fk))
+    elif name == "stochastic_odd":
+        want_ups = np.where(fk - np.floor(fk) == 0.5, np.floor(fk) + 1 - np.floor(fk) % 2, np.round(fk))
+    else:   # f + (2r + 1) / 2**(k+1) >= 1  <=>  r >= 2**k - f * 2**k - 1/2
+        want_ups = np.where(f > 0, 2 ** k - np.maximum(0, np.ceil(2 ** k - fk - 0.5)), 0)
+    assert np.array_equal(ups, want_ups.astype(int))

@@ -1,0 +1,359 @@
+"""A small AST mutation tester: does the test suite notice a change of behaviour?
+
+Each mutant changes one site of one module (an operator, a comparison, a constant, a
+boolean, a dropped statement), and a *fresh* pytest process runs the module's targeted
+tests against a private copy of the project holding the mutant.  A fresh process per
+mutant means every cached table (``functools.lru_cache``, ``cached_property``) is built
+from the mutated code, and decorated functions are mutated like any other (two traps of
+fork-based tools such as mutmut).
+
+Usage::
+
+    python3 tools/mutate.py --list                      # count the mutation sites per module
+    python3 tools/mutate.py formats rounding --sample 30 --seed 1 --out mutants.json
+    python3 tools/mutate.py gemm --sample 40 --jobs 2 --timeout 120
+
+A mutant is *killed* when its tests fail (or time out), *survived* when they pass.  The
+report lists every survivor with its site so that it can be judged equivalent (no input
+can tell it apart) or answered with a new test.  Exit status 0; the JSON report holds the
+details, the summary line per module the score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: Module groups: the files mutated and the tests that target them (run with ``-x``).
+GROUPS = {
+    "formats": (["fp8emu/formats.py"],
+                ["tests/test_reliability.py", "tests/test_readme_conventions.py", "tests/test_mutation_kills.py",
+                 "tests/test_codec.py::test_constants_match_ml_dtypes", "tests/test_codec.py::test_values_match_ml_dtypes",
+                 "tests/test_codec.py::test_p3109_matches_gfloat", "tests/test_codec.py::test_values_match_spec_formula",
+                 "tests/test_codec.py::test_registry_and_errors", "tests/test_codec.py::test_unknown_format_lists_valid_names",
+                 "tests/test_codec.py::test_user_format_roundtrip", "tests/test_codec.py::test_roundtrip_every_code"]),
+    "rounding": (["fp8emu/rounding.py"],
+                 ["tests/test_readme_conventions.py", "tests/test_mutation_kills.py",
+                  "tests/test_codec.py::test_random_f32_f64_every_mode", "tests/test_codec.py::test_fraction_oracle_on_samples",
+                  "tests/test_codec.py::test_integer_inputs_exact", "tests/test_codec.py::test_stochastic_exact_probabilities",
+                  "tests/test_codec.py::test_special_values_spec_examples", "tests/test_codec.py::test_roundtrip_every_code"]),
+    "tables": (["fp8emu/tables.py"],
+               ["tests/test_codec_fast.py", "tests/test_mutation_kills.py", "tests/test_reliability.py",
+                "tests/test_codec.py::test_random_f32_f64_every_mode", "tests/test_codec.py::test_decode_errors",
+                "tests/test_codec.py::test_bad_inputs", "tests/test_codec.py::test_input_not_modified_and_shapes",
+                "tests/test_codec.py::test_array_protocol_and_quantize_dtypes",
+                "tests/test_codec.py::test_decode_matches_ml_dtypes_and_accepts_ml_arrays"]),
+    "codec": (["fp8emu/codec.py"],
+              ["tests/test_codec_fast.py", "tests/test_mutation_kills.py", "tests/test_reliability.py",
+               "tests/test_codec.py::test_stochastic_exact_probabilities", "tests/test_codec.py::test_stochastic_reproducible_and_unbiased",
+               "tests/test_codec.py::test_stochastic_bits_documented_stream", "tests/test_codec.py::test_stochastic_errors",
+               "tests/test_codec.py::test_bad_inputs", "tests/test_codec.py::test_input_not_modified_and_shapes",
+               "tests/test_codec.py::test_array_protocol_and_quantize_dtypes", "tests/test_codec.py::test_decode_errors",
+               "tests/test_codec.py::test_via_float32_reproduces_ml_dtypes_double_rounding",
+               "tests/test_codec.py::test_random_f32_f64_every_mode"]),
+    "profiles": (["fp8emu/profiles.py"], ["tests/test_profiles.py", "tests/test_mutation_kills.py"]),
+    "scaling": (["fp8emu/scaling/tensor.py", "fp8emu/scaling/current.py", "fp8emu/scaling/delayed.py",
+                 "fp8emu/scaling/mx.py", "fp8emu/scaling/nvfp4.py"],
+                ["tests/test_scaling.py", "tests/test_mutation_kills.py", "tests/test_reliability.py"]),
+    "gemm": (["fp8emu/gemm/accumulator.py", "fp8emu/gemm/kernels.py", "fp8emu/gemm/fparith.py",
+              "fp8emu/gemm/scaled_mm.py"],
+             ["tests/test_gemm.py", "tests/test_mutation_kills.py", "tests/test_reliability.py"]),
+}
+
+_BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+               ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult,
+               ast.LShift: ast.RShift, ast.RShift: ast.LShift, ast.BitAnd: ast.BitOr,
+               ast.BitOr: ast.BitAnd, ast.BitXor: ast.BitOr}
+_CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+             ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+_DROPPABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.If, ast.Raise, ast.For)
+
+
+@dataclass
+class Site:
+    index: int
+    line: int
+    kind: str
+    text: str
+
+
+@dataclass
+class Result:
+    group: str
+    path: str
+    index: int
+    line: int
+    kind: str
+    text: str
+    status: str          # killed, survived, timeout, error
+    seconds: float
+    detail: str = ""
+
+
+def _is_docstring(node, parent) -> bool:
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str))
+
+
+class _Mutator(ast.NodeTransformer):
+    """Visits every mutation site in a fixed order; mutates the one numbered ``target``
+    (or, with ``target=None``, only records the sites)."""
+
+    def __init__(self, target=None):
+        self.target = target
+        self.sites: list[Site] = []
+        self.done = False
+
+    def _site(self, node, kind, text) -> bool:
+        i = len(self.sites)
+        self.sites.append(Site(i, getattr(node, "lineno", 0), kind, text))
+        return i == self.target
+
+    # -- skip what is not behaviour
+    def visit_ImportFrom(self, node):
+        return node
+
+    def visit_Import(self, node):
+        return node
+
+    def visit_Assign(self, node):
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return node
+        return self.generic_visit(node)
+
+    def visit_JoinedStr(self, node):      # f-string messages
+        return node
+
+    # -- operators
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        new = _BINOP_SWAP.get(type(node.op))
+        if new and self._site(node, "binop", f"{type(node.op).__name__} -> {new.__name__}"):
+            node.op = new()
+        return node
+
+    def visit_AugAssign(self, node):
+        self.generic_visit(node)
+        new = _BINOP_SWAP.get(type(node.op))
+        if new and self._site(node, "augassign", f"{type(node.op).__name__}= -> {new.__name__}="):
+            node.op = new()
+        return node
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        for j, op in enumerate(node.ops):
+            new = _CMP_SWAP.get(type(op))
+            if new and self._site(node, "compare", f"{type(op).__name__} -> {new.__name__}"):
+                node.ops[j] = new()
+        return node
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        new = ast.Or if isinstance(node.op, ast.And) else ast.And
+        if self._site(node, "boolop", f"{type(node.op).__name__} -> {new.__name__}"):
+            node.op = new()
+        return node
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not) and self._site(node, "not", "not x -> x"):
+            return node.operand
+        if isinstance(node.op, ast.USub) and self._site(node, "neg", "-x -> x"):
+            return node.operand
+        return node
+
+    def visit_Constant(self, node):
+        v = node.value
+        if isinstance(v, bool):
+            if self._site(node, "bool", f"{v} -> {not v}"):
+                return ast.copy_location(ast.Constant(not v), node)
+        elif isinstance(v, (int, float)):
+            if self._site(node, "const", f"{v!r} -> {v + 1!r}"):
+                return ast.copy_location(ast.Constant(v + 1), node)
+            if self._site(node, "const", f"{v!r} -> {v - 1!r}"):
+                return ast.copy_location(ast.Constant(v - 1), node)
+        return node
+
+    def _negate_test(self, node, what):
+        if self._site(node, "negate", f"{what} test negated"):
+            node.test = ast.UnaryOp(op=ast.Not(), operand=node.test)
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        self._negate_test(node, "if")
+        return node
+
+    def visit_While(self, node):
+        self.generic_visit(node)
+        self._negate_test(node, "while")
+        return node
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        self._negate_test(node, "conditional expression")
+        return node
+
+    # -- dropped statements
+    def _body(self, body):
+        out = []
+        for k, stmt in enumerate(body):
+            stmt = self.visit(stmt)
+            if (isinstance(stmt, _DROPPABLE) and not _is_docstring(stmt, None) and len(body) > 1
+                    and self._site(stmt, "drop", f"statement dropped: {ast.unparse(stmt).splitlines()[0][:60]}")):
+                stmt = ast.copy_location(ast.Pass(), stmt)
+            out.append(stmt)
+        return out
+
+    def generic_visit(self, node):
+        for field, old in ast.iter_fields(node):
+            if isinstance(old, list) and old and isinstance(old[0], ast.stmt):
+                setattr(node, field, self._body(old))
+            elif isinstance(old, list):
+                new = []
+                for item in old:
+                    if isinstance(item, ast.AST):
+                        item = self.visit(item)
+                        if item is None:
+                            continue
+                    new.append(item)
+                old[:] = new
+            elif isinstance(old, ast.AST):
+                setattr(node, field, self.visit(old))
+        return node
+
+    def visit_Expr(self, node):
+        if _is_docstring(node, None):
+            return node
+        return self.generic_visit(node)
+
+
+def sites(path: str) -> list[Site]:
+    tree = ast.parse(open(os.path.join(ROOT, path), encoding="utf-8").read())
+    m = _Mutator()
+    m.visit(tree)
+    return m.sites
+
+
+def mutant_source(path: str, index: int) -> str:
+    tree = ast.parse(open(os.path.join(ROOT, path), encoding="utf-8").read())
+    m = _Mutator(index)
+    tree = m.visit(copy.deepcopy(tree))
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree)
+
+
+def _copy_project(dst):
+    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(
+        ".git", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis", "figures", "notebooks", "*.png"))
+
+
+def _run_tests(workdir, tests, timeout):
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0")
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-W", "ignore", *tests]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.time() - t0, ""
+    tail = (p.stdout + p.stderr).strip().splitlines()[-1:] or [""]
+    if p.returncode == 0:
+        return "survived", time.time() - t0, tail[0]
+    if p.returncode in (1, 2, 3):     # failures, interrupted (collection error), internal error
+        return "killed", time.time() - t0, tail[0]
+    return "error", time.time() - t0, tail[0]
+
+
+def run_group(group, sample, seed, timeout, jobs, progress=True):
+    paths, tests = GROUPS[group]
+    all_sites = [(p, s) for p in paths for s in sites(p)]
+    rng = random.Random(f"{seed}-{group}")
+    chosen = sorted(rng.sample(all_sites, min(sample, len(all_sites))), key=lambda ps: (ps[0], ps[1].index))
+    results: list[Result] = []
+    workdirs = [tempfile.mkdtemp(prefix=f"mutate-{group}-") for _ in range(jobs)]
+    try:
+        for w in workdirs:
+            shutil.rmtree(w)
+            _copy_project(w)
+        status, base, detail = _run_tests(workdirs[0], tests, timeout * 4)
+        if status != "survived":
+            raise SystemExit(f"{group}: the unmutated tests do not pass ({status}: {detail})")
+        limit = max(timeout, 3 * base)
+        if progress:
+            print(f"{group}: {len(all_sites)} sites, {len(chosen)} sampled, baseline {base:.1f}s, "
+                  f"timeout {limit:.0f}s", file=sys.stderr, flush=True)
+        free = list(workdirs)
+
+        def one(item):
+            path, site = item
+            w = free.pop()
+            try:
+                target = os.path.join(w, path)
+                original = open(target, encoding="utf-8").read()
+                try:
+                    with open(target, "w", encoding="utf-8") as fh:
+                        fh.write(mutant_source(path, site.index))
+                    status, secs, detail = _run_tests(w, tests, limit)
+                finally:
+                    with open(target, "w", encoding="utf-8") as fh:
+                        fh.write(original)
+            finally:
+                free.append(w)
+            r = Result(group, path, site.index, site.line, site.kind, site.text, status, round(secs, 1), detail)
+            if progress:
+                print(f"  {status:8} {path}:{site.line} [{site.index}] {site.text}", file=sys.stderr, flush=True)
+            return r
+
+        with ThreadPoolExecutor(jobs) as pool:
+            results = list(pool.map(one, chosen))
+    finally:
+        for w in workdirs:
+            shutil.rmtree(w, ignore_errors=True)
+    return results
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("groups", nargs="*", default=list(GROUPS), help=f"module groups ({', '.join(GROUPS)})")
+    ap.add_argument("--sample", type=int, default=30, help="mutants per group (default 30)")
+    ap.add_argument("--seed", default="1", help="sampling seed")
+    ap.add_argument("--timeout", type=float, default=60, help="seconds per mutant (at least 3x the baseline)")
+    ap.add_argument("--jobs", type=int, default=1, help="mutants run in parallel")
+    ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--list", action="store_true", help="only count the sites")
+    args = ap.parse_args(argv)
+    for g in args.groups:
+        if g not in GROUPS:
+            ap.error(f"unknown group {g!r}; choose from {', '.join(GROUPS)}")
+    if args.list:
+        for g in args.groups:
+            n = sum(len(sites(p)) for p in GROUPS[g][0])
+            print(f"{g:9} {n:5} sites in {', '.join(GROUPS[g][0])}")
+        return 0
+    everything = []
+    for g in args.groups:
+        res = run_group(g, args.sample, args.seed, args.timeout, args.jobs)
+        everything += res
+        killed = sum(r.status in ("killed", "timeout") for r in res)
+        print(f"{g:9} killed {killed}/{len(res)}  survivors: "
+              + ", ".join(f"{r.path}:{r.line} {r.text}" for r in res if r.status == "survived"), flush=True)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump([asdict(r) for r in everything], fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
