@@ -24,9 +24,8 @@ Every cache is keyed on the :class:`~fp8emu.formats.Format` object itself
 
 from __future__ import annotations
 
-import collections
 import functools
-import threading
+import weakref
 
 import ml_dtypes
 import numpy as np
@@ -249,46 +248,28 @@ def table_ok(fmt: Format, dtype) -> bool:
     return False
 
 
-class _TableCache:
-    """A small LRU cache of read-only tables keyed on (Format, ...) tuples, with a non-building peek.
-
-    Tables of float64 sources have 2**20 entries (1 MB) and the others at
-    most 2**17, so they get separate budgets: cycling through many
-    configurations keeps its small tables without holding hundreds of MB.
-    """
-
-    def __init__(self, maxsize):
-        self.maxsize = maxsize
-        self.data = collections.OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key):
-        with self.lock:
-            t = self.data.get(key)
-            if t is not None:
-                self.data.move_to_end(key)
-            return t
-
-    def put(self, key, table):
-        with self.lock:
-            self.data[key] = table
-            self.data.move_to_end(key)
-            while len(self.data) > self.maxsize:
-                self.data.popitem(last=False)
+def _build_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
+    x = table_inputs(src)
+    if rounding == "sr0":
+        table = encode_exact(x, fmt, "stochastic", saturate, np.zeros(x.shape, _U64), 1)
+    else:
+        table = encode_exact(x, fmt, rounding, saturate)
+    table.setflags(write=False)
+    return table
 
 
-#: 16-bit and float32 tables (at most 128 kB each) and float64 tables (1 MB each).
-_SMALL_TABLES = _TableCache(1024)
-_F64_TABLES = _TableCache(64)
-
-
-def _cache_for(src):
-    return _F64_TABLES if src == "float64" else _SMALL_TABLES
+# Tables of float64 sources have 2**20 entries (1 MB) and the others at most 2**17, so they
+# get separate budgets: cycling through many configurations keeps its small tables without
+# holding hundreds of MB.
+_table_16_32 = functools.lru_cache(maxsize=1024)(_build_table)
+_table_64 = functools.lru_cache(maxsize=64)(_build_table)
+# Every table still alive anywhere, so that a caller can ask for one without building it.
+_live = weakref.WeakValueDictionary()
 
 
 def cached_encode_table(fmt: Format, src: str, rounding: str, saturate: bool):
-    """The table :func:`encode_table` would return if it is already built, else None (never builds)."""
-    return _cache_for(src).get((fmt, src, rounding, saturate))
+    """The table :func:`encode_table` would return if one is built and alive, else None (never builds)."""
+    return _live.get((fmt, src, rounding, bool(saturate)))
 
 
 def encode_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
@@ -300,17 +281,8 @@ def encode_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.nda
     16-bit and float32 sources, 64 of float64).
     """
     key = (fmt, src, rounding, bool(saturate))
-    cache = _cache_for(src)
-    table = cache.get(key)
-    if table is not None:
-        return table
-    x = table_inputs(src)
-    if rounding == "sr0":
-        table = encode_exact(x, fmt, "stochastic", saturate, np.zeros(x.shape, _U64), 1)
-    else:
-        table = encode_exact(x, fmt, rounding, saturate)
-    table.setflags(write=False)
-    cache.put(key, table)
+    table = (_table_64 if src == "float64" else _table_16_32)(*key)
+    _live[key] = table
     return table
 
 
