@@ -178,11 +178,13 @@ def overhead(repeats=2000, base=None):
           f"(target <= 1 ms: {'yes' if ms <= 1 else 'NO'})")
 
 
-def threads_table(n, repeats, base=None):
+def threads_table(n, repeats, base=None, with_torch=True):
     """Single- vs multi-thread throughput at n elements, torch at equal thread counts, np.copyto GB/s."""
     try:
         import torch
     except ImportError:                           # pragma: no cover - optional peer
+        torch = None
+    if not with_torch:
         torch = None
     nt = fp8emu.get_threads() if fp8emu.get_threads() > 1 else 2
     rng = np.random.default_rng(3)
@@ -366,6 +368,7 @@ def main(argv=None):
     p.add_argument("--only", choices=["table", "calibrate", "threads", "sr", "overhead", "memory", "sweep"],
                    action="append",
                    help="run only these parts (repeatable)")
+    p.add_argument("--no-torch", action="store_true", help="leave torch out of the threads table")
     p.add_argument("--quick", action="store_true", help="2^18 elements, 3 repeats, sweep to 2^18")
     a = p.parse_args(argv)
     if a.quick:
@@ -386,7 +389,7 @@ def main(argv=None):
     if "calibrate" in parts:
         calibrate()
     if "threads" in parts:
-        threads_table(1 << a.log2n, a.repeats)
+        threads_table(1 << a.log2n, a.repeats, with_torch=not a.no_torch)
     if "sr" in parts:
         sr_sources_table(1 << a.log2n, a.repeats, base)
     if "overhead" in parts:
