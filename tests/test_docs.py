@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_readme_starts_with_the_two_commands():
     lines = [l for l in (ROOT / "README.md").read_text().splitlines() if l.strip()]
-    assert lines[1:5] == ["```", "pip install -e '.[dev]'", "pytest", "```"]
+    assert lines[1:5] == ["```", "pip install -e '.[dev]' && fp8emu study --demo", "pytest", "```"]
 
 
 def test_readme_format_table_is_generated():
