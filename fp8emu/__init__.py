@@ -1,5 +1,6 @@
 """fp8emu: a bit-exact NumPy reference emulator for FP8 and other narrow float formats."""
 
+from .parallel import get_threads, set_threads
 from .formats import Format, format_names, format_table, get_format, register_format
 from .rounding import ROUNDING_MODES
 from .profiles import Profile, get_profile, profile_names
@@ -14,6 +15,7 @@ from .testing import assert_close_ulp, assert_fp8_equal, compare_codes, golden_v
 __version__ = "0.1.0"
 
 __all__ = [
+    "set_threads", "get_threads",
     "Format", "format_names", "format_table", "get_format", "register_format", "ROUNDING_MODES",
     "Profile", "get_profile", "profile_names",
     "encode", "decode", "quantize", "as_ml_dtypes", "__version__",

@@ -25,17 +25,19 @@ Every cache is keyed on the :class:`~fp8emu.formats.Format` object itself
 from __future__ import annotations
 
 import functools
+import weakref
 
 import ml_dtypes
 import numpy as np
 
+from . import parallel
 from .formats import Format
 from .interop import narrow_codes, to_numpy
 from .rounding import finish_codes, nan_codes, round_exact
 
 __all__ = [
     "SOURCE_DTYPES", "DECODE_DTYPES", "source_name", "as_array", "as_codes", "encode_exact",
-    "table_ok", "table_inputs", "encode_table", "lookup", "decode_table", "decode_take", "CHUNK",
+    "table_ok", "table_inputs", "encode_table", "cached_encode_table", "lookup", "decode_table", "decode_take", "CHUNK",
 ]
 
 _U64 = np.uint64
@@ -184,10 +186,6 @@ def encode_exact(x, fmt, rounding, saturate, random_bits=None, sr_bits=0):
     return codes
 
 
-
-#####TABLES
-# ----------------------------------------------------------------------------- tables
-
 # ----------------------------------------------------------------------------- tables
 def _table_ok_f32(fmt: Format) -> bool:
     # The rounding position must lie in the upper 16 bits of every float32,
@@ -235,19 +233,41 @@ def table_ok(fmt: Format, dtype) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=64)
-def encode_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
-    """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
-
-    ``rounding="sr0"`` tabulates stochastic rounding with zero random bits,
-    i.e. truncation with stochastic rounding's overflow rule.
-    """
+def _build_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
     x = table_inputs(src)
     if rounding == "sr0":
         table = encode_exact(x, fmt, "stochastic", saturate, np.zeros(x.shape, _U64), 1)
     else:
         table = encode_exact(x, fmt, rounding, saturate)
     table.setflags(write=False)
+    return table
+
+
+# Tables of float64 sources have 2**20 entries (1 MB) and the others at most 2**17, so they
+# get separate budgets: cycling through many configurations keeps its small tables without
+# holding hundreds of MB.
+_table_16_32 = functools.lru_cache(maxsize=1024)(_build_table)
+_table_64 = functools.lru_cache(maxsize=64)(_build_table)
+# Every table still alive anywhere, so that a caller can ask for one without building it.
+_live = weakref.WeakValueDictionary()
+
+
+def cached_encode_table(fmt: Format, src: str, rounding: str, saturate: bool):
+    """The table :func:`encode_table` would return if one is built and alive, else None (never builds)."""
+    return _live.get((fmt, src, rounding, bool(saturate)))
+
+
+def encode_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
+    """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
+
+    ``rounding="sr0"`` tabulates stochastic rounding with zero random bits,
+    i.e. truncation with stochastic rounding's overflow rule.  Built once per
+    (format object, source, rounding, saturate) and cached (1024 tables of
+    16-bit and float32 sources, 64 of float64).
+    """
+    key = (fmt, src, rounding, bool(saturate))
+    table = (_table_64 if src == "float64" else _table_16_32)(*key)
+    _live[key] = table
     return table
 
 
@@ -301,22 +321,27 @@ def decode_table(fmt: Format, dtype: np.dtype) -> np.ndarray:
     return t
 
 
-def decode_take(table, c):
-    """``table[c]`` in cache-sized chunks.
+def decode_take(table, c, threads=1):
+    """``table[c]`` in cache-sized chunks, on ``threads`` threads.
 
     ``np.take`` converts non-intp indices to a full-size intp copy (8 bytes
     per code); converting one chunk at a time into a reused buffer keeps the
     extra memory at a few hundred kB and the indices in cache.
     """
     if c.ndim == 0:
-        return np.take(table, c)                  # a scalar, as for any 0-d index
+        return table.take(c)                      # a scalar, as for any 0-d index
+    if c.size <= CHUNK:
+        return table.take(c)
     flat = np.ascontiguousarray(c).reshape(-1)
     out = np.empty(flat.shape, table.dtype)
-    step = CHUNK
-    idx_buf = np.empty(min(step, flat.size), np.intp)
-    for i in range(0, flat.size, step):
-        src = flat[i:i + step]
-        idx = idx_buf[:src.size]
-        np.copyto(idx, src)
-        np.take(table, idx, out=out[i:i + src.size])
+
+    def work(a, b):
+        idx_buf = np.empty(min(CHUNK, b - a), np.intp)
+        for i in range(a, b, CHUNK):
+            src = flat[i:min(b, i + CHUNK)]
+            idx = idx_buf[:src.size]
+            np.copyto(idx, src)
+            table.take(idx, out=out[i:i + src.size])
+
+    parallel.run(work, parallel.split(0, flat.size, threads, CHUNK), threads)
     return out.reshape(np.shape(c))
