@@ -30,6 +30,44 @@ __all__ = ["read_rle", "RecordedTable", "recorded_tables", "report", "markdown_t
 KINDS = ("nan", "saturation", "rounding", "zero/sign", "e8m0")
 
 
+def classify_differences(fmt, x, got, ocp) -> np.ndarray:
+    """Kind (one of :data:`KINDS`) of each input where an implementation's code differs from the spec's.
+
+    ``x`` are the inputs (any float dtype), ``got`` the implementation's codes
+    and ``ocp`` the spec's codes for them, by the rule of the recorded
+    tables' report: NaN inputs are "nan"; Inf inputs, and results where
+    either side is Inf/NaN (or both are +-max), are "saturation"; equal
+    magnitudes or two zeros are "zero/sign"; anything else is "rounding";
+    every E8M0 difference of a non-NaN input is "e8m0".
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8emu.formats import get_format
+    >>> x = np.array([np.nan, 470.0, 0.3], np.float32)
+    >>> classify_differences(get_format("e4m3fn"), x, np.array([0xFF, 0x7E, 0x2A]),
+    ...                      np.array([0x7F, 0x7F, 0x2B])).tolist()
+    ['nan', 'saturation', 'rounding']
+    """
+    f = get_format(fmt)
+    got = np.asarray(got, dtype=np.int64)
+    ocp = np.asarray(ocp, dtype=np.int64)
+    vals = f.values()
+    gv, ov = vals[got], vals[ocp]
+    kind = np.full(got.shape, "rounding", dtype=object)
+    with np.errstate(over="ignore", invalid="ignore"):
+        xv = np.asarray(x).astype(np.float64)
+        big = ~np.isfinite(gv) | ~np.isfinite(ov) | ((np.abs(gv) == f.max) & (np.abs(ov) == f.max))
+        big &= ~np.isnan(gv) | ~np.isnan(ov) | np.isinf(xv)    # two different NaN codes are not saturation
+        same = ((gv == 0) & (ov == 0)) | (np.abs(gv) == np.abs(ov))
+    kind[big | np.isinf(xv)] = "saturation"
+    kind[same & ~big] = "zero/sign"
+    if f.name == "e8m0fnu":
+        kind[:] = "e8m0"
+    kind[np.isnan(xv)] = "nan"
+    return kind.astype(str)
+
+
 def read_rle(path):
     """Read a run-length table: ``(starts uint64, codes int64, n_inputs)``.
 

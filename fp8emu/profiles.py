@@ -35,6 +35,32 @@ Rules found in the H200 recordings (``fp8emu/data/golden``)
 * torch and ml_dtypes round float64 through float32 (double rounding); the
   CUDA, Triton and JAX paths take float32 inputs, so float64 is first
   rounded to float32 there too.
+
+Rules found on the CPU engines (every input through the engine itself)
+----------------------------------------------------------------------
+``fp8emu.engines`` runs the real engines and ``tests/test_engines.py``
+proves these profiles against them on every run (all inputs under ``-m
+exhaustive``); ``fp8emu.engines.PROVEN_VERSIONS`` names the versions (onnx
+1.23.2, onnxruntime 1.32.0, jax/jaxlib 0.10.2, torch 2.13.0+cpu).
+
+* ``onnx`` / ``onnx-nosat``: the ONNX reference evaluator's ``Cast`` and
+  ``QuantizeLinear`` (scale 1) with ``saturate=1`` (ONNX's default) / ``0``:
+  the spec for FP8 (float64 through float32); FLOAT4E2M1/FLOAT6 NaN gives -0
+  (0x8/0x20) and -NaN +0; FLOAT8E8M0 keeps the float32 exponent field, ignoring the sign,
+  with ``round_mode`` up/down/nearest as the rounding options ``rup``,
+  ``rtz``, ``rne`` (see :func:`e8m0_onnx`).  ONNX's default ``round_mode`` is
+  "up": pass ``rounding="rup"`` (fp8emu's default ``"rne"`` selects "nearest").
+* ``onnxruntime-cpu`` / ``-nosat``: ONNX Runtime's CPU provider, the same
+  attributes: E5M2 NaN 0x7F|sign; with ``saturate=0`` E4M3FN gives +-448 for
+  ``|x|`` in [480, 496) and E5M2 gives NaN for values that round past max
+  (:func:`onnxruntime_fp8`); E8M0 only rounds inside [2**-127, 2**127]
+  (:func:`e8m0_onnxruntime`).
+* ``jax-cpu``: XLA on the CPU rounds float64 once (no float32 step) and
+  follows the spec except E5M2 NaN from 16-bit sources (0x7F), FP4 NaN
+  (0x8) and E8M0 near 2**-127 (:func:`jax_cpu_e8m0`).
+* ``torch-cpu``: E4M3FN *saturates* overflow and Inf to +-448 (torch's CUDA
+  cast gives NaN); E5M2 NaN 0x7F|sign from every source; E8M0 as torch CUDA;
+  float64 through float32.
 """
 
 from __future__ import annotations
@@ -53,6 +79,7 @@ from .tables import SOURCE_DTYPES, encode_table, decode_table, lookup, source_na
 __all__ = ["Rule", "Profile", "profile_names", "get_profile", "register_profile", "PROFILE_NAMES"]
 
 _FLOAT16 = SOURCE_DTYPES["float16"]
+_BFLOAT16 = SOURCE_DTYPES["bfloat16"]
 #: Sources a profile's tables cover directly; others are first converted to ``Profile.via64``.
 _TABLE_SOURCES = ("float32", "float16", "bfloat16")
 
@@ -91,8 +118,9 @@ class Profile:
     rules : mapping or None
         ``{Format: {rounding option: Rule}}``; ``None`` means the spec: every
         format and every option of :func:`fp8emu.encode` (the ``ocp`` profile).
-    via64 : {"float32", None}
-        Intermediate type for sources other than float32/float16/bfloat16.
+    via64 : {"float32", "float64", None}
+        Intermediate type for sources other than float32/float16/bfloat16;
+        ``"float64"`` rounds float64 (and integers) once, from float64 tables.
     decode_fix : callable or None
         ``decode_fix(table, fmt, dtype) -> None`` edits a writable copy of the
         decode table (value of every code in ``dtype``) in place.
@@ -115,8 +143,8 @@ class Profile:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise ValueError("Profile.name must be a non-empty string")
-        if self.via64 not in (None, "float32"):
-            raise ValueError(f"Profile.via64 must be 'float32' or None, got {self.via64!r}")
+        if self.via64 not in (None, "float32", "float64"):
+            raise ValueError(f"Profile.via64 must be 'float32', 'float64' or None, got {self.via64!r}")
         if self.rules is None:
             return
         if not isinstance(self.rules, Mapping):
@@ -175,6 +203,8 @@ class Profile:
             return arr
         if self.via64 is None:
             raise ValueError(f"profile {self.name!r} takes float32, float16 or bfloat16 inputs, got {arr.dtype}")
+        if arr.dtype == SOURCE_DTYPES[self.via64]:
+            return arr
         with np.errstate(over="ignore", invalid="ignore"):   # float64 -> float32 overflows to Inf, as on the GPU
             return arr.astype(SOURCE_DTYPES[self.via64])
 
@@ -325,6 +355,182 @@ def ml_dtypes_decode(table, fmt, dtype):
         table[...] = np.arange(1 << fmt.bits, dtype=np.uint8).view(fmt.ml_dtype).astype(dtype)
 
 
+# ----------------------------------------------------------------------------- CPU engine fixes
+# Rules below were found by running every input through the engine itself
+# (fp8emu.engines; proven on the versions in fp8emu.engines.PROVEN_VERSIONS:
+# onnx 1.23.2, onnxruntime 1.32.0, jax/jaxlib 0.10.2, torch 2.13.0+cpu).
+def _f32(x):
+    with np.errstate(over="ignore", invalid="ignore"):   # float64 beyond float32 becomes Inf, as in the engines
+        return x.astype(np.float32)
+
+
+def _sign_code(x):
+    return np.where(np.signbit(_f32(x)), 0x80, 0).astype(np.uint8)
+
+
+def nan_7f_signed(table, x, fmt, rule):
+    """NaN gives 0x7F with the sign kept (torch 2.13 CPU e5m2; ONNX Runtime 1.32 CPU e5m2)."""
+    nan = _isnan(x)
+    table[nan] = 0x7F | _sign_code(x[nan])
+
+
+def subbyte_nan_ml_dtypes(table, x, fmt, rule):
+    """FP4/FP6 have no NaN: ml_dtypes' cast, and so the ONNX reference (onnx 1.23.2), gives NaN the
+    code of -0 (0x8 for E2M1, 0x20 for E2M3/E3M2) and -NaN +0; the spec's NaN -> +max does not apply."""
+    nan = _isnan(x)
+    table[nan] = np.where(np.signbit(_f32(x[nan])), 0, fmt.sign_bit)
+
+
+def fp4_nan_jax(table, x, fmt, rule):
+    """E2M1 on JAX 0.10.2 CPU: NaN of either sign gives 0x8 (-0)."""
+    table[_isnan(x)] = 0x8
+
+
+def e8m0_onnx(table, x, fmt, rule):
+    """ONNX Cast to FLOAT8E8M0 as the reference evaluator computes it (onnx 1.23.2).
+
+    The input is rounded to float32 and only its biased exponent field e is
+    kept: the sign is ignored, NaN and +-Inf give 0xFF, zero gives 0x00.
+    round_mode "up" (``rup``) adds 1 when any mantissa bit is set, so every
+    float32 subnormal (e = 0) gives code 1 (2**-126) where 2**-127 is the
+    correct round-up; "down" (``rtz``) keeps e; "nearest" (``rne``) adds the
+    guard bit when the rest is non-zero or e > 0 (ties up, but down in the
+    float32 subnormal range).  saturate=1 stops the increment at e = 254;
+    saturate=0 lets it reach 0xFF (NaN).
+    """
+    u = _f32(x).view(np.uint32)
+    e = ((u >> 23) & 0xFF).astype(np.int64)
+    m = u & 0x7FFFFF
+    if rule.rounding == "rup":
+        up = m != 0
+    elif rule.rounding == "rtz":
+        up = np.zeros(u.shape, dtype=bool)
+    else:
+        up = ((m & 0x400000) != 0) & (((m & 0x3FFFFF) != 0) | (e > 0))
+    up &= e != 255
+    if rule.saturate:
+        up &= e != 254
+    table[...] = np.where(e == 255, 255, e + up).astype(np.uint8)
+
+
+def e8m0_onnxruntime(table, x, fmt, rule):
+    """ONNX Runtime 1.32 CPU Cast to FLOAT8E8M0: the spec's rounding on [2**-127, 2**127] only.
+
+    Outside it, with saturate=1: zero, negatives, -Inf and positives below
+    2**-127 give 0x00 (2**-127), values above 2**127 and +Inf give 0xFE
+    (2**127); with saturate=0 all of them give 0xFF (NaN), even a value above
+    2**127 that round_mode "down" would bring back to 2**127.  NaN gives 0xFF.
+    """
+    v = _f32(x)
+    with np.errstate(invalid="ignore"):
+        low = ~(v >= np.float32(2.0 ** -127))
+        high = v > np.float32(2.0 ** 127)
+    table[low] = 0x00 if rule.saturate else 0xFF
+    table[high] = 0xFE if rule.saturate else 0xFF
+    table[np.isnan(v)] = 0xFF
+
+
+def onnxruntime_fp8(table, x, fmt, rule):
+    """ONNX Runtime 1.32 CPU Cast/QuantizeLinear to FLOAT8E4M3FN/FLOAT8E5M2 (float64 via float32).
+
+    * E5M2 NaN gives 0x7F with the sign kept (the spec: 0x7E/0xFE).
+    * saturate=0, E4M3FN: ``|x|`` in [480, 496) gives +-448 (0x7E/0xFE), as if
+      the truncated code 0x7F (NaN) were replaced by 0x7E before rounding up
+      from the bit below; from 464 to 480 it rounds up to NaN as the spec
+      does, and from 496 on it gives NaN again.
+    * saturate=0, E5M2: a value that rounds up past 57344 (``|x|`` in
+      [61440, 65536)) gives NaN 0x7F/0xFF instead of Inf; ``|x|`` >= 65536 gives Inf.
+    * saturate=0, bfloat16 inputs: NaN gives 0x7F, the sign dropped.
+    """
+    nan = _isnan(x)
+    sign = _sign_code(x)
+    a = np.abs(_f32(x))
+    if not rule.saturate:
+        if fmt == _E4M3FN:
+            band = (a >= 480) & (a < 496)
+            table[band] = 0x7E | sign[band]
+        else:
+            band = (a >= 61440) & (a < 65536)
+            table[band] = 0x7F | sign[band]
+    if fmt == _E5M2:
+        table[nan] = 0x7F | sign[nan]
+    if not rule.saturate and x.dtype == _BFLOAT16:
+        table[nan] = 0x7F
+
+
+def jax_cpu_e5m2(table, x, fmt, rule):
+    """JAX 0.10.2 CPU E5M2: NaN from float16/bfloat16 gives 0x7F, the sign dropped (float32/64 keep the spec)."""
+    if x.dtype.itemsize == 2:
+        table[_isnan(x)] = 0x7F
+
+
+def jax_cpu_e8m0(table, x, fmt, rule):
+    """JAX 0.10.2 CPU E8M0 (as ml_dtypes): values in (2**-127, 1.5 * 2**-127) round up to 2**-126
+    (code 1); from float64, positive values below 2**-127 give NaN 0xFF (from float32 they give 2**-127)."""
+    v = x.astype(np.float64)
+    table[(v > 2.0 ** -127) & (v < 1.5 * 2.0 ** -127)] = 1
+    if x.dtype == np.float64:
+        table[(v > 0) & (v < 2.0 ** -127)] = 0xFF
+
+
+def _quiet_nan(dtype, neg):
+    """The output type's default quiet NaN bit pattern (0x7FC00000 in float32), with sign ``neg``."""
+    bits = 8 * dtype.itemsize
+    q = int(np.array(np.nan, dtype=np.float32).astype(dtype).view(f"u{dtype.itemsize}"))
+    q &= (1 << (bits - 1)) - 1
+    return np.uint64(q) | (neg.astype(np.uint64) << np.uint64(bits - 1))
+
+
+def signed_nan_decode(table, fmt, dtype):
+    """NaN codes decode to the output type's quiet NaN with the code's sign (FNUZ 0x80 is -NaN):
+    the ONNX reference (onnx 1.23.2) and ONNX Runtime 1.32 CPU."""
+    nan, neg = _nan_mask_and_sign(fmt)
+    if nan.any():
+        _put_nan_bits(table, nan, _quiet_nan(dtype, neg))
+
+
+def jax_cpu_decode(table, fmt, dtype):
+    """JAX 0.10.2 CPU: NaN codes decode to the quiet NaN with the code's sign; FNUZ 0x80 is +NaN."""
+    nan, neg = _nan_mask_and_sign(fmt)
+    if nan.any():
+        _put_nan_bits(table, nan, _quiet_nan(dtype, neg * (fmt.nan != "negzero")))
+
+
+def torch_cpu_decode(table, fmt, dtype):
+    """torch 2.13 CPU NaN bit patterns.
+
+    float32: E4M3FN 0x7FF00000|sign (the FP8 bits in place); E5M2 goes through
+    float16, whose NaN ``code << 8`` is quieted (| 0x200) and widened;
+    FNUZ and E8M0 give 0x7F800001.  float64 widens the float32 pattern (quiet
+    bit set, payload << 29).  float16: E4M3FN 0x7F80|sign, E5M2 ``code << 8 |
+    0x200``, others 0x7E00.  bfloat16: always 0x7FC0.
+    """
+    nan, neg = _nan_mask_and_sign(fmt)
+    if not nan.any():
+        return
+    if dtype == _BFLOAT16:
+        _put_nan_bits(table, nan, _quiet_nan(dtype, np.zeros_like(neg)))
+        return
+    codes = np.arange(1 << fmt.bits, dtype=np.uint64)
+    neg = neg.astype(np.uint64)
+    if fmt == _E4M3FN:     # float32 keeps the FP8 bits in place; float16 narrows that pattern
+        f32 = np.uint64(0x7FF00000) | (neg << np.uint64(31))
+        f16 = np.uint64(0x7F80) | (neg << np.uint64(15))
+    elif fmt == _E5M2:     # the float16 NaN code << 8, quieted; float32 widens it (payload << 13)
+        f16 = (codes << np.uint64(8)) | np.uint64(0x200)
+        f32 = (neg << np.uint64(31)) | np.uint64(0x7F800000) | ((f16 & np.uint64(0x3FF)) << np.uint64(13))
+    else:
+        f16 = _quiet_nan(dtype, np.zeros_like(neg)) if dtype.itemsize == 2 else None
+        f32 = np.full(codes.shape, 0x7F800001, dtype=np.uint64)
+    if dtype.itemsize == 2:
+        _put_nan_bits(table, nan, f16)
+        return
+    if dtype.itemsize == 8:
+        f32 = ((f32 >> np.uint64(31)) << np.uint64(63)) | np.uint64(0x7FF8000000000000) | (
+            (f32 & np.uint64(0x7FFFFF)) << np.uint64(29))
+    _put_nan_bits(table, nan, f32)
+
+
 # ----------------------------------------------------------------------------- the profiles
 _F = {n: get_format(n) for n in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e8m0fnu",
                                   "e2m3fn", "e3m2fn", "e2m1fn")}
@@ -370,6 +576,50 @@ _BUILTIN = [
     Profile("jax-gpu", "JAX 0.11 astype under jit on the GPU (XLA): RNE non-saturating, NaN 0x7F for "
             "e4m3fn/e5m2", {**{f: _only("rne", False, nan_7f) for f in _FP8},
                             **{f: _only("rne", False) for f in _FNUZ}}, "float32", gpu_decode_nan),
+]
+
+
+def _onnx_rules(sat):
+    rules = {f: _only("rne", sat) for f in (*_FP8, *_FNUZ)}
+    rules.update({f: _only("rne", True, subbyte_nan_ml_dtypes) for f in _SUBBYTE})
+    rules[_F["e8m0fnu"]] = {m: Rule(m, sat, e8m0_onnx) for m in ("rup", "rtz", "rne")}
+    return rules
+
+
+def _onnxruntime_rules(sat):
+    rules = {f: _only("rne", sat, onnxruntime_fp8) for f in _FP8}
+    rules.update({f: _only("rne", sat) for f in _FNUZ})
+    rules[_F["e8m0fnu"]] = {m: Rule(m, sat, e8m0_onnxruntime) for m in ("rup", "rtz", "rne")}
+    return rules
+
+
+_JAX_CPU = {f: _only("rne", False) for f in (get_format(n) for n in (
+    "e4m3fn", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4"))}
+_JAX_CPU.update({_E5M2: _only("rne", False, jax_cpu_e5m2), _F["e2m1fn"]: _only("rne", True, fp4_nan_jax),
+                 _F["e8m0fnu"]: _only("rne", False, jax_cpu_e8m0)})
+
+_BUILTIN += [
+    Profile("onnx", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2, opset 28) with "
+            "saturate=1, the default: FP8 RNE saturating, FP4/FP6 NaN -> -0, E8M0 exponent-field rule "
+            "(round_mode up/down/nearest = rup/rtz/rne), float64 via float32",
+            _onnx_rules(True), "float32", signed_nan_decode),
+    Profile("onnx-nosat", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2) with saturate=0: "
+            "FP8 RNE non-saturating (the spec), FP4/FP6 NaN -> -0, E8M0 exponent-field rule",
+            _onnx_rules(False), "float32", signed_nan_decode),
+    Profile("onnxruntime-cpu", "ONNX Runtime 1.32 CPU Cast/QuantizeLinear with saturate=1 (default): E5M2 NaN "
+            "0x7F|sign; E8M0 rounds in [2**-127, 2**127] only, else 0x00/0xFE", _onnxruntime_rules(True),
+            "float32", signed_nan_decode),
+    Profile("onnxruntime-cpu-nosat", "ONNX Runtime 1.32 CPU Cast/QuantizeLinear with saturate=0: E4M3FN "
+            "|x| in [480, 496) -> +-448 (spec: NaN), E5M2 round-up overflow -> NaN, NaN 0x7F|sign; E8M0 "
+            "outside [2**-127, 2**127] -> NaN", _onnxruntime_rules(False), "float32", signed_nan_decode),
+    Profile("jax-cpu", "JAX 0.10.2 astype on the CPU (XLA, eager or jit): the spec, float64 rounded once; "
+            "E5M2 NaN 0x7F from 16-bit sources, FP4 NaN 0x8, E8M0 as ml_dtypes (float64: below 2**-127 -> NaN)",
+            _JAX_CPU, "float64", jax_cpu_decode),
+    Profile("torch-cpu", "torch 2.13 tensor.to(float8_*) on the CPU: E4M3FN saturates overflow and Inf to "
+            "+-448, E5M2 NaN 0x7F|sign, e8m0 ties-up rule, float64 via float32",
+            {_E4M3FN: _only("rne", True), _E5M2: _only("rne", False, nan_7f_signed),
+             **{f: _only("rne", False) for f in _FNUZ}, _F["e8m0fnu"]: _only("rne", False, e8m0_torch)},
+            "float32", torch_cpu_decode),
 ]
 _PROFILES = Registry("profile", Profile, _BUILTIN)
 
