@@ -15,7 +15,6 @@ from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
-import pytest
 from hypothesis import assume, given, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule

@@ -74,7 +74,8 @@ GROUPS = {
                _CODEC + "test_bad_inputs", _CODEC + "test_input_not_modified_and_shapes",
                _CODEC + "test_array_protocol_and_quantize_dtypes", _CODEC + "test_decode_errors",
                _CODEC + "test_via_float32_reproduces_ml_dtypes_double_rounding", _CODEC + "test_random_f32_vs_ml_dtypes"]),
-    "profiles": (["fp8emu/profiles.py"], ["tests/test_profiles.py", "tests/test_mutation_kills.py"]),
+    "profiles": (["fp8emu/profiles.py"], ["tests/test_profiles.py", "tests/test_mutation_kills.py",
+                                          "tests/test_engines.py"]),
     "scaling": (["fp8emu/scaling/tensor.py", "fp8emu/scaling/current.py", "fp8emu/scaling/delayed.py",
                  "fp8emu/scaling/mx.py", "fp8emu/scaling/nvfp4.py"],
                 ["tests/test_scaling.py", "tests/test_mutation_kills.py", "tests/test_reliability.py",
@@ -116,6 +117,10 @@ class Result:
     detail: str = ""
 
 
+def _is_dunder_all(node) -> bool:
+    return isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+
+
 def _is_docstring(node, parent) -> bool:
     return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
             and isinstance(node.value.value, str))
@@ -149,6 +154,23 @@ class _Mutator(ast.NodeTransformer):
 
     def visit_JoinedStr(self, node):      # f-string messages
         return node
+
+    def visit_arg(self, node):            # annotations are never evaluated (PEP 563)
+        return node
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            node.value = self.visit(node.value)
+        return node
+
+    def visit_FunctionDef(self, node):
+        # node.returns is an annotation: not visited
+        node.decorator_list = [self.visit(d) for d in node.decorator_list]
+        node.args = self.visit(node.args)
+        node.body = self._body(node.body)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     # -- operators
     def visit_BinOp(self, node):
@@ -225,6 +247,7 @@ class _Mutator(ast.NodeTransformer):
         for k, stmt in enumerate(body):
             stmt = self.visit(stmt)
             if (isinstance(stmt, _DROPPABLE) and not _is_docstring(stmt, None) and len(body) > 1
+                    and not _is_dunder_all(stmt)
                     and self._site(stmt, "drop", f"statement dropped: {ast.unparse(stmt).splitlines()[0][:60]}")):
                 stmt = ast.copy_location(ast.Pass(), stmt)
             out.append(stmt)
