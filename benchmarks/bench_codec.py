@@ -4,6 +4,7 @@ Run from the repository root::
 
     python3 benchmarks/bench_codec.py            # table + size sweep + figure
     python3 benchmarks/bench_codec.py --quick    # smaller, for a smoke test
+    python3 benchmarks/bench_codec.py --only threads --only sr --base /tmp/perf-base
 
 Every ratio compares implementations in the same process on the same data,
 with repetitions interleaved (fp8emu, ml_dtypes, gfloat, fp8emu, ...) and
@@ -13,7 +14,9 @@ the median time of each taken, so load from other processes affects both sides.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
+import os
 import sys
 import time
 import tracemalloc
@@ -22,6 +25,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+# torch's OpenMP workers otherwise spin after each parallel region and starve the threads
+# timed next to them on a small machine
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import fp8emu  # noqa: E402
@@ -121,7 +127,7 @@ def rows(n, seed=0):
 def table(n, repeats):
     specs, gf_n = rows(n)
     print(f"# {n} elements (gfloat timed on {gf_n}), median of {repeats} interleaved runs")
-    print(f"| path | fp8emu M/s | ml_dtypes M/s | gfloat M/s | ratio | target | met |")
+    print("| path | fp8emu M/s | ml_dtypes M/s | gfloat M/s | ratio | target | met |")
     print("|---|---:|---:|---:|---:|---:|:-:|")
     results = []
     for name, ours, ml, gf, target in specs:
@@ -134,24 +140,140 @@ def table(n, repeats):
     return results
 
 
-def overhead(repeats=2000):
+def overhead(repeats=2000, base=None):
+    """Per-call time of a 16-element float32 encode, and of the first float64 encode of a small array.
+
+    Reported as wall time and as this thread's CPU time (``time.thread_time``),
+    which leaves out the time the thread waits for a core on a loaded machine.
+    """
     x = np.linspace(-3, 3, 16, dtype=np.float32)
-    fp8emu.encode(x, "e4m3fn")
-    ts = []
-    for _ in range(5):
+    fns = {"fp8emu": lambda: fp8emu.encode(x, "e4m3fn"), "ml_dtypes": lambda: x.astype(E4)}
+    if base is not None:
+        fns["base"] = lambda: base.encode(x, "e4m3fn")
+    for f in fns.values():
+        f()
+    wall = {k: [] for k in fns}
+    cpu = {k: [] for k in fns}
+    for _ in range(7):                            # interleaved blocks of calls
+        for k, f in fns.items():
+            c0 = time.thread_time()
+            wall[k].append(_time_many(f, repeats))
+            cpu[k].append((time.thread_time() - c0) / repeats)
+    us = {k: (np.median(wall[k]) * 1e6, np.median(cpu[k]) * 1e6) for k in fns}
+    print("per-call time, 16 float32 -> e4m3fn rne (wall / CPU us): "
+          + ", ".join(f"{k} {w:.2f} / {c:.2f}" for k, (w, c) in us.items())
+          + (f"; base / fp8emu {us['base'][1] / us['fp8emu'][1]:.1f}x (CPU)" if base is not None else "")
+          + f" (target <= 3 us: {'yes' if us['fp8emu'][0] <= 3 else 'NO'} wall, "
+          f"{'yes' if us['fp8emu'][1] <= 3 else 'NO'} CPU)")
+    firsts = []
+    for i in range(5):
+        # a Format object never seen before has no cached table: this is a first call
+        f = dataclasses.replace(fp8emu.get_format("e4m3fn"), name=f"bench_fresh_{i}")
+        xd = np.linspace(-3, 3, 16)
         t0 = time.perf_counter()
-        for _ in range(repeats):
-            fp8emu.encode(x, "e4m3fn")
-        ts.append((time.perf_counter() - t0) / repeats)
-    ts_ml = []
-    for _ in range(5):
+        fp8emu.encode(xd, f)
+        firsts.append(time.perf_counter() - t0)
+    ms = np.median(firsts) * 1e3
+    print(f"first float64 encode of 16 elements (new format object): {ms:.3f} ms "
+          f"(target <= 1 ms: {'yes' if ms <= 1 else 'NO'})")
+
+
+def threads_table(n, repeats, base=None, with_torch=True):
+    """Single- vs multi-thread throughput at n elements, torch at equal thread counts, np.copyto GB/s."""
+    try:
+        import torch
+    except ImportError:                           # pragma: no cover - optional peer
+        torch = None
+    if not with_torch:
+        torch = None
+    nt = fp8emu.get_threads() if fp8emu.get_threads() > 1 else 2
+    rng = np.random.default_rng(3)
+    x32 = (rng.standard_normal(n) * 8).astype(np.float32)
+    c4 = fp8emu.encode(x32, "e4m3fn", threads=1)
+    dst = np.empty_like(x32)
+    t_cp = interleaved([lambda: np.copyto(dst, x32)], repeats)[0]
+    cp_gbs = 2 * x32.nbytes / t_cp / 1e9
+    print(f"# threads: {n} elements, 1 vs {nt} threads (median of {repeats} interleaved runs); "
+          f"np.copyto of the float32 input: {cp_gbs:.1f} GB/s (read + write)")
+    print("| path | 1 thread M/s | threads M/s | speed-up | GB/s (read + write) | of np.copyto | "
+          "torch 1 thread M/s | torch threads M/s | fp8emu / torch (threads) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    specs = [
+        ("f32->e4m3fn rne", lambda t: fp8emu.encode(x32, "e4m3fn", threads=t), 5,
+         torch and (lambda: torch.from_numpy(x32).to(torch.float8_e4m3fn))),
+        ("decode e4m3fn->f32", lambda t: fp8emu.decode(c4, "e4m3fn", threads=t), 5,
+         torch and (lambda: torch.from_numpy(c4).view(torch.float8_e4m3fn).to(torch.float32))),
+        ("quantize f32 e4m3fn", lambda t: fp8emu.quantize(x32, "e4m3fn", threads=t), 8, None),
+        ("f32->e4m3fn stochastic k=8 (rng)", lambda t: fp8emu.encode(
+            x32, "e4m3fn", rounding="stochastic", rng=np.random.default_rng(1), sr_bits=8, threads=t), 5, None),
+    ]
+    out = {}
+    for name, fn, nbytes, tfn in specs:
+        fns = [lambda: fn(1), lambda: fn(nt)]
+        if tfn is not None:
+            fns += [lambda: (torch.set_num_threads(1), tfn()), lambda: (torch.set_num_threads(nt), tfn())]
+        ts = interleaved(fns, repeats)
+        gbs = nbytes * n / ts[1] / 1e9
+        row = (f"| {name} | {n / ts[0] / 1e6:.0f} | {n / ts[1] / 1e6:.0f} | {ts[0] / ts[1]:.2f}x | "
+               f"{gbs:.1f} | {gbs / cp_gbs:.0%} |")
+        row += (f" {n / ts[2] / 1e6:.0f} | {n / ts[3] / 1e6:.0f} | {ts[3] / ts[1]:.2f}x |" if tfn else " - | - | - |")
+        print(row, flush=True)
+        out[name] = ts[0] / ts[1]
+    if torch is not None:
+        torch.set_num_threads(nt)
+    return out
+
+
+def calibrate(runs=3):
+    """How much two threads of plain NumPy work gain on this machine right now (no fp8emu involved).
+
+    ``np.sin`` over 2^22 float64 five times on one thread, then the same on each of two
+    threads at once: 2x the one-thread time over the two-thread time is the parallel
+    efficiency the machine offers (2.0 on two free cores).
+    """
+    import threading
+
+    x = np.random.default_rng(0).standard_normal(1 << 22)
+
+    def work():
+        for _ in range(5):
+            np.sin(x)
+
+    def run(nt):
+        ts = [threading.Thread(target=work) for _ in range(nt)]
         t0 = time.perf_counter()
-        for _ in range(repeats):
-            x.astype(E4)
-        ts_ml.append((time.perf_counter() - t0) / repeats)
-    us, us_ml = np.median(ts) * 1e6, np.median(ts_ml) * 1e6
-    print(f"per-call time, 16 float32 -> e4m3fn: fp8emu {us:.1f} us, ml_dtypes {us_ml:.2f} us "
-          f"(target <= 20 us: {'yes' if us <= 20 else 'NO'})")
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return time.perf_counter() - t0
+
+    eff = [2 * run(1) / run(2) for _ in range(runs)]
+    print("parallel efficiency of 2 threads (np.sin, 2.0 = two free cores): "
+          + ", ".join(f"{e:.2f}x" for e in eff))
+
+
+def sr_sources_table(n, repeats, base=None):
+    """Stochastic rounding from every source type on one thread (and the base package's, if given)."""
+    rng = np.random.default_rng(4)
+    x32 = (rng.standard_normal(n) * 8).astype(np.float32)
+    srcs = {"float16": x32.astype(np.float16), "bfloat16": x32.astype(ml_dtypes.bfloat16),
+            "float64": x32.astype(np.float64) * (1 + 2.0 ** -30), "int32": (x32 * 64).astype(np.int32),
+            "float32": x32}
+    print(f"# stochastic rounding to e4m3fn, rng, k=32, {n} elements, one thread"
+          + (f"; base = {base.__name__} on n/16 elements" if base else ""))
+    print("| source | fp8emu M/s | base M/s | ratio |" if base else "| source | fp8emu M/s |")
+    print("|---|---:|---:|---:|" if base else "|---|---:|")
+    for name, xs in srcs.items():
+        f = lambda: fp8emu.encode(xs, "e4m3fn", rounding="stochastic", rng=1, threads=1)   # noqa: E731
+        if base is None:
+            t = interleaved([f], repeats)[0]
+            print(f"| {name} | {n / t / 1e6:.0f} |", flush=True)
+            continue
+        m = xs[: max(2, n // 16)]                 # the old paths are slow: a slice, scaled by size
+        t, tb = interleaved([f, lambda: base.encode(m, "e4m3fn", rounding="stochastic", rng=1)], repeats)
+        r_new, r_old = n / t / 1e6, m.size / tb / 1e6
+        print(f"| {name} | {r_new:.0f} | {r_old:.1f} | {r_new / r_old:.1f}x |", flush=True)
 
 
 def memory(log2n):
@@ -171,13 +293,21 @@ def memory(log2n):
 
 
 def sweep(max_log2, fig_path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
+    try:
+        import torch
+    except ImportError:                           # pragma: no cover - optional peer
+        torch = None
+    nt = fp8emu.get_threads() if fp8emu.get_threads() > 1 else 2
     sizes = [1 << p for p in range(4, max_log2 + 1, 2)]
-    res = {"fp8emu f32->e4m3fn rne": [], "ml_dtypes f32->e4m3fn": [],
-           "fp8emu f64->e4m3fn rne": [], "fp8emu decode e4m3fn": [], "ml_dtypes decode e4m3fn": []}
+    res = {"fp8emu f32->e4m3fn rne, 1 thread": [], f"fp8emu f32->e4m3fn rne, {nt} threads": [],
+           "ml_dtypes f32->e4m3fn": [], "fp8emu f64->e4m3fn rne, 1 thread": [],
+           "fp8emu decode e4m3fn, 1 thread": [], f"fp8emu decode e4m3fn, {nt} threads": [],
+           "ml_dtypes decode e4m3fn": []}
+    if torch is not None:
+        res[f"torch f32->e4m3fn, {nt} threads"] = []
+        torch.set_num_threads(nt)
     print("| elements | " + " | ".join(f"{k} s/call" for k in res) + " |")
     print("|---:|" + "---:|" * len(res))
     rng = np.random.default_rng(2)
@@ -186,18 +316,23 @@ def sweep(max_log2, fig_path):
         xd = x.astype(np.float64)
         c = fp8emu.encode(x, "e4m3fn")
         reps = int(np.clip(2 ** 22 // n, 3, 2000))
-        fns = [lambda: fp8emu.encode(x, "e4m3fn"), lambda: x.astype(E4),
-               lambda: fp8emu.encode(xd, "e4m3fn"), lambda: fp8emu.decode(c, "e4m3fn"),
+        # threads=None: the default (one thread below fp8emu.parallel.MIN_PARALLEL elements)
+        fns = [lambda: fp8emu.encode(x, "e4m3fn", threads=1), lambda: fp8emu.encode(x, "e4m3fn"),
+               lambda: x.astype(E4), lambda: fp8emu.encode(xd, "e4m3fn", threads=1),
+               lambda: fp8emu.decode(c, "e4m3fn", threads=1), lambda: fp8emu.decode(c, "e4m3fn"),
                lambda: c.view(E4).astype(np.float32)]
+        if torch is not None:
+            xt = torch.from_numpy(x)
+            fns.append(lambda: xt.to(torch.float8_e4m3fn))
         ts = interleaved(fns, min(reps, 7)) if n >= 1 << 16 else [
             min(_time_many(f, reps) for _ in range(3)) for f in fns]
         for k, t in zip(res, ts):
             res[k].append(t)
         print(f"| 2^{n.bit_length() - 1} | " + " | ".join(f"{t:.3g}" for t in ts) + " |", flush=True)
-        del x, xd, c
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig = Figure(figsize=(12, 4.8))
+    a1, a2 = fig.subplots(1, 2)
     for k, ts in res.items():
-        style = "-" if k.startswith("fp8emu") else "--"
+        style = ":" if "threads" in k and k.startswith("fp8emu") else "-" if k.startswith("fp8emu") else "--"
         a1.loglog(sizes, np.array(ts) * 1e6, style, marker="o", ms=3, label=k)
         a2.semilogx(sizes, np.array(sizes) / np.array(ts) / 1e6, style, marker="o", ms=3, label=k)
     a1.set(xlabel="elements per call", ylabel="time per call (µs)", title="Time per call")
@@ -205,8 +340,9 @@ def sweep(max_log2, fig_path):
     for a in (a1, a2):
         a.grid(True, which="both", alpha=0.3)
         a.set_xscale("log", base=2)
-    a2.legend(fontsize=8)
-    fig.suptitle("fp8emu codec (pure NumPy) vs ml_dtypes (C++), one process, 2-core machine")
+    a2.legend(fontsize=7)
+    fig.suptitle(f"fp8emu codec (pure NumPy; 1 and {nt} threads) vs ml_dtypes (C++, 1 thread) "
+                 f"and torch (CPU, {nt} threads), one process")
     fig.tight_layout()
     fig_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(fig_path, dpi=120)
@@ -227,16 +363,41 @@ def main(argv=None):
     p.add_argument("--sweep-max", type=int, default=26, help="largest sweep size (log2)")
     p.add_argument("--mem-log2n", type=int, default=26)
     p.add_argument("--figure", type=Path, default=ROOT / "figures" / "codec_throughput.png")
+    p.add_argument("--base", default=None, help="folder holding another copy of the package as fp8emu_base "
+                   "(stochastic-rounding rates of that version)")
+    p.add_argument("--only", choices=["table", "calibrate", "threads", "sr", "overhead", "memory", "sweep"],
+                   action="append",
+                   help="run only these parts (repeatable)")
+    p.add_argument("--no-torch", action="store_true", help="leave torch out of the threads table")
     p.add_argument("--quick", action="store_true", help="2^18 elements, 3 repeats, sweep to 2^18")
     a = p.parse_args(argv)
     if a.quick:
         a.log2n, a.repeats, a.sweep_max, a.mem_log2n = 18, 3, 18, 20
+    base = None
+    if a.base:
+        sys.path.insert(0, a.base)
+        import fp8emu_base as base
+    parts = set(a.only or ["table", "calibrate", "threads", "sr", "overhead", "memory", "sweep"])
     print(f"numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}, "
-          f"gfloat {getattr(gfloat, '__version__', 'installed') if gfloat else 'not installed'}")
-    results = table(1 << a.log2n, a.repeats)
-    overhead()
-    memory(a.mem_log2n)
-    sweep(a.sweep_max, a.figure)
+          f"gfloat {getattr(gfloat, '__version__', 'installed') if gfloat else 'not installed'}, "
+          f"fp8emu threads {fp8emu.get_threads()}")
+    results = []
+    if "table" in parts:
+        fp8emu.set_threads(1)                     # equal thread counts against the C++ casts
+        results = table(1 << a.log2n, a.repeats)
+        fp8emu.set_threads(None)
+    if "calibrate" in parts:
+        calibrate()
+    if "threads" in parts:
+        threads_table(1 << a.log2n, a.repeats, with_torch=not a.no_torch)
+    if "sr" in parts:
+        sr_sources_table(1 << a.log2n, a.repeats, base)
+    if "overhead" in parts:
+        overhead(base=base)
+    if "memory" in parts:
+        memory(a.mem_log2n)
+    if "sweep" in parts:
+        sweep(a.sweep_max, a.figure)
     missed = [r for r in results if r[1] < r[2]]
     print("all throughput targets met" if not missed else f"targets missed: {missed}")
     return 0

@@ -1,42 +1,126 @@
-"""Time scaled_mm's accumulators against np.matmul in float32 on the same shape.
+"""Time scaled_mm's accumulators against np.matmul, an older fp8emu and torch._scaled_mm (CPU).
 
-Usage: python3 benchmarks/bench_gemm.py [M N K]   (default 256 256 4096)
+Usage::
+
+    python3 benchmarks/bench_gemm.py [M N K]                 # default 256 256 4096
+    python3 benchmarks/bench_gemm.py --base /tmp/perf-old     # also an older package, copied there
+                                                              # as fp8emu_old (e.g. git archive 84baad6)
+    python3 benchmarks/bench_gemm.py 4096 4096 4096 --once --memory   # one timed run and its peak memory
+
+Repetitions are interleaved (this package, the base, ...) and medians taken;
+wall time and process CPU time are both reported (the CPU time is what a busy
+shared machine distorts least).  torch runs at the same thread count as fp8emu.
 """
 
+from __future__ import annotations
+
+import argparse
+import os
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # torch's idle OpenMP workers must not spin
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fp8emu
 import fp8emu  # noqa: E402
 
 
-def best_of(fn, repeat):
-    best = np.inf
+def timed(fn):
+    w, c = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def interleaved(fns, repeat):
+    for f in fns:
+        f()
+    walls, cpus = [[] for _ in fns], [[] for _ in fns]
     for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+        for i, f in enumerate(fns):
+            w, c = timed(f)
+            walls[i].append(w)
+            cpus[i].append(c)
+    return [float(np.median(w)) for w in walls], [float(np.median(c)) for c in cpus]
 
 
-def main(argv):
-    M, N, K = (int(x) for x in argv) if argv else (256, 256, 4096)
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("shape", nargs="*", type=int, default=[256, 256, 4096])
+    ap.add_argument("--base", default=None, help="folder holding an older package as fp8emu_old")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--once", action="store_true", help="one run of hopper only (large shapes)")
+    ap.add_argument("--memory", action="store_true", help="peak traced memory of one hopper run")
+    args = ap.parse_args(argv)
+    M, N, K = args.shape
+    if args.threads:
+        fp8emu.set_threads(args.threads)
+    nt = fp8emu.get_threads()
     rng = np.random.default_rng(0)
     a = fp8emu.encode(rng.standard_normal((M, K)) * 4, "e4m3fn")
     b = fp8emu.encode(rng.standard_normal((K, N)) * 4, "e4m3fn")
+    mm = lambda acc: (lambda: fp8emu.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn",  # noqa: E731
+                                               accumulator=acc))
+    print(f"shape {M}x{N}x{K}, fp8emu threads {nt}")
+    if args.once or args.memory:
+        if args.memory:
+            tracemalloc.start()
+        w, c = timed(mm("hopper"))
+        line = f"hopper: {w:.1f} s wall, {c:.1f} s CPU"
+        if args.memory:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            line += (f"; peak traced memory {peak / 2**20:.0f} MiB "
+                     f"({peak / (a.nbytes + b.nbytes):.1f}x the fp8 operands, "
+                     f"{peak / (4 * M * N):.1f}x the float32 output)")
+        print(line)
+        return 0
+    old = None
+    if args.base:
+        sys.path.insert(0, args.base)
+        import fp8emu_old as old
+        if hasattr(old, "set_threads"):
+            old.set_threads(nt)
+    try:
+        import torch
+        torch.set_num_threads(nt)
+        ta = torch.from_numpy(a).view(torch.float8_e4m3fn)
+        tb = torch.from_numpy(np.ascontiguousarray(b.T)).view(torch.float8_e4m3fn).t()   # column-major B
+        one = torch.tensor(1.0)
+        tmm = lambda fast: (lambda: torch._scaled_mm(ta, tb, scale_a=one, scale_b=one,  # noqa: E731
+                                                     out_dtype=torch.float32, use_fast_accum=fast))
+    except (ImportError, RuntimeError):           # pragma: no cover - optional peer
+        torch = None
     A, B = fp8emu.decode(a, "e4m3fn"), fp8emu.decode(b, "e4m3fn")
-    base = best_of(lambda: A @ B, 50)
-    print(f"shape {M}x{N}x{K}; np.matmul float32: {base * 1e3:.2f} ms")
-    print("| accumulator | time (s) | ratio to np.matmul float32 |")
-    print("|---|---|---|")
+    (base_w,), _ = interleaved([lambda: A @ B], 20)
+    print(f"np.matmul float32: {base_w * 1e3:.2f} ms")
+    head = "| accumulator | fp8emu wall s | CPU s | / np.matmul |"
+    if old:
+        head += " base wall s | base CPU s | speed-up wall | speed-up CPU | bit-identical |"
+    if torch:
+        head += " torch._scaled_mm CPU s (wall) | fp8emu / torch |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
     for acc in ("exact", "fp32", "hopper-fast", "hopper"):
-        t = best_of(lambda: fp8emu.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn",
-                                             accumulator=acc), 3)
-        print(f"| {acc} | {t:.3f} | {t / base:.0f}x |")
+        fns = [mm(acc)]
+        if old:
+            fns.append(lambda acc=acc: old.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator=acc))
+        tfn = torch and acc in ("hopper", "hopper-fast") and tmm(acc == "hopper-fast")
+        if tfn:
+            fns.append(tfn)
+        walls, cpus = interleaved(fns, args.repeat)
+        row = f"| {acc} | {walls[0]:.3f} | {cpus[0]:.3f} | {walls[0] / base_w:.0f}x |"
+        if old:
+            same = np.array_equal(fns[0](), fns[1](), equal_nan=True)
+            row += f" {walls[1]:.3f} | {cpus[1]:.3f} | {walls[1] / walls[0]:.2f}x | {cpus[1] / cpus[0]:.2f}x | {same} |"
+        if torch:
+            row += f" {walls[-1]:.4f} | {walls[0] / walls[-1]:.0f}x |" if tfn else " - | - |"
+        print(row, flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    raise SystemExit(main())

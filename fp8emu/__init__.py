@@ -1,5 +1,6 @@
 """fp8emu: a bit-exact NumPy reference emulator for FP8 and other narrow float formats."""
 
+from .parallel import get_threads, set_threads
 from .formats import Format, format_names, format_table, get_format, register_format
 from .rounding import ROUNDING_MODES
 from .profiles import Profile, get_profile, profile_names
@@ -8,17 +9,18 @@ from .scaling import (
     HYBRID, DelayedScaling, ScaledTensor, current_scale, quantize_axiswise, quantize_blockwise,
     quantize_mx, quantize_nvfp4, quantize_tensorwise, recipe_formats,
 )
-from .gemm import ACCUMULATORS, Accumulator, scaled_mm
-from .testing import assert_fp8_equal, golden_vectors, save_golden
+from .gemm import ACCUMULATORS, Accumulator, block_scaled_mm, scaled_mm
+from .testing import assert_close_ulp, assert_fp8_equal, compare_codes, golden_vectors, save_golden
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "set_threads", "get_threads",
     "Format", "format_names", "format_table", "get_format", "register_format", "ROUNDING_MODES",
     "Profile", "get_profile", "profile_names",
     "encode", "decode", "quantize", "as_ml_dtypes", "__version__",
     "HYBRID", "DelayedScaling", "ScaledTensor", "current_scale", "quantize_axiswise",
     "quantize_blockwise", "quantize_mx", "quantize_nvfp4", "quantize_tensorwise", "recipe_formats",
-    "scaled_mm", "Accumulator", "ACCUMULATORS",
-    "assert_fp8_equal", "golden_vectors", "save_golden",
+    "scaled_mm", "block_scaled_mm", "Accumulator", "ACCUMULATORS",
+    "assert_fp8_equal", "compare_codes", "assert_close_ulp", "golden_vectors", "save_golden",
 ]

@@ -29,20 +29,42 @@ measures it against ml_dtypes.
 from __future__ import annotations
 
 import sys
+from typing import NamedTuple
 
 import numpy as np
 
+from . import parallel
 from .formats import get_format
 from .profiles import get_profile
 from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation
 from .tables import (
-    CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, decode_take, encode_exact,
-    encode_table, lookup, source_name, table_ok,
+    CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table,
+    decode_take, encode_exact, encode_table, lookup, source_name, table_ok,
 )
 
 __all__ = ["encode", "decode", "quantize", "as_ml_dtypes"]
 
 _U64 = np.uint64
+#: A float64 table (2**20 entries, ~0.2 s to build) is built for a call of at least this
+#: many elements, or once small calls with the same key have been seen _SMALL_CALLS times;
+#: until then the exact core encodes them (well under a millisecond for a few elements).
+_TABLE_MIN = 1 << 12
+_SMALL_CALLS = 64
+_small_calls = {}
+
+
+def _worth_building(fmt, src, rounding, saturate, n):
+    """Whether to build a missing encode table now (always for 16-bit and float32 sources: ~10 ms)."""
+    if src != "float64" or n >= _TABLE_MIN:
+        return True
+    key = (fmt, rounding, saturate)
+    seen = _small_calls.get(key, 0) + 1
+    if len(_small_calls) > 4096:
+        _small_calls.clear()
+    _small_calls[key] = seen
+    return seen > _SMALL_CALLS
+
+
 _VIA = {name: SOURCE_DTYPES[name] for name in ("float32", "float16", "bfloat16")}
 
 # Bit generators whose ``random_raw`` is the 64-bit stream that ``Generator.integers``
@@ -66,50 +88,203 @@ def _draw_bits(gen, k, n):
     return gen.integers(0, 1 << k, size=n, dtype=_U64).astype(np.uint32)
 
 
-def _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen):
-    """Stochastic rounding of float32 by integer addition on the bit patterns.
+# (uint view, exponent bits, mantissa bits, bits below the table index) of the pattern
+# types stochastic rounding works on, and the integer/narrow sources widened to them exactly.
+_SR_LAYOUT = {
+    np.dtype(np.float16): (np.uint16, 5, 10, 0),
+    SOURCE_DTYPES["bfloat16"]: (np.uint16, 8, 7, 0),
+    np.dtype(np.float32): (np.uint32, 8, 23, 16),
+    np.dtype(np.float64): (np.uint64, 11, 52, 45),
+}
+_TO_F32 = frozenset(np.dtype(t) for t in (np.bool_, np.int8, np.uint8, np.int16, np.uint16))
+_TO_F64 = frozenset(np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64))
+
+
+class _SRPlan(NamedTuple):
+    """How one source dtype is rounded stochastically by pattern addition (see :func:`_sr_range`)."""
+
+    work: np.dtype        # float type whose bit patterns are added to (exact widening of the source)
+    uint: type
+    table: np.ndarray     # stochastic rounding with zero random bits, indexed by pattern >> ishift
+    s0: int               # discarded bits of a pattern in the target's normal range
+    ishift: int
+    lo_bias: object       # lowest exponent field in the target's normal range, in place
+    span: object          # (highest usable exponent field - lowest) in place
+    exp_mask: object
+    big: bool             # 64-bit integers: magnitudes >= 2**53 are not exact in float64
+
+
+def _sr_plan(fmt, dt, saturate, n):
+    """A plan for stochastic rounding of ``n`` inputs of ``dt`` to ``fmt``, or None (exact core only).
+
+    A table not built yet is built only when :func:`_worth_building` says so.
+    """
+    if dt in _SR_LAYOUT:
+        work = dt
+    elif dt in _TO_F32 or dt.kind == "V":   # ml_dtypes' narrow floats widen exactly
+        work = np.dtype(np.float32)
+    elif dt in _TO_F64:
+        work = np.dtype(np.float64)
+    else:
+        return None
+    if not table_ok(fmt, work) and work == np.float32 and table_ok(fmt, np.float64):
+        work = np.dtype(np.float64)
+    uint, eb, mb, ishift = _SR_LAYOUT[work]
+    s0 = mb - fmt.mbits
+    if not table_ok(fmt, work) or s0 < max(ishift, 1):
+        return None
+    src = source_name(work)
+    table = cached_encode_table(fmt, src, "sr0", saturate)
+    if table is None:
+        if not _worth_building(fmt, src, "sr0", saturate, n):
+            return None
+        table = encode_table(fmt, src, "sr0", saturate)
+    table = table[: 1 << (8 * work.itemsize - ishift)]   # the sticky half does not matter to truncation
+    bias = (1 << (eb - 1)) - 1
+    e_lo = max(1, bias + fmt.emin)
+    # the two top exponent fields are left to the exact core: a carry out of the
+    # top finite binade must not read as an Inf/NaN pattern
+    e_hi = (1 << eb) - 3
+    return _SRPlan(work, uint, table, s0, ishift, uint(e_lo << mb), uint((e_hi - e_lo) << mb),
+                   uint(((1 << eb) - 1) << mb), dt.itemsize == 8 and dt.kind in "iu")
+
+
+def _sr_range(src, r, out, plan, fmt, saturate, k):
+    """Stochastic rounding of one range by integer addition on the bit patterns.
 
     Where the result lies in the target's normal range, the discarded part is
-    the lowest ``s = 23 - mbits`` bits of the pattern, so adding the k random
-    bits aligned below bit ``s`` (``r << (s - k)``, or ``r >> (k - s)`` when
-    ``k > s``, which gives the same carry since the discarded part is an
-    integer) carries into bit ``s`` exactly when the exact core increments; a
-    carry out of the mantissa moves to the next binade as it should.  The
-    truncated sum is then looked up in a table of stochastic rounding with
-    zero random bits (truncation with overflow to Inf/NaN or max).  Elements
-    outside that range (target subnormals, zeros, exponents 254/255) go
-    through the exact core with their own random bits.
+    the lowest ``s0 = mantissa bits - fmt.mbits`` bits of the pattern, so
+    adding the k random bits aligned below bit ``s0`` (``r << (s0 - k)``, or
+    ``r >> (k - s0)`` when ``k > s0``, which gives the same carry since the
+    discarded part is an integer) carries into bit ``s0`` exactly when the
+    exact core increments; a carry out of the mantissa moves to the next
+    binade as it should.  The truncated sum is then looked up in a table of
+    stochastic rounding with zero random bits (truncation with overflow to
+    Inf/NaN or max).  Elements outside that range (target subnormals, zeros,
+    the two top exponent fields, 64-bit integers beyond 2**53) go through the
+    exact core with their own random bits.  Sources other than the pattern
+    types are first widened exactly (float16 and bfloat16 patterns are used
+    as they are).  ``r`` holds the k-bit draws of the range, in order.
     """
-    table = encode_table(fmt, "float32", "sr0", saturate)[: 1 << 16]   # sticky does not matter to truncation
-    s0 = 23 - fmt.mbits
-    e_lo = max(1, 127 + fmt.emin)
-    lo_bias = np.uint32(e_lo << 23)
-    span = np.uint32((253 - e_lo) << 23)
-    step = CHUNK * 2                              # amortises the per-chunk random draw
-    nb = min(step, flat.size)
-    v_buf, e_buf, b_buf = np.empty(nb, np.uint32), np.empty(nb, np.uint32), np.empty(nb, bool)
-    for i in range(0, flat.size, step):
-        u = flat[i:i + step].view(np.uint32)
-        n = u.size
-        if rb_flat is not None:
-            r = rb_flat[i:i + n].astype(np.uint32)
+    uint = plan.uint
+    s0 = plan.s0
+    step = CHUNK * 2
+    nb = min(step, src.size)
+    wide = np.dtype(uint).itemsize >= 4
+    v_buf = np.empty(nb, uint)                    # sums wrap only for NaN/Inf patterns (left to the exact core)
+    e_buf = np.empty(nb, uint)
+    b_buf = np.empty(nb, bool)
+    w_buf = np.empty(nb, plan.work) if src.dtype != plan.work else None
+    # Elements left to the exact core are gathered over chunks: one call per
+    # CHUNK of them rather than one (costly for a handful) per chunk.
+    held, n_held = [], 0
+
+    def flush():
+        nonlocal n_held
+        if held:
+            sel = np.concatenate(held)
+            out[sel] = encode_exact(src[sel], fmt, "stochastic", saturate, r[sel].astype(_U64), k)
+            held.clear()
+            n_held = 0
+
+    for i in range(0, src.size, step):
+        xs = src[i:i + step]
+        n = xs.size
+        if w_buf is not None:
+            w = w_buf[:n]
+            np.copyto(w, xs, casting="unsafe")
         else:
-            r = _draw_bits(gen, k, n)
+            w = xs
+        u = w.view(uint)
+        ri = r[i:i + n]
+        if ri.dtype != np.uint32:                 # caller's bits of any integer type (all < 2**32)
+            ri = ri.astype(np.uint32)
         v, e, bad = v_buf[:n], e_buf[:n], b_buf[:n]
         if s0 >= k:
-            np.left_shift(r, np.uint32(s0 - k), out=v)
+            np.left_shift(ri, uint(s0 - k) if wide else np.uint32(s0 - k), out=v, casting="unsafe")
         else:
-            np.right_shift(r, np.uint32(k - s0), out=v)
-        v += u
-        v >>= np.uint32(16)
-        np.take(table, v, out=out[i:i + n])
-        np.bitwise_and(u, np.uint32(0x7F800000), out=e)
-        e -= lo_bias                              # wraps for exponents below e_lo
-        np.greater(e, span, out=bad)
+            np.right_shift(ri, np.uint32(k - s0), out=v, casting="unsafe")
+        np.add(v, u, out=v, casting="unsafe")
+        if plan.ishift:
+            np.right_shift(v, uint(plan.ishift), out=v)
+        plan.table.take(v.view(np.int64) if uint is np.uint64 else v, out=out[i:i + n])
+        np.bitwise_and(u, plan.exp_mask, out=e)
+        np.subtract(e, plan.lo_bias, out=e)       # wraps for exponents below the lowest
+        np.greater(e, plan.span, out=bad)
+        if plan.big:
+            bad |= np.abs(w) >= 2.0 ** 53
         if bad.any():
             sel = np.flatnonzero(bad)
-            out[i + sel] = encode_exact(flat[i + sel], fmt, "stochastic", saturate,
-                                         r[sel].astype(_U64), k)
+            sel += i
+            held.append(sel)
+            n_held += sel.size
+            if n_held >= CHUNK:
+                flush()
+    flush()
+
+
+def _exact_range(src, bits, out, fmt, rounding, saturate, k):
+    """The exact core over one range in chunks; ``bits`` are that range's draws (or None)."""
+    for i in range(0, src.size, CHUNK):
+        b = None if bits is None else bits[i:i + CHUNK].astype(_U64)
+        out[i:i + CHUNK] = encode_exact(src[i:i + CHUNK], fmt, rounding, saturate, b, k)
+
+
+# Small deterministic calls skip the general path: (Format, rounding, saturate, dtype) ->
+# a function of the input array, registered once the general path has used that table.
+_FAST = {}
+_FAST_MAX = 4096
+
+
+def _remember_fast(fmt, rounding, saturate, dt, table):
+    key = (fmt, rounding, saturate, dt)
+    if key in _FAST:
+        return
+    if dt.itemsize == 2:
+        fn = lambda x: table.take(x.view(np.uint16))   # noqa: E731 - every pattern is an index
+    elif dt == np.float32 and fmt.mbits <= 5 and fmt.emin - fmt.mbits >= -131:
+        # Bit 16 lies below the rounding bit of every float32 input, so it is itself only a
+        # sticky bit: OR-ing "lower half non-zero" into it makes the upper half the whole index.
+        half = table[: 1 << 16]
+        low, s16 = np.uint32(0xFFFF), np.uint32(16)
+
+        def fn(x):
+            u = x.view(np.uint32)
+            v = u & low
+            v += low                               # bit 16 set iff the lower half is non-zero
+            v |= u
+            v >>= s16
+            return half.take(v)
+    elif dt == np.float64 and fmt.mbits <= 5:
+        # the same for float64: bit 45 (the lowest of the 19-bit index) is only a sticky bit
+        half = table[: 1 << 19]
+        low, s45 = np.uint64((1 << 45) - 1), np.uint64(45)
+
+        def fn(x):
+            u = x.view(np.uint64)
+            v = u & low
+            v += low                               # bit 45 set iff the low 45 bits are non-zero
+            v |= u
+            v >>= s45
+            return half.take(v.view(np.int64))
+    elif dt == np.float32 and sys.byteorder == "little":
+        pairs = table.reshape(2, 1 << 16)          # [sticky, upper 16 bits]
+
+        def fn(x):
+            if not x.flags.c_contiguous:
+                return table.take(_f32_index(x))
+            h = x.view(np.uint16)
+            return pairs[(h[..., 0::2] != 0).view(np.uint8), h[..., 1::2]]
+    else:
+        return
+    if len(_FAST) >= _FAST_MAX:
+        _FAST.clear()
+    _FAST[key] = fn
+
+
+def _f32_index(x):
+    u = x.view(np.uint32)
+    return (u >> np.uint32(16)) | (((u & np.uint32(0xFFFF)) != 0).astype(np.uint32) << np.uint32(16))
 
 
 # ----------------------------------------------------------------------------- public API
@@ -154,7 +329,7 @@ def _random_source(rounding, rng, sr_bits, random_bits, shape):
 
 
 def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
-           random_bits=None, via=None, profile=None) -> np.ndarray:
+           random_bits=None, via=None, profile=None, threads=None) -> np.ndarray:
     """Round values to a narrow format and return their codes.
 
     Each value is rounded once, from its exact value (float64 and integer
@@ -198,6 +373,11 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     profile : str, keyword-only
         Reproduce a GPU or library code path exactly (see
         :func:`fp8emu.profile_names`); ``None`` or ``"ocp"`` is the spec.
+    threads : int, keyword-only
+        Threads to split the work over; default :func:`fp8emu.get_threads`
+        for inputs of at least :data:`fp8emu.parallel.MIN_PARALLEL` elements,
+        else 1.  The result does not depend on it (random bits are drawn in
+        the same order).
 
     Returns
     -------
@@ -222,13 +402,21 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     >>> fp8emu.encode(np.float64(1.0625), "e4m3fn", rounding="rup").tolist()
     57
     """
+    if (type(x) is np.ndarray and rng is random_bits is sr_bits is via is profile is None
+            and 0 < x.ndim and x.size <= CHUNK and (saturate is False or saturate is True)
+            and type(rounding) is str
+            and (threads is None or type(threads) is int and threads > 0)):   # one thread below CHUNK anyway
+        # Small calls with plain options: one dict look-up, then the table (see _remember_fast).
+        fast = _FAST.get((get_format(fmt), rounding, saturate, x.dtype))
+        if fast is not None:
+            return fast(x)
     fmt = get_format(fmt)
     prof = get_profile(profile)
     rounding = check_rounding(rounding)
     saturate = check_saturation(saturate)
     if saturate == "satpropagate":
         options = dict(rounding=rounding, rng=rng, sr_bits=sr_bits, random_bits=random_bits, via=via,
-                       profile=profile)
+                       profile=profile, threads=threads)
         out = encode(x, fmt, saturate=True, **options)
         arr = as_array(x)
         inf = np.isinf(arr) if arr.dtype.kind in "fc" else np.zeros(arr.shape, bool)
@@ -239,7 +427,7 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     if not prof.is_spec:
         prof.check_options(saturate=saturate, via=via, stochastic=(
             rounding in STOCHASTIC_MODES or rng is not None or sr_bits is not None or random_bits is not None))
-        return _encode_profile(arr, fmt, prof, rounding)
+        return _encode_profile(arr, fmt, prof, rounding, threads)
     k, rb, gen = _random_source(rounding, rng, sr_bits, random_bits, arr.shape)
     if via is not None:
         if via not in _VIA:
@@ -250,40 +438,85 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     out = np.empty(flat.shape, dtype=np.uint8)
     rb_flat = None if rb is None else rb.reshape(-1) if rb.flags.c_contiguous else np.ascontiguousarray(rb).reshape(-1)
 
-    _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen)
+    _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen,
+                 threads=parallel.resolve_threads(threads, flat.size))
     return out.reshape(arr.shape)
 
 
-def _encode_profile(arr, fmt, prof, rounding):
+def _encode_profile(arr, fmt, prof, rounding, threads=None):
     """Encode under a fixed code path: one look-up in the profile's table."""
     arr = prof.source(arr)
     table = prof.encode_table(fmt, source_name(arr.dtype), rounding)
     flat = np.ascontiguousarray(arr).reshape(-1)
     out = np.empty(flat.shape, dtype=np.uint8)
-    lookup(flat, out, table)
+    nt = parallel.resolve_threads(threads, flat.size)
+    parallel.run(lambda a, b: lookup(flat[a:b], out[a:b], table), parallel.split(0, flat.size, nt, CHUNK), nt)
     return out.reshape(arr.shape)
 
 
-def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True):
-    """Encode a contiguous 1-D array into ``out``, choosing the fastest exact path."""
+def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True, threads=1):
+    """Encode a contiguous 1-D array into ``out``, choosing the fastest exact path.
+
+    The work is split into contiguous ranges on ``threads`` threads; every
+    range is computed as the single-thread path computes it.  With ``rng``,
+    the random bits are drawn in order on the calling thread, one block
+    ahead of the threads working on the previous block, so the stream is
+    that of one ``rng.integers`` call over the whole array.
+    """
+    n = flat.size
+    if not n:
+        return
     dt = flat.dtype
-    if fast and flat.size:
-        if rounding in DETERMINISTIC_MODES and table_ok(fmt, dt):
-            lookup(flat, out, encode_table(fmt, source_name(dt), rounding, saturate))
-            return
-        if rounding == "stochastic" and dt == SOURCE_DTYPES["float32"] and table_ok(fmt, dt):
-            _encode_sr_f32(flat, out, fmt, saturate, k, rb_flat, gen)
-            return
-    for i in range(0, flat.size, CHUNK):
-        chunk = flat[i:i + CHUNK]
-        bits = None
-        if k:
-            bits = (rb_flat[i:i + CHUNK].astype(_U64) if rb_flat is not None
-                    else _draw_bits(gen, k, chunk.size).astype(_U64))
-        out[i:i + CHUNK] = encode_exact(chunk, fmt, rounding, saturate, bits, k)
+    if rounding in DETERMINISTIC_MODES:
+        table = None
+        if fast and table_ok(fmt, dt):
+            src = source_name(dt)
+            table = cached_encode_table(fmt, src, rounding, saturate)
+            if table is None and _worth_building(fmt, src, rounding, saturate, n):
+                table = encode_table(fmt, src, rounding, saturate)
+        if table is not None:
+            _remember_fast(fmt, rounding, saturate, dt, table)
+            work = lambda a, b: lookup(flat[a:b], out[a:b], table)   # noqa: E731
+        else:
+            work = lambda a, b: _exact_range(flat[a:b], None, out[a:b], fmt, rounding, saturate, 0)  # noqa: E731
+        parallel.run(work, parallel.split(0, n, threads, CHUNK), threads)
+        return
+    # the pattern addition is plain stochastic rounding; the other stochastic modes use the exact core
+    plan = _sr_plan(fmt, dt, saturate, n) if fast and rounding == "stochastic" else None
+
+    def work_on(bits, a0):
+        def work(a, b):
+            r = bits[a - a0:b - a0]
+            if plan is None:
+                _exact_range(flat[a:b], r, out[a:b], fmt, rounding, saturate, k)
+            else:
+                _sr_range(flat[a:b], r, out[a:b], plan, fmt, saturate, k)
+        return work
+
+    if rb_flat is not None:
+        parallel.run(work_on(rb_flat, 0), parallel.split(0, n, threads, CHUNK), threads)
+        return
+    # Draw a block's bits (an even count, so blocks continue one stream) while the
+    # threads work on the previous block.
+    block = CHUNK * 2 * (8 if threads > 1 else 1) * threads
+    pending = []
+    pool = parallel.executor(threads) if threads > 1 else None
+    for a0 in range(0, n, block):
+        b0 = min(n, a0 + block)
+        bits = _draw_bits(gen, k, b0 - a0)
+        ranges = parallel.split(a0, b0, threads, CHUNK)
+        if pool is None:
+            work_on(bits, a0)(a0, b0)
+            continue
+        submitted = [pool.submit(work_on(bits, a0), a, b) for a, b in ranges]
+        for f in pending:
+            f.result()
+        pending = submitted
+    for f in pending:
+        f.result()
 
 
-def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
+def decode(codes, fmt, *, dtype=np.float32, profile=None, threads=None) -> np.ndarray:
     """Values of narrow-format codes.
 
     Parameters
@@ -297,6 +530,8 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
         float16 or need rounding).
     profile : str, keyword-only
         GPU decoders give their own NaN bit patterns (see :func:`fp8emu.profile_names`).
+    threads : int, keyword-only
+        Threads to split the work over (as for :func:`encode`).
 
     Returns
     -------
@@ -321,7 +556,7 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None) -> np.ndarray:
         codes = np.zeros(np.shape(codes), np.uint8)   # NumPy would make an empty list float64
     c = as_codes(codes, fmt)
     # A 0-d input gives a 0-d array, as encode does (np.take would return a scalar).
-    return np.asarray(decode_take(prof.decode_table(fmt, dt), c))
+    return np.asarray(decode_take(prof.decode_table(fmt, dt), c, parallel.resolve_threads(threads, c.size)))
 
 
 def quantize(x, fmt, **encode_options) -> np.ndarray:
@@ -343,8 +578,8 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
         dt = np.dtype(np.float64)
     else:   # ml_dtypes' narrow floats, the only other types as_array accepts (their kind is "f" or "V")
         dt = np.dtype(np.float32)
-    profile = encode_options.get("profile")
-    return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt, profile=profile)
+    return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt, profile=encode_options.get("profile"),
+                  threads=encode_options.get("threads"))
 
 
 def as_ml_dtypes(codes, fmt) -> np.ndarray:

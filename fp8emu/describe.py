@@ -1,8 +1,11 @@
-"""Human-readable descriptions of codes: bit fields, code tables, encode reports.
+"""Human-readable descriptions of codes: bit fields, code tables, encode and decode reports.
 
 :func:`code_table` lists every code of a format with its bits and value
 (``fp8emu table``); :func:`encode_lines` shows how each value is encoded
-(code, bits, decoded value, absolute and relative error; ``fp8emu encode``).
+(code, bits, decoded value, absolute and relative error; ``fp8emu encode``);
+:func:`decode_lines` shows the value of each code (``fp8emu decode``);
+:func:`parse_inputs` reads decimal, hex-float (``0x1.8p+3``) and bit-pattern
+(``bits:0x3f800000``) inputs.
 
 Examples
 --------
@@ -18,8 +21,81 @@ import numpy as np
 
 from .codec import decode, encode
 from .formats import get_format
+from .tables import SOURCE_DTYPES
 
-__all__ = ["code_bits", "code_table", "encode_lines"]
+__all__ = ["code_bits", "code_table", "encode_lines", "decode_lines", "parse_inputs", "parse_codes",
+           "SOURCE_DTYPES"]   # SOURCE_DTYPES: the input/output types, re-exported from fp8emu.tables
+
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def parse_inputs(texts, source_dtype=None) -> np.ndarray:
+    """Read input values from text: decimal, hex-float or ``bits:PATTERN``.
+
+    Decimal text (``-1e-3``, ``inf``, ``-nan``) and C99 hex floats
+    (``0x1.8p+3``) are read exactly as float64 and then rounded to
+    ``source_dtype`` (to nearest even); ``bits:0x3f800000`` is a bit pattern
+    of ``source_dtype``, taken as is.  ``source_dtype`` defaults to float64,
+    or float32 when a bit pattern is given.
+
+    Examples
+    --------
+    >>> parse_inputs(["0x1.8p+3", "-1e-3", "bits:0x3f800000"]).tolist()
+    [12.0, -0.0010000000474974513, 1.0]
+    >>> parse_inputs(["0.1"], "bfloat16").astype(float).tolist()
+    [0.10009765625]
+    """
+    texts = [str(t) for t in texts]
+    if source_dtype is None:
+        source_dtype = "float32" if any(t.lower().startswith("bits:") for t in texts) else "float64"
+    if source_dtype not in SOURCE_DTYPES:
+        raise ValueError(f"unknown source dtype {source_dtype!r}; valid: {', '.join(SOURCE_DTYPES)}")
+    dt = SOURCE_DTYPES[source_dtype]
+    uint = _UINT[dt.itemsize]
+    nbits = dt.itemsize * 8
+    out = np.empty(len(texts), dt)
+    for i, t in enumerate(texts):       # a handful of command-line values
+        low = t.strip().lower()
+        if low.startswith("bits:"):
+            try:
+                pat = int(low[5:], 0)
+            except ValueError:
+                raise ValueError(f"bad bit pattern {t!r}: write bits:0x3f800000 (hex) or bits:1065353216") from None
+            if not 0 <= pat < (1 << nbits):
+                raise ValueError(f"bit pattern {t!r} does not fit {source_dtype} ({nbits} bits); "
+                                 "pick the type with --source-dtype")
+            out[i] = np.array(pat, dtype=np.uint64).astype(uint).view(dt)
+            continue
+        try:
+            v = float.fromhex(low) if "0x" in low else float(low)
+        except ValueError:
+            raise ValueError(f"VALUE must be a number (e.g. 3.5, -1e-3, 0x1.8p+3, inf, -nan) or bits:PATTERN, "
+                             f"got {t!r}") from None
+        with np.errstate(over="ignore"):       # out of range rounds to Inf, as a cast does
+            out[i] = np.float64(v).astype(dt)
+    return out
+
+
+def parse_codes(texts, fmt) -> np.ndarray:
+    """uint8 codes from text (``0x7e``, ``126``, ``0b01111110``), checked against the format's width.
+
+    Examples
+    --------
+    >>> parse_codes(["0x7e", "56"], "e4m3fn").tolist()
+    [126, 56]
+    """
+    f = get_format(fmt)
+    codes = []
+    for t in texts:
+        try:
+            c = int(str(t), 0)
+        except ValueError:
+            raise ValueError(f"CODE must be an integer such as 0x7e, 126 or 0b01111110, got {t!r}") from None
+        if not 0 <= c < (1 << f.bits):
+            raise ValueError(f"code {t!r} is out of range for the {f.bits}-bit format {f.name} "
+                             f"(0..0x{(1 << f.bits) - 1:X})")
+        codes.append(c)
+    return np.array(codes, np.uint8)
 
 
 def code_bits(code: int, fmt) -> str:
@@ -61,35 +137,70 @@ def code_table(fmt) -> str:
     return "\n".join(lines)
 
 
-def encode_lines(values, fmt, *, rounding="rne", saturate=False, profile=None) -> list:
-    """Encode decimal strings (parsed exactly as float64) and describe each result.
+def _bits_of(v, dt, uint):
+    return "0x" + format(int(np.asarray(v, dt).view(uint)), f"0{2 * dt.itemsize}x")
+
+
+def encode_lines(values, fmt, *, rounding="rne", saturate=False, profile=None, source_dtype=None,
+                 rng=None, sr_bits=None) -> list:
+    """Encode values given as text (see :func:`parse_inputs`) and describe each result.
 
     Returns
     -------
     list of str
-        A header, then ``input code bits value abs_error rel_error`` per value.
+        A header, then ``input code bits value abs_error rel_error`` per
+        value; with a ``source_dtype`` (or bit-pattern inputs) the input's
+        bit pattern follows it.
 
     Examples
     --------
     >>> encode_lines(["1e9"], "e4m3fn", saturate=True)[1]
     '1e9  0x7E  0 1111 110  448  -999999552  -0.999999552'
+    >>> encode_lines(["bits:0x3f800000"], "e5m2")[1]
+    'bits:0x3f800000 = 1 (0x3f800000)  0x3C  0 01111 00  1  0  0'
     """
     f = get_format(fmt)
-    try:
-        x = np.array([float(v) for v in values], np.float64)
-    except ValueError as exc:
-        raise ValueError(f"VALUE must be a number (e.g. 3.5, -1e-3, inf, nan): {exc}") from None
+    x = parse_inputs(values, source_dtype)
+    show_bits = source_dtype is not None or any(str(v).lower().startswith("bits:") for v in values)
+    dt = x.dtype
+    uint = _UINT[dt.itemsize]
     opts = {"rounding": rounding, "saturate": saturate}
     if profile is not None:
         opts["profile"] = profile
+    if rng is not None or sr_bits is not None:
+        opts.update(rng=rng, sr_bits=sr_bits)
     codes = encode(x, f, **opts)
     dec = decode(codes, f, dtype=np.float64)
+    xd = x.astype(np.float64)
     width = (f.bits + 3) // 4
     out = ["input  code  bits  value  abs_error  rel_error"]
     with np.errstate(invalid="ignore", divide="ignore"):
-        err = np.where(dec == x, 0.0, dec - x)  # exact infinities have no error, not inf - inf
-        rel = np.where(x != 0, err / np.abs(x), np.where(err == 0, 0.0, np.inf))
-    for s, c, v, e, r in zip(values, codes.tolist(), dec.tolist(), err.tolist(), rel.tolist()):
-        out.append(f"{s}  0x{c:0{width}X}  {code_bits(c, f)}  {_value_text(v)}  "
+        err = np.where(dec == xd, 0.0, dec - xd)  # exact infinities have no error, not inf - inf
+        rel = np.where(xd != 0, err / np.abs(xd), np.where(err == 0, 0.0, np.inf))
+    for i, (s, c, v, e, r) in enumerate(zip(values, codes.tolist(), dec.tolist(), err.tolist(), rel.tolist())):
+        src = f"{s} = {_value_text(float(xd[i]))} ({_bits_of(x[i], dt, uint)})" if show_bits else str(s)
+        out.append(f"{src}  0x{c:0{width}X}  {code_bits(c, f)}  {_value_text(v)}  "
                    f"{_value_text(e)}  {_value_text(r)}")
+    return out
+
+
+def decode_lines(codes, fmt, *, dtype="float32", profile=None) -> list:
+    """Describe the value of each code (text or integers) in ``dtype``: code, bits, value, value bits.
+
+    Examples
+    --------
+    >>> decode_lines(["0x7e", "0xff"], "e4m3fn")[1:]
+    ['0x7E  0 1111 110  448  0x43e00000', '0xFF  1 1111 111  nan  0xffc00000']
+    """
+    f = get_format(fmt)
+    if dtype not in SOURCE_DTYPES:
+        raise ValueError(f"unknown output dtype {dtype!r}; valid: {', '.join(SOURCE_DTYPES)}")
+    dt = SOURCE_DTYPES[dtype]
+    uint = _UINT[dt.itemsize]
+    c = parse_codes(codes, f)
+    vals = decode(c, f, dtype=dt, profile=profile)
+    width = (f.bits + 3) // 4
+    out = [f"code  bits  value ({dtype})  value bits"]
+    for code, v in zip(c.tolist(), vals):
+        out.append(f"0x{code:0{width}X}  {code_bits(code, f)}  {_value_text(float(v))}  {_bits_of(v, dt, uint)}")
     return out

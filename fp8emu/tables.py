@@ -25,16 +25,19 @@ Every cache is keyed on the :class:`~fp8emu.formats.Format` object itself
 from __future__ import annotations
 
 import functools
+import weakref
 
 import ml_dtypes
 import numpy as np
 
+from . import parallel
 from .formats import Format
+from .interop import narrow_codes, to_numpy
 from .rounding import finish_codes, nan_codes, round_exact
 
 __all__ = [
     "SOURCE_DTYPES", "DECODE_DTYPES", "source_name", "as_array", "as_codes", "encode_exact",
-    "table_ok", "table_inputs", "encode_table", "lookup", "decode_table", "decode_take", "CHUNK",
+    "table_ok", "table_inputs", "encode_table", "cached_encode_table", "lookup", "decode_table", "decode_take", "CHUNK",
 ]
 
 _U64 = np.uint64
@@ -85,19 +88,18 @@ def source_name(dtype) -> str:
 
 # ----------------------------------------------------------------------------- inputs
 def as_array(x, what="x") -> np.ndarray:
-    """``x`` as an ndarray, without copying, rejecting unsupported dtypes.
+    """``x`` as an ndarray, without copying where possible, rejecting unsupported dtypes.
+
+    Anything :func:`fp8emu.interop.to_numpy` reads is accepted: NumPy and
+    ml_dtypes arrays, torch tensors on any device, JAX arrays, objects with
+    ``__array__`` or ``__dlpack__``, scalars and lists.
 
     Examples
     --------
     >>> as_array([1.5, 2]).dtype.name
     'float64'
     """
-    if isinstance(x, np.ndarray):
-        arr = x
-    elif hasattr(x, "__array__") or np.isscalar(x) or isinstance(x, (list, tuple)):
-        arr = np.asarray(x)
-    else:
-        raise TypeError(f"{what} must be array-like, got {type(x).__name__}")
+    arr = to_numpy(x, what=what)
     dt = arr.dtype
     if dt in _FLOAT_LAYOUT or dt in _ML_NARROW or dt.kind in "biu":
         return arr
@@ -108,7 +110,10 @@ def as_array(x, what="x") -> np.ndarray:
 
 
 def as_codes(codes, fmt: Format) -> np.ndarray:
-    """``codes`` as uint8 codes of ``fmt``: range-checked, ml_dtypes arrays of ``fmt`` viewed.
+    """``codes`` as uint8 codes of ``fmt``: range-checked, ml_dtypes (or torch/JAX) arrays of ``fmt`` viewed.
+
+    An ml_dtypes array of another format (an ``float8_e5m2`` array passed as
+    ``e4m3fn``) is an error, not a reinterpretation of its bits.
 
     Examples
     --------
@@ -116,25 +121,7 @@ def as_codes(codes, fmt: Format) -> np.ndarray:
     >>> as_codes([1, 2], get_format("e2m1fn")).dtype.name
     'uint8'
     """
-    arr = codes if isinstance(codes, np.ndarray) else np.asarray(codes) if (
-        hasattr(codes, "__array__") or np.isscalar(codes) or isinstance(codes, (list, tuple))
-    ) else None
-    if arr is None:
-        raise TypeError(f"codes must be array-like, got {type(codes).__name__}")
-    if arr.dtype in _ML_NARROW:
-        if fmt.ml_dtype is None or arr.dtype != np.dtype(fmt.ml_dtype):
-            raise ValueError(f"codes of dtype {arr.dtype} are not {fmt.name} codes")
-        return arr.view(np.uint8)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"codes must be unsigned integers (or an ml_dtypes {fmt.name} array), "
-                        f"got dtype {arr.dtype}")
-    if arr.dtype != np.uint8 or fmt.bits < 8:
-        if arr.size and (arr.min() < 0 or arr.max() >= (1 << fmt.bits)):
-            raise ValueError(f"codes out of range for {fmt.bits}-bit format {fmt.name}: "
-                             f"expected 0..{(1 << fmt.bits) - 1}")
-        arr = arr.astype(np.uint8)
-    return arr
-
+    return narrow_codes(codes, fmt)
 
 
 # ----------------------------------------------------------------------------- exact encode
@@ -199,10 +186,6 @@ def encode_exact(x, fmt, rounding, saturate, random_bits=None, sr_bits=0):
     return codes
 
 
-
-#####TABLES
-# ----------------------------------------------------------------------------- tables
-
 # ----------------------------------------------------------------------------- tables
 def _table_ok_f32(fmt: Format) -> bool:
     # The rounding position must lie in the upper 16 bits of every float32,
@@ -250,19 +233,41 @@ def table_ok(fmt: Format, dtype) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=64)
-def encode_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
-    """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
-
-    ``rounding="sr0"`` tabulates stochastic rounding with zero random bits,
-    i.e. truncation with stochastic rounding's overflow rule.
-    """
+def _build_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
     x = table_inputs(src)
     if rounding == "sr0":
         table = encode_exact(x, fmt, "stochastic", saturate, np.zeros(x.shape, _U64), 1)
     else:
         table = encode_exact(x, fmt, rounding, saturate)
     table.setflags(write=False)
+    return table
+
+
+# Tables of float64 sources have 2**20 entries (1 MB) and the others at most 2**17, so they
+# get separate budgets: cycling through many configurations keeps its small tables without
+# holding hundreds of MB.
+_table_16_32 = functools.lru_cache(maxsize=1024)(_build_table)
+_table_64 = functools.lru_cache(maxsize=64)(_build_table)
+# Every table still alive anywhere, so that a caller can ask for one without building it.
+_live = weakref.WeakValueDictionary()
+
+
+def cached_encode_table(fmt: Format, src: str, rounding: str, saturate: bool):
+    """The table :func:`encode_table` would return if one is built and alive, else None (never builds)."""
+    return _live.get((fmt, src, rounding, bool(saturate)))
+
+
+def encode_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
+    """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
+
+    ``rounding="sr0"`` tabulates stochastic rounding with zero random bits,
+    i.e. truncation with stochastic rounding's overflow rule.  Built once per
+    (format object, source, rounding, saturate) and cached (1024 tables of
+    16-bit and float32 sources, 64 of float64).
+    """
+    key = (fmt, src, rounding, bool(saturate))
+    table = (_table_64 if src == "float64" else _table_16_32)(*key)
+    _live[key] = table
     return table
 
 
@@ -316,22 +321,27 @@ def decode_table(fmt: Format, dtype: np.dtype) -> np.ndarray:
     return t
 
 
-def decode_take(table, c):
-    """``table[c]`` in cache-sized chunks.
+def decode_take(table, c, threads=1):
+    """``table[c]`` in cache-sized chunks, on ``threads`` threads.
 
     ``np.take`` converts non-intp indices to a full-size intp copy (8 bytes
     per code); converting one chunk at a time into a reused buffer keeps the
     extra memory at a few hundred kB and the indices in cache.
     """
     if c.ndim == 0:
-        return np.take(table, c)                  # a scalar, as for any 0-d index
+        return table.take(c)                      # a scalar, as for any 0-d index
+    if c.size <= CHUNK:
+        return table.take(c)
     flat = np.ascontiguousarray(c).reshape(-1)
     out = np.empty(flat.shape, table.dtype)
-    step = CHUNK
-    idx_buf = np.empty(min(step, flat.size), np.intp)
-    for i in range(0, flat.size, step):
-        src = flat[i:i + step]
-        idx = idx_buf[:src.size]
-        np.copyto(idx, src)
-        np.take(table, idx, out=out[i:i + src.size])
+
+    def work(a, b):
+        idx_buf = np.empty(min(CHUNK, b - a), np.intp)
+        for i in range(a, b, CHUNK):
+            src = flat[i:min(b, i + CHUNK)]
+            idx = idx_buf[:src.size]
+            np.copyto(idx, src)
+            table.take(idx, out=out[i:i + src.size])
+
+    parallel.run(work, parallel.split(0, flat.size, threads, CHUNK), threads)
     return out.reshape(np.shape(c))

@@ -20,6 +20,9 @@ __all__ = ["main", "build_parser", "COMMANDS"]
 #: command name -> (module in fp8emu.cli, one-line help), in --help order.
 COMMANDS = {
     "encode": ("encode", "encode values and show code, bits, value and error"),
+    "decode": ("decode", "show the value of codes in any output type"),
+    "formats": ("formats", "list the formats with their constants and special codes"),
+    "profiles": ("profiles", "list the implementation profiles (GPU and library code paths)"),
     "table": ("table", "list every code of a format with its bits and value"),
     "conformance": ("conformance", "exact conformance of the profiles with the recorded H200 tables"),
     "golden": ("golden", "write golden vectors with expected codes for kernel tests"),

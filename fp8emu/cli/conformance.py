@@ -1,19 +1,41 @@
-"""``fp8emu conformance``: reproduce every recorded H200 table with its profile (``--live``: the CPU engines)."""
+"""``fp8emu conformance``: reproduce every recorded H200 table with its profile (``--live``: the CPU engines).
+
+A ``--folder`` of recordings is checked before anything is compared: every
+``.rle`` file must be named as the recordings are (see ``_NAMES``) and hold a
+run-length table; a folder without tables, an unknown or malformed name, or an
+unreadable file is a one-line error (exit status 2), never a traceback.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+import zipfile
 
 from .. import conformance, engines
+
+_F = r"(e4m3fn|e5m2|e4m3fnuz|e5m2fnuz|e8m0fnu)"
+_S = r"(f32|f16|bf16)"
+#: File names of recorded tables, as ``conformance.recorded_tables`` reads them.
+_NAMES = [
+    r"cuda_decode_(e2m1|e2m3|e3m2|e4m3|e5m2|e8m0)_to_(f16|bf16|f32|f64)\.rle",
+    rf"cuda_{_S}_(e4m3|e5m2)_(nosat|satfinite)\.rle",
+    r"cuda_f32_e8m0_(rz|rp)_(nosat|satfinite)\.rle",
+    rf"cuda_{_S}_(e2m1|e2m3|e3m2)_(rn|rz)\.rle",
+    rf"(torch|jax)_{_S}_{_F}\.rle",
+    r"triton_f32_(e4m3fn|e5m2)_(rtne|rtz)\.rle",
+]
+_EXAMPLE = "cuda_f32_e4m3_satfinite.rle, torch_f32_e5m2.rle, triton_f32_e5m2_rtz.rle, torch_tables.npz"
 
 
 def register(sub, name, help_text):
     """Add the ``conformance`` subcommand."""
     p = sub.add_parser(name, help=help_text,
                        description="Compare every recorded GPU table with its profile, exactly over all "
-                                   "inputs, and print the Markdown table (exit 1 if any mismatches).  With "
-                                   "--live, run the CPU engines installed here (ONNX, ONNX Runtime, JAX, "
-                                   "torch) and compare them with their profiles instead.")
+                                   "inputs, and print the Markdown table (exit 1 if any mismatches, 2 for a "
+                                   "folder without valid tables).  With --live, run the CPU engines installed "
+                                   "here (ONNX, ONNX Runtime, JAX, torch) and compare them with their profiles.")
     p.add_argument("--folder", default=None, help="folder of recorded tables (default: the package's copies)")
     p.add_argument("--live", action="store_true",
                    help="run the installed engines and compare them with their profiles and the spec")
@@ -24,13 +46,40 @@ def register(sub, name, help_text):
     p.set_defaults(func=run)
 
 
+def check_folder(folder):
+    """Raise ValueError (one line) unless ``folder`` holds readable tables with known names."""
+    if not os.path.isdir(folder):
+        raise ValueError(f"{folder} is not a folder")
+    files = sorted(os.listdir(folder))
+    tables = [f for f in files if f.endswith(".rle") or f in ("torch_tables.npz", "torch_f64_midpoints.npz")]
+    if not tables:
+        raise ValueError(f"no recorded tables in {folder} (expected files such as {_EXAMPLE})")
+    for fn in tables:
+        path = os.path.join(folder, fn)
+        if fn.endswith(".rle"):
+            if not any(re.fullmatch(pat, fn) for pat in _NAMES):
+                raise ValueError(f"{path}: unknown table name; recorded tables are named like {_EXAMPLE}")
+            try:
+                conformance.read_rle(path)
+            except (ValueError, UnicodeDecodeError) as exc:
+                msg = str(exc) if str(exc).startswith(path) else f"{path}: malformed run-length table ({exc})"
+                raise ValueError(msg) from None
+        elif not zipfile.is_zipfile(path):
+            raise ValueError(f"{path}: not an .npz (zip) file")
+
+
 def run(args) -> int:
     """Print the conformance table; 1 if any table (or live engine setting) is not reproduced."""
     if args.live:
         return _run_live(args)
     if args.engines is not None:
         raise ValueError("--engines applies to --live")
-    rows = conformance.report(args.folder)
+    if args.folder is not None:
+        check_folder(args.folder)
+    try:
+        rows = conformance.report(args.folder)
+    except (KeyError, IndexError, zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"cannot read the recorded tables in {args.folder}: {type(exc).__name__}: {exc}") from None
     print(conformance.markdown_table(rows))
     bad = [r["table"] for r in rows if r["mismatches"]]
     if bad:

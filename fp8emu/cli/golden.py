@@ -1,26 +1,74 @@
-"""``fp8emu golden``: write golden vectors with expected codes for kernel tests."""
+"""``fp8emu golden``: write golden vectors, run-length tables or GEMM cases for kernel tests.
+
+The output type follows ``--out``'s extension (case-insensitive; the file is
+written at exactly that path): ``.npz``, ``.json``, a C/C++/CUDA header
+``.h``/``.hpp``/``.cuh``, or ``.rle`` (every input of the source type, in
+run-length form); ``--scaled-mm`` writes GEMM cases to an ``.npz``.  The
+formats are described in :mod:`fp8emu.testing.golden`.
+"""
 
 from __future__ import annotations
 
-from .. import testing
+import os
+
+from ..rounding import ROUNDING_MODES
+from ..testing import golden
 
 
 def register(sub, name, help_text):
     """Add the ``golden`` subcommand."""
-    p = sub.add_parser(name, help=help_text)
-    p.add_argument("--format", required=True, help="target format, e.g. e4m3fn")
+    p = sub.add_parser(name, help=help_text,
+                       description="Write golden inputs with their expected codes (or a GEMM case file) for "
+                                   "another implementation's tests. --out decides the file type: .npz, .json, "
+                                   ".h/.hpp/.cuh (C/C++/CUDA header), .rle (run-length table of every input).")
+    p.add_argument("--format", default=None, help="target format, e.g. e4m3fn (required unless --scaled-mm)")
     p.add_argument("--profile", default="ocp", help="implementation profile (default: ocp)")
-    p.add_argument("--source-dtype", default="float32", choices=list(testing.SOURCE_DTYPES))
-    p.add_argument("--rounding", default="rne")
+    p.add_argument("--source-dtype", default="float32", choices=list(golden.SOURCE_DTYPES))
+    p.add_argument("--rounding", default="rne", choices=ROUNDING_MODES)
     p.add_argument("--saturate", action="store_true")
-    p.add_argument("--out", required=True, help="output file (.json or .npz)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the random bits (stochastic rounding) or of the GEMM operands (--scaled-mm)")
+    p.add_argument("--sr-bits", type=int, default=None, help="random bits per input for stochastic rounding (1..32)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="all 2^16 float16/bfloat16 inputs instead of the edge cases")
+    p.add_argument("--name", default=None, help="identifier prefix in a C header (default: the file's stem)")
+    p.add_argument("--scaled-mm", action="store_true",
+                   help="write scaled_mm cases (operands, scales, bias, expected outputs per accumulator)")
+    p.add_argument("--a-format", default="e4m3fn", help="--scaled-mm: format of A (default e4m3fn)")
+    p.add_argument("--b-format", default="e4m3fn", help="--scaled-mm: format of B (default e4m3fn)")
+    p.add_argument("--accumulators", nargs="+", default=["hopper", "hopper-fast"], metavar="ACC",
+                   help="--scaled-mm: accumulators to give expected outputs for (default: hopper hopper-fast; "
+                        "also fp32, exact)")
+    p.add_argument("--out", required=True, help="output file; its extension picks the type")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    """Write the vectors and say what was written."""
-    g = testing.save_golden(args.out, args.format, source_dtype=args.source_dtype, profile=args.profile,
-                            rounding=args.rounding, saturate=args.saturate)
-    print(f"wrote {g['codes'].size} {g['format']} vectors ({g['source_dtype']} inputs, "
-          f"profile {g['profile']}) to {args.out}")
+    """Write the file and say what was written."""
+    ext = os.path.splitext(args.out)[1].lower()
+    if args.scaled_mm:
+        if ext != ".npz":
+            raise ValueError(f"--scaled-mm writes an .npz file, got {args.out!r}")
+        cases = golden.save_scaled_mm_cases(args.out, seed=0 if args.seed is None else args.seed,
+                                            a_format=args.a_format, b_format=args.b_format,
+                                            accumulators=tuple(args.accumulators))
+        print(f"wrote {len(cases['shapes'])} scaled_mm cases ({args.a_format} x {args.b_format}; "
+              f"accumulators {', '.join(cases['accumulators'].tolist())}) to {args.out}")
+        return 0
+    if args.format is None:
+        raise ValueError("--format is required (or pass --scaled-mm)")
+    if ext == ".rle":
+        if args.seed is not None or args.sr_bits is not None or args.exhaustive:
+            raise ValueError("a .rle table covers every input already; --seed, --sr-bits and --exhaustive "
+                             "do not apply")
+        runs = golden.save_rle(args.out, args.format, source_dtype=args.source_dtype, profile=args.profile,
+                               rounding=args.rounding, saturate=args.saturate)
+        print(f"wrote the {args.format} table of every {args.source_dtype} input ({runs} runs, profile "
+              f"{args.profile}) to {args.out}")
+        return 0
+    g = golden.save_golden(args.out, args.format, name=args.name, source_dtype=args.source_dtype,
+                           profile=args.profile, rounding=args.rounding, saturate=args.saturate, seed=args.seed,
+                           sr_bits=args.sr_bits, exhaustive=args.exhaustive)
+    print(f"wrote {g['codes'].size} {g['format']} vectors ({g['source_dtype']} inputs, profile {g['profile']}"
+          f"{', with random bits' if 'random_bits' in g else ''}) to {args.out}")
     return 0

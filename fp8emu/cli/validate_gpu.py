@@ -1,18 +1,57 @@
-"""``fp8emu validate-gpu``: compare the GPU's casts with the profiles."""
+"""``fp8emu validate-gpu``: compare the GPU's casts and ``torch._scaled_mm`` with the profiles.
+
+Exit status: 0 all matched; 1 any mismatch or failed case (or no GPU with
+``--require-gpu``); 3 no CUDA device or no torch (nothing validated).
+"""
 
 from __future__ import annotations
+
+import json
 
 from .. import validate_gpu
 
 
+def _positive(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise ValueError(f"--limit must be a positive integer, got {text!r}") from None
+    if v < 1:
+        raise ValueError(f"--limit must be a positive integer, got {v}")
+    return v
+
+
 def register(sub, name, help_text):
     """Add the ``validate-gpu`` subcommand."""
-    p = sub.add_parser(name, help=help_text)
-    p.add_argument("--limit", type=int, default=None, help="validate only the first N float32 patterns")
+    p = sub.add_parser(name, help=help_text,
+                       description="Cast every float32 (or the first --limit) and every float16/bfloat16 bit "
+                                   "pattern with torch, Triton and JAX on the GPU, run torch._scaled_mm on a "
+                                   "few shapes, and compare bit for bit with fp8emu's profiles.",
+                       epilog="exit status: 0 all matched; 1 a mismatch or a failed case (or no GPU with "
+                              "--require-gpu); 3 no CUDA device or torch, nothing validated")
+    p.add_argument("--limit", default=None, metavar="N",
+                   help="validate only the first N float32 patterns (a positive integer)")
+    p.add_argument("--require-gpu", action="store_true", help="exit 1 instead of 3 when there is no GPU/torch")
+    p.add_argument("--no-scaled-mm", action="store_true", help="skip the torch._scaled_mm checks")
+    p.add_argument("--json", metavar="PATH", default=None, help="write a machine-readable report to PATH")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    """Run the validation."""
-    validate_gpu.validate(limit=args.limit)
-    return 0
+    """Run the validation; the exit status says what happened."""
+    limit = None if args.limit is None else _positive(args.limit)
+    res = validate_gpu.validate(limit=limit, scaled_mm=not args.no_scaled_mm, progress=not args.quiet)
+    if res is None:
+        _, reason = validate_gpu.gpu_available()
+        report = validate_gpu.report_dict([], gpu=False, reason=str(reason))
+        status = validate_gpu.EXIT_MISMATCH if args.require_gpu else validate_gpu.EXIT_NO_GPU
+    else:
+        results, device = res
+        report = validate_gpu.report_dict(results, device=device)
+        status = report["exit_status"]
+    report["exit_status"] = status
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+    return status

@@ -10,16 +10,16 @@ sequential float32 sum (:func:`fp32_dot`) or chained tensor-core steps
 from __future__ import annotations
 
 import functools
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
 
+from .. import parallel
 from ..codec import decode
 from ..formats import Format
 from .accumulator import Accumulator, split_bounds
-from .fparith import round_bits, round_hi_lo, two_sum
+from .fparith import round_hi_lo, two_sum
 
 __all__ = ["values_and_exponents", "special_masks", "accumulate", "mma_dot", "fp32_dot", "exact_dot"]
 
@@ -28,7 +28,8 @@ __all__ = ["values_and_exponents", "special_masks", "accumulate", "mma_dot", "fp
 _ZERO_EXP = -16000
 #: Elements of the (rows, N, group) product block processed at once.
 _BLOCK_ELEMS = 1 << 20
-_THREADS = os.cpu_count() or 1
+#: Multiply-adds below which OpenBLAS computes a matrix product on one thread.
+_BLAS_SERIAL = 1 << 18
 
 @functools.lru_cache(maxsize=64)
 def _value_tables(fmt: Format):
@@ -103,6 +104,7 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
             raise ValueError(f"block scales need a K block ({kblock}) that is a multiple of the group ({G})")
         promote = kblock // G
     out = np.empty((M, N), np.float32)
+    threads = parallel.resolve_threads(None, M * N * K)
     rows = max(1, min(M, _BLOCK_ELEMS // max(1, N * G)))
     F = acc.frac_bits
     # Lowest exponent any non-zero term can have; all-zero steps are clamped to it
@@ -119,12 +121,12 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
     vat_, vb_ = np.ascontiguousarray(va.T, dtype=dt), vb.astype(dt)
     eat_ = np.ascontiguousarray(np.maximum(ea, _ZERO_EXP).T, dtype=np.int16)
     eb_ = np.maximum(eb, _ZERO_EXP).astype(np.int16)
-    ops = _KMajor(vat_, vb_, eat_, eb_)
-    rows = -(-M // max(min(_THREADS, M), -(-M // rows)))   # at least one block per core
+    ops = _KMajor(vat_, vb_, eat_, eb_, *_exponent_weights(eat_, eb_, G))
+    rows = -(-M // max(min(threads, M), -(-M // rows)))   # at least one block per core
 
     def row_block(m0, m1):
         P = np.empty((G, m1 - m0, N), dt)
-        Eb = np.empty((G, m1 - m0, N), np.int16)
+        Eb = None if ops.wat is not None else np.empty((G, m1 - m0, N), np.int16)
         result = None
         for g0, g1 in pieces:
             piece = _mma_piece(ops, (m0, m1), (g0, g1), (P, Eb), acc, promote=promote, e_floor=e_floor,
@@ -133,19 +135,46 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
             result = piece if result is None else (result + piece).astype(np.float32)
         out[m0:m1] = result
 
-    _over_row_blocks(M, rows, row_block)
+    _over_row_blocks(M, rows, row_block, threads)
     return out
 
 
-def _over_row_blocks(M, rows, fn):
+def _exponent_weights(eat, eb, G):
+    """``(2**(c*(ea - sa)), 2**(c*(eb - sb)), c, sa + sb)`` for the exponent-maximum matmul, or Nones.
+
+    A step's largest exponent ``E = max_k(ea_k + eb_k)`` is read off
+    ``S = sum_k 2**(c*(ea_k + eb_k - s))``, one matrix product: with
+    ``2**c > G`` (``c`` a power of two), ``2**(c*(E - s)) <= S < 2**(c*(E - s) + c)`` (the rounded sum
+    of positive terms stays within those representable bounds), so
+    ``E = s + floor(log2(S) / c)``.  Zero terms (exponent sentinel) weigh 0.
+    Returns Nones when the weights would leave float64's normal range.
+    """
+    c = 1 << (int(G).bit_length() - 1).bit_length()   # a power of two with 2**c > G: E is a shift
+    nz_a, nz_b = eat > _ZERO_EXP, eb > _ZERO_EXP
+    if not nz_a.any() or not nz_b.any():
+        return None, None, c, 0
+    la, ha = int(eat[nz_a].min()), int(eat[nz_a].max())
+    lb, hb = int(eb[nz_b].min()), int(eb[nz_b].max())
+    sa, sb = (la + ha) // 2, (lb + hb) // 2
+    for dt, lo, hi in ((np.float32, -126, 127), (np.float64, -1022, 1023)):
+        ok = (c * (la - sa) >= lo and c * (ha - sa) <= hi and c * (lb - sb) >= lo and c * (hb - sb) <= hi
+              and c * (la - sa + lb - sb) >= lo and c * (ha - sa + hb - sb) + c <= hi)
+        if ok:
+            wat = np.where(nz_a, np.ldexp(dt(1), c * (eat.astype(np.int32) - sa)), dt(0)).astype(dt)
+            wb = np.where(nz_b, np.ldexp(dt(1), c * (eb.astype(np.int32) - sb)), dt(0)).astype(dt)
+            return wat, wb, c, sa + sb
+    return None, None, c, 0
+
+
+def _over_row_blocks(M, rows, fn, threads):
     """Call ``fn(m0, m1)`` for each block of output rows, spread over the cores.
 
     Row blocks are independent and NumPy releases the GIL inside its loops, so
     threads share them out (as the BLAS behind ``np.matmul`` uses every core).
     """
     blocks = [(m0, min(M, m0 + rows)) for m0 in range(0, M, rows)]
-    if len(blocks) > 1 and _THREADS > 1:
-        with ThreadPoolExecutor(min(_THREADS, len(blocks))) as pool:
+    if len(blocks) > 1 and threads > 1:
+        with ThreadPoolExecutor(min(threads, len(blocks))) as pool:
             list(pool.map(lambda b: fn(*b), blocks))
     else:
         for b in blocks:
@@ -153,46 +182,93 @@ def _over_row_blocks(M, rows, fn):
 
 
 class _KMajor(NamedTuple):
-    """Operands laid out K-major: values of A transposed (K, M), of B (K, N), and their exponents."""
+    """Operands laid out K-major: values of A transposed (K, M), of B (K, N), their exponents,
+    and the exponent weights of :func:`_exponent_weights` (None where not usable)."""
 
     vat: np.ndarray
     vb: np.ndarray
     eat: np.ndarray
     eb: np.ndarray
+    wat: np.ndarray | None
+    wb: np.ndarray | None
+    c: int
+    shift: int
 
 
 def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, kscale, kblock):
     """float32 result of steps ``steps = (g0, g1)`` for rows ``rows = (m0, m1)``, from a zero accumulator.
 
-    ``buffers = (P, Eb)`` are (group, rows, N) scratch arrays for the products and their exponents.
+    ``buffers = (P, Eb)`` are (group, rows, N) scratch arrays for the products and (only
+    without exponent weights) their exponents.  Every (rows, N) temporary is a reused
+    buffer written with ``out=``: fresh arrays of this size would be new pages each step.
     """
-    vat_, vb_, eat_, eb_ = ops
+    vat_, vb_, eat_, eb_, wat, wb, c, shift = ops
     (m0, m1), (g0, g1), (P, Eb) = rows, steps, buffers
     dt = P.dtype
     G, F = acc.group, acc.frac_bits
-    part = np.zeros((m1 - m0, vb_.shape[1]))
-    total = np.zeros(part.shape, np.float32)
+    shape = (m1 - m0, vb_.shape[1])
+    part, sc, tmp, s, fr = (np.zeros(shape) for _ in range(5))
+    total = np.zeros(shape, np.float32)
+    part32 = np.empty(shape, np.float32)
+    sc_dt, psum = np.empty(shape, dt), np.empty(shape, dt)
+    E, ep = np.empty(shape, np.int32), np.empty(shape, np.int32)
+    mask = np.empty(shape, bool)
+    S = np.empty(shape, wat.dtype) if wat is not None else None
+    fs = np.empty(shape, wat.dtype) if wat is not None else None
+    sub = max(1, _BLAS_SERIAL // (G * shape[1]))
+    c_log2 = np.int32(c.bit_length() - 1)
+    e_floor = np.int32(e_floor)
+    rtz = acc.sum_rounding == "rtz"
     for g in range(g0, g1):
         sl = slice(g * G, (g + 1) * G)
+        if wat is not None:
+            # small products: OpenBLAS runs them on the calling thread (larger ones start
+            # its own threads, which contend with ours)
+            for r in range(m0, m1, sub):
+                np.matmul(wat[sl, r:min(m1, r + sub)].T, wb[sl], out=S[r - m0:min(m1, r + sub) - m0])
+            np.frexp(S, out=(fs, E))
+            E -= 1
+            np.right_shift(E, c_log2, out=E)      # floor division by c
+            E += shift
+            np.equal(S, 0, out=mask)
+            np.copyto(E, e_floor, where=mask)
+        else:
+            np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
+            np.max(Eb, axis=0, out=ep)
+            E[...] = ep
         np.einsum("km,kn->kmn", vat_[sl, m0:m1], vb_[sl], out=P)
-        np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
-        E = Eb.max(axis=0).astype(np.int64)
-        _, ec = np.frexp(part)
-        E = np.maximum(E, np.where(part == 0, e_floor, ec.astype(np.int64) - 1))
-        E = np.maximum(E, e_floor)
-        sc = np.ldexp(1.0, F - E)
-        np.multiply(P, sc.astype(dt)[None], out=P)
+        np.frexp(part, out=(fr, ep))
+        ep -= 1
+        np.equal(part, 0, out=mask)
+        np.copyto(ep, e_floor, where=mask)
+        np.maximum(E, ep, out=E)
+        np.maximum(E, e_floor, out=E)
+        np.subtract(F, E, out=ep)
+        np.ldexp(1.0, ep, out=sc)
+        np.copyto(sc_dt, sc)
+        np.multiply(P, sc_dt[None], out=P)        # exact: a power-of-two scaling
         np.trunc(P, out=P)
-        s = P.sum(axis=0).astype(np.float64) + np.trunc(part * sc)
-        part = round_bits(s, acc.sum_bits, acc.sum_rounding) / sc
+        np.add.reduce(P, axis=0, out=psum)
+        np.multiply(part, sc, out=tmp)
+        np.trunc(tmp, out=tmp)
+        np.add(psum, tmp, out=s, dtype=np.float64)
+        # part = round_bits(s, sum_bits, sum_rounding) / sc, in place
+        np.frexp(s, out=(fr, ep))
+        np.subtract(acc.sum_bits, ep, out=ep)
+        np.ldexp(1.0, ep, out=tmp)
+        np.multiply(s, tmp, out=s)
+        (np.trunc if rtz else np.rint)(s, out=s)
+        np.divide(s, tmp, out=s)
+        np.divide(s, sc, out=part)
         if promote and ((g + 1 - g0) % promote == 0 or g == g1 - 1):
             if kscale is None:
-                total = (total + part.astype(np.float32)).astype(np.float32)
+                np.copyto(part32, part, casting="same_kind")
+                np.add(total, part32, out=total)
             else:
                 f = kscale(m0, m1, (g * G) // kblock)
                 hi, lo = two_sum(total.astype(np.float64), part * f)
                 total = round_hi_lo(hi, lo)
-            part = np.zeros_like(part)
+            part.fill(0)
     return total if promote else part.astype(np.float32)
 
 
@@ -210,7 +286,8 @@ def fp32_dot(va, vb):
             np.multiply(at[k, m0:m1, None], b[k], out=tmp)
             rows_acc += tmp
 
-    _over_row_blocks(M, max(1, -(-M // _THREADS)), row_block)
+    threads = parallel.resolve_threads(None, M * b.shape[1] * at.shape[0])
+    _over_row_blocks(M, max(1, -(-M // threads)), row_block, threads)
     return acc
 
 

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..formats import get_format
+from ..tables import as_codes
 from .accumulator import HW_K_MULTIPLE, get_accumulator
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, ieee_specials, output_type, result_scale, to_output
@@ -35,9 +36,12 @@ def _operand(x, fmt, what):
     if fmt is None:
         raise TypeError(f"{what}_format is required when {what} is an array of codes")
     fmt = get_format(fmt)
-    codes = np.asarray(x)
-    if codes.dtype != np.uint8:
-        raise TypeError(f"{what} must hold uint8 FP8 codes (or be a ScaledTensor), got dtype {codes.dtype}")
+    # uint8 codes, an ml_dtypes array of fmt, or a framework tensor of fmt (torch float8, JAX):
+    # range-checked, and an array of another narrow format is an error, not a reinterpretation
+    try:
+        codes = as_codes(x, fmt)
+    except TypeError as exc:
+        raise TypeError(f"{what} must hold {fmt.name} codes (or be a ScaledTensor): {exc}") from None
     if codes.ndim != 2:
         raise ValueError(f"{what} must be 2-D, got shape {codes.shape}")
     if fmt.bits > 8:

@@ -8,8 +8,8 @@ import numpy as np
 
 from ..formats import Format
 from ..rounding import check_rounding
-from .tensor import F32, ScaledTensor, as_format, axis_arg, axis_block, block_arg, blocked_view, cast, \
-    expand, int_arg, pad_to_blocks, prepare, scale_times
+from .tensor import F32, ScaledTensor, as_format, axis_arg, axis_block, block_amax_finite, block_arg, int_arg, \
+    prepare, scaled_cast
 
 __all__ = ["quantize_mx", "mx_from_codes", "MX_SCALE_RULES", "MX_ELEMENT_FORMATS", "MXINT8"]
 
@@ -151,12 +151,7 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
         block = int_arg(block, "block", minimum=1)
         ax, blk = axis_block(xf.ndim, axis, block)
 
-    xp = pad_to_blocks(xf, blk)
-    view, axes = blocked_view(xp, blk)
-    absv = np.abs(view)
-    nonfinite = np.any(~np.isfinite(absv), axis=axes)
-    amax = np.max(np.where(np.isfinite(absv), absv, F32(0)), axis=axes,
-                  initial=F32(0)).astype(np.float32)
+    amax, nonfinite = block_amax_finite(xf, blk)
     pos = amax > 0
     e = _mx_exponent(np.where(pos, amax, F32(1)), fmt, scale_rule)
     e = np.clip(np.where(pos, e, -127), -127, 127)
@@ -168,7 +163,7 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
     options = {"rounding": rounding}
     if rng is not None:
         options["rng"] = rng
-    codes = cast(scale_times(xf, expand(mult, blk, xf.shape)), fmt, **options)
+    codes = scaled_cast(xf, mult, blk, fmt, **options)
     return ScaledTensor(codes=codes, fmt=fmt, scale=mult, scale_inv=inv, block=blk, axis=ax,
                         shape=xf.shape, scale_codes=codes_scale, recipe=f"mx-{scale_rule}")
 

@@ -8,7 +8,7 @@ from ..codec import decode, encode
 from ..formats import get_format
 from .hadamard import rht
 from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, axis_block, block_amax, blocked_view, \
-    cast, expand, pad_to_blocks, prepare, reciprocal, scale_times
+    expand, pad_to_blocks, prepare, reciprocal, scaled_cast
 
 __all__ = ["quantize_nvfp4", "nvfp4_from_codes", "NVFP4_BLOCK"]
 
@@ -156,7 +156,7 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
         s_dec_q = decode(bcodes, e4m3, dtype=np.float32)
         inv = np.multiply(s_dec_q, F32(F32(1) / s_enc), dtype=np.float32)
         scale = np.fmin(reciprocal(inv), FLT_MAX).astype(np.float32)
-        codes = cast(scale_times(xf, expand(scale, blk, xf.shape)), fmt, **options)
+        codes = scaled_cast(xf, scale, blk, fmt, **options)
         return bcodes, inv, scale, codes
 
     bcodes, inv, scale, codes = candidate(6)

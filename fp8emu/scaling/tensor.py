@@ -8,9 +8,11 @@ import numbers
 
 import numpy as np
 
+from .. import parallel
 from ..codec import decode, encode
 from ..formats import Format, get_format
-from ..tables import DECODE_DTYPES
+from ..rounding import DETERMINISTIC_MODES
+from ..tables import DECODE_DTYPES, as_array
 
 __all__ = ["ScaledTensor"]
 
@@ -39,16 +41,13 @@ def bool_arg(value, what) -> bool:
 
 
 def as_f32(x, what="x") -> np.ndarray:
-    """x as a new float32 array (the GPU kernels' compute type)."""
-    arr = np.asarray(x)
-    if arr.dtype == object or arr.dtype.kind not in "biuf" and arr.dtype.kind != "V":
-        raise TypeError(f"{what} must be a real numeric array, got dtype {arr.dtype}")
-    if arr.dtype.kind == "V":  # ml_dtypes narrow floats are numpy 'V' kinds
-        try:
-            arr = arr.astype(np.float32)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{what} must be a real numeric array, got dtype {arr.dtype}") from exc
-    return np.array(arr, dtype=np.float32, copy=True)
+    """x as a C-contiguous float32 array (the GPU kernels' compute type).
+
+    Anything :func:`fp8emu.tables.as_array` takes is accepted: NumPy and ml_dtypes arrays, torch
+    tensors on any device, JAX arrays, objects with ``__array__`` or ``__dlpack__``.  A C-contiguous
+    float32 ndarray is returned as it is (no copy: the recipes only read it).
+    """
+    return np.ascontiguousarray(as_array(x, what), dtype=np.float32)
 
 
 def int_arg(value, what, *, minimum=None):
@@ -97,10 +96,88 @@ def scaled_max(fmt: Format, margin: int) -> np.float32:
 
 
 def amax_nan_ignoring(xp: np.ndarray, axes) -> np.ndarray:
-    """max |x| over ``axes``, NaN ignored like CUDA's fmaxf (0 if all NaN)."""
-    a = np.abs(xp)
-    a = np.where(np.isnan(a), F32(0), a)
-    return np.max(a, axis=axes, initial=F32(0)).astype(np.float32)
+    """max |x| over ``axes``, NaN ignored like CUDA's fmaxf (0 if all NaN).
+
+    ``axes=None`` on a float32 array reduces in chunks (no full-size temporaries).
+    """
+    if axes is None and xp.dtype == np.float32 and xp.size > CHUNK_ELEMS:
+        flat = np.ascontiguousarray(xp).reshape(-1)
+        parts = np.zeros(-(-flat.size // CHUNK_ELEMS), np.float32)
+
+        def work(c0, c1):
+            for c in range(c0, c1):
+                parts[c] = _amax_chunk(flat[c * CHUNK_ELEMS:(c + 1) * CHUNK_ELEMS], None)
+
+        _over(parts.size, work, flat.size)
+        return np.max(parts).astype(np.float32)
+    return _amax_chunk(xp, axes)
+
+
+def _amax_chunk(a, axes):
+    a = np.abs(a)
+    m = np.max(a, axis=axes, initial=F32(0))      # NaN propagates: such results are redone below
+    if np.isnan(m).any():
+        m = np.fmax.reduce(a, axis=axes, initial=F32(0))   # fmax ignores NaN, like CUDA's fmaxf
+    return np.asarray(m, dtype=np.float32)
+
+
+#: Elements per chunk of the recipes' fused passes (a few hundred kB of float32).
+CHUNK_ELEMS = 1 << 17
+
+
+def _over(n_chunks, fn, size):
+    """``fn(c0, c1)`` over chunk-index ranges, spread over threads for large inputs."""
+    nt = parallel.resolve_threads(None, size)
+    parallel.run(fn, parallel.split(0, n_chunks, nt, 1), nt)
+
+
+def _row_ranges(shape, b0):
+    """Ranges of axis-0 indices, whole blocks of ``b0`` rows, of about CHUNK_ELEMS elements each."""
+    per_row = max(1, math.prod(shape[1:]))
+    rows = max(1, CHUNK_ELEMS // (per_row * b0)) * b0
+    return [(r, min(shape[0], r + rows)) for r in range(0, shape[0], rows)]
+
+
+def _block_abs_max(xs, block):
+    """(max |x| per block with NaN propagating, |x| laid out for a redo, its block axes).
+
+    ``xs`` holds whole block rows.  Blocks along the last axis alone are
+    reduced from a transposed copy (one row per block position), as NumPy
+    reduces across rows far faster than along a short contiguous axis.
+    """
+    b = block[-1]
+    if b > 1 and all(v == 1 for v in block[:-1]) and xs.shape[-1] % b == 0:
+        v = xs.reshape(-1, b)
+        a = np.empty((b, v.shape[0]), np.float32)
+        np.abs(v.T, out=a)
+        m = np.max(a, axis=0)
+        return m.reshape(blocks_shape(xs.shape, block)), a, 0
+    view, axes = blocked_view(pad_to_blocks(xs, block), block)
+    a = np.abs(view)
+    return np.max(a, axis=axes, initial=F32(0)), a, axes
+
+
+def block_amax_finite(x: np.ndarray, block):
+    """(max |x| over the finite elements of each block, whether the block holds Inf or NaN).
+
+    Computed in chunks of whole blocks of rows, so no full-size temporary is made.
+    """
+    nb = blocks_shape(x.shape, block)
+    amax = np.empty(nb, np.float32)
+    nonfinite = np.empty(nb, bool)
+    ranges = _row_ranges(x.shape, block[0])
+
+    def work(c0, c1):
+        for r0, r1 in ranges[c0:c1]:
+            m, a, axes = _block_abs_max(x[r0:r1], block)
+            bad = ~np.isfinite(m)
+            if bad.any():
+                m = np.max(np.where(np.isfinite(a), a, F32(0)), axis=axes, initial=F32(0)).reshape(m.shape)
+            b = slice(r0 // block[0], -(-r1 // block[0]))
+            amax[b], nonfinite[b] = m, bad
+
+    _over(len(ranges), work, x.size)
+    return amax, nonfinite
 
 
 def blocks_shape(shape, block):
@@ -135,9 +212,19 @@ def blocked_view(xp: np.ndarray, block):
 
 
 def block_amax(x: np.ndarray, block) -> np.ndarray:
-    xp = pad_to_blocks(x, block)
-    view, axes = blocked_view(xp, block)
-    return amax_nan_ignoring(view, axes)
+    """max |x| of each block, NaN ignored (see :func:`amax_nan_ignoring`), in chunks of block rows."""
+    amax = np.empty(blocks_shape(x.shape, block), np.float32)
+    ranges = _row_ranges(x.shape, block[0])
+
+    def work(c0, c1):
+        for r0, r1 in ranges[c0:c1]:
+            m, a, axes = _block_abs_max(x[r0:r1], block)
+            if np.isnan(m).any():
+                m = np.fmax.reduce(a, axis=axes, initial=F32(0)).reshape(m.shape)   # fmax ignores NaN
+            amax[r0 // block[0]:-(-r1 // block[0])] = m
+
+    _over(len(ranges), work, x.size)
+    return amax
 
 
 def expand(per_block: np.ndarray, block, shape) -> np.ndarray:
@@ -333,9 +420,46 @@ def axis_block(ndim: int, axis, size: int):
     return ax, tuple(size if d == ax else 1 for d in range(ndim))
 
 
+def scaled_cast(x, scale, block, fmt, **encode_options) -> np.ndarray:
+    """``cast(fl32(x * scale), fmt)`` with one scale per block (``block == ()``: one scale).
+
+    Fused in chunks of whole block rows (the multiply, the cast and the
+    expansion of the scales never make a full-size temporary), spread over
+    threads for large inputs.  The stochastic modes draw their random bits
+    over the whole array in C order, so they take the unchunked path.
+    """
+    if (encode_options.get("rounding", "rne") not in DETERMINISTIC_MODES or "rng" in encode_options
+            or "random_bits" in encode_options or x.size <= CHUNK_ELEMS):
+        full = expand(scale, block, x.shape) if block else scale
+        return cast(scale_times(x, full), fmt, **encode_options)
+    if not block:
+        out = np.empty(x.size, np.uint8)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        s = np.asarray(scale, np.float32)
+
+        def work(c0, c1):
+            for c in range(c0, c1):
+                sl = slice(c * CHUNK_ELEMS, (c + 1) * CHUNK_ELEMS)
+                out[sl] = cast(scale_times(flat[sl], s), fmt, **encode_options)
+
+        _over(-(-flat.size // CHUNK_ELEMS), work, x.size)
+        return out.reshape(x.shape)
+    out = np.empty(x.shape, np.uint8)
+    ranges = _row_ranges(x.shape, block[0])
+
+    def work(c0, c1):
+        for r0, r1 in ranges[c0:c1]:
+            xs = x[r0:r1]
+            # a chunk of repeated scales multiplies far faster than a broadcast over short blocks
+            full = expand(scale[r0 // block[0]:-(-r1 // block[0])], block, xs.shape)
+            out[r0:r1] = cast(scale_times(xs, full), fmt, **encode_options)
+
+    _over(len(ranges), work, x.size)
+    return out
+
+
 def scaled_quantize(x, fmt, block, scale, *, axis=None, recipe="", **encode_options):
     """Cast with one scale per block (block () -> per tensor)."""
-    full = expand(scale, block, x.shape) if block else scale
-    codes = cast(scale_times(x, full), fmt, **encode_options)
+    codes = scaled_cast(x, scale, block, fmt, **encode_options)
     return ScaledTensor(codes=codes, fmt=fmt, scale=scale, scale_inv=reciprocal(scale),
                         block=block, axis=axis, shape=x.shape, recipe=recipe)

@@ -1,0 +1,191 @@
+"""Framework arrays in, NumPy arrays out: the one place where inputs are coerced.
+
+:func:`to_numpy` turns whatever a caller holds into a NumPy (or ml_dtypes)
+array without copying where it can:
+
+* NumPy arrays and ml_dtypes arrays pass through (big-endian arrays are
+  byte-swapped to native order; masked arrays are rejected, since a masked
+  element has no value to encode: call ``x.filled(v)`` or pass ``x.data``);
+* torch tensors on any device, with or without ``requires_grad``: detached,
+  moved to the host and their bits viewed as the matching ml_dtypes type
+  (``float8_*``, ``bfloat16``); ``float4_e2m1fn_x2`` (two FP4 codes per byte,
+  the first element in the low nibble, as torch defines it) is unpacked to
+  an ml_dtypes ``float4_e2m1fn`` array whose last axis is twice as long;
+* JAX arrays (bfloat16 and float8 included: JAX uses ml_dtypes types);
+* any object with ``__array__`` or ``__dlpack__``; Python scalars, lists
+  and tuples.
+
+torch and JAX are recognised through ``sys.modules``: a tensor can only exist
+if its framework was imported by the caller, so this module never imports
+either.  This module sits at the bottom of the package (it imports only
+NumPy, ml_dtypes and sys), so every layer can route its inputs through it.
+
+Examples
+--------
+>>> import numpy as np
+>>> to_numpy(np.array([1.0, 2.0], ">f4")).dtype.byteorder in "=<"
+True
+>>> to_numpy([1, 2]).tolist()
+[1, 2]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["to_numpy", "narrow_codes", "ML_NARROW_DTYPES"]
+
+#: Every ml_dtypes type of 8 bits or fewer (FP8, FP6, FP4, E8M0), as NumPy dtypes.
+ML_NARROW_DTYPES = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
+                             if n.startswith(("float8_", "float6_", "float4_")))
+
+# torch dtype name -> the ml_dtypes type with the same bit layout.
+_TORCH_VIEW = {
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
+    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+    "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu, "bfloat16": ml_dtypes.bfloat16,
+}
+
+
+def _from_torch(t, torch, what):
+    t = t.detach()
+    if t.is_complex():
+        raise TypeError(f"{what}: complex tensors are not supported (got {t.dtype})")
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.resolve_conj().resolve_neg()
+    name = str(t.dtype).removeprefix("torch.")
+    if name == "float4_e2m1fn_x2":
+        packed = t.view(torch.uint8).numpy()
+        out = np.empty(packed.shape[:-1] + (2 * packed.shape[-1],) if packed.ndim else (2,), np.uint8)
+        flat = packed.reshape(packed.shape if packed.ndim else (1,))
+        out[..., 0::2] = flat & 0x0F
+        out[..., 1::2] = flat >> 4
+        return out.view(ml_dtypes.float4_e2m1fn)
+    if name in _TORCH_VIEW:
+        dt = np.dtype(_TORCH_VIEW[name])
+        ui = {1: torch.uint8, 2: torch.int16}[dt.itemsize]
+        return t.view(ui).numpy().view(dt)
+    return t.numpy()
+
+
+def _is_instance(x, module, attr):
+    mod = sys.modules.get(module)
+    cls = getattr(mod, attr, None) if mod is not None else None
+    return cls is not None and isinstance(x, cls)
+
+
+def to_numpy(x, *, what="x") -> np.ndarray:
+    """A NumPy (or ml_dtypes) array holding the same values or codes as ``x``.
+
+    Parameters
+    ----------
+    x : array_like, torch.Tensor, jax.Array, or an object with ``__array__`` / ``__dlpack__``
+        Never modified.  Shares memory with ``x`` where NumPy can (host
+        arrays of a native-order NumPy dtype).
+    what : str, keyword-only
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    numpy.ndarray
+        torch ``float8_*``/``bfloat16`` tensors become the matching ml_dtypes
+        array (same bits); ``float4_e2m1fn_x2`` becomes ``float4_e2m1fn`` with
+        the packed pairs unpacked (low nibble first).
+
+    Raises
+    ------
+    TypeError
+        For objects NumPy cannot read (the message says what is accepted).
+    ValueError
+        For masked arrays.
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> to_numpy(np.array([1.5], ml_dtypes.bfloat16)).dtype.name
+    'bfloat16'
+    >>> to_numpy(np.ma.masked_array([1.0], mask=[True]))
+    Traceback (most recent call last):
+    ...
+    ValueError: x is a masked array; masked elements have no value: pass x.filled(value) or x.data
+    """
+    if isinstance(x, np.ma.MaskedArray):
+        raise ValueError(f"{what} is a masked array; masked elements have no value: "
+                         f"pass {what}.filled(value) or {what}.data")
+    if isinstance(x, np.ndarray):
+        arr = x if type(x) is np.ndarray else np.asarray(x)
+    elif _is_instance(x, "torch", "Tensor"):
+        arr = _from_torch(x, sys.modules["torch"], what)
+    elif hasattr(x, "__array__") or np.isscalar(x) or isinstance(x, (list, tuple)):
+        # JAX arrays land here too: np.asarray copies them to the host with their ml_dtypes dtype.
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{what}: NumPy cannot read {type(x).__name__}: {exc}") from None
+    elif hasattr(x, "__dlpack__"):
+        try:
+            arr = np.from_dlpack(x)
+        except (BufferError, TypeError, RuntimeError, ValueError) as exc:
+            raise TypeError(
+                f"{what}: NumPy cannot import this {type(x).__name__} through DLPack ({exc}); NumPy reads "
+                "only host memory and standard dtypes that way: convert it to a NumPy array, or view "
+                "narrow floats as uint8 codes, before passing it") from None
+    else:
+        raise TypeError(f"{what} must be array-like (a NumPy/ml_dtypes array, a torch tensor, a JAX array, "
+                        f"or an object with __array__ or __dlpack__), got {type(x).__name__}")
+    if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "<" and sys.byteorder == "big"):
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return arr
+
+
+def narrow_codes(arr, fmt, *, what="codes") -> np.ndarray:
+    """uint8 codes of ``fmt`` from an array of codes (integers) or an ml_dtypes narrow-float array.
+
+    Parameters
+    ----------
+    arr : array_like
+        Integer codes, or an ml_dtypes array whose type must be ``fmt``'s
+        (an ``float8_e5m2`` array passed as ``e4m3fn`` is an error, not a
+        reinterpretation of its bits).  Anything :func:`to_numpy` reads.
+    fmt : Format
+        Any object with ``name``, ``bits`` and ``ml_dtype`` attributes.
+    what : str, keyword-only
+        Name of the argument for error messages.
+
+    Returns
+    -------
+    numpy.ndarray of uint8
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> from fp8emu.formats import get_format
+    >>> narrow_codes(np.array([1.0], ml_dtypes.float8_e4m3fn), get_format("e4m3fn")).tolist()
+    [56]
+    >>> narrow_codes(np.array([1.0], ml_dtypes.float8_e5m2), get_format("e4m3fn"))
+    Traceback (most recent call last):
+    ...
+    ValueError: codes of dtype float8_e5m2 are not e4m3fn codes; pass float8_e4m3fn values or uint8 codes
+    """
+    a = to_numpy(arr, what=what)
+    if a.dtype in ML_NARROW_DTYPES:
+        want = fmt.ml_dtype
+        if want is None or a.dtype != np.dtype(want):
+            hint = f"pass {np.dtype(want).name} values or uint8 codes" if want is not None else \
+                "pass uint8 codes"
+            raise ValueError(f"{what} of dtype {a.dtype.name} are not {fmt.name} codes; {hint}")
+        return a.view(np.uint8)
+    if a.dtype.kind == "b" or a.dtype.kind not in "iu":
+        raise TypeError(f"{what} must hold {fmt.name} codes (unsigned integers) or an ml_dtypes "
+                        f"{fmt.name} array, got dtype {a.dtype}")
+    if a.dtype != np.uint8 or fmt.bits < 8:
+        if a.size and (int(a.min()) < 0 or int(a.max()) >= (1 << fmt.bits)):
+            raise ValueError(f"{what} out of range for the {fmt.bits}-bit format {fmt.name}: codes must lie "
+                             f"in 0..{(1 << fmt.bits) - 1} (0x0..0x{(1 << fmt.bits) - 1:X}), got "
+                             f"{int(a.min())}..{int(a.max())}")
+        a = a.astype(np.uint8)
+    return a

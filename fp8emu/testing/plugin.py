@@ -1,0 +1,172 @@
+"""pytest plugin: the ``fp8_golden`` snapshot fixture and ``--fp8-update-golden``.
+
+Registered through the ``pytest11`` entry point ``fp8emu.testing.plugin``,
+so it is active in any project where fp8emu is installed (``-p
+no:fp8emu.testing.plugin`` disables it; ``-p fp8emu.testing.plugin`` loads it
+from a source tree that was not installed).
+
+``fp8_golden.check(codes_or_values, x=inputs, fmt="e4m3fn", name=None,
+**options)`` stores the first result in
+``<test folder>/fp8_golden/<test module>/<test name>[__name].npz`` (npz: the
+codes, the input bit patterns, format, profile and options as metadata;
+``format_version`` 1) and compares every later run with it, failing with
+the report of :func:`fp8emu.testing.compare_codes`.  ``pytest
+--fp8-update-golden`` rewrites the files; ``--fp8-golden-missing=fail``
+makes a missing file a failure (for CI, where new snapshots must be
+committed rather than created).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+import zipfile
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ..formats import get_format
+from ..interop import ML_NARROW_DTYPES, to_numpy
+from .compare import compare_codes, to_codes
+from .golden import FORMAT_VERSION
+
+__all__ = ["FP8Golden", "fp8_golden", "pytest_addoption"]
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+# ml_dtypes types (bfloat16 and the narrow floats) by name: npz files cannot name them, so x is stored as bits
+_ML_TYPES = {dt.name: dt for dt in ML_NARROW_DTYPES | {np.dtype(ml_dtypes.bfloat16)}}
+
+
+def pytest_addoption(parser):
+    """Add ``--fp8-update-golden`` and ``--fp8-golden-missing``."""
+    group = parser.getgroup("fp8emu", "fp8emu golden files")
+    group.addoption("--fp8-update-golden", action="store_true", default=False,
+                    help="rewrite the fp8_golden snapshot files with the current results")
+    group.addoption("--fp8-golden-missing", choices=("create", "fail"), default="create",
+                    help="a missing fp8_golden file is created (default, with a warning) or fails the test")
+
+
+def _safe(name):
+    return re.sub(r"[^\w.-]", "_", str(name))
+
+
+def _raw(a):
+    """Bit patterns of float arrays (so NaN payloads and -0 compare exactly), the array otherwise."""
+    return a.view(_UINT[a.dtype.itemsize]) if a.dtype.kind not in "biu" else a
+
+
+def _x_arrays(x):
+    """npz entries for the inputs: ml_dtypes types (which npz cannot name) are stored as their bits."""
+    if x is None:
+        return {}
+    ml = _ML_TYPES.get(x.dtype.name) == x.dtype
+    if x.dtype.kind not in "biuf" and not ml:
+        raise TypeError(f"x must hold numbers, got dtype {x.dtype}")
+    return {"x": x.view(_UINT[x.dtype.itemsize]) if ml else x, "x_dtype": np.array(x.dtype.name)}
+
+
+def _stored_x(z):
+    if "x" not in z.files:
+        return None
+    ml = _ML_TYPES.get(str(z["x_dtype"]))
+    return z["x"].view(ml) if ml is not None else z["x"]
+
+
+class FP8Golden:
+    """The ``fp8_golden`` fixture's object (one per test)."""
+
+    def __init__(self, request):
+        self._request = request
+        node = request.node
+        self.folder = Path(node.path).parent / "fp8_golden" / Path(node.path).stem
+        self._base = _safe(node.name)
+        self._count = 0
+        self.update = bool(request.config.getoption("fp8_update_golden"))
+        self.missing = request.config.getoption("fp8_golden_missing")
+
+    def path(self, name=None) -> Path:
+        """File used by the next :meth:`check` with this ``name``."""
+        if name is not None:
+            return self.folder / f"{self._base}__{_safe(name)}.npz"
+        return self.folder / (f"{self._base}.npz" if self._count == 0 else f"{self._base}_{self._count + 1}.npz")
+
+    def check(self, codes_or_values, x=None, fmt="e4m3fn", name=None, **options):
+        """Compare a result with its stored snapshot (create or rewrite it as configured).
+
+        Parameters
+        ----------
+        codes_or_values : array_like
+            Codes, an ml_dtypes/torch/JAX array of ``fmt`` or values exactly
+            representable in it (see :func:`fp8emu.testing.compare_codes`).
+        x : array_like, optional
+            The inputs; stored and checked, and shown in the failure report.
+        fmt : str or Format
+        name : str, optional
+            Distinguishes several snapshots in one test (default: numbered).
+        **options
+            How the result was produced (``profile="torch-cuda"``,
+            ``saturate=True``...): JSON-serialisable metadata, stored and
+            required to match.
+
+        Returns
+        -------
+        pathlib.Path
+            The snapshot file.
+        """
+        f = get_format(fmt)
+        path = self.path(name)
+        if name is None:
+            self._count += 1
+        codes, _ = to_codes(codes_or_values, f)
+        xa = None if x is None else to_numpy(x, what="x")
+        if xa is not None and xa.shape != codes.shape:
+            raise ValueError(f"shape mismatch: result {codes.shape}, inputs x {xa.shape}")
+        opts = json.dumps(options, sort_keys=True, default=str)
+        if self.update or not path.exists():
+            if not path.exists() and not self.update and self.missing == "fail":
+                pytest.fail(f"fp8_golden file {path} is missing (--fp8-golden-missing=fail); create it with "
+                            "--fp8-update-golden and commit it", pytrace=False)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as fh:
+                np.savez(fh, format_version=np.array(FORMAT_VERSION), kind=np.array("fp8_golden"),
+                         format=np.array(f.name), profile=np.array(str(options.get("profile", "ocp"))),
+                         options=np.array(opts), codes=codes, **_x_arrays(xa))
+            if not self.update:
+                warnings.warn(f"fp8_golden: created {path}; commit it so later runs compare against it",
+                              UserWarning, stacklevel=2)
+            return path
+        if not zipfile.is_zipfile(path):
+            raise ValueError(f"{path}: not an fp8_golden .npz file (not a zip archive)")
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in ("format_version", "format", "options", "codes") if k not in z.files]
+            if missing:
+                raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
+            if int(z["format_version"]) > FORMAT_VERSION:
+                raise ValueError(f"{path}: format_version {int(z['format_version'])} is newer than this "
+                                 f"fp8emu reads ({FORMAT_VERSION})")
+            stored_fmt, stored_opts, stored = str(z["format"]), str(z["options"]), z["codes"]
+            sx = _stored_x(z)
+        hint = f"(golden file: {path}; rerun with --fp8-update-golden to accept the new result)"
+        if stored_fmt != f.name or stored_opts != opts:
+            pytest.fail(f"fp8_golden: the snapshot was recorded with format {stored_fmt} and options "
+                        f"{stored_opts}, this check uses format {f.name} and options {opts} {hint}", pytrace=False)
+        if stored.shape != codes.shape:
+            pytest.fail(f"fp8_golden: shape {codes.shape} differs from the snapshot's {stored.shape} {hint}",
+                        pytrace=False)
+        if xa is not None and sx is not None:
+            same = sx.shape == xa.shape and sx.dtype == xa.dtype and np.array_equal(_raw(sx), _raw(xa))
+            if not same:
+                pytest.fail(f"fp8_golden: the inputs x differ from the snapshot's {hint}", pytrace=False)
+        res = compare_codes(codes_or_values, sx if xa is None else xa, f, expected=stored)
+        if not res.ok:
+            pytest.fail(f"{res}\n{hint}", pytrace=False)
+        return path
+
+
+@pytest.fixture
+def fp8_golden(request):
+    """Snapshot testing of FP8 results: ``fp8_golden.check(codes, x=inputs, fmt="e4m3fn")``."""
+    return FP8Golden(request)

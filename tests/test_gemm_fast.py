@@ -1,0 +1,60 @@
+"""The GEMM kernel's exponent-maximum product and reused buffers against the per-term path.
+
+The step maximum ``max_k(ea_k + eb_k)`` read off one matrix product of exponent
+weights must equal the elementwise maximum (the original algorithm, still used
+when weights would leave float64's range), for every format, accumulator,
+K remainder, zero, subnormal and non-finite operand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fp8emu
+from fp8emu.gemm import kernels
+
+ACCS = ["hopper", "hopper-fast",
+        fp8emu.Accumulator("mma", group=8, frac_bits=20, sum_bits=22, sum_rounding="rne", promote=3, split_k=2),
+        fp8emu.Accumulator("mma", group=64, frac_bits=30, sum_bits=30, promote=None)]
+
+
+def _codes(rng, shape, fmt, scale):
+    x = rng.standard_normal(shape) * scale * np.exp2(rng.integers(-12, 12, shape))
+    x[rng.random(shape) < 0.05] = 0.0
+    with np.errstate(over="ignore"):
+        return fp8emu.encode(x, fmt, saturate=True)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "e2m1fn", "e3m2fn", "e4m3fnuz"])
+@pytest.mark.parametrize("acc", ACCS, ids=lambda a: a if isinstance(a, str) else f"g{a.group}")
+def test_weights_path_equals_elementwise_path(monkeypatch, fmt, acc):
+    rng = np.random.default_rng(len(fmt))
+    M, N, K = 37, 19, 300
+    a, b = _codes(rng, (M, K), fmt, 4), _codes(rng, (K, N), fmt, 4)
+    f = fp8emu.get_format(fmt)
+    if f.has_nan:
+        a[0, 5] = f.nan_code
+    kw = dict(a_format=fmt, b_format=fmt, accumulator=acc)
+    fast = fp8emu.scaled_mm(a, b, **kw)
+    monkeypatch.setattr(kernels, "_exponent_weights", lambda eat, eb, G: (None, None, 1, 0))
+    slow = fp8emu.scaled_mm(a, b, **kw)
+    np.testing.assert_array_equal(fast, slow)
+
+
+def test_exponent_weights_give_the_maximum():
+    rng = np.random.default_rng(3)
+    for G in (1, 7, 32, 63, 64, 200):
+        ea = rng.integers(-20, 20, (G, 30)).astype(np.int16)
+        eb = rng.integers(-20, 20, (G, 40)).astype(np.int16)
+        ea[rng.random(ea.shape) < 0.3] = kernels._ZERO_EXP
+        eb[:, 0] = kernels._ZERO_EXP                       # an all-zero column
+        wat, wb, c, shift = kernels._exponent_weights(ea, eb, G)
+        S = wat.T @ wb
+        _, e = np.frexp(S)
+        got = np.where(S > 0, (e.astype(np.int64) - 1) // c + shift, -99999)
+        sums = ea[:, :, None].astype(np.int64) + eb[:, None, :]
+        sums = np.where((ea[:, :, None] > kernels._ZERO_EXP) & (eb[:, None, :] > kernels._ZERO_EXP), sums, -99999)
+        np.testing.assert_array_equal(got, sums.max(axis=0), err_msg=f"G={G}")
+    wide = np.array([[-400], [400]], np.int16)       # a span float64 weights cannot hold
+    assert kernels._exponent_weights(wide, wide, 32)[0] is None
