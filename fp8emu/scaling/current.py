@@ -164,6 +164,7 @@ def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0,
     Returns
     -------
     ScaledTensor
+        ``scale`` and ``scale_inv`` with ``axis`` reduced to 1; ``axis`` set.
 
     Examples
     --------

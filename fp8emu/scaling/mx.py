@@ -210,6 +210,7 @@ def mx_from_codes(codes, scale_codes, elem_format, *, axis=-1, block=32) -> Scal
     Returns
     -------
     ScaledTensor
+        As :func:`quantize_mx` returns it (``scale_codes`` are the given E8M0 codes).
 
     Examples
     --------

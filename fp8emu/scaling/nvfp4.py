@@ -206,6 +206,7 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
     Returns
     -------
     ScaledTensor
+        As :func:`quantize_nvfp4` returns it.
 
     Examples
     --------
