@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 from safetensors.numpy import save_file
 
-from fp8emu.lab.train import MLP, make_task
+from fp8emu.lab.train import MLP, make_task, sgd_momentum_step
 
 OUT = Path(__file__).resolve().parents[1] / "fp8emu" / "data" / "demo" / "demo.safetensors"
 BF16 = ml_dtypes.bfloat16
@@ -37,14 +37,7 @@ def learned_mlp(steps=400, batch=128, lr=0.05, momentum=0.9, seed=0):
         p = np.exp(logits - logits.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)
         p[np.arange(batch), data["y_train"][idx]] -= 1
-        for i, (dw, db) in enumerate(model.backward(p / batch, cache)):
-            vw, vb = vel[i]
-            vw *= momentum
-            vw += dw
-            vb *= momentum
-            vb += db
-            model.W[i] -= lr * vw
-            model.b[i] -= lr * vb
+        sgd_momentum_step(model, model.backward(p / batch, cache), vel, lr, momentum)
     out = {}
     for i, (w, b) in enumerate(zip(model.W, model.b)):
         out[f"mlp.layers.{i}.weight"] = w.T.astype(np.float32)   # (out, in), as torch stores it

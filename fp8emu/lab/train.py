@@ -51,7 +51,7 @@ def _scaled_mm(*args, **kw):
         return scaled_mm(*args, **kw)
 
 
-__all__ = ["make_task", "MLP", "train", "compare", "summary"]
+__all__ = ["make_task", "MLP", "sgd_momentum_step", "train", "compare", "summary"]
 
 
 def make_task(n_train=8192, n_test=2048, *, dim=32, classes=10, seed=0, dataset="synthetic") -> dict:
@@ -247,6 +247,21 @@ class _Progress:
                   file=sys.stderr, flush=True)
 
 
+def sgd_momentum_step(model, grads, vel, lr, momentum):
+    """One SGD step with momentum, in place: ``v = momentum * v + g``, ``w -= lr * v`` per layer.
+
+    ``grads`` and ``vel`` are lists of ``(dW, db)`` / ``(vW, vb)`` pairs, one per layer of ``model``.
+    """
+    for i, (dW, db) in enumerate(grads):
+        vW, vb = vel[i]
+        vW *= momentum
+        vW += dW
+        vb *= momentum
+        vb += db
+        model.W[i] -= lr * vW
+        model.b[i] -= lr * vb
+
+
 def train(data, *, precision="float32", steps=400, batch=128, hidden=(128, 128), lr=0.05,
           momentum=0.9, accumulator="fp32", amax_history_len=16, seed=0, eval_every=None,
           progress=False) -> dict:
@@ -286,15 +301,7 @@ def train(data, *, precision="float32", steps=400, batch=128, hidden=(128, 128),
         idx = g.integers(0, len(x), batch)
         logits, cache = model.forward(x[idx])
         loss, d = _softmax_xent(logits, y[idx])
-        grads = model.backward(d, cache)
-        for i, (dW, db) in enumerate(grads):
-            vW, vb = vel[i]
-            vW *= momentum
-            vW += dW
-            vb *= momentum
-            vb += db
-            model.W[i] -= lr * vW
-            model.b[i] -= lr * vb
+        sgd_momentum_step(model, model.backward(d, cache), vel, lr, momentum)
         losses.append(loss)
         if step % eval_every == 0 or step == steps:
             ev_steps.append(step)
