@@ -192,3 +192,15 @@ def test_a_worker_killed_mid_study_loses_nothing(client, many, reference, tmp_pa
     assert csv_path.read_text() == reference
     client.wait_for_workers(2, timeout=60)   # the nanny restarted it
     assert victim not in client.run(os.getpid).values()
+
+
+def test_cli_workers_starts_and_stops_a_local_cluster(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    path = tmp_path / "small.safetensors"
+    g = np.random.default_rng(9)
+    safetensors_numpy.save_file({"a": g.standard_normal((64, 64)).astype(F32),
+                                 "b": g.standard_normal((32, 48)).astype(ml_dtypes.bfloat16)}, str(path))
+    base = ["study", str(path), "--quiet", "--no-report", "--recipes", "tensor-e4m3fn,mx-*-floor"]
+    assert main(base + ["--out", str(tmp_path / "local")]) == 0
+    assert main(base + ["--out", str(tmp_path / "cluster"), "--workers", "1"]) == 0
+    assert (tmp_path / "local" / "results.csv").read_text() == (tmp_path / "cluster" / "results.csv").read_text()
