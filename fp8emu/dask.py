@@ -15,7 +15,11 @@ gives results bit-identical to the NumPy functions on the whole array:
   earlier steps' amax) and stays per tensor in NumPy
   (:class:`fp8emu.DelayedScaling`);
 * :func:`study_metrics` computes the rows of ``fp8emu study`` for one
-  tensor from chunk partials merged in chunk order.
+  tensor from chunk partials merged in chunk order;
+* :func:`float32_runs` and :func:`float32_mismatches` sweep all 2**32
+  float32 inputs as a graph of tasks, each a range of bit patterns: the
+  run-length form of a cast (as in the recorded ``.rle`` tables) and its
+  exact mismatch count against a recorded table.
 
 Stochastic rounding is not offered: its random stream depends on how the
 array is chunked, so it could not match NumPy bit for bit.
@@ -38,7 +42,7 @@ import dataclasses
 
 import numpy as np
 
-from . import codec, metrics, scaling
+from . import codec, conformance, metrics, scaling
 from .formats import get_format
 from .recipes import select_recipes, tensor_params, threshold
 from .scaling.tensor import axis_arg, block_arg, expand, int_arg, reciprocal
@@ -46,6 +50,7 @@ from .scaling.tensor import axis_arg, block_arg, expand, int_arg, reciprocal
 __all__ = [
     "encode", "decode", "quantize", "DaskScaledTensor", "amax", "quantize_tensorwise",
     "quantize_axiswise", "quantize_blockwise", "quantize_mx", "quantize_nvfp4", "study_metrics",
+    "float32_runs", "float32_mismatches",
 ]
 
 
@@ -340,3 +345,100 @@ def study_metrics(x, recipes=None, *, rows_per_chunk=None) -> list:
         clip = params["thresholds"][f"{r.calibration}/{r.fmt}"] if r.calibration else ""
         out.append(dict(recipe=r.name, format=r.fmt, **summary, **err, clip_threshold=clip))
     return out
+
+
+# --------------------------------------------------------------------------- exhaustive float32 sweeps
+
+_ALL = 1 << 32
+
+
+def _range_arg(lo, hi, task_size):
+    lo, hi, task_size = int(lo), int(hi), int(task_size)
+    if not 0 <= lo < hi <= _ALL:
+        raise ValueError(f"need 0 <= lo < hi <= 2**32, got lo={lo}, hi={hi}")
+    if task_size < 1:
+        raise ValueError(f"task_size must be >= 1, got {task_size}")
+    return [(a, min(a + task_size, hi)) for a in range(lo, hi, task_size)]
+
+
+def _patterns(a, b):
+    return np.arange(b - a, dtype=np.uint32) + np.uint32(a)
+
+
+def _runs_of_range(a, b, fmt, options):
+    codes = codec.encode(_patterns(a, b).view(np.float32), fmt, **options).astype(np.int64)
+    change = np.flatnonzero(np.diff(codes)) + 1
+    keep = np.concatenate([[0], change])
+    return np.uint64(a) + keep.astype(np.uint64), codes[keep]
+
+
+def float32_runs(fmt, *, lo=0, hi=_ALL, task_size=1 << 24, **options) -> tuple:
+    """Run-length form of ``encode(x, fmt, **options)`` over float32 bit patterns ``[lo, hi)``.
+
+    Every input is encoded (no table shortcut): one task per ``task_size``
+    patterns, run with the current Dask scheduler (a ``distributed.Client``
+    if one is active), each returning its runs; the pieces are joined in
+    order.  Over the whole range the result equals the ``.rle`` recordings'
+    layout: ``starts`` (uint64, the first pattern of each run) and ``codes``.
+
+    Examples
+    --------
+    >>> s, c = float32_runs("e2m1fn", lo=0x3F800000, hi=0x40000000, task_size=1 << 21)
+    >>> [hex(int(v)) for v in s], c.tolist()      # [1, 2): 1, 1.5 and their ties
+    (['0x3f800000', '0x3fa00001', '0x3fe00000'], [2, 3, 4])
+    """
+    import dask
+    fmt = get_format(fmt)
+    _no_stochastic(options)
+    task = dask.delayed(_runs_of_range, pure=True)
+    pieces = dask.compute(*[task(a, b, fmt, options) for a, b in _range_arg(lo, hi, task_size)])
+    starts = np.concatenate([p[0] for p in pieces])
+    codes = np.concatenate([p[1] for p in pieces])
+    keep = np.ones(codes.size, dtype=bool)
+    keep[1:] = codes[1:] != codes[:-1]
+    return starts[keep], codes[keep]
+
+
+def _expand_runs(starts, codes, a, b):
+    """The recorded code of every pattern in [a, b), by repeating the overlapping runs."""
+    i0 = int(np.searchsorted(starts, np.uint64(a), side="right")) - 1
+    i1 = int(np.searchsorted(starts, np.uint64(b), side="left"))
+    s = starts[i0:i1].astype(np.int64)
+    s[0] = a
+    return np.repeat(codes[i0:i1], np.diff(np.append(s, b)))
+
+
+def _mismatches_of_range(a, b, fmt, options, starts, codes):
+    got = codec.encode(_patterns(a, b).view(np.float32), fmt, **options)
+    return int(np.count_nonzero(got != _expand_runs(starts, codes, a, b)))
+
+
+def float32_mismatches(recorded, fmt, *, lo=0, hi=_ALL, task_size=1 << 24, **options) -> int:
+    """Inputs in ``[lo, hi)`` where ``encode(x, fmt, **options)`` differs from a recorded run-length table.
+
+    ``recorded`` is a ``.rle`` path or ``(starts, codes)``.  Every float32
+    pattern is encoded and compared, one task per ``task_size`` patterns, on
+    the current Dask scheduler: the brute-force counterpart of
+    :func:`fp8emu.conformance.report`'s run intersection.
+
+    Examples
+    --------
+    >>> from fp8emu.data import golden_path
+    >>> float32_mismatches(golden_path("torch_f32_e4m3fn.rle"), "e4m3fn", profile="torch-cuda",
+    ...                    lo=0x43000000, hi=0x44000000, task_size=1 << 22)
+    0
+    """
+    import dask
+    fmt = get_format(fmt)
+    _no_stochastic(options)
+    if isinstance(recorded, (tuple, list)):
+        starts, codes = (np.asarray(recorded[0], np.uint64), np.asarray(recorded[1], np.int64))
+    else:
+        starts, codes, n = conformance.read_rle(recorded)
+        if n != _ALL:
+            raise ValueError(f"{recorded} is not a float32 table ({n} inputs)")
+    # One graph node per table, shared by every task (not a copy embedded in each).
+    starts, codes = dask.delayed(starts, pure=True), dask.delayed(codes, pure=True)
+    task = dask.delayed(_mismatches_of_range, pure=True)
+    return int(sum(dask.compute(*[task(a, b, fmt, options, starts, codes)
+                                  for a, b in _range_arg(lo, hi, task_size)])))

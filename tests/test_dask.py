@@ -192,3 +192,51 @@ def test_a_worker_killed_mid_study_loses_nothing(client, many, reference, tmp_pa
     assert csv_path.read_text() == reference
     client.wait_for_workers(2, timeout=60)   # the nanny restarted it
     assert victim not in client.run(os.getpid).values()
+
+
+def test_cli_workers_starts_and_stops_a_local_cluster(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    path = tmp_path / "small.safetensors"
+    g = np.random.default_rng(9)
+    safetensors_numpy.save_file({"a": g.standard_normal((64, 64)).astype(F32),
+                                 "b": g.standard_normal((32, 48)).astype(ml_dtypes.bfloat16)}, str(path))
+    base = ["study", str(path), "--quiet", "--no-report", "--recipes", "tensor-e4m3fn,mx-*-floor"]
+    assert main(base + ["--out", str(tmp_path / "local")]) == 0
+    assert main(base + ["--out", str(tmp_path / "cluster"), "--workers", "1"]) == 0
+    assert (tmp_path / "local" / "results.csv").read_text() == (tmp_path / "cluster" / "results.csv").read_text()
+
+
+# --------------------------------------------------------------------------- exhaustive float32 sweeps
+
+from fp8emu import conformance  # noqa: E402
+from fp8emu.data import golden_path  # noqa: E402
+
+
+def _same_function_on(lo, hi, a, b):
+    """Two run-length tables agree on [lo, hi): compare them at every run start of either."""
+    pts = np.union1d(a[0][(a[0] >= lo) & (a[0] < hi)], b[0][(b[0] >= lo) & (b[0] < hi)])
+    pts = np.union1d(pts, [lo]).astype(np.uint64)
+    return np.array_equal(conformance.rle_at(*a, pts), conformance.rle_at(*b, pts))
+
+
+@pytest.mark.parametrize("fmt, profile", [("e4m3fn", "ocp"), ("e5m2", "torch-cuda"), ("e2m1fn", "cuda-satfinite")])
+def test_float32_runs_sweep_every_input_and_match_the_table_runs(fmt, profile):
+    lo, hi = 0x7F000000, 0x80400000   # the top binades, Inf, every positive NaN, -0 and the first negatives
+    swept = fd.float32_runs(fmt, profile=profile, lo=lo, hi=hi, task_size=1 << 22)
+    assert swept[0][0] == lo and np.all(np.diff(swept[0].astype(np.int64)) > 0)
+    assert _same_function_on(lo, hi, swept, conformance.profile_runs(profile, fmt, "float32"))
+
+
+def test_float32_mismatches_against_a_recording(client):
+    rec = golden_path("torch_f32_e5m2.rle")
+    lo, hi = 0x7F700000, 0x80100000   # big values, Inf and NaNs: where torch and the spec differ
+    assert fd.float32_mismatches(rec, "e5m2", profile="torch-cuda", lo=lo, hi=hi, task_size=1 << 21) == 0
+    # The spec's E5M2 NaN is 0x7E; torch's is 0x7F: every positive NaN input differs.
+    assert fd.float32_mismatches(rec, "e5m2", lo=lo, hi=hi, task_size=1 << 21) == 0x7FFFFF
+    with pytest.raises(ValueError, match="lo < hi"):
+        fd.float32_runs("e4m3fn", lo=5, hi=5)
+
+
+@pytest.mark.exhaustive
+def test_all_2_32_inputs_on_the_cluster_reproduce_the_recording(client):
+    assert fd.float32_mismatches(golden_path("torch_f32_e4m3fn.rle"), "e4m3fn", profile="torch-cuda") == 0
