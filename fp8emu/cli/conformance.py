@@ -14,6 +14,8 @@ import sys
 import zipfile
 
 from .. import conformance, engines
+from .. import dask as fdask
+from ..lab.study import dask_client
 
 _F = r"(e4m3fn|e5m2|e4m3fnuz|e5m2fnuz|e8m0fnu)"
 _S = r"(f32|f16|bf16)"
@@ -43,6 +45,12 @@ def register(sub, name, help_text):
                    help=f"comma-separated engines for --live (default: all installed; known: "
                         f"{', '.join(engines.ENGINES)})")
     p.add_argument("--quiet", action="store_true", help="no progress bar (--live)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--workers", type=int, metavar="N",
+                       help="also re-check every float32 cast table by brute force (all 2^32 inputs encoded) "
+                            "on a local Dask cluster of N processes")
+    group.add_argument("--scheduler", metavar="ADDRESS",
+                       help="the same brute-force sweep on an existing dask.distributed scheduler")
     p.set_defaults(func=run)
 
 
@@ -81,6 +89,8 @@ def run(args) -> int:
     except (KeyError, IndexError, zipfile.BadZipFile, EOFError) as exc:
         raise ValueError(f"cannot read the recorded tables in {args.folder}: {type(exc).__name__}: {exc}") from None
     print(conformance.markdown_table(rows))
+    if args.workers is not None or args.scheduler is not None:
+        rows = rows + _sweep(args)
     bad = [r["table"] for r in rows if r["mismatches"]]
     if bad:
         print(f"\n{len(bad)} table(s) NOT reproduced: {', '.join(bad)}")
@@ -137,3 +147,18 @@ def _run_live(args) -> int:
         return 1
     print(f"\nall {len(rows)} engine settings reproduced bit-exactly by their profiles")
     return 0
+
+
+def _sweep(args):
+    """Brute-force re-check of the float32 cast tables on a Dask cluster (rows with a mismatch count)."""
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    tables = [t for t in conformance.recorded_tables(args.folder) if t.kind == "cast" and t.src == "float32"]
+    out = []
+    print("\n| table (every float32 input encoded on the cluster) | profile | mismatches |\n|---|---|---|")
+    with dask_client(workers=args.workers, scheduler=args.scheduler):
+        for t in tables:
+            n = fdask.float32_mismatches(t.path, t.fmt, profile=t.profile, rounding=t.rounding)
+            print(f"| `{t.name}` | {t.profile} | {n} |", flush=True)
+            out.append({"table": f"{t.name} (sweep)", "mismatches": n})
+    return out

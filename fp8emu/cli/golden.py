@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 
 from ..rounding import ROUNDING_MODES
+from .. import dask as fdask
+from ..lab.study import dask_client
 from ..testing import golden
 
 
@@ -40,6 +42,11 @@ def register(sub, name, help_text):
                    help="--scaled-mm: accumulators to give expected outputs for (default: hopper hopper-fast; "
                         "also fp32, exact)")
     p.add_argument("--out", required=True, help="output file; its extension picks the type")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--workers", type=int, metavar="N",
+                       help=".rle float32 tables: encode all 2^32 inputs on a local Dask cluster of N processes")
+    group.add_argument("--scheduler", metavar="ADDRESS",
+                       help=".rle float32 tables: encode all 2^32 inputs on an existing dask.distributed scheduler")
     p.set_defaults(func=run)
 
 
@@ -57,12 +64,23 @@ def run(args) -> int:
         return 0
     if args.format is None:
         raise ValueError("--format is required (or pass --scaled-mm)")
+    if (args.workers is not None or args.scheduler is not None) and ext != ".rle":
+        raise ValueError("--workers/--scheduler apply to .rle tables (the exhaustive float32 sweep)")
     if ext == ".rle":
         if args.seed is not None or args.sr_bits is not None or args.exhaustive:
             raise ValueError("a .rle table covers every input already; --seed, --sr-bits and --exhaustive "
                              "do not apply")
-        runs = golden.save_rle(args.out, args.format, source_dtype=args.source_dtype, profile=args.profile,
-                               rounding=args.rounding, saturate=args.saturate)
+        options = dict(source_dtype=args.source_dtype, profile=args.profile, rounding=args.rounding,
+                       saturate=args.saturate)
+        if args.workers is not None or args.scheduler is not None:
+            if args.source_dtype != "float32":
+                raise ValueError("--workers/--scheduler sweep float32 inputs; 16-bit tables need no cluster")
+            if args.workers is not None and args.workers < 1:
+                raise ValueError(f"--workers must be >= 1, got {args.workers}")
+            with dask_client(workers=args.workers, scheduler=args.scheduler):
+                options["runs"] = fdask.float32_runs(args.format, profile=args.profile, rounding=args.rounding,
+                                                     saturate=args.saturate)
+        runs = golden.save_rle(args.out, args.format, **options)
         print(f"wrote the {args.format} table of every {args.source_dtype} input ({runs} runs, profile "
               f"{args.profile}) to {args.out}")
         return 0

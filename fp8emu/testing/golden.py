@@ -403,7 +403,7 @@ def load_golden(path):
 
 
 # ----------------------------------------------------------------------------- run-length tables
-def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", saturate=False) -> str:
+def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", saturate=False, runs=None) -> str:
     """Run-length table of a cast over every ``source_dtype`` bit pattern, as text.
 
     Same format as the recorded GPU tables (see the module docs): a kernel
@@ -425,14 +425,18 @@ def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", sat
     if source_dtype == "float32" and not (f.mbits <= 6 and f.emin - f.mbits >= -132):
         raise ValueError(f"{f.name}: its float32 rounding position can fall below the upper 16 bits, so "
                          "a 2**17-run table cannot describe it exactly")
-    x = table_inputs(source_dtype)
-    codes = encode(x, f, profile=profile, rounding=rounding, saturate=saturate).astype(np.int64)
-    starts = x.view(np.uint32 if x.itemsize == 4 else np.uint16).astype(np.uint64)
-    order = np.argsort(starts, kind="stable")
-    starts, codes = starts[order], codes[order]
-    keep = np.ones(codes.size, dtype=bool)
-    keep[1:] = codes[1:] != codes[:-1]
-    starts, codes = starts[keep], codes[keep]
+    if runs is not None:
+        # runs computed elsewhere, e.g. by fp8emu.dask.float32_runs encoding every input on a cluster
+        starts, codes = np.asarray(runs[0], np.uint64), np.asarray(runs[1], np.int64)
+    else:
+        x = table_inputs(source_dtype)
+        codes = encode(x, f, profile=profile, rounding=rounding, saturate=saturate).astype(np.int64)
+        starts = x.view(np.uint32 if x.itemsize == 4 else np.uint16).astype(np.uint64)
+        order = np.argsort(starts, kind="stable")
+        starts, codes = starts[order], codes[order]
+        keep = np.ones(codes.size, dtype=bool)
+        keep[1:] = codes[1:] != codes[:-1]
+        starts, codes = starts[keep], codes[keep]
     n = 1 << (32 if source_dtype == "float32" else 16)
     short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[source_dtype]
     head = (f"# fp8emu_{short}_{f.name}_{profile}_{rounding}{'_sat' if saturate else ''} inputs={n} "
