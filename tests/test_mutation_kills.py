@@ -429,3 +429,40 @@ def test_split_k_pieces_must_hold_whole_steps():
             mm(a, b, "e4m3fn", "e4m3fn", accumulator=Accumulator("mma", group=48, split_k=splits))
     # one piece is fine: 512 ones summed exactly
     assert mm(a, b, "e4m3fn", "e4m3fn", accumulator=Accumulator("mma", group=48, split_k=1))[0, 0] == 512
+
+
+# ----------------------------------------------------------------------------- survivors of the seed-3 sample
+def test_nvfp4_scale_max_is_448_or_256():
+    x = np.linspace(-3, 3, 32, dtype=np.float32).reshape(2, 16)
+    for bad in (300, True, 447.5):
+        with pytest.raises(ValueError, match="scale_max must be 448 or 256"):
+            fp8emu.quantize_nvfp4(x, scale_max=bad)
+
+
+def test_nvfp4_from_codes_checks_the_block_scale_shape():
+    from fp8emu.scaling import nvfp4_from_codes
+    x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(2, 32)
+    t = fp8emu.quantize_nvfp4(x)
+    back = nvfp4_from_codes(t.codes, t.block_scale_codes, t.global_scale)
+    np.testing.assert_array_equal(back.dequantize(), t.dequantize())
+    with pytest.raises(ValueError, match=r"block_scale_codes have shape \(2, 1\), expected \(2, 2\)"):
+        nvfp4_from_codes(t.codes, t.block_scale_codes[:, :1], t.global_scale)
+
+
+@pytest.mark.parametrize("block", [None, (1, 128), (128, 128)])
+def test_chunked_scaled_cast_equals_small_slices(block):
+    # Inputs above the chunk size take the fused chunked path; slices of at most one chunk take the
+    # plain path.  With the same given scales both must give the same codes, element for element.
+    rows, cols = 640, 384                       # 245760 elements > one chunk of 2**17
+    x = np.random.default_rng(11).standard_normal((rows, cols)).astype(np.float32) * 30
+    if block is None:
+        big = fp8emu.quantize_tensorwise(x, "e4m3fn", scale=4.0)
+        parts = [fp8emu.quantize_tensorwise(x[r:r + 128], "e4m3fn", scale=4.0).codes for r in range(0, rows, 128)]
+    else:
+        big = fp8emu.quantize_blockwise(x, "e4m3fn", block=block)
+        sc = big.scale
+        parts = [fp8emu.quantize_blockwise(x[r:r + 128], "e4m3fn", block=block,
+                                           scale=sc[r // block[0]:(r + 128) // block[0] if block[0] > 1 else r + 128]).codes
+                 for r in range(0, rows, 128)]
+    assert big.codes.shape == x.shape
+    np.testing.assert_array_equal(big.codes, np.concatenate(parts))
