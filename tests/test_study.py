@@ -386,3 +386,18 @@ def test_report_renders_in_headless_chromium_with_every_figure(demo_run, tmp_pat
     broken.write_text(page.replace("base64,iVBOR", "base64,AAAAA", 1))
     widths = [i["width"] for i in report.check_in_browser(broken)]
     assert widths[0] == 0 and widths[1] > 0
+
+
+def test_safetensors_read_without_the_safetensors_package(tmp_path):
+    # A plain `pip install fp8emu` has no safetensors package: the demo study must still run, reading
+    # the file's documented layout (8-byte header length, JSON header, raw bytes) directly.
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['safetensors'] = None\n"
+            "from fp8emu.cli import main\n"
+            f"sys.exit(main(['study', '--demo', '--quiet', '--out', {str(tmp_path / 'out')!r},"
+            " '--recipes', 'tensor-e4m3fn']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = (tmp_path / "out" / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 30

@@ -176,8 +176,13 @@ class TensorRef:
 
 
 def _read_safetensors(ref, start, stop):
-    from safetensors import safe_open
     want = np.dtype(ref.dtype) if ref.dtype != "bfloat16" else np.dtype(ml_dtypes.bfloat16)
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        # The format is a JSON header and raw little-endian bytes: without the optional package
+        # (extra [safetensors]) the tensors are read from the header's offsets directly.
+        return _read_raw(ref, want, start, stop)
     try:
         with safe_open(ref.path, framework="np") as f:
             if start is None:
