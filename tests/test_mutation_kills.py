@@ -466,3 +466,23 @@ def test_chunked_scaled_cast_equals_small_slices(block):
                  for r in range(0, rows, 128)]
     assert big.codes.shape == x.shape
     np.testing.assert_array_equal(big.codes, np.concatenate(parts))
+
+
+# ----------------------------------------------------------------------------- survivors of the seed-4 sample
+def test_nvfp4_from_codes_refuses_0d_codes_and_a_zero_global_scale():
+    from fp8emu.scaling import nvfp4_from_codes
+    with pytest.raises(ValueError, match="at least one dimension"):
+        nvfp4_from_codes(np.uint8(3), np.zeros((), np.uint8), 1.0)
+    codes, scales = np.zeros((1, 16), np.uint8), np.full((1, 1), 0x38, np.uint8)
+    for bad in (0.0, -1.0, np.inf):
+        with pytest.raises(ValueError, match="global_scale must be finite and > 0"):
+            nvfp4_from_codes(codes, scales, bad)
+    assert nvfp4_from_codes(codes, scales, 2.0 ** -20).global_scale == np.float32(2.0 ** -20)
+
+
+def test_margin_upper_limit_is_where_max_stays_exact_in_float32():
+    # e2m3fn: max 7.5 = 15 * 2**-1; 7.5 * 2**-148 = 15 * 2**-149 is exact (subnormal), 2**-149 further is not.
+    s = fp8emu.current_scale(1.0, "e2m3fn", margin=148)
+    assert s == np.float32(15 * 2.0 ** -149)
+    with pytest.raises(ValueError, match="margin"):
+        fp8emu.current_scale(1.0, "e2m3fn", margin=149)
