@@ -36,7 +36,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
-__all__ = ["to_numpy", "narrow_codes", "ML_NARROW_DTYPES"]
+__all__ = ["to_numpy", "narrow_codes", "unpack_nibbles", "ML_NARROW_DTYPES"]
 
 #: Every ml_dtypes type of 8 bits or fewer (FP8, FP6, FP4, E8M0), as NumPy dtypes.
 ML_NARROW_DTYPES = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
@@ -50,6 +50,25 @@ _TORCH_VIEW = {
 }
 
 
+def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
+    """Two 4-bit codes per uint8, first in the low nibble (torch's ``float4_e2m1fn_x2``, cuBLASLt).
+
+    The last axis doubles (a 0-d byte gives two codes).  :func:`fp8emu.layouts.unpack_fp4` validates
+    its input and calls this.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> unpack_nibbles(np.array([0xF2], np.uint8)).tolist()
+    [2, 15]
+    """
+    out = np.empty(packed.shape[:-1] + (2 * packed.shape[-1],) if packed.ndim else (2,), np.uint8)
+    flat = packed.reshape(packed.shape if packed.ndim else (1,))
+    out[..., 0::2] = flat & 0x0F
+    out[..., 1::2] = flat >> 4
+    return out
+
+
 def _from_torch(t, torch, what):
     t = t.detach()
     if t.is_complex():
@@ -59,12 +78,7 @@ def _from_torch(t, torch, what):
     t = t.resolve_conj().resolve_neg()
     name = str(t.dtype).removeprefix("torch.")
     if name == "float4_e2m1fn_x2":
-        packed = t.view(torch.uint8).numpy()
-        out = np.empty(packed.shape[:-1] + (2 * packed.shape[-1],) if packed.ndim else (2,), np.uint8)
-        flat = packed.reshape(packed.shape if packed.ndim else (1,))
-        out[..., 0::2] = flat & 0x0F
-        out[..., 1::2] = flat >> 4
-        return out.view(ml_dtypes.float4_e2m1fn)
+        return unpack_nibbles(t.view(torch.uint8).numpy()).view(ml_dtypes.float4_e2m1fn)
     if name in _TORCH_VIEW:
         dt = np.dtype(_TORCH_VIEW[name])
         ui = {1: torch.uint8, 2: torch.int16}[dt.itemsize]

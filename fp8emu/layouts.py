@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .formats import get_format
+from .interop import unpack_nibbles
 from .scaling.mx import MXINT8, mx_from_codes
 from .scaling.nvfp4 import NVFP4_BLOCK, nvfp4_from_codes
 from .scaling.tensor import ScaledTensor, expand
@@ -96,8 +97,7 @@ def unpack_fp4(packed) -> np.ndarray:
     >>> unpack_fp4(np.array([0xF2], np.uint8)).tolist()
     [2, 15]
     """
-    p = _codes(packed, 8, "packed")
-    return np.stack([p & 0xF, p >> 4], axis=-1).reshape(p.shape[:-1] + (2 * p.shape[-1],)).astype(np.uint8)
+    return unpack_nibbles(_codes(packed, 8, "packed"))
 
 
 def pack_fp6(codes) -> np.ndarray:

@@ -32,7 +32,7 @@ import numpy as np
 
 from . import parallel
 from .formats import Format
-from .interop import narrow_codes, to_numpy
+from .interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
 from .rounding import finish_codes, nan_codes, round_exact
 
 __all__ = [
@@ -61,8 +61,6 @@ _FLOAT_LAYOUT = {
     SOURCE_DTYPES["float32"]: (np.uint32, 8, 23),
     SOURCE_DTYPES["float64"]: (np.uint64, 11, 52),
 }
-_ML_NARROW = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
-                       if n.startswith(("float8_", "float6_", "float4_")))
 
 
 def source_name(dtype) -> str:
@@ -101,7 +99,7 @@ def as_array(x, what="x") -> np.ndarray:
     """
     arr = to_numpy(x, what=what)
     dt = arr.dtype
-    if dt in _FLOAT_LAYOUT or dt in _ML_NARROW or dt.kind in "biu":
+    if dt in _FLOAT_LAYOUT or dt in ML_NARROW_DTYPES or dt.kind in "biu":
         return arr
     raise TypeError(
         f"unsupported {what} dtype {dt}; accepted: bool, integers, float16, bfloat16, "
@@ -172,7 +170,7 @@ def encode_exact(x, fmt, rounding, saturate, random_bits=None, sr_bits=0):
     ``random_bits`` (uint64, one per element) and ``sr_bits`` apply to
     ``rounding="stochastic"``.
     """
-    if x.dtype in _ML_NARROW:
+    if x.dtype in ML_NARROW_DTYPES:
         x = x.astype(np.float32)   # lossless: every ml_dtypes narrow value fits float32
     neg, m, lsb, is_nan, is_inf = _decompose(x)
     codes = round_exact(neg, m, lsb, fmt, rounding, saturate, random_bits, sr_bits)
