@@ -64,7 +64,7 @@ from ..scaling.nvfp4 import nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
 from .accumulator import Accumulator
 from .epilogue import ieee_specials, output_type, result_scale, to_output
-from .fparith import round_hi_lo, two_sum
+from .fparith import add_scaled_f32
 from .kernels import _ZERO_EXP, accumulate, exact_dot, mma_dot, values_and_exponents
 
 __all__ = ["block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS", "nvfp4_alpha"]
@@ -326,8 +326,7 @@ def _blockwise(va, ea, vb, eb, sa_blocks, sb_blocks, ba, bb, acc):
         f = sa_blocks[:, k0 // ba][:, None] * sb_blocks[k0 // bb][None, :]
         f = np.where(np.isnan(f), 0.0, f)
         with np.errstate(over="ignore", invalid="ignore"):
-            hi, lo = two_sum(total.astype(np.float64), part * f)
-        total = round_hi_lo(hi, lo)
+            total = add_scaled_f32(total, part, f)
     return total
 
 

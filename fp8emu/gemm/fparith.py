@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["two_sum", "round_hi_lo", "round_bits"]
+__all__ = ["two_sum", "round_hi_lo", "add_scaled_f32", "round_bits"]
 
 
 def two_sum(a, b):
@@ -28,6 +28,16 @@ def round_hi_lo(hi, lo, dtype=np.float32):
         nudged = np.nextafter(hi, np.where(lo > 0, np.inf, -np.inf))
         r = np.where(mid, nudged.astype(dtype), r)
     return r
+
+
+def add_scaled_f32(total, part, factor):
+    """``fl32(total + part * factor)`` with one rounding (as an FMA into a float32 accumulator).
+
+    ``part * factor`` must be exact in float64 (a tensor-core partial sum times a product of two
+    scales is); the sum is then split error-free and rounded once to nearest even.
+    """
+    hi, lo = two_sum(np.asarray(total, np.float64), part * factor)
+    return round_hi_lo(hi, lo)
 
 
 def round_bits(x, bits, rounding):

@@ -19,7 +19,7 @@ from .. import parallel
 from ..codec import decode
 from ..formats import Format
 from .accumulator import Accumulator, split_bounds
-from .fparith import round_hi_lo, two_sum
+from .fparith import add_scaled_f32, round_hi_lo, two_sum
 
 __all__ = ["values_and_exponents", "special_masks", "accumulate", "mma_dot", "fp32_dot", "exact_dot"]
 
@@ -265,9 +265,7 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, ksc
                 np.copyto(part32, part, casting="same_kind")
                 np.add(total, part32, out=total)
             else:
-                f = kscale(m0, m1, (g * G) // kblock)
-                hi, lo = two_sum(total.astype(np.float64), part * f)
-                total = round_hi_lo(hi, lo)
+                total = add_scaled_f32(total, part, kscale(m0, m1, (g * G) // kblock))
             part.fill(0)
     return total if promote else part.astype(np.float32)
 

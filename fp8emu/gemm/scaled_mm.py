@@ -15,7 +15,7 @@ from ..tables import as_codes
 from .accumulator import HW_K_MULTIPLE, get_accumulator
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, ieee_specials, output_type, result_scale, to_output
-from .fparith import round_hi_lo, two_sum
+from .fparith import add_scaled_f32
 from .kernels import accumulate, mma_dot, values_and_exponents
 
 __all__ = ["scaled_mm"]
@@ -215,8 +215,7 @@ def _block_scaled_sum(va, ea, vb, eb, acc, sa, sb, mbits):
     for kb in range(-(-K // _KBLOCK)):
         sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
         part = accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], acc, mbits).astype(np.float64)
-        hi, lo = two_sum(total.astype(np.float64), part * kscale(0, M, kb))
-        total = round_hi_lo(hi, lo)
+        total = add_scaled_f32(total, part, kscale(0, M, kb))
     return total
 
 
