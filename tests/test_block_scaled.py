@@ -206,3 +206,82 @@ def test_nan_scale_and_errors():
         block_scaled_mm(a, b, accumulator="hopper")
     with pytest.raises(ValueError, match="leave scale_a"):
         scaled_mm(a, b, scale_a=2.0)
+
+
+# Smallest exponent of a normal number, from the OCP MX spec's format tables.
+EMIN = {"e4m3fn": -6, "e5m2": -14}
+
+
+def floor_log2(q: Fraction) -> int:
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    return e - 1 if Fraction(2) ** e > q else e
+
+
+def step_reference(a_row, b_col, c, emin, frac_bits, sum_bits):
+    """One documented tensor-core step, D = round_sum_bits(sum of aligned, truncated terms + C).
+
+    Each term is a product a*b with exponent ea + eb (each operand's exponent, at least
+    emin: products are not normalised) or C with its own exponent; every term is truncated
+    toward zero to ``frac_bits`` fraction bits below the largest of those exponents; the sum is
+    rounded to ``sum_bits`` significant bits, to nearest even.
+    """
+    terms = []
+    for x, y in zip(a_row, b_col):
+        if x and y:
+            terms.append((x * y, max(floor_log2(abs(x)), emin) + max(floor_log2(abs(y)), emin)))
+    if c:
+        terms.append((c, floor_log2(abs(c))))
+    if not terms:
+        return Fraction(0)
+    unit = Fraction(2) ** (max(e for _, e in terms) - frac_bits)
+    total = sum(int(t / unit) * unit for t, _ in terms)     # int() truncates toward zero
+    if total == 0:
+        return total
+    ulp = Fraction(2) ** (floor_log2(abs(total)) - sum_bits + 1)
+    n, rem = divmod(abs(total), ulp)
+    n = int(n) + (rem * 2 > ulp or (rem * 2 == ulp and int(n) % 2))
+    return (1 if total > 0 else -1) * n * ulp
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("acc", [BlockScaledAccumulator(32, 31, 24, "rne"), BlockScaledAccumulator(32, 12, 24, "rne")])
+def test_accumulator_input_c_joins_the_first_step(fmt, acc):
+    rng = np.random.default_rng(17)
+    f = fp8emu.get_format(fmt)
+    ca, cb = finite_codes(rng, f, (3, 32)), finite_codes(rng, f, (32, 4))
+    # C spans tiny to large magnitudes, so it is sometimes the largest term, sometimes cut
+    c = (rng.standard_normal((3, 4)) * 2.0 ** rng.integers(-30, 12, (3, 4))).astype(np.float32)
+    c[0, 0] = 0
+    c_before = c.copy()
+    ones_a, ones_b = np.full((3, 1), 127, np.uint8), np.full((1, 4), 127, np.uint8)
+    got = block_scaled_mm(ca, cb, a_format=fmt, b_format=fmt, a_scales=ones_a, b_scales=ones_b,
+                          accumulator=acc, c=c)
+    assert np.array_equal(c, c_before)
+    A, B = frac_values(ca, fmt), frac_values(cb, fmt)
+    for m in range(3):
+        for n in range(4):
+            want = step_reference(A[m], [B[k][n] for k in range(32)], Fraction(float(c[m, n])),
+                                  EMIN[fmt], acc.frac_bits, acc.sum_bits)
+            assert Fraction(float(got[m, n])) == want, (m, n)
+    # and "exact" is the exact sum with C, rounded once
+    exact = block_scaled_mm(ca, cb, a_format=fmt, b_format=fmt, a_scales=ones_a, b_scales=ones_b,
+                            accumulator="exact", c=c)
+    for m in range(3):
+        for n in range(4):
+            q = sum(A[m][k] * B[k][n] for k in range(32)) + Fraction(float(c[m, n]))
+            assert float(exact[m, n]) == round_f32(q)
+
+
+def test_accumulator_input_c_is_checked():
+    a = fp8emu.quantize_mx(np.ones((2, 32)), "e4m3fn")
+    b = fp8emu.quantize_mx(np.ones((32, 3)), "e4m3fn", axis=0)
+    assert block_scaled_mm(a, b, c=0.5)[1, 2] == 32.5          # scalars broadcast
+    assert block_scaled_mm(a, b, accumulator="fp32", c=[[1.0, 2.0, 3.0]])[0, 2] == 35.0
+    with pytest.raises(ValueError, match=r"c has shape \(4,\).*\(2, 3\)"):
+        block_scaled_mm(a, b, c=np.zeros(4))
+    with pytest.raises(ValueError, match="float32 values"):
+        block_scaled_mm(a, b, c=0.1)
+    with pytest.raises(ValueError, match="finite"):
+        block_scaled_mm(a, b, c=np.inf)
+    with pytest.raises(TypeError, match="c must be"):
+        block_scaled_mm(a, b, c="1")

@@ -56,9 +56,9 @@ class Accumulator:
     4
     >>> get_accumulator("hopper").split_k
     'cublas'
-    >>> blackwell_like = Accumulator("mma", group=32, frac_bits=25, sum_bits=25)
-    >>> blackwell_like.frac_bits
-    25
+    >>> b200_fp8 = Accumulator("mma", group=32, frac_bits=31, sum_bits=24, sum_rounding="rne")
+    >>> b200_fp8.frac_bits
+    31
     """
 
     kind: str = "mma"

@@ -80,8 +80,12 @@ def special_masks(codes_a, fa, codes_b, fb):
     return pos > 0, neg > 0, (nan > 0) | ((pos > 0) & (neg > 0))
 
 
-def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
-    """Chained tensor-core steps (with optional promotion and per-K-block scales)."""
+def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None):
+    """Chained tensor-core steps (with optional promotion and per-K-block scales).
+
+    ``c``, a float32 (M, N) array or None, is the accumulator input of the first
+    step (the MMA's C operand): it joins that step's alignment as its running sum.
+    """
     M, K = va.shape
     N = vb.shape[1]
     G = acc.group
@@ -110,6 +114,12 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
     # Lowest exponent any non-zero term can have; all-zero steps are clamped to it
     # (their result is zero whatever the alignment).
     e_floor = _exp_span(ea)[0] + _exp_span(eb)[0] - 2
+    if c is not None:
+        # C's terms are aligned like a running sum: the floor must reach its lowest exponent
+        c = np.asarray(c, np.float64)
+        nz = c[c != 0]
+        if nz.size:
+            e_floor = min(e_floor, int(np.frexp(np.abs(nz).min())[1]) - 2)
     amax, bmax = np.abs(va).max(initial=0.0), np.abs(vb).max(initial=0.0)
     # float32 is exact when scaled terms stay integers below 2**24 even after
     # summing a group, and when products and scale factors stay normal float32
@@ -129,8 +139,9 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128):
         Eb = None if ops.wat is not None else np.empty((G, m1 - m0, N), np.int16)
         result = None
         for g0, g1 in pieces:
+            c0 = c[m0:m1] if (c is not None and g0 == pieces[0][0]) else None
             piece = _mma_piece(ops, (m0, m1), (g0, g1), (P, Eb), acc, promote=promote, e_floor=e_floor,
-                               kscale=kscale, kblock=kblock)
+                               kscale=kscale, kblock=kblock, c_in=c0)
             # split-K: the pieces' float32 results are added in piece order
             result = piece if result is None else (result + piece).astype(np.float32)
         out[m0:m1] = result
@@ -195,8 +206,8 @@ class _KMajor(NamedTuple):
     shift: int
 
 
-def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, kscale, kblock):
-    """float32 result of steps ``steps = (g0, g1)`` for rows ``rows = (m0, m1)``, from a zero accumulator.
+def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, kscale, kblock, c_in=None):
+    """float32 result of steps ``steps = (g0, g1)`` for rows ``rows = (m0, m1)``, from accumulator ``c_in`` (or zero).
 
     ``buffers = (P, Eb)`` are (group, rows, N) scratch arrays for the products and (only
     without exponent weights) their exponents.  Every (rows, N) temporary is a reused
@@ -208,6 +219,8 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, ksc
     G, F = acc.group, acc.frac_bits
     shape = (m1 - m0, vb_.shape[1])
     part, sc, tmp, s, fr = (np.zeros(shape) for _ in range(5))
+    if c_in is not None:
+        part[...] = c_in
     total = np.zeros(shape, np.float32)
     part32 = np.empty(shape, np.float32)
     sc_dt, psum = np.empty(shape, dt), np.empty(shape, dt)
@@ -289,8 +302,8 @@ def fp32_dot(va, vb):
     return acc
 
 
-def exact_dot(va, ea, vb, eb, mbits_a=6, mbits_b=6):
-    """Exact dot products rounded once to float32.
+def exact_dot(va, ea, vb, eb, mbits_a=6, mbits_b=6, extra=None):
+    """Exact dot products (plus ``extra``, an (M, N) array added exactly) rounded once to float32.
 
     The operands are split into exponent bands so that every band-pair product
     sum is an integer of at most 53 bits times a power of two, hence exact in a
@@ -313,6 +326,8 @@ def exact_dot(va, ea, vb, eb, mbits_a=6, mbits_b=6):
         return [np.where((e >= start) & (e < start + w), v, 0.0) for start in range(lo_e, hi_e + 1, w)]
 
     terms = [ba @ bb for ba in bands(va, ea, la, ha, wa) for bb in bands(vb, eb, lb, hb, wb)]
+    if extra is not None:
+        terms.append(np.broadcast_to(np.asarray(extra, np.float64), terms[0].shape))
     if len(terms) == 1:
         return terms[0].astype(np.float32)
     # error-free distillation: repeated two-sum sweeps leave the rounded sum in
