@@ -41,3 +41,25 @@ def _modules():
 def test_docstring_examples(mod):
     res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert res.failed == 0
+
+
+def test_readme_training_table_reproduces():
+    # The README promises these numbers on any machine (no BLAS, fixed summation order): this
+    # test runs wherever the suite runs (CI included), so every machine that passes it is one
+    # more on which they reproduced.
+    from fp8emu.lab import train
+
+    text = (ROOT / "README.md").read_text()
+    rows = {}
+    for name, key in (("float32", "float32"), ("FP8 (HYBRID, delayed)", "fp8")):
+        m = re.search(r"^\| " + re.escape(name) + r" \| ([0-9.]+) \| ([0-9.]+) \|(.*)$", text, re.M)
+        assert m, f"README training table row {name!r} not found"
+        rows[key] = m
+    res = train.compare()
+    for key, m in rows.items():
+        assert f"{res[key]['final_loss']:.4f}" == m.group(1), key
+        assert f"{res[key]['accuracy']:.4f}" == m.group(2), key
+    counts = [c.strip() for c in rows["fp8"].group(3).strip(" |").split("|")]
+    r = res["fp8"]
+    assert counts == ["/".join(str(r[f"{k}_{what}"]) for k in "xwg").replace("/", " / ")
+                      for what in ("overflow", "underflow", "count")]
