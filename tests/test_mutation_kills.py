@@ -486,3 +486,35 @@ def test_margin_upper_limit_is_where_max_stays_exact_in_float32():
     assert s == np.float32(15 * 2.0 ** -149)
     with pytest.raises(ValueError, match="margin"):
         fp8emu.current_scale(1.0, "e2m3fn", margin=149)
+
+
+# --- seed 5 sample (scaling) -------------------------------------------------------------
+
+def test_te_wgrad_sign_vector():
+    # Transformer Engine's fixed signs (get_wgrad_sign_vector in transformer_engine/pytorch/
+    # tensor/nvfp4_tensor.py and transformer_engine/jax/quantize/hadamard.py), and the bit mask
+    # its kernels take (bit i set where sign i is -1, get_sign_from_vector)
+    from fp8emu.scaling.hadamard import TE_WGRAD_SIGNS
+    assert TE_WGRAD_SIGNS == (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
+    assert sum(1 << i for i, s in enumerate(TE_WGRAD_SIGNS) if s == -1) == 0b1101011111101000
+
+
+def test_mx_from_codes_rebuilds_quantize_mx_scales_including_nan_blocks():
+    x = np.linspace(-3, 3, 4 * 64).reshape(4, 64)
+    x[1, 5] = np.nan                     # block (1, 0) gets the NaN scale code 255
+    st = fp8emu.quantize_mx(x, "e4m3fn")
+    assert st.scale_codes[1, 0] == 255
+    back = fp8emu.scaling.mx_from_codes(st.codes, st.scale_codes, "e4m3fn")
+    np.testing.assert_array_equal(back.scale, st.scale)            # NaN blocks: the same multiplier
+    np.testing.assert_array_equal(back.scale_inv, st.scale_inv)    # (assert_array_equal: NaN == NaN)
+    np.testing.assert_array_equal(back.dequantize(np.float32), st.dequantize(np.float32))
+
+
+def test_blockwise_3d_blocks_with_a_non_unit_middle_dimension():
+    # (1, 2, 32) blocks of a 3-D tensor are (2, 32) blocks of its (A*B, C) reshape when B is even
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 4, 64)) * np.exp(rng.standard_normal((3, 4, 1)) * 3)).astype(np.float32)
+    st3 = fp8emu.scaling.quantize_blockwise(x, "e4m3fn", block=(1, 2, 32), pow2=False)
+    st2 = fp8emu.scaling.quantize_blockwise(x.reshape(12, 64), "e4m3fn", block=(2, 32), pow2=False)
+    np.testing.assert_array_equal(st3.codes.reshape(12, 64), st2.codes)
+    np.testing.assert_array_equal(st3.scale.reshape(6, 2), st2.scale)
