@@ -518,3 +518,41 @@ def test_blockwise_3d_blocks_with_a_non_unit_middle_dimension():
     st2 = fp8emu.scaling.quantize_blockwise(x.reshape(12, 64), "e4m3fn", block=(2, 32), pow2=False)
     np.testing.assert_array_equal(st3.codes.reshape(12, 64), st2.codes)
     np.testing.assert_array_equal(st3.scale.reshape(6, 2), st2.scale)
+
+
+# --- seed 5 sample (gemm) ----------------------------------------------------------------
+
+def _round_f32_exact(q):
+    """Nearest-even float32 of a non-zero Fraction, by integer arithmetic (no float64 step)."""
+    from fractions import Fraction
+    a = abs(q)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    ulp = Fraction(2) ** (e - 23)
+    n, r = divmod(a, ulp)
+    n = int(n) + (r * 2 > ulp or (r * 2 == ulp and int(n) % 2))
+    return float(n * ulp) * (1 if q > 0 else -1)
+
+
+def test_exact_accumulator_at_the_band_width_limit():
+    # binary8p2 operands whose exponents span exactly one more than the band width the exact
+    # accumulator allows (24 = 46 // 2 + 1 for K = 32): the top products sum past 2**53, a
+    # float32 half-ulp term makes a tie and three nearly cancelling tail products break it.
+    # One band per operand would round the tail away inside a float64 matmul.
+    from fractions import Fraction
+    import itertools
+    la = lb = -20
+    top = 1.5 * 2.0 ** (la + 23)
+    for ntop, signs in itertools.product(range(20, 29), itertools.product([1, -1], repeat=3)):
+        half = 2.0 ** (int(np.floor(np.log2(ntop * top * top))) - 24)
+        ex = min(la + 23, int(np.log2(half)) - lb)
+        a = [top] * ntop + [2.0 ** ex, signs[0] * 1.5 * 2.0 ** la, signs[1] * 2.0 ** la, signs[2] * 2.0 ** la]
+        b = [top] * ntop + [half / 2.0 ** ex, 1.5 * 2.0 ** lb, 2.0 ** lb, 2.0 ** lb]
+        a, b = np.array(a + [0.0] * (32 - len(a))), np.array(b + [0.0] * (32 - len(b)))
+        ca, cb = fp8emu.encode(a[None, :], "binary8p2"), fp8emu.encode(b[:, None], "binary8p2")
+        assert np.array_equal(fp8emu.decode(ca, "binary8p2", dtype=np.float64)[0], a)
+        assert np.array_equal(fp8emu.decode(cb, "binary8p2", dtype=np.float64)[:, 0], b)
+        got = fp8emu.scaled_mm(ca, cb, a_format="binary8p2", b_format="binary8p2", accumulator="exact")
+        want = _round_f32_exact(sum(Fraction(x) * Fraction(y) for x, y in zip(a, b)))
+        assert float(got[0, 0]) == want, (ntop, signs)

@@ -102,6 +102,9 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None):
         raise ValueError(f"split-K pieces of {bounds[1]} do not hold whole steps of group {G}")
     # step ranges of the split-K pieces (the last one also takes the padding)
     pieces = [(b0 // G, b1 // G) for b0, b1 in zip(bounds[:-2], bounds[1:-1])] + [(bounds[-2] // G, ng)]
+    if c is not None and len(pieces) > 1:
+        # where C would join a split-K reduction is not known for any GPU
+        raise ValueError("an accumulator input C is modelled without split-K only")
     if kscale is not None:
         # block scales are applied when a K-block's partial sum is promoted
         if kblock % G:
@@ -139,9 +142,8 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None):
         Eb = None if ops.wat is not None else np.empty((G, m1 - m0, N), np.int16)
         result = None
         for g0, g1 in pieces:
-            c0 = c[m0:m1] if (c is not None and g0 == pieces[0][0]) else None
             piece = _mma_piece(ops, (m0, m1), (g0, g1), (P, Eb), acc, promote=promote, e_floor=e_floor,
-                               kscale=kscale, kblock=kblock, c_in=c0)
+                               kscale=kscale, kblock=kblock, c_in=None if c is None else c[m0:m1])
             # split-K: the pieces' float32 results are added in piece order
             result = piece if result is None else (result + piece).astype(np.float32)
         out[m0:m1] = result
