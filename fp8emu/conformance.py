@@ -22,7 +22,7 @@ from .codec import encode
 from .data import golden_dir
 from .formats import get_format
 from .profiles import get_profile
-from .tables import SOURCE_DTYPES, table_inputs
+from .tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
 
 __all__ = ["read_rle", "RecordedTable", "recorded_tables", "report", "markdown_table", "rle_at",
            "profile_runs"]
@@ -166,8 +166,8 @@ class RecordedTable:
 _FMT = {"e4m3": "e4m3fn", "e5m2": "e5m2", "e8m0": "e8m0fnu", "e2m3": "e2m3fn", "e3m2": "e3m2fn",
         "e2m1": "e2m1fn", "e4m3fn": "e4m3fn", "e4m3fnuz": "e4m3fnuz", "e5m2fnuz": "e5m2fnuz",
         "e8m0fnu": "e8m0fnu"}
-_SRC = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-_DTYPE_NAMES = dict(_SRC, f64="float64")
+_DTYPE_NAMES = {short: name for name, short in SOURCE_SHORT_NAMES.items()}
+_SRC = {short: name for short, name in _DTYPE_NAMES.items() if short != "f64"}   # cast sources
 _RND = {"rn": "rne", "rz": "rtz", "rp": "rup", "rtne": "rne", "rtz": "rtz"}
 
 
@@ -274,7 +274,7 @@ def _compare_cast(t: RecordedTable):
 
 def _compare_decode(t: RecordedTable):
     dt = SOURCE_DTYPES[_DTYPE_NAMES[t.dtype]]
-    uint = {"f16": np.uint16, "bf16": np.uint16, "f32": np.uint32, "f64": np.uint64}[t.dtype]
+    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize]
     f = get_format(t.fmt)
     n = 1 << f.bits
     if t.kind == "decode" and t.key is None:

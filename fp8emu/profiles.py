@@ -167,16 +167,22 @@ class Profile:
         """True for a profile with every option of the exact encode (``ocp``)."""
         return self.rules is None
 
+    def check_format(self, fmt: Format) -> None:
+        """Raise a clear error unless this (non-spec) profile describes ``fmt``."""
+        if self.is_spec or fmt in self.rules:
+            return
+        if any(f.name == fmt.name for f in self.rules):
+            raise ValueError(f"profile {self.name!r} describes the built-in format {fmt.name!r}; the "
+                             f"Format given under that name differs from it ({fmt!r})")
+        covered = ", ".join(f.name for f in self.rules)
+        raise ValueError(f"profile {self.name!r} cannot express format {fmt.name!r}; it covers: {covered}")
+
     def rule(self, fmt: Format, rounding: str) -> Rule:
         """The :class:`Rule` for ``fmt`` and ``rounding``; a clear error when the profile lacks it."""
-        by_mode = self.rules.get(fmt)
-        if by_mode is None:
-            covered = ", ".join(f.name for f in self.rules)
-            same_name = [f for f in self.rules if f.name == fmt.name]
-            if same_name:
-                raise ValueError(f"profile {self.name!r} describes the built-in format {fmt.name!r}; the "
-                                 f"Format given under that name differs from it ({fmt!r})")
-            raise ValueError(f"profile {self.name!r} cannot express format {fmt.name!r}; it covers: {covered}")
+        if self.is_spec:
+            raise ValueError(f"profile {self.name!r} is the exact encode: it has no fixed rules")
+        self.check_format(fmt)
+        by_mode = self.rules[fmt]
         if rounding in by_mode:
             return by_mode[rounding]
         if rounding == "rne" and len(by_mode) == 1:   # the default selects the path's only mode
@@ -252,8 +258,7 @@ def _profile_encode_table(prof: Profile, fmt: Format, src: str, rounding: str) -
 def _profile_decode_table(prof: Profile, fmt: Format, dtype: np.dtype) -> np.ndarray:
     if prof.decode_fix is None:
         return decode_table(fmt, dtype)
-    if not prof.is_spec and fmt not in prof.rules:
-        prof.rule(fmt, "rne")   # raises the profile's error for formats it does not describe
+    prof.check_format(fmt)
     t = decode_table(fmt, dtype).copy()
     prof.decode_fix(t, fmt, dtype)
     t.setflags(write=False)

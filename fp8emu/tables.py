@@ -52,6 +52,8 @@ SOURCE_DTYPES = {
     "float64": np.dtype(np.float64),
 }
 _SOURCE_NAMES = {dt: name for name, dt in SOURCE_DTYPES.items()}
+#: The short names the recorded tables' file names use for the source types (``f32`` ...).
+SOURCE_SHORT_NAMES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
 #: dtypes that decode can produce (the same four types).
 DECODE_DTYPES = tuple(SOURCE_DTYPES.values())
 # (uint view, exponent bits, mantissa bits) of the IEEE-style source types.

@@ -45,7 +45,7 @@ import ml_dtypes
 import numpy as np
 
 from ..codec import encode
-from ..tables import SOURCE_DTYPES, table_inputs
+from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
 from ..formats import get_format
 from ..gemm import scaled_mm
 
@@ -438,7 +438,7 @@ def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", sat
         keep[1:] = codes[1:] != codes[:-1]
         starts, codes = starts[keep], codes[keep]
     n = 1 << (32 if source_dtype == "float32" else 16)
-    short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[source_dtype]
+    short = SOURCE_SHORT_NAMES[source_dtype]
     head = (f"# fp8emu_{short}_{f.name}_{profile}_{rounding}{'_sat' if saturate else ''} inputs={n} "
             f"runs={starts.size} format={f.name} source={source_dtype} profile={profile} rounding={rounding} "
             f"saturate={bool(saturate)} format_version={FORMAT_VERSION}")
