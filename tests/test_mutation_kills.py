@@ -556,3 +556,48 @@ def test_exact_accumulator_at_the_band_width_limit():
         got = fp8emu.scaled_mm(ca, cb, a_format="binary8p2", b_format="binary8p2", accumulator="exact")
         want = _round_f32_exact(sum(Fraction(x) * Fraction(y) for x, y in zip(a, b)))
         assert float(got[0, 0]) == want, (ntop, signs)
+
+
+# --- seed 6 sample (core) ----------------------------------------------------------------
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+@pytest.mark.parametrize("name", ["stochastic", "stochastic_p3109", "stochastic_odd", "stochastic_fast"])
+def test_stochastic_modes_from_bfloat16_with_few_discarded_bits(name, k):
+    # bfloat16 -> e4m3fn discards exactly 4 bits in e4m3fn's normal range, so k = 3 puts the
+    # rules at their edge (the bits below the k kept ones: none); the float64 sweeps never do.
+    import ml_dtypes
+    bf = np.arange(0x3C80, 0x43E0, dtype=np.uint16).view(ml_dtypes.bfloat16)    # 2**-6 .. 448
+    x = bf.astype(np.float64)
+    grid = np.unique(np.abs(fp8emu.get_format("e4m3fn").values()))
+    grid = grid[np.isfinite(grid)]
+    i = np.searchsorted(grid, x, side="right") - 1
+    down, up = grid[i], grid[np.minimum(i + 1, grid.size - 1)]
+    f = np.where(up > down, (x - down) / np.where(up > down, up - down, 1), 0.0)   # a multiple of 1/16
+    for r in range(2 ** k):
+        got = fp8emu.decode(fp8emu.encode(bf, "e4m3fn", rounding=name, random_bits=np.full(x.shape, r),
+                                          sr_bits=k), "e4m3fn", dtype=np.float64)
+        fk = f * 2 ** k                       # f with k bits kept: ties broken per mode
+        if name == "stochastic":
+            away = np.floor(fk) + r >= 2 ** k
+        elif name == "stochastic_fast":
+            away = f + (2 * r + 1) / 2 ** (k + 1) >= 1
+        else:
+            fl = np.floor(fk)
+            tie = fk - fl == 0.5
+            odd = fl % 2 == 1
+            rounded = np.where(fk - fl > 0.5, fl + 1, np.where(
+                tie, fl + ((odd if name == "stochastic_p3109" else ~odd)), fl))
+            away = rounded + r >= 2 ** k
+        want = np.where((f > 0) & away, up, down)
+        assert np.array_equal(got, want), (name, k, r)
+
+
+def test_formats_without_subnormals_need_one_finite_code_past_exponent_field_zero():
+    # ebits=1 without subnormals: two binades (fields 0 and 1) of (1 + m/4) * 2**(field - bias)
+    want = [(1 + m / 4) * 2.0 ** (e - 1) for e in (0, 1) for m in range(4)]
+    f = fp8emu.Format("one_binade", ebits=1, mbits=2, bias=1, subnormals=False)
+    assert f.values()[:8].tolist() == want and f.values()[8:].tolist() == [-v for v in want]
+    g = fp8emu.Format("one_binade_fn", ebits=1, mbits=2, bias=1, subnormals=False, nan="fn")
+    assert g.values()[:7].tolist() == want[:7] and np.isnan(g.values()[7])
+    with pytest.raises(ValueError, match="no finite values"):
+        fp8emu.Format("nothing", ebits=1, mbits=0, bias=1, subnormals=False, nan="fn")

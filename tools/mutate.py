@@ -364,6 +364,26 @@ def run_group(group, sample, seed, timeout, jobs, progress=True):
     return results
 
 
+def check_mutants(specs, tests, timeout, jobs):
+    """Run ``tests`` against each mutant ``"path:index"`` (a survivor's second look); print a line each."""
+    def one(spec):
+        path, _, index = spec.rpartition(":")
+        w = tempfile.mkdtemp(prefix="mutate-check-")
+        try:
+            shutil.rmtree(w)
+            _copy_project(w)
+            with open(os.path.join(w, path), "w", encoding="utf-8") as fh:
+                fh.write(mutant_source(path, int(index)))
+            status, secs, detail = _run_tests(w, tests, timeout)
+        finally:
+            shutil.rmtree(w, ignore_errors=True)
+        return f"{status:8} {spec}  ({secs:.0f} s) {detail}"
+
+    with ThreadPoolExecutor(jobs) as pool:
+        for line in pool.map(one, specs):
+            print(line, flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("groups", nargs="*", default=list(GROUPS), help=f"module groups ({', '.join(GROUPS)})")
@@ -373,7 +393,13 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1, help="mutants run in parallel")
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--list", action="store_true", help="only count the sites")
+    ap.add_argument("--check", nargs="+", metavar="PATH:INDEX",
+                    help="instead of sampling: run --tests against these mutants (e.g. survivors)")
+    ap.add_argument("--tests", nargs="+", default=["tests"], help="test files for --check (default: tests)")
     args = ap.parse_args(argv)
+    if args.check:
+        check_mutants(args.check, args.tests, args.timeout, args.jobs)
+        return 0
     for g in args.groups:
         if g not in GROUPS:
             ap.error(f"unknown group {g!r}; choose from {', '.join(GROUPS)}")
