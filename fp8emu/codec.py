@@ -414,15 +414,6 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     prof = get_profile(profile)
     rounding = check_rounding(rounding)
     saturate = check_saturation(saturate)
-    if saturate == "satpropagate":
-        options = dict(rounding=rounding, rng=rng, sr_bits=sr_bits, random_bits=random_bits, via=via,
-                       profile=profile, threads=threads)
-        out = encode(x, fmt, saturate=True, **options)
-        arr = as_array(x)
-        inf = np.isinf(arr) if arr.dtype.kind in "fc" else np.zeros(arr.shape, bool)
-        if inf.any():
-            out = np.where(inf, encode(np.where(inf, arr, 0), fmt, saturate=False, **options), out)
-        return out.astype(np.uint8)
     arr = as_array(x)
     if not prof.is_spec:
         prof.check_options(saturate=saturate, via=via, stochastic=(

@@ -103,7 +103,7 @@ def _shift_right(m, s):
     return np.where(s >= 64, _U64(0), out)
 
 
-def overflow_code(fmt: Format, neg, rounding: str, saturate: bool) -> np.ndarray:
+def overflow_code(fmt: Format, neg, rounding: str, saturate) -> np.ndarray:
     """Magnitude code (or full NaN code) that an overflowing finite value becomes.
 
     OCP non-saturating mode with IEEE 754 section 7.4: round-to-nearest and
@@ -134,7 +134,7 @@ def overflow_code(fmt: Format, neg, rounding: str, saturate: bool) -> np.ndarray
     return np.where(to_max, np.int64(fmt.max_code), np.int64(big))
 
 
-def round_exact(neg, m, lsb, fmt: Format, rounding: str, saturate: bool,
+def round_exact(neg, m, lsb, fmt: Format, rounding: str, saturate,
                 random_bits=None, sr_bits: int = 0) -> np.ndarray:
     """Round exact finite values ``(-1)**neg * m * 2**lsb`` to ``fmt`` codes.
 
@@ -149,8 +149,9 @@ def round_exact(neg, m, lsb, fmt: Format, rounding: str, saturate: bool,
     fmt : Format
     rounding : str
         One of :data:`ROUNDING_MODES`.
-    saturate : bool
-        Overflow to +-max instead of Inf/NaN.
+    saturate : bool or "satpropagate"
+        Finite overflow to +-max instead of Inf/NaN (both truthy values; they
+        differ only for Inf inputs, which this function does not see).
     random_bits : ndarray of uint64, optional
         For ``"stochastic"``: ``sr_bits`` random bits per element.
     sr_bits : int

@@ -155,9 +155,13 @@ def _decompose(x: np.ndarray):
     return neg, m, lsb, special & (mf != 0), special & (mf == 0)
 
 
-def _special_codes(fmt: Format, neg, is_nan, is_inf, saturate: bool):
-    """Codes of NaN and Inf inputs (int64 magnitude with -1 = NaN marker, neg)."""
-    if saturate or not (fmt.has_inf or fmt.has_nan):
+def _special_codes(fmt: Format, neg, is_nan, is_inf, saturate):
+    """Codes of NaN and Inf inputs (int64 magnitude with -1 = NaN marker, neg).
+
+    Inf saturates to max only under ``saturate=True`` (P3109 saturate-finite);
+    ``"satpropagate"`` saturates finite overflows alone, so Inf stays Inf.
+    """
+    if (saturate and not isinstance(saturate, str)) or not (fmt.has_inf or fmt.has_nan):
         inf = fmt.max_code
     elif fmt.has_inf:
         inf = fmt.inf_code
@@ -252,12 +256,17 @@ _table_64 = functools.lru_cache(maxsize=64)(_build_table)
 _live = weakref.WeakValueDictionary()
 
 
-def cached_encode_table(fmt: Format, src: str, rounding: str, saturate: bool):
+def _saturation_key(saturate):
+    """True, False or "satpropagate" (as :func:`fp8emu.rounding.check_saturation` gives them)."""
+    return saturate if isinstance(saturate, str) else bool(saturate)
+
+
+def cached_encode_table(fmt: Format, src: str, rounding: str, saturate):
     """The table :func:`encode_table` would return if one is built and alive, else None (never builds)."""
-    return _live.get((fmt, src, rounding, bool(saturate)))
+    return _live.get((fmt, src, rounding, _saturation_key(saturate)))
 
 
-def encode_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.ndarray:
+def encode_table(fmt: Format, src: str, rounding: str, saturate) -> np.ndarray:
     """Code for every 16-bit pattern (float16/bfloat16) or float32/float64 (hi, sticky) index.
 
     ``rounding="sr0"`` tabulates stochastic rounding with zero random bits,
@@ -265,7 +274,7 @@ def encode_table(fmt: Format, src: str, rounding: str, saturate: bool) -> np.nda
     (format object, source, rounding, saturate) and cached (1024 tables of
     16-bit and float32 sources, 64 of float64).
     """
-    key = (fmt, src, rounding, bool(saturate))
+    key = (fmt, src, rounding, _saturation_key(saturate))
     table = (_table_64 if src == "float64" else _table_16_32)(*key)
     _live[key] = table
     return table

@@ -79,6 +79,32 @@ def test_saturation_modes():
         fp8emu.encode(1.0, fmt, saturate="yes")
 
 
+@pytest.mark.parametrize("src", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("rounding", ["rne", "rtz", "rto", "stochastic"])
+@pytest.mark.parametrize("fmt", ["binary8p4", "binary8p3", "e5m2", "e4m3fn"])
+def test_satpropagate_is_satfinite_for_finite_inputs_and_ovfinf_for_inf(src, rounding, fmt):
+    # P3109: saturate-propagate saturates finite overflows and keeps Inf.  Every bit pattern of
+    # 16-bit sources, a spread of wide ones; both table-driven and exact paths (big and small calls).
+    import ml_dtypes
+    dt = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "float64": np.float64}[src]
+    if np.dtype(dt).itemsize == 2:
+        x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(dt)
+    else:
+        x = np.random.default_rng(3).standard_normal(1 << 17).astype(dt) * np.asarray(2.0 ** 20, dt)
+        x[:4] = [np.inf, -np.inf, np.nan, 0]
+    small = np.concatenate([x[:98], x[np.isinf(x.astype(np.float32))]])   # below the table threshold
+    for part in (x, small):
+        inf = np.isinf(part.astype(np.float32))
+        opts = dict(rounding=rounding)
+        if rounding == "stochastic":
+            opts.update(random_bits=np.arange(part.size, dtype=np.uint64) % 8, sr_bits=3)
+        sp = fp8emu.encode(part, fmt, saturate="satpropagate", **opts)
+        sf = fp8emu.encode(part, fmt, saturate="satfinite", **opts)
+        ov = fp8emu.encode(part, fmt, saturate="ovfinf", **opts)
+        assert np.array_equal(sp[~inf], sf[~inf]) and np.array_equal(sp[inf], ov[inf])
+        assert inf.any() and not np.array_equal(sf[inf], ov[inf])
+
+
 def test_unsigned_format_checks():
     with pytest.raises(ValueError, match="nan='top'"):
         fp8emu.Format("u", ebits=5, mbits=3, bias=16, signed=False, inf="top")
