@@ -601,3 +601,51 @@ def test_formats_without_subnormals_need_one_finite_code_past_exponent_field_zer
     assert g.values()[:7].tolist() == want[:7] and np.isnan(g.values()[7])
     with pytest.raises(ValueError, match="no finite values"):
         fp8emu.Format("nothing", ebits=1, mbits=0, bias=1, subnormals=False, nan="fn")
+
+
+# --- seed 7 sample (scaling, gemm) -------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["fp4_2d_quantization", "stochastic_rounding", "random_hadamard_transform",
+                                  "four_over_six"])
+def test_nvfp4_recipe_flags_must_be_bools(flag):
+    x = np.ones((16, 32), np.float32)
+    with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+        fp8emu.quantize_nvfp4(x, **{flag: "no"})     # a truthy string must not switch the option on
+
+
+def test_nvfp4_2d_blocks_need_two_dimensions():
+    with pytest.raises(ValueError, match="at least two dimensions"):
+        fp8emu.quantize_nvfp4(np.ones(32, np.float32), fp4_2d_quantization=True)
+
+
+@pytest.mark.parametrize("axis", [1.0, True, "1"])
+def test_scaling_axis_must_be_an_int(axis):
+    x = np.ones((4, 32), np.float32)
+    for call in (lambda: fp8emu.quantize_mx(x, "e4m3fn", axis=axis),
+                 lambda: fp8emu.quantize_nvfp4(x, axis=axis),
+                 lambda: fp8emu.scaling.quantize_axiswise(x, "e4m3fn", axis=axis),
+                 lambda: fp8emu.scaling.rht(x, axis=axis)):
+        with pytest.raises(TypeError, match="axis must be an int"):
+            call()
+
+
+def test_scaled_tensor_rejects_a_zero_block():
+    st = fp8emu.quantize_mx(np.ones((4, 32), np.float32), "e4m3fn")
+    one = np.ones((4, 1), np.float32)
+    with pytest.raises(ValueError, match=r"block \(1, 0\) does not fit"):
+        fp8emu.scaling.ScaledTensor(codes=st.codes, fmt=st.fmt, scale=one, scale_inv=one, block=(1, 0),
+                                    axis=None, shape=(4, 32))
+
+
+def test_split_bounds_needs_at_least_one_piece():
+    for bad in (0, -2):
+        with pytest.raises(ValueError, match="splits must be >= 1"):
+            split_bounds(4096, bad)
+
+
+def test_mma_dot_refuses_an_accumulator_input_with_split_k():
+    from fp8emu.gemm.kernels import mma_dot
+    va = np.ones((1, 512))
+    ea = np.zeros((1, 512), np.int16)
+    with pytest.raises(ValueError, match="without split-K"):
+        mma_dot(va, ea, va.T.copy(), ea.T.copy(), Accumulator("mma", split_k=2), c=np.zeros((1, 1)))

@@ -365,7 +365,22 @@ def run_group(group, sample, seed, timeout, jobs, progress=True):
 
 
 def check_mutants(specs, tests, timeout, jobs):
-    """Run ``tests`` against each mutant ``"path:index"`` (a survivor's second look); print a line each."""
+    """Run ``tests`` against each mutant ``"path:index"`` (a survivor's second look); print a line each.
+
+    The tests must pass on an unmutated copy first: the copy leaves out notebooks and figures,
+    so tests that read those would "kill" every mutant.
+    """
+    w = tempfile.mkdtemp(prefix="mutate-check-")
+    try:
+        shutil.rmtree(w)
+        _copy_project(w)
+        status, _, detail = _run_tests(w, tests, timeout)
+    finally:
+        shutil.rmtree(w, ignore_errors=True)
+    if status != "survived":
+        raise SystemExit(f"the unmutated tests do not pass in a copy ({status}: {detail}); leave out the "
+                         "tests that need notebooks or figures")
+
     def one(spec):
         path, _, index = spec.rpartition(":")
         w = tempfile.mkdtemp(prefix="mutate-check-")

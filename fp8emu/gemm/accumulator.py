@@ -164,9 +164,11 @@ def split_bounds(K, splits):
     >>> split_bounds(4096, 1)
     [0, 4096]
     """
+    if int(splits) < 1:
+        raise ValueError(f"splits must be >= 1, got {splits}")
     k_tiles = -(-int(K) // SPLIT_K_TILE)
-    per = -(-k_tiles // max(1, int(splits))) * SPLIT_K_TILE
-    return list(range(0, K, per))[:max(1, int(splits))] + [K] if K > 0 else [0, 0]
+    per = -(-k_tiles // int(splits)) * SPLIT_K_TILE
+    return list(range(0, K, per))[:int(splits)] + [K] if K > 0 else [0, 0]
 
 
 def get_accumulator(acc) -> Accumulator:
