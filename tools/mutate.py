@@ -80,7 +80,7 @@ GROUPS = {
                  "fp8emu/scaling/mx.py", "fp8emu/scaling/nvfp4.py", "fp8emu/scaling/hadamard.py"],
                 ["tests/test_scaling.py", "tests/test_mutation_kills.py", "tests/test_reliability.py",
                  "tests/test_recipes.py", "tests/test_scaling_chunks.py", "tests/test_block_scaled.py",
-                 "tests/test_layouts.py",
+                 "tests/test_layouts.py", "tests/test_scaling_errors.py",
                  "tests/test_properties.py::test_scaling_recipes_dequantize_within_half_a_unit",
                  "tests/test_properties.py::TestDelayedScalingModel"]),
     "gemm": (["fp8emu/gemm/accumulator.py", "fp8emu/gemm/kernels.py", "fp8emu/gemm/fparith.py",

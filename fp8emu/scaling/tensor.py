@@ -47,7 +47,9 @@ def as_f32(x, what="x") -> np.ndarray:
     tensors on any device, JAX arrays, objects with ``__array__`` or ``__dlpack__``.  A C-contiguous
     float32 ndarray is returned as it is (no copy: the recipes only read it).
     """
-    return np.ascontiguousarray(as_array(x, what), dtype=np.float32)
+    # np.asarray with order="C", not np.ascontiguousarray: that one turns a 0-d array into 1-d,
+    # which would slip past the recipes' "at least one dimension" checks with a changed shape
+    return np.asarray(as_array(x, what), dtype=np.float32, order="C")
 
 
 def int_arg(value, what, *, minimum=None):
