@@ -649,3 +649,24 @@ def test_mma_dot_refuses_an_accumulator_input_with_split_k():
     ea = np.zeros((1, 512), np.int16)
     with pytest.raises(ValueError, match="without split-K"):
         mma_dot(va, ea, va.T.copy(), ea.T.copy(), Accumulator("mma", split_k=2), c=np.zeros((1, 1)))
+
+
+# --- seed 8 sample (scaling) -------------------------------------------------------------
+
+def test_mx_even_rule_for_a_float32_subnormal_amax_is_the_smallest_scale():
+    # "even" (torchao EVEN) reads the rounded amax's float32 exponent field; 0 (a subnormal
+    # amax) means 2**-127, so with MXINT8 (emax 0) the scale is 2**-127, E8M0 code 0
+    st = fp8emu.quantize_mx(np.full((2, 32), 1e-39, np.float32), "int8", scale_rule="even")
+    assert st.scale_codes.tolist() == [[0], [0]]
+
+
+@pytest.mark.parametrize("where", [0, -1])
+def test_tensor_amax_of_inputs_larger_than_a_chunk(where):
+    # amax over more than CHUNK_ELEMS elements is reduced chunk by chunk: the max may sit in any
+    from fp8emu.scaling.tensor import CHUNK_ELEMS
+    big = np.full(3 * CHUNK_ELEMS + 16, 0.5, np.float32)
+    big[where] = 100.0
+    t = fp8emu.scaling.quantize_tensorwise(big, "e4m3fn")
+    assert t.scale == np.float32(448) / np.float32(100)       # TE: fmt.max / amax in float32
+    n = fp8emu.quantize_nvfp4(big.reshape(-1, 16))
+    assert n.global_scale == np.float32(np.float32(6 * 448) / np.float32(100))

@@ -31,6 +31,7 @@ CASES = {
     "inverse rht length": (lambda: S.inverse_rht(np.ones(24, np.float32)), ValueError, "multiple of 16"),
     "mx codes 0-d": (lambda: S.mx_from_codes(np.uint8(1), np.uint8(127), "e4m3fn"), ValueError,
                      "codes need at least one dimension"),
+    "mx block": (lambda: S.mx_from_codes(U8, ONE, "e4m3fn", block=0), ValueError, "block must be >= 1, got 0"),
     "mx codes dtype": (lambda: S.mx_from_codes(U8.astype(np.int64), ONE, "e4m3fn"), TypeError,
                        "codes must be uint8"),
     "mx scale dtype": (lambda: S.mx_from_codes(U8, ONE.astype(np.int16), "e4m3fn"), TypeError,
