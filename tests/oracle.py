@@ -374,3 +374,23 @@ class ValueOracle:
         out = np.where(isnan_res, self.nan_code(neg), out)
         out = np.where(np.isnan(x), self.nan_code(neg), out)
         return out.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- float32
+def floor_log2(q: Fraction) -> int:
+    """floor(log2(q)) of a positive rational, exactly."""
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    return e - 1 if Fraction(2) ** e > q else e
+
+
+def round_f32(q) -> float:
+    """Round an exact rational to float32: nearest even, subnormals, overflow to +-inf."""
+    q = Fraction(q)
+    if q == 0:
+        return 0.0
+    a = abs(q)
+    ulp = Fraction(2) ** (max(floor_log2(a), -126) - 23)
+    v = round(a / ulp) * ulp          # Fraction.__round__ is round-half-even
+    if v >= Fraction(2) ** 128:
+        return math.copysign(math.inf, q)
+    return math.copysign(float(v), q)

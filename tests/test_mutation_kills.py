@@ -522,19 +522,6 @@ def test_blockwise_3d_blocks_with_a_non_unit_middle_dimension():
 
 # --- seed 5 sample (gemm) ----------------------------------------------------------------
 
-def _round_f32_exact(q):
-    """Nearest-even float32 of a non-zero Fraction, by integer arithmetic (no float64 step)."""
-    from fractions import Fraction
-    a = abs(q)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    ulp = Fraction(2) ** (e - 23)
-    n, r = divmod(a, ulp)
-    n = int(n) + (r * 2 > ulp or (r * 2 == ulp and int(n) % 2))
-    return float(n * ulp) * (1 if q > 0 else -1)
-
-
 def test_exact_accumulator_at_the_band_width_limit():
     # binary8p2 operands whose exponents span exactly one more than the band width the exact
     # accumulator allows (24 = 46 // 2 + 1 for K = 32): the top products sum past 2**53, a
@@ -554,7 +541,7 @@ def test_exact_accumulator_at_the_band_width_limit():
         assert np.array_equal(fp8emu.decode(ca, "binary8p2", dtype=np.float64)[0], a)
         assert np.array_equal(fp8emu.decode(cb, "binary8p2", dtype=np.float64)[:, 0], b)
         got = fp8emu.scaled_mm(ca, cb, a_format="binary8p2", b_format="binary8p2", accumulator="exact")
-        want = _round_f32_exact(sum(Fraction(x) * Fraction(y) for x, y in zip(a, b)))
+        want = oracle.round_f32(sum(Fraction(x) * Fraction(y) for x, y in zip(a, b)))
         assert float(got[0, 0]) == want, (ntop, signs)
 
 

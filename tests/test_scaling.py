@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fp8emu
+from oracle import floor_log2, round_f32 as f32
 
 F32_MAX = float(np.finfo(np.float32).max)
 ML = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
@@ -21,25 +22,6 @@ SPEC_MBITS = {"e4m3fn": 3, "e5m2": 2, "e2m3fn": 3, "e3m2fn": 2, "e2m1fn": 1}
 
 
 # ----------------------------------------------------------------- exact helpers
-
-def floor_log2(q: Fraction) -> int:
-    e = q.numerator.bit_length() - q.denominator.bit_length()
-    return e - 1 if Fraction(2) ** e > q else e
-
-
-def f32(q) -> float:
-    """Round an exact rational to float32, nearest-even, with overflow to inf."""
-    q = Fraction(q)
-    if q == 0:
-        return 0.0
-    a = abs(q)
-    e = max(floor_log2(a), -126)
-    ulp = Fraction(2) ** (e - 23)
-    v = round(a / ulp) * ulp          # Fraction.__round__ is round-half-even
-    if v >= Fraction(2) ** 128:
-        return math.copysign(math.inf, q)
-    return math.copysign(float(v), q)
-
 
 def mul32(a, b):
     return f32(Fraction(a) * Fraction(b))
