@@ -33,7 +33,7 @@ import numpy as np
 from . import parallel
 from .formats import Format
 from .interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
-from .rounding import finish_codes, nan_codes, round_exact
+from .rounding import check_saturation, finish_codes, nan_codes, round_exact
 
 __all__ = [
     "SOURCE_DTYPES", "DECODE_DTYPES", "source_name", "as_array", "as_codes", "encode_exact",
@@ -256,14 +256,9 @@ _table_64 = functools.lru_cache(maxsize=64)(_build_table)
 _live = weakref.WeakValueDictionary()
 
 
-def _saturation_key(saturate):
-    """True, False or "satpropagate" (as :func:`fp8emu.rounding.check_saturation` gives them)."""
-    return saturate if isinstance(saturate, str) else bool(saturate)
-
-
 def cached_encode_table(fmt: Format, src: str, rounding: str, saturate):
     """The table :func:`encode_table` would return if one is built and alive, else None (never builds)."""
-    return _live.get((fmt, src, rounding, _saturation_key(saturate)))
+    return _live.get((fmt, src, rounding, check_saturation(saturate)))
 
 
 def encode_table(fmt: Format, src: str, rounding: str, saturate) -> np.ndarray:
@@ -274,7 +269,7 @@ def encode_table(fmt: Format, src: str, rounding: str, saturate) -> np.ndarray:
     (format object, source, rounding, saturate) and cached (1024 tables of
     16-bit and float32 sources, 64 of float64).
     """
-    key = (fmt, src, rounding, _saturation_key(saturate))
+    key = (fmt, src, rounding, check_saturation(saturate))
     table = (_table_64 if src == "float64" else _table_16_32)(*key)
     _live[key] = table
     return table
