@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack, contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
@@ -299,6 +300,18 @@ def _copy_project(dst):
         ".git", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis", "figures", "notebooks", "*.png"))
 
 
+@contextmanager
+def _scratch_copy(prefix):
+    """A private copy of the project in a temporary folder, removed afterwards."""
+    w = tempfile.mkdtemp(prefix=prefix)
+    try:
+        shutil.rmtree(w)
+        _copy_project(w)
+        yield w
+    finally:
+        shutil.rmtree(w, ignore_errors=True)
+
+
 def _run_tests(workdir, tests, timeout):
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0")
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-W", "ignore",
@@ -323,11 +336,8 @@ def run_group(group, sample, seed, timeout, jobs, progress=True):
     rng = random.Random(f"{seed}-{group}")
     chosen = sorted(rng.sample(all_sites, min(sample, len(all_sites))), key=lambda ps: (ps[0], ps[1].index))
     results: list[Result] = []
-    workdirs = [tempfile.mkdtemp(prefix=f"mutate-{group}-") for _ in range(jobs)]
-    try:
-        for w in workdirs:
-            shutil.rmtree(w)
-            _copy_project(w)
+    with ExitStack() as stack:
+        workdirs = [stack.enter_context(_scratch_copy(f"mutate-{group}-")) for _ in range(jobs)]
         status, base, detail = _run_tests(workdirs[0], tests, timeout * 4)
         if status != "survived":
             raise SystemExit(f"{group}: the unmutated tests do not pass ({status}: {detail})")
@@ -359,9 +369,6 @@ def run_group(group, sample, seed, timeout, jobs, progress=True):
 
         with ThreadPoolExecutor(jobs) as pool:
             results = list(pool.map(one, chosen))
-    finally:
-        for w in workdirs:
-            shutil.rmtree(w, ignore_errors=True)
     return results
 
 
@@ -371,28 +378,18 @@ def check_mutants(specs, tests, timeout, jobs):
     The tests must pass on an unmutated copy first: the copy leaves out notebooks and figures,
     so tests that read those would "kill" every mutant.
     """
-    w = tempfile.mkdtemp(prefix="mutate-check-")
-    try:
-        shutil.rmtree(w)
-        _copy_project(w)
+    with _scratch_copy("mutate-check-") as w:
         status, _, detail = _run_tests(w, tests, timeout)
-    finally:
-        shutil.rmtree(w, ignore_errors=True)
     if status != "survived":
         raise SystemExit(f"the unmutated tests do not pass in a copy ({status}: {detail}); leave out the "
                          "tests that need notebooks or figures")
 
     def one(spec):
         path, _, index = spec.rpartition(":")
-        w = tempfile.mkdtemp(prefix="mutate-check-")
-        try:
-            shutil.rmtree(w)
-            _copy_project(w)
+        with _scratch_copy("mutate-check-") as w:
             with open(os.path.join(w, path), "w", encoding="utf-8") as fh:
                 fh.write(mutant_source(path, int(index)))
             status, secs, detail = _run_tests(w, tests, timeout)
-        finally:
-            shutil.rmtree(w, ignore_errors=True)
         return f"{status:8} {spec}  ({secs:.0f} s) {detail}"
 
     with ThreadPoolExecutor(jobs) as pool:
