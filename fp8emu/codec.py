@@ -328,7 +328,7 @@ def _random_source(rounding, rng, sr_bits, random_bits, shape):
     return int(sr_bits), None, rng
 
 
-def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
+def encode(x, fmt, *, rounding="rne", saturate=None, rng=None, sr_bits=None,
            random_bits=None, via=None, profile=None, threads=None) -> np.ndarray:
     """Round values to a narrow format and return their codes.
 
@@ -349,6 +349,7 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
         ``"stochastic_odd"``, ``"stochastic_fast"``); see
         :data:`fp8emu.rounding.ROUNDING_MODES`.
     saturate : bool or {"satfinite", "satpropagate", "ovfinf"}, keyword-only
+        Not given (None) means False, or the profile's own saturation.
         If True (``"satfinite"``), overflows and +-Inf become +-max (NaN stays
         NaN).  If False (``"ovfinf"``; OCP non-saturating mode with IEEE 754
         section 7.4), overflow gives +-Inf, or NaN where the format has no Inf,
@@ -373,6 +374,8 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     profile : str, keyword-only
         Reproduce a GPU or library code path exactly (see
         :func:`fp8emu.profile_names`); ``None`` or ``"ocp"`` is the spec.
+        A profile fixes its saturation: an explicit ``saturate`` that
+        contradicts it is a ValueError naming the profile's counterpart.
     threads : int, keyword-only
         Threads to split the work over; default :func:`fp8emu.get_threads`
         for inputs of at least :data:`fp8emu.parallel.MIN_PARALLEL` elements,
@@ -403,22 +406,24 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     57
     """
     if (type(x) is np.ndarray and rng is random_bits is sr_bits is via is profile is None
-            and 0 < x.ndim and x.size <= CHUNK and (saturate is False or saturate is True)
+            and 0 < x.ndim and x.size <= CHUNK and (saturate is None or saturate is False or saturate is True)
             and type(rounding) is str
             and (threads is None or type(threads) is int and threads > 0)):   # one thread below CHUNK anyway
         # Small calls with plain options: one dict look-up, then the table (see _remember_fast).
-        fast = _FAST.get((get_format(fmt), rounding, saturate, x.dtype))
+        fast = _FAST.get((get_format(fmt), rounding, saturate is True, x.dtype))
         if fast is not None:
             return fast(x)
     fmt = get_format(fmt)
     prof = get_profile(profile)
     rounding = check_rounding(rounding)
-    saturate = check_saturation(saturate)
+    saturate = None if saturate is None else check_saturation(saturate)
     arr = as_array(x)
     if not prof.is_spec:
-        prof.check_options(saturate=saturate, via=via, stochastic=(
+        prof.check_options(fmt, rounding, saturate=saturate, via=via, stochastic=(
             rounding in STOCHASTIC_MODES or rng is not None or sr_bits is not None or random_bits is not None))
         return _encode_profile(arr, fmt, prof, rounding, threads)
+    if saturate is None:
+        saturate = False
     k, rb, gen = _random_source(rounding, rng, sr_bits, random_bits, arr.shape)
     if via is not None:
         if via not in _VIA:
@@ -436,7 +441,7 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
 
 def _encode_profile(arr, fmt, prof, rounding, threads=None):
     """Encode under a fixed code path: one look-up in the profile's table."""
-    arr = prof.source(arr)
+    arr = prof.source(arr, fmt, rounding)
     table = prof.encode_table(fmt, source_name(arr.dtype), rounding)
     flat = np.ascontiguousarray(arr).reshape(-1)
     out = np.empty(flat.shape, dtype=np.uint8)

@@ -141,7 +141,7 @@ def _bits_of(v, dt, uint):
     return "0x" + format(int(np.asarray(v, dt).view(uint)), f"0{2 * dt.itemsize}x")
 
 
-def encode_lines(values, fmt, *, rounding="rne", saturate=False, profile=None, source_dtype=None,
+def encode_lines(values, fmt, *, rounding="rne", saturate=None, profile=None, source_dtype=None,
                  rng=None, sr_bits=None) -> list:
     """Encode values given as text (see :func:`parse_inputs`) and describe each result.
 

@@ -11,8 +11,13 @@ and drive ``fp8emu conformance --live``.
 The engines are optional: each is imported only inside the function that
 runs it, and :func:`installed_engines` says which are present.
 
+Each engine's profiles name the library versions they are proven for
+(:attr:`fp8emu.profiles.Profile.versions`; :func:`engine_versions`).  The
+ONNX reference evaluator casts through ml_dtypes, so its result depends on
+the installed ml_dtypes too: :func:`engine_profile` gives the variant for
+the installed versions (``onnx-ml_dtypes-0.6`` or ``onnx-ml_dtypes-0.7``).
 What each engine casts (:data:`ENGINE_FORMATS`, :data:`ENGINE_SOURCES`) was
-found on the versions in :data:`PROVEN_VERSIONS`; casts they lack there:
+found on the proven versions; casts they lack there:
 ONNX Runtime 1.32's CPU provider has no FLOAT4E2M1/FLOAT6 Cast and no
 bfloat16 QuantizeLinear; XLA on the CPU rejects JAX's float6 types; torch's
 ``float4_e2m1fn_x2`` has no CPU conversion kernel.  ONNX models use the
@@ -36,17 +41,18 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.metadata
+import warnings
 
 import numpy as np
 
 from .codec import decode, encode
 from .conformance import KINDS, classify_differences
 from .formats import get_format
+from .profiles import get_profile, installed_version, resolve_versioned, versioned_names
 from .tables import SOURCE_DTYPES, source_name
 
-__all__ = ["ENGINES", "ENGINE_SOURCES", "ENGINE_FORMATS", "PROVEN_VERSIONS", "installed_engines",
-           "engine_cast", "engine_decode", "engine_options", "engine_profile", "probe_inputs",
+__all__ = ["ENGINES", "ENGINE_SOURCES", "ENGINE_FORMATS", "installed_engines", "engine_versions",
+           "engine_cast", "engine_decode", "engine_options", "engine_profile", "engine_profiles", "probe_inputs",
            "version_check", "live_report", "live_markdown"]
 
 #: Engine names, each with the Python distributions it needs.
@@ -55,14 +61,6 @@ ENGINES = {
     "onnxruntime-cpu": ("onnxruntime", "onnx"),
     "jax-cpu": ("jax", "jaxlib"),
     "torch-cpu": ("torch",),
-}
-
-#: The engine versions the profiles were proven on (bit for bit, every input; see tests/test_engines.py).
-PROVEN_VERSIONS = {
-    "onnx": {"onnx": "1.23.2"},
-    "onnxruntime-cpu": {"onnxruntime": "1.32.0", "onnx": "1.23.2"},
-    "jax-cpu": {"jax": "0.10.2", "jaxlib": "0.10.2"},
-    "torch-cpu": {"torch": "2.13.0+cpu"},
 }
 
 _FLOAT64 = SOURCE_DTYPES["float64"]
@@ -96,8 +94,10 @@ _SUBBYTE = ("e2m1fn", "e2m3fn", "e3m2fn")
 
 
 def installed_engines() -> dict:
-    """Installed engines and their versions: ``{engine: {distribution: version}}``.
+    """Installed engines and the versions that decide their casts: ``{engine: {distribution: version}}``.
 
+    Each engine's own distributions (:data:`ENGINES`), then any other
+    library its profiles depend on (ml_dtypes for the ONNX reference).
     Reads the installed distributions' metadata; imports none of them.
 
     Examples
@@ -108,15 +108,73 @@ def installed_engines() -> dict:
     """
     out = {}
     for engine, dists in ENGINES.items():
-        versions = {}
-        for d in dists:
-            try:
-                versions[d] = importlib.metadata.version(d)
-            except importlib.metadata.PackageNotFoundError:
-                break
-        else:
-            out[engine] = versions
+        versions = {d: installed_version(d) for d in dists}
+        if None in versions.values():
+            continue
+        for d in _depends_on(engine):
+            if d not in versions and installed_version(d) is not None:
+                versions[d] = installed_version(d)
+        out[engine] = versions
     return out
+
+
+def _plain_profiles(engine):
+    """The profile names an engine's settings map to (before a versioned name picks its variant)."""
+    if engine in ("onnx", "onnxruntime-cpu"):
+        return (engine, f"{engine}-nosat")
+    return (engine,)
+
+
+def engine_profiles(engine, installed=None) -> tuple:
+    """The profiles describing ``engine``'s settings for the given (default: installed) versions.
+
+    Parameters
+    ----------
+    engine : str
+    installed : mapping, optional
+        ``{distribution: version}`` to decide versioned profiles with (see
+        :func:`fp8emu.profiles.resolve_versioned`).
+
+    Examples
+    --------
+    >>> from fp8emu.engines import engine_profiles
+    >>> [p.name for p in engine_profiles("onnx", {"onnx": "1.23.2", "ml_dtypes": "0.6.0"})]
+    ['onnx-ml_dtypes-0.6', 'onnx-nosat-ml_dtypes-0.6']
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    out = []
+    for name in _plain_profiles(engine):
+        if name in versioned_names():
+            out.append(get_profile(name) if installed is None else resolve_versioned(name, installed))
+        else:
+            out.append(get_profile(name))
+    return tuple(out)
+
+
+def _depends_on(engine):
+    names = set()
+    for name in _plain_profiles(engine):
+        variants = versioned_names().get(name, (name,))
+        for v in variants:
+            names.update(r.distribution for r in get_profile(v).versions)
+    return tuple(sorted(names - set(ENGINES[engine])))
+
+
+def engine_versions(engine, installed=None) -> tuple:
+    """The version ranges ``engine``'s profiles are proven for (one per library that decides the result).
+
+    Examples
+    --------
+    >>> from fp8emu.engines import engine_versions
+    >>> [str(r) for r in engine_versions("torch-cpu")]
+    ['torch >=2.13.0,<2.14 (proven on 2.13.0+cpu)']
+    """
+    seen = {}
+    for p in engine_profiles(engine, installed):
+        for r in p.versions:
+            seen.setdefault(r.distribution, r)
+    return tuple(seen.values())
 
 
 def engine_options(engine, fmt) -> list:
@@ -439,23 +497,26 @@ def _torch_decode(flat, fmt, dtype):
 
 
 # ----------------------------------------------------------------------------- profiles and probes
-def engine_profile(engine, fmt, *, saturate=None, rounding=None):
+def engine_profile(engine, fmt, *, saturate=None, rounding=None, installed=None):
     """The profile (name) and rounding option that describe an engine setting.
 
     ONNX's ``saturate`` defaults to 1 and its ``round_mode`` to "up": an
     omitted attribute is the saturating profile and ``rounding="rup"``.
+    The ONNX reference's profile is the variant for the installed (or the
+    given ``installed``) ml_dtypes version.
 
     Examples
     --------
     >>> from fp8emu.engines import engine_profile
     >>> engine_profile("onnxruntime-cpu", "e4m3fn", saturate=False)
     ('onnxruntime-cpu-nosat', 'rne')
-    >>> engine_profile("onnx", "e8m0fnu")
-    ('onnx', 'rup')
+    >>> engine_profile("onnx", "e8m0fnu", installed={"onnx": "1.23.2", "ml_dtypes": "0.7.0"})
+    ('onnx-ml_dtypes-0.7', 'rup')
     """
     _check(engine, fmt)
+    sat, nosat = engine_profiles(engine, installed) if engine in ("onnx", "onnxruntime-cpu") else (None, None)
     if engine in ("onnx", "onnxruntime-cpu"):
-        name = engine if saturate is None or saturate else f"{engine}-nosat"
+        name = (sat if saturate is None or saturate else nosat).name
         return name, (rounding or "rup") if fmt == "e8m0fnu" else "rne"
     return engine, "rne"
 
@@ -497,24 +558,35 @@ def probe_inputs(src, n_random=1 << 16, seed=0) -> np.ndarray:
 
 
 def version_check(installed=None) -> list:
-    """Installed engine distributions whose version differs from the proven one.
+    """Installed library versions outside the range an engine's profiles are proven for.
 
-    Returns ``[(engine, distribution, installed version, proven version)]``.
+    Every library that decides an engine's casts is checked (ml_dtypes too,
+    for the ONNX reference).  Returns ``[(engine, distribution, installed
+    version, proven range)]``, the range as text.
 
     Examples
     --------
     >>> from fp8emu.engines import version_check
     >>> version_check({"torch-cpu": {"torch": "2.14.0"}})
-    [('torch-cpu', 'torch', '2.14.0', '2.13.0+cpu')]
+    [('torch-cpu', 'torch', '2.14.0', 'torch >=2.13.0,<2.14 (proven on 2.13.0+cpu)')]
     """
     installed = installed_engines() if installed is None else installed
     out = []
     for engine, versions in installed.items():
-        for dist, v in versions.items():
-            proven = PROVEN_VERSIONS[engine].get(dist)
-            if proven is not None and v != proven:
-                out.append((engine, dist, v, proven))
+        with warnings.catch_warnings():   # an out-of-range version is what this reports
+            warnings.simplefilter("ignore")
+            ranges = engine_versions(engine, versions)
+        for r in ranges:
+            v = versions.get(r.distribution)
+            if v is not None and not r.contains(v):
+                out.append((engine, r.distribution, v, str(r)))
     return out
+
+
+def _proven(engine, versions):
+    """Whether every deciding version installed is one the engine's profiles were proven on."""
+    return all(versions.get(r.distribution) in r.proven for r in engine_versions(engine, versions)
+               if versions.get(r.distribution) is not None)
 
 
 def _setting_text(opt):
@@ -533,10 +605,12 @@ def live_report(engines=None, n_random=1 << 16, progress=None) -> list:
     summed over the engine's source types (:func:`probe_inputs` each),
     with the decode direction checked for every code and output type.
 
-    Keys: ``engine``, ``version`` (its distributions, e.g. ``"onnxruntime
-    1.32.0"``), ``proven`` (True when installed == proven versions),
+    Keys: ``engine``, ``version`` (every library that decides its casts,
+    e.g. ``"onnx 1.23.2, ml_dtypes 0.7.0"``), ``proven`` (True when each of
+    those versions is one the profiles were proven on),
     ``format``, ``setting``, ``profile``, ``inputs``, ``mismatches``
-    (engine vs profile, encode), ``decode_mismatches`` (codes x output
+    (engine vs profile, encode; ``profile`` names the variant used),
+    ``decode_mismatches`` (codes x output
     types), ``differs_from_ocp`` (engine vs the spec: RNE, the engine's
     saturation) and its split by kind ``ocp_nan``, ``ocp_saturation``,
     ``ocp_rounding``, ``ocp_zero/sign``, ``ocp_e8m0`` (kinds as in
@@ -569,7 +643,7 @@ def live_report(engines=None, n_random=1 << 16, progress=None) -> list:
     rows = []
     for engine in names:
         version = ", ".join(f"{d} {v}" for d, v in have[engine].items())
-        proven = not version_check({engine: have[engine]})
+        proven = _proven(engine, have[engine])
         for fmt in ENGINE_FORMATS[engine]:
             if progress is not None:
                 progress(f"{engine} {fmt}")
@@ -621,7 +695,7 @@ def live_markdown(rows) -> str:
             "≠ ocp", "NaN code", "saturation", "rounding", "zero/sign", "e8m0 rule"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        ver = r["version"] + ("" if r["proven"] else " (not the proven version)")
+        ver = r["version"] + ("" if r["proven"] else " (not a proven version)")
         lines.append("| " + " | ".join([r["engine"], ver, r["format"], r["setting"], r["profile"],
                                         str(r["inputs"]), str(r["mismatches"]), str(r["decode_mismatches"]),
                                         str(r["differs_from_ocp"])]

@@ -9,8 +9,8 @@ encode table in place (never per element), so ``encode(x, fmt, profile=...)``
 is a table look-up as fast as plain encode.  Decoders differ only in NaN bit
 patterns, described by a ``decode_fix(table, fmt, dtype)`` callable.
 
-``"ocp"`` (the spec; every option of :func:`fp8emu.encode`) and
-``"ml_dtypes"`` are ordinary profiles.  A user-built :class:`Profile` is used
+``"ocp"`` (the spec; every option of :func:`fp8emu.encode`) and the
+``"ml_dtypes"`` variants are ordinary profiles.  A user-built :class:`Profile` is used
 exactly as given: tables are cached on the Profile object itself and on the
 :class:`~fp8emu.formats.Format` object, never looked up again by name.  Rules
 are keyed on the built-in Format objects they describe, so a look-alike
@@ -32,7 +32,7 @@ Rules found in the H200 recordings (``fp8emu/data/golden``)
 * Decoding: the GPU decoders give float16/bfloat16 NaN 0x7FFF (sign dropped);
   torch's float32 NaN is 0x7FF00000|sign (E4M3FN), 0x7FFFFFFF|sign (E5M2) or
   0x7F800001 (FNUZ formats, E8M0); its float64 NaN widens that pattern.
-* torch and ml_dtypes round float64 through float32 (double rounding); the
+* torch (and ml_dtypes before 0.7) round float64 through float32 (double rounding); the
   CUDA, Triton and JAX paths take float32 inputs, so float64 is first
   rounded to float32 there too.
 
@@ -40,12 +40,28 @@ Rules found on the CPU engines (every input through the engine itself)
 ----------------------------------------------------------------------
 ``fp8emu.engines`` runs the real engines and ``tests/test_engines.py``
 proves these profiles against them on every run (all inputs under ``-m
-exhaustive``); ``fp8emu.engines.PROVEN_VERSIONS`` names the versions (onnx
-1.23.2, onnxruntime 1.32.0, jax/jaxlib 0.10.2, torch 2.13.0+cpu).
+exhaustive``); each profile's :attr:`Profile.versions` names the library
+versions it is proven for (onnx 1.23.2 over ml_dtypes 0.5.4-0.7, onnxruntime
+1.32.0, jaxlib 0.10.2, torch 2.13.0+cpu).
+
+Version-scoped library profiles
+-------------------------------
+A library that changed behaviour has one profile per behaviour, and its
+plain name means the installed version, chosen at use
+(:func:`resolve_versioned`): ``ml_dtypes`` is ``ml_dtypes-0.6`` (0.5.4 to
+0.6: float64 through float32; E8M0 float32 subnormals in (2**-127,
+1.5 * 2**-127) round up to 2**-126) or ``ml_dtypes-0.7`` (float64 rounded
+once; the spec E8M0); both turn FP4/FP6 NaN into -0 and -NaN into +0.  The
+ONNX reference evaluator casts FP8/FP6/FP4 through ml_dtypes, so ``onnx``
+and ``onnx-nosat`` follow the installed ml_dtypes the same way
+(``onnx-ml_dtypes-0.6``, ``onnx-ml_dtypes-0.7``, ...).  The rules are
+proven against casts recorded from each release
+(``tools/record_library_vectors.py``) and against the installed one.
 
 * ``onnx`` / ``onnx-nosat``: the ONNX reference evaluator's ``Cast`` and
   ``QuantizeLinear`` (scale 1) with ``saturate=1`` (ONNX's default) / ``0``:
-  the spec for FP8 (float64 through float32); FLOAT4E2M1/FLOAT6 NaN gives -0
+  the spec for FP8 (float64 through float32 over ml_dtypes 0.6, rounded once
+  over 0.7); FLOAT4E2M1/FLOAT6 NaN gives -0
   (0x8/0x20) and -NaN +0; FLOAT8E8M0 keeps the float32 exponent field, ignoring the sign,
   with ``round_mode`` up/down/nearest as the rounding options ``rup``,
   ``rtz``, ``rne`` (see :func:`e8m0_onnx`).  ONNX's default ``round_mode`` is
@@ -66,6 +82,9 @@ exhaustive``); ``fp8emu.engines.PROVEN_VERSIONS`` names the versions (onnx
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -76,12 +95,79 @@ from .registry import Registry
 from .rounding import DETERMINISTIC_MODES
 from .tables import SOURCE_DTYPES, encode_table, decode_table, lookup, source_name, table_inputs
 
-__all__ = ["Rule", "Profile", "profile_names", "get_profile", "register_profile", "PROFILE_NAMES"]
+__all__ = ["Rule", "Profile", "VersionRange", "UnprovenVersionWarning", "profile_names", "get_profile",
+           "register_profile", "resolve_versioned", "versioned_names", "installed_version", "PROFILE_NAMES"]
 
 _FLOAT16 = SOURCE_DTYPES["float16"]
 _BFLOAT16 = SOURCE_DTYPES["bfloat16"]
 #: Sources a profile's tables cover directly; others are first converted to ``Profile.via64``.
 _TABLE_SOURCES = ("float32", "float16", "bfloat16")
+
+
+class UnprovenVersionWarning(UserWarning):
+    """An installed library's version lies outside every range a versioned profile is proven for."""
+
+
+def _version_key(version: str) -> tuple:
+    """A sortable key of a release string: its numeric release parts, a pre-release below the release.
+
+    ``"2.13.0+cpu"`` -> ``(2, 13, 0, 1)``; ``"0.7.0rc1"`` -> ``(0, 7, 0, 0)``; local labels are ignored.
+    """
+    if not isinstance(version, str) or not re.match(r"\d", version):
+        raise ValueError(f"not a release version: {version!r}")
+    public = version.split("+", 1)[0]
+    m = re.match(r"(\d+(?:\.\d+)*)(.*)", public)
+    parts = [int(v) for v in m.group(1).split(".")]
+    while len(parts) < 3:
+        parts.append(0)
+    return (*parts, 0 if m.group(2) and not m.group(2).startswith(".post") else 1)
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """The versions of one library that a profile's rules are proven for.
+
+    Attributes
+    ----------
+    distribution : str
+        The Python distribution whose version decides the result (``"ml_dtypes"``, ``"onnx"``).
+    minimum : str
+        Lowest version the rules hold for (inclusive).
+    below : str or None
+        First version they are not claimed for (exclusive); None: no upper bound.
+    proven : tuple of str
+        The versions the rules were proven on, bit for bit, by recorded vectors or live tests.
+
+    Examples
+    --------
+    >>> from fp8emu.profiles import VersionRange
+    >>> r = VersionRange("ml_dtypes", "0.5.4", "0.7", ("0.5.4", "0.6.0"))
+    >>> r.contains("0.6.0"), r.contains("0.7.0"), str(r)
+    (True, False, 'ml_dtypes >=0.5.4,<0.7 (proven on 0.5.4, 0.6.0)')
+    """
+
+    distribution: str
+    minimum: str
+    below: str | None = None
+    proven: tuple = ()
+
+    def __post_init__(self):
+        _version_key(self.minimum)
+        if self.below is not None and _version_key(self.below) <= _version_key(self.minimum):
+            raise ValueError(f"VersionRange({self.distribution!r}): below={self.below!r} must be above "
+                             f"minimum={self.minimum!r}")
+        if not isinstance(self.proven, tuple) or not all(self.contains(v) for v in self.proven):
+            raise ValueError(f"VersionRange({self.distribution!r}): every proven version must lie in the range")
+
+    def contains(self, version: str) -> bool:
+        """Whether ``version`` lies in ``[minimum, below)``."""
+        k = _version_key(version)
+        return k >= _version_key(self.minimum) and (self.below is None or k < _version_key(self.below))
+
+    def __str__(self):
+        rng = f">={self.minimum}" + (f",<{self.below}" if self.below else "")
+        proven = f" (proven on {', '.join(self.proven)})" if self.proven else ""
+        return f"{self.distribution} {rng}{proven}"
 
 
 @dataclass(frozen=True)
@@ -98,11 +184,28 @@ class Rule:
         ``fix(table, x, fmt, rule) -> None`` edits the writable encode table
         ``table`` (one code per representative input ``x``, see
         :func:`fp8emu.tables.table_inputs`) in place.
+    saturation : bool, str or None
+        The saturation the code path shows once ``fix`` is applied, as
+        :func:`fp8emu.encode` names it (True, False or ``"satpropagate"``),
+        where it differs from ``saturate``; an explicit ``saturate=`` given
+        to :func:`fp8emu.encode` with this profile must equal it.
+    via64 : {"float32", "float64", None}
+        For this format only, the intermediate type of sources other than
+        float32/float16/bfloat16, where it differs from the profile's
+        :attr:`Profile.via64` (the ONNX reference over ml_dtypes 0.7 rounds
+        float64 once to FP8 but through float32 to E8M0).
     """
 
     rounding: str
     saturate: bool
     fix: Callable | None = None
+    saturation: bool | str | None = None
+    via64: str | None = None
+
+    @property
+    def policy(self):
+        """The saturation this rule shows: ``saturation`` when given, else ``saturate``."""
+        return self.saturate if self.saturation is None else self.saturation
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,6 +227,14 @@ class Profile:
     decode_fix : callable or None
         ``decode_fix(table, fmt, dtype) -> None`` edits a writable copy of the
         decode table (value of every code in ``dtype``) in place.
+    versions : tuple of VersionRange
+        For a profile of a software library: the versions of each library
+        that determines its result, with those it was proven on (empty for
+        GPU code paths and the spec).
+    saturation_alternative : str or None
+        Name of the profile of the same code path with the other saturation
+        setting (``cuda-satfinite`` for ``cuda-nosat``), named in the error
+        for a contradicting ``saturate=``.
 
     Examples
     --------
@@ -139,10 +250,14 @@ class Profile:
     rules: Mapping | None
     via64: str | None = "float32"
     decode_fix: Callable | None = None
+    versions: tuple = ()
+    saturation_alternative: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise ValueError("Profile.name must be a non-empty string")
+        if not isinstance(self.versions, tuple) or not all(isinstance(v, VersionRange) for v in self.versions):
+            raise TypeError("Profile.versions must be a tuple of VersionRange")
         if self.via64 not in (None, "float32", "float64"):
             raise ValueError(f"Profile.via64 must be 'float32', 'float64' or None, got {self.via64!r}")
         if self.rules is None:
@@ -161,6 +276,8 @@ class Profile:
                                      f"rounding mode ({', '.join(DETERMINISTIC_MODES)}) to a Rule")
                 if rule.rounding not in DETERMINISTIC_MODES:
                     raise ValueError(f"Rule.rounding must be one of {DETERMINISTIC_MODES}, got {rule.rounding!r}")
+                if rule.via64 not in (None, "float32", "float64"):
+                    raise ValueError(f"Rule.via64 must be 'float32', 'float64' or None, got {rule.via64!r}")
 
     @property
     def is_spec(self) -> bool:
@@ -190,29 +307,67 @@ class Profile:
         raise ValueError(f"profile {self.name!r} has no rounding {rounding!r} for {fmt.name}; "
                          f"it offers: {', '.join(by_mode)}")
 
-    def check_options(self, *, saturate=False, stochastic=False, via=None) -> None:
-        """Reject encode options that a fixed code path does not take."""
+    def check_options(self, fmt: Format, rounding: str, *, saturate=None, stochastic=False, via=None) -> None:
+        """Reject encode options that this fixed code path does not take.
+
+        ``saturate`` is None when the caller did not give it; an explicit
+        value must equal the saturation the profile shows for ``fmt`` (see
+        :attr:`Rule.policy`), except for formats with neither Inf nor NaN,
+        which always saturate.
+        """
         if self.is_spec:
             return
         if stochastic:
             raise ValueError(f"profile {self.name!r} is deterministic: stochastic rounding options "
                              "apply only to profile='ocp'")
-        if saturate:
-            raise ValueError(f"profile {self.name!r} fixes saturation itself (pick cuda-satfinite or "
-                             "cuda-nosat, or use profile='ocp' with saturate=True)")
         if via is not None:
             raise ValueError(f"profile {self.name!r} fixes the intermediate type; via applies to profile='ocp'")
+        if saturate is None or (fmt.inf is None and fmt.nan is None):
+            return
+        policy = self.rule(fmt, rounding).policy
+        if saturate == policy:
+            return
+        shown = {True: "saturates (saturate=True)", False: "does not saturate (saturate=False)",
+                 "satpropagate": "clamps finite overflow but keeps Inf (saturate='satpropagate')"}[policy]
+        alt = (f"use profile={self.saturation_alternative!r} for the other setting of this code path, or "
+               if self.saturation_alternative else "this code path has no other setting; use ")
+        raise ValueError(f"profile {self.name!r} fixes saturation for {fmt.name}: it {shown}, so saturate="
+                         f"{saturate!r} contradicts it; {alt}profile='ocp' with saturate={saturate!r}")
 
-    def source(self, arr: np.ndarray) -> np.ndarray:
-        """``arr`` in a type the profile's tables cover (float64 and integers go through ``via64``)."""
+    def saturation(self, fmt: Format, rounding: str = "rne", saturate=None):
+        """The saturation an encode to ``fmt`` under this profile shows, as ``encode`` names it.
+
+        The spec profile gives ``saturate`` (False when None); a fixed code
+        path gives its rule's :attr:`Rule.policy` (after checking that an
+        explicit ``saturate`` agrees with it).
+
+        Examples
+        --------
+        >>> from fp8emu.profiles import get_profile
+        >>> from fp8emu.formats import get_format
+        >>> get_profile("cuda-satfinite").saturation(get_format("e4m3fn")), get_profile("ocp").saturation(
+        ...     get_format("e4m3fn"))
+        (True, False)
+        """
+        if self.is_spec:
+            return False if saturate is None else saturate
+        self.check_options(fmt, rounding, saturate=saturate)
+        return self.rule(fmt, rounding).policy
+
+    def source(self, arr: np.ndarray, fmt: Format | None = None, rounding: str = "rne") -> np.ndarray:
+        """``arr`` in a type the profile's tables cover (float64 and integers go through ``via64``,
+        or the rule's own :attr:`Rule.via64` for ``fmt`` and ``rounding`` where it has one)."""
         if arr.dtype in (SOURCE_DTYPES[n] for n in _TABLE_SOURCES):
             return arr
-        if self.via64 is None:
+        via = self.via64
+        if fmt is not None and not self.is_spec and self.rule(fmt, rounding).via64 is not None:
+            via = self.rule(fmt, rounding).via64
+        if via is None:
             raise ValueError(f"profile {self.name!r} takes float32, float16 or bfloat16 inputs, got {arr.dtype}")
-        if arr.dtype == SOURCE_DTYPES[self.via64]:
+        if arr.dtype == SOURCE_DTYPES[via]:
             return arr
         with np.errstate(over="ignore", invalid="ignore"):   # float64 -> float32 overflows to Inf, as on the GPU
-            return arr.astype(SOURCE_DTYPES[self.via64])
+            return arr.astype(SOURCE_DTYPES[via])
 
     def encode_table(self, fmt: Format, src: str, rounding: str = "rne") -> np.ndarray:
         """Read-only code of every representative ``src`` input (see :func:`fp8emu.tables.table_inputs`).
@@ -267,7 +422,8 @@ def _profile_decode_table(prof: Profile, fmt: Format, dtype: np.dtype) -> np.nda
 
 # ----------------------------------------------------------------------------- encode fixes
 def _isnan(x):
-    return np.isnan(x.astype(np.float32))
+    with np.errstate(over="ignore", invalid="ignore"):   # float64 beyond float32 is not NaN either way
+        return np.isnan(x.astype(np.float32))
 
 
 def nan_7f(table, x, fmt, rule):
@@ -307,10 +463,12 @@ def e8m0_torch(table, x, fmt, rule):
     table[...] = c.astype(np.uint8)
 
 
-def ml_dtypes_cast(table, x, fmt, rule):
-    """ml_dtypes' own ``astype`` cast of every representative input."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        table[...] = x.astype(fmt.ml_dtype).view(np.uint8)
+def e8m0_subnormal_round_up(table, x, fmt, rule):
+    """E8M0 as ml_dtypes 0.5.1-0.6 (and JAX 0.10.2 CPU) compute it: values in (2**-127, 1.5 * 2**-127),
+    float32 subnormals, round up to 2**-126 (code 1), although 2**-127 (code 0) is nearer."""
+    with np.errstate(invalid="ignore"):
+        v = x.astype(np.float64)
+    table[(v > 2.0 ** -127) & (v < 1.5 * 2.0 ** -127)] = 1
 
 
 # ----------------------------------------------------------------------------- decode fixes
@@ -354,15 +512,9 @@ def torch_decode_nan(table, fmt, dtype):
     _put_nan_bits(table, nan, f32)
 
 
-def ml_dtypes_decode(table, fmt, dtype):
-    """ml_dtypes' own ``astype`` of every code."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        table[...] = np.arange(1 << fmt.bits, dtype=np.uint8).view(fmt.ml_dtype).astype(dtype)
-
-
 # ----------------------------------------------------------------------------- CPU engine fixes
 # Rules below were found by running every input through the engine itself
-# (fp8emu.engines; proven on the versions in fp8emu.engines.PROVEN_VERSIONS:
+# (fp8emu.engines; proven on the versions each profile's ``versions`` names:
 # onnx 1.23.2, onnxruntime 1.32.0, jax/jaxlib 0.10.2, torch 2.13.0+cpu).
 def _f32(x):
     with np.errstate(over="ignore", invalid="ignore"):   # float64 beyond float32 becomes Inf, as in the engines
@@ -380,8 +532,9 @@ def nan_7f_signed(table, x, fmt, rule):
 
 
 def subbyte_nan_ml_dtypes(table, x, fmt, rule):
-    """FP4/FP6 have no NaN: ml_dtypes' cast, and so the ONNX reference (onnx 1.23.2), gives NaN the
-    code of -0 (0x8 for E2M1, 0x20 for E2M3/E3M2) and -NaN +0; the spec's NaN -> +max does not apply."""
+    """FP4/FP6 have no NaN: ml_dtypes' cast (0.5.4 to 0.7.0), and so the ONNX reference (onnx 1.23.2),
+    gives NaN the code of -0 (0x8 for E2M1, 0x20 for E2M3/E3M2) and -NaN +0; the spec's NaN -> +max
+    does not apply."""
     nan = _isnan(x)
     table[nan] = np.where(np.signbit(_f32(x[nan])), 0, fmt.sign_bit)
 
@@ -470,10 +623,11 @@ def jax_cpu_e5m2(table, x, fmt, rule):
 
 
 def jax_cpu_e8m0(table, x, fmt, rule):
-    """JAX 0.10.2 CPU E8M0 (as ml_dtypes): values in (2**-127, 1.5 * 2**-127) round up to 2**-126
+    """JAX 0.10.2 CPU E8M0 (as ml_dtypes 0.6): values in (2**-127, 1.5 * 2**-127) round up to 2**-126
     (code 1); from float64, positive values below 2**-127 give NaN 0xFF (from float32 they give 2**-127)."""
-    v = x.astype(np.float64)
-    table[(v > 2.0 ** -127) & (v < 1.5 * 2.0 ** -127)] = 1
+    e8m0_subnormal_round_up(table, x, fmt, rule)
+    with np.errstate(invalid="ignore"):
+        v = x.astype(np.float64)
     if x.dtype == np.float64:
         table[(v > 0) & (v < 2.0 ** -127)] = 0xFF
 
@@ -560,20 +714,17 @@ def _cuda_rules(sat):
 _BUILTIN = [
     Profile("ocp", "OCP OFP8 / OCP MX spec: exact single rounding, every option of encode (the default)",
             None, None),
-    Profile("ml_dtypes", "ml_dtypes NumPy astype casts: RNE, non-saturating, float64 via float32",
-            {f: _only("rne", False, ml_dtypes_cast) for f in (get_format(n) for n in (
-                "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4", "e8m0fnu",
-                "e2m3fn", "e3m2fn", "e2m1fn")) if f.ml_dtype is not None},
-            "float32", ml_dtypes_decode),
     Profile("torch-cuda", "torch 2.11 tensor.to(float8_*) on CUDA 13.0: RNE non-saturating, "
             "E5M2 NaN 0x7F, f16 NaN unsigned, e8m0 ties-up rule, float64 via float32",
             {**{f: _only("rne", False, torch_nan) for f in _FP8}, **{f: _only("rne", False) for f in _FNUZ},
              _F["e8m0fnu"]: _only("rne", False, e8m0_torch)},
             "float32", torch_decode_nan),
     Profile("cuda-satfinite", "cuda_fp8/fp6/fp4.h intrinsics with __NV_SATFINITE: overflow and Inf -> max, "
-            "NaN 0x7F; e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(True), "float32", gpu_decode_nan),
+            "NaN 0x7F; e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(True), "float32", gpu_decode_nan,
+            saturation_alternative="cuda-nosat"),
     Profile("cuda-nosat", "cuda_fp8/fp6/fp4.h intrinsics with __NV_NOSAT: overflow -> Inf/NaN, NaN 0x7F; "
-            "e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(False), "float32", gpu_decode_nan),
+            "e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(False), "float32", gpu_decode_nan,
+            saturation_alternative="cuda-satfinite"),
     Profile("triton-rtne", "Triton 3.6 fp_downcast_rounding='rtne' (e4m3fn, e5m2): saturates overflow and "
             "Inf to max, NaN 0x7F", {f: _only("rne", True, nan_7f) for f in _FP8}, "float32", gpu_decode_nan),
     Profile("triton-rtz", "Triton 3.6 fp_downcast_rounding='rtz' (e5m2 only): overflow -> max, Inf kept, "
@@ -583,11 +734,28 @@ _BUILTIN = [
                             **{f: _only("rne", False) for f in _FNUZ}}, "float32", gpu_decode_nan),
 ]
 
+# ml_dtypes: its astype casts, per behaviour.  Recorded from each version by
+# tools/record_library_vectors.py (tests/data/library_vectors/); 0.5.4 and 0.6.0 agree on every probe.
+_ML_FORMATS = tuple(f for f in (get_format(n) for n in (
+    "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4", "e8m0fnu",
+    "e2m3fn", "e3m2fn", "e2m1fn")))
+_ML_06 = VersionRange("ml_dtypes", "0.5.4", "0.7", ("0.5.4", "0.6.0"))
+_ML_07 = VersionRange("ml_dtypes", "0.7", "0.8", ("0.7.0",))
+
+
+def _ml_dtypes_rules(e8m0_fix):
+    rules = {f: _only("rne", False) for f in _ML_FORMATS if f not in _SUBBYTE}
+    rules.update({f: _only("rne", True, subbyte_nan_ml_dtypes) for f in _SUBBYTE})
+    if e8m0_fix is not None:
+        rules[_F["e8m0fnu"]] = _only("rne", False, e8m0_fix)
+    return rules
+
 
 def _onnx_rules(sat):
     rules = {f: _only("rne", sat) for f in (*_FP8, *_FNUZ)}
     rules.update({f: _only("rne", True, subbyte_nan_ml_dtypes) for f in _SUBBYTE})
-    rules[_F["e8m0fnu"]] = {m: Rule(m, sat, e8m0_onnx) for m in ("rup", "rtz", "rne")}
+    # E8M0 is ONNX's own code, on the float32 value, whatever ml_dtypes does with float64
+    rules[_F["e8m0fnu"]] = {m: Rule(m, sat, e8m0_onnx, via64="float32") for m in ("rup", "rtz", "rne")}
     return rules
 
 
@@ -603,37 +771,172 @@ _JAX_CPU = {f: _only("rne", False) for f in (get_format(n) for n in (
 _JAX_CPU.update({_E5M2: _only("rne", False, jax_cpu_e5m2), _F["e2m1fn"]: _only("rne", True, fp4_nan_jax),
                  _F["e8m0fnu"]: _only("rne", False, jax_cpu_e8m0)})
 
+_ONNX = VersionRange("onnx", "1.23.2", "1.24", ("1.23.2",))
+_ORT = VersionRange("onnxruntime", "1.32.0", "1.33", ("1.32.0",))
+_ONNX_SAT = ("saturate=1, the default: FP8 RNE saturating", "saturate=0: FP8 RNE non-saturating (the spec)")
+
 _BUILTIN += [
-    Profile("onnx", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2, opset 28) with "
-            "saturate=1, the default: FP8 RNE saturating, FP4/FP6 NaN -> -0, E8M0 exponent-field rule "
-            "(round_mode up/down/nearest = rup/rtz/rne), float64 via float32",
-            _onnx_rules(True), "float32", signed_nan_decode),
-    Profile("onnx-nosat", "ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2) with saturate=0: "
-            "FP8 RNE non-saturating (the spec), FP4/FP6 NaN -> -0, E8M0 exponent-field rule",
-            _onnx_rules(False), "float32", signed_nan_decode),
     Profile("onnxruntime-cpu", "ONNX Runtime 1.32 CPU Cast/QuantizeLinear with saturate=1 (default): E5M2 NaN "
             "0x7F|sign; E8M0 rounds in [2**-127, 2**127] only, else 0x00/0xFE", _onnxruntime_rules(True),
-            "float32", signed_nan_decode),
+            "float32", signed_nan_decode, versions=(_ORT,), saturation_alternative="onnxruntime-cpu-nosat"),
     Profile("onnxruntime-cpu-nosat", "ONNX Runtime 1.32 CPU Cast/QuantizeLinear with saturate=0: E4M3FN "
             "|x| in [480, 496) -> +-448 (spec: NaN), E5M2 round-up overflow -> NaN, NaN 0x7F|sign; E8M0 "
-            "outside [2**-127, 2**127] -> NaN", _onnxruntime_rules(False), "float32", signed_nan_decode),
+            "outside [2**-127, 2**127] -> NaN", _onnxruntime_rules(False), "float32", signed_nan_decode,
+            versions=(_ORT,), saturation_alternative="onnxruntime-cpu"),
     Profile("jax-cpu", "JAX 0.10.2 astype on the CPU (XLA, eager or jit): the spec, float64 rounded once; "
-            "E5M2 NaN 0x7F from 16-bit sources, FP4 NaN 0x8, E8M0 as ml_dtypes (float64: below 2**-127 -> NaN)",
-            _JAX_CPU, "float64", jax_cpu_decode),
+            "E5M2 NaN 0x7F from 16-bit sources, FP4 NaN 0x8, E8M0 as ml_dtypes 0.6 (float64: below 2**-127 "
+            "-> NaN)", _JAX_CPU, "float64", jax_cpu_decode,
+            versions=(VersionRange("jaxlib", "0.10.2", "0.11", ("0.10.2",)),)),
     Profile("torch-cpu", "torch 2.13 tensor.to(float8_*) on the CPU: E4M3FN saturates overflow and Inf to "
             "+-448, E5M2 NaN 0x7F|sign, e8m0 ties-up rule, float64 via float32",
             {_E4M3FN: _only("rne", True), _E5M2: _only("rne", False, nan_7f_signed),
              **{f: _only("rne", False) for f in _FNUZ}, _F["e8m0fnu"]: _only("rne", False, e8m0_torch)},
-            "float32", torch_cpu_decode),
+            "float32", torch_cpu_decode, versions=(VersionRange("torch", "2.13.0", "2.14", ("2.13.0+cpu",)),)),
+    # Versioned variants: the plain names "ml_dtypes", "onnx" and "onnx-nosat" pick one of these at use.
+    Profile("ml_dtypes-0.6", "ml_dtypes 0.5.4-0.6 astype: RNE non-saturating, float64 via float32 (double "
+            "rounding), FP4/FP6 NaN -> -0 and -NaN -> +0, e8m0 (2**-127, 1.5*2**-127) -> 2**-126",
+            _ml_dtypes_rules(e8m0_subnormal_round_up), "float32", versions=(_ML_06,)),
+    Profile("ml_dtypes-0.7", "ml_dtypes 0.7 astype: the spec (RNE non-saturating, float64 rounded once) but "
+            "FP4/FP6 NaN -> -0 and -NaN -> +0", _ml_dtypes_rules(None), "float64", versions=(_ML_07,)),
 ]
+for _sat, _sfx, _alt in ((True, "", "onnx-nosat"), (False, "-nosat", "onnx")):
+    for _ml, _via in ((_ML_06, "float32"), (_ML_07, "float64")):
+        _v = _ml.minimum[:3] if _ml is _ML_07 else "0.6"
+        _BUILTIN.append(Profile(
+            f"onnx{_sfx}-ml_dtypes-{_v}",
+            f"ONNX Cast/QuantizeLinear (reference evaluator, onnx 1.23.2, opset 28, over ml_dtypes {_v}) with "
+            f"{_ONNX_SAT[0 if _sat else 1]}, FP4/FP6 NaN -> -0, E8M0 exponent-field rule (round_mode "
+            f"up/down/nearest = rup/rtz/rne), float64 {'via float32' if _via == 'float32' else 'rounded once'}",
+            _onnx_rules(_sat), _via, signed_nan_decode, versions=(_ONNX, _ml),
+            saturation_alternative=f"onnx{'-nosat' if _sat else ''}-ml_dtypes-{_v}"))
 _PROFILES = Registry("profile", Profile, _BUILTIN)
 
-#: Built-in profile names, in the order of :func:`profile_names`.
-PROFILE_NAMES = tuple(_PROFILES)
+
+@dataclass(frozen=True)
+class _Versioned:
+    """A plain library name that means "the installed version": one variant per behaviour, oldest first."""
+
+    name: str
+    what: str
+    variants: tuple
+
+
+_VERSIONED = {v.name: v for v in (
+    _Versioned("ml_dtypes", "ml_dtypes NumPy astype casts", ("ml_dtypes-0.6", "ml_dtypes-0.7")),
+    _Versioned("onnx", "ONNX Cast/QuantizeLinear (reference evaluator) with saturate=1",
+               ("onnx-ml_dtypes-0.6", "onnx-ml_dtypes-0.7")),
+    _Versioned("onnx-nosat", "ONNX Cast/QuantizeLinear (reference evaluator) with saturate=0",
+               ("onnx-nosat-ml_dtypes-0.6", "onnx-nosat-ml_dtypes-0.7")),
+)}
+# Listing order: the plain names where the single profiles of those libraries used to stand.
+_ORDER = ("ocp", "ml_dtypes", "torch-cuda", "cuda-satfinite", "cuda-nosat", "triton-rtne", "triton-rtz",
+          "jax-gpu", "onnx", "onnx-nosat")
+
+#: Built-in profile names, in the order of :func:`profile_names` (plain library names, then variants).
+PROFILE_NAMES = _ORDER + tuple(n for n in _PROFILES if n not in _ORDER)
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a Python distribution, or None when it is not installed.
+
+    Reads the distribution's metadata; imports nothing.
+
+    Examples
+    --------
+    >>> from fp8emu.profiles import installed_version
+    >>> installed_version("ml_dtypes") is not None, installed_version("no-such-distribution-xyz")
+    (True, None)
+    """
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def versioned_names() -> dict:
+    """The plain library names that pick a versioned variant at use: ``{name: (variant, ...)}``.
+
+    Examples
+    --------
+    >>> from fp8emu.profiles import versioned_names
+    >>> versioned_names()["ml_dtypes"]
+    ('ml_dtypes-0.6', 'ml_dtypes-0.7')
+    """
+    return {n: v.variants for n, v in _VERSIONED.items()}
+
+
+def resolve_versioned(name: str, installed=None) -> Profile:
+    """The variant of the plain library profile ``name`` that describes the installed versions.
+
+    Parameters
+    ----------
+    name : str
+        A plain library name (see :func:`versioned_names`).
+    installed : mapping, optional
+        ``{distribution: version or None}`` to decide with instead of the
+        installed distributions (not installed: None).
+
+    Returns
+    -------
+    Profile
+        The variant whose :attr:`Profile.versions` contain every installed
+        version of the libraries it depends on (libraries not installed are
+        not checked).  When none does, an :class:`UnprovenVersionWarning`
+        names the installed versions and every variant's range, and the
+        variant agreeing on most libraries (the newest of equals) is used.
+
+    Examples
+    --------
+    >>> from fp8emu.profiles import resolve_versioned
+    >>> resolve_versioned("ml_dtypes", {"ml_dtypes": "0.6.0"}).name
+    'ml_dtypes-0.6'
+    >>> resolve_versioned("onnx", {"onnx": "1.23.2", "ml_dtypes": "0.7.0"}).name
+    'onnx-ml_dtypes-0.7'
+    """
+    if name not in _VERSIONED:
+        raise ValueError(f"{name!r} is not a versioned profile name; those are: {', '.join(_VERSIONED)}")
+    if installed is None:
+        return _resolve_installed(name)
+    return _resolve(name, dict(installed))
+
+
+@functools.lru_cache(maxsize=None)
+def _resolve_installed(name):
+    variants = [_PROFILES[v] for v in _VERSIONED[name].variants]
+    dists = {r.distribution for p in variants for r in p.versions}
+    return _resolve(name, {d: installed_version(d) for d in dists})
+
+
+def _resolve(name, installed):
+    variants = [_PROFILES[v] for v in _VERSIONED[name].variants]
+
+    def agree(p):
+        return sum(installed.get(r.distribution) is None or r.contains(installed[r.distribution])
+                   for r in p.versions)
+
+    scores = [agree(p) for p in variants]
+    for p, score in zip(variants, scores):
+        if score == len(p.versions):
+            return p
+    def below(p):   # an installed version under a failing range: prefer older variants
+        return any(installed.get(r.distribution) is not None and not r.contains(installed[r.distribution])
+                   and _version_key(installed[r.distribution]) < _version_key(r.minimum) for r in p.versions)
+
+    best = max(range(len(variants)), key=lambda i: (scores[i], -i if below(variants[i]) else i))
+    have = ", ".join(f"{d} {v}" for d, v in sorted(installed.items()) if v is not None)
+    ranges = "; ".join(f"{p.name}: {', '.join(str(r) for r in p.versions)}" for p in variants)
+    warnings.warn(f"profile {name!r}: the installed {have} lies outside every version range it is proven "
+                  f"for ({ranges}); using {variants[best].name!r}. Install a proven version, or name a variant "
+                  f"to be explicit.", UnprovenVersionWarning, stacklevel=4)
+    return variants[best]
 
 
 def profile_names() -> dict:
     """Names of the registered implementation profiles and a one-line description of each.
+
+    The plain library names (``"ml_dtypes"``, ``"onnx"``, ``"onnx-nosat"``)
+    mean the installed version: their description names the variant they
+    resolve to here (see :func:`resolve_versioned`).
 
     Examples
     --------
@@ -641,7 +944,15 @@ def profile_names() -> dict:
     >>> list(fp8emu.profile_names())[:3]
     ['ocp', 'ml_dtypes', 'torch-cuda']
     """
-    return {p.name: p.description for p in _PROFILES.values()}
+    out = {}
+    for n in PROFILE_NAMES + tuple(n for n in _PROFILES if n not in PROFILE_NAMES):
+        if n in _VERSIONED:
+            v = _VERSIONED[n]
+            out[n] = f"{v.what} of the installed version: here {resolve_versioned(n).name} " \
+                     f"(variants: {', '.join(v.variants)})"
+        else:
+            out[n] = _PROFILES[n].description
+    return out
 
 
 def register_profile(profile: Profile, *, replace: bool = False) -> Profile:
@@ -658,11 +969,17 @@ def register_profile(profile: Profile, *, replace: bool = False) -> Profile:
     >>> fp8emu.get_profile("demo-sat") is p
     True
     """
+    if profile.name in _VERSIONED:
+        raise ValueError(f"a profile named {profile.name!r} is already registered")
     return _PROFILES.register(profile, replace=replace)
 
 
 def get_profile(profile=None) -> Profile:
     """The :class:`Profile` called ``profile`` (``None``: ``"ocp"``); a Profile object is used as given.
+
+    A plain library name (``"ml_dtypes"``, ``"onnx"``, ``"onnx-nosat"``)
+    gives the variant for the installed library versions
+    (:func:`resolve_versioned`).
 
     Raises
     ------
@@ -676,6 +993,8 @@ def get_profile(profile=None) -> Profile:
     >>> from fp8emu.profiles import get_profile
     >>> sorted(m for r in get_profile("cuda-nosat").rules.values() for m in r if m != "rne")[:2]
     ['rtz', 'rtz']
+    >>> get_profile("ml_dtypes").name in ("ml_dtypes-0.6", "ml_dtypes-0.7")
+    True
     """
     if profile is None:
         return _PROFILES["ocp"]
@@ -683,4 +1002,10 @@ def get_profile(profile=None) -> Profile:
         return profile
     if not isinstance(profile, str):
         raise TypeError(f"profile must be a name or a Profile, got {type(profile).__name__}")
-    return _PROFILES.lookup(profile)
+    if profile in _VERSIONED:
+        return _resolve_installed(profile)
+    try:
+        return _PROFILES[profile]
+    except KeyError:
+        raise ValueError(f"unknown profile {profile!r}; valid profiles: "
+                         f"{', '.join(profile_names())}") from None

@@ -29,6 +29,10 @@ def _need(engine):
         pytest.importorskip("torch")
     elif engine not in INSTALLED:
         pytest.skip(f"{engine} is not installed")
+    stale = E.version_check({engine: INSTALLED.get(engine, {})})
+    if stale:
+        pytest.skip(f"{engine}: installed " + "; ".join(f"{d} {v} lies outside {r}" for _, d, v, r in stale)
+                    + ": no profile claims it (fp8emu conformance --live shows what differs)")
 
 
 def _cases():
@@ -223,8 +227,32 @@ def test_onnx_backend_cast_cases_replay_on_onnx_profile():
 
 # ----------------------------------------------------------------------------- versions and the live report
 def test_version_check_names_differences():
-    assert E.version_check({"onnx": {"onnx": E.PROVEN_VERSIONS["onnx"]["onnx"]}}) == []
-    assert E.version_check({"onnx": {"onnx": "9.9"}}) == [("onnx", "onnx", "9.9", "1.23.2")]
+    assert E.version_check({"onnx": {"onnx": "1.23.2", "ml_dtypes": "0.6.0"}}) == []
+    assert E.version_check({"onnx": {"onnx": "1.23.2", "ml_dtypes": "0.7.0"}}) == []
+    assert E.version_check({"onnx": {"onnx": "9.9", "ml_dtypes": "0.7.0"}}) == [
+        ("onnx", "onnx", "9.9", "onnx >=1.23.2,<1.24 (proven on 1.23.2)")]
+    # the ONNX reference casts through ml_dtypes: its version is checked too
+    assert E.version_check({"onnx": {"onnx": "1.23.2", "ml_dtypes": "0.8.1"}}) == [
+        ("onnx", "ml_dtypes", "0.8.1", "ml_dtypes >=0.7,<0.8 (proven on 0.7.0)")]
+    assert E.version_check({"jax-cpu": {"jax": "0.10.2", "jaxlib": "0.4.38"}}) == [
+        ("jax-cpu", "jaxlib", "0.4.38", "jaxlib >=0.10.2,<0.11 (proven on 0.10.2)")]
+
+
+def test_engine_profile_follows_ml_dtypes():
+    v6 = {"onnx": "1.23.2", "ml_dtypes": "0.6.0"}
+    v7 = {"onnx": "1.23.2", "ml_dtypes": "0.7.0"}
+    assert E.engine_profile("onnx", "e4m3fn", installed=v6) == ("onnx-ml_dtypes-0.6", "rne")
+    assert E.engine_profile("onnx", "e4m3fn", saturate=False, installed=v7) == ("onnx-nosat-ml_dtypes-0.7", "rne")
+    assert E.installed_engines().get("onnx", {}).get("ml_dtypes", ml_dtypes_version()) == ml_dtypes_version()
+    # the two variants differ exactly in how float64 is rounded
+    x = np.array([1.0625 * (1 + 2.0 ** -40)])
+    assert fp8emu.encode(x, "e4m3fn", profile="onnx-ml_dtypes-0.6").tolist() == [0x38]
+    assert fp8emu.encode(x, "e4m3fn", profile="onnx-ml_dtypes-0.7").tolist() == [0x39]
+
+
+def ml_dtypes_version():
+    import ml_dtypes
+    return ml_dtypes.__version__
 
 
 def test_live_report_rows_for_jax():
@@ -265,10 +293,14 @@ def test_readme_live_table_covers_every_setting_on_the_proven_versions():
             for e in E.ENGINES for f in E.ENGINE_FORMATS[e] for o in E.engine_options(e, f)}
     assert {(r[0], r[2], r[3]) for r in rows} == want
     for r in rows:
-        assert r[1] == ", ".join(f"{d} {v}" for d, v in E.PROVEN_VERSIONS[r[0]].items()), r
+        versions = dict(part.split(" ") for part in r[1].split(", "))
+        ranges = E.engine_versions(r[0], versions)
+        assert {x.distribution for x in ranges} <= set(versions), r
+        assert all(versions[x.distribution] in x.proven for x in ranges), r     # run on proven versions
         assert r[6] == "0" and r[7] == "0", r
-        assert r[4] == "{} ({})".format(*E.engine_profile(r[0], r[2], **next(
-            o for o in E.engine_options(r[0], r[2]) if E._setting_text(o) == r[3]))).replace(" (rne)", ""), r
+        opt = next(o for o in E.engine_options(r[0], r[2]) if E._setting_text(o) == r[3])
+        assert r[4] == "{} ({})".format(*E.engine_profile(r[0], r[2], installed=versions, **opt)).replace(
+            " (rne)", ""), r
 
 
 def test_engine_argument_errors():
@@ -321,9 +353,10 @@ def test_cli_conformance_live_bad_input(argv, message, capsys):
 def test_cli_conformance_live_says_when_the_version_is_not_the_proven_one(capsys, monkeypatch):
     _need("jax-cpu")
     from fp8emu.cli import main
-    installed = INSTALLED["jax-cpu"]["jax"]
-    monkeypatch.setitem(E.PROVEN_VERSIONS, "jax-cpu", {"jax": "0.0.1", "jaxlib": INSTALLED["jax-cpu"]["jaxlib"]})
+    fake = {"jax-cpu": dict(INSTALLED["jax-cpu"], jaxlib="0.0.1")}
+    monkeypatch.setattr(E, "installed_engines", lambda: fake)
     assert main(["conformance", "--live", "--engines", "jax-cpu", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert f"version check: jax-cpu: jax {installed} is installed, its profile was proven on 0.0.1" in out
-    assert "(not the proven version)" in out
+    assert ("version check: jax-cpu: jaxlib 0.0.1 is installed, outside the versions its profile is proven "
+            "for (jaxlib >=0.10.2,<0.11 (proven on 0.10.2))") in out
+    assert "(not a proven version)" in out

@@ -373,11 +373,12 @@ def test_as_ml_dtypes_needs_uint8_codes():
 def test_spec_profile_accepts_every_encode_option():
     ocp = fp8emu.get_profile("ocp")
     assert ocp.is_spec
-    assert ocp.check_options(saturate=True, stochastic=True, via="float16") is None
+    e4 = fp8emu.get_format("e4m3fn")
+    assert ocp.check_options(e4, "rne", saturate=True, stochastic=True, via="float16") is None
     cuda = next(fp8emu.get_profile(n) for n in fp8emu.profile_names() if not fp8emu.get_profile(n).is_spec)
     for kw in ({"saturate": True}, {"stochastic": True}, {"via": "float32"}):
         with pytest.raises(ValueError, match=cuda.name):
-            cuda.check_options(**kw)
+            cuda.check_options(e4, "rne", **kw)
 
 
 def test_scaling_rejects_void_dtypes_with_a_clear_message():

@@ -187,3 +187,48 @@ def test_cast_table_exhaustive(t):
         lens = np.minimum(ends[i0:i1], base + step) - np.maximum(s[i0:i1].astype(np.int64), base)
         want = np.repeat(c[i0:i1], lens)
         assert np.array_equal(got, want), f"{t.name}: mismatch in chunk {hex(base)}"
+
+
+# ----------------------------------------------------------------------------- saturation is never ignored
+@pytest.mark.parametrize("profile, given, alternative", [
+    ("onnxruntime-cpu", False, "onnxruntime-cpu-nosat"),
+    ("onnxruntime-cpu-nosat", True, "onnxruntime-cpu"),
+    ("cuda-satfinite", False, "cuda-nosat"),
+    ("cuda-nosat", "satfinite", "cuda-satfinite"),
+    ("onnx-ml_dtypes-0.7", False, "onnx-nosat-ml_dtypes-0.7"),
+])
+def test_contradicting_saturation_names_the_counterpart(profile, given, alternative):
+    x = np.array([1000.0], np.float32)
+    with pytest.raises(ValueError, match=rf"profile '{profile}' fixes saturation for e4m3fn.*"
+                                         rf"use profile='{alternative}'"):
+        fp8emu.encode(x, "e4m3fn", profile=profile, saturate=given)
+
+
+def test_saturation_without_a_counterpart_points_to_ocp():
+    x = np.array([1000.0], np.float32)
+    for profile in ("ml_dtypes", "torch-cuda", "triton-rtne"):
+        given = profile != "triton-rtne"      # triton-rtne saturates: only False contradicts it
+        with pytest.raises(ValueError, match=rf"no other setting; use profile='ocp' with saturate={given}"):
+            fp8emu.encode(x, "e4m3fn", profile=profile, saturate=given)
+
+
+def test_agreeing_saturation_is_accepted():
+    x = np.array([1000.0, -np.inf, 3.0], np.float32)
+    for profile, sat in (("onnxruntime-cpu", True), ("cuda-satfinite", "satfinite"), ("cuda-nosat", False),
+                         ("ml_dtypes", False), ("torch-cpu", True)):
+        np.testing.assert_array_equal(fp8emu.encode(x, "e4m3fn", profile=profile, saturate=sat),
+                                      fp8emu.encode(x, "e4m3fn", profile=profile))
+    # torch-cpu saturates E4M3FN but not E5M2: the check is per format
+    with pytest.raises(ValueError, match="fixes saturation for e5m2"):
+        fp8emu.encode(x, "e5m2", profile="torch-cpu", saturate=True)
+    # FP4/FP6 have neither Inf nor NaN: they always saturate, so saturate= says nothing there
+    assert fp8emu.encode(x, "e2m1fn", profile="cuda-nosat", saturate=False).tolist() == [7, 15, 5]
+
+
+def test_cli_profile_saturation(capsys):
+    from fp8emu.cli import main
+    assert main(["encode", "1000", "--profile", "cuda-satfinite"]) == 0
+    assert "0x7E" in capsys.readouterr().out
+    assert main(["encode", "1000", "--profile", "cuda-nosat", "--saturate"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "use profile='cuda-satfinite'" in err and "Traceback" not in err

@@ -16,6 +16,7 @@ import pytest
 import fp8emu
 
 README = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+LIBRARY = pathlib.Path(__file__).resolve().parent / "data" / "library_vectors"
 NAN = np.float64("nan")
 
 
@@ -136,17 +137,40 @@ def saturate_true():
         np.testing.assert_array_equal(got, [f.max, -f.max, f.max, -f.max, exp_nan], err_msg=name)
 
 
+def _recorded(version, key, x):
+    """ml_dtypes ``version``'s recorded code for the recorded input nearest ``x`` (tests/data/library_vectors)."""
+    src = key.split("/")[2]
+    with np.load(LIBRARY / "inputs.npz") as z:
+        pats = z[src]
+    with np.load(LIBRARY / f"ml_dtypes-{version}.npz") as z:
+        codes = z[key]
+    vals = pats.view({"float64": np.float64, "float32": np.float32}[src])
+    i = int(np.flatnonzero(vals == x)[0])
+    return int(codes[i])
+
+
+def _installed_is_07():
+    return tuple(int(v) for v in ml_dtypes.__version__.split(".")[:2]) >= (0, 7)
+
+
 def float64_rounded_once():
-    x = np.array([1.0625 + 2.0 ** -40])           # above the tie 1.0625 only in float64
-    assert enc(x, "e4m3fn") == [0x39]              # 1.125
-    assert x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).tolist() == [0x38]   # through float32: tie -> 1.0
-    assert fp8emu.encode(x, "e4m3fn", via="float32").tolist() == [0x38]
+    x = 1.0625 * (1 + 2.0 ** -40)                # above the tie 1.0625 only in float64
+    assert enc([x], "e4m3fn") == [0x39]           # fp8emu: 1.125
+    assert fp8emu.encode(np.array([x]), "e4m3fn", via="float32").tolist() == [0x38]   # through float32: tie -> 1.0
+    assert _recorded("0.6.0", "encode/float8_e4m3fn/float64", x) == 0x38   # 0.5.4-0.6: double rounding
+    assert _recorded("0.5.4", "encode/float8_e4m3fn/float64", x) == 0x38
+    assert _recorded("0.7.0", "encode/float8_e4m3fn/float64", x) == 0x39   # 0.7: once
+    got = np.array([x]).astype(ml_dtypes.float8_e4m3fn).view(np.uint8).tolist()
+    assert got == ([0x39] if _installed_is_07() else [0x38])
 
 
 def e8m0_subnormal_difference():
-    x = np.array([1.25 * 2.0 ** -127], np.float32)    # nearer 2**-127 than 2**-126
-    assert x.astype(ml_dtypes.float8_e8m0fnu).view(np.uint8).tolist() == [1]     # ml_dtypes: 2**-126
-    assert fp8emu.encode(x, "e8m0fnu").tolist() == [0]                         # fp8emu: 2**-127
+    x = np.float32(1.25 * 2.0 ** -127)            # nearer 2**-127 than 2**-126
+    assert _recorded("0.6.0", "encode/float8_e8m0fnu/float32", x) == 1      # 0.5.4-0.6: 2**-126
+    assert _recorded("0.7.0", "encode/float8_e8m0fnu/float32", x) == 0      # 0.7: 2**-127
+    got = np.array([x]).astype(ml_dtypes.float8_e8m0fnu).view(np.uint8).tolist()
+    assert got == ([0] if _installed_is_07() else [1])
+    assert fp8emu.encode(np.array([x]), "e8m0fnu").tolist() == [0]          # fp8emu: 2**-127
 
 
 def ml_dtypes_fp6_fp4_nan_zero():
@@ -179,9 +203,11 @@ CHECKS = {
     "`rto` (round to odd) and `rtz` never overflow to Inf/NaN in OCP formats; they give ±max. In the P3109\n"
     "  formats `rto` overflows to ±Inf": rto_rtz_never_overflow,
     "`saturate=True`: overflow and ±Inf give ±max; NaN stays NaN": saturate_true,
-    "fp8emu rounds once unless `via=\"float32\"`": float64_rounded_once,
-    "ml_dtypes rounds float32 subnormal inputs in (2^-127, 1.5·2^-127) up to 2^-126 in e8m0fnu": e8m0_subnormal_difference,
-    "ml_dtypes turns NaN into a zero of the opposite sign in FP6/FP4": ml_dtypes_fp6_fp4_nan_zero,
+    "ml_dtypes 0.5.4–0.6 casts float64 arrays through float32 (double rounding); ml_dtypes 0.7 rounds float64 once,\n"
+    "  as fp8emu does. `via=\"float32\"` reproduces the double rounding": float64_rounded_once,
+    "ml_dtypes 0.5.4–0.6 rounds float32 subnormal inputs in (2^-127, 1.5·2^-127) up to 2^-126 in e8m0fnu, although\n"
+    "  2^-127 is nearer; ml_dtypes 0.7 and fp8emu give 2^-127": e8m0_subnormal_difference,
+    "ml_dtypes (0.5.4 to 0.7) turns NaN into a zero of the opposite sign in FP6/FP4": ml_dtypes_fp6_fp4_nan_zero,
     "fp8emu's\n  `saturate=True` also maps ±Inf to ±max, and `rounding=\"rtz\"` gives ±max on overflow": ml_dtypes_options,
 }
 

@@ -13,6 +13,8 @@ Deterministic (fixed seeds; run: ``python3 tools/make_demo_checkpoint.py``), abo
   (LLM.int8()-style, 100x the rest) and a tensor with exact zeros.
 """
 
+import argparse
+import os
 from pathlib import Path
 
 import ml_dtypes
@@ -23,6 +25,16 @@ from fp8emu.lab.train import MLP, make_task, sgd_momentum_step
 
 OUT = Path(__file__).resolve().parents[1] / "fp8emu" / "data" / "demo" / "demo.safetensors"
 BF16 = ml_dtypes.bfloat16
+
+
+def bf16(x):
+    """float64 values as bfloat16, rounded through float32 first.
+
+    The shipped file was made that way (ml_dtypes 0.6 always went through float32); ml_dtypes 0.7 rounds
+    float64 once, which changes a few values, so the float32 step is explicit to reproduce the file byte
+    for byte under every supported ml_dtypes.
+    """
+    return np.asarray(x, np.float64).astype(np.float32).astype(BF16)
 
 
 def learned_mlp(steps=400, batch=128, lr=0.05, momentum=0.9, seed=0):
@@ -40,28 +52,30 @@ def learned_mlp(steps=400, batch=128, lr=0.05, momentum=0.9, seed=0):
         sgd_momentum_step(model, model.backward(p / batch, cache), vel, lr, momentum)
     out = {}
     for i, (w, b) in enumerate(zip(model.W, model.b)):
-        out[f"mlp.layers.{i}.weight"] = w.T.astype(np.float32)   # (out, in), as torch stores it
+        # (out, in), as torch stores it; contiguous, since safetensors before 0.5 wrote a transposed
+        # view's underlying buffer, not its values
+        out[f"mlp.layers.{i}.weight"] = np.ascontiguousarray(w.T, dtype=np.float32)
         out[f"mlp.layers.{i}.bias"] = b.astype(np.float32)
     return out
 
 
 def llm_like(hidden=256, ffn=512, layers=2, vocab=512, seed=1):
     g = np.random.default_rng(seed)
-    out = {"model.embed_tokens.weight": (g.standard_normal((vocab, hidden)) * 0.02).astype(BF16)}
+    out = {"model.embed_tokens.weight": bf16(g.standard_normal((vocab, hidden)) * 0.02)}
     for i in range(layers):
         p = f"model.layers.{i}."
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             w = g.standard_normal((hidden, hidden)) * 0.02
             if name == "k_proj":
                 w[g.choice(hidden, 4, replace=False)] *= 25.0   # outlier output channels
-            out[p + f"self_attn.{name}.weight"] = w.astype(BF16)
+            out[p + f"self_attn.{name}.weight"] = bf16(w)
         for name, shape in (("gate_proj", (ffn, hidden)), ("up_proj", (ffn, hidden)),
                             ("down_proj", (hidden, ffn))):
-            out[p + f"mlp.{name}.weight"] = (g.standard_t(3, shape) * 0.01).astype(BF16)
+            out[p + f"mlp.{name}.weight"] = bf16(g.standard_t(3, shape) * 0.01)
         gain = 1.0 + 0.05 * g.standard_normal(hidden)
         gain[g.choice(hidden, 2, replace=False)] = 40.0   # "massive" channels
-        out[p + "input_layernorm.weight"] = gain.astype(BF16)
-        out[p + "post_attention_layernorm.weight"] = (1.0 + 0.05 * g.standard_normal(hidden)).astype(BF16)
+        out[p + "input_layernorm.weight"] = bf16(gain)
+        out[p + "post_attention_layernorm.weight"] = bf16(1.0 + 0.05 * g.standard_normal(hidden))
         act = g.standard_normal((128, hidden))
         act[:, g.choice(hidden, 3, replace=False)] *= 100.0   # outlier feature channels
         out[f"activations.layers.{i}.mlp_input"] = act.astype(np.float32)
@@ -71,11 +85,22 @@ def llm_like(hidden=256, ffn=512, layers=2, vocab=512, seed=1):
     return out
 
 
-def main():
+def write(path):
+    """Write the demo checkpoint to ``path`` (mode 0644, whatever the umask or safetensors choose)."""
     tensors = {**learned_mlp(), **llm_like()}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(OUT), metadata={"generator": "tools/make_demo_checkpoint.py"})
-    print(f"{OUT}: {len(tensors)} tensors, {OUT.stat().st_size / 2**20:.2f} MiB")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata={"generator": "tools/make_demo_checkpoint.py"})
+    os.chmod(path, 0o644)
+    return tensors
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Write the demo checkpoint of fp8emu study --demo.")
+    p.add_argument("--out", type=Path, default=OUT, help=f"where to write it (default {OUT})")
+    args = p.parse_args(argv)
+    tensors = write(args.out)
+    print(f"{args.out}: {len(tensors)} tensors, {args.out.stat().st_size / 2**20:.2f} MiB")
 
 
 if __name__ == "__main__":

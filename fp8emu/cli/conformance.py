@@ -127,11 +127,13 @@ def _run_live(args) -> int:
             raise ValueError(f"unknown engine {e!r}; valid: {', '.join(engines.ENGINES)}")
         if e not in have:
             raise ValueError(f"engine {e!r} is not installed (needs {', '.join(engines.ENGINES[e])})")
-    print("Engines: " + "; ".join(f"{e} ({', '.join(f'{d} {v}' for d, v in have[e].items())})" for e in names))
+    print("Engines: " + "; ".join(f"{e} ({', '.join(f'{d} {v}' for d, v in have[e].items())}; profiles "
+                                  f"{', '.join(p.name for p in engines.engine_profiles(e, have[e]))})"
+                                  for e in names))
     stale = [s for s in engines.version_check({e: have[e] for e in names})]
     for engine, dist, v, proven in stale:
-        print(f"version check: {engine}: {dist} {v} is installed, its profile was proven on {proven}; "
-              "re-prove it (pytest tests/test_engines.py -m exhaustive)")
+        print(f"version check: {engine}: {dist} {v} is installed, outside the versions its profile is proven "
+              f"for ({proven}); re-prove it (pytest tests/test_engines.py -m exhaustive)")
     step, bar = _progress(sum(len(engines.ENGINE_FORMATS[e]) for e in names), args.quiet)
     try:
         rows = engines.live_report(names, progress=step)

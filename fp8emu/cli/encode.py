@@ -73,7 +73,8 @@ def register(sub, name, help_text):
         p.add_argument("--seed", type=int, default=None, help="seed of the random bits (--rounding stochastic)"),
         p.add_argument("--sr-bits", type=int, default=None, help="random bits for stochastic rounding (1..32)"),
     ]
-    p.add_argument("--saturate", action="store_true", help="clamp overflow and ±Inf to ±max")
+    p.add_argument("--saturate", action="store_true", default=None,
+                   help="clamp overflow and ±Inf to ±max (a --profile fixes its own saturation)")
     values_first_parser(p, {s for a in opts for s in a.option_strings})
     p.set_defaults(func=run)
 

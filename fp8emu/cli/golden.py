@@ -27,7 +27,8 @@ def register(sub, name, help_text):
     p.add_argument("--profile", default="ocp", help="implementation profile (default: ocp)")
     p.add_argument("--source-dtype", default="float32", choices=list(golden.SOURCE_DTYPES))
     p.add_argument("--rounding", default="rne", choices=ROUNDING_MODES)
-    p.add_argument("--saturate", action="store_true")
+    p.add_argument("--saturate", action="store_true", default=None,
+                   help="clamp overflow and ±Inf to ±max (a --profile fixes its own saturation)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the random bits (stochastic rounding) or of the GEMM operands (--scaled-mm)")
     p.add_argument("--sr-bits", type=int, default=None, help="random bits per input for stochastic rounding (1..32)")

@@ -45,6 +45,8 @@ import ml_dtypes
 import numpy as np
 
 from ..codec import encode
+from ..profiles import get_profile
+from ..rounding import check_saturation
 from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
 from ..formats import get_format
 from ..gemm import scaled_mm
@@ -105,7 +107,7 @@ def _edge_inputs(f, dt):
     return x[np.sort(first)]
 
 
-def golden_vectors(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", saturate=False,
+def golden_vectors(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", saturate=None,
                    seed=None, sr_bits=None, exhaustive=False):
     """Edge-case (or all) inputs and their expected codes.
 
@@ -182,7 +184,7 @@ def golden_vectors(fmt, *, source_dtype="float32", profile="ocp", rounding="rne"
         codes = encode(x, f, profile=profile, rounding=rounding, saturate=saturate)
         sr, sd = 0, -1
     out = {"format": f.name, "source_dtype": source_dtype, "profile": profile, "rounding": rounding,
-           "saturate": bool(saturate), "sr_bits": sr, "seed": sd, "x": x, "bits": x.view(uint), "codes": codes}
+           "saturate": _saturation(profile, f, rounding, saturate), "sr_bits": sr, "seed": sd, "x": x, "bits": x.view(uint), "codes": codes}
     if rb is not None:
         out["random_bits"] = rb
     return out
@@ -403,7 +405,13 @@ def load_golden(path):
 
 
 # ----------------------------------------------------------------------------- run-length tables
-def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", saturate=False, runs=None) -> str:
+def _saturation(profile, f, rounding, saturate):
+    """The saturation the vectors were made with (a profile's own when ``saturate`` is None)."""
+    sat = get_profile(profile).saturation(f, rounding, None if saturate is None else check_saturation(saturate))
+    return sat if isinstance(sat, str) else bool(sat)
+
+
+def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", saturate=None, runs=None) -> str:
     """Run-length table of a cast over every ``source_dtype`` bit pattern, as text.
 
     Same format as the recorded GPU tables (see the module docs): a kernel
@@ -437,6 +445,7 @@ def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", sat
         keep = np.ones(codes.size, dtype=bool)
         keep[1:] = codes[1:] != codes[:-1]
         starts, codes = starts[keep], codes[keep]
+    saturate = _saturation(profile, f, rounding, saturate)
     n = 1 << (32 if source_dtype == "float32" else 16)
     short = SOURCE_SHORT_NAMES[source_dtype]
     head = (f"# fp8emu_{short}_{f.name}_{profile}_{rounding}{'_sat' if saturate else ''} inputs={n} "
