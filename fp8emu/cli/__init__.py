@@ -34,12 +34,10 @@ COMMANDS = {
 
 
 def _version() -> str:
-    # importlib.metadata reads the installed distribution without importing the library.
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("fp8emu")
-    except PackageNotFoundError:   # running from a source tree that was never installed
-        return "unknown"
+    # The one version string: setuptools reads the same attribute into the package metadata,
+    # and the documentation's conf.py shows it.
+    from .. import __version__
+    return __version__
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -168,7 +168,7 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
                         shape=xf.shape, scale_codes=codes_scale, recipe=f"mx-{scale_rule}")
 
 
-#: MXINT8 elements (OCP MX v1.0 INT8, values k/64 with |k| <= 127) as a sign-magnitude Format.
+#: MXINT8 elements (OCP MX v1.0 INT8, values ``k/64`` with ``|k| <= 127``) as a sign-magnitude Format.
 MXINT8 = Format("mxint8", ebits=1, mbits=6, bias=1,
                 description="OCP MX INT8 element (k/64, |k|<=127) held sign-magnitude")
 
