@@ -25,7 +25,6 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.doctest",
     "sphinx.ext.mathjax",
-    "sphinx.ext.viewcode",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
     "fp8emu_docs",
