@@ -82,8 +82,8 @@ def api_entries() -> list:
 
     ``canonical`` is the full name under which the object is documented: routines at the first
     module of :data:`API_SECTIONS` that exports them (``fp8emu.encode``, not
-    ``fp8emu.codec.encode``), data at the deepest module that exports them (where its ``#:``
-    comment is).  ``kind`` is ``"function"``, ``"class"`` or ``"data"``.
+    ``fp8emu.codec.encode``), data at the module whose source assigns them (where its ``#:``
+    comment is; else the deepest module that exports them).  ``kind`` is ``"function"``, ``"class"`` or ``"data"``.
     """
     mods = documented_modules()
     where = {}
@@ -98,9 +98,20 @@ def api_entries() -> list:
     out = []
     for modname, name, obj, kind in rows:
         places = where[_key(name, obj)]
-        home = places[0] if kind != "data" else max(places, key=lambda m: (m.count("."), -places.index(m)))
+        if kind != "data":
+            home = places[0]
+        else:
+            defining = [m for m in places if _assigns(m, name)]
+            home = defining[0] if defining else max(places, key=lambda m: (m.count("."), -places.index(m)))
         out.append((modname, name, f"{home}.{name}", kind))
     return out
+
+
+def _assigns(modname, name) -> bool:
+    """Whether module ``modname``'s own source assigns ``name`` at top level."""
+    import re
+    src = inspect.getsource(importlib.import_module(modname))
+    return re.search(rf"^{re.escape(name)}\s*(:[^=\n]*)?=", src, re.M) is not None
 
 
 def data_module(canonical: str) -> str:

@@ -1,4 +1,12 @@
-"""OCP Microscaling (MX v1.0): an E8M0 scale shared by a block of elements."""
+"""OCP Microscaling (MX v1.0): an E8M0 scale shared by a block of elements.
+
+Examples
+--------
+>>> MX_SCALE_RULES
+('floor', 'ceil', 'even', 'rceil')
+>>> MX_ELEMENT_FORMATS[-1], MXINT8.max          # MXFP4's element; MXINT8's largest value 127/64
+('e2m1fn', 1.984375)
+"""
 
 from __future__ import annotations
 
