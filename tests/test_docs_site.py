@@ -121,6 +121,16 @@ def test_guides_cover_every_task_of_the_issue():
         assert "Coming" in (DOCS / "guides" / "attention.md").read_text(encoding="utf-8")
 
 
+def test_gallery_has_every_committed_figure():
+    figures = sorted(p.stem for p in (ROOT / "figures").glob("*.png"))
+    examples = sorted(p.stem[len("plot_"):] for p in (DOCS / "examples").glob("plot_*.py"))
+    assert figures == examples
+    from fp8emu.lab import plots
+    for name in plots.FIGURES:       # the lab's figures are drawn by the page, with their own function
+        src = (DOCS / "examples" / f"plot_{name}.py").read_text(encoding="utf-8")
+        assert f"fig = plots.{plots.FIGURES[name].__name__}()" in src, name
+
+
 # ----------------------------------------------------------------------------- generated tables
 def test_every_generated_table_is_included_by_a_page():
     text = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
