@@ -169,7 +169,8 @@ def test_readme_fits_on_two_screens_and_links_into_the_docs():
 def test_one_version_for_package_cli_and_docs():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in meta["project"] and meta["project"]["dynamic"] == ["version"]
-    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "fp8emu.__version__"}
+    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "fp8emu.version.__version__"}
+    assert fp8emu.version.__version__ is fp8emu.__version__
     out = subprocess.run([sys.executable, "-m", "fp8emu", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == f"fp8emu {fp8emu.__version__}"
     assert "version = release = fp8emu.__version__" in (DOCS / "conf.py").read_text()

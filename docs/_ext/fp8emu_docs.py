@@ -25,7 +25,7 @@ DOCS = Path(__file__).resolve().parents[1]
 #: (section title, modules) of the API reference, in reading order.  Every fp8emu module that
 #: has an ``__all__`` must be listed (a test enforces it).
 API_SECTIONS = [
-    ("The package", ["fp8emu"]),
+    ("The package", ["fp8emu", "fp8emu.version"]),
     ("Formats, rounding and the codec", ["fp8emu.formats", "fp8emu.rounding", "fp8emu.tables",
                                          "fp8emu.profiles", "fp8emu.codec", "fp8emu.parallel",
                                          "fp8emu.registry", "fp8emu.interop", "fp8emu.describe"]),

@@ -25,6 +25,8 @@ import importlib
 import os
 import sys
 
+from ..version import __version__
+
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: command name -> (module in fp8emu.cli, one-line help), in --help order.
@@ -44,9 +46,8 @@ COMMANDS = {
 
 
 def _version() -> str:
-    # The one version string: setuptools reads the same attribute into the package metadata,
+    # The one version string (fp8emu.version): setuptools reads it into the package metadata,
     # and the documentation's conf.py shows it.
-    from .. import __version__
     return __version__
 
 
