@@ -1,4 +1,13 @@
-"""fp8emu: a bit-exact NumPy reference emulator for FP8 and other narrow float formats."""
+"""fp8emu: a bit-exact NumPy reference emulator for FP8 and other narrow float formats.
+
+Examples
+--------
+>>> import numpy as np, fp8emu
+>>> fp8emu.encode(np.array([1.0, 300.0]), "e4m3fn").tolist()
+[56, 121]
+>>> fp8emu.__version__ == fp8emu.version.__version__
+True
+"""
 
 from .parallel import get_threads, set_threads
 from .formats import Format, format_names, format_table, get_format, register_format
@@ -12,7 +21,7 @@ from .scaling import (
 from .gemm import ACCUMULATORS, Accumulator, block_scaled_mm, scaled_mm
 from .testing import assert_close_ulp, assert_fp8_equal, compare_codes, golden_vectors, save_golden
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "set_threads", "get_threads",

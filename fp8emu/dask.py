@@ -165,7 +165,7 @@ def _block_amax(b):
 
 
 def amax(x) -> np.float32:
-    """max |x| over the whole array, NaN ignored (0 if all NaN), Inf kept: one pass, computed now.
+    """max ``|x|`` over the whole array, NaN ignored (0 if all NaN), Inf kept: one pass, computed now.
 
     Examples
     --------

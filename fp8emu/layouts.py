@@ -15,9 +15,9 @@ Packed FP6 (four codes ``a, b, c, d`` in three bytes)
         byte 1 = d[5:2] << 4 | c[5:2]
         byte 2 = a[1:0] << 6 | b[1:0] << 4 | d[1:0] << 2 | c[1:0]
 
-Swizzled block scales (cuBLASLt "1D block scaling factors layout", also
-Transformer Engine's ``nvte_swizzle_scaling_factors`` and torchao's ``to_blocked``)
-    A ``(rows, cols)`` scale matrix (rows = M or N, cols = K / block) is zero-padded
+Swizzled block scales (cuBLASLt "1D block scaling factors layout", also TE's and torchao's)
+    The layout of Transformer Engine's ``nvte_swizzle_scaling_factors`` and torchao's
+    ``to_blocked``.  A ``(rows, cols)`` scale matrix (rows = M or N, cols = K / block) is zero-padded
     to rows a multiple of 128 and cols a multiple of 4 and cut into 128 x 4 tiles,
     stored tile after tile, the column tiles of a row of tiles first.  Inside a
     tile, scale ``(r, c)`` sits at offset ``(r % 32) * 16 + (r // 32) * 4 + c``.

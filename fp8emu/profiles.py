@@ -17,7 +17,7 @@ are keyed on the built-in Format objects they describe, so a look-alike
 Format that merely shares a built-in's name is rejected with a clear error.
 
 Rules found in the H200 recordings (``fp8emu/data/golden``)
-------------------------------------------------------
+-----------------------------------------------------------
 * NaN inputs: CUDA intrinsics, Triton and JAX (XLA) give ``0x7F`` for both
   E4M3 and E5M2, the sign dropped; torch keeps the sign and gives
   ``0x7F``/``0xFF`` for float32 and bfloat16 sources, but its float16 kernel

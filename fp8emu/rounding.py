@@ -8,6 +8,13 @@ magnitude-ordered codes of the target :class:`~fp8emu.formats.Format`.
 Every special case is handled here in plain sight: ties, the sticky bit,
 subnormal targets, overflow by rounding direction, saturation, signed zeros
 and the formats without zero (E8M0).
+
+Examples
+--------
+>>> list(ROUNDING_MODES)[:4]
+['rne', 'rna', 'rtz', 'rup']
+>>> STOCHASTIC_MODES[0], "satfinite" in SATURATION_MODES
+('stochastic', True)
 """
 
 from __future__ import annotations

@@ -20,6 +20,13 @@ tables are built by the exact core, so they agree with it by construction.
 
 Every cache is keyed on the :class:`~fp8emu.formats.Format` object itself
 (a frozen dataclass: equal fields, equal behaviour), never on its name.
+
+Examples
+--------
+>>> list(SOURCE_DTYPES)
+['float16', 'bfloat16', 'float32', 'float64']
+>>> source_name(SOURCE_DTYPES["bfloat16"])
+'bfloat16'
 """
 
 from __future__ import annotations

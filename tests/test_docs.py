@@ -1,4 +1,5 @@
-"""The README's format table and examples, and every docstring example, must stay true."""
+"""The README's two commands and example, the docs' format table and training numbers, and every docstring
+example must stay true (the other pages' examples: tests/test_docs_site.py)."""
 
 import doctest
 import re
@@ -16,10 +17,15 @@ def test_readme_starts_with_the_two_commands():
     assert lines[1:5] == ["```", "pip install -e '.[dev]' && fp8emu study --demo", "pytest", "```"]
 
 
-def test_readme_format_table_is_generated():
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- format-table:start -->\n(.*?)\n<!-- format-table:end -->", text, re.S)
-    assert m and m.group(1) == fp8emu.format_table()
+def test_format_table_page_is_generated():
+    # The formats page includes the table that the docs build generates with fp8emu.format_table().
+    import sys
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    import fp8emu_docs
+    text = (ROOT / "docs" / "reference" / "formats.md").read_text()
+    assert "```{include} ../_generated/formats.md\n```" in text
+    assert fp8emu_docs.TABLES["formats.md"]() == fp8emu.format_table()
+    assert fp8emu.format_table().splitlines()[2].startswith("| e4m3fn | 8 | 4 | 3 | 7 | 448 | 2^-6 | 2^-9 |")
 
 
 def test_readme_python_blocks_run():
@@ -43,17 +49,17 @@ def test_docstring_examples(mod):
     assert res.failed == 0
 
 
-def test_readme_training_table_reproduces():
-    # The README promises these numbers on any machine (no BLAS, fixed summation order): this
-    # test runs wherever the suite runs (CI included), so every machine that passes it is one
-    # more on which they reproduced.
+def test_lab_guide_training_table_reproduces():
+    # The numerics-lab guide promises these numbers on any machine (no BLAS, fixed summation
+    # order): this test runs wherever the suite runs (CI included), so every machine that passes
+    # it is one more on which they reproduced.
     from fp8emu.lab import train
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "guides" / "lab.md").read_text()
     rows = {}
     for name, key in (("float32", "float32"), ("FP8 (HYBRID, delayed)", "fp8")):
         m = re.search(r"^\| " + re.escape(name) + r" \| ([0-9.]+) \| ([0-9.]+) \|(.*)$", text, re.M)
-        assert m, f"README training table row {name!r} not found"
+        assert m, f"lab guide training table row {name!r} not found"
         rows[key] = m
     res = train.compare()
     for key, m in rows.items():

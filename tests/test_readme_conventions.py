@@ -1,9 +1,10 @@
-"""Every convention the README states (section "Conventions" and "Known differences from
-ml_dtypes") is checked here against the code, with expectations written from the README's
-own words, the format's spec constants and ml_dtypes.
+"""Every convention the documentation states (docs/reference/formats.md, sections "Conventions"
+and "Known differences from ml_dtypes"; the README's before the docs site) is checked here against
+the code, with expectations written from the page's own words, the format's spec constants and
+ml_dtypes.
 
-Each check names the README phrase it verifies; a test fails if the phrase is gone (the
-README changed: update the check) and another fails if a bullet has no check at all.
+Each check names the phrase it verifies; a test fails if the phrase is gone (the page changed:
+update the check) and another fails if a bullet has no check at all.
 """
 
 import pathlib
@@ -15,7 +16,8 @@ import pytest
 
 import fp8emu
 
-README = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+# The page that states the conventions (kept under the old name: every check below reads it).
+README = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "reference" / "formats.md").read_text(encoding="utf-8")
 LIBRARY = pathlib.Path(__file__).resolve().parent / "data" / "library_vectors"
 NAN = np.float64("nan")
 

@@ -466,9 +466,9 @@ def test_plugin_is_declared_as_pytest11_entry_point():
 
 
 def test_readme_kit_example_runs(pytester):
-    """The README's "Use fp8emu in your project's tests" example is a working test file."""
+    """The validation guide's "Use fp8emu in your project's tests" example is a working test file."""
     import re
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "guides" / "validate-kernel.md").read_text()
     sec = text[text.index("## Use fp8emu in your project's tests"):]
     block = re.search(r"```python\n# test_my_kernel\.py\n(.*?)```", sec, re.S).group(1)
     pytester.makepyfile(test_my_kernel=block)

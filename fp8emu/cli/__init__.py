@@ -6,6 +6,16 @@ of the command being run is imported, so ``fp8emu table e4m3fn`` loads
 neither matplotlib nor the GEMM code.  Bad input (``ValueError``,
 ``OSError``) is one line ``fp8emu COMMAND: error: ...`` on stderr and exit
 status 2; anything else is a bug and keeps its traceback.
+
+Examples
+--------
+>>> list(COMMANDS)[:3]
+['encode', 'decode', 'formats']
+>>> main(["table", "e2m1fn"])                 # doctest: +ELLIPSIS
+# e2m1fn: 16 codes
+code  bits  value
+...
+0
 """
 
 from __future__ import annotations
@@ -14,6 +24,8 @@ import argparse
 import importlib
 import os
 import sys
+
+from ..version import __version__
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -34,12 +46,9 @@ COMMANDS = {
 
 
 def _version() -> str:
-    # importlib.metadata reads the installed distribution without importing the library.
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("fp8emu")
-    except PackageNotFoundError:   # running from a source tree that was never installed
-        return "unknown"
+    # The one version string (fp8emu.version): setuptools reads it into the package metadata,
+    # and the documentation's conf.py shows it.
+    return __version__
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -64,7 +73,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Entry point of the ``fp8emu`` command; returns the exit status."""
+    """Entry point of the ``fp8emu`` command; returns the exit status.
+
+    Examples
+    --------
+    >>> main(["encode", "300", "--format", "e4m3fn"])    # doctest: +ELLIPSIS
+    input ...
+    0
+    >>> main(["table", "e9m9"])                          # bad input: one line on stderr, status 2
+    2
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(command)

@@ -1,6 +1,13 @@
 """Accumulator models: how the K products of an FP8 GEMM are summed, and cuBLAS's split-K.
 
 See :mod:`fp8emu.gemm` for the model of one Hopper tensor-core step.
+
+Examples
+--------
+>>> list(ACCUMULATORS)
+['exact', 'fp32', 'hopper-fast', 'hopper']
+>>> ACCUMULATORS["hopper"].promote, ACCUMULATORS["hopper-fast"].promote
+(4, None)
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ def two_sum(a, b):
 
 
 def round_hi_lo(hi, lo, dtype=np.float32):
-    """Nearest-even rounding to ``dtype`` of the exact value hi + lo (|lo| <= ulp64(hi)/2)."""
+    """Nearest-even rounding to ``dtype`` of the exact value ``hi + lo`` (``|lo| <= ulp64(hi)/2``)."""
     dtype = np.dtype(dtype)
     r = hi.astype(dtype)
     back = r.astype(np.float64)

@@ -260,12 +260,12 @@ def error_metrics(x, q, fmt=None) -> dict:
         Reference values and their quantized versions (same shape).  Non-finite ``q``
         (overflow to Inf/NaN) are excluded from the error averages and counted in ``nonfinite``.
     fmt : str or Format, optional
-        When given, ``ulp_err`` (max |q - x| in ULPs of ``fmt`` at ``x``) is included.
+        When given, ``ulp_err`` (max ``|q - x|`` in ULPs of ``fmt`` at ``x``) is included.
 
     Returns
     -------
     dict
-        ``abs_err`` (max), ``mean_abs_err``, ``rel_err`` (mean |q - x| / |x| over x != 0),
+        ``abs_err`` (max), ``mean_abs_err``, ``rel_err`` (mean ``|q - x| / |x|`` over ``x != 0``),
         ``max_rel_err``, ``mse``, ``sqnr_db``, ``bias`` (mean q - x), ``nonfinite``
         and optionally ``ulp_err``.
 
@@ -409,7 +409,7 @@ def sweep_scale(formats, distributions, scales, *, n=4096, roundings=("rne",), r
     -------
     Table
         Columns format, distribution, rounding, recipe, scale, sqnr_db, mse (relative to the
-        signal power), bias (relative to the RMS), rel_err, overflow (count of |x| above max
+        signal power), bias (relative to the RMS), rel_err, overflow (count of ``|x|`` above max
         after scaling), underflow (nonzero inputs that became zero).
 
     Examples
@@ -486,7 +486,7 @@ def stochastic_variance(fmt, x, bits=(1, 2, 3, 4, 6, 8, 12, 16), *, draws=512, s
     Returns
     -------
     Table
-        Columns ``bits``, ``mean_abs_bias`` (mean over ``x`` of |E q - x| / ulp), ``variance``
+        Columns ``bits``, ``mean_abs_bias`` (mean over ``x`` of ``|E q - x| / ulp``), ``variance``
         (mean over ``x`` of Var q / ulp²) and ``ideal_variance`` (the infinite-precision value
         ``f (1 - f)`` with ``f`` the fractional position of ``x`` between its neighbours).
 

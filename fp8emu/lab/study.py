@@ -3,7 +3,7 @@
 :func:`run_study` reads checkpoints lazily (one tensor, and of a large
 tensor one chunk of rows, at a time), runs the recipe matrix of
 :mod:`fp8emu.recipes` and writes one row per tensor x recipe to
-``results.csv`` (columns: :data:`COLUMNS`, documented in the README).
+``results.csv`` (columns: :data:`COLUMNS`, documented in the study guide, ``docs/guides/study.md``).
 
 Inputs
 ------
@@ -100,7 +100,7 @@ def dask_client(workers=None, scheduler=None, *, timeout=10):
     Yields None when both are None (in-process study).  The local cluster
     listens on 127.0.0.1 only, runs one thread per worker process, starts its
     workers without Dask's default ``MALLOC_TRIM_THRESHOLD_`` (see the
-    README: workers with it run the study several times slower) and is closed
+    study guide: workers with it run the study several times slower) and is closed
     on exit; ``timeout`` (seconds) bounds the connection to ``scheduler``.
     """
     if workers is None and scheduler is None:

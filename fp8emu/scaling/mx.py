@@ -1,4 +1,12 @@
-"""OCP Microscaling (MX v1.0): an E8M0 scale shared by a block of elements."""
+"""OCP Microscaling (MX v1.0): an E8M0 scale shared by a block of elements.
+
+Examples
+--------
+>>> MX_SCALE_RULES
+('floor', 'ceil', 'even', 'rceil')
+>>> MX_ELEMENT_FORMATS[-1], MXINT8.max          # MXFP4's element; MXINT8's largest value 127/64
+('e2m1fn', 1.984375)
+"""
 
 from __future__ import annotations
 
@@ -168,7 +176,7 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
                         shape=xf.shape, scale_codes=codes_scale, recipe=f"mx-{scale_rule}")
 
 
-#: MXINT8 elements (OCP MX v1.0 INT8, values k/64 with |k| <= 127) as a sign-magnitude Format.
+#: MXINT8 elements (OCP MX v1.0 INT8, values ``k/64`` with ``|k| <= 127``) as a sign-magnitude Format.
 MXINT8 = Format("mxint8", ebits=1, mbits=6, bias=1,
                 description="OCP MX INT8 element (k/64, |k|<=127) held sign-magnitude")
 

@@ -6,6 +6,11 @@ differ, of which kind, by how many steps of the format, and the first
 differing elements with their inputs.  :func:`assert_fp8_equal` raises that
 report.  :func:`compare_ulp` / :func:`assert_close_ulp` do the same for
 float32/bfloat16/float16 outputs (e.g. of a GEMM) in units in the last place.
+
+Examples
+--------
+>>> KINDS[:2]
+('NaN code', 'saturation/overflow')
 """
 
 from __future__ import annotations
@@ -78,6 +83,13 @@ class Comparison:
         The first differing elements: ``index``, ``input``, ``input_bits``,
         ``expected_code``, ``expected_value``, ``actual_code``,
         ``actual_value``, ``kind``, ``distance``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = compare_codes(np.array([0x7E], np.uint8), np.array([500.0], np.float32), "e4m3fn")
+    >>> c.ok, c.mismatches, c.kinds["saturation/overflow"], c.examples[0]["expected_code"]
+    (False, 1, 1, 127)
     """
 
     format: str
@@ -328,6 +340,14 @@ class UlpComparison:
     ``histogram`` maps ULP-distance buckets (``"0"``, ``"1"``, ``"2"``,
     ``"3-4"``, ``"5-8"``, ... and ``"nan"`` for a NaN on one side only) to
     counts; ``worst`` lists the largest distances first.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> one_up = np.nextafter(np.float32(2), np.float32(3))
+    >>> u = compare_ulp(np.float32([1.0, 2.0]), np.float32([1.0, one_up]), "float32")
+    >>> u.ok, u.max_distance, u.histogram
+    (False, 1.0, {'0': 1, '1': 1})
     """
 
     dtype: str

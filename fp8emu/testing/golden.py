@@ -1,5 +1,13 @@
 """Golden vectors and tables for other projects' kernel tests, in files they can read without fp8emu.
 
+Examples
+--------
+>>> FORMAT_VERSION
+1
+>>> g = golden_vectors("e4m3fn", source_dtype="bfloat16")
+>>> g["source_dtype"] in SOURCE_DTYPES, g["codes"].dtype
+(True, dtype('uint8'))
+
 File formats (all carry ``format_version``; this is version 1)
 ---------------------------------------------------------------
 Vectors (:func:`save_golden`, ``fp8emu golden --out``), chosen by extension:
@@ -456,7 +464,17 @@ def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", sat
 
 
 def save_rle(path, fmt, **options) -> int:
-    """Write :func:`rle_table` to exactly ``path``; returns the number of runs."""
+    """Write :func:`rle_table` to exactly ``path``; returns the number of runs.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "e2m1.rle")
+    >>> save_rle(path, "e2m1fn")
+    17
+    >>> open(path).read().splitlines()[1:3]
+    ['0 0', '3e800001 1']
+    """
     text = rle_table(fmt, **options)
     with open(os.fspath(path), "w") as fh:
         fh.write(text)
@@ -537,7 +555,16 @@ def scaled_mm_cases(*, seed=0, shapes=SCALED_MM_SHAPES, a_format="e4m3fn", b_for
 
 
 def save_scaled_mm_cases(path, **options) -> dict:
-    """Write :func:`scaled_mm_cases` to exactly ``path`` (an ``.npz``); returns the arrays."""
+    """Write :func:`scaled_mm_cases` to exactly ``path`` (an ``.npz``); returns the arrays.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "mm.npz")
+    >>> cases = save_scaled_mm_cases(path, shapes=((2, 2, 32),), accumulators=("exact",))
+    >>> int(cases["format_version"]) == FORMAT_VERSION, cases["case0_a"].shape
+    (True, (2, 32))
+    """
     cases = scaled_mm_cases(**options)
     with open(os.fspath(path), "wb") as fh:
         np.savez(fh, **cases)

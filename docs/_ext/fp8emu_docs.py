@@ -1,0 +1,287 @@
+"""Pages of the fp8emu documentation generated from the code at build time.
+
+Two kinds of generated source, written when the builder starts (``builder-inited``) and never
+committed (``docs/_generated/`` and ``docs/reference/api/`` are in ``.gitignore``):
+
+* the API reference: one page per public module, listing every name of its ``__all__``
+  (:data:`API_SECTIONS` says which modules, in which order), each documented once, at its
+  *canonical* place (:func:`api_entries`);
+* tables included by the reference pages: formats, recorded conformance, live engines, profiles,
+  accumulator presets, study recipes, the command line's ``--help`` texts.
+
+``tests/test_docs_site.py`` imports this module (it needs no Sphinx) to check that every public
+name has an entry and an example.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parents[1]
+
+#: (section title, modules) of the API reference, in reading order.  Every fp8emu module that
+#: has an ``__all__`` must be listed (a test enforces it).
+API_SECTIONS = [
+    ("The package", ["fp8emu", "fp8emu.version"]),
+    ("Formats, rounding and the codec", ["fp8emu.formats", "fp8emu.rounding", "fp8emu.tables",
+                                         "fp8emu.profiles", "fp8emu.codec", "fp8emu.parallel",
+                                         "fp8emu.registry", "fp8emu.interop", "fp8emu.describe"]),
+    ("Scaling recipes", ["fp8emu.scaling", "fp8emu.scaling.tensor", "fp8emu.scaling.current",
+                         "fp8emu.scaling.delayed", "fp8emu.scaling.mx", "fp8emu.scaling.nvfp4",
+                         "fp8emu.scaling.hadamard"]),
+    ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
+                                  "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
+                                  "fp8emu.gemm.block_scaled", "fp8emu.layouts"]),
+    ("Validation kit, conformance and engines", ["fp8emu.testing", "fp8emu.testing.compare",
+                                                 "fp8emu.testing.golden", "fp8emu.testing.plugin",
+                                                 "fp8emu.conformance", "fp8emu.engines",
+                                                 "fp8emu.validate_gpu", "fp8emu.data"]),
+    ("Studies, metrics and the lab", ["fp8emu.metrics", "fp8emu.recipes", "fp8emu.dask",
+                                      "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
+                                      "fp8emu.lab.study", "fp8emu.lab.report"]),
+    ("Command line", ["fp8emu.cli"]),
+]
+
+#: the packages whose ``__all__`` make up the public API that must have examples
+#: (``fp8emu`` and its subpackages).
+EXAMPLE_SCOPE = ["fp8emu", "fp8emu.cli", "fp8emu.data", "fp8emu.gemm", "fp8emu.scaling", "fp8emu.testing"]
+
+
+def documented_modules() -> list:
+    """Every module of :data:`API_SECTIONS`, in order."""
+    return [m for _, mods in API_SECTIONS for m in mods]
+
+
+def modules_with_all() -> list:
+    """Every fp8emu module that declares ``__all__`` (imported)."""
+    import fp8emu
+    out = ["fp8emu"]
+    for info in pkgutil.walk_packages(fp8emu.__path__, prefix="fp8emu."):
+        if info.name == "fp8emu.__main__":
+            continue
+        if hasattr(importlib.import_module(info.name), "__all__"):
+            out.append(info.name)
+    return out
+
+
+def is_routine(obj) -> bool:
+    """Functions, classes and other callables are documented with their docstring."""
+    return inspect.isclass(obj) or inspect.isroutine(obj) or (callable(obj) and hasattr(obj, "__wrapped__"))
+
+
+def _key(name, obj):
+    # Data objects are told apart by name as well: two modules' ``0`` constants are one object.
+    return ("routine", id(obj)) if is_routine(obj) else ("data", name, id(obj))
+
+
+def api_entries() -> list:
+    """One ``(module, name, canonical, kind)`` per name of each documented module's ``__all__``.
+
+    ``canonical`` is the full name under which the object is documented: routines at the first
+    module of :data:`API_SECTIONS` that exports them (``fp8emu.encode``, not
+    ``fp8emu.codec.encode``), data at the module whose source assigns them (where its ``#:``
+    comment is; else the deepest module that exports them).  ``kind`` is ``"function"``, ``"class"`` or ``"data"``.
+    """
+    mods = documented_modules()
+    where = {}
+    rows = []
+    for modname in mods:
+        mod = importlib.import_module(modname)
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            where.setdefault(_key(name, obj), []).append(modname)
+            kind = "class" if inspect.isclass(obj) else "function" if is_routine(obj) else "data"
+            rows.append((modname, name, obj, kind))
+    out = []
+    for modname, name, obj, kind in rows:
+        places = where[_key(name, obj)]
+        if kind != "data":
+            home = places[0]
+        else:
+            defining = [m for m in places if _assigns(m, name)]
+            home = defining[0] if defining else max(places, key=lambda m: (m.count("."), -places.index(m)))
+        out.append((modname, name, f"{home}.{name}", kind))
+    return out
+
+
+def _assigns(modname, name) -> bool:
+    """Whether module ``modname``'s own source assigns ``name`` at top level."""
+    import re
+    src = inspect.getsource(importlib.import_module(modname))
+    return re.search(rf"^{re.escape(name)}\s*(:[^=\n]*)?=", src, re.M) is not None
+
+
+def data_module(canonical: str) -> str:
+    """The module part of a canonical name."""
+    return canonical.rsplit(".", 1)[0]
+
+
+# ----------------------------------------------------------------------------- API pages
+def _api_page(modname, entries) -> str:
+    title = f"``{modname}``"
+    lines = [f".. _api-{modname}:", "", title, "=" * len(title), "",
+             f".. automodule:: {modname}", "   :no-members:", "", f".. currentmodule:: {modname}", ""]
+    lines += ["Names", "-----", "", ".. autosummary::", "   :nosignatures:", ""]
+    # Names documented here are written relative to the current module (autosummary asks so).
+    lines += [f"   {c[len(modname) + 1:]}" if c.startswith(modname + ".") else f"   ~{c}"
+              for _, _, c, _ in entries]
+    own = [(n, c, k) for _, n, c, k in entries if c == f"{modname}.{n}"]
+    if own:
+        lines += ["", "Reference", "---------", ""]
+    for name, canonical, kind in own:
+        if kind == "class":
+            lines += [f".. autoclass:: {canonical}", "   :members:", "   :show-inheritance:", ""]
+        elif kind == "function":
+            lines += [f".. autofunction:: {canonical}", ""]
+        else:
+            lines += [f".. autodata:: {canonical}", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_api(outdir: Path) -> list:
+    """Write ``reference/api/<module>.rst`` for every documented module and the API index."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    entries = api_entries()
+    written = []
+    for modname in documented_modules():
+        mine = [e for e in entries if e[0] == modname]
+        written.append(_write(outdir / f"{modname}.rst", _api_page(modname, mine)))
+    idx = ["API reference", "=============", "",
+           "Every public name (each module's ``__all__``), generated from its docstring. A name that",
+           "several modules export is described once and linked from the others.", ""]
+    for title, mods in API_SECTIONS:
+        idx += [title, "-" * len(title), "", ".. toctree::", "   :maxdepth: 1", ""]
+        idx += [f"   {m}" for m in mods]
+        idx += [""]
+    written.append(_write(outdir / "index.rst", "\n".join(idx)))
+    return written
+
+
+def _write(path: Path, text: str) -> Path:
+    # Rewrite only when the text changed, so that Sphinx does not re-read unchanged pages.
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------- tables
+def _md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def profiles_table() -> str:
+    """Markdown table of the registered profiles and their descriptions."""
+    import fp8emu
+    rows = ["| profile | what it reproduces |", "|---|---|"]
+    rows += [f"| `{n}` | {_md_escape(d)} |" for n, d in fp8emu.profile_names().items()]
+    return "\n".join(rows)
+
+
+def accumulators_table() -> str:
+    """Markdown table of the GEMM accumulator presets and the block-scaled ones."""
+    import dataclasses
+
+    from fp8emu.gemm import ACCUMULATORS, BLOCK_ACCUMULATORS
+    out = []
+    for title, presets in (("`scaled_mm` accumulators (`fp8emu.gemm.ACCUMULATORS`)", ACCUMULATORS),
+                           ("block-scaled accumulators (`fp8emu.gemm.BLOCK_ACCUMULATORS`)", BLOCK_ACCUMULATORS)):
+        fields = [f.name for f in dataclasses.fields(next(iter(presets.values()))) if f.name != "name"]
+        out += [f"**{title}**", "", "| preset | " + " | ".join(fields) + " |", "|---|" + "---|" * len(fields)]
+        for name, acc in presets.items():
+            out.append(f"| `{name}` | " + " | ".join(f"`{getattr(acc, f)!r}`" for f in fields) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def recipes_table() -> str:
+    """Markdown table of every study recipe; the default ones are marked."""
+    from fp8emu.recipes import DEFAULT_RECIPES, recipe_matrix
+    rows = ["| recipe | format | default | what it does |", "|---|---|---|---|"]
+    for name, r in recipe_matrix().items():
+        rows.append(f"| `{name}` | {r.fmt} | {'yes' if name in DEFAULT_RECIPES else ''} | "
+                    f"{_md_escape(r.description)} |")
+    return "\n".join(rows)
+
+
+def cli_help() -> str:
+    """Every command's ``--help`` text, as MyST sections."""
+    from fp8emu.cli import COMMANDS, build_parser
+    out = ["```text", build_parser().format_help().rstrip(), "```", ""]
+    for name in COMMANDS:
+        parser = build_parser(name)
+        sub = next(a for a in parser._actions if a.dest == "command").choices[name]
+        out += [f"## `fp8emu {name}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+def live_table() -> str:
+    """Run the CPU engines installed on the build machine on their probe inputs; Markdown table.
+
+    Settings where an engine differs from its profile are counted in the table and named in a
+    warning box above it (``tests/test_engines.py`` is what fails on them).
+    """
+    import warnings
+
+    import numpy as np
+
+    from fp8emu import engines
+    installed = engines.installed_engines()
+    if not installed:
+        return "*No CPU engine is installed on the machine that built these pages.*"
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        rows = engines.live_report(list(installed), n_random=0)
+    bad = [f"{r['engine']} {r['format']} {r['setting']}" for r in rows
+           if r["mismatches"] or r["decode_mismatches"]]
+    warn = ""
+    if bad:
+        warn = ("```{warning}\nOn the build machine, " + str(len(bad)) + " of " + str(len(rows))
+                + " settings differ from their profiles (the installed versions are not all the proven"
+                " ones, or a profile is out of date): " + "; ".join(bad) + ".\n```\n\n")
+    missing = [e for e in engines.ENGINES if e not in installed]
+    note = (f"\n\nNot installed on the build machine: {', '.join(f'`{e}`' for e in missing)}."
+            if missing else "")
+    return warn + engines.live_markdown(rows) + note
+
+
+def conformance_table() -> str:
+    """The recorded-H200 conformance table (:func:`fp8emu.conformance.markdown_table`)."""
+    from fp8emu import conformance
+    return conformance.markdown_table()
+
+
+def format_table() -> str:
+    """The format table (:func:`fp8emu.format_table`)."""
+    import fp8emu
+    return fp8emu.format_table()
+
+
+#: generated file name -> function returning its Markdown text.
+TABLES = {
+    "formats.md": format_table,
+    "conformance.md": conformance_table,
+    "live.md": live_table,
+    "profiles.md": profiles_table,
+    "accumulators.md": accumulators_table,
+    "recipes.md": recipes_table,
+    "cli.md": cli_help,
+}
+
+
+def write_tables(outdir: Path) -> list:
+    """Write every table of :data:`TABLES` into ``outdir``."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    return [_write(outdir / name, fn() + "\n") for name, fn in TABLES.items()]
+
+
+def _builder_inited(app):
+    write_api(DOCS / "reference" / "api")
+    write_tables(DOCS / "_generated")
+
+
+def setup(app):
+    app.connect("builder-inited", _builder_inited)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
