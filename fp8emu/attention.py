@@ -559,6 +559,10 @@ class AttentionReport:
         flattened head outputs.
     lse_max_abs_error : ndarray (H,) or None
         Largest absolute error of the lse against float64.
+    error_threshold : float
+        RMS relative error above which :attr:`flags` reports the output error.
+    reference : {"inputs", "dequantized"} or None
+        What the errors were measured against (see :func:`attention`).
     """
 
     recipe: str
@@ -570,6 +574,7 @@ class AttentionReport:
     cosine: np.ndarray | None = None
     lse_max_abs_error: np.ndarray | None = None
     error_threshold: float = 0.1
+    reference: str | None = None
 
     @property
     def flags(self) -> list:
@@ -699,8 +704,10 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
         Default ``1 / sqrt(d)``.
     descales : tuple of 3, keyword-only
         (q, k, v) descales for ``scale_rule="given"``: scalars, or per-head arrays.
-    reference : bool, keyword-only
-        Compute the error against float64 attention into the report.
+    reference : bool or {"inputs", "dequantized"}, keyword-only
+        Fill the report's errors against float64 attention of the given inputs (True,
+        ``"inputs"``: total error) or of the quantized Q, K, V times their descales
+        (``"dequantized"``: the error of the kernel's arithmetic alone); False: none.
 
     Returns
     -------
@@ -734,12 +741,10 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     out = np.empty((H, Nq, dv), F32)
     lse = np.empty((H, Nq), F32)
     counts = {n: np.zeros((H, Nq), np.int64) for n in ("p_saturated", "p_underflow", "s_overflow")}
-    ops_k, ops_v = {}, {}
+    ops_k = [_operand_for(k[hk:hk + 1], recipe.k_format, kd[hk:hk + 1]) for hk in range(Hk)]
+    ops_v = [_operand_for(v[hk:hk + 1], recipe.v_format, vd[hk:hk + 1]) for hk in range(Hk)]
     for h in range(H):
         hk = h // group
-        if hk not in ops_k:
-            ops_k[hk] = _operand_for(k[hk:hk + 1], recipe.k_format, kd[hk:hk + 1])
-            ops_v[hk] = _operand_for(v[hk:hk + 1], recipe.v_format, vd[hk:hk + 1])
         qop = _operand_for(q[h:h + 1], recipe.q_format, qd[h:h + 1])
         for r0 in range(0, Nq, recipe.query_chunk):
             r1 = min(Nq, r0 + recipe.query_chunk)
@@ -749,9 +754,20 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
             for n in counts:
                 counts[n][h, r0:r1] = cnt[n]
     report = AttentionReport(recipe.name, **counts)
+    if reference not in (True, False, None, "inputs", "dequantized"):
+        raise ValueError(f"reference must be True/'inputs', 'dequantized' or False, got {reference!r}")
     if reference:
-        ref, ref_lse = reference_attention(q, k, v, causal=causal, kv_len=kv_len, softmax_scale=softmax_scale)
+        if reference == "dequantized":
+            q_ref = np.stack([_operand_for(q[h:h + 1], recipe.q_format, qd[h:h + 1]).values * float(qd[h])
+                              for h in range(H)])
+            k_ref = np.stack([op.values * float(kd[i]) for i, op in enumerate(ops_k)])
+            v_ref = np.stack([op.values * float(vd[i]) for i, op in enumerate(ops_v)])
+        else:
+            q_ref, k_ref, v_ref = q, k, v
+        ref, ref_lse = reference_attention(q_ref, k_ref, v_ref, causal=causal, kv_len=kv_len,
+                                           softmax_scale=softmax_scale)
         _fill_errors(report, out, lse, ref, ref_lse)
+        report.reference = "dequantized" if reference == "dequantized" else "inputs"
     return AttentionResult(out, lse, report, (qd, kd, vd))
 
 
