@@ -563,6 +563,10 @@ class AttentionReport:
         RMS relative error above which :attr:`flags` reports the output error.
     reference : {"inputs", "dequantized"} or None
         What the errors were measured against (see :func:`attention`).
+    kernel_rms_rel_error, kernel_max_rel_error : ndarray (H,) or None
+        The same errors against float64 attention of the dequantized Q, K, V (the
+        quantized values times their descales): the error of the kernel's arithmetic
+        (softmax, P cast, accumulation) without the input quantization.
     """
 
     recipe: str
@@ -575,6 +579,8 @@ class AttentionReport:
     lse_max_abs_error: np.ndarray | None = None
     error_threshold: float = 0.1
     reference: str | None = None
+    kernel_rms_rel_error: np.ndarray | None = None
+    kernel_max_rel_error: np.ndarray | None = None
 
     @property
     def flags(self) -> list:
@@ -707,7 +713,8 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     reference : bool or {"inputs", "dequantized"}, keyword-only
         Fill the report's errors against float64 attention of the given inputs (True,
         ``"inputs"``: total error) or of the quantized Q, K, V times their descales
-        (``"dequantized"``: the error of the kernel's arithmetic alone); False: none.
+        (``"dequantized"``: the error of the kernel's arithmetic alone); the ``kernel_*``
+        fields always hold the latter.  False: no errors.
 
     Returns
     -------
@@ -757,16 +764,18 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     if reference not in (True, False, None, "inputs", "dequantized"):
         raise ValueError(f"reference must be True/'inputs', 'dequantized' or False, got {reference!r}")
     if reference:
+        q_deq = np.stack([_operand_for(q[h:h + 1], recipe.q_format, qd[h:h + 1]).values * float(qd[h])
+                          for h in range(H)])
+        k_deq = np.stack([op.values * float(kd[i]) for i, op in enumerate(ops_k)])
+        v_deq = np.stack([op.values * float(vd[i]) for i, op in enumerate(ops_v)])
+        opts = dict(causal=causal, kv_len=kv_len, softmax_scale=softmax_scale)
+        kernel = AttentionReport(recipe.name, **counts)
+        _fill_errors(kernel, out, lse, *reference_attention(q_deq, k_deq, v_deq, **opts))
+        report.kernel_rms_rel_error, report.kernel_max_rel_error = kernel.rms_rel_error, kernel.max_rel_error
         if reference == "dequantized":
-            q_ref = np.stack([_operand_for(q[h:h + 1], recipe.q_format, qd[h:h + 1]).values * float(qd[h])
-                              for h in range(H)])
-            k_ref = np.stack([op.values * float(kd[i]) for i, op in enumerate(ops_k)])
-            v_ref = np.stack([op.values * float(vd[i]) for i, op in enumerate(ops_v)])
+            _fill_errors(report, out, lse, *reference_attention(q_deq, k_deq, v_deq, **opts))
         else:
-            q_ref, k_ref, v_ref = q, k, v
-        ref, ref_lse = reference_attention(q_ref, k_ref, v_ref, causal=causal, kv_len=kv_len,
-                                           softmax_scale=softmax_scale)
-        _fill_errors(report, out, lse, ref, ref_lse)
+            _fill_errors(report, out, lse, *reference_attention(q, k, v, **opts))
         report.reference = "dequantized" if reference == "dequantized" else "inputs"
     return AttentionResult(out, lse, report, (qd, kd, vd))
 
