@@ -75,6 +75,7 @@ Memory is bounded by ``query_chunk x block_n`` (never the full S matrix).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable
 
@@ -804,11 +805,20 @@ def _cast_p(p32, recipe, counts_rows):
     codes = encode(p32, fmt, saturate=recipe.p_saturate)
     op = _quantized_operand(codes, recipe.p_format)
     pq = decode(codes, fmt, dtype=np.float32)
-    # saturated: the elements a non-saturating cast would overflow (beyond max's rounding range)
-    over = pq if not recipe.p_saturate else decode(encode(p32, fmt, saturate=False), fmt, dtype=np.float32)
-    counts_rows["p_saturated"] += (~np.isfinite(over)).sum(1)
+    # saturated: the elements a non-saturating cast would overflow (P >= 0 here)
+    t, inclusive = _overflow_threshold(fmt)
+    counts_rows["p_saturated"] += ((p32 >= t) if inclusive else (p32 > t)).sum(1)
     counts_rows["p_underflow"] += ((p32 > 0) & (pq == 0)).sum(1)
     return op, pq
+
+
+@functools.lru_cache(maxsize=32)
+def _overflow_threshold(fmt: Format):
+    """(t, inclusive): a non-negative float32 overflows a non-saturating RNE cast to ``fmt`` iff it is
+    above ``t`` (or at ``t`` when ``inclusive``); ``t`` is the midpoint above the format's max."""
+    t = F32(fmt.max + 2.0 ** (math.floor(math.log2(fmt.max)) - fmt.mbits - 1))
+    at_t = decode(encode(np.array([t], F32), fmt, saturate=False), fmt, dtype=np.float32)[0]
+    return t, not bool(np.isfinite(at_t))
 
 
 def _head_forward(qop, kop, vop, rows, recipe, softmax_scale, qd, kd, vd, causal, kv_len, Nq, Nk):
