@@ -7,10 +7,11 @@ frozen :class:`AttentionRecipe`:
 1. **Quantization** of Q, K, V (``q_format``/``k_format``/``v_format``): an
    8-bit format, ``"bfloat16"``/``"float16"`` (round to nearest even) or None
    (float32).  8-bit operands get descales per tensor or per head
-   (``granularity``), either given (``descales=``) or derived from the amax as
-   host code does (``scale_rule="amax"``: Transformer Engine's
-   ``scale = fl32(fmax / amax)``, ``descale = fl32(1 / scale)``); the codes are
-   ``encode(fl32(x * scale), saturate=True)``.
+   or per KV head (``granularity``), either given (``descales=``; then
+   ``scale = fl32(1 / descale)``) or derived from the amax as host code does
+   (``scale_rule="amax"``: Transformer Engine's ``scale = fl32(fmax / amax)``,
+   ``descale = fl32(1 / scale)``); the codes are ``encode(fl32(x * scale),
+   saturate=True)``.
 2. **S = Q·Kᵀ** per (query chunk, key block) through a GEMM accumulator of
    :mod:`fp8emu.gemm` (``qk_accumulator``; ``"hopper"`` models the Hopper
    wgmma chain, bit-exact for FP8 operands).
@@ -36,8 +37,9 @@ frozen :class:`AttentionRecipe`:
    (the MMA's C operand) of the block's first step; with ``promote_every = n``
    the tensor-core partial sum is added into a separate float32 O every n key
    blocks and restarts at zero (None: never; O stays in the chain).
-9. **Normalisation**: ``normalize="reciprocal"``: ``O * fl32(fl32(1 / l) *
-   fl32(v_descale * out_scale))`` (FA3; a zero or NaN sum gives 0);
+9. **Normalisation**: ``normalize="reciprocal"``: ``O * fl32(fl32(1 / l) * d)``
+   with ``d = v_descale``, or ``fl32(v_descale * fl32(1 / p_scale))`` when
+   ``p_scale != 1`` (FA3; a zero or NaN sum gives 0);
    ``"divide"``: ``fl32(O / l)`` then the descale (Triton's ``acc / l_i``).
    ``lse`` is the natural log-sum-exp ``m * scale_log2 * ln 2 + ln(l) -
    max_offset * ln 2`` computed in float64 and rounded to float32.
@@ -145,8 +147,9 @@ class AttentionRecipe:
     q_format, k_format, v_format : str or None
         Operand formats: an 8-bit format (codes with descales), ``"bfloat16"``,
         ``"float16"`` or None (float32, no quantization).
-    granularity : {"tensor", "head"}
-        One descale per tensor or per (KV) head.
+    granularity : {"tensor", "head", "kv-head"}
+        One descale per tensor, per head, or per KV head (the query heads of a GQA group
+        share one Q descale, as FlashAttention's ``(batch, kv_head)`` descales).
     scale_rule : {"amax", "given", "none"}
         ``"amax"``: host-side ``scale = fl32(fmax / amax)``; ``"given"``: from
         ``descales=``; ``"none"``: descale 1 (values cast as they are).
@@ -217,7 +220,7 @@ class AttentionRecipe:
     def __post_init__(self):
         for f in ("q_format", "k_format", "v_format", "p_format"):
             object.__setattr__(self, f, _fmt_or_wide(getattr(self, f), f))
-        choices = {"granularity": ("tensor", "head"), "scale_rule": ("amax", "given", "none"),
+        choices = {"granularity": ("tensor", "head", "kv-head"), "scale_rule": ("amax", "given", "none"),
                    "key_order": ("forward", "reverse"), "fold": ("fa3", "flashinfer", "triton", "none"),
                    "row_sum": ("float32", "quantized"), "normalize": ("reciprocal", "divide")}
         for f, ok in choices.items():
@@ -275,7 +278,7 @@ def fa3_fp8() -> AttentionRecipe:
     >>> fa3_fp8().key_order
     'reverse'
     """
-    return AttentionRecipe(name="fa3-fp8", granularity="head", qk_accumulator="hopper",
+    return AttentionRecipe(name="fa3-fp8", granularity="kv-head", qk_accumulator="hopper",
                            pv_accumulator="hopper", block_n=128, key_order="reverse", fold="fa3",
                            max_offset=8, p_format="e4m3fn")
 
@@ -294,7 +297,7 @@ def fa4_sm100_fp8_pre2717() -> AttentionRecipe:
     >>> fa4_sm100_fp8_pre2717().rescale_threshold
     4.0
     """
-    return AttentionRecipe(name="fa4-sm100-fp8-pre2717", granularity="head", qk_accumulator="exact",
+    return AttentionRecipe(name="fa4-sm100-fp8-pre2717", granularity="kv-head", qk_accumulator="exact",
                            pv_accumulator="exact", block_n=128, key_order="reverse", fold="fa3",
                            max_offset=8, rescale_threshold=4.0, p_format="e4m3fn")
 
@@ -460,43 +463,54 @@ def _wide_operand(x32, name):
     return _Operand(v, e, None, None, mbits)
 
 
-def _descales(x32, fmt, recipe, given, what):
-    """float32 descale per head (shape (H,)) of one operand."""
+def _descales(x32, fmt, recipe, given, what, group=1):
+    """(descale, scale) float32 arrays of shape (H,) of one operand: ``descale`` as the kernel receives
+    it and ``scale`` the multiplier the codes are made with.  ``group``: query heads per KV head (for
+    ``granularity="kv-head"``, where the query heads of a group share one descale)."""
     H = x32.shape[0]
+    ones = np.ones(H, F32)
     if recipe.scale_rule == "none" or fmt is None:
-        return np.ones(H, F32)
+        return ones, ones
+    gran = recipe.granularity
     if recipe.scale_rule == "given":
         if given is None:
             raise ValueError(f"scale_rule='given' needs descales=(q, k, v); {what} descale missing")
         d = np.asarray(given, dtype=np.float64)
+        n = H // group if gran == "kv-head" else H
         if d.size == 1:
             d = np.full(H, float(d.reshape(())))
-        elif recipe.granularity == "tensor" or d.shape != (H,):
-            raise ValueError(f"{what} descale must be a scalar" + ("" if recipe.granularity == "tensor" else
-                                                                   f" or shape ({H},)") + f", got {d.shape}")
+        elif gran == "tensor" or d.shape != (n,):
+            raise ValueError(f"{what} descale must be a scalar" + ("" if gran == "tensor" else
+                                                                   f" or shape ({n},)") + f", got {d.shape}")
+        elif gran == "kv-head":
+            d = np.repeat(d, group)
         if not np.all(np.isfinite(d)) or np.any(d <= 0):
             raise ValueError(f"{what} descales must be finite and positive")
-        return d.astype(F32)
+        d = d.astype(F32)
+        return d, np.divide(F32(1), d, dtype=F32)
     amax = np.abs(x32).max(axis=(1, 2)) if x32.size else np.zeros(H, F32)
-    if recipe.granularity == "tensor":
+    if gran == "tensor":
         amax = np.full(H, amax.max(initial=0))
+    elif gran == "kv-head" and group > 1:
+        amax = np.repeat(amax.reshape(-1, group).max(axis=1), group)
     scale = np.array([current_scale(a, fmt) for a in amax], F32)
-    return np.divide(F32(1), scale, dtype=F32)
+    return np.divide(F32(1), scale, dtype=F32), scale
 
 
-def quantize_qkv(x, fmt_name, descale):
-    """Codes of ``x`` (H, N, d) as ``encode(fl32(x * fl32(1 / descale[h])), saturate=True)``.
+def quantize_qkv(x, fmt_name, scale):
+    """Codes of ``x`` (H, N, d) as ``encode(fl32(x * scale[h]), saturate=True)`` (uint8).
 
-    Returns the uint8 codes.  ``descale`` is float32 of shape (H,).
+    ``scale`` is float32 of shape (H,): Transformer Engine's ``fl32(fmax / amax)`` for
+    ``scale_rule="amax"``, ``fl32(1 / descale)`` for given descales.
 
     Examples
     --------
-    >>> c = quantize_qkv(np.full((1, 1, 2), 3.0, np.float32), "e4m3fn", np.array([0.5], np.float32))
+    >>> c = quantize_qkv(np.full((1, 1, 2), 3.0, np.float32), "e4m3fn", np.array([2.0], np.float32))
     >>> decode(c, "e4m3fn").tolist()
     [[[6.0, 6.0]]]
     """
-    scale = np.divide(F32(1), np.asarray(descale, F32), dtype=F32)
-    return encode(np.multiply(np.asarray(x, F32), scale[:, None, None], dtype=F32), fmt_name, saturate=True)
+    return encode(np.multiply(np.asarray(x, F32), np.asarray(scale, F32)[:, None, None], dtype=F32), fmt_name,
+                  saturate=True)
 
 
 def _quantized_operand(codes, fmt_name):
@@ -743,17 +757,19 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     H, Nq, d = q.shape
     Hk, Nk, dv = v.shape
     group = H // Hk
-    qd = _descales(q, recipe.q_format if recipe.q_format not in _WIDE else None, recipe, given[0], "q")
-    kd = _descales(k, recipe.k_format if recipe.k_format not in _WIDE else None, recipe, given[1], "k")
-    vd = _descales(v, recipe.v_format if recipe.v_format not in _WIDE else None, recipe, given[2], "v")
+    def narrow(f):
+        return None if f is None or f in _WIDE else f
+    qd, qs = _descales(q, narrow(recipe.q_format), recipe, given[0], "q", group)
+    kd, ks = _descales(k, narrow(recipe.k_format), recipe, given[1], "k")
+    vd, vs = _descales(v, narrow(recipe.v_format), recipe, given[2], "v")
     out = np.empty((H, Nq, dv), F32)
     lse = np.empty((H, Nq), F32)
     counts = {n: np.zeros((H, Nq), np.int64) for n in ("p_saturated", "p_underflow", "s_overflow")}
-    ops_k = [_operand_for(k[hk:hk + 1], recipe.k_format, kd[hk:hk + 1]) for hk in range(Hk)]
-    ops_v = [_operand_for(v[hk:hk + 1], recipe.v_format, vd[hk:hk + 1]) for hk in range(Hk)]
+    ops_k = [_operand_for(k[hk:hk + 1], recipe.k_format, ks[hk:hk + 1]) for hk in range(Hk)]
+    ops_v = [_operand_for(v[hk:hk + 1], recipe.v_format, vs[hk:hk + 1]) for hk in range(Hk)]
     for h in range(H):
         hk = h // group
-        qop = _operand_for(q[h:h + 1], recipe.q_format, qd[h:h + 1])
+        qop = _operand_for(q[h:h + 1], recipe.q_format, qs[h:h + 1])
         for r0 in range(0, Nq, recipe.query_chunk):
             r1 = min(Nq, r0 + recipe.query_chunk)
             o, ls, cnt = _head_forward(qop, ops_k[hk], ops_v[hk], (r0, r1), recipe, softmax_scale,
@@ -765,7 +781,7 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     if reference not in (True, False, None, "inputs", "dequantized"):
         raise ValueError(f"reference must be True/'inputs', 'dequantized' or False, got {reference!r}")
     if reference:
-        q_deq = np.stack([_operand_for(q[h:h + 1], recipe.q_format, qd[h:h + 1]).values * float(qd[h])
+        q_deq = np.stack([_operand_for(q[h:h + 1], recipe.q_format, qs[h:h + 1]).values * float(qd[h])
                           for h in range(H)])
         k_deq = np.stack([op.values * float(kd[i]) for i, op in enumerate(ops_k)])
         v_deq = np.stack([op.values * float(vd[i]) for i, op in enumerate(ops_v)])
@@ -781,10 +797,10 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     return AttentionResult(out, lse, report, (qd, kd, vd))
 
 
-def _operand_for(x, fmt_name, descale):
+def _operand_for(x, fmt_name, scale):
     if fmt_name is None or fmt_name in _WIDE:
         return _wide_operand(x[0], fmt_name)
-    return _quantized_operand(quantize_qkv(x, fmt_name, descale)[0], fmt_name)
+    return _quantized_operand(quantize_qkv(x, fmt_name, scale)[0], fmt_name)
 
 
 def _slice(op: _Operand, a, b):

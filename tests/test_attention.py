@@ -198,10 +198,16 @@ def test_every_named_recipe_runs_and_cites_its_source():
 
 def test_gqa_equals_repeated_kv_heads():
     q, k, v = _rand((4, 20, 32), 41), _rand((2, 150, 32), 42), _rand((2, 150, 32), 43)
-    rec = get_recipe("fa3-fp8")
+    rec = dataclasses.replace(get_recipe("fa3-fp8"), granularity="head")
     a = attention(q, k, v, rec, reference=False)
     b = attention(q, np.repeat(k, 2, axis=0), np.repeat(v, 2, axis=0), rec, reference=False)
     assert np.array_equal(a.out, b.out)
+    # FA3 takes Q descales per (batch, KV head): the two query heads of a group share one
+    qd = attention(q, k, v, "fa3-fp8", reference=False).descales[0]
+    for g in range(2):
+        amax = np.abs(q[2 * g:2 * g + 2]).max()
+        want = F32(1) / F32(F32(448) / F32(amax))
+        assert qd[2 * g] == qd[2 * g + 1] == want
 
 
 def test_causal_first_row_is_the_first_value_and_padding_equals_truncation():
