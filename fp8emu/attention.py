@@ -344,9 +344,18 @@ def flashinfer_fp8_prefill() -> AttentionRecipe:
 def flashinfer_fp8_decode() -> AttentionRecipe:
     """FlashInfer decode with an FP8 KV cache (``"flashinfer-fp8-decode"``).
 
-    Not verified from source in this release (include/flashinfer/attention/decode.cuh was not read):
-    modelled as fp16 queries, e4m3 K/V with per-tensor scales folded as in the prefill variant,
-    CUDA-core float32 dot products, a float32 P (no P quantization) and 16-key blocks.
+    Source: flashinfer-ai/flashinfer include/flashinfer/attention/decode.cuh @
+    9ca04e4d1a098235dd4188f004dd3812616e3823 (``SingleDecodeWithKVCacheKernel``, ``compute_qk``,
+    ``update_local_state``): ``sm_scale *= log2e``; K and V loaded from the cache and converted to float
+    (``cast_load``); float32 dot products on CUDA cores; ``o_scale = exp2(m_prev - m)``; P =
+    ``exp2(s - m)`` stays float32 (no P quantization); ``d += p``; ``o = o * o_scale + p * v``; the state
+    is normalised at the end.  Modelled with fp16 queries, e4m3 K/V with per-tensor scales folded as in
+    the prefill variant and a final division.
+
+    Not modelled: the kernel multiplies Q by ``sm_scale * log2e`` before the dot product (here the
+    product scales S), masked keys get -5e4 rather than -inf, the dot product is a per-thread FMA chain
+    plus a shuffle-xor tree (here sequential), the tile (16 keys assumed); where the FP8 k/v scales are
+    applied (the Python wrapper; not read) and how ``state_t::normalize`` divides (state.cuh not read).
 
     Examples
     --------
@@ -355,7 +364,7 @@ def flashinfer_fp8_decode() -> AttentionRecipe:
     """
     return AttentionRecipe(name="flashinfer-fp8-decode", q_format="float16", granularity="tensor",
                            qk_accumulator="fp32", pv_accumulator="fp32", block_n=16, key_order="forward",
-                           fold="flashinfer", max_offset=0, p_format=None)
+                           fold="flashinfer", max_offset=0, p_format=None, normalize="divide")
 
 
 def vllm_fp8_kv_decode() -> AttentionRecipe:
