@@ -29,14 +29,17 @@ frozen :class:`AttentionRecipe`:
    exp2 is the pluggable ``exp2`` function (default :func:`exp2_f32`).
 6. **Row sum** ``l = fl32(l * alpha)`` plus the block's P in key order
    (sequential float32 additions), from the float32 P before ``p_scale``
-   (``row_sum="float32"``) or from the quantized P (``row_sum="quantized"``).
+   (``row_sum="float32"``) or from the quantized P times ``fl32(1 / p_scale)``
+   (``row_sum="quantized"``).
 7. **Cast of P** to ``p_format`` (RNE), saturating (``p_saturate=True``: to
    +-max) or not (an overflow becomes NaN/Inf as the format has them).
 8. **O += P·V** through ``pv_accumulator``: O is multiplied by alpha in
    float32, then each block's product is added with O as the accumulator input
    (the MMA's C operand) of the block's first step; with ``promote_every = n``
    the tensor-core partial sum is added into a separate float32 O every n key
-   blocks and restarts at zero (None: never; O stays in the chain).
+   blocks and restarts at zero (None: never; O stays in the chain); both are
+   multiplied by alpha.  Non-finite P codes (a non-saturating cast) give NaN/Inf
+   outputs by IEEE rules.
 9. **Normalisation**: ``normalize="reciprocal"``: ``O * fl32(fl32(1 / l) * d)``
    with ``d = v_descale``, or ``fl32(v_descale * fl32(1 / p_scale))`` when
    ``p_scale != 1`` (FA3; a zero or NaN sum gives 0);
