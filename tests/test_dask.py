@@ -240,3 +240,10 @@ def test_float32_mismatches_against_a_recording(client):
 @pytest.mark.exhaustive
 def test_all_2_32_inputs_on_the_cluster_reproduce_the_recording(client):
     assert fd.float32_mismatches(golden_path("torch_f32_e4m3fn.rle"), "e4m3fn", profile="torch-cuda") == 0
+
+
+def test_attention_study_on_the_cluster_equals_in_process(client):
+    from fp8emu.lab import attention as al
+    opts = dict(contexts=(128, 256), queries=2, head_dim=16, experiments=("prescale", "promotion"),
+                distributions=("gaussian",))
+    assert al.attention_study(**opts, client=client) == al.attention_study(**opts)

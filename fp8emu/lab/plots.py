@@ -29,6 +29,7 @@ from ..formats import format_names, get_format
 from ..gemm import block_scaled_mm, scaled_mm
 from ..scaling import DelayedScaling, current_scale
 from . import analysis
+from .attention import figure_attention
 from .train import compare
 
 __all__ = [
@@ -393,6 +394,7 @@ FIGURES = {
     "fig8_training": figure_training,
     "fig9_conformance": figure_conformance,
     "fig10_block_scaled_gemm": figure_block_scaled_gemm,
+    "fig11_attention": figure_attention,
 }
 
 

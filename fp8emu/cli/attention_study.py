@@ -1,0 +1,88 @@
+"""``fp8emu attention-study``: emulated FP8 attention error versus context, promotion, P pre-scale, scales."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from ..lab import attention as attention_lab
+from ..lab import study
+
+
+def _ints(text, what):
+    try:
+        vals = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise ValueError(f"{what} must be positive integers, got {text!r}")
+    return vals
+
+
+def _names(text, allowed, what):
+    vals = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [v for v in vals if v not in allowed]
+    if bad or not vals:
+        raise ValueError(f"{what} must be among {', '.join(allowed)}; got {text!r}")
+    return vals
+
+
+def register(sub, name, help_text):
+    """Add the ``attention-study`` subcommand."""
+    p = sub.add_parser(
+        name, help=help_text,
+        description="Run emulated FP8 attention (fp8emu.attention) over context lengths, P·V promotion "
+                    "intervals, P pre-scales (FA3 max offset; FA4 before/after the #2717 saturation fix) "
+                    "and per-tensor vs per-head descales, on Gaussian and outlier-channel Q/K.  Prints a "
+                    "Markdown table of errors against float64 attention; --csv and --figure save them.")
+    p.add_argument("--contexts", default="1024,2048,4096",
+                   help="comma-separated key counts, increasing (default 1024,2048,4096; the committed "
+                        "figure uses 1024,...,131072)")
+    p.add_argument("--queries", type=int, default=8, help="query rows attending to every key (default 8)")
+    p.add_argument("--head-dim", type=int, default=128, help="head dimension (default 128)")
+    p.add_argument("--experiments", default=",".join(attention_lab.EXPERIMENTS),
+                   help=f"comma-separated subset of {','.join(attention_lab.EXPERIMENTS)}")
+    p.add_argument("--distributions", default=",".join(attention_lab.DISTRIBUTIONS),
+                   help=f"comma-separated subset of {','.join(attention_lab.DISTRIBUTIONS)}")
+    p.add_argument("--promote-every", default="1,4,64",
+                   help="promotion intervals in key blocks for the promotion experiment (default 1,4,64)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data (default 0)")
+    p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
+    p.add_argument("--figure", metavar="PATH", help="write the four-panel figure (PNG)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--workers", type=int, metavar="N",
+                       help="run the cases on a local Dask cluster of N processes (needs the [dask] extra)")
+    group.add_argument("--scheduler", metavar="ADDRESS", help="run on an existing dask.distributed scheduler")
+    p.add_argument("--quiet", action="store_true", help="no progress lines and no table")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Run the study and print its table."""
+    contexts = _ints(args.contexts, "--contexts")
+    promote = _ints(args.promote_every, "--promote-every")
+    experiments = _names(args.experiments, attention_lab.EXPERIMENTS, "--experiments")
+    distributions = _names(args.distributions, attention_lab.DISTRIBUTIONS, "--distributions")
+    if args.queries < 1 or args.head_dim < 1:
+        raise ValueError("--queries and --head-dim must be positive")
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    for path in (args.csv, args.figure):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise ValueError(f"the folder of {path} does not exist")
+    with study.dask_client(workers=args.workers, scheduler=args.scheduler) as client:
+        rows = attention_lab.attention_study(contexts=contexts, queries=args.queries, head_dim=args.head_dim,
+                                             experiments=experiments, distributions=distributions,
+                                             promote_every=promote, seed=args.seed, progress=not args.quiet,
+                                             client=client)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    if args.figure:
+        fig = attention_lab.figure_attention(rows=rows)
+        fig.savefig(args.figure, dpi=100, bbox_inches="tight", metadata={"Software": None})
+    if not args.quiet:
+        print(attention_lab.study_table(rows))
+    return 0
