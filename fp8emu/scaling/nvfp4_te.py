@@ -371,7 +371,7 @@ def quantize_nvfp4_te(x, quantizer: NVFP4Quantizer | None = None, *, axis=-1, gl
     [3.75, 1.25, 2.5, 0.0, 5.0, 2.5, -0.625, 1.25]
     >>> t = quantize_nvfp4_te(np.array([[6.0, 1.0], [0.5, 0.25]]), NVFP4Quantizer(row_scaled_nvfp4=True))
     >>> t.global_amax.ravel().tolist(), t.dequantize().tolist()
-    [[6.0, 0.5], [[6.0, 1.0], [0.5, 0.25]]]
+    ([6.0, 0.5], [[6.0, 1.0], [0.5, 0.25]])
     """
     q = NVFP4Quantizer() if quantizer is None else quantizer
     if not isinstance(q, NVFP4Quantizer):
