@@ -128,10 +128,11 @@ def digests(result) -> dict:
 def all_cases():
     """(id, input array, reference keyword arguments) for every replayed case."""
     import test_te_nvfp4_parity as T
-    for m, n, dtype, tile_2d, row_scaled, cfg in T.quantize_cases(T.SMALL):
+    for case in T.quantize_cases(T.SMALL):
+        m, n, dtype, tile_2d, row_scaled, cfg, transpose = case
         kw = dict(tile_2d=tile_2d, row_scaled=row_scaled, use_4over6=cfg.use, e4m3_max=cfg.e4m3_max,
-                  err_mode=cfg.mode, fast=cfg.fast)
-        yield "tiling/" + T._id((m, n, dtype, tile_2d, row_scaled, cfg)), T.randn((m, n), dtype, 0), kw
+                  err_mode=cfg.mode, fast=cfg.fast, columnwise=transpose)
+        yield "tiling/" + T._id(case), T.randn((m, n), dtype, 0), kw
     for kind, m, n, dtype, row_scaled, cfg, transpose in T._input_cases():
         kw = dict(row_scaled=row_scaled, use_4over6=cfg.use, e4m3_max=cfg.e4m3_max, err_mode=cfg.mode,
                   fast=cfg.fast, columnwise=transpose)
