@@ -87,3 +87,10 @@ def test_live_reference(cid):
     for d in theirs:
         for a, b in zip(theirs[d], ours[d]):
             assert a.shape == b.shape and np.count_nonzero(a.view(np.uint8) != b.view(np.uint8)) == 0
+
+
+def test_recorder_refuses_a_path_that_is_not_a_te_checkout(tmp_path, capsys):
+    assert R.main([str(tmp_path), "--out", str(tmp_path / "v.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert not (tmp_path / "v.json").exists()
