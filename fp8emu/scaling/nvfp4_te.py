@@ -53,8 +53,10 @@ global amax (one per tensor, or one per row with ``row_scaled_nvfp4``) and
    (each line along ``axis``) instead of the whole tensor.
 8. ``stochastic_rounding``: step 4 rounds stochastically.  TE's kernels draw
    one 32-bit word per 4 elements from Philox4x32 (``curanddx``
-   ``philox4x32_native_state``, ``core_nvfp4.cuh::get_rbits``, seeded from the
-   PyTorch CUDA generator per thread) and hand it to the PTX instruction
+   ``philox4x32_native_state``, ``core_nvfp4.cuh::get_rbits``; seed and offset
+   unpacked from the PyTorch CUDA generator's Philox state by
+   ``pytorch/csrc/quantizer.cpp``, subsequence = the thread's linear index in
+   ``quantize_transpose_nvfp4.cuh``) and hand it to the PTX instruction
    ``cvt.rs.satfinite.e2m1x4.f32``; which bits of the word each element uses,
    and which thread quantizes which element, are not published as a
    reference, so they are not modelled here.  fp8emu's stochastic rounding
