@@ -337,3 +337,20 @@ def test_study_recipes_are_te_exact(name, kwargs):
     out = recipe_matrix()[name].quantize(x, tensor_params(float(np.abs(x).max()), 0, None))
     codes, scodes, _ = oracle.quantize(x, **kwargs)
     assert np.array_equal(out.codes, codes) and np.array_equal(out.block_scale_codes, scodes)
+
+
+def test_2d_error_tree_adds_rows_in_te_warp_order():
+    """The 16 row errors of a 16x16 tile are added r+8, r+4, r+2, r+1, in float32; other orders round
+    differently on wide-range data (so TE's random tests alone could not pin the order down)."""
+    from fp8emu.scaling.nvfp4_te import _tree16
+    g = np.random.default_rng(1)
+    err = (g.random((16 * 64, 8)) * 10.0 ** g.integers(-4, 4, (16 * 64, 8))).astype(np.float32)
+    ours = _tree16(err)
+    assert np.array_equal(ours.view(np.uint32), oracle._tree(err).view(np.uint32))
+    pairwise = err.reshape(64, 16, 8)
+    while pairwise.shape[1] > 1:
+        pairwise = pairwise[:, 0::2] + pairwise[:, 1::2]
+    seq = np.zeros((64, 8), np.float32)
+    for r in range(16):
+        seq = seq + err.reshape(64, 16, 8)[:, r]
+    assert np.count_nonzero(ours != pairwise[:, 0]) and np.count_nonzero(ours != seq)
