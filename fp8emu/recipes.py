@@ -20,6 +20,9 @@ Recipe families (see :func:`recipe_matrix` for every name):
 * ``mx-FMT-RULE``: OCP MX, 32-element blocks, E8M0 scales, scale rule
   floor/ceil/even/rceil;
 * ``nvfp4`` (1x16 blocks) and, where available, ``nvfp4-2d`` (16x16);
+* ``nvfp4-rowscaled`` (Transformer Engine's row-scaled NVFP4: one global amax
+  per row) and ``nvfp4-4over6-te`` (TE's Four Over Six: MAE selection, global
+  E4M3 bound 256), bit-exact with TE (:func:`fp8emu.scaling.quantize_nvfp4_te`);
 * ``calib-METHOD-FMT``: one per-tensor scale ``fmt.max / T`` with the
   clipping threshold ``T`` calibrated as inference toolkits do
   (:func:`calibrate`): ``amax``, ``p99.9``, ``p99.99``, ``mse``, ``kl``.
@@ -47,6 +50,7 @@ from .scaling import (
     MX_ELEMENT_FORMATS, MX_SCALE_RULES, ScaledTensor, current_scale, quantize_axiswise,
     quantize_blockwise, quantize_mx, quantize_nvfp4, quantize_tensorwise,
 )
+from .scaling.nvfp4_te import NVFP4Quantizer, quantize_nvfp4_te
 from .scaling.tensor import expand, scale_times
 
 __all__ = [
@@ -344,6 +348,13 @@ def _nvfp4(extra):
     return q
 
 
+def _nvfp4_te(quantizer, per_tensor_amax):
+    def q(x, params):
+        amax = params["amax"] if per_tensor_amax else None     # row-scaled: each row's own amax
+        return quantize_nvfp4_te(x, quantizer, axis=-1, global_amax=amax)
+    return q
+
+
 def _calib(fmt, method):
     def q(x, params):
         t = threshold(params, fmt, method)
@@ -424,6 +435,10 @@ def recipe_matrix() -> dict:
     two_d = _nvfp4_2d_option()
     if two_d is not None:
         add(Recipe("nvfp4-2d", "e2m1fn", "NVFP4 with 16x16 weight blocks", _nvfp4(two_d), row_multiple=16))
+    add(Recipe("nvfp4-rowscaled", "e2m1fn", "NVFP4 with one global amax per row (TE row_scaled_nvfp4)",
+               _nvfp4_te(NVFP4Quantizer(row_scaled_nvfp4=True), False)))
+    add(Recipe("nvfp4-4over6-te", "e2m1fn", "NVFP4 Four Over Six as Transformer Engine: MAE, E4M3 bound 256",
+               _nvfp4_te(NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=256), True)))
     for fmt in _SCALED_FORMATS:
         for method in CALIBRATION_METHODS:
             add(Recipe(f"calib-{method}-{fmt}", fmt,

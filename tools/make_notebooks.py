@@ -94,10 +94,12 @@ NOTEBOOKS = {
         "ckpt = study.demo_checkpoint()\nrefs, skipped = study.discover([ckpt])\nprint(len(refs), 'tensors')\n"
         "for r in refs[:6]:\n    print(f'{r.name:45s} {str(r.shape):12s} {r.dtype}')",
         "## The recipe matrix\nEvery recipe is a small named object; `fp8emu study --list-recipes` lists them. "
-        "A small SIZE studies a few tensors under a few recipes.",
+        "A small SIZE studies a few tensors under a few recipes, among them Transformer Engine's row-scaled "
+        "NVFP4 (`nvfp4-rowscaled`) and TE-exact Four Over Six (`nvfp4-4over6-te`).",
         "print(len(recipe_matrix()), 'recipes, e.g.', list(recipe_matrix())[:4])\n"
         "recipes = None if SIZE >= 1 else ['tensor-e4m3fn', 'row-e4m3fn', 'block1x128-e4m3fn', 'mx-e4m3fn-floor',\n"
-        "                                  'mx-e2m1fn-floor', 'nvfp4', 'calib-p99.99-e4m3fn', 'calib-kl-e4m3fn']\n"
+        "                                  'mx-e2m1fn-floor', 'nvfp4', 'nvfp4-rowscaled', 'nvfp4-4over6-te',\n"
+        "                                  'calib-p99.99-e4m3fn', 'calib-kl-e4m3fn']\n"
         "include = None if SIZE >= 1 else ['activations.*', '*.k_proj.*', '*.down_proj.*', 'mlp.layers.0.*', 'model.norm.*']\n"
         "out = pathlib.Path(tempfile.mkdtemp()) / 'study'\n"
         "res = study.run_study([ckpt], out, recipes=recipes, include=include, progress=False)\n"
@@ -160,6 +162,19 @@ NOTEBOOKS = {
         "global_scale=buf['global_scale'], global_amax=buf['global_amax'])\n"
         "print(np.array_equal(back.codes, a.codes))",
         "fig = plots.figure_block_scaled_gemm(size=SIZE)\nfig",
+        "## Transformer Engine's NVFP4 options, bit for bit\n`scaling.quantize_nvfp4_te` with a frozen "
+        "`scaling.NVFP4Quantizer` reproduces TE's reference quantizer byte for byte: Four Over Six as TE selects "
+        "it (MAE by default, global E4M3 bound 256) and row-scaled NVFP4 (one global amax per row). The study "
+        "recipes `nvfp4-4over6-te` and `nvfp4-rowscaled` use them.",
+        "te = {\n"
+        "    'NVFP4 (TE default)': scaling.NVFP4Quantizer(),\n"
+        "    'NVFP4 4over6 (TE, MAE, 256)': scaling.NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=256),\n"
+        "    'NVFP4 row-scaled (TE)': scaling.NVFP4Quantizer(row_scaled_nvfp4=True),\n"
+        "}\n"
+        "for name, q in te.items():\n"
+        "    t = scaling.quantize_nvfp4_te(x, q)\n"
+        "    err = np.linalg.norm(t.dequantize().astype(np.float64) - x) / np.linalg.norm(x)\n"
+        "    print(f'{name:30s} relative quantization error of x {err:.4f}')",
     ],
     "09_fp8_attention": [
         "# FP8 attention, emulated step by step\n"

@@ -14,7 +14,10 @@ and in float32, so that its codes match the GPU's bit for bit:
 * :func:`quantize_mx` -- OCP Microscaling (MX) v1.0, with the scale rules of
   the spec, torchao and Transformer Engine ``MXFP8BlockScaling``;
 * :func:`quantize_nvfp4` -- Transformer Engine NVFP4 (E2M1 elements, an E4M3
-  scale per 16 elements and a float32 per-tensor scale).
+  scale per 16 elements and a float32 per-tensor scale);
+* :func:`quantize_nvfp4_te` with :class:`NVFP4Quantizer` -- Transformer
+  Engine's ``NVFP4Quantizer`` options (Four Over Six, row-scaled NVFP4, RHT
+  in the input dtype) in the exact float32 order of TE's reference.
 
 Common conventions
 ------------------
@@ -40,6 +43,7 @@ from .delayed import HYBRID, DelayedScaling, recipe_formats
 from .hadamard import inverse_rht, rht
 from .mx import MX_ELEMENT_FORMATS, MX_SCALE_RULES, MXINT8, mx_from_codes, quantize_mx
 from .nvfp4 import nvfp4_from_codes, quantize_nvfp4
+from .nvfp4_te import NVFP4Quantizer, quantize_nvfp4_te
 from .tensor import ScaledTensor
 
 __all__ = [
@@ -47,4 +51,5 @@ __all__ = [
     "recipe_formats", "quantize_axiswise", "quantize_blockwise", "quantize_mx",
     "MX_SCALE_RULES", "MX_ELEMENT_FORMATS", "MXINT8", "mx_from_codes", "quantize_nvfp4",
     "nvfp4_from_codes", "rht", "inverse_rht",
+    "NVFP4Quantizer", "quantize_nvfp4_te",
 ]

@@ -55,7 +55,9 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
       :func:`fp8emu.scaling.hadamard.rht` along ``axis`` (TE's fixed 16-entry
       sign vector times the 16x16 Hadamard matrix over 4), then quantize the
       transformed values, their amax included (TE computes the global amax
-      after the transform).  ``dequantize()`` returns transformed values;
+      after the transform).  The transform is rounded once to float32; TE
+      rounds it to the input dtype (bfloat16), as
+      :func:`fp8emu.scaling.quantize_nvfp4_te` does.  ``dequantize()`` returns transformed values;
       :func:`fp8emu.scaling.hadamard.inverse_rht` undoes it.  A GEMM whose two
       operands are transformed along K gives the untransformed product.
 
@@ -67,7 +69,11 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     * ``four_over_six``: "Four Over Six" adaptive block scaling: each block is
       quantized both with the amax mapped to 6 and to 4 (step 2 with
       ``6`` replaced by ``4``), and the candidate with the smaller squared
-      error of the dequantized block (ties: 6) is kept;
+      error of the dequantized block (ties: 6) is kept (the paper's MSE
+      selection in float64; Transformer Engine's own selection -- MAE by
+      default, map-to-4 scale ``base * 1.5``, float32 error sums -- is
+      :func:`fp8emu.scaling.quantize_nvfp4_te` with
+      ``NVFP4Quantizer(nvfp4_use_4over6=True)``);
     * ``headroom``: scale-override factor >= 1 dividing the element target
       (amax maps to ``6 / headroom``); 1 is TE's recipe.
 
