@@ -73,7 +73,8 @@ from ..scaling.tensor import ScaledTensor, expand
 from .accumulator import Accumulator
 from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
 from .fparith import add_scaled_f32
-from .kernels import _ZERO_EXP, accumulate, exact_dot, mma_dot, values_and_exponents
+from .kernels import (_ZERO_EXP, _ZERO_LOW, accumulate, exact_dot, low_bits, lows_of_codes, mma_dot,
+                      values_and_exponents)
 
 __all__ = ["block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS", "nvfp4_alpha"]
 
@@ -301,7 +302,9 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
         elif acc == "fp32" or acc.scale_at == "block":
             v = _blockwise(va, ea, vbt.T, ebt.T, A.scales, B.scales.T, A.block, B.block, acc, c)
         else:
-            v = _product_scaled(va, ea, sa, vbt.T, ebt.T, sbt.T, acc, c)
+            lows = (lows_of_codes(A.codes, A.fmt), lows_of_codes(B.codes, B.fmt),
+                    low_bits(A.scales), low_bits(B.scales), A.block, B.block)
+            v = _product_scaled(va, ea, sa, vbt.T, ebt.T, sbt.T, acc, c, lows)
     v = np.where(nan_rows[:, None] | nan_cols[None, :], np.float32(np.nan), v).astype(np.float32)
     v = ieee_specials(v, A.codes, A.fmt, np.ascontiguousarray(B.codes.T), B.fmt)
     alpha = _alpha(A, B)
@@ -362,14 +365,25 @@ def _blockwise(va, ea, vb, eb, sa_blocks, sb_blocks, ba, bb, acc, c=None):
     return total
 
 
-def _product_scaled(va, ea, sa, vb, eb, sb, acc, c=None):
-    """Chained steps whose products carry their block scales (scale exponents join the alignment)."""
+def _product_scaled(va, ea, sa, vb, eb, sb, acc, c=None, lows=None):
+    """Chained steps whose products carry their block scales (scale exponents join the alignment).
+
+    ``lows``: (element low-bit exponents of A (M, K) and of B (N, K), of the scales A (M, blocks)
+    and B (N, blocks), the two blocks) for the kernel's fast path; the low bit of a product of
+    binary numbers is the sum of theirs.
+    """
     _, qa = np.frexp(sa)
     _, qb = np.frexp(sb)
     pa, pb = va * sa, vb * sb
     ea2 = np.where(pa == 0, _ZERO_EXP, ea + np.where(sa == 0, 0, qa - 1)).astype(np.int16)
     eb2 = np.where(pb == 0, _ZERO_EXP, eb + np.where(sb == 0, 0, qb - 1)).astype(np.int16)
+    if lows is not None:
+        la, lb, lsa, lsb, ba, bb = lows
+        K = la.shape[1]
+        la = np.where(pa == 0, _ZERO_LOW, la + np.repeat(lsa, ba, axis=1)[:, :K])
+        lb = np.where(pb == 0, _ZERO_LOW, lb.T + np.repeat(lsb, bb, axis=1)[:, :K].T)
+        lows = (la, lb)
     step_acc = Accumulator("mma", acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return mma_dot(pa, ea2, pb, eb2, step_acc, c=c)
+        return mma_dot(pa, ea2, pb, eb2, step_acc, c=c, lows=lows)

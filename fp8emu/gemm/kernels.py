@@ -50,6 +50,20 @@ def _value_tables(fmt: Format):
     return fin, e
 
 
+@functools.lru_cache(maxsize=64)
+def _low_table(fmt: Format):
+    """Per-code exponent of the value's lowest set bit (zero and non-finite codes -> sentinel)."""
+    tv, _ = _value_tables(fmt)
+    low = low_bits(tv)
+    low.setflags(write=False)
+    return low
+
+
+def lows_of_codes(codes, fmt: Format):
+    """:func:`low_bits` of the decoded values of ``codes``, from a per-code table."""
+    return np.take(_low_table(fmt), codes & np.uint8((1 << fmt.bits) - 1))
+
+
 def values_and_exponents(codes, fmt: Format):
     """float64 values with non-finite ones zeroed, and per-element int16 exponents."""
     tv, te = _value_tables(fmt)
@@ -446,6 +460,7 @@ class _FastOps(NamedTuple):
     la: np.ndarray        # (M, steps) int32: lowest set bit (zero-step sentinel)
     hb: np.ndarray        # (steps, N)
     lb: np.ndarray        # (steps, N)
+    normal_f32: bool      # every nonzero partial is a multiple of 2**-126 (never a float32 subnormal)
 
 
 def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
@@ -463,13 +478,16 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
     lo_a, lo_b = int(la_e.min(initial=_ZERO_LOW)), int(lb_e.min(initial=_ZERO_LOW))
     if lo_a < _ZERO_LOW and lo_b < _ZERO_LOW and lo_a + lo_b < e_floor - F:
         return None
+    lowest = lo_a + lo_b
     if c is not None:
         cz = c == 0
         if np.signbit(c[cz]).any():
             return None
         nz = c[~cz]
-        if nz.size and int(low_bits(nz).min()) < e_floor - F:
-            return None
+        if nz.size:
+            lowest = min(lowest, int(low_bits(nz).min()))
+            if lowest < e_floor - F:
+                return None
     ha, la = _group_bounds(ea, la_e, G, 1)
     hb, lb = _group_bounds(eb, lb_e, G, 0)
     if _PATH is None:
@@ -478,7 +496,8 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
         share = np.mean(da[:, :, None] + db[None, :, :] <= F)
         if share < _FAST_SHARE:
             return None
-    return _FastOps(va, vb, ea, eb, ha, la, hb, lb)
+    return _FastOps(np.ascontiguousarray(va, np.float64), np.ascontiguousarray(vb, np.float64),
+                    np.ascontiguousarray(ea), np.ascontiguousarray(eb), ha, la, hb, lb, lowest >= -126)
 
 
 def _entry_step(ops: _FastOps, mi, ni, sl, part, acc, e_floor):
@@ -521,9 +540,10 @@ def _mma_piece_fast(ops: _FastOps, rows, steps, acc, **kw):
 
     Steps rounded to nearest even at 24 bits keep their partials in float32, so one add
     with a float32 output both sums and rounds; a partial leaving float32's normal range
-    (where that cast and the 24-bit rounding differ) sends the block to the float64 partials.
+    (where that cast and the 24-bit rounding differ: Inf; subnormals cannot arise, since
+    :func:`_fast_plan` finds every term a multiple of 2**-126) sends the block to float64 partials.
     """
-    if acc.sum_rounding == "rne" and acc.sum_bits == 24:
+    if acc.sum_rounding == "rne" and acc.sum_bits == 24 and ops.normal_f32:
         try:
             return _fast_steps(ops, rows, steps, acc, f32=True, **kw)
         except _Restart:
