@@ -317,3 +317,33 @@ def test_choice_falls_back_to_dense_for_narrow_alignment(monkeypatch):
     kernels.reset_counters()
     scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="hopper")
     assert kernels.COUNTERS["dense"] == 64 * 64 * 8 and kernels.COUNTERS["fast"] == 0
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e2m1fn", "int8", "nvfp4"])
+@pytest.mark.parametrize("K", [64, 70])
+def test_block_front_end_matches_per_element_form(fmt, K):
+    # the (row, block) front end of scale_at="product" gives the per-element reference's arrays
+    from fp8emu.gemm import block_scaled as bs
+    rng = np.random.default_rng(K)
+    x = rng.standard_normal((6, K)) * np.exp2(rng.integers(-20, 20, (6, 1)))
+    x[1] = 0.0
+    x[2, :5] = 0.0
+    t = fp8emu.quantize_nvfp4(x) if fmt == "nvfp4" else fp8emu.quantize_mx(x, fmt)
+    op = bs._operand(t, None, None, None, 1, "a")
+    if fmt != "nvfp4":
+        op = op._replace(scales=np.where(np.arange(op.scales.size).reshape(op.scales.shape) == 3,
+                                         np.nan, op.scales))          # a NaN scale
+    p, e2, l2 = bs._scaled_operand(op, K)
+    va, ea = kernels.values_and_exponents(op.codes, op.fmt)
+    sa = np.repeat(op.scales, op.block, axis=1)[:, :K]
+    sa = np.where(np.isnan(sa), 0.0, sa)
+    _, qa = np.frexp(sa)
+    pa = va * sa
+    ea2 = np.where(pa == 0, kernels._ZERO_EXP, ea + np.where(sa == 0, 0, qa - 1)).astype(np.int16)
+    np.testing.assert_array_equal(p, pa)
+    np.testing.assert_array_equal(e2, ea2)
+    np.testing.assert_array_equal(l2, kernels.low_bits(pa))
+    # low_bits itself: v / 2**low is an odd integer
+    nz = pa != 0
+    q = pa[nz] / np.exp2(l2[nz].astype(float))
+    assert np.all(q == np.round(q)) and np.all(np.abs(q) % 2 == 1)

@@ -54,21 +54,38 @@ def _value_tables(fmt: Format):
 def _low_table(fmt: Format):
     """Per-code exponent of the value's lowest set bit (zero and non-finite codes -> sentinel)."""
     tv, _ = _value_tables(fmt)
-    low = low_bits(tv)
+    low = low_bits(tv).astype(np.int16)
     low.setflags(write=False)
     return low
 
 
 def lows_of_codes(codes, fmt: Format):
     """:func:`low_bits` of the decoded values of ``codes``, from a per-code table."""
-    return np.take(_low_table(fmt), codes & np.uint8((1 << fmt.bits) - 1))
+    return np.take(_low_table(fmt), _code_index(codes, fmt))
+
+
+def _code_index(codes, fmt: Format):
+    return codes if fmt.bits >= 8 else codes & np.uint8((1 << fmt.bits) - 1)
 
 
 def values_and_exponents(codes, fmt: Format):
     """float64 values with non-finite ones zeroed, and per-element int16 exponents."""
     tv, te = _value_tables(fmt)
-    idx = codes & np.uint8((1 << fmt.bits) - 1)
+    idx = _code_index(codes, fmt)
     return np.take(tv, idx), np.take(te, idx)
+
+
+@functools.lru_cache(maxsize=64)
+def _nonfinite_table(fmt: Format):
+    t = ~np.isfinite(decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64))
+    t.setflags(write=False)
+    return t
+
+
+def any_nonfinite(codes, fmt: Format) -> bool:
+    """Whether any code decodes to Inf or NaN (a per-code table, not a decode)."""
+    t = _nonfinite_table(fmt)
+    return bool(t.any()) and bool(np.take(t, _code_index(codes, fmt)).any())
 
 
 def _exp_span(e):
@@ -453,9 +470,9 @@ class _FastOps(NamedTuple):
     """Row-major operands and per-step bounds for the fast path."""
 
     va: np.ndarray        # (M, K) float64
-    vb: np.ndarray        # (K, N) float64
+    vbt: np.ndarray       # (N, K) float64: B transposed, so both operands' steps are contiguous
     ea: np.ndarray        # (M, K) int16
-    eb: np.ndarray        # (K, N) int16
+    ebt: np.ndarray       # (N, K) int16
     ha: np.ndarray        # (M, steps) int32: largest exponent (zero-step sentinel)
     la: np.ndarray        # (M, steps) int32: lowest set bit (zero-step sentinel)
     hb: np.ndarray        # (steps, N)
@@ -489,22 +506,23 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
             if lowest < e_floor - F:
                 return None
     ha, la = _group_bounds(ea, la_e, G, 1)
-    hb, lb = _group_bounds(eb, lb_e, G, 0)
+    ebt = np.ascontiguousarray(eb.T)
+    hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G, 1))
     if _PATH is None:
         # a sample of entries decides whether enough of them pass the span check
         da, db = (ha - la)[:32], (hb - lb)[:, :32]
         share = np.mean(da[:, :, None] + db[None, :, :] <= F)
         if share < _FAST_SHARE:
             return None
-    return _FastOps(np.ascontiguousarray(va, np.float64), np.ascontiguousarray(vb, np.float64),
-                    np.ascontiguousarray(ea), np.ascontiguousarray(eb), ha, la, hb, lb, lowest >= -126)
+    return _FastOps(np.ascontiguousarray(va, np.float64), np.ascontiguousarray(vb.T, np.float64),
+                    np.ascontiguousarray(ea), ebt, ha, la, hb, lb, lowest >= -126)
 
 
 def _entry_step(ops: _FastOps, mi, ni, sl, part, acc, e_floor):
     """The dense step (:func:`_mma_piece`) for the entries (mi, ni) alone: their new partials."""
     F = acc.frac_bits
-    P = ops.va[mi, sl] * ops.vb[sl, ni].T                     # (n, G): exact products
-    E = (ops.ea[mi, sl].astype(np.int32) + ops.eb[sl, ni].T).max(axis=1)
+    P = ops.va[mi, sl] * ops.vbt[ni, sl]                      # (n, G): exact products
+    E = (ops.ea[mi, sl].astype(np.int32) + ops.ebt[ni, sl]).max(axis=1)
     fr, ep = np.frexp(part)
     ep = np.where(part == 0, e_floor, ep - 1)
     E = np.maximum(np.maximum(E, ep), e_floor)
@@ -552,6 +570,7 @@ def _mma_piece_fast(ops: _FastOps, rows, steps, acc, **kw):
 
 
 _F32_TINY = float(np.finfo(np.float32).tiny)
+_F32_LIMIT = 2.0 ** 128 - 2.0 ** 103      # float64 values at or above round to Inf in float32
 
 
 def _out_of_f32(v):
@@ -563,7 +582,7 @@ def _out_of_f32(v):
 def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, promote, e_floor, kscale, kblock, c_in, threads):
     (m0, m1), (g0, g1) = rows, steps
     G, F, B = acc.group, acc.frac_bits, acc.sum_bits
-    N = ops.vb.shape[1]
+    N = ops.vbt.shape[0]
     shape = (m1 - m0, N)
     part = np.zeros(shape, np.float32 if f32 else np.float64)
     if c_in is not None:
@@ -591,7 +610,7 @@ def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, promote, e_floor, kscal
     sub = shape[0] if threads <= 1 else max(1, _BLAS_SERIAL // (G * N))
     S = np.empty((chunk,) + shape)
     va3 = ops.va[m0:m1].reshape(shape[0], -1, G)
-    vb3 = ops.vb.reshape(-1, G, N)
+    vb3 = ops.vbt.reshape(N, -1, G).transpose(1, 2, 0)       # (steps, G, N) views
     n_slow = 0
     for g in range(g0, g1):
         j = (g - g0) % chunk
@@ -630,10 +649,9 @@ def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, promote, e_floor, kscal
         if idx.size:
             mi, ni = np.divmod(idx, N)
             old = part[mi, ni].astype(np.float64)
-            if f32 and _out_of_f32(old):
-                raise _Restart
             slow = _entry_step(ops, mi + m0, ni, slice(g * G, (g + 1) * G), old, acc, e_floor)
-            if f32 and _out_of_f32(slow):
+            # (no subnormals: ops.normal_f32) an Inf partial, or one that float32 cannot hold
+            if f32 and not (np.abs(old).max() < np.inf and np.abs(slow).max() < _F32_LIMIT):
                 raise _Restart
             n_slow += idx.size
         # exact: every term is a multiple of 2**(E - F); the float32 output rounds once (RNE)
