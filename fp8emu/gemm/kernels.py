@@ -491,6 +491,11 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
     glog = (G - 1).bit_length()
     if _PATH == "dense" or acc.sum_bits > F + 1 or F + 3 + glog > 53:
         return None
+    if _PATH is None:
+        # a sample of entries decides whether enough of them pass the span check
+        sa_, sb_ = (lows[0][:32], lows[1][:, :32]) if lows is not None else (None, None)
+        if _span_share(va[:32], ea[:32], vb[:, :32], eb[:, :32], G, F, sa_, sb_) < _FAST_SHARE:
+            return None
     la_e, lb_e = lows if lows is not None else (low_bits(va), low_bits(vb))
     lo_a, lo_b = int(la_e.min(initial=_ZERO_LOW)), int(lb_e.min(initial=_ZERO_LOW))
     if lo_a < _ZERO_LOW and lo_b < _ZERO_LOW and lo_a + lo_b < e_floor - F:
@@ -508,14 +513,16 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
     ha, la = _group_bounds(ea, la_e, G, 1)
     ebt = np.ascontiguousarray(eb.T)
     hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G, 1))
-    if _PATH is None:
-        # a sample of entries decides whether enough of them pass the span check
-        da, db = (ha - la)[:32], (hb - lb)[:, :32]
-        share = np.mean(da[:, :, None] + db[None, :, :] <= F)
-        if share < _FAST_SHARE:
-            return None
     return _FastOps(np.ascontiguousarray(va, np.float64), np.ascontiguousarray(vb.T, np.float64),
                     np.ascontiguousarray(ea), ebt, ha, la, hb, lb, lowest >= -126)
+
+
+def _span_share(va, ea, vb, eb, G, F, la=None, lb=None):
+    """Share of the (row, step, column) entries of these operands that pass the span check."""
+    ha, la = _group_bounds(ea, low_bits(va) if la is None else la, G, 1)
+    hb, lb = _group_bounds(eb, low_bits(vb) if lb is None else lb, G, 0)
+    zero = (ha <= _ZERO_EXP)[:, :, None] | (hb <= _ZERO_EXP)[None, :, :]
+    return float(np.mean(zero | ((ha - la)[:, :, None] + (hb - lb)[None, :, :] <= F)))
 
 
 def _entry_step(ops: _FastOps, mi, ni, sl, part, acc, e_floor):
