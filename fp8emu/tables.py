@@ -281,6 +281,12 @@ def sticky16_ok(fmt: Format, dt) -> bool:
     Bit 16 of a float32 lies below the rounding bit of every float32 input (normal or
     subnormal) when the format keeps at most 5 fraction bits and its smallest subnormal is
     not below 2**-131, so that bit is itself only a sticky bit.
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> sticky16_ok(get_format("e4m3fn"), np.float32), sticky16_ok(get_format("binary8p7"), np.float32)
+    (True, False)
     """
     return np.dtype(dt) == np.float32 and fmt.mbits <= 5 and fmt.emin - fmt.mbits >= -131
 

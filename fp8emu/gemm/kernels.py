@@ -60,7 +60,14 @@ def _low_table(fmt: Format):
 
 
 def lows_of_codes(codes, fmt: Format):
-    """:func:`low_bits` of the decoded values of ``codes``, from a per-code table."""
+    """:func:`low_bits` of the decoded values of ``codes``, from a per-code table.
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> lows_of_codes(np.array([0x38, 0x3C], np.uint8), get_format("e4m3fn")).tolist()   # 1.0, 1.5
+    [0, -1]
+    """
     return np.take(_low_table(fmt), _code_index(codes, fmt))
 
 
@@ -83,7 +90,14 @@ def _nonfinite_table(fmt: Format):
 
 
 def any_nonfinite(codes, fmt: Format) -> bool:
-    """Whether any code decodes to Inf or NaN (a per-code table, not a decode)."""
+    """Whether any code decodes to Inf or NaN (a per-code table, not a decode).
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> any_nonfinite(np.array([0x38, 0x7F], np.uint8), get_format("e4m3fn"))
+    True
+    """
     t = _nonfinite_table(fmt)
     return bool(t.any()) and bool(np.take(t, _code_index(codes, fmt)).any())
 
@@ -446,7 +460,13 @@ def _count(**n):
 
 
 def low_bits(v):
-    """Exponent of the lowest set bit of each (normal or zero) float64 value; zeros get a sentinel."""
+    """Exponent of the lowest set bit of each (normal or zero) float64 value; zeros get a sentinel.
+
+    Examples
+    --------
+    >>> low_bits(np.array([1.0, 6.0, 0.375, -2.0 ** -20])).tolist()
+    [0, 1, -3, -20]
+    """
     v = np.ascontiguousarray(v, np.float64)
     bits = v.view(np.int64)
     mant = (bits & np.int64((1 << 52) - 1)) | np.int64(1 << 52)
