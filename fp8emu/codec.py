@@ -434,6 +434,13 @@ def encode(x, fmt, *, rounding="rne", saturate=False, rng=None, sr_bits=None,
     return out.reshape(arr.shape)
 
 
+def _encode_into(flat, out, fmt, rounding="rne", saturate=True):
+    """``out[:] = encode(flat, fmt, rounding=rounding, saturate=saturate)`` on one thread, for callers
+    (the scaling recipes' fused chunks) that already hold a checked Format, a deterministic
+    rounding mode and 1-D contiguous arrays: no option checks, no fresh output array."""
+    _encode_flat(flat, out, fmt, rounding, saturate, 0, None, None, threads=1)
+
+
 def _encode_profile(arr, fmt, prof, rounding, threads=None):
     """Encode under a fixed code path: one look-up in the profile's table."""
     arr = prof.source(arr)
