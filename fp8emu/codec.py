@@ -247,8 +247,13 @@ def _remember_fast(fmt, rounding, saturate, dt, table):
         # sticky bit: OR-ing "lower half non-zero" into it makes the upper half the whole index.
         half = table[: 1 << 16]
         low, s16 = np.uint32(0xFFFF), np.uint32(16)
+        little = sys.byteorder == "little"
 
         def fn(x):
+            if little and x.flags.c_contiguous:
+                # the same index from the two 16-bit halves: two operations instead of four
+                h = x.view(np.uint16)
+                return half.take(h[..., 1::2] | (h[..., 0::2] != 0))
             u = x.view(np.uint32)
             v = u & low
             v += low                               # bit 16 set iff the lower half is non-zero

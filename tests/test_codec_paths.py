@@ -52,3 +52,19 @@ def test_first_encode_does_not_load_numpy_ma():
     # masked arrays are still refused
     with pytest.raises(ValueError, match="masked array"):
         fp8emu.encode(np.ma.masked_array([1.0], mask=[True]), "e4m3fn")
+
+
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2", "e2m1fn"])
+def test_small_call_fast_path_equals_general_path(name):
+    # the small-call path (after the general path has registered the table) on 16-bit halves
+    x = _f32_patterns(np.random.default_rng(3), 4096)
+    ref = fp8emu.encode(x, name, threads=1)                 # general path; registers the small path
+    from fp8emu import codec
+    assert (fp8emu.get_format(name), "rne", False, np.dtype(np.float32)) in codec._FAST
+    for shape in ((16,), (4, 4), (2, 3, 8)):
+        n = int(np.prod(shape))
+        for i in range(0, x.size - n, 997):
+            xs = x[i:i + n].reshape(shape)
+            np.testing.assert_array_equal(fp8emu.encode(xs, name), ref[i:i + n].reshape(shape))
+            np.testing.assert_array_equal(fp8emu.encode(xs[..., ::-1], name),
+                                          ref[i:i + n].reshape(shape)[..., ::-1])   # not contiguous
