@@ -347,3 +347,17 @@ def test_block_front_end_matches_per_element_form(fmt, K):
     nz = pa != 0
     q = pa[nz] / np.exp2(l2[nz].astype(float))
     assert np.all(q == np.round(q)) and np.all(np.abs(q) % 2 == 1)
+
+
+def test_routes_agree_on_two_threads(monkeypatch):
+    # row blocks on two threads (each with its own buffers; the counters under a lock)
+    rng = np.random.default_rng(21)
+    a = fp8emu.quantize_mx(rng.standard_normal((96, 512)), "e4m3fn")
+    b = fp8emu.quantize_mx(rng.standard_normal((512, 40)), "e5m2", axis=0)
+    before = fp8emu.get_threads()
+    fp8emu.set_threads(2)
+    try:
+        counts = assert_routes_agree(monkeypatch, _bsmm(a, b))
+    finally:
+        fp8emu.set_threads(before)
+    assert counts[None]["fast"] + counts[None]["fallback"] == 96 * 40 * 16
