@@ -23,11 +23,12 @@ import time
 import tracemalloc
 from pathlib import Path
 
-import numpy as np
-
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # torch's idle OpenMP workers must not spin
-if "--threads" in sys.argv:      # np.matmul's BLAS runs on as many threads as fp8emu (before numpy loads)
+if "--threads" in sys.argv:      # np.matmul's BLAS runs on as many threads as fp8emu (set before numpy loads)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", sys.argv[sys.argv.index("--threads") + 1])
+
+import numpy as np  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fp8emu
 import fp8emu  # noqa: E402
 
