@@ -39,7 +39,7 @@ from .profiles import get_profile
 from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation
 from .tables import (
     CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table,
-    decode_take, encode_exact, encode_table, lookup, source_name, sticky16_ok, table_ok,
+    decode_take, encode_exact, encode_table, encoder_plan, lookup, source_name, table_ok,
 )
 
 __all__ = ["encode", "decode", "quantize", "as_ml_dtypes"]
@@ -471,16 +471,12 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True,
         return
     dt = flat.dtype
     if rounding in DETERMINISTIC_MODES:
-        table = None
-        if fast and table_ok(fmt, dt):
-            src = source_name(dt)
-            table = cached_encode_table(fmt, src, rounding, saturate)
-            if table is None and _worth_building(fmt, src, rounding, saturate, n):
-                table = encode_table(fmt, src, rounding, saturate)
-        if table is not None:
-            _remember_fast(fmt, rounding, saturate, dt, table)
-            s16 = sticky16_ok(fmt, dt)
-            work = lambda a, b: lookup(flat[a:b], out[a:b], table, s16)   # noqa: E731
+        # one question to tables: a ready encoder, or None (no table applies, or not worth building yet)
+        plan = encoder_plan(fmt, dt, rounding, saturate,
+                            build=lambda src: _worth_building(fmt, src, rounding, saturate, n)) if fast else None
+        if plan is not None:
+            _remember_fast(fmt, rounding, saturate, dt, plan.table)
+            work = lambda a, b: plan(flat[a:b], out[a:b])   # noqa: E731
         else:
             work = lambda a, b: _exact_range(flat[a:b], None, out[a:b], fmt, rounding, saturate, 0)  # noqa: E731
         parallel.run(work, parallel.split(0, n, threads, CHUNK), threads)

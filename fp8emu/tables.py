@@ -25,6 +25,7 @@ Every cache is keyed on the :class:`~fp8emu.formats.Format` object itself
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 import weakref
 
 import ml_dtypes
@@ -273,6 +274,49 @@ def encode_table(fmt: Format, src: str, rounding: str, saturate) -> np.ndarray:
     table = (_table_64 if src == "float64" else _table_16_32)(*key)
     _live[key] = table
     return table
+
+
+class EncoderPlan(NamedTuple):
+    """A ready table encoder for one (format, source dtype, rounding, saturation): ``plan(flat, out)``.
+
+    Holds the encode table and how to index it (:func:`lookup`, with the float32 half-table
+    index where :func:`sticky16_ok`).  The tables are cached per Format object; a plan is a
+    view of one, asked for once per call by the codec (:func:`encoder_plan`).
+    """
+
+    table: np.ndarray
+    sticky16: bool
+
+    def __call__(self, flat, out):
+        lookup(flat, out, self.table, self.sticky16)
+
+
+def encoder_plan(fmt: Format, dtype, rounding: str, saturate, build=None):
+    """The :class:`EncoderPlan` for ``dtype`` inputs, or None where no table applies.
+
+    ``build``: None builds a missing table; otherwise a function of the source name that says
+    whether to build one now (the codec's policy for small float64 calls); a table not built
+    gives None (the exact core then encodes).
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> plan = encoder_plan(get_format("e4m3fn"), np.float32, "rne", False)
+    >>> out = np.empty(2, np.uint8); plan(np.array([1.0, 0.3], np.float32), out); out.tolist()
+    [56, 42]
+    >>> encoder_plan(get_format("e4m3fn"), np.int32, "rne", False) is None
+    True
+    """
+    dt = np.dtype(dtype)
+    if not table_ok(fmt, dt):
+        return None
+    src = source_name(dt)
+    table = cached_encode_table(fmt, src, rounding, saturate)
+    if table is None:
+        if build is not None and not build(src):
+            return None
+        table = encode_table(fmt, src, rounding, saturate)
+    return EncoderPlan(table, sticky16_ok(fmt, dt))
 
 
 def sticky16_ok(fmt: Format, dt) -> bool:

@@ -68,3 +68,19 @@ def test_small_call_fast_path_equals_general_path(name):
             np.testing.assert_array_equal(fp8emu.encode(xs, name), ref[i:i + n].reshape(shape))
             np.testing.assert_array_equal(fp8emu.encode(xs[..., ::-1], name),
                                           ref[i:i + n].reshape(shape)[..., ::-1])   # not contiguous
+
+
+def test_encoder_plan():
+    f = fp8emu.get_format("e5m2")
+    plan = tables.encoder_plan(f, np.float32, "rtz", True)
+    assert plan.table is tables.encode_table(f, "float32", "rtz", True) and plan.sticky16
+    x = _f32_patterns(np.random.default_rng(9), 5000)
+    out = np.empty(x.size, np.uint8)
+    plan(x, out)
+    np.testing.assert_array_equal(out, tables.encode_exact(x, f, "rtz", True))
+    # the build policy: a table not cached and not worth building yet gives no plan
+    g = fp8emu.Format("plan-test", ebits=4, mbits=3, bias=7)
+    assert tables.encoder_plan(g, np.float64, "rne", False, build=lambda src: False) is None
+    assert tables.encoder_plan(g, np.float64, "rne", False) is not None
+    assert tables.encoder_plan(g, np.float64, "rne", False, build=lambda src: False) is not None  # cached
+    assert tables.encoder_plan(f, np.int32, "rne", False) is None
