@@ -505,7 +505,8 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
 
     Global conditions: each step's result keeps at most F + 1 bits (so a partial that sets E is
     never cut), its exact sum fits float64, every term is a multiple of 2**(e_floor - F) (so the
-    floor exponent never cuts one), and C holds no -0.0 (whose sign the dense step keeps).
+    floor exponent never cuts one) and of 2**-126 (so no partial is a float32 subnormal), and C
+    holds no -0.0 (whose sign the dense step keeps).
     """
     G, F = acc.group, acc.frac_bits
     glog = (G - 1).bit_length()
@@ -530,6 +531,10 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
             lowest = min(lowest, int(low_bits(nz).min()))
             if lowest < e_floor - F:
                 return None
+    if lowest < -126:
+        # a partial could land in float32's subnormal range, where a step's rounding to
+        # sum_bits and float32's own grid part ways: the dense step decides there
+        return None
     ha, la = _group_bounds(ea, la_e, G, 1)
     ebt = np.ascontiguousarray(eb.T)
     hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G, 1))
