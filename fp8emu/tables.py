@@ -346,18 +346,18 @@ def lookup(flat, out, table, sticky16=False):
     dt = flat.dtype
     if dt == np.float32 and sticky16:
         half = table[: 1 << 16]
-        step = CHUNK
+        # larger steps than CHUNK: the 64 kB table stays in cache whatever the step (measured
+        # 2**17 ~10 % faster than 2**16); take() converts the uint32 index itself
+        step = 2 * CHUNK
         u_buf = np.empty(min(step, flat.size), np.uint32)
-        idx_buf = np.empty(min(step, flat.size), np.intp)
         for i in range(0, flat.size, step):
             u = flat[i:i + step].view(np.uint32)
-            n = u.size
-            idx, v = idx_buf[:n], u_buf[:n]
+            v = u_buf[:u.size]
             np.bitwise_and(u, 0xFFFF, out=v)
             v += 0xFFFF                           # bit 16 set iff the lower half is non-zero
             v |= u
-            np.right_shift(v, 16, out=idx)
-            np.take(half, idx, out=out[i:i + n])
+            v >>= 16
+            np.take(half, v, out=out[i:i + u.size])
     elif dt == np.float32:
         step = CHUNK
         u_buf = np.empty(min(step, flat.size), np.uint32)
