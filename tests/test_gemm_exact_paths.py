@@ -361,3 +361,14 @@ def test_routes_agree_on_two_threads(monkeypatch):
     finally:
         fp8emu.set_threads(before)
     assert counts[None]["fast"] + counts[None]["fallback"] == 96 * 40 * 16
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 64), (3, 0, 64), (3, 3, 0)])
+def test_empty_products(monkeypatch, shape):
+    M, N, K = shape
+    a = fp8emu.quantize_mx(np.ones((M, K)), "e4m3fn")
+    b = fp8emu.quantize_mx(np.ones((K, N)), "e4m3fn", axis=0)
+    for acc in ("blackwell", "exact", "fp32"):
+        assert_routes_agree(monkeypatch, _bsmm(a, b, accumulator=acc))
+        out = _bsmm(a, b, accumulator=acc)()
+        assert out.shape == (M, N) and out.dtype == np.float32 and not out.any()

@@ -287,6 +287,8 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
 
+    if M == 0 or N == 0:   # an empty result: nothing to accumulate (as scaled_mm)
+        return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
     nan_rows = np.isnan(A.scales).any(axis=1)
     nan_cols = np.isnan(B.scales).any(axis=1)
     with np.errstate(over="ignore", invalid="ignore"):   # float32 overflow gives Inf, as the GPU
