@@ -6,6 +6,8 @@ Usage::
     python3 benchmarks/bench_gemm.py --base /tmp/perf-old     # also an older package, copied there
                                                               # as fp8emu_old (e.g. git archive 84baad6)
     python3 benchmarks/bench_gemm.py 4096 4096 4096 --once --memory   # one timed run and its peak memory
+    python3 benchmarks/bench_gemm.py --threads 1 --block 128 128 4096 --block 256 256 4096 \
+        --base /tmp/perf-old        # also block_scaled_mm "blackwell" (MXFP8) at those shapes
 
 Repetitions are interleaved (this package, the base, ...) and medians taken;
 wall time and process CPU time are both reported (the CPU time is what a busy
@@ -21,9 +23,12 @@ import time
 import tracemalloc
 from pathlib import Path
 
-import numpy as np
-
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # torch's idle OpenMP workers must not spin
+if "--threads" in sys.argv:      # np.matmul's BLAS runs on as many threads as fp8emu (set before numpy loads)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", sys.argv[sys.argv.index("--threads") + 1])
+
+import numpy as np  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fp8emu
 import fp8emu  # noqa: E402
 
@@ -54,6 +59,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--once", action="store_true", help="one run of hopper only (large shapes)")
     ap.add_argument("--memory", action="store_true", help="peak traced memory of one hopper run")
+    ap.add_argument("--block", nargs=3, type=int, action="append", metavar=("M", "N", "K"), default=None,
+                    help="also time block_scaled_mm 'blackwell' on MXFP8 operands of this shape")
+    ap.add_argument("--skip-scaled", action="store_true", help="only the --block rows")
     args = ap.parse_args(argv)
     M, N, K = args.shape
     if args.threads:
@@ -104,7 +112,7 @@ def main(argv=None):
         head += " torch._scaled_mm CPU s (wall) | fp8emu / torch |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
-    for acc in ("exact", "fp32", "hopper-fast", "hopper"):
+    for acc in () if args.skip_scaled else ("exact", "fp32", "hopper-fast", "hopper"):
         fns = [mm(acc)]
         if old:
             fns.append(lambda acc=acc: old.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator=acc))
@@ -119,7 +127,36 @@ def main(argv=None):
         if torch:
             row += f" {walls[-1]:.4f} | {walls[0] / walls[-1]:.0f}x |" if tfn else " - | - |"
         print(row, flush=True)
+    if args.block:
+        head = "| block_scaled_mm | np.matmul float32 | fp8emu wall | / np.matmul |"
+        if old:
+            head += " base | speed-up | bit-identical |"
+        print(head)
+        print("|" + "---|" * (head.count("|") - 1))
+    for shape in args.block or ():
+        block_rows(shape, old, args.repeat)
     return 0
+
+
+def block_rows(shape, old, repeat):
+    """block_scaled_mm 'blackwell' on MXFP8 (e4m3fn) operands from Gaussian data, vs np.matmul float32."""
+    M, N, K = shape
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    a, b = fp8emu.quantize_mx(x, "e4m3fn"), fp8emu.quantize_mx(y, "e4m3fn", axis=0)
+    fns = [lambda: fp8emu.block_scaled_mm(a, b, accumulator="blackwell")]
+    if old:
+        oa, ob = old.quantize_mx(x, "e4m3fn"), old.quantize_mx(y, "e4m3fn", axis=0)
+        fns.append(lambda: old.block_scaled_mm(oa, ob, accumulator="blackwell"))
+    (mw,), (mc,) = interleaved([lambda: x @ y], 20)
+    walls, cpus = interleaved(fns, repeat)
+    row = (f"| blackwell MXFP8 {M}x{N}x{K} | np.matmul {mw * 1e3:.2f} ms wall, {mc * 1e3:.2f} ms CPU | "
+           f"{walls[0]:.3f} s | {walls[0] / mw:.0f}x wall, {cpus[0] / mc:.0f}x CPU |")
+    if old:
+        same = np.array_equal(fns[0]().view(np.uint32), fns[1]().view(np.uint32))
+        row += (f" base {walls[1]:.3f} s ({walls[1] / mw:.0f}x wall, {cpus[1] / mc:.0f}x CPU) | "
+                f"speed-up {walls[1] / walls[0]:.1f}x wall, {cpus[1] / cpus[0]:.1f}x CPU | {same} |")
+    print(row, flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python3 benchmarks/bench_scaling.py                 # default threads (all cores)
-    python3 benchmarks/bench_scaling.py --threads 1
+    python3 benchmarks/bench_scaling.py --threads 1          # CPU time (process_time) medians
     python3 benchmarks/bench_scaling.py --base /tmp/perf-base   # also time another checkout's
                                                                 # package, copied as fp8emu_base
 
@@ -71,6 +71,8 @@ def main(argv=None):
           + (" ratio to base | base peak / input |" if base else ""))
     print("|---|---|---|---|---|" + ("---|---|" if base else ""))
     new, old = recipes(fp8emu), recipes(base) if base else None
+    # one thread: CPU time, which a shared machine distorts least; more: wall time
+    clock = time.process_time if fp8emu.get_threads() == 1 else time.perf_counter
     for name, fn in new.items():
         fns = [lambda: fn(x), ml, cp] + ([lambda: old[name](x)] if base else [])
         for f in fns:
@@ -78,9 +80,9 @@ def main(argv=None):
         times = [[] for _ in fns]
         for _ in range(args.repeats):
             for i, f in enumerate(fns):
-                t0 = time.perf_counter()
+                t0 = clock()
                 f()
-                times[i].append(time.perf_counter() - t0)
+                times[i].append(clock() - t0)
         med = [float(np.median(t)) for t in times]
         row = (f"| {name} | {x.size / med[0] / 1e6:.0f} | {med[1] / med[0]:.2f} | "
                f"{x.nbytes / med[0] / 1e9:.2f} | {peak_ratio(fn, x):.2f} |")
@@ -90,9 +92,9 @@ def main(argv=None):
     t_ml, t_cp = [], []
     for _ in range(args.repeats):
         for f, ts in ((ml, t_ml), (cp, t_cp)):
-            t0 = time.perf_counter()
+            t0 = clock()
             f()
-            ts.append(time.perf_counter() - t0)
+            ts.append(clock() - t0)
     print(f"ml_dtypes float32 -> float8_e4m3fn: {x.size / np.median(t_ml) / 1e6:.0f} M elem/s; "
           f"np.copyto of the input: {2 * x.nbytes / np.median(t_cp) / 1e9:.1f} GB/s (read + write)")
 

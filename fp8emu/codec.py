@@ -39,7 +39,7 @@ from .profiles import get_profile
 from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation
 from .tables import (
     CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table,
-    decode_take, encode_exact, encode_table, lookup, source_name, table_ok,
+    decode_take, encode_exact, encode_table, encoder_plan, lookup, source_name, table_ok,
 )
 
 __all__ = ["encode", "decode", "quantize", "as_ml_dtypes"]
@@ -247,8 +247,13 @@ def _remember_fast(fmt, rounding, saturate, dt, table):
         # sticky bit: OR-ing "lower half non-zero" into it makes the upper half the whole index.
         half = table[: 1 << 16]
         low, s16 = np.uint32(0xFFFF), np.uint32(16)
+        little = sys.byteorder == "little"
 
         def fn(x):
+            if little and x.flags.c_contiguous:
+                # the same index from the two 16-bit halves: two operations instead of four
+                h = x.view(np.uint16)
+                return half.take(h[..., 1::2] | (h[..., 0::2] != 0))
             u = x.view(np.uint32)
             v = u & low
             v += low                               # bit 16 set iff the lower half is non-zero
@@ -439,6 +444,13 @@ def encode(x, fmt, *, rounding="rne", saturate=None, rng=None, sr_bits=None,
     return out.reshape(arr.shape)
 
 
+def _encode_into(flat, out, fmt, rounding="rne", saturate=True):
+    """``out[:] = encode(flat, fmt, rounding=rounding, saturate=saturate)`` on one thread, for callers
+    (the scaling recipes' fused chunks) that already hold a checked Format, a deterministic
+    rounding mode and 1-D contiguous arrays: no option checks, no fresh output array."""
+    _encode_flat(flat, out, fmt, rounding, saturate, 0, None, None, threads=1)
+
+
 def _encode_profile(arr, fmt, prof, rounding, threads=None):
     """Encode under a fixed code path: one look-up in the profile's table."""
     arr = prof.source(arr, fmt, rounding)
@@ -464,15 +476,12 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True,
         return
     dt = flat.dtype
     if rounding in DETERMINISTIC_MODES:
-        table = None
-        if fast and table_ok(fmt, dt):
-            src = source_name(dt)
-            table = cached_encode_table(fmt, src, rounding, saturate)
-            if table is None and _worth_building(fmt, src, rounding, saturate, n):
-                table = encode_table(fmt, src, rounding, saturate)
-        if table is not None:
-            _remember_fast(fmt, rounding, saturate, dt, table)
-            work = lambda a, b: lookup(flat[a:b], out[a:b], table)   # noqa: E731
+        # one question to tables: a ready encoder, or None (no table applies, or not worth building yet)
+        plan = encoder_plan(fmt, dt, rounding, saturate,
+                            build=lambda src: _worth_building(fmt, src, rounding, saturate, n)) if fast else None
+        if plan is not None:
+            _remember_fast(fmt, rounding, saturate, dt, plan.table)
+            work = lambda a, b: plan(flat[a:b], out[a:b])   # noqa: E731
         else:
             work = lambda a, b: _exact_range(flat[a:b], None, out[a:b], fmt, rounding, saturate, 0)  # noqa: E731
         parallel.run(work, parallel.split(0, n, threads, CHUNK), threads)

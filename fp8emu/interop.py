@@ -127,7 +127,9 @@ def to_numpy(x, *, what="x") -> np.ndarray:
     ...
     ValueError: x is a masked array; masked elements have no value: pass x.filled(value) or x.data
     """
-    if isinstance(x, np.ma.MaskedArray):
+    # a masked array exists only once numpy.ma is loaded; asking np.ma would load it (~10 ms)
+    ma = sys.modules.get("numpy.ma")
+    if ma is not None and isinstance(x, ma.MaskedArray):
         raise ValueError(f"{what} is a masked array; masked elements have no value: "
                          f"pass {what}.filled(value) or {what}.data")
     if isinstance(x, np.ndarray):

@@ -32,6 +32,7 @@ Examples
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 import weakref
 
 import ml_dtypes
@@ -282,13 +283,89 @@ def encode_table(fmt: Format, src: str, rounding: str, saturate) -> np.ndarray:
     return table
 
 
-def lookup(flat, out, table):
+class EncoderPlan(NamedTuple):
+    """A ready table encoder for one (format, source dtype, rounding, saturation): ``plan(flat, out)``.
+
+    Holds the encode table and how to index it (:func:`lookup`, with the float32 half-table
+    index where :func:`sticky16_ok`).  The tables are cached per Format object; a plan is a
+    view of one, asked for once per call by the codec (:func:`encoder_plan`).
+    """
+
+    table: np.ndarray
+    sticky16: bool
+
+    def __call__(self, flat, out):
+        lookup(flat, out, self.table, self.sticky16)
+
+
+def encoder_plan(fmt: Format, dtype, rounding: str, saturate, build=None):
+    """The :class:`EncoderPlan` for ``dtype`` inputs, or None where no table applies.
+
+    ``build``: None builds a missing table; otherwise a function of the source name that says
+    whether to build one now (the codec's policy for small float64 calls); a table not built
+    gives None (the exact core then encodes).
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> plan = encoder_plan(get_format("e4m3fn"), np.float32, "rne", False)
+    >>> out = np.empty(2, np.uint8); plan(np.array([1.0, 0.3], np.float32), out); out.tolist()
+    [56, 42]
+    >>> encoder_plan(get_format("e4m3fn"), np.int32, "rne", False) is None
+    True
+    """
+    dt = np.dtype(dtype)
+    if not table_ok(fmt, dt):
+        return None
+    src = source_name(dt)
+    table = cached_encode_table(fmt, src, rounding, saturate)
+    if table is None:
+        if build is not None and not build(src):
+            return None
+        table = encode_table(fmt, src, rounding, saturate)
+    return EncoderPlan(table, sticky16_ok(fmt, dt))
+
+
+def sticky16_ok(fmt: Format, dt) -> bool:
+    """Whether float32 -> ``fmt`` can use the 2**16-entry half of its table (see :func:`lookup`).
+
+    Bit 16 of a float32 lies below the rounding bit of every float32 input (normal or
+    subnormal) when the format keeps at most 5 fraction bits and its smallest subnormal is
+    not below 2**-131, so that bit is itself only a sticky bit.
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> sticky16_ok(get_format("e4m3fn"), np.float32), sticky16_ok(get_format("binary8p7"), np.float32)
+    (True, False)
+    """
+    return np.dtype(dt) == np.float32 and fmt.mbits <= 5 and fmt.emin - fmt.mbits >= -131
+
+
+def lookup(flat, out, table, sticky16=False):
     """``out[i] = table[index(flat[i])]`` for a 1-D source array, in cache-sized chunks.
 
-    The index is the one :func:`table_inputs` enumerates for ``flat``'s dtype.
+    The index is the one :func:`table_inputs` enumerates for ``flat``'s dtype.  With
+    ``sticky16`` (float32 only; :func:`sticky16_ok`), "lower half non-zero" is OR-ed into
+    bit 16, so the upper 16 bits alone index the table's first half: one operation fewer and a
+    table that stays in cache.
     """
     dt = flat.dtype
-    if dt == np.float32:
+    if dt == np.float32 and sticky16:
+        half = table[: 1 << 16]
+        # larger steps than CHUNK: the 64 kB table stays in cache whatever the step (measured
+        # 2**17 ~10 % faster than 2**16); take() converts the uint32 index itself
+        step = 2 * CHUNK
+        u_buf = np.empty(min(step, flat.size), np.uint32)
+        for i in range(0, flat.size, step):
+            u = flat[i:i + step].view(np.uint32)
+            v = u_buf[:u.size]
+            np.bitwise_and(u, 0xFFFF, out=v)
+            v += 0xFFFF                           # bit 16 set iff the lower half is non-zero
+            v |= u
+            v >>= 16
+            np.take(half, v, out=out[i:i + u.size])
+    elif dt == np.float32:
         step = CHUNK
         u_buf = np.empty(min(step, flat.size), np.uint32)
         idx_buf = np.empty(min(step, flat.size), np.intp)   # take() would otherwise copy to intp

@@ -73,7 +73,8 @@ from ..scaling.tensor import ScaledTensor, expand
 from .accumulator import Accumulator
 from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
 from .fparith import add_scaled_f32
-from .kernels import _ZERO_EXP, accumulate, exact_dot, mma_dot, values_and_exponents
+from .kernels import (_ZERO_EXP, _ZERO_LOW, accumulate, exact_dot, low_bits, lows_of_codes, mma_dot,
+                      values_and_exponents)
 
 __all__ = ["block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS", "nvfp4_alpha"]
 
@@ -286,22 +287,31 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
 
-    va, ea = values_and_exponents(A.codes, A.fmt)
-    vbt, ebt = values_and_exponents(B.codes, B.fmt)
-    sa = np.repeat(A.scales, A.block, axis=1)[:, :K]          # (M, K) per-element scale
-    sbt = np.repeat(B.scales, B.block, axis=1)[:, :K]         # (N, K)
-    nan_rows = np.isnan(sa).any(axis=1)
-    nan_cols = np.isnan(sbt).any(axis=1)
-    sa = np.where(np.isnan(sa), 0.0, sa)
-    sbt = np.where(np.isnan(sbt), 0.0, sbt)
-
+    if M == 0 or N == 0:   # an empty result: nothing to accumulate (as scaled_mm)
+        return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
+    nan_rows = np.isnan(A.scales).any(axis=1)
+    nan_cols = np.isnan(B.scales).any(axis=1)
     with np.errstate(over="ignore", invalid="ignore"):   # float32 overflow gives Inf, as the GPU
-        if acc == "exact":
-            v = _exact(va, sa, vbt.T, sbt.T, A.fmt.mbits, B.fmt.mbits, c)
-        elif acc == "fp32" or acc.scale_at == "block":
-            v = _blockwise(va, ea, vbt.T, ebt.T, A.scales, B.scales.T, A.block, B.block, acc, c)
+        if isinstance(acc, BlockScaledAccumulator) and acc.scale_at == "product":
+            pa, ea2, la = _scaled_operand(A, K)
+            pbt, eb2t, lbt = _scaled_operand(B, K)
+            step_acc = Accumulator("mma", acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                v = mma_dot(pa, ea2, pbt.T, eb2t.T, step_acc, c=c, lows=(la, lbt.T))
         else:
-            v = _product_scaled(va, ea, sa, vbt.T, ebt.T, sbt.T, acc, c)
+            va, ea = values_and_exponents(A.codes, A.fmt)
+            vbt, ebt = values_and_exponents(B.codes, B.fmt)
+            sa = np.repeat(A.scales, A.block, axis=1)[:, :K]          # (M, K) per-element scale
+            sbt = np.repeat(B.scales, B.block, axis=1)[:, :K]         # (N, K)
+            sa = np.where(np.isnan(sa), 0.0, sa)
+            sbt = np.where(np.isnan(sbt), 0.0, sbt)
+            if acc == "exact":
+                v = _exact(va, sa, vbt.T, sbt.T, A.fmt.mbits, B.fmt.mbits, c)
+            elif acc == "fp32" or acc.scale_at == "block":
+                v = _blockwise(va, ea, vbt.T, ebt.T, A.scales, B.scales.T, A.block, B.block, acc, c)
+            else:
+                v = _product_scaled(va, ea, sa, vbt.T, ebt.T, sbt.T, acc, c)
     v = np.where(nan_rows[:, None] | nan_cols[None, :], np.float32(np.nan), v).astype(np.float32)
     v = ieee_specials(v, A.codes, A.fmt, np.ascontiguousarray(B.codes.T), B.fmt)
     alpha = _alpha(A, B)
@@ -362,14 +372,53 @@ def _blockwise(va, ea, vb, eb, sa_blocks, sb_blocks, ba, bb, acc, c=None):
     return total
 
 
-def _product_scaled(va, ea, sa, vb, eb, sb, acc, c=None):
-    """Chained steps whose products carry their block scales (scale exponents join the alignment)."""
+def _scaled_operand(op: _Operand, K):
+    """Block-scaled values ``v * s`` (rows, K), their step exponents ``e(v) + floor(log2 s)`` (zero
+    terms: the sentinel) and lowest set bits, worked out per (row, block) and broadcast over the
+    block: what :func:`_product_scaled` computes from per-element scales, without those arrays.
+    The lowest set bit of a product of binary numbers is the sum of theirs.
+    """
+    rows, nb, blk = op.codes.shape[0], op.scales.shape[1], op.block
+    s = np.where(np.isnan(op.scales), 0.0, op.scales)
+    _, q = np.frexp(s)
+    zero_s = s == 0
+    q = np.where(zero_s, 0, q - 1).astype(np.int16)
+    lq = low_bits(s).astype(np.int16)
+    va, ea = values_and_exponents(op.codes, op.fmt)
+    la = lows_of_codes(op.codes, op.fmt)
+    pad = nb * blk - K
+    if pad:
+        va, ea, la = (np.pad(x, ((0, 0), (0, pad))) for x in (va, ea, la))
+    shape3 = (rows, nb, blk)
+    p = (va.reshape(shape3) * s[:, :, None]).reshape(rows, -1)[:, :K]
+    zero = ea.reshape(shape3) == _ZERO_EXP
+    if zero_s.any():
+        zero = zero | zero_s[:, :, None]
+    e2 = np.where(zero, np.int16(_ZERO_EXP), ea.reshape(shape3) + q[:, :, None])
+    l2 = np.where(zero, np.int16(_ZERO_LOW), la.reshape(shape3) + lq[:, :, None])
+    return p, e2.reshape(rows, -1)[:, :K], l2.reshape(rows, -1)[:, :K]
+
+
+def _product_scaled(va, ea, sa, vb, eb, sb, acc, c=None, lows=None):
+    """Chained steps whose products carry their block scales (scale exponents join the alignment).
+
+    The reference form of the ``scale_at="product"`` front end, from per-element scales (the
+    kernel's dense step is the reference for the fast path; tests compare the two front ends).
+    ``lows``: (element low-bit exponents of A (M, K) and of B (N, K), of the scales A (M, blocks)
+    and B (N, blocks), the two blocks) for the kernel's fast path.
+    """
     _, qa = np.frexp(sa)
     _, qb = np.frexp(sb)
     pa, pb = va * sa, vb * sb
     ea2 = np.where(pa == 0, _ZERO_EXP, ea + np.where(sa == 0, 0, qa - 1)).astype(np.int16)
     eb2 = np.where(pb == 0, _ZERO_EXP, eb + np.where(sb == 0, 0, qb - 1)).astype(np.int16)
+    if lows is not None:
+        la, lb, lsa, lsb, ba, bb = lows
+        K = la.shape[1]
+        la = np.where(pa == 0, _ZERO_LOW, la + np.repeat(lsa, ba, axis=1)[:, :K])
+        lb = np.where(pb == 0, _ZERO_LOW, lb.T + np.repeat(lsb, bb, axis=1)[:, :K].T)
+        lows = (la, lb)
     step_acc = Accumulator("mma", acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return mma_dot(pa, ea2, pb, eb2, step_acc, c=c)
+        return mma_dot(pa, ea2, pb, eb2, step_acc, c=c, lows=lows)

@@ -9,7 +9,7 @@ from ..codec import decode, encode
 from ..formats import get_format
 from ..tables import SOURCE_DTYPES
 from .fparith import round_hi_lo, two_sum
-from .kernels import special_masks
+from .kernels import any_nonfinite, special_masks
 
 __all__ = ["as_scale", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
 
@@ -64,7 +64,7 @@ def result_scale(scale_result, ofmt):
 
 def ieee_specials(v, ca, fa, cb, fb):
     """IEEE semantics for NaN/Inf operands (the kernels work on finite values)."""
-    if not ((~np.isfinite(decode(ca, fa))).any() or (~np.isfinite(decode(cb, fb))).any()):
+    if not (any_nonfinite(ca, fa) or any_nonfinite(cb, fb)):
         return v
     pos, neg, nan = special_masks(ca, fa, cb, fb)
     return np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),

@@ -10,6 +10,7 @@ sequential float32 sum (:func:`fp32_dot`) or chained tensor-core steps
 from __future__ import annotations
 
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -49,11 +50,56 @@ def _value_tables(fmt: Format):
     return fin, e
 
 
+@functools.lru_cache(maxsize=64)
+def _low_table(fmt: Format):
+    """Per-code exponent of the value's lowest set bit (zero and non-finite codes -> sentinel)."""
+    tv, _ = _value_tables(fmt)
+    low = low_bits(tv).astype(np.int16)
+    low.setflags(write=False)
+    return low
+
+
+def lows_of_codes(codes, fmt: Format):
+    """:func:`low_bits` of the decoded values of ``codes``, from a per-code table.
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> lows_of_codes(np.array([0x38, 0x3C], np.uint8), get_format("e4m3fn")).tolist()   # 1.0, 1.5
+    [0, -1]
+    """
+    return np.take(_low_table(fmt), _code_index(codes, fmt))
+
+
+def _code_index(codes, fmt: Format):
+    return codes if fmt.bits >= 8 else codes & np.uint8((1 << fmt.bits) - 1)
+
+
 def values_and_exponents(codes, fmt: Format):
     """float64 values with non-finite ones zeroed, and per-element int16 exponents."""
     tv, te = _value_tables(fmt)
-    idx = codes & np.uint8((1 << fmt.bits) - 1)
+    idx = _code_index(codes, fmt)
     return np.take(tv, idx), np.take(te, idx)
+
+
+@functools.lru_cache(maxsize=64)
+def _nonfinite_table(fmt: Format):
+    t = ~np.isfinite(decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64))
+    t.setflags(write=False)
+    return t
+
+
+def any_nonfinite(codes, fmt: Format) -> bool:
+    """Whether any code decodes to Inf or NaN (a per-code table, not a decode).
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> any_nonfinite(np.array([0x38, 0x7F], np.uint8), get_format("e4m3fn"))
+    True
+    """
+    t = _nonfinite_table(fmt)
+    return bool(t.any()) and bool(np.take(t, _code_index(codes, fmt)).any())
 
 
 def _exp_span(e):
@@ -80,11 +126,15 @@ def special_masks(codes_a, fa, codes_b, fb):
     return pos > 0, neg > 0, (nan > 0) | ((pos > 0) & (neg > 0))
 
 
-def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None):
+def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None, lows=None):
     """Chained tensor-core steps (with optional promotion and per-K-block scales).
 
     ``c``, a float32 (M, N) array or None, is the accumulator input of the first
     step (the MMA's C operand): it joins that step's alignment as its running sum.
+    ``lows``, optional: the operands' lowest-set-bit exponents (:func:`low_bits` of ``va`` and
+    ``vb``), when the caller has them from per-code tables.  Steps whose terms provably lose
+    nothing to the alignment take the exact fast path (:func:`_mma_piece_fast`); the others,
+    entry by entry, the reference step.
     """
     M, K = va.shape
     N = vb.shape[1]
@@ -95,6 +145,9 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None):
         vb = np.pad(vb, ((0, pad), (0, 0)))
         ea = np.pad(ea, ((0, 0), (0, pad)), constant_values=_ZERO_EXP)
         eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=_ZERO_EXP)
+        if lows is not None:
+            lows = (np.pad(lows[0], ((0, 0), (0, pad)), constant_values=_ZERO_LOW),
+                    np.pad(lows[1], ((0, pad), (0, 0)), constant_values=_ZERO_LOW))
     ng = (K + pad) // G
     promote = acc.promote
     bounds = split_bounds(K, acc.splits(M, N, K))
@@ -123,6 +176,22 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None):
         nz = c[c != 0]
         if nz.size:
             e_floor = min(e_floor, int(np.frexp(np.abs(nz).min())[1]) - 2)
+    fast = _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows)
+    if fast is not None:
+        def row_block_fast(m0, m1):
+            result = None
+            for g0, g1 in pieces:
+                piece = _mma_piece_fast(fast, (m0, m1), (g0, g1), acc, promote=promote, e_floor=e_floor,
+                                        kscale=kscale, kblock=kblock,
+                                        c_in=None if c is None else c[m0:m1], threads=threads)
+                result = piece if result is None else (result + piece).astype(np.float32)
+            out[m0:m1] = result
+
+        # row blocks of about 2**16 entries keep a step's (rows, N) arrays in cache
+        rows_f = min(-(-M // max(1, min(threads, M))), max(1, (1 << 16) // max(1, N)))
+        _over_row_blocks(M, rows_f, row_block_fast, threads)
+        return out
+    _count(dense=M * N * ng)
     amax, bmax = np.abs(va).max(initial=0.0), np.abs(vb).max(initial=0.0)
     # float32 is exact when scaled terms stay integers below 2**24 even after
     # summing a group, and when products and scale factors stay normal float32
@@ -349,3 +418,290 @@ def accumulate(va, ea, vb, eb, acc: Accumulator, mbits=(6, 6)):
     if acc.kind == "fp32":
         return fp32_dot(va, vb)
     return mma_dot(va, ea, vb, eb, acc)
+
+
+# ----------------------------------------------------------------------------- exact fast path
+# A step's truncation to F fraction bits below its largest exponent E is the identity when every
+# product and the incoming partial are multiples of 2**(E - F).  Per (row, step) and (step, column)
+# the largest exponent H and the lowest set bit L of the operands bound that: with
+# (Ha - La) + (Hb - Lb) <= F nothing of the products is cut (unless the partial raises E), and
+# one float64 matmul per step gives their exact sum.  Entries failing a check take the
+# per-entry copy of the dense step (:func:`_entry_step`).
+
+#: Internal switch: None chooses, "dense" runs the reference step (:func:`_mma_piece`) everywhere,
+#: "fast" the fast path wherever its checks hold, "fallback" the fast path's machinery with every
+#: entry sent through the per-entry step.  Tests force each in turn.
+_PATH = None
+#: The fast path's per-entry checks; tests drop one to show a case it guards.
+#: "span": (Ha - La) + (Hb - Lb) <= F (and the 53-bit bound of the float64 sum);
+#: "small_part": a nonzero partial is not cut by a larger step maximum;
+#: "large_part": a partial that raises E does not cut the products.
+_CHECKS = frozenset({"span", "small_part", "large_part"})
+#: Entries x steps computed by each route since the last reset (tests read them).
+COUNTERS = {"fast": 0, "fallback": 0, "dense": 0}
+_COUNTER_LOCK = threading.Lock()
+# lowest-set-bit exponent given to zero terms (above any real one, never wins the minimum)
+_ZERO_LOW = 16000
+# the fast path pays off when at least this share of a sample of entries passes the span check
+_FAST_SHARE = 0.5
+
+
+def reset_counters():
+    """Zero :data:`COUNTERS` (tests)."""
+    with _COUNTER_LOCK:
+        for k in COUNTERS:
+            COUNTERS[k] = 0
+
+
+def _count(**n):
+    with _COUNTER_LOCK:
+        for k, v in n.items():
+            COUNTERS[k] += int(v)
+
+
+def low_bits(v):
+    """Exponent of the lowest set bit of each (normal or zero) float64 value; zeros get a sentinel.
+
+    Examples
+    --------
+    >>> low_bits(np.array([1.0, 6.0, 0.375, -2.0 ** -20])).tolist()
+    [0, 1, -3, -20]
+    """
+    v = np.ascontiguousarray(v, np.float64)
+    bits = v.view(np.int64)
+    mant = (bits & np.int64((1 << 52) - 1)) | np.int64(1 << 52)
+    _, tz = np.frexp((mant & -mant).astype(np.float64))
+    low = ((bits >> 52) & np.int64(0x7FF)) - 1076 + tz
+    return np.where(v == 0, _ZERO_LOW, low).astype(np.int32)
+
+
+def _group_bounds(e, low, G, axis):
+    """Per step: largest exponent H and lowest set bit L over each run of G along ``axis``."""
+    if axis == 1:
+        M, K = e.shape
+        return (e.reshape(M, K // G, G).max(axis=2).astype(np.int32),
+                low.reshape(M, K // G, G).min(axis=2).astype(np.int32))
+    K, N = e.shape
+    return (e.reshape(K // G, G, N).max(axis=1).astype(np.int32),
+            low.reshape(K // G, G, N).min(axis=1).astype(np.int32))
+
+
+class _FastOps(NamedTuple):
+    """Row-major operands and per-step bounds for the fast path."""
+
+    va: np.ndarray        # (M, K) float64
+    vbt: np.ndarray       # (N, K) float64: B transposed, so both operands' steps are contiguous
+    ea: np.ndarray        # (M, K) int16
+    ebt: np.ndarray       # (N, K) int16
+    ha: np.ndarray        # (M, steps) int32: largest exponent (zero-step sentinel)
+    la: np.ndarray        # (M, steps) int32: lowest set bit (zero-step sentinel)
+    hb: np.ndarray        # (steps, N)
+    lb: np.ndarray        # (steps, N)
+    normal_f32: bool      # every nonzero partial is a multiple of 2**-126 (never a float32 subnormal)
+
+
+def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
+    """The :class:`_FastOps` when the fast path applies to this product, else None.
+
+    Global conditions: each step's result keeps at most F + 1 bits (so a partial that sets E is
+    never cut), its exact sum fits float64, every term is a multiple of 2**(e_floor - F) (so the
+    floor exponent never cuts one) and of 2**-126 (so no partial is a float32 subnormal), and C
+    holds no -0.0 (whose sign the dense step keeps).
+    """
+    G, F = acc.group, acc.frac_bits
+    glog = (G - 1).bit_length()
+    if _PATH == "dense" or acc.sum_bits > F + 1 or F + 3 + glog > 53:
+        return None
+    if _PATH is None:
+        # a sample of entries decides whether enough of them pass the span check
+        sa_, sb_ = (lows[0][:32], lows[1][:, :32]) if lows is not None else (None, None)
+        if _span_share(va[:32], ea[:32], vb[:, :32], eb[:, :32], G, F, sa_, sb_) < _FAST_SHARE:
+            return None
+    la_e, lb_e = lows if lows is not None else (low_bits(va), low_bits(vb))
+    lo_a, lo_b = int(la_e.min(initial=_ZERO_LOW)), int(lb_e.min(initial=_ZERO_LOW))
+    if lo_a < _ZERO_LOW and lo_b < _ZERO_LOW and lo_a + lo_b < e_floor - F:
+        return None
+    lowest = lo_a + lo_b
+    if c is not None:
+        cz = c == 0
+        if np.signbit(c[cz]).any():
+            return None
+        nz = c[~cz]
+        if nz.size:
+            lowest = min(lowest, int(low_bits(nz).min()))
+            if lowest < e_floor - F:
+                return None
+    if lowest < -126:
+        # a partial could land in float32's subnormal range, where a step's rounding to
+        # sum_bits and float32's own grid part ways: the dense step decides there
+        return None
+    ha, la = _group_bounds(ea, la_e, G, 1)
+    ebt = np.ascontiguousarray(eb.T)
+    hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G, 1))
+    return _FastOps(np.ascontiguousarray(va, np.float64), np.ascontiguousarray(vb.T, np.float64),
+                    np.ascontiguousarray(ea), ebt, ha, la, hb, lb, lowest >= -126)
+
+
+def _span_share(va, ea, vb, eb, G, F, la=None, lb=None):
+    """Share of the (row, step, column) entries of these operands that pass the span check."""
+    ha, la = _group_bounds(ea, low_bits(va) if la is None else la, G, 1)
+    hb, lb = _group_bounds(eb, low_bits(vb) if lb is None else lb, G, 0)
+    zero = (ha <= _ZERO_EXP)[:, :, None] | (hb <= _ZERO_EXP)[None, :, :]
+    return float(np.mean(zero | ((ha - la)[:, :, None] + (hb - lb)[None, :, :] <= F)))
+
+
+def _entry_step(ops: _FastOps, mi, ni, sl, part, acc, e_floor):
+    """The dense step (:func:`_mma_piece`) for the entries (mi, ni) alone: their new partials."""
+    F = acc.frac_bits
+    P = ops.va[mi, sl] * ops.vbt[ni, sl]                      # (n, G): exact products
+    E = (ops.ea[mi, sl].astype(np.int32) + ops.ebt[ni, sl]).max(axis=1)
+    fr, ep = np.frexp(part)
+    ep = np.where(part == 0, e_floor, ep - 1)
+    E = np.maximum(np.maximum(E, ep), e_floor)
+    sc = np.ldexp(1.0, F - E)
+    s = np.trunc(P * sc[:, None]).sum(axis=1) + np.trunc(part * sc)
+    _, es = np.frexp(s)
+    t = np.ldexp(1.0, acc.sum_bits - es)
+    s = (np.trunc if acc.sum_rounding == "rtz" else np.rint)(s * t) / t
+    return s / sc
+
+
+def _round_in_place(s, bits, rounding):
+    """Round normal float64 values (or zeros) in place to ``bits`` significant bits on their bit
+    patterns: the same values as :func:`fparith.round_bits`."""
+    u = s.view(np.int64)
+    drop = 53 - bits
+    if drop <= 0:
+        return
+    if rounding == "rne":
+        lsb = np.right_shift(u, drop)
+        np.bitwise_and(lsb, 1, out=lsb)
+        u += np.int64((1 << (drop - 1)) - 1)
+        u += lsb
+    u &= np.int64(-(1 << drop))
+
+
+class _Restart(Exception):
+    """A float32-held partial left float32's normal range: redo the row block in float64."""
+
+
+def _mma_piece_fast(ops: _FastOps, rows, steps, acc, **kw):
+    """:func:`_mma_piece` by the fast path: one float64 matmul per step, checks per entry.
+
+    Steps rounded to nearest even at 24 bits keep their partials in float32, so one add
+    with a float32 output both sums and rounds; a partial leaving float32's normal range
+    (where that cast and the 24-bit rounding differ: Inf; subnormals cannot arise, since
+    :func:`_fast_plan` finds every term a multiple of 2**-126) sends the block to float64 partials.
+    """
+    if acc.sum_rounding == "rne" and acc.sum_bits == 24 and ops.normal_f32:
+        try:
+            return _fast_steps(ops, rows, steps, acc, f32=True, **kw)
+        except _Restart:
+            pass
+    return _fast_steps(ops, rows, steps, acc, f32=False, **kw)
+
+
+_F32_TINY = float(np.finfo(np.float32).tiny)
+_F32_LIMIT = 2.0 ** 128 - 2.0 ** 103      # float64 values at or above round to Inf in float32
+
+
+def _out_of_f32(v):
+    """Nonzero values below float32's normal range, or non-finite ones."""
+    a = np.abs(v)
+    return bool(((a < _F32_TINY) & (a != 0)).any() or not np.isfinite(a).all())
+
+
+def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, promote, e_floor, kscale, kblock, c_in, threads):
+    (m0, m1), (g0, g1) = rows, steps
+    G, F, B = acc.group, acc.frac_bits, acc.sum_bits
+    N = ops.vbt.shape[0]
+    shape = (m1 - m0, N)
+    part = np.zeros(shape, np.float32 if f32 else np.float64)
+    if c_in is not None:
+        part[...] = c_in
+    total = np.zeros(shape, np.float32)
+    part32 = np.empty(shape, np.float32)
+    ap, t = np.empty(shape), np.empty(shape)
+    ok, ok2, bad = np.empty(shape, bool), np.empty(shape, bool), np.empty(shape, bool)
+    fs = F if "span" in _CHECKS else 1 << 30
+    fs = min(fs, 51 - (G - 1).bit_length())
+    ha, la = ops.ha[m0:m1], ops.la[m0:m1]
+    zero_a, zero_b = ha <= _ZERO_EXP, ops.hb <= _ZERO_EXP
+    da = np.where(zero_a, -(1 << 20), ha - la)
+    db = np.where(zero_b, -(1 << 20), ops.hb - ops.lb)
+    with np.errstate(over="ignore", under="ignore"):
+        # |part| < tla * tlb  <=>  floor(log2|part|) <= La + Lb + F   (the products are not cut)
+        tla = np.where(zero_a, np.inf, np.ldexp(1.0, np.clip(la + F + 1, -1070, 1020)))
+        tlb = np.where(zero_b, np.inf, np.ldexp(1.0, np.clip(ops.lb, -1070, 1020)))
+        # |part| >= tha * thb  <=>  floor(log2|part|) >= Ha + Hb - F + B - 1   (the partial is not cut)
+        tha = np.where(zero_a, 0.0, np.ldexp(1.0, np.clip(ha - F + B - 1, -1070, 1020)))
+        thb = np.where(zero_b, 0.0, np.ldexp(1.0, np.clip(ops.hb, -1070, 1020)))
+    span_ok = da.max(axis=0, initial=-(1 << 20)) + db.max(axis=1, initial=-(1 << 20)) <= fs
+    force_fallback = _PATH == "fallback"
+    chunk = max(1, min(g1 - g0, (1 << 21) // max(1, shape[0] * N)))
+    sub = shape[0] if threads <= 1 else max(1, _BLAS_SERIAL // (G * N))
+    S = np.empty((chunk,) + shape)
+    va3 = ops.va[m0:m1].reshape(shape[0], -1, G)
+    vb3 = ops.vbt.reshape(N, -1, G).transpose(1, 2, 0)       # (steps, G, N) views
+    n_slow = 0
+    for g in range(g0, g1):
+        j = (g - g0) % chunk
+        if j == 0:
+            c1 = min(g1, g + chunk)
+            for r in range(0, shape[0], sub):
+                r1 = min(shape[0], r + sub)
+                np.matmul(va3[r:r1, g:c1].transpose(1, 0, 2), vb3[g:c1], out=S[:c1 - g, r:r1])
+        first_c = c_in is not None and g == g0
+        bp = 24 if first_c else B        # bits of the incoming partial (C is float32)
+        if force_fallback:
+            ok.fill(False)
+        else:
+            np.abs(part, out=ap)
+            if bp > F + 1:
+                # a partial that sets E would be cut: only a zero partial passes
+                np.equal(ap, 0, out=ok)
+            else:
+                if "large_part" in _CHECKS:
+                    np.multiply(tla[:, g:g + 1], tlb[g], out=t)
+                    np.less(ap, t, out=ok)
+                else:
+                    ok.fill(True)
+                if "small_part" in _CHECKS:
+                    np.multiply(tha[:, g:g + 1], thb[g], out=t)
+                    if bp != B:
+                        t *= 2.0 ** (bp - B)
+                    np.greater_equal(ap, t, out=ok2)
+                    np.equal(ap, 0, out=bad)
+                    ok2 |= bad
+                    ok &= ok2
+            if not span_ok[g]:
+                ok &= (da[:, g:g + 1] + db[g]) <= fs
+        np.logical_not(ok, out=bad)
+        idx = np.flatnonzero(bad)
+        if idx.size:
+            mi, ni = np.divmod(idx, N)
+            old = part[mi, ni].astype(np.float64)
+            slow = _entry_step(ops, mi + m0, ni, slice(g * G, (g + 1) * G), old, acc, e_floor)
+            # (no subnormals: ops.normal_f32) an Inf partial, or one that float32 cannot hold
+            if f32 and not (np.abs(old).max() < np.inf and np.abs(slow).max() < _F32_LIMIT):
+                raise _Restart
+            n_slow += idx.size
+        # exact: every term is a multiple of 2**(E - F); the float32 output rounds once (RNE)
+        np.add(part, S[j], out=part, casting="same_kind")
+        if not f32:
+            _round_in_place(part, B, acc.sum_rounding)
+        if idx.size:
+            part[mi, ni] = slow
+        if promote and ((g + 1 - g0) % promote == 0 or g == g1 - 1):
+            if f32 and _out_of_f32(part):
+                raise _Restart
+            if kscale is None:
+                np.copyto(part32, part, casting="same_kind")
+                np.add(total, part32, out=total)
+            else:
+                total = add_scaled_f32(total, part.astype(np.float64), kscale(m0, m1, (g * G) // kblock))
+            part.fill(0)
+    if not promote and f32 and _out_of_f32(part):
+        raise _Restart
+    _count(fast=(g1 - g0) * part.size - n_slow, fallback=n_slow)
+    return total if promote else part.astype(np.float32)

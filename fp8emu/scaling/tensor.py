@@ -9,9 +9,9 @@ import numbers
 import numpy as np
 
 from .. import parallel
-from ..codec import decode, encode
+from ..codec import _encode_into, decode, encode
 from ..formats import Format, get_format
-from ..rounding import DETERMINISTIC_MODES
+from ..rounding import DETERMINISTIC_MODES, check_rounding
 from ..tables import DECODE_DTYPES, as_array
 
 __all__ = ["ScaledTensor"]
@@ -448,13 +448,20 @@ def scaled_cast(x, scale, block, fmt, **encode_options) -> np.ndarray:
         return out.reshape(x.shape)
     out = np.empty(x.shape, np.uint8)
     ranges = _row_ranges(x.shape, block[0])
+    # plain options: each chunk is encoded straight into its rows of ``out``
+    direct = set(encode_options) <= {"rounding"} and fmt.bits <= 8
 
     def work(c0, c1):
         for r0, r1 in ranges[c0:c1]:
             xs = x[r0:r1]
             # a chunk of repeated scales multiplies far faster than a broadcast over short blocks
             full = expand(scale[r0 // block[0]:-(-r1 // block[0])], block, xs.shape)
-            out[r0:r1] = cast(scale_times(xs, full), fmt, **encode_options)
+            y = scale_times(xs, full)
+            if direct:
+                _encode_into(y.reshape(-1), out[r0:r1].reshape(-1), fmt,
+                             check_rounding(encode_options.get("rounding", "rne")), True)
+            else:
+                out[r0:r1] = cast(y, fmt, **encode_options)
 
     _over(len(ranges), work, x.size)
     return out
