@@ -2,16 +2,19 @@
 
 Source: Khattak and Mikaitis, "Accurate Models of NVIDIA Tensor Cores"
 (arXiv:2512.07004), repository github.com/north-numerical-computing/MATLAB-tensor-core
-(BSD 2-Clause), folder ``model_validation/{B200,H200}/{E4M3,E5M2}``: 5000 rows of one
-``mma.sync.aligned.m16n8k32.row.col.f32.<fmt>.<fmt>.f32`` dot product each, K = 32
+(BSD 2-Clause), folder ``model_validation/<GPU>/{E4M3,E5M2}`` for every GPU recorded with
+FP8 inputs (Ada, L40S, H100, H200, B200): 5000 rows of one
+``mma.sync.aligned.m16n8k32.row.col.<d>.<fmt>.<fmt>.<c>`` dot product each, K = 32
 (``a_*.txt``/``b_*.txt``: inputs as float32 hex words; ``c_*_fp32.txt``: the float32
-accumulator input; ``d_*_fp32.txt``: the result the GPU returned, as 32-bit binary).
-Their validation script feeds C = 0 to the H100/H200 FP8 models, so only the B200
-files carry C.
+accumulator input; ``d_*_fp32.txt``: the float32 result the GPU returned and, where
+recorded, ``d_*_fp16.txt``: the float16 result of the ``.f16`` instruction, written as the
+float32 word of that float16 value; their CUDA source gives the f16 instruction
+``__float2half(c)`` as C).
 
 Run ``python3 tools/import_tc_recordings.py MIRROR`` with MIRROR a checkout (or bare
 git directory) of that repository.  The fp8 codes come from ml_dtypes, not from fp8emu,
-and each is checked to decode back to the recorded float32 word.
+and each is checked to decode back to the recorded float32 word; each float16 result is
+checked to be an exact float16 value.
 """
 
 import subprocess
@@ -23,11 +26,12 @@ import numpy as np
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "tc_recordings"
 DTYPES = {"E4M3": ml_dtypes.float8_e4m3fn, "E5M2": ml_dtypes.float8_e5m2}
+GPUS = ("Ada", "L40S", "H100", "H200", "B200")
 
 
 def read(repo, path):
-    return subprocess.run(["git", "-C", repo, "show", f"HEAD:{path}"], check=True,
-                          capture_output=True, text=True).stdout
+    r = subprocess.run(["git", "-C", repo, "show", f"HEAD:{path}"], capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else None
 
 
 def hex_words(text):
@@ -43,24 +47,31 @@ def main(repo):
     commit = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], check=True,
                             capture_output=True, text=True).stdout.strip()
     OUT.mkdir(parents=True, exist_ok=True)
-    for gpu in ("B200", "H200"):
+    for gpu in GPUS:
         for fmt, dt in DTYPES.items():
             base = f"model_validation/{gpu}/{fmt}/"
             a32 = hex_words(read(repo, f"{base}a_{gpu}_{fmt}.txt")).view(np.float32)
             b32 = hex_words(read(repo, f"{base}b_{gpu}_{fmt}.txt")).view(np.float32)
             c = bin_words(read(repo, f"{base}c_{gpu}_fp32.txt"))
             d = bin_words(read(repo, f"{base}d_{gpu}_fp32.txt"))
+            arrays = {}
+            d16 = read(repo, f"{base}d_{gpu}_fp16.txt")
+            if d16 is not None:
+                w = bin_words(d16).view(np.float32)
+                h = w.astype(np.float16)
+                if not np.array_equal(h.astype(np.float32).view(np.uint32), w.view(np.uint32)):
+                    raise SystemExit(f"{gpu} {fmt}: a float16 result is not an exact float16 value")
+                arrays["d16_bits"] = h.view(np.uint16)
             codes = []
             for x in (a32, b32):
                 q = x.astype(dt)
                 if not np.array_equal(q.astype(np.float32).view(np.uint32), x.view(np.uint32)):
                     raise SystemExit(f"{gpu} {fmt}: an input is not an exact {fmt} value")
                 codes.append(q.view(np.uint8))
-            if gpu != "B200":
-                c = np.zeros_like(c)
-            np.savez_compressed(OUT / f"{gpu.lower()}_{fmt.lower()}.npz", a=codes[0], b=codes[1],
-                                c_bits=c, d_bits=d, source_commit=np.array(commit))
-            print(gpu, fmt, codes[0].shape, "->", OUT / f"{gpu.lower()}_{fmt.lower()}.npz")
+            path = OUT / f"{gpu.lower()}_{fmt.lower()}.npz"
+            np.savez_compressed(path, a=codes[0], b=codes[1], c_bits=c, d_bits=d,
+                                source_commit=np.array(commit), **arrays)
+            print(gpu, fmt, codes[0].shape, sorted(arrays), "->", path)
 
 
 if __name__ == "__main__":
