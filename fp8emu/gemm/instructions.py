@@ -46,10 +46,11 @@ import dataclasses
 
 import numpy as np
 
-from ..codec import decode
+from ..codec import decode, encode
 from ..formats import get_format
 
-__all__ = ["Instruction", "INSTRUCTIONS", "get_instruction", "presets", "mma", "dot"]
+__all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets", "mma", "dot",
+           "gemm", "block_scaled_gemm"]
 
 _DATAPATHS = ("fused", "scaled", "grouped", "paired")
 _ROUNDINGS = ("rz-e8m13", "rz", "rne")
@@ -461,7 +462,8 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks."""
     for f, what in ((a_format, "a_format"), (b_format, "b_format")):
         if get_format(f).name not in ins.formats:
-            raise ValueError(f"{ins.name} takes {', '.join(ins.formats)} operands, not {what}={f!r}")
+            raise ValueError(f"{ins.name} takes {', '.join(ins.formats)} operands, not "
+                             f"{what}={get_format(f).name!r}")
     K = a.shape[-1]
     if K % ins.step:
         raise ValueError(f"K = {K} must be a multiple of {ins.name}'s step of {ins.step}")
@@ -554,8 +556,58 @@ def _grouped_terms(ins, p, scl, block, k0):
 
 
 # ----------------------------------------------------------------------------- evidence
-#: Evidence behind each instruction (checked by tests/test_instructions.py and test_tc_recordings.py).
-EVIDENCE = {}
+_REC = "MATLAB-tensor-core model_validation"
+#: Evidence behind each instruction, as data: ``("recordings", file, array, rows reproduced, rows,
+#: note)`` for public GPU recordings (tests/data/tc_recordings), ``("mmasim", version, cases)`` for
+#: random MMAs equal to MMA-Sim's model (tests/data/mmasim), ``("disagrees", ...)`` for recordings of
+#: another instruction that the model does not reproduce.  tests/test_instructions.py checks every
+#: number against the data.
+EVIDENCE = {
+    "ada-mma": [("recordings", "ada_e4m3", "d_bits", 5000, 5000, ""),
+                ("recordings", "ada_e5m2", "d_bits", 5000, 5000, ""),
+                ("recordings", "l40s_e4m3", "d_bits", 5000, 5000, ""),
+                ("recordings", "l40s_e5m2", "d_bits", 5000, 5000, ""),
+                ("mmasim", "2.1.1", 200000)],
+    "ada-mma-f16": [("recordings", "ada_e4m3", "d16_bits", 5000, 5000, ""),
+                    ("recordings", "ada_e5m2", "d16_bits", 5000, 5000, ""),
+                    ("mmasim", "2.1.1", 200000)],
+    "hopper-mma": [("recordings", "h100_e4m3", "d_bits", 5000, 5000, "C = 0"),
+                   ("recordings", "h100_e5m2", "d_bits", 5000, 5000, "C = 0"),
+                   ("recordings", "h200_e4m3", "d_bits", 5000, 5000, "C = 0"),
+                   ("recordings", "h200_e5m2", "d_bits", 5000, 5000, "C = 0")],
+    "hopper-mma-f16": [("recordings", "h100_e4m3", "d16_bits", 3113, 5000, "rest unexplained"),
+                       ("recordings", "h100_e5m2", "d16_bits", 3340, 5000, "rest unexplained"),
+                       ("recordings", "h200_e4m3", "d16_bits", 3122, 5000, "rest unexplained"),
+                       ("recordings", "h200_e5m2", "d16_bits", 3400, 5000, "rest unexplained")],
+    "hopper-wgmma": [("mmasim", "2.1.1", 200000)],
+    "hopper-wgmma-f16": [("mmasim", "2.1.1", 200000)],
+    "blackwell-mma": [("recordings", "b200_e4m3", "d_bits", 5000, 5000, ""),
+                      ("recordings", "b200_e5m2", "d_bits", 4999, 5000, "row 3935 unexplained")],
+    "blackwell-mma-f16": [("recordings", "b200_e4m3", "d16_bits", 3108, 5000, "rest unexplained"),
+                          ("recordings", "b200_e5m2", "d16_bits", 3403, 5000, "rest unexplained")],
+    "blackwell-tcgen05-f8f6f4": [("mmasim", "2.1.1", 200000),
+                                 ("disagrees", "b200_e4m3", "d_bits", 3207, 5000, "mma.sync recordings"),
+                                 ("disagrees", "b200_e5m2", "d_bits", 3236, 5000, "mma.sync recordings")],
+    "blackwell-tcgen05-f8f6f4-f16": [("mmasim", "2.1.1", 200000)],
+    "blackwell-tcgen05-mxf8f6f4": [("mmasim", "2.1.1", 200000)],
+    "blackwell-tcgen05-mxf4nvf4": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma-f16": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma-mxf8f6f4": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma-mxf4nvf4": [("mmasim", "2.1.1", 200000)],
+    "cdna3-mfma-fp8": [("mmasim", "2.1.1", 200000)],
+}
+
+
+def _evidence_text(e):
+    if e[0] == "mmasim":
+        return f"equals MMA-Sim {e[1]} on {e[2]:,} random MMAs"
+    kind, file, arr, ok, n, note = e
+    out = "f16" if arr == "d16_bits" else "f32"
+    verb = "reproduces" if kind == "recordings" else "disagrees with"
+    if kind == "disagrees":
+        return f"{verb} {file} ({out}, {note}): reproduces {ok}/{n} rows"
+    return f"{verb} {_REC} {file} ({out}{', ' + note if note else ''}): {ok}/{n} rows"
 
 
 def presets():
@@ -565,14 +617,90 @@ def presets():
     -------
     list of dict
         One per instruction: ``name``, ``arch``, ``ptx``, ``model`` (where the description
-        comes from) and ``evidence``, a list of strings: public GPU recordings it
-        reproduces (file, rows), random MMAs equal to MMA-Sim (version, count), or
-        ``"model only"``.
+        comes from), ``evidence`` (sentences: public GPU recordings it reproduces (file,
+        rows), random MMAs equal to MMA-Sim (version, count), or ``"model only"``) and
+        ``records`` (the same as data, see :data:`EVIDENCE`).
 
     Examples
     --------
-    >>> [p["name"] for p in presets()][:3]
-    ['ada-mma', 'ada-mma-f16', 'hopper-mma']
+    >>> p = {q["name"]: q for q in presets()}
+    >>> p["ada-mma"]["evidence"][0]
+    'reproduces MATLAB-tensor-core model_validation ada_e4m3 (f32): 5000/5000 rows'
+    >>> p["hopper-wgmma"]["evidence"]
+    ['equals MMA-Sim 2.1.1 on 200,000 random MMAs']
     """
     return [{"name": i.name, "arch": i.arch, "ptx": i.ptx, "model": i.model,
-             "evidence": list(EVIDENCE.get(i.name, ["model only"]))} for i in INSTRUCTIONS.values()]
+             "evidence": [_evidence_text(e) for e in EVIDENCE.get(i.name, ())] or ["model only"],
+             "records": list(EVIDENCE.get(i.name, ()))} for i in INSTRUCTIONS.values()]
+
+
+# ----------------------------------------------------------------------------- GEMMs through an instruction
+def as_instruction(acc):
+    """The :class:`Instruction` an accumulator argument names, or None for other accumulators."""
+    if isinstance(acc, Instruction):
+        return acc
+    if isinstance(acc, str) and acc in INSTRUCTIONS:
+        return INSTRUCTIONS[acc]
+    return None
+
+
+def _k_padded(ins, a, b):
+    """Zero codes appended along K to a whole number of steps, as a kernel pads its last tile."""
+    pad = (-a.shape[1]) % ins.step
+    if not pad:
+        return a, b
+    return np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
+
+
+def gemm(a, b, *, instruction, a_format, b_format, c=None):
+    """float32 ``A @ B (+ C)`` as a chain of one instruction along K (the K-loop of an MMA kernel).
+
+    K is padded with zero codes to a whole number of steps.  Used by :func:`fp8emu.scaled_mm`
+    when its ``accumulator`` names an instruction; the instruction must have a float32 output.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> a = fp8emu.encode(np.array([[1.0, 2.0 ** -14] * 24]), "e4m3fn")
+    >>> b = fp8emu.encode(np.ones((48, 1)), "e4m3fn")
+    >>> float(gemm(a, b, instruction="hopper-wgmma", a_format="e4m3fn", b_format="e4m3fn")[0, 0])
+    24.0
+    >>> float(gemm(a, b, instruction="rtx-blackwell-mma", a_format="e4m3fn", b_format="e4m3fn")[0, 0])
+    24.00146484375
+    """
+    ins = get_instruction(instruction)
+    if ins.out != "float32":
+        raise ValueError(f"{ins.name} returns float16; a GEMM accumulator needs a float32-output instruction "
+                         f"(use {ins.name.removesuffix('-f16')!r})")
+    if ins.block_scaled:
+        raise ValueError(f"{ins.name} is block-scaled: use fp8emu.gemm.block_scaled_mm with MX/NVFP4 operands")
+    a, b = _k_padded(ins, np.asarray(a), np.asarray(b))
+    return mma(a, b, c, instruction=ins, a_format=a_format, b_format=b_format)
+
+
+def _scale_codes(values, kind):
+    """Scale codes of decoded block-scale values (E8M0 powers of two, or E4M3 values)."""
+    if kind == "ue8m0":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e = np.where(np.isnan(values), 128, np.round(np.log2(np.where(np.isnan(values), 1.0, values))))
+        return (e + 127).astype(np.uint8)
+    return encode(values, "e4m3fn")
+
+
+def block_scaled_gemm(a, a_format, a_scales, b, b_format, b_scales, *, instruction, scale_format, c=None):
+    """float32 ``A @ B (+ C)`` of block-scaled operands as a chain of one block-scaled instruction.
+
+    ``a`` (M, K) and ``b`` (K, N) are element codes; ``a_scales`` (M, K / block) and ``b_scales``
+    (K / block, N) decoded scale values (float64, NaN for a NaN code) of the given ``scale_format``.
+    Used by :func:`fp8emu.gemm.block_scaled_mm` when its ``accumulator`` names an instruction.
+    """
+    ins = get_instruction(instruction)
+    if not ins.block_scaled:
+        raise ValueError(f"{ins.name} takes no block scales; use one of "
+                         f"{sorted(n for n, i in INSTRUCTIONS.items() if i.block_scaled)} with MX/NVFP4 operands")
+    sa, sb = _scale_codes(a_scales, scale_format), _scale_codes(b_scales, scale_format)
+    K = a.shape[1]
+    if K % ins.shape[2]:
+        raise ValueError(f"K = {K} must be a multiple of {ins.name}'s k = {ins.shape[2]} (whole instructions)")
+    return mma(a, b, c, instruction=ins, a_format=a_format, b_format=b_format, a_scales=sa, b_scales=sb,
+               scale_format=scale_format)
