@@ -312,3 +312,25 @@ def test_block_scaled_mm_through_block_scaled_instructions():
     np.testing.assert_array_equal(got, (raw * alpha).astype(np.float32))
     with pytest.raises(ValueError, match="takes no block scales"):
         fp8emu.gemm.block_scaled_mm(qa, qb, accumulator="blackwell-mma")
+
+
+def test_scaled_mm_block_scales_through_an_instruction():
+    # 1x128 block scales: each 128-wide K block is the instruction's chain from zero, joined to the
+    # float32 total with one rounding (total + part * fl32(sa * sb)), blocks in K order
+    from fractions import Fraction
+    from oracle import round_f32
+    rng = np.random.default_rng(21)
+    a, b = _codes(rng, (3, 256), "e4m3fn"), _codes(rng, (256, 2), "e4m3fn")
+    sa = rng.uniform(0.5, 2, (3, 2)).astype(np.float32)
+    sb = rng.uniform(0.5, 2, (2, 2)).astype(np.float32)
+    got = fp8emu.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="ada-mma", scale_a=sa,
+                           scale_b=sb)
+    for m in range(3):
+        for n in range(2):
+            total = Fraction(0)
+            for kb in range(2):
+                sl = slice(128 * kb, 128 * (kb + 1))
+                part = mma(a[m:m + 1, sl], b[sl, n:n + 1], instruction="ada-mma", a_format="e4m3fn")[0, 0]
+                f = Fraction(round_f32(Fraction(float(sa[m, kb])) * Fraction(float(sb[kb, n]))))
+                total = Fraction(round_f32(total + Fraction(float(part)) * f))
+            assert float(got[m, n]) == float(total)
