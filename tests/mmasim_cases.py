@@ -173,7 +173,8 @@ def _approx_values(code, fmt):
     sign = np.where((c >> (bits - 1)) & 1, -1.0, 1.0)
     e = (c >> mb) & ((1 << eb) - 1)
     m = c & ((1 << mb) - 1)
-    v = np.where(e == 0, np.ldexp(m.astype(float), 1 - bias - mb), np.ldexp((m + (1 << mb)).astype(float), e - bias - mb))
+    v = np.where(e == 0, np.ldexp(m.astype(float), 1 - bias - mb),
+                 np.ldexp((m + (1 << mb)).astype(float), e - bias - mb))
     return sign * v
 
 

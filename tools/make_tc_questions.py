@@ -66,7 +66,8 @@ def main(argv=None):
                             outputs=np.array([outs[lab].view(np.uint32) for lab in labels]))
         bits = np.array([outs[lab].view(np.uint32) for lab in labels])
         print(name, len(keep["a"]), "vectors; rows where each pair differs:",
-              {f"{i}-{j}": int((bits[i] != bits[j]).sum()) for i in range(len(labels)) for j in range(i + 1, len(labels))})
+              {f"{i}-{j}": int((bits[i] != bits[j]).sum())
+               for i in range(len(labels)) for j in range(i + 1, len(labels))})
 
 
 if __name__ == "__main__":
