@@ -108,10 +108,25 @@ RECORDINGS = [(p.stem, arr) for p in sorted(REC.glob("*.npz")) for arr in ("d_bi
               if arr in np.load(p)]
 
 
+_FAMILY = {"v100": "volta", "a100": "ampere", "a2": "ampere", "ada": "ada", "l40s": "ada", "h100": "hopper",
+           "h200": "hopper", "b200": "blackwell"}
+_WIDE = {"fp16": ("f16", "float16"), "bf16": ("bf16", "bfloat16"), "tf32": ("tf32", "tf32")}
+
+
+def recording_preset(stem, arr):
+    gpu, fmt = stem.split("_")
+    base = _GPU_PRESET[gpu] if fmt in FMT else f"{_FAMILY[gpu]}-mma-{_WIDE[fmt][0]}in"
+    return base + ("-f16" if arr == "d16_bits" else "")
+
+
 def replay(stem, arr, preset=None):
     gpu, fmt = stem.split("_")
     z = np.load(REC / f"{stem}.npz")
     c = z["c_bits"].view(np.float32)
+    if fmt in _WIDE:          # 16-bit inputs: the recorded C, fp32 and fp16 results
+        ins, f = recording_preset(stem, arr), _WIDE[fmt][1]
+        cc = c.astype(np.float16) if arr == "d16_bits" else c
+        return dot(z["a"], z["b"], cc, instruction=ins, a_format=f).view(z[arr].dtype), z[arr]
     base = preset or _GPU_PRESET[gpu]
     if arr == "d16_bits":
         got = dot(z["a"], z["b"], c.astype(np.float16), instruction=base + "-f16", a_format=FMT[fmt])
@@ -121,8 +136,11 @@ def replay(stem, arr, preset=None):
     return dot(z["a"], z["b"], c, instruction=base, a_format=FMT[fmt]).view(np.uint32), z[arr]
 
 
-def test_every_fp8_recording_file_is_here():
-    assert len(RECORDINGS) == 18      # 5 GPUs x 2 formats, fp32 results; fp16 results for all but L40S
+def test_every_recording_file_is_here():
+    # FP8: 5 GPUs x 2 formats, fp32 results, fp16 results for all but L40S (18); 16-bit inputs (22 files): V100 fp16,
+    # 7 GPUs x (fp16, bf16, tf32), fp32 results, fp16 results of the fp16 inputs (30)
+    assert len(RECORDINGS) == 48
+    assert sum(len(np.load(p)["d_bits"]) for p in REC.glob("*.npz")) == 32 * 5000
 
 
 @pytest.mark.parametrize("stem,arr", RECORDINGS)
@@ -130,7 +148,7 @@ def test_recording_reproduced_but_pinned_exceptions(stem, arr):
     got, d = replay(stem, arr)
     miss = np.flatnonzero(got != d).tolist()
     assert miss == KNOWN.get(f"{stem}:{arr}", [])
-    preset = _GPU_PRESET[stem.split("_")[0]] + ("-f16" if arr == "d16_bits" else "")
+    preset = recording_preset(stem, arr)
     claim = [e for e in EVIDENCE[preset] if e[0] == "recordings" and e[1] == stem and e[2] == arr]
     assert claim and claim[0][3:5] == (len(d) - len(miss), len(d))
 
@@ -334,3 +352,24 @@ def test_scaled_mm_block_scales_through_an_instruction():
                 f = Fraction(round_f32(Fraction(float(sa[m, kb])) * Fraction(float(sb[kb, n]))))
                 total = Fraction(round_f32(total + Fraction(float(part)) * f))
             assert float(got[m, n]) == float(total)
+
+
+def test_sixteen_bit_inputs():
+    # bit patterns in, as the instruction reads them: float16 and bfloat16 uint16 patterns, tf32 as float32
+    # words whose low 13 bits do not count
+    a = np.array([[1.5, -2.0, 0.25, 3.0]], np.float32)
+    b = np.array([[2.0, 0.5, 4.0, 1.0]], np.float32)
+    want = float(np.dot(a[0].astype(np.float64), b[0]))
+    h = dot(a.astype(np.float16).view(np.uint16), b.astype(np.float16).view(np.uint16), instruction="volta-mma-f16in",
+            a_format="float16")
+    a8, b8 = np.pad(a, ((0, 0), (0, 4))), np.pad(b, ((0, 0), (0, 4)))     # bf16 steps are 8 long
+    bf = dot((a8.view(np.uint32) >> 16).astype(np.uint16), (b8.view(np.uint32) >> 16).astype(np.uint16),
+             instruction="ampere-mma-bf16in", a_format="bfloat16")
+    noisy = a.view(np.uint32) | np.uint32(0x1FFF)          # low 13 bits set: ignored
+    t = dot(noisy, b.view(np.uint32), instruction="hopper-mma-tf32in", a_format="tf32")
+    assert float(h[0]) == float(bf[0]) == float(t[0]) == want
+    with pytest.raises(TypeError, match="float16 must be uint16 bit patterns"):
+        dot(a, b, instruction="volta-mma-f16in", a_format="float16")
+    with pytest.raises(ValueError, match="takes float16 operands, not a_format='bfloat16'"):
+        dot(a.view(np.uint32)[:, :4].astype(np.uint16), b.astype(np.float16).view(np.uint16),
+            instruction="volta-mma-f16in", a_format="bfloat16")

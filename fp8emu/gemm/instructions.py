@@ -155,6 +155,31 @@ def _i(name, arch, ptx, shape, formats, out, datapath, step, frac_bits, rounding
 
 
 _MMASIM = "MMA-Sim 2.1.1 model"
+
+
+def _sixteen_bit():
+    """The fp16/bf16/tf32-input ``mma.sync`` of each NVIDIA generation (MMA-Sim's parameters:
+    fraction bits 23/24/25 for Volta/Ampere-Ada/Hopper-Blackwell, one step per 8/16/32 bytes of
+    operands, a truncated float32 or a nearest-even float16 result)."""
+    gens = [("volta", "Volta", 23, 8, -131, -19, (("float16", 4),)),
+            ("ampere", "Ampere", 24, 16, -132, -20, (("float16", 8), ("bfloat16", 8), ("tf32", 4))),
+            ("ada", "Ada Lovelace", 24, 16, -132, -20, (("float16", 8), ("bfloat16", 8), ("tf32", 4))),
+            ("hopper", "Hopper", 25, 32, -133, -21, (("float16", 16), ("bfloat16", 16), ("tf32", 4))),
+            ("blackwell", "Blackwell", 25, 32, -133, -21, (("float16", 16), ("bfloat16", 16), ("tf32", 4)))]
+    short = {"float16": "f16", "bfloat16": "bf16", "tf32": "tf32"}
+    out = []
+    for key, arch, F, nbytes, z32, z16, kinds in gens:
+        for fmt, k in kinds:
+            step = min(k, nbytes // (4 if fmt == "tf32" else 2))
+            shape = (8, 8, 4) if key == "volta" else (16, 8, k)
+            t = short[fmt]
+            ptx = f"mma.sync.aligned.m{shape[0]}n{shape[1]}k{k}.row.col.{{d}}.{t}.{t}.{{d}}"
+            out.append(_i(f"{key}-mma-{t}in", arch, ptx.format(d="f32"), shape, (fmt,), "float32", "fused", step,
+                          F, "rz", z32, model=_MMASIM))
+            if fmt == "float16":
+                out.append(_i(f"{key}-mma-{t}in-f16", arch, ptx.format(d="f16"), shape, (fmt,), "float16", "fused",
+                              step, F, "rne", z16, model=_MMASIM))
+    return out
 _FIT = "fitted to the B200 recordings"
 #: The catalogue: every instruction modelled, keyed by name.
 INSTRUCTIONS = {i.name: i for i in [
@@ -198,6 +223,7 @@ INSTRUCTIONS = {i.name: i for i in [
        "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.f32.e2m1.e2m1.f32.{ue8m0,ue4m3}",
        (16, 8, 64), ("e2m1fn",), "float32", "grouped", 64, 35, "rz", -139, group=16,
        scales=("ue8m0", "ue4m3"), blocks=(16, 32), model=_MMASIM),
+    *_sixteen_bit(),
     _i("cdna3-mfma-fp8", "CDNA3", "v_mfma_f32_16x16x32_{a}_{b} / v_mfma_f32_32x32x16_{a}_{b}", (16, 16, 32),
        ("e4m3fnuz", "e5m2fnuz"), "float32", "paired", 16, 24, "rne", -999, pair_bits=31, model=_MMASIM),
 ]}
@@ -231,9 +257,36 @@ def _sig_exp(fmt):
 
 
 _TABLES = {}
+#: 16- and 19-bit input types of the older instructions (not fp8emu Formats): the dtype of their bit
+#: patterns and the exponent of their smallest normal.
+_WIDE = {"float16": (np.uint16, -14), "bfloat16": (np.uint16, -126), "tf32": (np.uint32, -126)}
+
+
+def _format_name(f):
+    if isinstance(f, str) and f in _WIDE:
+        return f
+    return get_format(f).name
+
+
+def _decode_wide(codes, name, what):
+    """float16 / bfloat16 bit patterns, or float32 words read as tf32 (the low 13 bits ignored)."""
+    dt, emin = _WIDE[name]
+    if codes.dtype != dt:
+        raise TypeError(f"{what} as {name} must be {np.dtype(dt).name} bit patterns, got dtype {codes.dtype}")
+    if name == "float16":
+        v = codes.view(np.float16).astype(np.float64)
+    elif name == "bfloat16":
+        v = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+    else:
+        v = (codes & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, e = np.frexp(np.where(np.isfinite(v), v, 0.5))
+    return v, np.maximum(e.astype(np.int32) - 1, emin)
 
 
 def _decode_operand(codes, fmt, what):
+    if isinstance(fmt, str) and fmt in _WIDE:
+        return _decode_wide(np.asarray(codes), fmt, what)
     fmt = get_format(fmt)
     if fmt.name not in _TABLES:
         _TABLES[fmt.name] = _sig_exp(fmt)
@@ -463,9 +516,9 @@ _BLOCK = 1 << 21
 def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks."""
     for f, what in ((a_format, "a_format"), (b_format, "b_format")):
-        if get_format(f).name not in ins.formats:
+        if _format_name(f) not in ins.formats:
             raise ValueError(f"{ins.name} takes {', '.join(ins.formats)} operands, not "
-                             f"{what}={get_format(f).name!r}")
+                             f"{what}={_format_name(f)!r}")
     K = a.shape[-1]
     if K % ins.step:
         raise ValueError(f"K = {K} must be a multiple of {ins.name}'s step of {ins.step}")
@@ -600,6 +653,18 @@ EVIDENCE = {
     "rtx-blackwell-mma-mxf4nvf4": [("mmasim", "2.1.1", 200000)],
     "cdna3-mfma-fp8": [("mmasim", "2.1.1", 200000)],
 }
+
+
+# The 16-bit-input presets reproduce every row of their generation's recordings.
+_WIDE_FILES = {"volta": ("v100",), "ampere": ("a100", "a2"), "ada": ("ada", "l40s"), "hopper": ("h100", "h200"),
+               "blackwell": ("b200",)}
+for _gen, _gpus in _WIDE_FILES.items():
+    for _t, _kind in (("f16", "fp16"), ("bf16", "bf16"), ("tf32", "tf32")):
+        if f"{_gen}-mma-{_t}in" in INSTRUCTIONS:
+            EVIDENCE[f"{_gen}-mma-{_t}in"] = [("recordings", f"{g}_{_kind}", "d_bits", 5000, 5000, "") for g in _gpus]
+        if f"{_gen}-mma-{_t}in-f16" in INSTRUCTIONS:
+            EVIDENCE[f"{_gen}-mma-{_t}in-f16"] = [("recordings", f"{g}_{_kind}", "d16_bits", 5000, 5000, "")
+                                                  for g in _gpus]
 
 
 def _evidence_text(e):
