@@ -22,7 +22,10 @@ import numpy as np
 
 #: (exponent bits, mantissa bits, has Inf, NaN codes rule) of each element format, by fp8emu name.
 LAYOUT = {"e4m3fn": (4, 3), "e5m2": (5, 2), "e3m2fn": (3, 2), "e2m3fn": (2, 3), "e2m1fn": (2, 1),
-          "e4m3fnuz": (4, 3), "e5m2fnuz": (5, 2)}
+          "e4m3fnuz": (4, 3), "e5m2fnuz": (5, 2),
+          # 16-bit inputs: IEEE-style bit patterns (uint16); tf32 as a float32 word (uint32, low 13 bits 0)
+          "float16": (5, 10), "bfloat16": (8, 7), "tf32": (8, 10)}
+WIDE = ("float16", "bfloat16", "tf32")
 
 #: Which MMA-Sim instruction each preset is recorded from, the operand-format pairs and scale kinds.
 FP8 = ("e4m3fn", "e5m2")
@@ -49,6 +52,16 @@ PRESET_CASES = {
     "rtx-blackwell-mma-mxf4nvf4": dict(k=64, pairs=[("e2m1fn", "e2m1fn")], out="float32", scales=NVFP4_KINDS),
     "cdna3-mfma-fp8": dict(k=32, pairs=pairs(("e4m3fnuz", "e5m2fnuz")), out="float32"),
 }
+#: The 16-bit-input mma.sync presets: (generation, K per type).
+_SIXTEEN = {"volta": {"float16": 4}, "ampere": {"float16": 8, "bfloat16": 8, "tf32": 4},
+            "ada": {"float16": 8, "bfloat16": 8, "tf32": 4}, "hopper": {"float16": 16, "bfloat16": 16, "tf32": 4},
+            "blackwell": {"float16": 16, "bfloat16": 16, "tf32": 4}}
+_SHORT = {"float16": "f16", "bfloat16": "bf16", "tf32": "tf32"}
+for _gen, _kinds in _SIXTEEN.items():
+    for _f, _k in _kinds.items():
+        PRESET_CASES[f"{_gen}-mma-{_SHORT[_f]}in"] = dict(k=_k, pairs=[(_f, _f)], out="float32")
+        if _f == "float16":
+            PRESET_CASES[f"{_gen}-mma-f16in-f16"] = dict(k=_k, pairs=[(_f, _f)], out="float16")
 
 
 class Stream:
@@ -97,6 +110,8 @@ def _codes(st, fmt, shape, style):
     if fmt.endswith("fnuz"):
         nan_code = 1 << (bits - 1)
         finite = lambda c: np.where(c == nan_code, 0, c)                  # noqa: E731
+    elif fmt in WIDE:
+        finite = lambda c: np.where(((c >> mb) & emax) == emax, c & ~(emax << mb), c)   # noqa: E731
     elif fmt == "e5m2":
         finite = lambda c: np.where((c & 0x7C) == 0x7C, c & 0x83, c)     # noqa: E731
     elif fmt == "e4m3fn":
@@ -120,7 +135,9 @@ def _codes(st, fmt, shape, style):
         pairc = np.empty_like(code)
         pairc[:, 0::2], pairc[:, 1::2] = half, flip
         code = np.where(s == 6, pairc, code)
-    return code.astype(np.uint8)
+    if fmt == "tf32":
+        return (code.astype(np.uint32) << np.uint32(13)).astype(np.uint32)
+    return code.astype(np.uint16 if fmt in WIDE else np.uint8)
 
 
 def _c_values(st, out, n, approx):
@@ -169,7 +186,7 @@ def _approx_values(code, fmt):
     eb, mb = LAYOUT[fmt]
     bits = 1 + eb + mb
     bias = (1 << (eb - 1)) - (0 if fmt.endswith("fnuz") else 1)
-    c = code.astype(np.int64)
+    c = code.astype(np.int64) >> (13 if fmt == "tf32" else 0)
     sign = np.where((c >> (bits - 1)) & 1, -1.0, 1.0)
     e = (c >> mb) & ((1 << eb) - 1)
     m = c & ((1 << mb) - 1)

@@ -32,7 +32,7 @@ import mmasim_cases  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "mmasim"
 PTX = {"e4m3fn": "e4m3", "e5m2": "e5m2", "e3m2fn": "e3m2", "e2m3fn": "e2m3", "e2m1fn": "e2m1",
-       "e4m3fnuz": "fp8", "e5m2fnuz": "bf8"}
+       "e4m3fnuz": "fp8", "e5m2fnuz": "bf8", "float16": "f16", "bfloat16": "bf16", "tf32": "tf32"}
 
 
 def operator(preset, g):
@@ -61,10 +61,24 @@ def operator(preset, g):
             "RTX Blackwell", f"m16n8k64.kind::mxf4nvf4.block{g['block']}.f32.e2m1.e2m1.f32.{g['scale_format']}")
     if base == "cdna3-mfma-fp8":
         return amd.MFMA("CDNA3", f"f32_16x16x32_{a}_{b}")
+    gen, _, kind = base.partition("-mma-")
+    if kind in ("f16in", "bf16in", "tf32in"):
+        arch = {"volta": "Volta", "ampere": "Ampere", "ada": "Ada Lovelace", "hopper": "Hopper",
+                "blackwell": "Blackwell"}[gen]
+        t = kind.removesuffix("in")
+        k = g["a"].shape[1]
+        shape = "m8n8k4" if gen == "volta" else f"m16n8k{k}"
+        return nv_ptx.MMA(arch, f"{shape}.{d}.{t}.{t}.{d}")
     raise SystemExit(f"no MMA-Sim instruction for preset {preset!r}")
 
 
 def _elements(torch, codes, fmt, packed):
+    if fmt == "float16":
+        return torch.from_numpy(np.ascontiguousarray(codes).view(np.float16))
+    if fmt == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(codes).view(np.int16)).view(torch.bfloat16)
+    if fmt == "tf32":
+        return torch.from_numpy(np.ascontiguousarray(codes).view(np.float32))
     if fmt in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"):
         dt = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, "e4m3fnuz": torch.float8_e4m3fnuz,
               "e5m2fnuz": torch.float8_e5m2fnuz}[fmt]

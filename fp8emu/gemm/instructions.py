@@ -273,12 +273,13 @@ def _decode_wide(codes, name, what):
     dt, emin = _WIDE[name]
     if codes.dtype != dt:
         raise TypeError(f"{what} as {name} must be {np.dtype(dt).name} bit patterns, got dtype {codes.dtype}")
-    if name == "float16":
-        v = codes.view(np.float16).astype(np.float64)
-    elif name == "bfloat16":
-        v = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
-    else:
-        v = (codes & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore"):        # NaN patterns widen to NaN
+        if name == "float16":
+            v = codes.view(np.float16).astype(np.float64)
+        elif name == "bfloat16":
+            v = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+        else:
+            v = (codes & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(np.where(np.isfinite(v), v, 0.5))
     return v, np.maximum(e.astype(np.int32) - 1, emin)
@@ -661,10 +662,11 @@ _WIDE_FILES = {"volta": ("v100",), "ampere": ("a100", "a2"), "ada": ("ada", "l40
 for _gen, _gpus in _WIDE_FILES.items():
     for _t, _kind in (("f16", "fp16"), ("bf16", "bf16"), ("tf32", "tf32")):
         if f"{_gen}-mma-{_t}in" in INSTRUCTIONS:
-            EVIDENCE[f"{_gen}-mma-{_t}in"] = [("recordings", f"{g}_{_kind}", "d_bits", 5000, 5000, "") for g in _gpus]
+            EVIDENCE[f"{_gen}-mma-{_t}in"] = [("recordings", f"{g}_{_kind}", "d_bits", 5000, 5000, "") for g in _gpus
+                                              ] + [("mmasim", "2.1.1", 200000)]
         if f"{_gen}-mma-{_t}in-f16" in INSTRUCTIONS:
             EVIDENCE[f"{_gen}-mma-{_t}in-f16"] = [("recordings", f"{g}_{_kind}", "d16_bits", 5000, 5000, "")
-                                                  for g in _gpus]
+                                                  for g in _gpus] + [("mmasim", "2.1.1", 200000)]
 
 
 def _evidence_text(e):
