@@ -25,6 +25,7 @@ LAYERS = {
     "fp8emu.scaling": 6, "fp8emu.gemm": 6, "fp8emu.describe": 6, "fp8emu.testing": 6,
     "fp8emu.conformance": 6, "fp8emu.layouts": 6, "fp8emu.validate_gpu": 6, "fp8emu.engines": 6,
     "fp8emu.metrics": 6, "fp8emu.recipes": 6,
+    "fp8emu.tc_questions": 6,
     "fp8emu.dask": 7, "fp8emu.attention": 7,
     "fp8emu.lab": 8,
     "fp8emu.cli": 9, "fp8emu.__main__": 9,

@@ -7,7 +7,8 @@ from fp8emu.lab import plots
 QUICK = [n for n in plots.available_figures()
          if n in ("fig1_values_per_binade", "fig2_relative_error", "fig3_sqnr_vs_scale",
                   "fig4_rounding_bias", "fig5_delayed_scaling", "fig6_granularity",
-                  "fig7_gemm_accumulation", "fig9_conformance", "fig10_block_scaled_gemm")]
+                  "fig7_gemm_accumulation", "fig9_conformance", "fig10_block_scaled_gemm",
+                  "fig12_tensor_core_catalogue")]
 
 
 @pytest.mark.parametrize("name", QUICK)

@@ -76,6 +76,16 @@ NOTEBOOKS = {
         "    out = scaled_mm(a, b, a_format='e4m3fn', b_format='e4m3fn', accumulator=acc)\n"
         "    print(f'{acc:12s} max rel err {np.max(np.abs(out - ref) / np.abs(ref)):.2e}')",
         "fig = plots.figure_gemm_accumulation(size=SIZE)\nfig",
+        "## Every tensor core with public evidence\nThe instruction catalogue (`fp8emu.gemm.presets()`) describes each "
+        "FP8/FP6/FP4 matrix instruction as data (products per step, alignment bits, result rounding) with the evidence "
+        "behind it: public GPU recordings reproduced, or random MMAs equal to MMA-Sim.",
+        "from fp8emu.gemm import instructions\nfor p in instructions.presets():\n"
+        "    print(f\"{p['name']:30s} {p['evidence'][0]}\")",
+        "one = np.ones((1, 32))\nx = fp8emu.encode(np.concatenate([[[1.0]], np.full((1, 31), 2.0 ** -9)], axis=1), 'e4m3fn')\n"
+        "for name in ['ada-mma', 'hopper-wgmma', 'blackwell-mma', 'blackwell-tcgen05-f8f6f4', 'rtx-blackwell-mma']:\n"
+        "    d = instructions.mma(x, fp8emu.encode(one.T, 'e4m3fn'), instruction=name, a_format='e4m3fn')\n"
+        "    print(f'{name:26s} 1 + 31 * 2**-9 -> {float(d[0, 0]):.9f}')",
+        "fig = plots.figure_tensor_core_catalogue(size=SIZE)\nfig",
     ],
     "06_fp8_training": [
         "# FP8 training, measured\nThe same MLP, same data, same initialization: float32 vs FP8 linear layers "

@@ -33,6 +33,7 @@ API_SECTIONS = [
                          "fp8emu.scaling.delayed", "fp8emu.scaling.mx", "fp8emu.scaling.nvfp4",
                          "fp8emu.scaling.hadamard"]),
     ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
+                                  "fp8emu.gemm.instructions", "fp8emu.tc_questions",
                                   "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
                                   "fp8emu.gemm.block_scaled", "fp8emu.layouts"]),
     ("Validation kit, conformance and engines", ["fp8emu.testing", "fp8emu.testing.compare",
@@ -248,6 +249,16 @@ def live_table() -> str:
     return warn + engines.live_markdown(rows) + note
 
 
+def instructions_table() -> str:
+    """Markdown table of every matrix-instruction preset with its evidence (:func:`fp8emu.gemm.presets`)."""
+    from fp8emu.gemm import presets
+    rows = ["| preset | architecture | instruction | evidence |", "|---|---|---|---|"]
+    for p in presets():
+        rows.append(f"| `{p['name']}` | {_md_escape(p['arch'])} | {_md_escape(p['ptx'])} | "
+                    f"{_md_escape('; '.join(p['evidence']))} |")
+    return "\n".join(rows)
+
+
 def conformance_table() -> str:
     """The recorded-H200 conformance table (:func:`fp8emu.conformance.markdown_table`)."""
     from fp8emu import conformance
@@ -267,6 +278,7 @@ TABLES = {
     "live.md": live_table,
     "profiles.md": profiles_table,
     "accumulators.md": accumulators_table,
+    "instructions.md": instructions_table,
     "recipes.md": recipes_table,
     "cli.md": cli_help,
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from .. import validate_gpu
+from .. import tc_questions, validate_gpu
 
 
 def _positive(text):
@@ -33,6 +33,9 @@ def register(sub, name, help_text):
                    help="validate only the first N float32 patterns (a positive integer)")
     p.add_argument("--require-gpu", action="store_true", help="exit 1 instead of 3 when there is no GPU/torch")
     p.add_argument("--no-scaled-mm", action="store_true", help="skip the torch._scaled_mm checks")
+    p.add_argument("--tc-questions", action="store_true",
+                   help="run only the discriminating tensor-core vectors (fp8emu.tc_questions: B200 FP8 width and "
+                        "rounding, NVFP4 accumulation, MXFP8 scale alignment) and print which model reproduces them")
     p.add_argument("--json", metavar="PATH", default=None, help="write a machine-readable report to PATH")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
@@ -41,6 +44,16 @@ def register(sub, name, help_text):
 def run(args) -> int:
     """Run the validation; the exit status says what happened."""
     limit = None if args.limit is None else _positive(args.limit)
+    if args.tc_questions:
+        res = tc_questions.validate(out=print)
+        if res is None:
+            status = validate_gpu.EXIT_MISMATCH if args.require_gpu else validate_gpu.EXIT_NO_GPU
+        else:
+            status = validate_gpu.EXIT_MISMATCH if any(isinstance(v, str) for v in res.values()) else validate_gpu.EXIT_OK
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"tc_questions": res, "exit_status": status}, fh, indent=1)
+        return status
     res = validate_gpu.validate(limit=limit, scaled_mm=not args.no_scaled_mm, progress=not args.quiet)
     if res is None:
         _, reason = validate_gpu.gpu_available()

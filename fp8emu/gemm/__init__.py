@@ -57,6 +57,10 @@ after the pieces are summed (only unit scales were recorded at K = 16384).
 FP8 outputs (``scale_result``) follow cuBLASLt's documented D-scale semantics
 but were not recorded on the GPU.
 
+Matrix instructions of other GPUs (Ada, Hopper ``wgmma``, Blackwell ``mma.sync`` and ``tcgen05``,
+RTX Blackwell, CDNA3), one tile at a time or chained through a GEMM, with the evidence behind
+each: :mod:`fp8emu.gemm.instructions` (:func:`mma`, :func:`presets`).
+
 Block-scaled GEMMs (MX, NVFP4, mixed) are in :mod:`fp8emu.gemm.block_scaled`
 (:func:`block_scaled_mm`; ``scaled_mm`` hands MX / NVFP4 ScaledTensors to it).
 
@@ -69,8 +73,9 @@ from __future__ import annotations
 
 from .accumulator import ACCUMULATORS, Accumulator, cublas_split_k, get_accumulator, split_bounds
 from .block_scaled import BLOCK_ACCUMULATORS, BlockScaledAccumulator, block_scaled_mm, nvfp4_alpha
+from .instructions import INSTRUCTIONS, Instruction, dot, get_instruction, mma, presets
 from .scaled_mm import scaled_mm
 
 __all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator", "cublas_split_k",
            "split_bounds", "block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS",
-           "nvfp4_alpha"]
+           "nvfp4_alpha", "Instruction", "INSTRUCTIONS", "get_instruction", "mma", "dot", "presets"]

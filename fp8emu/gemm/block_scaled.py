@@ -73,6 +73,7 @@ from ..scaling.tensor import ScaledTensor, expand
 from .accumulator import Accumulator
 from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
 from .fparith import add_scaled_f32
+from .instructions import as_instruction, block_scaled_gemm
 from .kernels import (_ZERO_EXP, _ZERO_LOW, accumulate, exact_dot, low_bits, lows_of_codes, mma_dot,
                       values_and_exponents)
 
@@ -250,8 +251,11 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
         (NVFP4, one per 16), shaped like the codes with K replaced by the block count.
     a_global_scale, b_global_scale : float, optional
         For raw NVFP4 codes: ``S_enc``.
-    accumulator : {"blackwell", "exact", "fp32"} or BlockScaledAccumulator
-        See :mod:`fp8emu.gemm.block_scaled`.
+    accumulator : {"blackwell", "exact", "fp32"}, BlockScaledAccumulator, or a block-scaled instruction
+        See :mod:`fp8emu.gemm.block_scaled`.  A block-scaled matrix instruction of
+        :data:`fp8emu.gemm.INSTRUCTIONS` (``"blackwell-tcgen05-mxf8f6f4"``, ``"...-mxf4nvf4"``,
+        the RTX Blackwell ``mma.block_scale`` kinds) chains that instruction along K (K a
+        multiple of its k) with the scales as it applies them, C as its accumulator input.
     c : array_like of float32, shape (M, N) (or broadcastable), optional
         The accumulator input of an MMA, ``D = A @ B + C`` as ``mma.sync`` and
         ``tcgen05.mma`` (with the input accumulator enabled) take it: C joins the
@@ -282,10 +286,18 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     N, Kb = B.codes.shape
     if Kb != K:
         raise ValueError(f"shape mismatch: a is ({M}, {K}) and b is ({Kb}, {N}); need (M, K) @ (K, N)")
-    acc = _get_acc(accumulator)
+    ins = as_instruction(accumulator)
+    acc = None if ins is not None else _get_acc(accumulator)
     c = _accumulator_input(c, M, N)
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
+    if ins is not None:
+        v = _through_instruction(A, B, ins, c)
+        alpha = _alpha(A, B)
+        if alpha is not None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                v = (v * alpha).astype(np.float32)
+        return to_output(v, bias, odt, ofmt, scale_result)
 
     if M == 0 or N == 0:   # an empty result: nothing to accumulate (as scaled_mm)
         return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
@@ -319,6 +331,19 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
         with np.errstate(over="ignore", invalid="ignore"):
             v = (v * alpha).astype(np.float32)
     return to_output(v, bias, odt, ofmt, scale_result)
+
+
+def _through_instruction(A: _Operand, B: _Operand, ins, c):
+    """float32 A @ B (+ C) as a chain of a block-scaled matrix instruction (its own Inf/NaN results)."""
+    nvfp4 = A.decode_global is not None or B.decode_global is not None
+    if nvfp4 and (A.decode_global is None or B.decode_global is None):
+        raise ValueError(f"{ins.name} takes one scale type for both operands; mixed MX x NVFP4 is not an "
+                         "instruction kind")
+    if A.block != B.block:
+        raise ValueError(f"{ins.name} needs the same block along K for both operands, got {A.block} and {B.block}")
+    return block_scaled_gemm(A.codes, A.fmt, A.scales, np.ascontiguousarray(B.codes.T), B.fmt,
+                             np.ascontiguousarray(B.scales.T), instruction=ins,
+                             scale_format="ue4m3" if nvfp4 else "ue8m0", c=c)
 
 
 def _exponents(v):

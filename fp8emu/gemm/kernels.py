@@ -295,7 +295,7 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, ksc
     total = np.zeros(shape, np.float32)
     part32 = np.empty(shape, np.float32)
     sc_dt, psum = np.empty(shape, dt), np.empty(shape, dt)
-    E, ep = np.empty(shape, np.int32), np.empty(shape, np.int32)
+    E, ep, lo_e = np.empty(shape, np.int32), np.empty(shape, np.int32), np.empty(shape, np.int32)
     mask = np.empty(shape, bool)
     S = np.empty(shape, wat.dtype) if wat is not None else None
     fs = np.empty(shape, wat.dtype) if wat is not None else None
@@ -336,8 +336,12 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, ksc
         np.multiply(part, sc, out=tmp)
         np.trunc(tmp, out=tmp)
         np.add(psum, tmp, out=s, dtype=np.float64)
-        # part = round_bits(s, sum_bits, sum_rounding) / sc, in place
+        # part = round_bits(s, sum_bits, sum_rounding) / sc, in place; the rounding grid
+        # stops shrinking at float32's subnormal range (value exponent -126), so a result
+        # there is rounded once, in the step's own direction, and is a float32 value
         np.frexp(s, out=(fr, ep))
+        np.subtract(F - 125, E, out=lo_e)
+        np.maximum(ep, lo_e, out=ep)
         np.subtract(acc.sum_bits, ep, out=ep)
         np.ldexp(1.0, ep, out=tmp)
         np.multiply(s, tmp, out=s)
@@ -351,7 +355,9 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, ksc
             else:
                 total = add_scaled_f32(total, part, kscale(m0, m1, (g * G) // kblock))
             part.fill(0)
-    return total if promote else part.astype(np.float32)
+    # a zero step result is +0 whatever the signs that cancelled or truncated away (the
+    # fixed-point sum has no signed zero; MMA-Sim's models agree, no recording shows -0)
+    return total if promote else part.astype(np.float32) + np.float32(0)
 
 
 def fp32_dot(va, vb):

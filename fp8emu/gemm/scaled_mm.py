@@ -16,6 +16,7 @@ from .accumulator import HW_K_MULTIPLE, get_accumulator
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, ieee_specials, output_type, result_scale, to_output
 from .fparith import add_scaled_f32
+from .instructions import as_instruction, gemm as instruction_gemm
 from .kernels import accumulate, mma_dot, values_and_exponents
 
 __all__ = ["scaled_mm"]
@@ -116,7 +117,10 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         ``"float32"``, ``"bfloat16"``, ``"float16"`` or an FP8/narrow format name.
     accumulator : str or Accumulator, optional
         ``"hopper"`` (``use_fast_accum=False``, the default), ``"hopper-fast"``
-        (``use_fast_accum=True``), ``"fp32"``, ``"exact"``, or an :class:`Accumulator`.
+        (``use_fast_accum=True``), ``"fp32"``, ``"exact"``, an :class:`Accumulator`, or a
+        float32-output matrix instruction of :data:`fp8emu.gemm.INSTRUCTIONS` (name or
+        :class:`Instruction`): the GEMM is then that instruction chained along K from C = 0
+        (K padded with zeros to whole steps), with the instruction's own Inf/NaN results.
         MX / NVFP4 operands (ScaledTensors with block scale codes) are passed to
         :func:`fp8emu.gemm.block_scaled_mm`, whose default is ``"blackwell"``.
     scale_result : float, optional
@@ -154,7 +158,8 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     if cb.shape[0] != K:
         raise ValueError(f"shape mismatch: a is {ca.shape} and b is {cb.shape}; need (M, K) @ (K, N)")
     N = cb.shape[1]
-    acc = get_accumulator(accumulator)
+    ins = as_instruction(accumulator)
+    acc = None if ins is not None else get_accumulator(accumulator)
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
     if K % HW_K_MULTIPLE:
@@ -166,6 +171,10 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
 
     if M == 0 or N == 0:   # an empty result: nothing to accumulate
         return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
+    if ins is not None:
+        # a chain of one matrix instruction along K; it defines its own Inf/NaN results
+        v = _instruction_sum(ca, fa, cb, fb, ins, sa, sb)
+        return to_output(v, bias, odt, ofmt, scale_result)
     va, ea = values_and_exponents(ca, fa)
     vb, eb = values_and_exponents(cb, fb)
     if "block" in (sa.kind, sb.kind):
@@ -174,6 +183,22 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         v = _scale_epilogue(accumulate(va, ea, vb, eb, acc, (fa.mbits, fb.mbits)), sa, sb)
     v = ieee_specials(v, ca, fa, cb, fb)
     return to_output(v, bias, odt, ofmt, scale_result)
+
+
+def _instruction_sum(ca, fa, cb, fb, ins, sa, sb):
+    """Scaled float32 result of a GEMM run as a chain of ``ins`` (block scales: per 128-wide K block)."""
+    if "block" not in (sa.kind, sb.kind):
+        return _scale_epilogue(instruction_gemm(ca, cb, instruction=ins, a_format=fa, b_format=fb), sa, sb)
+    # software block scaling (DeepGEMM style): each K block's chain from zero, promoted with one rounding
+    M, K = ca.shape
+    SA, SB = _per_kblock(sa, M, K), _per_kblock(sb, cb.shape[1], K)
+    total = np.zeros((M, cb.shape[1]), np.float32)
+    for kb in range(-(-K // _KBLOCK)):
+        sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
+        part = instruction_gemm(ca[:, sl], cb[sl], instruction=ins, a_format=fa, b_format=fb).astype(np.float64)
+        f = (SA[:, kb, None].astype(np.float32) * SB[None, :, kb].astype(np.float32)).astype(np.float64)
+        total = add_scaled_f32(total, part, f)
+    return total
 
 
 def _block_scaled(x):

@@ -382,6 +382,50 @@ def figure_conformance(size=1.0):
     return fig
 
 
+#: (label, accumulator, operand format) of the catalogue figure, one per architecture's preset.
+_CATALOGUE_LINES = [
+    ("exact (one rounding)", "exact", "e4m3fn"),
+    ("fp32 running sum", "fp32", "e4m3fn"),
+    ("Ada mma.sync (2 x 16, 13 bits, RZ)", "ada-mma", "e4m3fn"),
+    ("Hopper wgmma / mma.sync (32, 13 bits, RZ)", "hopper-wgmma", "e4m3fn"),
+    ("Hopper cuBLAS, FP32 promotion every 128", "hopper", "e4m3fn"),
+    ("Blackwell mma.sync (recordings: 31 bits, RNE)", "blackwell-mma", "e4m3fn"),
+    ("Blackwell tcgen05 f8f6f4 (MMA-Sim: 25 bits, RZ)", "blackwell-tcgen05-f8f6f4", "e4m3fn"),
+    ("RTX Blackwell mma (MMA-Sim: 25 bits, RZ)", "rtx-blackwell-mma", "e4m3fn"),
+    ("CDNA3 v_mfma fp8 (MMA-Sim: paired, 24/31 bits)", "cdna3-mfma-fp8", "e4m3fnuz"),
+]
+
+
+def figure_tensor_core_catalogue(size=1.0):
+    """Figure 11: FP8 GEMM error against the exact product vs K for every architecture's preset.
+
+    Same data for every line: positive uniform inputs scaled to 240 and rounded to E4M3 (each
+    value is also an E4M3-FNUZ value, so CDNA3 sees the same numbers), M = N = 8; the error is
+    the largest relative difference from the exact (float64) product of the rounded inputs.
+    Each instruction preset is chained along K from C = 0, as an MMA kernel's K-loop does.
+    """
+    g = np.random.default_rng(0)
+    ks = [256, 1024, 4096, 16384, 65536] if size >= 1 else [256, 1024]
+    m = n = 8 if size >= 1 else 2
+    fig, (ax,) = _new(width=9, height=5.5)
+    res = {lab: [] for lab, _, _ in _CATALOGUE_LINES}
+    for k in ks:
+        a = analysis.quantize_values(g.uniform(0.0, 1.0, (m, k)) * 240, "e4m3fn")
+        b = analysis.quantize_values(g.uniform(0.0, 1.0, (k, n)) * 240, "e4m3fn")
+        ref = a @ b
+        for lab, acc, fmt in _CATALOGUE_LINES:
+            out = np.asarray(scaled_mm(encode(a, fmt), encode(b, fmt), a_format=fmt, b_format=fmt,
+                                       accumulator=acc), np.float64)
+            res[lab].append(float(np.max(np.abs(out - ref) / np.abs(ref))))
+    for i, (lab, v) in enumerate(res.items()):
+        ax.plot(ks, np.maximum(v, 1e-10), "o-" if i > 1 else "--", lw=1.2, ms=3, label=lab)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    _label(ax, "inner dimension K", "max relative error vs exact product (M=N=8)",
+           "FP8 GEMM error vs K, every tensor-core preset on the same E4M3 data", fontsize=7)
+    return fig
+
+
 #: name -> figure function.
 FIGURES = {
     "fig1_values_per_binade": figure_values_per_binade,
@@ -395,6 +439,7 @@ FIGURES = {
     "fig9_conformance": figure_conformance,
     "fig10_block_scaled_gemm": figure_block_scaled_gemm,
     "fig11_attention": figure_attention,
+    "fig12_tensor_core_catalogue": figure_tensor_core_catalogue,
 }
 
 

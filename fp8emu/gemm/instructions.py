@@ -1,0 +1,776 @@
+"""A catalogue of FP8/FP6/FP4 matrix instructions: one small description each, one shared arithmetic.
+
+Each :class:`Instruction` is data: which datapath it uses, how many products one fused step
+sums, how many fraction bits the alignment keeps, how the step's result is rounded, which
+exponent a zero term carries, and (block-scaled kinds) the scale type and block.  The four
+datapaths, written after the models of MMA-Sim (microsoft/MMA-Sim, arXiv:2511.10909; facts
+taken from its description, code written here):
+
+``"fused"`` (NVIDIA ``mma``, ``wgmma``, ``tcgen05.mma`` kind ``f8f6f4``)
+    One step sums ``step`` products and the accumulator input C.  Each product
+    ``a_k * b_k`` carries the exponent ``e(a_k) + e(b_k)`` (``e`` of a subnormal is the
+    format's minimum exponent), C its own; a zero product or a zero C carries
+    ``zero_exp``.  Every term is truncated toward zero to a multiple of ``2**(E - F)``
+    (``E`` the largest exponent, ``F = frac_bits``), the truncated terms are added
+    exactly and the sum is rounded once to the output (``rounding``).  K longer than
+    ``step`` is a chain of steps, each step's result the next one's C.
+``"scaled"`` (``kind::mxf8f6f4``)
+    As ``"fused"``, each product also carrying the exponents of its two E8M0 block scales.
+``"grouped"`` (``kind::mxf4``, ``kind::mxf4nvf4``)
+    Products are first summed exactly in groups of ``group`` (16); a group's sum times
+    its two scales is one term whose exponent is the two scales' exponents alone (the
+    sum's own magnitude does not enter), ``zero_exp`` when all its products or a scale
+    are zero.  The terms and C are then aligned and truncated as above.
+``"paired"`` (AMD CDNA3 ``v_mfma`` fp8/bf8)
+    The even- and odd-indexed products of a step are aligned and truncated separately
+    (``frac_bits`` bits), both partial sums floored onto the larger one's grid, C
+    floored to ``frac_bits`` below the common exponent (dropped when more than
+    ``frac_bits + 1`` binades below), the dot part floored to ``pair_bits + 1`` bits,
+    their sum floored to ``pair_bits`` bits and rounded to float32 to nearest even.
+
+Result roundings: ``"rz-e8m13"`` truncates to 14 significant bits with float32's exponent
+range (subnormals on the grid ``2**-139``), ``"rz"`` truncates to float32 (subnormals
+included), ``"rne"`` rounds to the output type (float32 or float16) to nearest even.
+A result ``>= 2**128`` (float16: that rounds to ``2**16``) is infinite.  Zero results
+are ``+0``; NaN results are the canonical quiet NaN ``0x7fffffff`` (float16
+``0x7fff``); a NaN operand or block scale, ``0 * Inf`` and ``Inf - Inf`` give NaN.
+
+:func:`mma` runs one instruction on one tile, ``D = A @ B + C``; :func:`presets` lists
+every instruction with the evidence behind it (public GPU recordings reproduced, random
+MMAs equal to MMA-Sim, or model only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..codec import decode, encode
+from ..formats import get_format
+
+__all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets", "mma", "dot",
+           "gemm", "block_scaled_gemm"]
+
+_DATAPATHS = ("fused", "scaled", "grouped", "paired")
+_ROUNDINGS = ("rz-e8m13", "rz", "rne")
+_FP8 = ("e4m3fn", "e5m2")
+_F8F6F4 = ("e4m3fn", "e5m2", "e3m2fn", "e2m3fn", "e2m1fn")
+_OUT = {"float32": (np.float32, np.uint32, -126, 23, 0x7FFFFFFF),
+        "float16": (np.float16, np.uint16, -14, 10, 0x7FFF)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    """One matrix instruction: its shape, operand types and datapath (see :mod:`fp8emu.gemm.instructions`).
+
+    Parameters
+    ----------
+    name : str
+        Catalogue key.
+    arch : str
+        Architecture (as MMA-Sim names it).
+    ptx : str
+        The instruction as written in PTX / the AMD ISA (``{a}``/``{b}`` stand for the operand types).
+    shape : tuple of int
+        ``(m, n, k)`` of one instruction.
+    formats : tuple of str
+        fp8emu element formats accepted for A and B.
+    out : {"float32", "float16"}
+        Type of C and D.
+    datapath : {"fused", "scaled", "grouped", "paired"}
+    step : int
+        Products summed by one fused step (a K longer than this is a chain of steps).
+    frac_bits : int
+        Fraction bits kept when a step's terms are aligned to its largest exponent.
+    rounding : {"rz-e8m13", "rz", "rne"}
+        How a step's exact sum becomes the output.
+    zero_exp : int
+        Exponent carried by a zero term.
+    group : int
+        ``"grouped"``: products summed exactly before scaling.
+    pair_bits : int
+        ``"paired"``: significant bits of the floored sum.
+    scales : tuple of str
+        Block-scaled kinds: accepted scale formats (``"ue8m0"``, ``"ue4m3"``).
+    blocks : tuple of int
+        Block-scaled kinds: accepted K blocks per scale.
+    model : str
+        Where the description comes from.
+
+    Examples
+    --------
+    >>> get_instruction("ada-mma").step, get_instruction("ada-mma").frac_bits
+    (16, 13)
+    """
+
+    name: str
+    arch: str
+    ptx: str
+    shape: tuple
+    formats: tuple
+    out: str
+    datapath: str
+    step: int
+    frac_bits: int
+    rounding: str
+    zero_exp: int
+    group: int = 16
+    pair_bits: int = 31
+    scales: tuple = ()
+    blocks: tuple = ()
+    model: str = ""
+
+    def __post_init__(self):
+        if self.datapath not in _DATAPATHS:
+            raise ValueError(f"Instruction datapath must be one of {_DATAPATHS}, got {self.datapath!r}")
+        if self.rounding not in _ROUNDINGS:
+            raise ValueError(f"Instruction rounding must be one of {_ROUNDINGS}, got {self.rounding!r}")
+        if self.out not in _OUT:
+            raise ValueError(f"Instruction out must be 'float32' or 'float16', got {self.out!r}")
+        if self.rounding == "rz-e8m13" and self.out != "float32":
+            raise ValueError("rounding 'rz-e8m13' needs a float32 output")
+        for field in ("step", "frac_bits", "group", "pair_bits"):
+            v = getattr(self, field)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"Instruction {field} must be a positive integer, got {v!r}")
+        if self.frac_bits > 40:
+            raise ValueError("Instruction frac_bits must be at most 40 (exact in float64 up to there)")
+        if self.shape[2] % self.step:
+            raise ValueError(f"Instruction k ({self.shape[2]}) must be a multiple of its step ({self.step})")
+        if (self.datapath in ("scaled", "grouped")) != bool(self.scales):
+            raise ValueError("block scales go with the 'scaled' and 'grouped' datapaths only")
+        if self.datapath == "grouped" and any(b % self.group for b in self.blocks):
+            raise ValueError("a 'grouped' instruction's blocks must be multiples of its group")
+
+    @property
+    def block_scaled(self) -> bool:
+        """Whether the instruction takes block scales."""
+        return bool(self.scales)
+
+
+def _i(name, arch, ptx, shape, formats, out, datapath, step, frac_bits, rounding, zero_exp, **kw):
+    return Instruction(name, arch, ptx, shape, formats, out, datapath, step, frac_bits, rounding, zero_exp,
+                       **kw)
+
+
+_MMASIM = "MMA-Sim 2.1.1 model"
+
+
+def _sixteen_bit():
+    """The fp16/bf16/tf32-input ``mma.sync`` of each NVIDIA generation (MMA-Sim's parameters:
+    fraction bits 23/24/25 for Volta/Ampere-Ada/Hopper-Blackwell, one step per 8/16/32 bytes of
+    operands, a truncated float32 or a nearest-even float16 result)."""
+    gens = [("volta", "Volta", 23, 8, -131, -19, (("float16", 4),)),
+            ("ampere", "Ampere", 24, 16, -132, -20, (("float16", 8), ("bfloat16", 8), ("tf32", 4))),
+            ("ada", "Ada Lovelace", 24, 16, -132, -20, (("float16", 8), ("bfloat16", 8), ("tf32", 4))),
+            ("hopper", "Hopper", 25, 32, -133, -21, (("float16", 16), ("bfloat16", 16), ("tf32", 4))),
+            ("blackwell", "Blackwell", 25, 32, -133, -21, (("float16", 16), ("bfloat16", 16), ("tf32", 4)))]
+    short = {"float16": "f16", "bfloat16": "bf16", "tf32": "tf32"}
+    out = []
+    for key, arch, F, nbytes, z32, z16, kinds in gens:
+        for fmt, k in kinds:
+            step = min(k, nbytes // (4 if fmt == "tf32" else 2))
+            shape = (8, 8, 4) if key == "volta" else (16, 8, k)
+            t = short[fmt]
+            ptx = f"mma.sync.aligned.m{shape[0]}n{shape[1]}k{k}.row.col.{{d}}.{t}.{t}.{{d}}"
+            out.append(_i(f"{key}-mma-{t}in", arch, ptx.format(d="f32"), shape, (fmt,), "float32", "fused", step,
+                          F, "rz", z32, model=_MMASIM))
+            if fmt == "float16":
+                out.append(_i(f"{key}-mma-{t}in-f16", arch, ptx.format(d="f16"), shape, (fmt,), "float16", "fused",
+                              step, F, "rne", z16, model=_MMASIM))
+    return out
+_FIT = "fitted to the B200 recordings"
+#: The catalogue: every instruction modelled, keyed by name.
+INSTRUCTIONS = {i.name: i for i in [
+    _i("ada-mma", "Ada Lovelace", "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32", (16, 8, 32), _FP8,
+       "float32", "fused", 16, 13, "rz-e8m13", -132, model=_MMASIM),
+    _i("ada-mma-f16", "Ada Lovelace", "mma.sync.aligned.m16n8k32.row.col.f16.{a}.{b}.f16", (16, 8, 32), _FP8,
+       "float16", "fused", 16, 13, "rne", -20, model=_MMASIM),
+    _i("hopper-mma", "Hopper", "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32", (16, 8, 32), _FP8,
+       "float32", "fused", 32, 13, "rz-e8m13", -133, model="MMA-Sim's wgmma model (MMA-Sim has no sm_90 FP8 mma)"),
+    _i("hopper-mma-f16", "Hopper", "mma.sync.aligned.m16n8k32.row.col.f16.{a}.{b}.f16", (16, 8, 32), _FP8,
+       "float16", "fused", 32, 13, "rne", -21, model="MMA-Sim's wgmma model (MMA-Sim has no sm_90 FP8 mma)"),
+    _i("hopper-wgmma", "Hopper", "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{a}.{b}", (64, 8, 32), _FP8,
+       "float32", "fused", 32, 13, "rz-e8m13", -133, model=_MMASIM),
+    _i("hopper-wgmma-f16", "Hopper", "wgmma.mma_async.sync.aligned.m64n{n}k32.f16.{a}.{b}", (64, 8, 32), _FP8,
+       "float16", "fused", 32, 13, "rne", -21, model=_MMASIM),
+    _i("blackwell-mma", "Blackwell", "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32", (16, 8, 32), _FP8,
+       "float32", "fused", 32, 31, "rne", -133, model=_FIT),
+    _i("blackwell-mma-f16", "Blackwell", "mma.sync.aligned.m16n8k32.row.col.f16.{a}.{b}.f16", (16, 8, 32), _FP8,
+       "float16", "fused", 32, 31, "rne", -21, model=_FIT),
+    _i("blackwell-tcgen05-f8f6f4", "Blackwell", "tcgen05.mma.cta_group::1.kind::f8f6f4 (m128n{n}k32, f32)",
+       (128, 8, 32), _F8F6F4, "float32", "fused", 32, 25, "rz", -133, model=_MMASIM),
+    _i("blackwell-tcgen05-f8f6f4-f16", "Blackwell", "tcgen05.mma.cta_group::1.kind::f8f6f4 (m128n{n}k32, f16)",
+       (128, 8, 32), _F8F6F4, "float16", "fused", 32, 25, "rne", -21, model=_MMASIM),
+    _i("blackwell-tcgen05-mxf8f6f4", "Blackwell",
+       "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32 (m128n{n}k32, ue8m0)", (128, 8, 32),
+       _F8F6F4, "float32", "scaled", 32, 25, "rz", -133, scales=("ue8m0",), blocks=(32,), model=_MMASIM),
+    _i("blackwell-tcgen05-mxf4nvf4", "Blackwell",
+       "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block{16,32} (m128n{n}k64, ue8m0/ue4m3)",
+       (128, 8, 64), ("e2m1fn",), "float32", "grouped", 64, 35, "rz", -139, group=16,
+       scales=("ue8m0", "ue4m3"), blocks=(16, 32), model=_MMASIM),
+    _i("rtx-blackwell-mma", "RTX Blackwell", "mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.{a}.{b}.f32",
+       (16, 8, 32), _F8F6F4, "float32", "fused", 32, 25, "rz", -133, model=_MMASIM),
+    _i("rtx-blackwell-mma-f16", "RTX Blackwell",
+       "mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f16.{a}.{b}.f16", (16, 8, 32), _F8F6F4, "float16",
+       "fused", 32, 25, "rne", -21, model=_MMASIM),
+    _i("rtx-blackwell-mma-mxf8f6f4", "RTX Blackwell",
+       "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.{a}.{b}.f32.ue8m0",
+       (16, 8, 32), _F8F6F4, "float32", "scaled", 32, 25, "rz", -133, scales=("ue8m0",), blocks=(32,),
+       model=_MMASIM),
+    _i("rtx-blackwell-mma-mxf4nvf4", "RTX Blackwell",
+       "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.f32.e2m1.e2m1.f32.{ue8m0,ue4m3}",
+       (16, 8, 64), ("e2m1fn",), "float32", "grouped", 64, 35, "rz", -139, group=16,
+       scales=("ue8m0", "ue4m3"), blocks=(16, 32), model=_MMASIM),
+    *_sixteen_bit(),
+    _i("cdna3-mfma-fp8", "CDNA3", "v_mfma_f32_16x16x32_{a}_{b} / v_mfma_f32_32x32x16_{a}_{b}", (16, 16, 32),
+       ("e4m3fnuz", "e5m2fnuz"), "float32", "paired", 16, 24, "rne", -999, pair_bits=31, model=_MMASIM),
+]}
+
+
+def get_instruction(instruction) -> Instruction:
+    """The :class:`Instruction` for a catalogue name (or the object itself).
+
+    Examples
+    --------
+    >>> get_instruction("cdna3-mfma-fp8").formats
+    ('e4m3fnuz', 'e5m2fnuz')
+    """
+    if isinstance(instruction, Instruction):
+        return instruction
+    if isinstance(instruction, str) and instruction in INSTRUCTIONS:
+        return INSTRUCTIONS[instruction]
+    raise ValueError(f"unknown instruction {instruction!r}; use one of {sorted(INSTRUCTIONS)} "
+                     "or an fp8emu.gemm.Instruction")
+
+
+# ----------------------------------------------------------------------------- operands
+def _sig_exp(fmt):
+    """Per-code float64 values and MMA-Sim exponents (``floor(log2|v|)``, at least the format's emin)."""
+    v = decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
+    emin = int(np.log2(fmt.min_normal))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, e = np.frexp(np.where(np.isfinite(v), v, 0.5))
+    e = np.maximum(e.astype(np.int32) - 1, emin)
+    return v, e
+
+
+_TABLES = {}
+#: 16- and 19-bit input types of the older instructions (not fp8emu Formats): the dtype of their bit
+#: patterns and the exponent of their smallest normal.
+_WIDE = {"float16": (np.uint16, -14), "bfloat16": (np.uint16, -126), "tf32": (np.uint32, -126)}
+
+
+def _format_name(f):
+    if isinstance(f, str) and f in _WIDE:
+        return f
+    return get_format(f).name
+
+
+def _decode_wide(codes, name, what):
+    """float16 / bfloat16 bit patterns, or float32 words read as tf32 (the low 13 bits ignored)."""
+    dt, emin = _WIDE[name]
+    if codes.dtype != dt:
+        raise TypeError(f"{what} as {name} must be {np.dtype(dt).name} bit patterns, got dtype {codes.dtype}")
+    with np.errstate(invalid="ignore"):        # NaN patterns widen to NaN
+        if name == "float16":
+            v = codes.view(np.float16).astype(np.float64)
+        elif name == "bfloat16":
+            v = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+        else:
+            v = (codes & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, e = np.frexp(np.where(np.isfinite(v), v, 0.5))
+    return v, np.maximum(e.astype(np.int32) - 1, emin)
+
+
+def _decode_operand(codes, fmt, what):
+    if isinstance(fmt, str) and fmt in _WIDE:
+        return _decode_wide(np.asarray(codes), fmt, what)
+    fmt = get_format(fmt)
+    if fmt.name not in _TABLES:
+        _TABLES[fmt.name] = _sig_exp(fmt)
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"{what} must be uint8 codes (one element per byte), got dtype {codes.dtype}")
+    if fmt.bits < 8 and (codes >> fmt.bits).any():
+        raise ValueError(f"{what} holds codes above {fmt.name}'s {fmt.bits} bits")
+    v, e = _TABLES[fmt.name]
+    idx = codes.astype(np.intp)            # gathers with intp indices are several times faster
+    return np.take(v, idx), np.take(e, idx)
+
+
+def _decode_scales(codes, kind, what):
+    """Block scale values (float64, NaN for NaN codes) and their exponents."""
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"{what} must be uint8 scale codes, got dtype {codes.dtype}")
+    if kind == "ue8m0":
+        e = codes.astype(np.int64) - 127
+        v = np.where(codes == 255, np.nan, np.ldexp(1.0, np.minimum(e, 127)))
+        return v, e
+    # ue4m3: an E4M3 code read without its sign bit (as the instruction does)
+    v = decode(codes & np.uint8(0x7F), get_format("e4m3fn"), dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, e = np.frexp(np.where(np.isfinite(v), v, 1.0))
+    return v, np.maximum(e.astype(np.int64) - 1, -6)
+
+
+def _c_exponent(c, out):
+    lo = _OUT[out][2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # Inf/NaN carry exponent -1 (frexp's 0, as MMA-Sim's models read them)
+        _, e = np.frexp(np.where(np.isfinite(c) & (c != 0), c, 0.5))
+    return np.where(c == 0, lo, np.maximum(e.astype(np.int64) - 1, lo))
+
+
+# ----------------------------------------------------------------------------- rounding
+def _round_out(x, ins):
+    """The exact float64 sums ``x`` rounded to the instruction's output type."""
+    dt, _, emin, mbits, _ = _OUT[ins.out]
+    if ins.rounding == "rne" and ins.out == "float32":
+        with np.errstate(over="ignore"):
+            return x.astype(np.float32)
+    bits = 13 if ins.rounding == "rz-e8m13" else mbits
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, e = np.frexp(np.where(np.isfinite(x) & (x != 0), x, 1.0))
+    q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, emin) - bits)
+    y = x / q
+    y = np.rint(y) if ins.rounding == "rne" else np.trunc(y)
+    with np.errstate(over="ignore"):
+        return (y * q).astype(dt)
+
+
+def _finish(r, ins):
+    """Output bits: zeros made +0, NaNs canonical."""
+    _, ut, _, _, qnan = _OUT[ins.out]
+    r = r + r.dtype.type(0)            # -0 -> +0, as MMA-Sim's models
+    bits = r.view(ut)
+    return np.where(np.isnan(r), ut(qnan), bits).view(r.dtype)
+
+
+# ----------------------------------------------------------------------------- datapaths
+def _fused_step(terms, exps, c, ec, F):
+    """Exact sum of ``terms`` (..., L) and ``c`` (...), each truncated to ``2**(E - F)``."""
+    E = np.maximum(exps.max(axis=0), ec)
+    sc = np.ldexp(1.0, F - E)
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.trunc(terms * sc[None]).sum(axis=0) + np.trunc(c * sc)
+        return t / sc
+
+
+def _paired_step(p, ep, c, ec, ins):
+    F, F2 = ins.frac_bits, ins.pair_bits
+    pe, po = p[0::2], p[1::2]
+    ee, eo = ep[0::2], ep[1::2]
+    Ee, Eo = ee.max(axis=0), eo.max(axis=0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        se = np.trunc(pe * np.ldexp(1.0, F - Ee)[None]).sum(axis=0) * np.ldexp(1.0, Ee - F)
+        so = np.trunc(po * np.ldexp(1.0, F - Eo)[None]).sum(axis=0) * np.ldexp(1.0, Eo - F)
+        Ed = np.maximum(Ee, Eo)
+        g = np.ldexp(1.0, F - Ed)
+        sd = (np.floor(se * g) + np.floor(so * g)) / g
+        Em = np.maximum(Ed, ec)
+        g2 = np.ldexp(1.0, F2 + 1 - Em)
+        sd = np.floor(sd * g2) / g2
+        gc = np.ldexp(1.0, F - Em)
+        cc = np.where(ec < Em - F - 1, 0.0, np.floor(c * gc) / gc)
+        x = sd + cc
+        _, e = np.frexp(np.where(np.isfinite(x) & (x != 0), x, 1.0))
+        q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, -126) - F2)
+        return np.floor(x / q) * q
+
+
+def _chain(ins, c, steps):
+    """Run the steps in K order, each step's rounded result the next one's C; return D."""
+    dt = _OUT[ins.out][0]
+    for step in steps:
+        cv = c.astype(np.float64)
+        ec = _c_exponent(cv, ins.out)
+        ec = np.where(cv == 0, ins.zero_exp, ec) if ins.datapath != "paired" else ec
+        x = step(cv, ec)
+        c = _round_out(x, ins) if ins.datapath != "paired" else x.astype(np.float32)
+        c = _finish(c.astype(dt), ins)
+    return c
+
+
+def dot(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_scales=None,
+        scale_format=None):
+    """Row-wise dot products through one instruction's datapath: ``d[i] = a[i] . b[i] + c[i]``.
+
+    The vector form of :func:`mma` (each row is one output element of an MMA), for test
+    vectors and recordings.
+
+    Parameters
+    ----------
+    a, b : ndarray of uint8, shape (n, K)
+        Element codes (one per byte; FP4/FP6 in the low bits).
+    c : array_like, shape (n,), optional
+        Accumulator input in the instruction's output type (default zero).
+    instruction : str or Instruction
+    a_format, b_format : str
+        Element formats (``b_format`` defaults to ``a_format``).
+    a_scales, b_scales : ndarray of uint8, shape (n, K // block), optional
+        Block-scaled instructions: scale codes.
+    scale_format : {"ue8m0", "ue4m3"}, optional
+        Block-scaled instructions: scale type (default the instruction's first).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        float32 or float16 results.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> a = fp8emu.encode(np.array([[1.0] + [2.0 ** -9] * 31]), "e4m3fn")
+    >>> b = fp8emu.encode(np.array([[1.0] + [2.0 ** -6] * 31]), "e4m3fn")
+    >>> [float(dot(a, b, instruction=i, a_format="e4m3fn")[0])        # 1 + 31 * 2**-15
+    ...  for i in ("hopper-wgmma", "blackwell-mma")]                    # 13 vs 31 fraction bits
+    [1.0, 1.000946044921875]
+    """
+    ins = get_instruction(instruction)
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or a.shape != b.shape:
+        raise ValueError(f"a and b must be (n, K) arrays of the same shape, got {a.shape} and {b.shape}")
+    n, K = a.shape
+    c = None if c is None else np.asarray(c).reshape(-1, 1)
+    d = _run(ins, a[:, None, :], b[:, None, :], _c_in(c, (n, 1), ins), a_format,
+             a_format if b_format is None else b_format, None if a_scales is None else a_scales[:, None],
+             None if b_scales is None else b_scales[:, None], scale_format)
+    return d[:, 0]
+
+
+def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_scales=None,
+        scale_format=None):
+    """One matrix instruction on one tile: ``D = A @ B + C`` (K a multiple of the instruction's step).
+
+    Parameters
+    ----------
+    a : ndarray of uint8, shape (M, K)
+        Element codes of A (FP4/FP6 one per byte, in the low bits).
+    b : ndarray of uint8, shape (K, N)
+        Element codes of B.
+    c : array_like, shape (M, N), optional
+        Accumulator input, in the instruction's output type (float32 or float16); default zero.
+    instruction : str or Instruction
+        A name from :data:`INSTRUCTIONS` (see :func:`presets`).
+    a_format, b_format : str
+        Element formats the instruction accepts (``b_format`` defaults to ``a_format``).
+    a_scales : ndarray of uint8, shape (M, K // block), optional
+        Block-scaled instructions: A's scale codes along K.
+    b_scales : ndarray of uint8, shape (K // block, N), optional
+        Block-scaled instructions: B's scale codes along K.
+    scale_format : {"ue8m0", "ue4m3"}, optional
+        Block-scaled instructions: the scale type (default the instruction's first).
+
+    Returns
+    -------
+    ndarray, shape (M, N), of the instruction's output type
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> a = fp8emu.encode(np.full((1, 32), 2.0 ** -9), "e4m3fn")
+    >>> b = fp8emu.encode(np.full((32, 1), 2.0 ** -5), "e4m3fn")
+    >>> c = np.ones((1, 1), np.float32)                           # D = 1 + 32 * 2**-14
+    >>> [float(mma(a, b, c, instruction=i, a_format="e4m3fn")[0, 0])
+    ...  for i in ("hopper-wgmma", "blackwell-mma")]            # 13 vs 31 fraction bits
+    [1.0, 1.001953125]
+    """
+    ins = get_instruction(instruction)
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"a must be (M, K) and b (K, N), got {a.shape} and {b.shape}")
+    M, K = a.shape
+    N = b.shape[1]
+    bs = None if b_scales is None else np.asarray(b_scales).T[None, :, :]
+    return _run(ins, a[:, None, :], b.T[None, :, :], _c_in(c, (M, N), ins), a_format,
+                a_format if b_format is None else b_format,
+                None if a_scales is None else np.asarray(a_scales)[:, None, :], bs, scale_format)
+
+
+def _c_in(c, shape, ins):
+    dt = _OUT[ins.out][0]
+    if c is None:
+        return np.zeros(shape, dt)
+    arr = np.asarray(c)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"c must be a real array, got dtype {arr.dtype}")
+    try:
+        arr = np.broadcast_to(arr, shape)
+    except ValueError:
+        raise ValueError(f"c has shape {arr.shape}, which does not broadcast to {shape}") from None
+    cd = arr.astype(dt)
+    with np.errstate(invalid="ignore"):
+        same = (cd.astype(np.float64) == arr.astype(np.float64)) | (np.isnan(cd) & np.isnan(arr.astype(np.float64)))
+    if not same.all():
+        raise ValueError(f"c must hold {ins.out} values (the instruction's accumulator type); round it first")
+    return cd
+
+
+#: Output elements (M * N * step) handled at once.
+_BLOCK = 1 << 21
+
+
+def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
+    """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks."""
+    for f, what in ((a_format, "a_format"), (b_format, "b_format")):
+        if _format_name(f) not in ins.formats:
+            raise ValueError(f"{ins.name} takes {', '.join(ins.formats)} operands, not "
+                             f"{what}={_format_name(f)!r}")
+    K = a.shape[-1]
+    if K % ins.step:
+        raise ValueError(f"K = {K} must be a multiple of {ins.name}'s step of {ins.step}")
+    # K-major: a step is a slab along axis 0 and its reductions are element-wise over
+    # contiguous (rows, N) planes, much faster than reducing a short last axis (the codes are
+    # moved, one byte each, before they are decoded)
+    kmajor = lambda x: np.ascontiguousarray(np.moveaxis(np.asarray(x), -1, 0))      # noqa: E731
+    va, ea = _decode_operand(kmajor(a), a_format, "a")
+    vb, eb = _decode_operand(kmajor(b), b_format, "b")
+    sa = sb = None
+    block = None
+    if ins.block_scaled:
+        if a_scales is None or b_scales is None:
+            raise ValueError(f"{ins.name} is block-scaled: give a_scales and b_scales")
+        kind = ins.scales[0] if scale_format is None else scale_format
+        if kind not in ins.scales:
+            raise ValueError(f"{ins.name} takes {', '.join(ins.scales)} scales, not {scale_format!r}")
+        if a_scales.shape[-1] != b_scales.shape[-1] or K % a_scales.shape[-1]:
+            raise ValueError(f"scales must hold K / block entries along K for both operands, got "
+                             f"{a_scales.shape[-1]} and {b_scales.shape[-1]} for K = {K}")
+        block = K // a_scales.shape[-1]
+        if block not in ins.blocks:
+            raise ValueError(f"{ins.name} takes blocks of {', '.join(map(str, ins.blocks))} along K, "
+                             f"got {block}")
+        if kind == "ue4m3" and block != 16:
+            raise ValueError("ue4m3 scales go with blocks of 16 (NVFP4)")
+        sa = _decode_scales(kmajor(a_scales), kind, "a_scales")
+        sb = _decode_scales(kmajor(b_scales), kind, "b_scales")
+    elif a_scales is not None or b_scales is not None or scale_format is not None:
+        raise ValueError(f"{ins.name} takes no block scales")
+    M, N = c.shape
+    out = np.empty((M, N), c.dtype)
+    rows = max(1, _BLOCK // max(1, N * ins.step))
+    for m0 in range(0, M, rows):
+        rs = slice(m0, min(M, m0 + rows))
+        ra = rs if va.shape[1] > 1 else slice(None)
+        rb = rs if vb.shape[1] > 1 else slice(None)
+        ops = (va[:, ra], ea[:, ra], vb[:, rb], eb[:, rb])
+        scl = None if sa is None else (sa[0][:, ra], sa[1][:, ra], sb[0][:, rb], sb[1][:, rb])
+        out[rs] = _run_rows(ins, ops, scl, block, c[rs], K)
+    return out
+
+
+def _run_rows(ins, ops, scl, block, c, K):
+    va, ea, vb, eb = ops
+    L = ins.step
+
+    def make(k0):
+        sl = slice(k0, k0 + L)
+        with np.errstate(invalid="ignore"):
+            p = va[sl] * vb[sl]
+        e = ea[sl] + eb[sl]
+        if ins.datapath == "grouped":
+            return _grouped_terms(ins, p, scl, block, k0)
+        if ins.datapath == "scaled":
+            kb = (k0 + np.arange(L)) // block
+            s_a, s_b, q_a, q_b = scl[0][kb], scl[2][kb], scl[1][kb], scl[3][kb]
+            zero = p == 0
+            with np.errstate(invalid="ignore", over="ignore"):
+                p = p * s_a * s_b
+            e = e + q_a + q_b
+            return p, np.where(zero, ins.zero_exp, e)
+        return p, np.where(p == 0, ins.zero_exp, e)
+
+    def step_fn(k0):
+        def step(cv, ec):
+            p, e = make(k0)
+            if ins.datapath == "paired":
+                return _paired_step(p, e, cv, ec, ins)
+            return _fused_step(p, e, cv, ec, ins.frac_bits)
+        return step
+
+    return _chain(ins, c, [step_fn(k0) for k0 in range(0, K, L)])
+
+
+def _grouped_terms(ins, p, scl, block, k0):
+    """Group sums times their scales, with the scales' exponents (MMA-Sim's mxf4/mxf4nvf4 datapath)."""
+    G = ins.group
+    pg = p.reshape(-1, G, *p.shape[1:])
+    allzero = (pg == 0).all(axis=1)
+    with np.errstate(invalid="ignore"):
+        s = pg.sum(axis=1)
+    ng = s.shape[0]
+    kb = (k0 + np.arange(ng) * G) // block
+    sa, qa, sb, qb = scl[0][kb], scl[1][kb], scl[2][kb], scl[3][kb]
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = s * sa * sb
+    e = qa + qb
+    zero = allzero | (sa == 0) | (sb == 0)
+    return t, np.where(zero, ins.zero_exp, np.broadcast_to(e, t.shape))
+
+
+# ----------------------------------------------------------------------------- evidence
+_REC = "MATLAB-tensor-core model_validation"
+#: Evidence behind each instruction, as data: ``("recordings", file, array, rows reproduced, rows,
+#: note)`` for public GPU recordings (tests/data/tc_recordings), ``("mmasim", version, cases)`` for
+#: random MMAs equal to MMA-Sim's model (tests/data/mmasim), ``("disagrees", ...)`` for recordings of
+#: another instruction that the model does not reproduce.  tests/test_instructions.py checks every
+#: number against the data.
+EVIDENCE = {
+    "ada-mma": [("recordings", "ada_e4m3", "d_bits", 5000, 5000, ""),
+                ("recordings", "ada_e5m2", "d_bits", 5000, 5000, ""),
+                ("recordings", "l40s_e4m3", "d_bits", 5000, 5000, ""),
+                ("recordings", "l40s_e5m2", "d_bits", 5000, 5000, ""),
+                ("mmasim", "2.1.1", 200000)],
+    "ada-mma-f16": [("recordings", "ada_e4m3", "d16_bits", 5000, 5000, ""),
+                    ("recordings", "ada_e5m2", "d16_bits", 5000, 5000, ""),
+                    ("mmasim", "2.1.1", 200000)],
+    "hopper-mma": [("recordings", "h100_e4m3", "d_bits", 5000, 5000, "C = 0"),
+                   ("recordings", "h100_e5m2", "d_bits", 5000, 5000, "C = 0"),
+                   ("recordings", "h200_e4m3", "d_bits", 5000, 5000, "C = 0"),
+                   ("recordings", "h200_e5m2", "d_bits", 5000, 5000, "C = 0")],
+    "hopper-mma-f16": [("recordings", "h100_e4m3", "d16_bits", 3113, 5000, "rest unexplained"),
+                       ("recordings", "h100_e5m2", "d16_bits", 3340, 5000, "rest unexplained"),
+                       ("recordings", "h200_e4m3", "d16_bits", 3122, 5000, "rest unexplained"),
+                       ("recordings", "h200_e5m2", "d16_bits", 3400, 5000, "rest unexplained")],
+    "hopper-wgmma": [("mmasim", "2.1.1", 200000)],
+    "hopper-wgmma-f16": [("mmasim", "2.1.1", 200000)],
+    "blackwell-mma": [("recordings", "b200_e4m3", "d_bits", 5000, 5000, ""),
+                      ("recordings", "b200_e5m2", "d_bits", 4999, 5000, "row 3935 unexplained")],
+    "blackwell-mma-f16": [("recordings", "b200_e4m3", "d16_bits", 3108, 5000, "rest unexplained"),
+                          ("recordings", "b200_e5m2", "d16_bits", 3403, 5000, "rest unexplained")],
+    "blackwell-tcgen05-f8f6f4": [("mmasim", "2.1.1", 200000),
+                                 ("disagrees", "b200_e4m3", "d_bits", 3207, 5000, "mma.sync recordings"),
+                                 ("disagrees", "b200_e5m2", "d_bits", 3236, 5000, "mma.sync recordings")],
+    "blackwell-tcgen05-f8f6f4-f16": [("mmasim", "2.1.1", 200000)],
+    "blackwell-tcgen05-mxf8f6f4": [("mmasim", "2.1.1", 200000)],
+    "blackwell-tcgen05-mxf4nvf4": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma-f16": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma-mxf8f6f4": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma-mxf4nvf4": [("mmasim", "2.1.1", 200000)],
+    "cdna3-mfma-fp8": [("mmasim", "2.1.1", 200000)],
+}
+
+
+# The 16-bit-input presets reproduce every row of their generation's recordings.
+_WIDE_FILES = {"volta": ("v100",), "ampere": ("a100", "a2"), "ada": ("ada", "l40s"), "hopper": ("h100", "h200"),
+               "blackwell": ("b200",)}
+for _gen, _gpus in _WIDE_FILES.items():
+    for _t, _kind in (("f16", "fp16"), ("bf16", "bf16"), ("tf32", "tf32")):
+        if f"{_gen}-mma-{_t}in" in INSTRUCTIONS:
+            EVIDENCE[f"{_gen}-mma-{_t}in"] = [("recordings", f"{g}_{_kind}", "d_bits", 5000, 5000, "") for g in _gpus
+                                              ] + [("mmasim", "2.1.1", 200000)]
+        if f"{_gen}-mma-{_t}in-f16" in INSTRUCTIONS:
+            EVIDENCE[f"{_gen}-mma-{_t}in-f16"] = [("recordings", f"{g}_{_kind}", "d16_bits", 5000, 5000, "")
+                                                  for g in _gpus] + [("mmasim", "2.1.1", 200000)]
+
+
+def _evidence_text(e):
+    if e[0] == "mmasim":
+        return f"equals MMA-Sim {e[1]} on {e[2]:,} random MMAs"
+    kind, file, arr, ok, n, note = e
+    out = "f16" if arr == "d16_bits" else "f32"
+    verb = "reproduces" if kind == "recordings" else "disagrees with"
+    if kind == "disagrees":
+        return f"{verb} {file} ({out}, {note}): reproduces {ok}/{n} rows"
+    return f"{verb} {_REC} {file} ({out}{', ' + note if note else ''}): {ok}/{n} rows"
+
+
+def presets():
+    """Every catalogued instruction with the evidence behind it.
+
+    Returns
+    -------
+    list of dict
+        One per instruction: ``name``, ``arch``, ``ptx``, ``model`` (where the description
+        comes from), ``evidence`` (sentences: public GPU recordings it reproduces (file,
+        rows), random MMAs equal to MMA-Sim (version, count), or ``"model only"``) and
+        ``records`` (the same as data, see :data:`EVIDENCE`).
+
+    Examples
+    --------
+    >>> p = {q["name"]: q for q in presets()}
+    >>> p["ada-mma"]["evidence"][0]
+    'reproduces MATLAB-tensor-core model_validation ada_e4m3 (f32): 5000/5000 rows'
+    >>> p["hopper-wgmma"]["evidence"]
+    ['equals MMA-Sim 2.1.1 on 200,000 random MMAs']
+    """
+    return [{"name": i.name, "arch": i.arch, "ptx": i.ptx, "model": i.model,
+             "evidence": [_evidence_text(e) for e in EVIDENCE.get(i.name, ())] or ["model only"],
+             "records": list(EVIDENCE.get(i.name, ()))} for i in INSTRUCTIONS.values()]
+
+
+# ----------------------------------------------------------------------------- GEMMs through an instruction
+def as_instruction(acc):
+    """The :class:`Instruction` an accumulator argument names, or None for other accumulators."""
+    if isinstance(acc, Instruction):
+        return acc
+    if isinstance(acc, str) and acc in INSTRUCTIONS:
+        return INSTRUCTIONS[acc]
+    return None
+
+
+def _k_padded(ins, a, b):
+    """Zero codes appended along K to a whole number of steps, as a kernel pads its last tile."""
+    pad = (-a.shape[1]) % ins.step
+    if not pad:
+        return a, b
+    return np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
+
+
+def gemm(a, b, *, instruction, a_format, b_format, c=None):
+    """float32 ``A @ B (+ C)`` as a chain of one instruction along K (the K-loop of an MMA kernel).
+
+    K is padded with zero codes to a whole number of steps.  Used by :func:`fp8emu.scaled_mm`
+    when its ``accumulator`` names an instruction; the instruction must have a float32 output.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8emu
+    >>> a = fp8emu.encode(np.array([[448.0] + [2.0 ** -9] * 47]), "e4m3fn")   # K = 48: two steps of 32
+    >>> b = fp8emu.encode(np.ones((48, 1)), "e4m3fn")
+    >>> float(gemm(a, b, instruction="hopper-wgmma", a_format="e4m3fn", b_format="e4m3fn")[0, 0])
+    448.0
+    >>> float(gemm(a, b, instruction="rtx-blackwell-mma", a_format="e4m3fn", b_format="e4m3fn")[0, 0])
+    448.091796875
+    """
+    ins = get_instruction(instruction)
+    if ins.out != "float32":
+        raise ValueError(f"{ins.name} returns float16; a GEMM accumulator needs a float32-output instruction "
+                         f"(use {ins.name.removesuffix('-f16')!r})")
+    if ins.block_scaled:
+        raise ValueError(f"{ins.name} is block-scaled: use fp8emu.gemm.block_scaled_mm with MX/NVFP4 operands")
+    a, b = _k_padded(ins, np.asarray(a), np.asarray(b))
+    return mma(a, b, c, instruction=ins, a_format=a_format, b_format=b_format)
+
+
+def _scale_codes(values, kind):
+    """Scale codes of decoded block-scale values (E8M0 powers of two, or E4M3 values)."""
+    if kind == "ue8m0":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e = np.where(np.isnan(values), 128, np.round(np.log2(np.where(np.isnan(values), 1.0, values))))
+        return (e + 127).astype(np.uint8)
+    return encode(values, "e4m3fn")
+
+
+def block_scaled_gemm(a, a_format, a_scales, b, b_format, b_scales, *, instruction, scale_format, c=None):
+    """float32 ``A @ B (+ C)`` of block-scaled operands as a chain of one block-scaled instruction.
+
+    ``a`` (M, K) and ``b`` (K, N) are element codes; ``a_scales`` (M, K / block) and ``b_scales``
+    (K / block, N) decoded scale values (float64, NaN for a NaN code) of the given ``scale_format``.
+    Used by :func:`fp8emu.gemm.block_scaled_mm` when its ``accumulator`` names an instruction.
+    """
+    ins = get_instruction(instruction)
+    if not ins.block_scaled:
+        raise ValueError(f"{ins.name} takes no block scales; use one of "
+                         f"{sorted(n for n, i in INSTRUCTIONS.items() if i.block_scaled)} with MX/NVFP4 operands")
+    sa, sb = _scale_codes(a_scales, scale_format), _scale_codes(b_scales, scale_format)
+    K = a.shape[1]
+    if K % ins.shape[2]:
+        raise ValueError(f"K = {K} must be a multiple of {ins.name}'s k = {ins.shape[2]} (whole instructions)")
+    return mma(a, b, c, instruction=ins, a_format=a_format, b_format=b_format, a_scales=sa, b_scales=sb,
+               scale_format=scale_format)

@@ -1,0 +1,182 @@
+"""Open questions about Blackwell tensor cores, with test vectors that settle them on a GPU.
+
+Each :class:`Question` names candidate models (fp8emu accumulators or catalogue instructions)
+and ships inputs whose outputs differ between them (package data
+``fp8emu/data/tc_questions/<name>.npz``, made by ``tools/make_tc_questions.py``).  Running the
+inputs through the GPU (``fp8emu validate-gpu --tc-questions``: ``torch._scaled_mm`` on CUDA,
+C = 0) and counting which candidate reproduces every output answers the question.
+
+``tcgen05-f8f6f4-fp8``
+    What does a Blackwell (B200) FP8 GEMM (``tcgen05.mma`` ``kind::f8f6f4``, as cuBLASLt issues
+    it) keep?  MMA-Sim models 25 fraction bits and a truncated result; the public B200
+    ``mma.sync`` recordings need at least 31 bits and nearest-even; Khattak and Mikaitis' B200TCRN
+    variant is 25 bits, nearest-even.
+``nvfp4-accumulation``
+    How are NVFP4 (E2M1, E4M3 scales per 16) products accumulated?  MMA-Sim: exact sums of 16,
+    aligned on the scales' exponents with 35 fraction bits, result truncated; or every scaled
+    product aligned with 25 bits (the FP8 path); or the exact sum rounded once (float32 accumulation).
+``mxfp8-scale-alignment``
+    Where do MXFP8 block scales enter?  MMA-Sim: their exponents join each product's before
+    alignment (so a zero product's fixed exponent can swallow tiny scaled products); or each
+    32-block's unscaled sum is scaled and added into float32 (software block scaling).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from .gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
+from .gemm.instructions import INSTRUCTIONS
+from .scaling.mx import mx_from_codes
+from .scaling.nvfp4 import nvfp4_from_codes
+from .validate_gpu import gpu_available
+
+__all__ = ["Question", "QUESTIONS", "candidate_outputs", "load_vectors", "judge", "gpu_outputs", "validate",
+           "blocked_scale_layout", "DATA"]
+
+DATA = Path(__file__).parent / "data" / "tc_questions"
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """An open question: the operand kind, K, and the candidate accumulators (name -> accumulator)."""
+
+    name: str
+    text: str
+    kind: str            # "fp8", "mxfp8" or "nvfp4"
+    K: int
+    candidates: tuple    # ((label, accumulator), ...)
+
+
+QUESTIONS = {q.name: q for q in [
+    Question("tcgen05-f8f6f4-fp8", "B200 FP8 GEMM: alignment width and result rounding", "fp8", 32,
+             (("MMA-Sim tcgen05 (25 bits, truncated)", "blackwell-tcgen05-f8f6f4"),
+              ("B200 mma.sync recordings (31 bits, nearest even)", "blackwell-mma"),
+              ("B200TCRN (25 bits, nearest even)",
+               dataclasses.replace(INSTRUCTIONS["blackwell-tcgen05-f8f6f4"], name="b200tcrn", rounding="rne")))),
+    Question("nvfp4-accumulation", "B200 NVFP4 GEMM: how FP4 products are accumulated", "nvfp4", 64,
+             (("MMA-Sim mxf4nvf4 (sums of 16, 35 bits, truncated)", "blackwell-tcgen05-mxf4nvf4"),
+              ("scaled products aligned, 25 bits, truncated", BlockScaledAccumulator(64, 25, 24, "rtz", "product")),
+              ("exact sum, rounded once", "exact"))),
+    Question("mxfp8-scale-alignment", "B200 MXFP8 GEMM: where the block scales enter the alignment", "mxfp8", 64,
+             (("MMA-Sim mxf8f6f4 (scale exponents join the products')", "blackwell-tcgen05-mxf8f6f4"),
+              ("block sums scaled into float32 (25 bits, truncated steps)",
+               BlockScaledAccumulator(32, 25, 24, "rtz", "block")))),
+]}
+
+
+def _operands(q: Question, z):
+    """(a, b) as fp8emu takes them for ``block_scaled_mm`` / ``scaled_mm``; b is (K, N)."""
+    if q.kind == "fp8":
+        return z["a"], z["b"].T
+    if q.kind == "mxfp8":
+        return (mx_from_codes(z["a"], z["a_scales"], "e4m3fn", axis=1),
+                mx_from_codes(np.ascontiguousarray(z["b"].T), np.ascontiguousarray(z["b_scales"].T), "e4m3fn", axis=0))
+    one = np.float32(1.0)
+    return (nvfp4_from_codes(z["a"], z["a_scales"], one, axis=1),
+            nvfp4_from_codes(np.ascontiguousarray(z["b"].T), np.ascontiguousarray(z["b_scales"].T), one, axis=0))
+
+
+def candidate_outputs(q: Question, z):
+    """{label: float32 row-wise dot products} of every candidate on the vectors ``z``.
+
+    Row i of ``z["a"]`` is dotted with row i of ``z["b"]``: the diagonal of the GEMM
+    ``A @ B.T``, which is how the GPU check computes them too.
+    """
+    a, b = _operands(q, z)
+    out = {}
+    for label, acc in q.candidates:
+        if q.kind == "fp8":
+            d = scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator=acc)
+        else:
+            d = block_scaled_mm(a, b, accumulator=acc)
+        out[label] = np.ascontiguousarray(np.diagonal(d)).astype(np.float32)
+    return out
+
+
+def load_vectors(name):
+    """The shipped vectors of a question (a dict of arrays; ``outputs`` holds each candidate's bits)."""
+    with np.load(DATA / f"{name}.npz") as z:
+        return {k: z[k] for k in z}
+
+
+def judge(q: Question, z, gpu_bits):
+    """{candidate label: rows of the GPU's outputs it reproduces} (bits compared)."""
+    labels = [c[0] for c in q.candidates]
+    return {lab: int((z["outputs"][j] == gpu_bits).sum()) for j, lab in enumerate(labels)}
+
+
+# ----------------------------------------------------------------------------- the GPU side
+def blocked_scale_layout(scales):
+    """Scale codes (rows, K-blocks) in cuBLASLt's 128 x 4 tiled layout for 1-D block scaling.
+
+    Element (r, c) goes to ``((r // 128) * (C // 4) + c // 4) * 512 + (r % 32) * 16 +
+    ((r % 128) // 32) * 4 + c % 4`` with rows padded to 128 and columns to 4 (the layout
+    cuBLASLt documents for ``VEC32_UE8M0`` / ``VEC16_UE4M3`` scales).
+
+    Examples
+    --------
+    >>> s = np.arange(8, dtype=np.uint8).reshape(4, 2)
+    >>> out = blocked_scale_layout(s)
+    >>> out.size, int(out[16]), int(out[1])
+    (512, 2, 1)
+    """
+    s = np.asarray(scales)
+    R, C = -(-s.shape[0] // 128) * 128, -(-s.shape[1] // 4) * 4
+    out = np.zeros(R * C, s.dtype)
+    r, c = np.meshgrid(np.arange(s.shape[0]), np.arange(s.shape[1]), indexing="ij")
+    idx = ((r // 128) * (C // 4) + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+    out[idx] = s
+    return out
+
+
+def gpu_outputs(q: Question, z, torch, device="cuda"):
+    """float32 bits of the GPU's row-wise dot products (``torch._scaled_mm``, C = 0, diagonal of A @ B.T)."""
+    def t(x, dtype=None):
+        v = torch.from_numpy(np.ascontiguousarray(x)).to(device)
+        return v.view(dtype) if dtype is not None else v
+    if q.kind == "fp8":
+        one = torch.ones((), device=device)
+        d = torch._scaled_mm(t(z["a"], torch.float8_e4m3fn), t(z["b"], torch.float8_e4m3fn).t(), one, one,
+                             out_dtype=torch.float32)
+    elif q.kind == "mxfp8":
+        sa = t(blocked_scale_layout(z["a_scales"]), torch.float8_e8m0fnu)
+        sb = t(blocked_scale_layout(z["b_scales"]), torch.float8_e8m0fnu)
+        d = torch._scaled_mm(t(z["a"], torch.float8_e4m3fn), t(z["b"], torch.float8_e4m3fn).t(), sa, sb,
+                             out_dtype=torch.float32)
+    else:
+        def packed(codes):      # two E2M1 per byte, element 2i in the low nibble
+            return t((codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8), torch.float4_e2m1fn_x2)
+        sa = t(blocked_scale_layout(z["a_scales"]), torch.float8_e4m3fn)
+        sb = t(blocked_scale_layout(z["b_scales"]), torch.float8_e4m3fn)
+        d = torch._scaled_mm(packed(z["a"]), packed(z["b"]).t(), sa, sb, out_dtype=torch.float32)
+    return np.ascontiguousarray(torch.diagonal(d).float().cpu().numpy()).view(np.uint32)
+
+
+def validate(out=print):
+    """Run every question's vectors on the GPU and print which candidate reproduces the outputs.
+
+    Returns ``None`` without a CUDA device or torch, else ``{question: {candidate: rows} or error}``.
+    """
+    ok, torch = gpu_available()
+    if not ok:
+        out(f"tc-questions: skipped ({torch})")
+        return None
+    res = {}
+    for name, q in QUESTIONS.items():
+        z = load_vectors(name)
+        try:
+            got = gpu_outputs(q, z, torch)
+        except Exception as exc:   # an unsupported kind on this GPU/torch: reported, not fatal
+            res[name] = f"failed: {type(exc).__name__}: {exc}"
+            out(f"{name}: {res[name]}")
+            continue
+        res[name] = judge(q, z, got)
+        n = len(got)
+        out(f"{name} ({q.text}), {n} vectors:")
+        for lab, k in res[name].items():
+            out(f"  {k:5d}/{n}  {lab}{'   <- reproduces every output' if k == n else ''}")
+    return res

@@ -1,0 +1,74 @@
+"""Make the discriminating test vectors of fp8emu.tc_questions (fp8emu/data/tc_questions/*.npz).
+
+For each question, random inputs are drawn (wide exponents, mixed signs, zeros, extreme block
+scales) and kept only where the candidate models' outputs differ (all of them pairwise where
+possible), up to ``--n`` rows.  Each file holds the inputs (row i of ``a`` dotted with row i of
+``b``; block scales per row and K-block), the candidates' labels and their float32 outputs
+(bits).  ``python3 tools/make_tc_questions.py [--n 256] [--seed 0]``.
+"""
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from fp8emu.tc_questions import DATA, QUESTIONS, candidate_outputs
+
+
+def draw(q, rng, rows):
+    K = q.K
+    if q.kind == "nvfp4":
+        a = rng.integers(0, 16, (rows, K)).astype(np.uint8)
+        b = rng.integers(0, 16, (rows, K)).astype(np.uint8)
+        # per block: a tiny, a huge or a middling scale, so the four blocks span > 24 binades
+        pick = rng.integers(0, 3, (2, rows, K // 16))
+        codes = np.choose(pick, [rng.integers(1, 9, pick.shape), rng.integers(110, 127, pick.shape),
+                                 rng.integers(40, 80, pick.shape)])
+        sa, sb = codes[0].astype(np.uint8), codes[1].astype(np.uint8)
+        return dict(a=a, b=b, a_scales=sa, b_scales=sb)
+    sign = lambda: (rng.integers(0, 2, (rows, K)) << 7)                       # noqa: E731
+    a = (rng.integers(0, 0x7F, (rows, K)) | sign()).astype(np.uint8)
+    b = (rng.integers(0, 0x7F, (rows, K)) | sign()).astype(np.uint8)
+    zero = rng.random((rows, K)) < 0.1
+    a = np.where(zero, 0, a).astype(np.uint8)
+    out = dict(a=a, b=b)
+    if q.kind == "mxfp8":
+        base = np.where(rng.random((rows, 1)) < 0.5, rng.integers(0, 12, (rows, 1)), rng.integers(100, 150, (rows, 1)))
+        out["a_scales"] = np.clip(base + rng.integers(-8, 9, (rows, K // 32)), 0, 254).astype(np.uint8)
+        out["b_scales"] = np.clip(base + rng.integers(-8, 9, (rows, K // 32)), 0, 254).astype(np.uint8)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    DATA.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(args.seed)
+    for name, q in QUESTIONS.items():
+        keep = None
+        for _ in range(20):
+            z = draw(q, rng, 1024)
+            outs = candidate_outputs(q, z)
+            bits = np.array([v.view(np.uint32) for v in outs.values()])
+            distinct = np.array([len(set(col)) for col in bits.T])
+            order = np.argsort(-distinct, kind="stable")
+            sel = order[distinct[order] >= 2]
+            part = {k: v[sel] for k, v in z.items()}
+            keep = part if keep is None else {k: np.concatenate([keep[k], part[k]]) for k in keep}
+            if len(keep["a"]) >= args.n:
+                break
+        keep = {k: v[:args.n] for k, v in keep.items()}
+        outs = candidate_outputs(q, keep)
+        labels = list(outs)
+        np.savez_compressed(DATA / f"{name}.npz", **keep, labels=np.array(labels),
+                            outputs=np.array([outs[lab].view(np.uint32) for lab in labels]))
+        bits = np.array([outs[lab].view(np.uint32) for lab in labels])
+        print(name, len(keep["a"]), "vectors; rows where each pair differs:",
+              {f"{i}-{j}": int((bits[i] != bits[j]).sum())
+               for i in range(len(labels)) for j in range(i + 1, len(labels))})
+
+
+if __name__ == "__main__":
+    main()
