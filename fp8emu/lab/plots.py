@@ -397,7 +397,7 @@ _CATALOGUE_LINES = [
 
 
 def figure_tensor_core_catalogue(size=1.0):
-    """Figure 11: FP8 GEMM error against the exact product vs K for every architecture's preset.
+    """Figure 12: FP8 GEMM error against the exact product vs K for every architecture's preset.
 
     Same data for every line: positive uniform inputs scaled to 240 and rounded to E4M3 (each
     value is also an E4M3-FNUZ value, so CDNA3 sees the same numbers), M = N = 8; the error is
