@@ -38,7 +38,7 @@ from .formats import get_format
 from .interop import unpack_nibbles
 from .scaling.mx import MXINT8, mx_from_codes
 from .scaling.nvfp4 import NVFP4_BLOCK, nvfp4_from_codes
-from .scaling.tensor import ScaledTensor, expand
+from .scaling.tensor import ScaledTensor, code_array, expand, int_arg, size_arg
 
 __all__ = ["pack_fp4", "unpack_fp4", "pack_fp6", "unpack_fp6", "pack", "unpack",
            "swizzle_scales", "unswizzle_scales", "swizzled_offset", "export_kernel_buffers",
@@ -49,13 +49,9 @@ SCALE_TILE = (128, 4)
 
 
 def _codes(codes, bits, what="codes"):
-    arr = np.asarray(codes)
-    if arr.dtype != np.uint8:
-        raise TypeError(f"{what} must be uint8, got dtype {arr.dtype}")
+    arr = code_array(codes, 1 << bits, what, held=f"{bits}-bit codes")
     if arr.ndim == 0:
         raise ValueError(f"{what} need at least one dimension")
-    if arr.size and int(arr.max()) >= 1 << bits:
-        raise ValueError(f"{what} must be {bits}-bit codes (below {1 << bits}), got {int(arr.max())}")
     return arr
 
 
@@ -195,7 +191,7 @@ def swizzled_offset(i, j, cols: int):
     (512, 512)
     """
     i, j = np.asarray(i), np.asarray(j)
-    ctiles = -(-int(cols) // SCALE_TILE[1])
+    ctiles = -(-size_arg(cols, "cols") // SCALE_TILE[1])
     off = ((i // 128) * ctiles + j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
     return int(off) if off.ndim == 0 else off
 
@@ -238,9 +234,7 @@ def unswizzle_scales(flat, rows: int, cols: int) -> np.ndarray:
     [[0, 1], [2, 3], [4, 5]]
     """
     f = np.asarray(flat)
-    rows, cols = int(rows), int(cols)
-    if rows < 0 or cols < 0:
-        raise ValueError("rows and cols must be >= 0")
+    rows, cols = size_arg(rows, "rows"), size_arg(cols, "cols")
     rt, ct = -(-rows // 128), -(-cols // 4)
     if f.ndim != 1 or f.size != rt * ct * 512:
         raise ValueError(f"a swizzled buffer for ({rows}, {cols}) scales has {rt * ct * 512} entries "
@@ -372,9 +366,9 @@ def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None
     True
     """
     nvfp4 = isinstance(fmt, str) and fmt == "nvfp4"
-    if k_axis not in (0, 1):
+    if isinstance(k_axis, bool) or not isinstance(k_axis, (int, np.integer)) or k_axis not in (0, 1):
         raise ValueError(f"k_axis must be 0 or 1, got {k_axis!r}")
-    k = int(k)
+    k = size_arg(k, "k", minimum=1)
     arr = np.asarray(data)
     if nvfp4:
         bits, elem = 4, get_format("e2m1fn")
@@ -390,8 +384,11 @@ def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None
     if codes.ndim != 2 or codes.shape[1] != k:
         raise ValueError(f"data unpack to shape {codes.shape}, expected (rows, {k})")
     rows = codes.shape[0]
-    block = int(block) if block is not None else (NVFP4_BLOCK if nvfp4 else 32)
-    sc = unswizzle_scales(np.asarray(scales, dtype=np.uint8), rows, -(-k // block))
+    block = int_arg(block, "block", minimum=1) if block is not None else (NVFP4_BLOCK if nvfp4 else 32)
+    # the scale codes follow the same rule as every raw code: unsigned integers the format holds
+    # (E8M0: any byte; UE4M3: sign bit 0, checked by nvfp4_from_codes), never wrapped to uint8
+    sc = unswizzle_scales(code_array(scales, 256, "scales", held="one byte per scale code"),
+                          rows, -(-k // block))
     if k_axis == 0:
         codes, sc = codes.T, sc.T
     axis = 1 if k_axis == 1 else 0

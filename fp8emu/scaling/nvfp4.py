@@ -7,7 +7,7 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import get_format
 from .hadamard import rht
-from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, axis_block, block_amax, blocked_view, \
+from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, code_array, axis_block, block_amax, blocked_view, \
     expand, pad_to_blocks, prepare, reciprocal, scaled_cast
 
 __all__ = ["quantize_nvfp4", "nvfp4_from_codes", "NVFP4_BLOCK"]
@@ -215,16 +215,12 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
     >>> nvfp4_from_codes(t.codes, t.block_scale_codes, t.global_scale).dequantize().tolist()
     [[6.0, 1.0, -2.0, 0.5]]
     """
-    codes = np.asarray(codes)
-    bcodes = np.asarray(block_scale_codes)
-    for what, arr in (("codes", codes), ("block_scale_codes", bcodes)):
-        if arr.dtype != np.uint8:
-            raise TypeError(f"{what} must be uint8, got dtype {arr.dtype}")
+    codes = code_array(codes, 16, "E2M1 codes", held="one code per element; unpack packed bytes with "
+                       "fp8emu.layouts.unpack_fp4")
+    bcodes = code_array(block_scale_codes, 0x80, "block_scale_codes",
+                        held="UE4M3 block scales are positive: sign bit 0")
     if codes.ndim == 0:
         raise ValueError("codes need at least one dimension")
-    if codes.size and int(codes.max()) > 15:
-        raise ValueError("E2M1 codes must be below 16 (one code per element; unpack packed bytes "
-                         "with fp8emu.layouts.unpack_fp4)")
     ax, blk = axis_block(codes.ndim, axis, NVFP4_BLOCK)
     expected = tuple(-(-s // b) for s, b in zip(codes.shape, blk))
     if bcodes.shape != expected:
