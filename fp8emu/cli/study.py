@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..lab import study
 from ..recipes import DEFAULT_RECIPES, recipe_matrix
+from . import int_option, positive_float
 
 #: Output folder of ``fp8emu study --demo`` when ``--out`` is not given.
 DEMO_OUT = "fp8emu-study-demo"
@@ -31,11 +32,11 @@ def register(sub, name, help_text):
     p.add_argument("--include", action="append", metavar="PATTERN",
                    help="study only tensors matching (glob on the whole name, or a substring); repeatable")
     p.add_argument("--exclude", action="append", metavar="PATTERN", help="skip tensors matching; repeatable")
-    p.add_argument("--chunk-mb", type=float, default=study.DEFAULT_CHUNK_MB,
+    p.add_argument("--chunk-mb", type=positive_float, default=study.DEFAULT_CHUNK_MB,
                    help=f"process large tensors in chunks of about this many MiB of float32 "
                         f"(default {study.DEFAULT_CHUNK_MB})")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--workers", type=int, metavar="N",
+    group.add_argument("--workers", type=int_option(1), metavar="N",
                        help="start a local Dask cluster of N worker processes (needs the [dask] extra)")
     group.add_argument("--scheduler", metavar="ADDRESS",
                        help="run on an existing dask.distributed scheduler, e.g. tcp://host:8786")
