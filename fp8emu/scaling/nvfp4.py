@@ -184,7 +184,8 @@ def _block_sq_error(xf, codes, inv, blk, fmt):
     return view.sum(axis=axes)
 
 
-def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_amax=None) -> ScaledTensor:
+def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_amax=None,
+                     scale_max=448.0) -> ScaledTensor:
     """Rebuild an NVFP4 :class:`ScaledTensor` from E2M1 codes, E4M3 block-scale codes and ``S_enc``.
 
     ``scale_inv = fl32(e4m3(block code) * fl32(1 / S_enc))`` and
@@ -202,6 +203,8 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
     global_amax : float, optional, keyword-only
         The tensor amax, if known (a block-scaled GEMM then forms its alpha as
         Transformer Engine does).
+    scale_max : {448.0, 256.0}, keyword-only
+        The block-scale target ``S_enc`` was made for (see :func:`quantize_nvfp4`).
 
     Returns
     -------
@@ -228,11 +231,13 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
     s_enc = F32(global_scale)
     if not np.isfinite(s_enc) or s_enc <= 0:
         raise ValueError(f"global_scale must be finite and > 0, got {global_scale!r}")
+    if isinstance(scale_max, bool) or scale_max not in (448, 256):
+        raise ValueError(f"scale_max must be 448 or 256, got {scale_max!r}")
     s_dec_q = decode(bcodes, get_format("e4m3fn"), dtype=np.float32)
     inv = np.multiply(s_dec_q, F32(F32(1) / s_enc), dtype=np.float32)
     scale = np.fmin(reciprocal(inv), FLT_MAX).astype(np.float32)
     t = ScaledTensor(codes=codes.copy(), fmt=get_format("e2m1fn"), scale=scale, scale_inv=inv,
                      block=blk, axis=ax, shape=codes.shape, block_scale_codes=bcodes.copy(),
                      global_scale=s_enc, recipe="nvfp4-codes",
-                     global_amax=None if global_amax is None else F32(global_amax), scale_max=F32(448))
+                     global_amax=None if global_amax is None else F32(global_amax), scale_max=F32(scale_max))
     return t
