@@ -56,6 +56,7 @@ from . import report as report_mod
 
 __all__ = [
     "COLUMNS", "TensorRef", "discover", "chunk_ranges", "study_tensor", "run_study", "read_results",
+    "StudyPlan", "plan_study", "execute_study",
     "DEFAULT_CHUNK_MB", "demo_checkpoint", "dask_client",
 ]
 
@@ -236,6 +237,15 @@ def _index_map(folder: Path, shards):
     return index, wm
 
 
+def _no_repeats(refs):
+    seen = {}
+    for r in refs:
+        if r.name in seen:
+            raise ValueError(f"tensor {r.name!r} is in both {seen[r.name]} and {r.path}; the shards of one "
+                             "model must not repeat a tensor")
+        seen[r.name] = r.path
+
+
 def _folder_refs(path: Path):
     label = path.name
     shards = sorted(p for p in path.rglob("*.safetensors") if p.is_file())
@@ -246,11 +256,15 @@ def _folder_refs(path: Path):
     refs = []
     for shard in shards:
         refs.extend(_safetensors_refs(label, shard))
+    _no_repeats(refs)
     if index is not None:
         ipath, wm = index
         for r in refs:
             want = wm.get(r.name)
-            if want is not None and want != Path(r.path).name:
+            if want is None:
+                raise ValueError(f"{ipath}: does not list tensor {r.name!r} of {Path(r.path).name} (an index "
+                                 "from another checkpoint? remove it to study the shards as they are)")
+            if want != Path(r.path).name:
                 raise ValueError(f"{ipath}: maps tensor {r.name!r} to {want}, but it is in {Path(r.path).name}")
         have = {r.name for r in refs}
         lost = sorted(n for n in wm if n not in have)
@@ -258,12 +272,7 @@ def _folder_refs(path: Path):
             raise ValueError(f"{ipath}: lists tensor(s) no shard holds: {', '.join(lost[:5])}")
     for p in npys:
         refs.append(_npy_ref(label, p, ".".join(p.relative_to(path).with_suffix("").parts)))
-    seen = {}
-    for r in refs:
-        if r.name in seen:
-            raise ValueError(f"tensor {r.name!r} is in both {seen[r.name]} and {r.path}; the shards of one "
-                             "model must not repeat a tensor")
-        seen[r.name] = r.path
+    _no_repeats(refs)
     return refs
 
 
@@ -494,18 +503,24 @@ def read_results(path) -> list:
         If the file is not a results.csv of this version (header, binary
         content, a malformed row), naming the file and the line.
     """
+    return _read_results(path)[0]
+
+
+def _read_results(path):
+    """(rows, whether a torn last line was dropped)."""
     path = Path(path)
     if not path.exists():
-        return []
+        return [], False
     text = readers.read_text(path, kind="results.csv")
-    if not text.endswith("\n"):
+    torn = bool(text) and not text.endswith("\n")
+    if torn:
         text = text[:text.rfind("\n") + 1]      # the torn last line of an interrupted write
     reader = csv.reader(io.StringIO(text, newline=""))
     rows = []
     try:
         header = next(reader, None)
         if header is None:
-            return []
+            return [], torn
         if tuple(header) != COLUMNS:
             raise ValueError(f"{path} is not a results.csv of this version of fp8emu study "
                              f"(columns {header[:4]}...)")
@@ -521,7 +536,36 @@ def read_results(path) -> list:
                 raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
     except csv.Error as exc:
         raise ValueError(f"{path}: line {reader.line_num}: not CSV ({exc})") from None
-    return rows
+    return rows, torn
+
+
+def _resume_rows(rows, refs, path):
+    """The rows of a results.csv fit to resume from: identical duplicates dropped (counted), conflicts refused.
+
+    A second row for the same checkpoint x tensor x recipe with other values,
+    or a row whose tensor now has another shape or dtype (the checkpoint
+    changed), would carry a wrong or stale number into the report: refused.
+    """
+    now = {(r.checkpoint, r.name): (("x".join(map(str, r.shape)) or "scalar"), r.dtype) for r in refs}
+    seen, kept, dropped = {}, [], 0
+    for row in rows:
+        key = (row["checkpoint"], row["tensor"], row["recipe"])
+        cells = tuple(_fmt_cell(row[c]) for c in COLUMNS)
+        if key in seen:
+            if seen[key] != cells:
+                raise ValueError(f"{path}: two different rows for {key[0]}:{key[1]} under {key[2]}; results.csv "
+                                 "was edited or merged from different runs: delete one of them (or the file) "
+                                 "to recompute")
+            dropped += 1
+            continue
+        shape_dtype = now.get(key[:2])
+        if shape_dtype is not None and shape_dtype != (row["shape"], row["dtype"]):
+            raise ValueError(f"{path}: its rows for {key[0]}:{key[1]} are of a {row['shape']} {row['dtype']} tensor, "
+                             f"the checkpoint's is {shape_dtype[0]} {shape_dtype[1]}: the checkpoint changed; "
+                             "study it into a new --out (or delete results.csv)")
+        seen[key] = cells
+        kept.append(row)
+    return kept, dropped
 
 
 def _fmt_cell(v):
@@ -570,6 +614,80 @@ class _Progress:
             self.bar.close()
 
 
+@dataclasses.dataclass
+class StudyPlan:
+    """What a study will do, worked out (and every input checked) before anything runs.
+
+    Made by :func:`plan_study`; :func:`execute_study` carries it out.  A
+    plan with an empty ``todo`` needs no Dask cluster.
+
+    Attributes
+    ----------
+    refs : list of TensorRef
+        The tensors selected.
+    non_float : list of str
+        Non-float tensors skipped.
+    recipes : list of Recipe
+    out : Path
+    existing : list of dict
+        Rows of ``out/results.csv`` kept (resume), duplicates removed.
+    duplicates : int
+        Identical duplicated rows dropped from ``results.csv``.
+    torn : bool
+        Whether the torn last line of an interrupted write was dropped.
+    todo : list of (TensorRef, list of Recipe)
+        Tensors with recipes still to compute.
+    chunk_elems : int
+    """
+
+    refs: list
+    non_float: list
+    recipes: list
+    out: Path
+    existing: list
+    duplicates: int
+    torn: bool
+    todo: list
+    chunk_elems: int
+
+    @property
+    def csv_path(self) -> Path:
+        """``out/results.csv``."""
+        return self.out / "results.csv"
+
+
+def plan_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=DEFAULT_CHUNK_MB) -> StudyPlan:
+    """Check every input and work out what :func:`run_study` has left to do (nothing is written).
+
+    Fails fast (a missing checkpoint, a corrupted file, an unknown recipe, a
+    results.csv that cannot be resumed) so that no cluster is started for a
+    study that cannot run.  Parameters as :func:`run_study`.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> d = tempfile.mkdtemp(); np.save(os.path.join(d, "w.npy"), np.ones((4, 4), np.float32))
+    >>> p = plan_study([os.path.join(d, "w.npy")], os.path.join(d, "out"), recipes=["nvfp4"])
+    >>> len(p.todo), p.todo[0][0].name
+    (1, 'w')
+    """
+    chunk_elems = _chunk_elems(chunk_mb)
+    recs = _as_recipes(recipes)
+    refs, non_float = discover(paths, include, exclude)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    rows, torn = _read_results(out / "results.csv")
+    existing, duplicates = _resume_rows(rows, refs, out / "results.csv")
+    done = {(r["checkpoint"], r["tensor"], r["recipe"]) for r in existing}
+    todo = []
+    for ref in refs:
+        missing = [r for r in recs if (ref.checkpoint, ref.name, r.name) not in done]
+        if missing:
+            todo.append((ref, missing))
+    return StudyPlan(refs, non_float, recs, out, existing, duplicates, torn, todo, chunk_elems)
+
+
 def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=DEFAULT_CHUNK_MB,
               progress=True, client=None, report=True) -> dict:
     """Study checkpoints and write ``out/results.csv`` (and the reports).
@@ -580,7 +698,9 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
         Checkpoints (see :func:`discover`).
     out : str or Path
         Output folder (created).  Rows already in ``out/results.csv`` are
-        kept and their tensor x recipe pairs not recomputed (resume).
+        kept and their tensor x recipe pairs not recomputed (resume);
+        identical duplicated rows are dropped, conflicting ones refused (see
+        :func:`plan_study`).
     recipes : sequence of str, optional
         Recipe names or globs (``"all"`` for the whole matrix); default
         :data:`fp8emu.recipes.DEFAULT_RECIPES`.
@@ -602,27 +722,36 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
     dict
         ``rows`` (all rows, canonical order), ``computed`` (tensors
         studied now), ``skipped`` (tensors whose rows were present),
-        ``non_float`` (names of skipped non-float tensors), ``out``.
+        ``non_float`` (names of skipped non-float tensors), ``duplicates``
+        (identical duplicated rows dropped), ``out``.
     """
-    chunk_elems = _chunk_elems(chunk_mb)
-    recs = _as_recipes(recipes)
-    refs, non_float = discover(paths, include, exclude)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path = out / "results.csv"
-    existing = read_results(csv_path)
-    done = {(r["checkpoint"], r["tensor"], r["recipe"]) for r in existing}
-    # Rewrite what survived (drops a torn last line) so appends start on a clean file.
-    _write_rows(csv_path, existing, mode="w")
+    plan = plan_study(paths, out, recipes=recipes, include=include, exclude=exclude, chunk_mb=chunk_mb)
+    return execute_study(plan, progress=progress, client=client, report=report)
 
-    todo = []
-    for ref in refs:
-        missing = [r for r in recs if (ref.checkpoint, ref.name, r.name) not in done]
-        if missing:
-            todo.append((ref, missing))
+
+def _reports_current(out: Path) -> bool:
+    csv_path = out / "results.csv"
+    files = [out / "report.md", out / "report.html"]
+    return csv_path.exists() and all(f.exists() and f.stat().st_mtime >= csv_path.stat().st_mtime for f in files)
+
+
+def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True) -> dict:
+    """Carry out a :func:`plan_study` plan (see :func:`run_study` for the options and the result).
+
+    With nothing to do and a results.csv needing no repair, nothing is
+    rewritten, and the reports are rewritten only if older than results.csv.
+    """
+    out = plan.out
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = plan.csv_path
+    changed = bool(plan.todo) or plan.duplicates or plan.torn or not csv_path.exists()
+    if changed:
+        # Rewrite what survived (drops a torn last line and duplicates) so appends start on a clean file.
+        _write_rows(csv_path, plan.existing, mode="w")
+    todo, chunk_elems = plan.todo, plan.chunk_elems
     bar = _Progress(len(todo), progress)
     lock = threading.Lock()
-    all_rows = list(existing)
+    all_rows = list(plan.existing)
 
     def write(rows):
         with lock:
@@ -638,12 +767,16 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
             _run_distributed(client, todo, chunk_elems, write)
     finally:
         bar.close()
-    rows = _canonical(all_rows, refs, [r.name for r in select_recipes(["all"])])
-    _write_rows(csv_path, rows, mode="w")
-    result = {"rows": rows, "computed": len(todo), "skipped": len(refs) - len(todo),
-              "non_float": non_float, "out": out}
+    rows = _canonical(all_rows, plan.refs, [r.name for r in select_recipes(["all"])])
+    if changed:
+        _write_rows(csv_path, rows, mode="w")
+    result = {"rows": rows, "computed": len(todo), "skipped": len(plan.refs) - len(todo),
+              "non_float": plan.non_float, "duplicates": plan.duplicates, "out": out}
     if report:
-        result["reports"] = report_mod.write_report(rows, out)
+        if changed or not _reports_current(out):
+            result["reports"] = report_mod.write_report(rows, out)
+        else:
+            result["reports"] = [out / "report.md", out / "report.html"]
     return result
 
 
