@@ -206,38 +206,54 @@ def recorded_tables(folder=None):
         path = os.path.join(folder, fn)
         name, ext = os.path.splitext(fn)
         p = name.split("_")
-        if ext == ".rle" and p[0] == "cuda" and p[1] == "decode":
-            out.append(RecordedTable(name, path, "decode", p[2], _FMT[p[2]], "cuda-nosat", dtype=p[4]))
-        elif ext == ".rle" and p[0] == "cuda":
-            fmt = _FMT[p[2]]
-            if fmt == "e8m0fnu":
-                prof, rnd = f"cuda-{p[4]}", _RND[p[3]]
-            elif fmt in ("e4m3fn", "e5m2"):
-                prof, rnd = f"cuda-{p[3]}", "rne"
-            else:
-                prof, rnd = "cuda-satfinite", _RND[p[3]]
-            out.append(RecordedTable(name, path, "cast", _SRC[p[1]], fmt, prof, rnd))
-        elif ext == ".rle" and p[0] in ("torch", "jax", "triton"):
-            if p[0] == "triton":
-                prof, rnd = f"triton-{p[3]}", _RND[p[3]]
-            else:
-                prof, rnd = {"torch": "torch-cuda", "jax": "jax-gpu"}[p[0]], "rne"
-            out.append(RecordedTable(name, path, "cast", _SRC[p[1]], _FMT[p[2]], prof, rnd))
-        elif fn == "torch_tables.npz":
-            for k in sorted(npz_headers(path)):
-                a, _, b = k.partition("_to_")
-                if a in _SRC:
-                    out.append(RecordedTable(f"torch_{k}", path, "cast16", _SRC[a], b, "torch-cuda",
-                                             key=k))
+        try:
+            if ext == ".rle" and p[0] == "cuda" and p[1] == "decode":
+                out.append(RecordedTable(name, path, "decode", p[2], _FMT[p[2]], "cuda-nosat", dtype=p[4]))
+            elif ext == ".rle" and p[0] == "cuda":
+                fmt = _FMT[p[2]]
+                if fmt == "e8m0fnu":
+                    prof, rnd = f"cuda-{p[4]}", _RND[p[3]]
+                elif fmt in ("e4m3fn", "e5m2"):
+                    prof, rnd = f"cuda-{p[3]}", "rne"
                 else:
-                    out.append(RecordedTable(f"torch_{k}", path, "decode", a, a, "torch-cuda",
-                                             key=k, dtype=b))
-        elif fn == "torch_f64_midpoints.npz":
-            for k in sorted(npz_headers(path)):
-                if k.endswith("_from_f64"):
-                    fmt = k[:-len("_from_f64")]
-                    out.append(RecordedTable(f"torch_f64_midpoints[{fmt}]", path, "probe", "float64",
-                                             fmt, "torch-cuda", key=fmt))
+                    prof, rnd = "cuda-satfinite", _RND[p[3]]
+                out.append(RecordedTable(name, path, "cast", _SRC[p[1]], fmt, prof, rnd))
+            elif ext == ".rle" and p[0] in ("torch", "jax", "triton"):
+                if p[0] == "triton":
+                    prof, rnd = f"triton-{p[3]}", _RND[p[3]]
+                else:
+                    prof, rnd = {"torch": "torch-cuda", "jax": "jax-gpu"}[p[0]], "rne"
+                out.append(RecordedTable(name, path, "cast", _SRC[p[1]], _FMT[p[2]], prof, rnd))
+            elif fn == "torch_tables.npz":
+                for k in sorted(npz_headers(path)):
+                    a, _, b = k.partition("_to_")
+                    fmt_name, other = (b, None) if a in _SRC else (a, b)
+                    try:
+                        get_format(fmt_name)
+                    except (ValueError, TypeError):
+                        raise ValueError(f"{path}[{k}]: not a recorded table key (format {fmt_name!r})") from None
+                    if other is not None and other not in _DTYPE_NAMES:
+                        raise ValueError(f"{path}[{k}]: not a recorded table key (decode type {other!r}; known: "
+                                         f"{', '.join(_DTYPE_NAMES)})")
+                    if a in _SRC:
+                        out.append(RecordedTable(f"torch_{k}", path, "cast16", _SRC[a], b, "torch-cuda",
+                                                 key=k))
+                    else:
+                        out.append(RecordedTable(f"torch_{k}", path, "decode", a, a, "torch-cuda",
+                                                 key=k, dtype=b))
+            elif fn == "torch_f64_midpoints.npz":
+                for k in sorted(npz_headers(path)):
+                    if k.endswith("_from_f64"):
+                        fmt = k[:-len("_from_f64")]
+                        try:
+                            get_format(fmt)
+                        except (ValueError, TypeError):
+                            raise ValueError(f"{path}[{k}]: not a recorded probe key (format {fmt!r})") from None
+                        out.append(RecordedTable(f"torch_f64_midpoints[{fmt}]", path, "probe", "float64",
+                                                 fmt, "torch-cuda", key=fmt))
+        except (IndexError, KeyError) as exc:
+            raise ValueError(f"{path}: not named as the recorded tables are (cannot read its format, "
+                             f"source or profile from the name: {exc!r})") from None
     return out
 
 
@@ -245,8 +261,17 @@ def _load_runs(t: RecordedTable):
     if t.kind == "cast":
         s, c, n = read_rle(t.path)
         return s, c, n
-    a = read_npz_member(t.path, t.key).astype(np.int64)
-    return _compress(np.arange(a.size, dtype=np.uint64), a) + (a.size,)
+    a = _recorded_array(t, t.key, (1 << 16,))
+    return _compress(np.arange(a.size, dtype=np.uint64), a.astype(np.int64)) + (a.size,)
+
+
+def _recorded_array(t: RecordedTable, key, shape=None):
+    """An integer array of a recorded .npz table, its shape checked (one ValueError naming it)."""
+    a = read_npz_member(t.path, key)
+    if a.dtype.kind not in "iu" or a.ndim != 1 or (shape is not None and a.shape != shape):
+        raise ValueError(f"{t.path}[{key}]: expected {'a 1-D' if shape is None else shape} integer array, "
+                         f"got {a.dtype} of shape {a.shape}")
+    return a
 
 
 def _ocp_kind(f, gpu, ocp, lo, src):
@@ -295,7 +320,7 @@ def _compare_decode(t: RecordedTable):
         s, c, _ = read_rle(t.path)
         rec = rle_at(s, c, np.arange(n, dtype=np.uint64)).astype(np.uint64)
     else:
-        rec = read_npz_member(t.path, t.key).astype(np.uint64)
+        rec = _recorded_array(t, t.key, (n,)).astype(np.uint64)
     prof = get_profile(t.profile).decode_table(f, dt).view(uint).astype(np.uint64)
     ocp = get_profile("ocp").decode_table(f, dt).view(uint).astype(np.uint64)
     d = rec != ocp
@@ -308,7 +333,10 @@ def _compare_decode(t: RecordedTable):
 
 def _compare_probe(t: RecordedTable):
     z = read_npz(t.path, [f"{t.key}_x", f"{t.key}_from_f64"])
-    x, rec = z[f"{t.key}_x"], z[f"{t.key}_from_f64"].astype(np.int64)
+    x = z[f"{t.key}_x"]
+    rec = _recorded_array(t, f"{t.key}_from_f64", x.shape).astype(np.int64)
+    if x.dtype != np.float64:
+        raise ValueError(f"{t.path}[{t.key}_x]: expected float64 inputs, got {x.dtype}")
     f = get_format(t.fmt)
     prof = encode(x, f, profile=t.profile).astype(np.int64)
     ocp = encode(x, f).astype(np.int64)

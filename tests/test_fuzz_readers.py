@@ -25,7 +25,7 @@ from fp8emu.testing import load_golden
 from fp8emu.testing.golden import save_rle
 from fp8emu.testing.plugin import _read_snapshot
 
-N_MUTANTS = 150         # per seed file; 13 seed files
+N_MUTANTS = 150         # per seed file; 14 seed files
 
 
 def _mutate(raw: bytes, rng: np.random.Generator) -> bytes:
@@ -108,6 +108,7 @@ def _seed_files(d):
     p = d / "t.rle"
     save_rle(p, "e4m3fn", source_dtype="float16")
     files["rle"] = (p, conformance.read_rle)
+    files["golden-rle"] = (p, load_golden)
     p = d / "snap.npz"
     x = np.linspace(-3, 3, 24, dtype=np.float32)
     with open(p, "wb") as fh:

@@ -249,3 +249,36 @@ def test_hostile_results_csv_is_refused(tmp_path):
         assert str(csv_path) in str(exc.value)
     csv_path.write_text(good + good.splitlines()[1][:30])          # torn last line: dropped
     assert len(study.read_results(csv_path)) == 1
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda h: h.replace("saturate=False", "saturate=no"), "saturate must be True or False"),
+    (lambda h: h.replace("rounding=rne", "rounding=fast"), "unknown rounding 'fast'"),
+    (lambda h: h.replace("profile=ocp", "profile=cuda-fast"), "unknown profile"),
+    (lambda h: h.replace("source=float16", "source=float64"), "float32, float16 or bfloat16"),
+    (lambda h: h.replace("format_version=1", "format_version=9"), "format_version 9"),
+    (lambda h: h.replace(" format=e4m3fn", ""), "lacks format="),
+    (lambda h: h.replace("inputs=65536", "inputs=4294967296"), "covers 65536"),
+])
+def test_golden_rle_options_are_validated(tmp_path, edit, needle):
+    from fp8emu.testing.golden import save_rle
+    p = tmp_path / "t.rle"
+    save_rle(p, "e4m3fn", source_dtype="float16")
+    head, body = p.read_text().split("\n", 1)
+    p.write_text(edit(head) + "\n" + body)
+    with pytest.raises(ValueError, match=needle):
+        load_golden(p)
+
+
+def test_recorded_npz_tables_with_wrong_keys_or_shapes(tmp_path, capsys):
+    for arrays, needle in [({"e9m9_to_f16": np.zeros(512, np.uint16)}, "not a recorded table key"),
+                           ({"e4m3fn_to_f99": np.zeros(256, np.uint16)}, "decode type"),
+                           ({"e4m3fn_to_f16": np.zeros(3, np.uint16)}, "expected (256,)"),
+                           ({"f16_to_e4m3fn": np.zeros((), np.uint8)}, "expected (65536,)")]:
+        d = tmp_path / f"t{len(needle)}"
+        d.mkdir()
+        np.savez(d / "torch_tables.npz", **arrays)
+        assert main(["conformance", "--folder", str(d)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0] and "torch_tables.npz" in err[0], err
+

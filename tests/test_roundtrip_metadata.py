@@ -139,3 +139,18 @@ def test_golden_save_load_keeps_every_field(tmp_path, ext, options):
             assert got[k].dtype == v.dtype and np.array_equal(_bits(got[k]), _bits(v)), k
         else:
             assert got[k] == v and type(got[k]) is type(v), k
+
+
+@pytest.mark.parametrize("options", [dict(source_dtype="float16"),
+                                     dict(source_dtype="bfloat16", profile="torch-cuda", rounding="rne"),
+                                     dict(source_dtype="float16", saturate=True, rounding="rtz")])
+def test_golden_rle_keeps_its_options(tmp_path, options):
+    from fp8emu.conformance import read_rle
+    from fp8emu.testing.golden import save_rle
+    p = tmp_path / "t.rle"
+    save_rle(p, "e5m2", **options)
+    got = load_golden(p)
+    want = dict(dict(profile="ocp", rounding="rne", saturate=False), **options, format="e5m2", format_version=1)
+    assert {k: got[k] for k in want} == want
+    s, c, n = read_rle(p)
+    assert np.array_equal(got["starts"], s) and np.array_equal(got["codes"], c) and got["inputs"] == n == 65536

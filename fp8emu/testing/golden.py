@@ -45,7 +45,8 @@ import numpy as np
 
 from ..codec import encode
 from ..profiles import get_profile
-from ..readers import read_json, read_npz
+from ..conformance import read_rle
+from ..readers import read_json, read_npz, read_text
 from ..rounding import ROUNDING_MODES
 from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
 from ..formats import get_format
@@ -362,8 +363,55 @@ def _options(raw, path):
     return f, out
 
 
+def _load_rle(path):
+    """A table written by :func:`save_rle`: its header's options validated, then its runs."""
+    text = read_text(path, kind="run-length table")
+    first = text.split("\n", 1)[0]
+    if not first.startswith("#"):
+        raise ValueError(f"{path}: not an fp8emu run-length table (no '# ...' header line)")
+    tokens = {}
+    for tok in first[1:].split():
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            if k in tokens:
+                raise ValueError(f"{path}: header repeats {k}=")
+            tokens[k] = v
+    missing = [k for k in ("format", "source", "profile", "rounding", "saturate", "format_version", "inputs")
+               if k not in tokens]
+    if missing:
+        raise ValueError(f"{path}: header lacks {', '.join(k + '=' for k in missing)} (a table of "
+                         "fp8emu.testing.save_rle)")
+    version = tokens["format_version"]
+    sat = tokens["saturate"]
+    if sat not in ("True", "False"):
+        raise ValueError(f"{path}: saturate must be True or False, got {sat!r}")
+    raw = {"format": tokens["format"], "source_dtype": tokens["source"], "profile": tokens["profile"],
+           "rounding": tokens["rounding"], "saturate": sat == "True",
+           "format_version": int(version) if version.isdigit() else version}
+    f, out = _options(raw, path)
+    del out["sr_bits"], out["seed"]
+    if out["rounding"].startswith("stochastic"):
+        raise ValueError(f"{path}: stochastic rounding has no table")
+    if out["source_dtype"] not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"{path}: run-length tables cover float32, float16 or bfloat16 sources, "
+                         f"not {out['source_dtype']!r}")
+    starts, codes, n = read_rle(path)
+    want = 1 << (8 * np.dtype(SOURCE_DTYPES[out["source_dtype"]]).itemsize)
+    if n != want:
+        raise ValueError(f"{path}: inputs={n}, but a {out['source_dtype']} table covers {want}")
+    if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= 1 << f.bits):
+        raise ValueError(f"{path}: codes out of range for the {f.bits}-bit format {f.name}")
+    out.update(starts=starts, codes=codes.astype(np.uint8), inputs=n)
+    return out
+
+
 def load_golden(path):
-    """Read and validate a ``.npz`` or ``.json`` file written by :func:`save_golden`.
+    """Read and validate a ``.npz``, ``.json`` or ``.rle`` file written by :func:`save_golden` / :func:`save_rle`.
+
+    A ``.rle`` table gives ``starts`` (uint64 run starts), ``codes`` (uint8,
+    one per run), ``inputs`` and its header's options (``format``,
+    ``source_dtype``, ``profile``, ``rounding``, ``saturate``,
+    ``format_version``), validated as below.
 
     Returns a dict like :func:`golden_vectors`' result (every metadata field
     and array, ``format_version`` added).  Never unpickles; the file is read
@@ -393,6 +441,8 @@ def load_golden(path):
     """
     path = os.fspath(path)
     need = _META + ("bits", "codes")
+    if path.lower().endswith(".rle"):
+        return _load_rle(path)
     if path.lower().endswith(".json"):
         d = read_json(path, kind="golden JSON file")
         if not isinstance(d, dict):
