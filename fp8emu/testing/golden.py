@@ -48,7 +48,7 @@ from ..profiles import get_profile
 from ..conformance import read_rle
 from ..readers import read_json, read_npz, read_text
 from ..rounding import ROUNDING_MODES
-from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
+from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, as_codes, table_inputs
 from ..formats import get_format
 from ..gemm import scaled_mm
 
@@ -601,7 +601,10 @@ def scaled_mm_cases(*, seed=0, shapes=SCALED_MM_SHAPES, a_format="e4m3fn", b_for
            "shapes": np.array([(np.shape(op["a"])[0], np.shape(op["b"])[1], np.shape(op["a"])[1])
                                for op in operands], np.int64)}
     for i, op in enumerate(operands):
-        a, b = np.asarray(op["a"], np.uint8), np.asarray(op["b"], np.uint8)
+        # range-checked codes of their formats (an int 300 or a float is refused, never wrapped to uint8)
+        a, b = as_codes(op["a"], get_format(a_format)), as_codes(op["b"], get_format(b_format))
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+            raise ValueError(f"operands {i}: a (M, K) and b (K, N) codes expected, got {a.shape} and {b.shape}")
         M, K = a.shape
         N = b.shape[1]
 
