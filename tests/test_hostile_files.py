@@ -161,7 +161,7 @@ def test_npz_with_bad_crc_and_lying_member(tmp_path):
 def test_deeply_nested_json_golden(tmp_path):
     p = tmp_path / "g.json"
     p.write_text("[" * 200_000 + "]" * 200_000)
-    with pytest.raises(ValueError, match="nested deeper") as exc:
+    with pytest.raises(ValueError, match="nested too deeply") as exc:
         load_golden(p)
     assert str(p) in str(exc.value)
 
