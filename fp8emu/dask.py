@@ -364,7 +364,8 @@ _ALL = 1 << 32
 
 
 def _range_arg(lo, hi, task_size):
-    lo, hi, task_size = int(lo), int(hi), int(task_size)
+    lo, hi = int_arg(lo, "lo", minimum=0), int_arg(hi, "hi", minimum=0)
+    task_size = int_arg(task_size, "task_size", minimum=1)
     if not 0 <= lo < hi <= _ALL:
         raise ValueError(f"need 0 <= lo < hi <= 2**32, got lo={lo}, hi={hi}")
     if task_size < 1:

@@ -193,6 +193,11 @@ def swizzled_offset(i, j, cols: int):
     (512, 512)
     """
     i, j = np.asarray(i), np.asarray(j)
+    for what, v in (("i", i), ("j", j)):
+        if v.dtype.kind not in "iu":
+            raise TypeError(f"{what} must be integer indices, got dtype {v.dtype}")
+        if v.size and int(v.min()) < 0:
+            raise ValueError(f"{what} must be >= 0")
     ctiles = -(-size_arg(cols, "cols") // SCALE_TILE[1])
     off = ((i // 128) * ctiles + j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
     return int(off) if off.ndim == 0 else off

@@ -158,3 +158,23 @@ def test_kernel_buffer_sizes_must_be_integers():
     with pytest.raises(TypeError, match="cols"):
         L.swizzled_offset(0, 0, 4.5)
     assert L.unswizzle_scales(L.swizzle_scales(np.ones((3, 2), np.uint8)), np.int64(3), 2).shape == (3, 2)
+
+
+def test_counts_are_integers_everywhere():
+    from fp8emu import dask as fd
+    from fp8emu.lab import study
+    e = np.float32([1.0, 2.0])
+    for kw in ({"n_worst": 2.5}, {"n_worst": True}, {"n_worst": -1}):
+        with pytest.raises(ValueError, match="n_worst"):
+            T.compare_ulp(e, e, "float32", **kw)
+    with pytest.raises(ValueError, match="max_examples"):
+        T.compare_codes(np.uint8([0]), np.float32([0.0]), "e4m3fn", max_examples=1.5)
+    with pytest.raises(TypeError, match="task_size"):
+        fd.float32_runs("e4m3fn", lo=0, hi=1 << 20, task_size=1e5)
+    with pytest.raises(TypeError, match="lo"):
+        fd.float32_runs("e4m3fn", lo=0.5, hi=1 << 20)
+    with pytest.raises(TypeError, match="integer indices"):
+        L.swizzled_offset(1.5, 0, 4)
+    ref = study.TensorRef("c", "p", "w", (1000, 64), "float32", "npy")
+    with pytest.raises(ValueError, match="chunk_elems"):
+        study.chunk_ranges(ref, 300.5 * 64)

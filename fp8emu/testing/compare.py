@@ -205,6 +205,7 @@ def compare_codes(actual, x, fmt, *, profile="ocp", expected=None, max_examples=
     >>> print(str(c).splitlines()[0])
     2 of 3 e4m3fn codes differ from fp8emu (profile 'ocp')
     """
+    max_examples = _count(max_examples, "max_examples")
     f = get_format(fmt)
     got, was_values = to_codes(actual, f)
     xa = None if x is None else to_numpy(x, what="x")
@@ -360,6 +361,13 @@ class UlpComparison:
         return "\n".join(lines)
 
 
+def _count(value, what):
+    """A count option: a non-negative int (2.5 or True is refused, not truncated)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{what} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
 def _as_float(a, dt, what):
     arr = to_numpy(a, what=what)
     if arr.dtype == dt:
@@ -415,6 +423,7 @@ def compare_ulp(actual, expected, dtype, *, max_ulp=0, n_worst=10) -> UlpCompari
         raise ValueError(f"unsupported dtype {dtype!r}; accepted: {', '.join(SOURCE_DTYPES)}")
     if not isinstance(max_ulp, (int, np.integer)) or isinstance(max_ulp, bool) or max_ulp < 0:
         raise ValueError(f"max_ulp must be a non-negative integer, got {max_ulp!r}")
+    n_worst = _count(n_worst, "n_worst")
     dt = SOURCE_DTYPES[key]
     a = _as_float(actual, dt, "actual")
     e = _as_float(expected, dt, "expected")
