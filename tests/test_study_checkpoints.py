@@ -182,6 +182,18 @@ def test_rows_of_a_changed_checkpoint_are_refused(resumed):
         study.plan_study([p], out, recipes=RECIPES)
 
 
+@pytest.mark.parametrize("column,value", [("recipe", "tensor-e9m9"), ("format", "e5m2")])
+def test_rows_of_unknown_recipes_are_refused(resumed, column, value):
+    p, out = resumed
+    csv_path = out / "results.csv"
+    lines = csv_path.read_text().splitlines(keepends=True)
+    cells = lines[1].split(",")
+    cells[study.COLUMNS.index(column)] = value
+    csv_path.write_text(lines[0] + ",".join(cells) + "".join(lines[2:]))
+    with pytest.raises(ValueError, match="does not have"):
+        study.plan_study([p], out, recipes=RECIPES)
+
+
 def test_rerun_with_nothing_to_do_keeps_the_files(resumed):
     p, out = resumed
     study.run_study([p], out, recipes=RECIPES, progress=False, report=True)

@@ -51,7 +51,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import metrics, readers
-from ..recipes import select_recipes, tensor_params, threshold
+from ..recipes import recipe_matrix, select_recipes, tensor_params, threshold
 from . import report as report_mod
 
 __all__ = [
@@ -545,13 +545,20 @@ def _resume_rows(rows, refs, path):
     """The rows of a results.csv fit to resume from: identical duplicates dropped (counted), conflicts refused.
 
     A second row for the same checkpoint x tensor x recipe with other values,
-    or a row whose tensor now has another shape or dtype (the checkpoint
-    changed), would carry a wrong or stale number into the report: refused.
+    a row whose tensor now has another shape or dtype (the checkpoint
+    changed), or a row of a recipe (or format) this version does not have,
+    would carry a wrong or stale number into the report: refused.
     """
     now = {(r.checkpoint, r.name): (("x".join(map(str, r.shape)) or "scalar"), r.dtype) for r in refs}
+    matrix = recipe_matrix()
     seen, kept, dropped = {}, [], 0
     for row in rows:
         key = (row["checkpoint"], row["tensor"], row["recipe"])
+        known = matrix.get(row["recipe"])
+        if known is None or known.fmt != row["format"]:
+            raise ValueError(f"{path}: a row for {key[0]}:{key[1]} names recipe {row['recipe']!r} of format "
+                             f"{row['format']!r}, which this fp8emu does not have (a results.csv of another "
+                             "version?): study into a new --out")
         cells = tuple(_fmt_cell(row[c]) for c in COLUMNS)
         if key in seen:
             if seen[key] != cells:
