@@ -358,8 +358,9 @@ def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None
     data : ndarray
         rows x K codes as the kernel holds them: packed bytes for 4/6-bit
         formats, int8 for MXINT8 (``fmt="int8"``), uint8 otherwise.
-    scales : ndarray of uint8
-        Swizzled scale codes (E8M0 for MX, E4M3 for NVFP4).
+    scales : ndarray of unsigned integers
+        Swizzled scale codes (E8M0 for MX, UE4M3 for NVFP4), each below 256
+        (below 0x80 for NVFP4); signed or float arrays are a TypeError.
     fmt : str or Format
         Element format; ``"nvfp4"`` for NVFP4 (E2M1 with E4M3 scales).
     k : int

@@ -5,7 +5,10 @@ help)``, which adds its parser, and ``run(args) -> int``.  Only the module
 of the command being run is imported, so ``fp8emu table e4m3fn`` loads
 neither matplotlib nor the GEMM code.  Bad input (``ValueError``,
 ``OSError``) is one line ``fp8emu COMMAND: error: ...`` on stderr and exit
-status 2; anything else is a bug and keeps its traceback.
+status 2; an option argparse refuses (an unknown choice, a negative
+``--seed``: see :func:`int_option`) is its usage line and one
+``error: argument --NAME: ...`` line, also status 2; anything else is a bug
+and keeps its traceback.
 """
 
 from __future__ import annotations

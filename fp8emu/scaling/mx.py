@@ -195,9 +195,10 @@ def mx_from_codes(codes, scale_codes, elem_format, *, axis=-1, block=32) -> Scal
 
     Parameters
     ----------
-    codes : array_like of uint8
-        Element codes, any shape.
-    scale_codes : array_like of uint8
+    codes : array of unsigned integers
+        Element codes below ``2**bits`` of the format, any shape (any
+        unsigned dtype; signed or float arrays are a TypeError, never wrapped).
+    scale_codes : array of unsigned integers
         E8M0 codes, one per block: the shape of ``codes`` with ``ceil(n / block)``
         along ``axis``.
     elem_format : str or Format

@@ -193,10 +193,12 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
 
     Parameters
     ----------
-    codes : array_like of uint8
-        E2M1 codes (one per element, low nibble).
-    block_scale_codes : array_like of uint8
-        e4m3fn codes, one per 16 elements along ``axis``.
+    codes : array of unsigned integers
+        E2M1 codes (one per element, below 16); any unsigned dtype, a
+        signed or float array is a TypeError (never wrapped).
+    block_scale_codes : array of unsigned integers
+        UE4M3 codes (e4m3fn with the sign bit 0, so below 0x80), one per 16
+        elements along ``axis``.
     global_scale : float
         The per-tensor encode multiplier ``S_enc`` (float32, > 0).
     axis : int, keyword-only

@@ -355,7 +355,8 @@ class ScaledTensor:
     scale_codes : numpy.ndarray of uint8 or None
         MX only: the E8M0 codes of the scales.
     block_scale_codes : numpy.ndarray of uint8 or None
-        NVFP4 only: the e4m3fn codes of the per-16-element scales.
+        NVFP4 only: the e4m3fn codes of the per-16-element scales (UE4M3:
+        positive, so below 0x80; checked by :func:`code_array`).
     global_scale : numpy.float32 or None
         NVFP4 only: the per-tensor encode multiplier ``S_enc``.
     global_amax : numpy.float32 or None
