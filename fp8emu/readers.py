@@ -237,7 +237,7 @@ def read_npy(path, *, mmap=True) -> np.ndarray:
         raise _fail(path, f"cannot be read ({exc})") from None
     if len(buf) != h.nbytes:
         raise _fail(path, "is truncated")
-    return np.frombuffer(buf, h.dtype).reshape(h.shape, order=order).copy()
+    return np.frombuffer(buf, h.dtype).reshape(h.shape, order=order).copy(order="K")
 
 
 # ----------------------------------------------------------------------------- .npz
@@ -314,7 +314,7 @@ def _read_member(zf, info, path):
     if len(buf) != h.nbytes or extra:
         raise _fail(where, "data length differs from its header")
     order = "F" if h.fortran_order else "C"
-    return np.frombuffer(buf, h.dtype).reshape(h.shape, order=order).copy()
+    return np.frombuffer(buf, h.dtype).reshape(h.shape, order=order).copy(order="K")
 
 
 def read_npz(path, keys=None) -> dict:

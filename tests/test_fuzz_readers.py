@@ -25,7 +25,7 @@ from fp8emu.testing import load_golden
 from fp8emu.testing.golden import save_rle
 from fp8emu.testing.plugin import _read_snapshot
 
-N_MUTANTS = 150         # per seed file; 14 seed files
+N_MUTANTS = 100         # per seed file; 14 seed files
 
 
 def _mutate(raw: bytes, rng: np.random.Generator) -> bytes:
