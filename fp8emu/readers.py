@@ -44,19 +44,17 @@ _MAX_ST_HEADER = 100_000_000
 #: deflate cannot expand more than about 1032:1; a member claiming more is lying.
 _MAX_DEFLATE_RATIO = 1100
 
-#: safetensors dtype -> (NumPy / ml_dtypes dtype or None, bits per element).
+#: safetensors dtype -> NumPy / ml_dtypes dtype, or the bits per element of a packed sub-byte type.
 SAFETENSORS_DTYPES = {
-    "BOOL": (np.dtype(np.bool_), 8), "U8": (np.dtype(np.uint8), 8), "I8": (np.dtype(np.int8), 8),
-    "U16": (np.dtype(np.uint16), 16), "I16": (np.dtype(np.int16), 16), "U32": (np.dtype(np.uint32), 32),
-    "I32": (np.dtype(np.int32), 32), "U64": (np.dtype(np.uint64), 64), "I64": (np.dtype(np.int64), 64),
-    "F16": (np.dtype(np.float16), 16), "F32": (np.dtype(np.float32), 32), "F64": (np.dtype(np.float64), 64),
-    "BF16": (np.dtype(ml_dtypes.bfloat16), 16), "C64": (np.dtype(np.complex64), 64),
-    "F8_E4M3": (np.dtype(ml_dtypes.float8_e4m3fn), 8), "F8_E5M2": (np.dtype(ml_dtypes.float8_e5m2), 8),
-    "F8_E4M3FNUZ": (np.dtype(ml_dtypes.float8_e4m3fnuz), 8),
-    "F8_E5M2FNUZ": (np.dtype(ml_dtypes.float8_e5m2fnuz), 8),
-    "F8_E8M0": (np.dtype(ml_dtypes.float8_e8m0fnu), 8),
+    "BOOL": np.dtype(np.bool_), "U8": np.dtype(np.uint8), "I8": np.dtype(np.int8), "U16": np.dtype(np.uint16),
+    "I16": np.dtype(np.int16), "U32": np.dtype(np.uint32), "I32": np.dtype(np.int32), "U64": np.dtype(np.uint64),
+    "I64": np.dtype(np.int64), "F16": np.dtype(np.float16), "F32": np.dtype(np.float32),
+    "F64": np.dtype(np.float64), "BF16": np.dtype(ml_dtypes.bfloat16), "C64": np.dtype(np.complex64),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn), "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "F8_E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz), "F8_E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu),
     # packed sub-byte types: no one-element-per-item NumPy view
-    "F4": (None, 4), "F6_E2M3": (None, 6), "F6_E3M2": (None, 6),
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 
 
@@ -428,7 +426,8 @@ def safetensors_header(path) -> tuple:
         if not 0 <= begin <= end <= data_len:
             raise _fail(path, f"{what}: data_offsets {offs} fall outside the {data_len}-byte data section "
                               "(truncated or lying file)")
-        dtype, bits = SAFETENSORS_DTYPES[st]
+        kind = SAFETENSORS_DTYPES[st]
+        dtype, bits = (kind, 8 * kind.itemsize) if isinstance(kind, np.dtype) else (None, kind)
         numel = math.prod(shape)
         if (numel * bits) % 8 or end - begin != numel * bits // 8:
             raise _fail(path, f"{what}: shape {list(shape)} of {st} needs {numel * bits / 8:g} bytes, "
