@@ -441,7 +441,11 @@ def safetensors_header(path) -> tuple:
 
 
 def read_safetensors(path, entry: SafetensorsEntry, start=None, stop=None) -> np.ndarray:
-    """Rows ``[start:stop]`` of the first axis of one checked entry (the whole tensor by default)."""
+    """Rows ``[start:stop]`` of the first axis of one checked entry (the whole tensor by default).
+
+    ``start`` and ``stop`` are clamped to ``0..rows`` (a negative start reads from row 0, not from
+    the end as a Python slice would).
+    """
     if entry.dtype is None:
         raise _fail(path, f"tensor {entry.name!r}: packed {entry.st_dtype} has no element-wise NumPy type")
     shape = entry.shape

@@ -84,6 +84,8 @@ def test_npy_files_read_back_exactly(tmp_path, arr, mmap):
     np.save(p, arr)
     got = readers.read_npy(p, mmap=mmap)
     assert got.dtype == arr.dtype and got.shape == arr.shape and np.array_equal(_raw(got), _raw(arr))
+    if mmap and arr.size:         # memory-mapped read-only, as documented
+        assert isinstance(got, np.memmap) and not got.flags.writeable
     assert got.flags.f_contiguous == arr.flags.f_contiguous or arr.size == 0
     z = tmp_path / "a.npz"
     np.savez(z, a=arr)
@@ -176,3 +178,33 @@ def test_data_offsets_may_not_run_past_the_file_by_a_byte(tmp_path):
         else:
             with pytest.raises(ValueError, match=f"outside the {have}-byte data section"):
                 readers.safetensors_header(p)
+
+
+def test_seed10_holes(tmp_path):
+    # a 64-dimensional shape is the most accepted; 65 is refused
+    for ndim, ok in ((64, True), (65, False)):
+        p = _st(tmp_path / "d.safetensors", {"t": {"dtype": "U8", "shape": [1] * ndim, "data_offsets": [0, 1]}}, 1)
+        if ok:
+            assert readers.safetensors_header(p)[0]["t"].shape == (1,) * 64
+        else:
+            with pytest.raises(ValueError, match="65 dimensions"):
+                readers.safetensors_header(p)
+    # data_offsets of three integers are refused as such (not by a failed unpacking)
+    p = _st(tmp_path / "o.safetensors", {"t": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1, 1]}}, 1)
+    with pytest.raises(ValueError, match="data_offsets must be"):
+        readers.safetensors_header(p)
+    # row ranges from row 0, and a one-byte array (the empty-array branch is for zero bytes only)
+    t = np.arange(12, dtype=np.float32).reshape(4, 3)
+    st_numpy.save_file({"t": t}, str(tmp_path / "r.safetensors"))
+    e = readers.safetensors_header(tmp_path / "r.safetensors")[0]["t"]
+    assert readers.read_safetensors(tmp_path / "r.safetensors", e, 0, 2).tolist() == t[0:2].tolist()
+    assert readers.read_safetensors(tmp_path / "r.safetensors", e, -1, 2).tolist() == t[0:2].tolist()  # clamped
+    for v in (0xA5, 0x5A):        # two values: an uninitialised array cannot match both
+        np.save(tmp_path / "one.npy", np.array([v], np.uint8))
+        one = readers.read_npy(tmp_path / "one.npy")
+        assert one.tolist() == [v] and isinstance(one, np.memmap)
+        assert readers.read_npy(tmp_path / "one.npy", mmap=False).tolist() == [v]
+    # a key the archive lacks is a ValueError naming it
+    np.savez(tmp_path / "k.npz", a=np.zeros(2))
+    with pytest.raises(ValueError, match="missing key.*nope"):
+        readers.read_npz(tmp_path / "k.npz", ["nope"])
