@@ -22,6 +22,7 @@ from .codec import encode
 from .data import golden_dir
 from .formats import get_format
 from .profiles import get_profile
+from .readers import npz_headers, read_npz, read_npz_member, read_text
 from .tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
 
 __all__ = ["read_rle", "RecordedTable", "recorded_tables", "report", "markdown_table", "rle_at",
@@ -68,6 +69,10 @@ def classify_differences(fmt, x, got, ocp) -> np.ndarray:
     return kind.astype(str)
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+_INPUT_COUNTS = frozenset(str(1 << k) for k in range(1, 33))
+
+
 def read_rle(path):
     """Read a run-length table: ``(starts uint64, codes int64, n_inputs)``.
 
@@ -79,22 +84,34 @@ def read_rle(path):
     >>> n == 2**32, int(s[0]), int(c[0])
     (True, 0, 0)
     """
+    text = read_text(path, kind="run-length table")
     starts, codes, n = [], [], None
-    with open(path) as f:
-        for line in f:
-            if line.startswith("#"):
-                for tok in line.split():
-                    if tok.startswith(("inputs=", "n=")):
-                        n = int(tok.split("=")[1])
-                continue
-            a, b = line.split()
-            starts.append(int(a, 16))
-            codes.append(int(b, 16))
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.startswith("#"):
+            for tok in line.split():
+                if tok.startswith(("inputs=", "n=")):
+                    v = tok.split("=", 1)[1]
+                    if not (v.isdigit() and len(v) <= 10 and v in _INPUT_COUNTS):
+                        raise ValueError(f"{path}: malformed run-length table: line {lineno}: {tok} (a table covers 2**k inputs, "
+                                         "k in 1..32)")
+                    n = int(v)
+            continue
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not all(0 < len(p) <= w and all(c in _HEX for c in p)
+                                      for p, w in zip(parts, (8, 15))):
+            raise ValueError(f"{path}: malformed run-length table: line {lineno}: expected 'start code' in hex (a 32-bit start, a code "
+                             f"below 2**60), got {line[:60]!r}")
+        starts.append(int(parts[0], 16))
+        codes.append(int(parts[1], 16))
     s = np.array(starts, dtype=np.uint64)
     if s.size == 0 or s[0] != 0 or np.any(np.diff(s.astype(np.int64)) <= 0):
         raise ValueError(f"{path}: not a run-length table (starts must begin at 0 and increase)")
     if n is None:
         n = 1 << 32 if s[-1] >= (1 << 16) else 1 << 16
+    if int(s[-1]) >= n:
+        raise ValueError(f"{path}: run start {int(s[-1]):#x} is beyond the table's {n} inputs")
     return s, np.array(codes, dtype=np.int64), n
 
 
@@ -189,40 +206,54 @@ def recorded_tables(folder=None):
         path = os.path.join(folder, fn)
         name, ext = os.path.splitext(fn)
         p = name.split("_")
-        if ext == ".rle" and p[0] == "cuda" and p[1] == "decode":
-            out.append(RecordedTable(name, path, "decode", p[2], _FMT[p[2]], "cuda-nosat", dtype=p[4]))
-        elif ext == ".rle" and p[0] == "cuda":
-            fmt = _FMT[p[2]]
-            if fmt == "e8m0fnu":
-                prof, rnd = f"cuda-{p[4]}", _RND[p[3]]
-            elif fmt in ("e4m3fn", "e5m2"):
-                prof, rnd = f"cuda-{p[3]}", "rne"
-            else:
-                prof, rnd = "cuda-satfinite", _RND[p[3]]
-            out.append(RecordedTable(name, path, "cast", _SRC[p[1]], fmt, prof, rnd))
-        elif ext == ".rle" and p[0] in ("torch", "jax", "triton"):
-            if p[0] == "triton":
-                prof, rnd = f"triton-{p[3]}", _RND[p[3]]
-            else:
-                prof, rnd = {"torch": "torch-cuda", "jax": "jax-gpu"}[p[0]], "rne"
-            out.append(RecordedTable(name, path, "cast", _SRC[p[1]], _FMT[p[2]], prof, rnd))
-        elif fn == "torch_tables.npz":
-            with np.load(path) as z:
-                for k in sorted(z.files):
+        try:
+            if ext == ".rle" and p[0] == "cuda" and p[1] == "decode":
+                out.append(RecordedTable(name, path, "decode", p[2], _FMT[p[2]], "cuda-nosat", dtype=p[4]))
+            elif ext == ".rle" and p[0] == "cuda":
+                fmt = _FMT[p[2]]
+                if fmt == "e8m0fnu":
+                    prof, rnd = f"cuda-{p[4]}", _RND[p[3]]
+                elif fmt in ("e4m3fn", "e5m2"):
+                    prof, rnd = f"cuda-{p[3]}", "rne"
+                else:
+                    prof, rnd = "cuda-satfinite", _RND[p[3]]
+                out.append(RecordedTable(name, path, "cast", _SRC[p[1]], fmt, prof, rnd))
+            elif ext == ".rle" and p[0] in ("torch", "jax", "triton"):
+                if p[0] == "triton":
+                    prof, rnd = f"triton-{p[3]}", _RND[p[3]]
+                else:
+                    prof, rnd = {"torch": "torch-cuda", "jax": "jax-gpu"}[p[0]], "rne"
+                out.append(RecordedTable(name, path, "cast", _SRC[p[1]], _FMT[p[2]], prof, rnd))
+            elif fn == "torch_tables.npz":
+                for k in sorted(npz_headers(path)):
                     a, _, b = k.partition("_to_")
+                    fmt_name, other = (b, None) if a in _SRC else (a, b)
+                    try:
+                        get_format(fmt_name)
+                    except (ValueError, TypeError):
+                        raise ValueError(f"{path}[{k}]: not a recorded table key (format {fmt_name!r})") from None
+                    if other is not None and other not in _DTYPE_NAMES:
+                        raise ValueError(f"{path}[{k}]: not a recorded table key (decode type {other!r}; known: "
+                                         f"{', '.join(_DTYPE_NAMES)})")
                     if a in _SRC:
                         out.append(RecordedTable(f"torch_{k}", path, "cast16", _SRC[a], b, "torch-cuda",
                                                  key=k))
                     else:
                         out.append(RecordedTable(f"torch_{k}", path, "decode", a, a, "torch-cuda",
                                                  key=k, dtype=b))
-        elif fn == "torch_f64_midpoints.npz":
-            with np.load(path) as z:
-                for k in sorted(z.files):
+            elif fn == "torch_f64_midpoints.npz":
+                for k in sorted(npz_headers(path)):
                     if k.endswith("_from_f64"):
                         fmt = k[:-len("_from_f64")]
+                        try:
+                            get_format(fmt)
+                        except (ValueError, TypeError):
+                            raise ValueError(f"{path}[{k}]: not a recorded probe key (format {fmt!r})") from None
                         out.append(RecordedTable(f"torch_f64_midpoints[{fmt}]", path, "probe", "float64",
                                                  fmt, "torch-cuda", key=fmt))
+        except (IndexError, KeyError) as exc:
+            raise ValueError(f"{path}: not named as the recorded tables are (cannot read its format, "
+                             f"source or profile from the name: {exc!r})") from None
     return out
 
 
@@ -230,9 +261,17 @@ def _load_runs(t: RecordedTable):
     if t.kind == "cast":
         s, c, n = read_rle(t.path)
         return s, c, n
-    with np.load(t.path) as z:
-        a = z[t.key].astype(np.int64)
-    return _compress(np.arange(a.size, dtype=np.uint64), a) + (a.size,)
+    a = _recorded_array(t, t.key, (1 << 16,))
+    return _compress(np.arange(a.size, dtype=np.uint64), a.astype(np.int64)) + (a.size,)
+
+
+def _recorded_array(t: RecordedTable, key, shape=None):
+    """An integer array of a recorded .npz table, its shape checked (one ValueError naming it)."""
+    a = read_npz_member(t.path, key)
+    if a.dtype.kind not in "iu" or a.ndim != 1 or (shape is not None and a.shape != shape):
+        raise ValueError(f"{t.path}[{key}]: expected {'a 1-D' if shape is None else shape} integer array, "
+                         f"got {a.dtype} of shape {a.shape}")
+    return a
 
 
 def _ocp_kind(f, gpu, ocp, lo, src):
@@ -281,8 +320,7 @@ def _compare_decode(t: RecordedTable):
         s, c, _ = read_rle(t.path)
         rec = rle_at(s, c, np.arange(n, dtype=np.uint64)).astype(np.uint64)
     else:
-        with np.load(t.path) as z:
-            rec = z[t.key].astype(np.uint64)
+        rec = _recorded_array(t, t.key, (n,)).astype(np.uint64)
     prof = get_profile(t.profile).decode_table(f, dt).view(uint).astype(np.uint64)
     ocp = get_profile("ocp").decode_table(f, dt).view(uint).astype(np.uint64)
     d = rec != ocp
@@ -294,8 +332,11 @@ def _compare_decode(t: RecordedTable):
 
 
 def _compare_probe(t: RecordedTable):
-    with np.load(t.path) as z:
-        x, rec = z[f"{t.key}_x"], z[f"{t.key}_from_f64"].astype(np.int64)
+    z = read_npz(t.path, [f"{t.key}_x", f"{t.key}_from_f64"])
+    x = z[f"{t.key}_x"]
+    rec = _recorded_array(t, f"{t.key}_from_f64", x.shape).astype(np.int64)
+    if x.dtype != np.float64:
+        raise ValueError(f"{t.path}[{t.key}_x]: expected float64 inputs, got {x.dtype}")
     f = get_format(t.fmt)
     prof = encode(x, f, profile=t.profile).astype(np.int64)
     ocp = encode(x, f).astype(np.int64)

@@ -130,6 +130,8 @@ class DaskScaledTensor:
     block_scale_codes: object = None
     global_scale: object = None
     recipe: str = ""
+    global_amax: object = None
+    scale_max: object = None
 
     def dequantize(self, dtype=np.float32):
         """Lazy ``decode(codes) * scale_inv`` (per block), as :meth:`fp8emu.ScaledTensor.dequantize`."""
@@ -145,13 +147,17 @@ class DaskScaledTensor:
                             align_arrays=False, concatenate=False)
 
     def compute(self, **kwargs):
-        """Compute everything and return a NumPy :class:`fp8emu.ScaledTensor`."""
+        """Compute everything and return a NumPy :class:`fp8emu.ScaledTensor`.
+
+        Every field of :class:`fp8emu.ScaledTensor` is carried over (this
+        class has them all, see ``tests/test_roundtrip_metadata.py``): the
+        lazy ones computed in one ``dask.compute``, the rest as they are.
+        """
         import dask
-        codes, scale, inv, sc, bsc = dask.compute(self.codes, self.scale, self.scale_inv, self.scale_codes,
-                                                  self.block_scale_codes, **kwargs)
-        return scaling.ScaledTensor(codes=codes, fmt=self.fmt, scale=scale, scale_inv=inv, block=self.block,
-                                    axis=self.axis, shape=self.shape, scale_codes=sc, block_scale_codes=bsc,
-                                    global_scale=self.global_scale, recipe=self.recipe)
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(scaling.ScaledTensor)}
+        lazy = [n for n, v in values.items() if dask.is_dask_collection(v)]
+        values.update(zip(lazy, dask.compute(*[values[n] for n in lazy], **kwargs)))
+        return scaling.ScaledTensor(**values)
 
 
 def _times(values, inv, out_dtype):
@@ -202,8 +208,11 @@ def _attr(fn, name):
     return one
 
 
-def _scaled(x, block, fn, fmt, recipe, axis=None, extra_scales=(), global_scale=None):
-    """Quantize each (block-aligned) chunk with ``fn(chunk) -> ScaledTensor``; lazy codes and scales."""
+def _scaled(x, block, fn, fmt, recipe, axis=None, extra_scales=(), global_scale=None, **scalars):
+    """Quantize each (block-aligned) chunk with ``fn(chunk) -> ScaledTensor``; lazy codes and scales.
+
+    ``scalars`` are the per-tensor fields every chunk shares (``global_amax``, ``scale_max``).
+    """
     x = _aligned(_array(x), block)
     codes = x.map_blocks(_attr(fn, "codes"), dtype=np.uint8)
     sc = _per_block_chunks(x, block)
@@ -211,14 +220,15 @@ def _scaled(x, block, fn, fmt, recipe, axis=None, extra_scales=(), global_scale=
     inv = x.map_blocks(_attr(fn, "scale_inv"), dtype=np.float32, chunks=sc)
     extras = {name: x.map_blocks(_attr(fn, name), dtype=np.uint8, chunks=sc) for name in extra_scales}
     return DaskScaledTensor(codes=codes, fmt=get_format(fmt), scale=scale, scale_inv=inv, block=tuple(block),
-                            axis=axis, shape=tuple(x.shape), global_scale=global_scale, recipe=recipe, **extras)
+                            axis=axis, shape=tuple(x.shape), global_scale=global_scale, recipe=recipe, **extras,
+                            **scalars)
 
 
-def _scaled_fmt(x, st_block, fn, fmt, recipe, st_axis, extra_scales=(), global_scale=None, **kw):
+def _scaled_fmt(x, st_block, fn, fmt, recipe, st_axis, extra_scales=(), global_scale=None, scalars=None, **kw):
     def bound(blk):
         return fn(blk, fmt, **kw) if fmt is not None else fn(blk, **kw)
     return _scaled(x, st_block, bound, fmt if fmt is not None else "e2m1fn", recipe, axis=st_axis,
-                   extra_scales=extra_scales, global_scale=global_scale)
+                   extra_scales=extra_scales, global_scale=global_scale, **(scalars or {}))
 
 
 def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) -> DaskScaledTensor:
@@ -281,8 +291,9 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> DaskScaledTensor:
     g = amax(x) if global_amax is None else global_amax
     blk = tuple(16 if d == ax else 1 for d in range(x.ndim))
     probe = scaling.quantize_nvfp4(np.zeros((1,) * x.ndim, np.float32), axis=ax, global_amax=g)
-    return _scaled_fmt(x, blk, scaling.quantize_nvfp4, None, "nvfp4", ax,
+    return _scaled_fmt(x, blk, scaling.quantize_nvfp4, None, probe.recipe, ax,
                        extra_scales=("block_scale_codes",), global_scale=probe.global_scale,
+                       scalars={"global_amax": probe.global_amax, "scale_max": probe.scale_max},
                        axis=ax, global_amax=g)
 
 
@@ -353,7 +364,8 @@ _ALL = 1 << 32
 
 
 def _range_arg(lo, hi, task_size):
-    lo, hi, task_size = int(lo), int(hi), int(task_size)
+    lo, hi = int_arg(lo, "lo", minimum=0), int_arg(hi, "hi", minimum=0)
+    task_size = int_arg(task_size, "task_size", minimum=1)
     if not 0 <= lo < hi <= _ALL:
         raise ValueError(f"need 0 <= lo < hi <= 2**32, got lo={lo}, hi={hi}")
     if task_size < 1:

@@ -32,13 +32,15 @@ kernel receives and back, so fp8emu can be fed the exact buffers of a GPU run.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .formats import get_format
 from .interop import unpack_nibbles
 from .scaling.mx import MXINT8, mx_from_codes
 from .scaling.nvfp4 import NVFP4_BLOCK, nvfp4_from_codes
-from .scaling.tensor import ScaledTensor, expand
+from .scaling.tensor import ScaledTensor, code_array, expand, int_arg, size_arg
 
 __all__ = ["pack_fp4", "unpack_fp4", "pack_fp6", "unpack_fp6", "pack", "unpack",
            "swizzle_scales", "unswizzle_scales", "swizzled_offset", "export_kernel_buffers",
@@ -49,13 +51,9 @@ SCALE_TILE = (128, 4)
 
 
 def _codes(codes, bits, what="codes"):
-    arr = np.asarray(codes)
-    if arr.dtype != np.uint8:
-        raise TypeError(f"{what} must be uint8, got dtype {arr.dtype}")
+    arr = code_array(codes, 1 << bits, what, held=f"{bits}-bit codes")
     if arr.ndim == 0:
         raise ValueError(f"{what} need at least one dimension")
-    if arr.size and int(arr.max()) >= 1 << bits:
-        raise ValueError(f"{what} must be {bits}-bit codes (below {1 << bits}), got {int(arr.max())}")
     return arr
 
 
@@ -195,7 +193,12 @@ def swizzled_offset(i, j, cols: int):
     (512, 512)
     """
     i, j = np.asarray(i), np.asarray(j)
-    ctiles = -(-int(cols) // SCALE_TILE[1])
+    for what, v in (("i", i), ("j", j)):
+        if v.dtype.kind not in "iu":
+            raise TypeError(f"{what} must be integer indices, got dtype {v.dtype}")
+        if v.size and int(v.min()) < 0:
+            raise ValueError(f"{what} must be >= 0")
+    ctiles = -(-size_arg(cols, "cols") // SCALE_TILE[1])
     off = ((i // 128) * ctiles + j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
     return int(off) if off.ndim == 0 else off
 
@@ -238,9 +241,7 @@ def unswizzle_scales(flat, rows: int, cols: int) -> np.ndarray:
     [[0, 1], [2, 3], [4, 5]]
     """
     f = np.asarray(flat)
-    rows, cols = int(rows), int(cols)
-    if rows < 0 or cols < 0:
-        raise ValueError("rows and cols must be >= 0")
+    rows, cols = size_arg(rows, "rows"), size_arg(cols, "cols")
     rt, ct = -(-rows // 128), -(-cols // 4)
     if f.ndim != 1 or f.size != rt * ct * 512:
         raise ValueError(f"a swizzled buffer for ({rows}, {cols}) scales has {rt * ct * 512} entries "
@@ -315,8 +316,13 @@ def export_kernel_buffers(t: ScaledTensor) -> dict:
         ``data``: uint8 rows x K codes, packed for 4- and 6-bit elements
         (:func:`pack`); int8 two's complement for MXINT8;
         ``scales``: the swizzled uint8 scale codes (:func:`swizzle_scales`);
-        ``rows``, ``k``, ``block``, ``fmt``, ``k_axis``; for NVFP4 also
-        ``global_scale`` (``S_enc``) and ``global_amax`` (may be None).
+        ``rows``, ``k``, ``block`` (elements per scale along K), ``fmt``
+        (the element Format, ``"nvfp4"`` for NVFP4), ``k_axis``,
+        ``block_shape`` (the tensor's own block, e.g. ``(16, 16)`` for 2-D
+        tiles, whose scales the buffer repeats per row), ``recipe``; for
+        NVFP4 also ``global_scale`` (``S_enc``), ``global_amax`` (may be
+        None) and ``scale_max``.  ``import_kernel_buffers(**buffers)``
+        rebuilds a tensor equal to ``t`` in every field.
 
     Examples
     --------
@@ -331,16 +337,20 @@ def export_kernel_buffers(t: ScaledTensor) -> dict:
         data = int8_from_mxint8(codes)
     else:
         data = pack(codes, t.fmt.bits if t.fmt.bits in (4, 6) else 8)
+    nvfp4 = t.block_scale_codes is not None
     out = {"data": data, "scales": swizzle_scales(per_row), "rows": codes.shape[0],
-           "k": codes.shape[1], "block": kblock, "fmt": t.fmt, "k_axis": t.axis}
-    if t.block_scale_codes is not None:
+           "k": codes.shape[1], "block": kblock, "fmt": "nvfp4" if nvfp4 else t.fmt, "k_axis": t.axis,
+           "block_shape": tuple(t.block), "recipe": t.recipe}
+    if nvfp4:
         out["global_scale"] = t.global_scale
         out["global_amax"] = t.global_amax
+        out["scale_max"] = t.scale_max
     return out
 
 
 def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None, k_axis: int = 1,
-                          global_scale=None, global_amax=None) -> ScaledTensor:
+                          global_scale=None, global_amax=None, scale_max=None, block_shape=None, recipe=None,
+                          rows=None) -> ScaledTensor:
     """Rebuild a 2-D MX or NVFP4 :class:`ScaledTensor` from kernel buffers.
 
     Parameters
@@ -348,8 +358,9 @@ def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None
     data : ndarray
         rows x K codes as the kernel holds them: packed bytes for 4/6-bit
         formats, int8 for MXINT8 (``fmt="int8"``), uint8 otherwise.
-    scales : ndarray of uint8
-        Swizzled scale codes (E8M0 for MX, E4M3 for NVFP4).
+    scales : ndarray of unsigned integers
+        Swizzled scale codes (E8M0 for MX, UE4M3 for NVFP4), each below 256
+        (below 0x80 for NVFP4); signed or float arrays are a TypeError.
     fmt : str or Format
         Element format; ``"nvfp4"`` for NVFP4 (E2M1 with E4M3 scales).
     k : int
@@ -361,6 +372,16 @@ def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None
         returned transposed back to (K, N).
     global_scale, global_amax : float, optional
         NVFP4 only: ``S_enc`` (required) and the tensor amax.
+    scale_max : {448, 256}, optional
+        NVFP4 only: the block-scale target ``S_enc`` was made for (default 448).
+    block_shape : tuple of 2 ints, optional
+        The tensor's block (as :func:`export_kernel_buffers` gives it): for
+        2-D tiles (``(16, 16)``, ``(32, 32)``) the per-row scales must repeat
+        each tile's scale, and the tensor is rebuilt with one scale per tile.
+    recipe : str, optional
+        Name recorded in the tensor (default ``"mx-codes"`` / ``"nvfp4-codes"``).
+    rows : int, optional
+        Expected rows (checked against ``data``).
 
     Examples
     --------
@@ -372,9 +393,9 @@ def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None
     True
     """
     nvfp4 = isinstance(fmt, str) and fmt == "nvfp4"
-    if k_axis not in (0, 1):
+    if isinstance(k_axis, bool) or not isinstance(k_axis, (int, np.integer)) or k_axis not in (0, 1):
         raise ValueError(f"k_axis must be 0 or 1, got {k_axis!r}")
-    k = int(k)
+    k = size_arg(k, "k", minimum=1)
     arr = np.asarray(data)
     if nvfp4:
         bits, elem = 4, get_format("e2m1fn")
@@ -389,14 +410,58 @@ def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None
         codes = unpack(arr, bits)
     if codes.ndim != 2 or codes.shape[1] != k:
         raise ValueError(f"data unpack to shape {codes.shape}, expected (rows, {k})")
+    if rows is not None and size_arg(rows, "rows") != codes.shape[0]:
+        raise ValueError(f"data hold {codes.shape[0]} rows, rows={rows} was given")
     rows = codes.shape[0]
-    block = int(block) if block is not None else (NVFP4_BLOCK if nvfp4 else 32)
-    sc = unswizzle_scales(np.asarray(scales, dtype=np.uint8), rows, -(-k // block))
+    block = int_arg(block, "block", minimum=1) if block is not None else (NVFP4_BLOCK if nvfp4 else 32)
+    # the scale codes follow the same rule as every raw code: unsigned integers the format holds
+    # (E8M0: any byte; UE4M3: sign bit 0, checked by nvfp4_from_codes), never wrapped to uint8
+    sc = unswizzle_scales(code_array(scales, 256, "scales", held="one byte per scale code"),
+                          rows, -(-k // block))
     if k_axis == 0:
         codes, sc = codes.T, sc.T
     axis = 1 if k_axis == 1 else 0
     if nvfp4:
         if global_scale is None:
             raise ValueError("NVFP4 buffers need global_scale (S_enc)")
-        return nvfp4_from_codes(codes, sc, global_scale, axis=axis, global_amax=global_amax)
-    return mx_from_codes(codes, sc, elem, axis=axis, block=block)
+        t = nvfp4_from_codes(codes, sc, global_scale, axis=axis, global_amax=global_amax,
+                             scale_max=448 if scale_max is None else scale_max)
+    else:
+        if scale_max is not None or global_amax is not None:
+            raise ValueError("scale_max and global_amax apply to NVFP4 buffers (fmt='nvfp4')")
+        t = mx_from_codes(codes, sc, elem, axis=axis, block=block)
+    if block_shape is not None:
+        t = _tiled(t, block_shape, block)
+    if recipe is not None:
+        if not isinstance(recipe, str):
+            raise TypeError(f"recipe must be a str, got {recipe!r}")
+        t = dataclasses.replace(t, recipe=recipe)
+    return t
+
+
+def _tiled(t: ScaledTensor, block_shape, kblock) -> ScaledTensor:
+    """``t`` (one scale per ``kblock`` along its axis) with one scale per ``block_shape`` tile."""
+    if (not isinstance(block_shape, (tuple, list)) or len(block_shape) != 2
+            or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in block_shape)):
+        raise ValueError(f"block_shape must be two positive ints, got {block_shape!r}")
+    bs = tuple(int(b) for b in block_shape)
+    if bs[t.axis] != kblock:
+        raise ValueError(f"block_shape {bs} has {bs[t.axis]} along K, the buffers' block is {kblock}")
+    if bs == t.block:
+        return t
+    other = 1 - t.axis
+    step = bs[other]
+    take = [slice(None), slice(None)]
+    take[other] = slice(None, None, step)
+    take = tuple(take)
+    fields = {}
+    for name in ("scale", "scale_inv", "scale_codes", "block_scale_codes"):
+        v = getattr(t, name)
+        if v is None:
+            continue
+        tile = v[take]
+        if not np.array_equal(expand(tile, tuple(step if d == other else 1 for d in range(2)), v.shape),
+                              v, equal_nan=v.dtype.kind == "f"):
+            raise ValueError(f"the per-row scales do not repeat one scale per {bs} tile")
+        fields[name] = np.ascontiguousarray(tile)
+    return dataclasses.replace(t, block=bs, **fields)

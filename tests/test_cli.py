@@ -74,7 +74,7 @@ def test_encode_stochastic_with_seed(capsys):
     (["encode", "bits:zz"], "bad bit pattern"),
     (["decode", "16", "-f", "e2m1fn"], "out of range"),
     (["decode", "x7"], "CODE must be an integer"),
-    (["golden", "--format", "e4m3fn", "--out", "v.txt"], ".json, .npz or C headers"),
+    (["golden", "--format", "e4m3fn", "--out", "v.txt"], ".json (JSON vectors), .h (C header), .hpp (C++ header), .cuh (CUDA header), .rle"),
     (["golden", "--out", "v.npz"], "--format is required"),
     (["golden", "--format", "e4m3fn", "--rounding", "stochastic", "--out", "v.npz"], "seed"),
     (["golden", "--format", "e4m3fn", "--exhaustive", "--out", "v.npz"], "exhaustive"),

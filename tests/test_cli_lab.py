@@ -74,4 +74,4 @@ def test_train_demo_runs_small(capsys):
 
 def test_train_demo_rejects_bad_steps(capsys):
     assert main(["train-demo", "--steps", "0"]) == 2
-    assert "must be positive" in capsys.readouterr().err
+    assert "argument --steps: expected a positive integer (>= 1), got 0" in capsys.readouterr().err

@@ -153,7 +153,7 @@ def reference(many, tmp_path_factory):
 
 
 def test_distributed_study_gives_the_same_rows(client, many, reference, tmp_path):
-    assert len(study.chunk_ranges(study.discover([many])[0][0], CHUNK_MB * 2 ** 20 // 4)) == 4
+    assert len(study.chunk_ranges(study.discover([many])[0][0], int(CHUNK_MB * 2 ** 20) // 4)) == 4
     res = study.run_study([many], tmp_path, recipes=RECIPES, chunk_mb=CHUNK_MB, progress=False, report=False,
                           client=client)
     assert res["computed"] == 20

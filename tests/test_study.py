@@ -104,7 +104,7 @@ def test_bad_inputs_are_clear_errors(tmp_path, ckpt):
     with pytest.raises(ValueError, match="accepted are"):
         study.discover([tmp_path / "x.bin"])
     (tmp_path / "bad.safetensors").write_bytes(b"\xff" * 20)
-    with pytest.raises(OSError, match="not a safetensors"):
+    with pytest.raises(ValueError, match="not a safetensors"):
         study.discover([tmp_path / "bad.safetensors"])
     other = tmp_path / "a"
     other.mkdir()

@@ -89,6 +89,9 @@ GROUPS = {
              ["tests/test_gemm.py", "tests/test_mutation_kills.py", "tests/test_reliability.py",
               "tests/test_block_scaled.py", "tests/test_tc_recordings.py",
               "tests/test_properties.py::test_scaled_mm_exact_equals_a_rational_sum"]),
+    "readers": (["fp8emu/readers.py"],
+                ["tests/test_readers.py", "tests/test_hostile_files.py", "tests/test_fuzz_readers.py",
+                 "tests/test_roundtrip_metadata.py::test_golden_save_load_keeps_every_field"]),
 }
 
 _BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,

@@ -5,7 +5,10 @@ help)``, which adds its parser, and ``run(args) -> int``.  Only the module
 of the command being run is imported, so ``fp8emu table e4m3fn`` loads
 neither matplotlib nor the GEMM code.  Bad input (``ValueError``,
 ``OSError``) is one line ``fp8emu COMMAND: error: ...`` on stderr and exit
-status 2; anything else is a bug and keeps its traceback.
+status 2; an option argparse refuses (an unknown choice, a negative
+``--seed``: see :func:`int_option`) is its usage line and one
+``error: argument --NAME: ...`` line, also status 2; anything else is a bug
+and keeps its traceback.
 
 Examples
 --------
@@ -27,7 +30,7 @@ import sys
 
 from ..version import __version__
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["main", "build_parser", "COMMANDS", "int_option", "positive_float"]
 
 #: command name -> (module in fp8emu.cli, one-line help), in --help order.
 COMMANDS = {
@@ -44,6 +47,47 @@ COMMANDS = {
     "study": ("study", "study a checkpoint's tensors under FP8/MX/NVFP4 recipes; results.csv and reports"),
     "attention-study": ("attention_study", "emulated FP8 attention error vs context, promotion, P pre-scale, scales"),
 }
+
+
+def int_option(minimum=None, maximum=None):
+    """An argparse ``type`` for an integer option in ``minimum..maximum``.
+
+    argparse reports a refusal as ``argument --NAME: ...``, so the message
+    names the option at fault and what it accepts.
+
+    Examples
+    --------
+    >>> int_option(0)("7"), int_option(1, 32).__name__
+    (7, 'integer')
+    """
+    if minimum is not None and maximum is not None:
+        want = f"an integer in {minimum}..{maximum}"
+    elif minimum is not None:
+        want = {0: "a non-negative integer (>= 0)", 1: "a positive integer (>= 1)"}.get(
+            minimum, f"an integer >= {minimum}")
+    else:
+        want = "an integer"
+
+    def integer(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
+        if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+            raise argparse.ArgumentTypeError(f"expected {want}, got {v}")
+        return v
+    return integer
+
+
+def positive_float(text):
+    """An argparse ``type`` for a finite number > 0 (``--chunk-mb``)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (v > 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text}")
+    return v
 
 
 def _version() -> str:
@@ -87,7 +131,12 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(command)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code in (0, None):  # --help, --version
+            raise
+        return 2                   # argparse printed the usage and its one error line
     if command is None or not hasattr(args, "func"):
         parser.print_help()
         return 2

@@ -13,9 +13,10 @@ import re
 import sys
 import zipfile
 
-from .. import conformance, engines
+from .. import conformance, engines, readers
 from .. import dask as fdask
 from ..lab.study import dask_client
+from . import int_option
 
 _F = r"(e4m3fn|e5m2|e4m3fnuz|e5m2fnuz|e8m0fnu)"
 _S = r"(f32|f16|bf16)"
@@ -46,7 +47,7 @@ def register(sub, name, help_text):
                         f"{', '.join(engines.ENGINES)})")
     p.add_argument("--quiet", action="store_true", help="no progress bar (--live)")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--workers", type=int, metavar="N",
+    group.add_argument("--workers", type=int_option(1), metavar="N",
                        help="also re-check every float32 cast table by brute force (all 2^32 inputs encoded) "
                             "on a local Dask cluster of N processes")
     group.add_argument("--scheduler", metavar="ADDRESS",
@@ -72,8 +73,8 @@ def check_folder(folder):
             except (ValueError, UnicodeDecodeError) as exc:
                 msg = str(exc) if str(exc).startswith(path) else f"{path}: malformed run-length table ({exc})"
                 raise ValueError(msg) from None
-        elif not zipfile.is_zipfile(path):
-            raise ValueError(f"{path}: not an .npz (zip) file")
+        else:
+            readers.npz_headers(path)      # every member a checked .npy array, or one ValueError
 
 
 def run(args) -> int:

@@ -12,6 +12,7 @@ import re
 
 from .. import describe
 from ..rounding import ROUNDING_MODES
+from . import int_option
 
 # A token that is a value even though it starts with "-": -1, -.5, -1e-3, -0x1.8p+3, -inf, -nan, -infinity.
 _VALUE = re.compile(r"^-(\d|\.\d|0x|inf|nan)", re.I)
@@ -70,8 +71,8 @@ def register(sub, name, help_text):
         p.add_argument("--profile", default=None, help="implementation profile (e.g. cuda-satfinite)"),
         p.add_argument("--source-dtype", default=None, choices=list(describe.SOURCE_DTYPES),
                        help="type of the inputs (default float64; float32 for bits: inputs)"),
-        p.add_argument("--seed", type=int, default=None, help="seed of the random bits (--rounding stochastic)"),
-        p.add_argument("--sr-bits", type=int, default=None, help="random bits for stochastic rounding (1..32)"),
+        p.add_argument("--seed", type=int_option(0), default=None, help="seed of the random bits (--rounding stochastic)"),
+        p.add_argument("--sr-bits", type=int_option(1, 32), default=None, help="random bits for stochastic rounding (1..32)"),
     ]
     p.add_argument("--saturate", action="store_true", default=None,
                    help="clamp overflow and ±Inf to ±max (a --profile fixes its own saturation)")

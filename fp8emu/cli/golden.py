@@ -15,6 +15,7 @@ from ..rounding import ROUNDING_MODES
 from .. import dask as fdask
 from ..lab.study import dask_client
 from ..testing import golden
+from . import int_option
 
 
 def register(sub, name, help_text):
@@ -29,9 +30,9 @@ def register(sub, name, help_text):
     p.add_argument("--rounding", default="rne", choices=ROUNDING_MODES)
     p.add_argument("--saturate", action="store_true", default=None,
                    help="clamp overflow and ±Inf to ±max (a --profile fixes its own saturation)")
-    p.add_argument("--seed", type=int, default=None,
+    p.add_argument("--seed", type=int_option(0), default=None,
                    help="seed of the random bits (stochastic rounding) or of the GEMM operands (--scaled-mm)")
-    p.add_argument("--sr-bits", type=int, default=None, help="random bits per input for stochastic rounding (1..32)")
+    p.add_argument("--sr-bits", type=int_option(1, 32), default=None, help="random bits per input for stochastic rounding (1..32)")
     p.add_argument("--exhaustive", action="store_true",
                    help="all 2^16 float16/bfloat16 inputs instead of the edge cases")
     p.add_argument("--name", default=None, help="identifier prefix in a C header (default: the file's stem)")
@@ -44,16 +45,25 @@ def register(sub, name, help_text):
                         "also fp32, exact)")
     p.add_argument("--out", required=True, help="output file; its extension picks the type")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--workers", type=int, metavar="N",
+    group.add_argument("--workers", type=int_option(1), metavar="N",
                        help=".rle float32 tables: encode all 2^32 inputs on a local Dask cluster of N processes")
     group.add_argument("--scheduler", metavar="ADDRESS",
                        help=".rle float32 tables: encode all 2^32 inputs on an existing dask.distributed scheduler")
     p.set_defaults(func=run)
 
 
+#: --out extensions and what each writes (the error for any other lists them all).
+OUT_TYPES = {".npz": "NumPy vectors", ".json": "JSON vectors", ".h": "C header", ".hpp": "C++ header",
+             ".cuh": "CUDA header", ".rle": "run-length table of every input"}
+
+
 def run(args) -> int:
     """Write the file and say what was written."""
     ext = os.path.splitext(args.out)[1].lower()
+    if ext not in OUT_TYPES:
+        raise ValueError(f"--out {args.out!r}: the extension picks the file type; accepted: "
+                         + ", ".join(f"{e} ({what})" for e, what in OUT_TYPES.items())
+                         + "; with --scaled-mm: .npz")
     if args.scaled_mm:
         if ext != ".npz":
             raise ValueError(f"--scaled-mm writes an .npz file, got {args.out!r}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..lab import study
 from ..recipes import DEFAULT_RECIPES, recipe_matrix
+from . import int_option, positive_float
 
 #: Output folder of ``fp8emu study --demo`` when ``--out`` is not given.
 DEMO_OUT = "fp8emu-study-demo"
@@ -16,8 +17,9 @@ def register(sub, name, help_text):
     """Add the ``study`` subcommand."""
     p = sub.add_parser(
         name, help=help_text,
-        description="Quantize every tensor of one or more checkpoints (.safetensors, .npz, .npy or folders "
-                    "of .npy) with a matrix of recipes (plain casts per profile, per-tensor, row-wise, "
+        description="Quantize every tensor of one or more checkpoints (.safetensors, .npz, .npy, or a "
+                    "folder: a sharded .safetensors checkpoint, with or without its index, or .npy files) "
+                    "with a matrix of recipes (plain casts per profile, per-tensor, row-wise, "
                     "1x128/128x128 blocks, MX, NVFP4, calibrated per-tensor scales) and write results.csv "
                     "(one row per tensor x recipe), report.md and a self-contained report.html. "
                     "Rerunning into the same --out skips what is already there.")
@@ -31,11 +33,11 @@ def register(sub, name, help_text):
     p.add_argument("--include", action="append", metavar="PATTERN",
                    help="study only tensors matching (glob on the whole name, or a substring); repeatable")
     p.add_argument("--exclude", action="append", metavar="PATTERN", help="skip tensors matching; repeatable")
-    p.add_argument("--chunk-mb", type=float, default=study.DEFAULT_CHUNK_MB,
+    p.add_argument("--chunk-mb", type=positive_float, default=study.DEFAULT_CHUNK_MB,
                    help=f"process large tensors in chunks of about this many MiB of float32 "
                         f"(default {study.DEFAULT_CHUNK_MB})")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--workers", type=int, metavar="N",
+    group.add_argument("--workers", type=int_option(1), metavar="N",
                        help="start a local Dask cluster of N worker processes (needs the [dask] extra)")
     group.add_argument("--scheduler", metavar="ADDRESS",
                        help="run on an existing dask.distributed scheduler, e.g. tcp://host:8786")
@@ -68,16 +70,18 @@ def run(args) -> int:
     recipes = None
     if args.recipes:
         recipes = [n.strip() for spec in args.recipes for n in spec.split(",") if n.strip()]
-    if args.workers is not None and args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    with study.dask_client(workers=args.workers, scheduler=args.scheduler) as client:
-        res = study.run_study(paths, out, recipes=recipes, include=args.include, exclude=args.exclude,
-                              chunk_mb=args.chunk_mb, progress=not args.quiet, client=client,
-                              report=not args.no_report)
+    # Every input is checked (paths, files, recipes, results.csv) before a cluster starts, and a
+    # study with nothing left to do starts none.
+    plan = study.plan_study(paths, out, recipes=recipes, include=args.include, exclude=args.exclude,
+                            chunk_mb=args.chunk_mb)
+    workers, scheduler = (args.workers, args.scheduler) if plan.todo else (None, None)
+    with study.dask_client(workers=workers, scheduler=scheduler) as client:
+        res = study.execute_study(plan, progress=not args.quiet, client=client, report=not args.no_report)
     if not args.quiet:
         out = Path(res["out"])
         print(f"{res['computed']} tensors studied, {res['skipped']} already in {out / 'results.csv'}"
-              + (f"; {len(res['non_float'])} non-float tensors skipped" if res["non_float"] else ""))
+              + (f"; {len(res['non_float'])} non-float tensors skipped" if res["non_float"] else "")
+              + (f"; {res['duplicates']} duplicated rows dropped from results.csv" if res["duplicates"] else ""))
         print(f"results: {out / 'results.csv'}  ({len(res['rows'])} rows)")
         if not args.no_report:
             print(f"report:  {out / 'report.md'}  {out / 'report.html'}")

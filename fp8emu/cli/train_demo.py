@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..lab import train
+from . import int_option
 
 
 def register(sub, name, help_text):
@@ -11,22 +12,20 @@ def register(sub, name, help_text):
                        description="Train the same MLP in float32 and with FP8-emulated linear layers "
                                    "(HYBRID: E4M3 forward, E5M2 backward; delayed scaling) and compare "
                                    "loss, accuracy and overflow/underflow counts.")
-    p.add_argument("--steps", type=int, default=400, help="SGD steps (default 400)")
+    p.add_argument("--steps", type=int_option(1), default=400, help="SGD steps (default 400)")
     p.add_argument("--dataset", default="synthetic", choices=("synthetic", "digits"),
                    help="synthetic (default) or scikit-learn digits (needs scikit-learn)")
     p.add_argument("--accumulator", default="fp32", choices=("fp32", "hopper"),
                    help="FP8 GEMM accumulation; hopper is emulated and slow")
-    p.add_argument("--amax-history-len", type=int, default=16, help="delayed-scaling history (default 16)")
-    p.add_argument("--train-size", type=int, default=8192, help="synthetic training examples (default 8192)")
-    p.add_argument("--seed", type=int, default=0, help="seed of data and initialization")
+    p.add_argument("--amax-history-len", type=int_option(1), default=16, help="delayed-scaling history (default 16)")
+    p.add_argument("--train-size", type=int_option(1), default=8192, help="synthetic training examples (default 8192)")
+    p.add_argument("--seed", type=int_option(0), default=0, help="seed of data and initialization")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Train both and print the comparison."""
-    if args.steps < 1 or args.train_size < 1 or args.amax_history_len < 1:
-        raise ValueError("--steps, --train-size and --amax-history-len must be positive")
     res = train.compare(steps=args.steps, dataset=args.dataset, accumulator=args.accumulator, seed=args.seed,
                         progress=not args.quiet, amax_history_len=args.amax_history_len,
                         n_train=args.train_size, n_test=max(256, args.train_size // 4))

@@ -161,31 +161,67 @@ def figure_heatmap(rows):
     return fig
 
 
+#: Colours (matplotlib's tab20, strong ones first) and markers of the recipes in the scatter plot:
+#: recipe i gets colour i % 20 and marker i // 20, so up to 20 x 13 = 260 recipes (the whole
+#: matrix has fewer) each have a distinct pair, and neighbours in the legend differ in colour.
+RECIPE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                  "#bcbd22", "#17becf",          # tab20's strong colours first (a few recipes: tab10)
+                  "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+                  "#dbdb8d", "#9edae5")
+RECIPE_MARKERS = ("o", "s", "^", "v", "D", "<", ">", "p", "h", "*", "P", "X", "d")
+#: Legend entries per column.
+_LEGEND_ROWS = 28
+
+
+def recipe_styles(names) -> dict:
+    """``{recipe: (colour, marker)}``, a distinct pair for every recipe (in the order given).
+
+    Examples
+    --------
+    >>> s = recipe_styles([f"r{i}" for i in range(40)])
+    >>> len(set(s.values())), s["r0"], s["r20"]
+    (40, ('#1f77b4', 'o'), ('#1f77b4', 's'))
+    """
+    names = list(names)
+    nc, nm = len(RECIPE_COLOURS), len(RECIPE_MARKERS)
+    if len(names) > nc * nm:
+        raise ValueError(f"at most {nc * nm} recipes can have distinct styles, got {len(names)}")
+    return {n: (RECIPE_COLOURS[i % nc], RECIPE_MARKERS[i // nc]) for i, n in enumerate(names)}
+
+
 def figure_sqnr_vs_range(rows):
-    """SQNR against the dynamic range ``log2(max/min non-zero |x|)``, one colour per recipe.
+    """SQNR against the dynamic range ``log2(max/min non-zero |x|)``, one colour+marker pair per recipe.
 
     Exact results are drawn at the top edge, Inf/NaN outputs at the bottom.
+    The legend has as many columns as the recipes need (at most
+    ``_LEGEND_ROWS`` entries each) and the figure grows to hold it.
     """
     recipes = _recipes(rows)
-    fig = _new_figure(8.5, 5.0)
+    styles = recipe_styles(recipes)
+    ncol = max(1, -(-len(recipes) // _LEGEND_ROWS))
+    rows_shown = min(len(recipes), _LEGEND_ROWS)
+    fig = _new_figure(7.0 + 2.3 * ncol, max(5.0, 0.16 * rows_shown + 1.5))
     ax = fig.add_subplot()
     finite = [r["sqnr_db"] for r in rows if math.isfinite(r["sqnr_db"])]
     top = max(finite) + 5 if finite else 60.0
     bottom = min(min(finite) - 5, -5.0) if finite else -5.0
-    markers = "os^vD<>ph*"
-    for i, name in enumerate(recipes):
+    for name in recipes:
         rs = [r for r in rows if r["recipe"] == name and not math.isnan(r["dynamic_range_log2"])]
         x = np.array([r["dynamic_range_log2"] for r in rs])
         y = np.array([r["sqnr_db"] for r in rs], dtype=np.float64)
         y = np.where(np.isposinf(y), top, np.where(np.isneginf(y), bottom, y))
-        ax.scatter(x, y, s=18, alpha=0.75, marker=markers[i % len(markers)], label=name)
+        colour, marker = styles[name]
+        ax.scatter(x, y, s=18, alpha=0.75, color=colour, marker=marker, label=name)
     ax.set_ylim(bottom - 2, top + 2)
     ax.set_xlabel("dynamic range of the tensor: log2(max |x| / min non-zero |x|)")
     ax.set_ylabel("SQNR (dB)")
     ax.grid(True, alpha=0.3)
     ax.set_title("SQNR vs dynamic range (top edge: exact; bottom edge: Inf/NaN output)", fontsize=10)
-    ax.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
+    ax.legend(fontsize=7, ncol=ncol, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    # the axes keep a fixed share of the width; the legend sits in the rest (savefig's tight
+    # bounding box keeps all of it), so no tight_layout that a tall legend could defeat
+    fig.subplots_adjust(left=0.9 / fig.get_figwidth(), right=6.3 / fig.get_figwidth(), top=0.92,
+                        bottom=0.7 / fig.get_figheight() + 0.05)
     return fig
 
 

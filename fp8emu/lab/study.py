@@ -7,16 +7,21 @@ tensor one chunk of rows, at a time), runs the recipe matrix of
 
 Inputs
 ------
-* ``.safetensors`` files, read with the ``safetensors`` package's NumPy API
-  (``safe_open(framework="np")``, row ranges through ``get_slice``).  Recent
-  versions return bfloat16 as ``ml_dtypes.bfloat16``; where the NumPy API
-  cannot express a dtype (float8 in safetensors 0.8, bfloat16 in old
-  versions) the tensor's rows are read from the file's header offsets and
-  viewed as the matching ``ml_dtypes`` type.
-* ``.npz`` archives (members are read whole) and ``.npy`` files, or folders
-  of them (``.npy`` files are memory-mapped; a tensor is named by its path
-  in the folder, ``/`` written ``.``).
-* Integer and boolean tensors are skipped.
+Every file is read through :mod:`fp8emu.readers`, which checks each claim of
+its header against the file before reading (a corrupted or lying file is one
+ValueError naming it; memory is bounded by the file, not by its header).
+
+* ``.safetensors`` files: the header is checked and a tensor's rows are read
+  from its data offsets (no ``safetensors`` package needed); every float
+  dtype, all float8 ones included (``F8_E4M3``, ``F8_E5M2``,
+  ``F8_E4M3FNUZ``, ``F8_E5M2FNUZ``, ``F8_E8M0``), as ``ml_dtypes`` types.
+* Folders: one model, from its ``*.safetensors`` shards (a Hugging Face
+  checkpoint folder; ``model.safetensors.index.json``, when present, must
+  agree with the shards) and ``.npy`` files (named by their path in the
+  folder, ``/`` written ``.``); a tensor in two shards is an error.
+* ``.npz`` archives (members are read whole) and ``.npy`` files
+  (memory-mapped).
+* Integer, boolean and packed sub-byte (``F4``, ``F6_*``) tensors are skipped.
 
 Passes over a tensor (each chunk read afresh, so memory stays at a few
 times one chunk): statistics (amax, counts, exponent histogram); the
@@ -34,10 +39,9 @@ import contextlib
 import csv
 import dataclasses
 import fnmatch
-import json
+import io
 import math
 import os
-import struct
 import sys
 import threading
 from importlib import resources
@@ -46,12 +50,13 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from .. import metrics
-from ..recipes import select_recipes, tensor_params, threshold
+from .. import metrics, readers
+from ..recipes import recipe_matrix, select_recipes, tensor_params, threshold
 from . import report as report_mod
 
 __all__ = [
     "COLUMNS", "TensorRef", "discover", "chunk_ranges", "study_tensor", "run_study", "read_results",
+    "StudyPlan", "plan_study", "execute_study",
     "DEFAULT_CHUNK_MB", "demo_checkpoint", "dask_client",
 ]
 
@@ -66,13 +71,10 @@ COLUMNS = (
 #: Default chunk size (MiB of float32) of a large tensor.
 DEFAULT_CHUNK_MB = 16
 
-_ST_DTYPES = {
-    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
-    "BF16": np.dtype(ml_dtypes.bfloat16), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
-}
+#: Float dtypes studied (every float8 safetensors dtype among them).
 _FLOAT_KINDS = {np.dtype(t) for t in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16,
-                                      ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)}
+                                      ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz,
+                                      ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e8m0fnu)}
 
 
 def demo_checkpoint() -> Path:
@@ -163,73 +165,29 @@ class TensorRef:
         return math.prod(self.shape)
 
     def read(self, start=None, stop=None) -> np.ndarray:
-        """Elements ``[start:stop]`` along the first axis (the whole tensor by default)."""
+        """Elements ``[start:stop]`` along the first axis (the whole tensor by default).
+
+        The file is re-checked on every read (see :mod:`fp8emu.readers`): a
+        file changed or truncated since discovery is a ValueError, not a
+        wrong result.
+        """
         whole = start is None or not self.shape
         if self.kind == "npy":
-            arr = np.load(self.path, mmap_mode="r")
-            return np.array(arr if whole else arr[start:stop])
-        if self.kind == "npz":
-            with np.load(self.path) as z:
-                arr = z[self.name]
-            return arr if whole else arr[start:stop]
-        return _read_safetensors(self, None if whole else start, None if whole else stop)
-
-
-def _read_safetensors(ref, start, stop):
-    want = np.dtype(ref.dtype) if ref.dtype != "bfloat16" else np.dtype(ml_dtypes.bfloat16)
-    try:
-        from safetensors import safe_open
-    except ImportError:
-        # The format is a JSON header and raw little-endian bytes: without the optional package
-        # (extra [safetensors]) the tensors are read from the header's offsets directly.
-        return _read_raw(ref, want, start, stop)
-    try:
-        with safe_open(ref.path, framework="np") as f:
-            if start is None:
-                arr = f.get_tensor(ref.name)
-            else:
-                arr = f.get_slice(ref.name)[start:stop]
-    except (AttributeError, TypeError, KeyError, ValueError):
-        # The NumPy API has no dtype for this tensor (float8 in safetensors 0.8): read its bytes.
-        return _read_raw(ref, want, start, stop)
-    arr = np.asarray(arr)
-    if arr.dtype != want:
-        if arr.dtype.itemsize != want.itemsize:
-            raise OSError(f"{ref.path}: tensor {ref.name!r} came back as {arr.dtype}, expected {want}")
-        arr = arr.view(want)   # e.g. bfloat16 handed back as uint16 or raw bytes
-    return arr
-
-
-def _safetensors_header(path):
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise OSError(f"{path}: not a safetensors file (too short)")
-        (n,) = struct.unpack("<Q", raw)
-        if n > 100_000_000:
-            raise OSError(f"{path}: not a safetensors file (header length {n})")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise OSError(f"{path}: not a safetensors file ({exc})") from exc
-    return 8 + n, header
-
-
-def _read_raw(ref, dtype, start, stop):
-    base, header = _safetensors_header(ref.path)
-    begin, _ = header[ref.name]["data_offsets"]
-    shape = tuple(ref.shape)
-    per_row = math.prod(shape[1:]) if shape else 1
-    lo = 0 if start is None else max(0, min(start, shape[0]))
-    hi = (shape[0] if shape else 1) if stop is None else max(lo, min(stop, shape[0]))
-    count = (hi - lo) * per_row
-    with open(ref.path, "rb") as f:
-        f.seek(base + begin + lo * per_row * dtype.itemsize)
-        arr = np.fromfile(f, dtype=np.uint8, count=count * dtype.itemsize)
-    if arr.size != count * dtype.itemsize:
-        raise OSError(f"{ref.path}: tensor {ref.name!r} is truncated")
-    out = arr.view(dtype)
-    return out.reshape(((hi - lo),) + shape[1:]) if shape else out.reshape(())
+            arr = readers.read_npy(self.path)
+            out = np.array(arr if whole else arr[start:stop])
+        elif self.kind == "npz":
+            arr = readers.read_npz_member(self.path, self.name)
+            out = arr if whole else arr[start:stop]
+        else:
+            entries, _ = readers.safetensors_header(self.path)
+            if self.name not in entries:
+                raise ValueError(f"{self.path}: tensor {self.name!r} is no longer in the file")
+            out = readers.read_safetensors(self.path, entries[self.name], None if whole else start,
+                                           None if whole else stop)
+        if out.dtype.name != self.dtype or (whole and tuple(out.shape) != tuple(self.shape)):
+            raise ValueError(f"{self.path}: tensor {self.name!r} changed since it was discovered "
+                             f"({out.dtype.name} {out.shape}, was {self.dtype} {self.shape})")
+        return out
 
 
 def _matches(name, patterns):
@@ -242,43 +200,98 @@ def _matches(name, patterns):
     return False
 
 
+_ACCEPTED = (".safetensors, .npz and .npy files, and folders of .safetensors shards (with or without "
+             "model.safetensors.index.json) or of .npy files")
+
+
+def _safetensors_refs(label, path: Path, checkpoint_dir=None):
+    entries, _ = readers.safetensors_header(path)
+    for name in sorted(entries):
+        e = entries[name]
+        dtype = e.dtype.name if e.dtype is not None else e.st_dtype
+        yield TensorRef(label, str(path), name, e.shape, dtype, "safetensors")
+
+
+def _npy_ref(label, path: Path, name):
+    h = readers.npy_header(path)
+    return TensorRef(label, str(path), name, h.shape, h.dtype.name, "npy")
+
+
+def _index_map(folder: Path, shards):
+    """The weight_map of ``model.safetensors.index.json`` (if present), checked against the shards."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        others = sorted(folder.glob("*.safetensors.index.json"))
+        if not others:
+            return None
+        index = others[0]
+    doc = readers.read_json(index, kind="safetensors index (JSON)", max_bytes=1 << 28)
+    wm = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise ValueError(f"{index}: not a safetensors index (expected an object with a \"weight_map\" "
+                         "of tensor name -> shard file)")
+    names = {p.name for p in shards}
+    missing = sorted({v for v in wm.values() if v not in names})
+    if missing:
+        raise ValueError(f"{index}: names shard(s) missing from {folder}: {', '.join(missing[:5])}")
+    return index, wm
+
+
+def _no_repeats(refs):
+    seen = {}
+    for r in refs:
+        if r.name in seen:
+            raise ValueError(f"tensor {r.name!r} is in both {seen[r.name]} and {r.path}; the shards of one "
+                             "model must not repeat a tensor")
+        seen[r.name] = r.path
+
+
+def _folder_refs(path: Path):
+    label = path.name
+    shards = sorted(p for p in path.rglob("*.safetensors") if p.is_file())
+    npys = sorted(p for p in path.rglob("*.npy") if p.is_file())
+    if not shards and not npys:
+        raise ValueError(f"folder {path} holds no .safetensors or .npy files (accepted: {_ACCEPTED})")
+    index = _index_map(path, shards)
+    refs = []
+    for shard in shards:
+        refs.extend(_safetensors_refs(label, shard))
+    _no_repeats(refs)
+    if index is not None:
+        ipath, wm = index
+        for r in refs:
+            want = wm.get(r.name)
+            if want is None:
+                raise ValueError(f"{ipath}: does not list tensor {r.name!r} of {Path(r.path).name} (an index "
+                                 "from another checkpoint? remove it to study the shards as they are)")
+            if want != Path(r.path).name:
+                raise ValueError(f"{ipath}: maps tensor {r.name!r} to {want}, but it is in {Path(r.path).name}")
+        have = {r.name for r in refs}
+        lost = sorted(n for n in wm if n not in have)
+        if lost:
+            raise ValueError(f"{ipath}: lists tensor(s) no shard holds: {', '.join(lost[:5])}")
+    for p in npys:
+        refs.append(_npy_ref(label, p, ".".join(p.relative_to(path).with_suffix("").parts)))
+    _no_repeats(refs)
+    return refs
+
+
 def _refs_of(path: Path):
     label = path.name
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*.npy") if p.is_file())
-        if not files:
-            raise ValueError(f"folder {path} holds no .npy files")
-        for p in files:
-            arr = np.load(p, mmap_mode="r")
-            name = ".".join(p.relative_to(path).with_suffix("").parts)
-            yield TensorRef(label, str(p), name, tuple(arr.shape), arr.dtype.name, "npy")
-        return
+        return _folder_refs(path)
     if not path.exists():
         raise FileNotFoundError(f"no such checkpoint: {path}")
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        _, header = _safetensors_header(path)
-        for name in sorted(k for k in header if k != "__metadata__"):
-            entry = header[name]
-            dt = _ST_DTYPES.get(entry.get("dtype"))
-            yield TensorRef(label, str(path), name, tuple(entry["shape"]),
-                            dt.name if dt is not None else str(entry.get("dtype")), "safetensors")
-    elif suffix == ".npz":
-        with np.load(path) as z:
-            for name in sorted(z.files):
-                # The .npy header inside the archive gives shape and dtype without loading the data.
-                with z.zip.open(name + ".npy") as member:
-                    version = np.lib.format.read_magic(member)
-                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0)
-                    shape, _, dtype = read_header(member)
-                yield TensorRef(label, str(path), name, tuple(shape), np.dtype(dtype).name, "npz")
-    elif suffix == ".npy":
-        arr = np.load(path, mmap_mode="r")
-        yield TensorRef(label, str(path), path.stem, tuple(arr.shape), arr.dtype.name, "npy")
-    else:
-        raise ValueError(f"unsupported checkpoint {path}: accepted are .safetensors, .npz, .npy "
-                         "files and folders of .npy files")
+        return list(_safetensors_refs(label, path))
+    if suffix == ".npz":
+        heads = readers.npz_headers(path)
+        return [TensorRef(label, str(path), name, heads[name].shape, heads[name].dtype.name, "npz")
+                for name in sorted(heads)]
+    if suffix == ".npy":
+        return [_npy_ref(label, path, path.stem)]
+    raise ValueError(f"unsupported checkpoint {path}: accepted are {_ACCEPTED}")
 
 
 def discover(paths, include=None, exclude=None) -> tuple:
@@ -287,7 +300,10 @@ def discover(paths, include=None, exclude=None) -> tuple:
     Parameters
     ----------
     paths : str, Path or sequence of them
-        Checkpoint files (``.safetensors``, ``.npz``, ``.npy``) or folders of ``.npy``.
+        Checkpoint files (``.safetensors``, ``.npz``, ``.npy``) or folders:
+        a folder is one model, its ``*.safetensors`` shards (checked against
+        ``model.safetensors.index.json`` when there is one) and ``.npy``
+        files together.
     include, exclude : sequence of str, optional
         Name filters: a glob (``*``, ``?``, ``[``) must match the whole
         tensor name, a plain string matches anywhere in it.  ``include``
@@ -302,7 +318,9 @@ def discover(paths, include=None, exclude=None) -> tuple:
     Raises
     ------
     ValueError
-        Unsupported input, two checkpoints with the same file name, or no tensor selected.
+        Unsupported input, a corrupted or lying file (see :mod:`fp8emu.readers`),
+        two checkpoints with the same file name, a tensor in two shards, or no
+        tensor selected.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -347,11 +365,14 @@ def chunk_ranges(ref: TensorRef, chunk_elems: int) -> list:
     [(0, 256), (256, 512), (512, 768), (768, 1000)]
     """
     shape = tuple(ref.shape)
-    if len(shape) < 2 or shape[0] == 0:
+    if len(shape) < 2 or math.prod(shape) == 0:
+        # empty tensors are one chunk too: a (2**40, 0) shape must not enumerate 2**40 / step ranges
         return [(None, None)]
     per_index = math.prod(shape[1:])
     rows_per_index = math.prod(shape[1:-1])
     unit = 128 // math.gcd(rows_per_index, 128) if rows_per_index else 1
+    if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, (int, np.integer)) or chunk_elems < 1:
+        raise ValueError(f"chunk_elems must be a positive integer, got {chunk_elems!r}")
     step = max(unit, (int(chunk_elems) // max(per_index, 1)) // unit * unit)
     if step >= shape[0]:
         return [(None, None)]
@@ -455,45 +476,105 @@ def _chunk_elems(chunk_mb):
 
 # --------------------------------------------------------------------------- results.csv
 
+_TEXT_COLUMNS = ("checkpoint", "tensor", "shape", "dtype", "recipe", "format", "exp_hist_in", "exp_hist_out")
+_COUNT_COLUMNS = ("numel", "n_nan", "n_inf", "n_nonfinite_out")
+
+
 def _parse(value, column):
-    if column in ("checkpoint", "tensor", "shape", "dtype", "recipe", "format", "exp_hist_in",
-                  "exp_hist_out"):
+    if column in _TEXT_COLUMNS:
         return value
     if column == "clip_threshold" and value == "":
         return ""
-    if column in ("numel", "n_nan", "n_inf", "n_nonfinite_out"):
+    if column in _COUNT_COLUMNS:
+        if not value.isdigit():
+            raise ValueError(f"{column} must be a non-negative integer, got {value[:40]!r}")
         return int(value)
     return float(value)
 
 
 def read_results(path) -> list:
-    """Rows of a ``results.csv`` as dicts with numbers parsed (incomplete last lines dropped).
+    """Rows of a ``results.csv`` as dicts with numbers parsed.
+
+    An interrupted write leaves a last line without its newline: that line
+    is dropped (its tensor is recomputed).  Anything else that is not a row
+    of :data:`COLUMNS` is an error, not a row silently skipped.
 
     Raises
     ------
     ValueError
-        If the file's header is not :data:`COLUMNS`.
+        If the file is not a results.csv of this version (header, binary
+        content, a malformed row), naming the file and the line.
     """
+    return _read_results(path)[0]
+
+
+def _read_results(path):
+    """(rows, whether a torn last line was dropped)."""
     path = Path(path)
     if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
+        return [], False
+    text = readers.read_text(path, kind="results.csv")
+    torn = bool(text) and not text.endswith("\n")
+    if torn:
+        text = text[:text.rfind("\n") + 1]      # the torn last line of an interrupted write
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows = []
+    try:
         header = next(reader, None)
         if header is None:
-            return []
+            return [], torn
         if tuple(header) != COLUMNS:
             raise ValueError(f"{path} is not a results.csv of this version of fp8emu study "
                              f"(columns {header[:4]}...)")
-        rows = []
         for rec in reader:
+            if not rec:
+                continue
             if len(rec) != len(COLUMNS):
-                continue   # an interrupted write
+                raise ValueError(f"{path}: line {reader.line_num}: {len(rec)} fields, expected {len(COLUMNS)} "
+                                 "(delete the line or the file to recompute it)")
             try:
                 rows.append({c: _parse(v, c) for c, v in zip(COLUMNS, rec)})
-            except ValueError:
-                continue
-    return rows
+            except ValueError as exc:
+                raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+    except csv.Error as exc:
+        raise ValueError(f"{path}: line {reader.line_num}: not CSV ({exc})") from None
+    return rows, torn
+
+
+def _resume_rows(rows, refs, path):
+    """The rows of a results.csv fit to resume from: identical duplicates dropped (counted), conflicts refused.
+
+    A second row for the same checkpoint x tensor x recipe with other values,
+    a row whose tensor now has another shape or dtype (the checkpoint
+    changed), or a row of a recipe (or format) this version does not have,
+    would carry a wrong or stale number into the report: refused.
+    """
+    now = {(r.checkpoint, r.name): (("x".join(map(str, r.shape)) or "scalar"), r.dtype) for r in refs}
+    matrix = recipe_matrix()
+    seen, kept, dropped = {}, [], 0
+    for row in rows:
+        key = (row["checkpoint"], row["tensor"], row["recipe"])
+        known = matrix.get(row["recipe"])
+        if known is None or known.fmt != row["format"]:
+            raise ValueError(f"{path}: a row for {key[0]}:{key[1]} names recipe {row['recipe']!r} of format "
+                             f"{row['format']!r}, which this fp8emu does not have (a results.csv of another "
+                             "version?): study into a new --out")
+        cells = tuple(_fmt_cell(row[c]) for c in COLUMNS)
+        if key in seen:
+            if seen[key] != cells:
+                raise ValueError(f"{path}: two different rows for {key[0]}:{key[1]} under {key[2]}; results.csv "
+                                 "was edited or merged from different runs: delete one of them (or the file) "
+                                 "to recompute")
+            dropped += 1
+            continue
+        shape_dtype = now.get(key[:2])
+        if shape_dtype is not None and shape_dtype != (row["shape"], row["dtype"]):
+            raise ValueError(f"{path}: its rows for {key[0]}:{key[1]} are of a {row['shape']} {row['dtype']} tensor, "
+                             f"the checkpoint's is {shape_dtype[0]} {shape_dtype[1]}: the checkpoint changed; "
+                             "study it into a new --out (or delete results.csv)")
+        seen[key] = cells
+        kept.append(row)
+    return kept, dropped
 
 
 def _fmt_cell(v):
@@ -542,6 +623,80 @@ class _Progress:
             self.bar.close()
 
 
+@dataclasses.dataclass
+class StudyPlan:
+    """What a study will do, worked out (and every input checked) before anything runs.
+
+    Made by :func:`plan_study`; :func:`execute_study` carries it out.  A
+    plan with an empty ``todo`` needs no Dask cluster.
+
+    Attributes
+    ----------
+    refs : list of TensorRef
+        The tensors selected.
+    non_float : list of str
+        Non-float tensors skipped.
+    recipes : list of Recipe
+    out : Path
+    existing : list of dict
+        Rows of ``out/results.csv`` kept (resume), duplicates removed.
+    duplicates : int
+        Identical duplicated rows dropped from ``results.csv``.
+    torn : bool
+        Whether the torn last line of an interrupted write was dropped.
+    todo : list of (TensorRef, list of Recipe)
+        Tensors with recipes still to compute.
+    chunk_elems : int
+    """
+
+    refs: list
+    non_float: list
+    recipes: list
+    out: Path
+    existing: list
+    duplicates: int
+    torn: bool
+    todo: list
+    chunk_elems: int
+
+    @property
+    def csv_path(self) -> Path:
+        """``out/results.csv``."""
+        return self.out / "results.csv"
+
+
+def plan_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=DEFAULT_CHUNK_MB) -> StudyPlan:
+    """Check every input and work out what :func:`run_study` has left to do (nothing is written).
+
+    Fails fast (a missing checkpoint, a corrupted file, an unknown recipe, a
+    results.csv that cannot be resumed) so that no cluster is started for a
+    study that cannot run.  Parameters as :func:`run_study`.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> d = tempfile.mkdtemp(); np.save(os.path.join(d, "w.npy"), np.ones((4, 4), np.float32))
+    >>> p = plan_study([os.path.join(d, "w.npy")], os.path.join(d, "out"), recipes=["nvfp4"])
+    >>> len(p.todo), p.todo[0][0].name
+    (1, 'w')
+    """
+    chunk_elems = _chunk_elems(chunk_mb)
+    recs = _as_recipes(recipes)
+    refs, non_float = discover(paths, include, exclude)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    rows, torn = _read_results(out / "results.csv")
+    existing, duplicates = _resume_rows(rows, refs, out / "results.csv")
+    done = {(r["checkpoint"], r["tensor"], r["recipe"]) for r in existing}
+    todo = []
+    for ref in refs:
+        missing = [r for r in recs if (ref.checkpoint, ref.name, r.name) not in done]
+        if missing:
+            todo.append((ref, missing))
+    return StudyPlan(refs, non_float, recs, out, existing, duplicates, torn, todo, chunk_elems)
+
+
 def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=DEFAULT_CHUNK_MB,
               progress=True, client=None, report=True) -> dict:
     """Study checkpoints and write ``out/results.csv`` (and the reports).
@@ -552,7 +707,9 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
         Checkpoints (see :func:`discover`).
     out : str or Path
         Output folder (created).  Rows already in ``out/results.csv`` are
-        kept and their tensor x recipe pairs not recomputed (resume).
+        kept and their tensor x recipe pairs not recomputed (resume);
+        identical duplicated rows are dropped, conflicting ones refused (see
+        :func:`plan_study`).
     recipes : sequence of str, optional
         Recipe names or globs (``"all"`` for the whole matrix); default
         :data:`fp8emu.recipes.DEFAULT_RECIPES`.
@@ -574,27 +731,36 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
     dict
         ``rows`` (all rows, canonical order), ``computed`` (tensors
         studied now), ``skipped`` (tensors whose rows were present),
-        ``non_float`` (names of skipped non-float tensors), ``out``.
+        ``non_float`` (names of skipped non-float tensors), ``duplicates``
+        (identical duplicated rows dropped), ``out``.
     """
-    chunk_elems = _chunk_elems(chunk_mb)
-    recs = _as_recipes(recipes)
-    refs, non_float = discover(paths, include, exclude)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path = out / "results.csv"
-    existing = read_results(csv_path)
-    done = {(r["checkpoint"], r["tensor"], r["recipe"]) for r in existing}
-    # Rewrite what survived (drops a torn last line) so appends start on a clean file.
-    _write_rows(csv_path, existing, mode="w")
+    plan = plan_study(paths, out, recipes=recipes, include=include, exclude=exclude, chunk_mb=chunk_mb)
+    return execute_study(plan, progress=progress, client=client, report=report)
 
-    todo = []
-    for ref in refs:
-        missing = [r for r in recs if (ref.checkpoint, ref.name, r.name) not in done]
-        if missing:
-            todo.append((ref, missing))
+
+def _reports_current(out: Path) -> bool:
+    csv_path = out / "results.csv"
+    files = [out / "report.md", out / "report.html"]
+    return csv_path.exists() and all(f.exists() and f.stat().st_mtime >= csv_path.stat().st_mtime for f in files)
+
+
+def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True) -> dict:
+    """Carry out a :func:`plan_study` plan (see :func:`run_study` for the options and the result).
+
+    With nothing to do and a results.csv needing no repair, nothing is
+    rewritten, and the reports are rewritten only if older than results.csv.
+    """
+    out = plan.out
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = plan.csv_path
+    changed = bool(plan.todo) or plan.duplicates or plan.torn or not csv_path.exists()
+    if changed:
+        # Rewrite what survived (drops a torn last line and duplicates) so appends start on a clean file.
+        _write_rows(csv_path, plan.existing, mode="w")
+    todo, chunk_elems = plan.todo, plan.chunk_elems
     bar = _Progress(len(todo), progress)
     lock = threading.Lock()
-    all_rows = list(existing)
+    all_rows = list(plan.existing)
 
     def write(rows):
         with lock:
@@ -610,12 +776,16 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
             _run_distributed(client, todo, chunk_elems, write)
     finally:
         bar.close()
-    rows = _canonical(all_rows, refs, [r.name for r in select_recipes(["all"])])
-    _write_rows(csv_path, rows, mode="w")
-    result = {"rows": rows, "computed": len(todo), "skipped": len(refs) - len(todo),
-              "non_float": non_float, "out": out}
+    rows = _canonical(all_rows, plan.refs, [r.name for r in select_recipes(["all"])])
+    if changed:
+        _write_rows(csv_path, rows, mode="w")
+    result = {"rows": rows, "computed": len(todo), "skipped": len(plan.refs) - len(todo),
+              "non_float": plan.non_float, "duplicates": plan.duplicates, "out": out}
     if report:
-        result["reports"] = report_mod.write_report(rows, out)
+        if changed or not _reports_current(out):
+            result["reports"] = report_mod.write_report(rows, out)
+        else:
+            result["reports"] = [out / "report.md", out / "report.html"]
     return result
 
 

@@ -75,8 +75,9 @@ def _apply(x, axis, matrix):
                          f"axis {ax}, got {n}")
     moved = np.moveaxis(xf, ax, -1).astype(np.float64)
     blocks = moved.reshape(moved.shape[:-1] + (n // RHT_SIZE, RHT_SIZE))
-    # Each output is a sum of 16 terms +-x/4: exact in float64 for float32 inputs,
-    # rounded once to float32 (TE's tensor-core transform accumulates in float32).
+    # Each output is a float64 sum of 16 terms +-x/4 (NumPy's matmul order), then rounded to
+    # float32.  The sum is exact while the terms' bits span at most 53 binary places; beyond
+    # that it is rounded first and the result is a double rounding (see rht's docstring).
     out = (blocks @ matrix).reshape(moved.shape).astype(np.float32)
     return np.moveaxis(out, -1, ax)
 
@@ -94,7 +95,14 @@ def rht(x, *, axis=-1, signs=TE_WGRAD_SIGNS) -> np.ndarray:
     Returns
     -------
     numpy.ndarray of float32
-        ``fl32(v @ R)`` per block (one rounding of the exact block product).
+        ``fl32(fl64(v @ R))`` per block: the block product is summed in
+        float64 and the sum rounded to nearest-even float32.  The float64
+        sum is exact when the 16 terms ``+-x/4`` of an output span at most
+        53 bits (so in any block whose nonzero magnitudes lie within a factor
+        of ``2**25`` of each other), and the result is then the correctly rounded
+        exact product; otherwise the float64 sum is itself rounded first and
+        the result can differ from the correct rounding by one float32 ULP
+        (two roundings).
 
     Examples
     --------

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..formats import Format
 from ..rounding import check_rounding
-from .tensor import F32, ScaledTensor, as_format, axis_arg, axis_block, block_amax_finite, block_arg, int_arg, \
+from .tensor import F32, ScaledTensor, as_format, code_array, axis_arg, axis_block, block_amax_finite, block_arg, int_arg, \
     prepare, scaled_cast
 
 __all__ = ["quantize_mx", "mx_from_codes", "MX_SCALE_RULES", "MX_ELEMENT_FORMATS", "MXINT8"]
@@ -203,9 +203,10 @@ def mx_from_codes(codes, scale_codes, elem_format, *, axis=-1, block=32) -> Scal
 
     Parameters
     ----------
-    codes : array_like of uint8
-        Element codes, any shape.
-    scale_codes : array_like of uint8
+    codes : array of unsigned integers
+        Element codes below ``2**bits`` of the format, any shape (any
+        unsigned dtype; signed or float arrays are a TypeError, never wrapped).
+    scale_codes : array of unsigned integers
         E8M0 codes, one per block: the shape of ``codes`` with ``ceil(n / block)``
         along ``axis``.
     elem_format : str or Format
@@ -229,8 +230,8 @@ def mx_from_codes(codes, scale_codes, elem_format, *, axis=-1, block=32) -> Scal
     [[3.0, -40.0]]
     """
     fmt = _mx_format(elem_format)
-    codes = _uint8_array(codes, "codes")
-    scale_codes = _uint8_array(scale_codes, "scale_codes")
+    codes = code_array(codes, 1 << fmt.bits, "codes", held=f"{fmt.bits}-bit {fmt.name} codes")
+    scale_codes = code_array(scale_codes, 256, "scale_codes", held="E8M0 codes")
     if codes.ndim == 0:
         raise ValueError("codes need at least one dimension")
     block = int_arg(block, "block", minimum=1)
@@ -239,8 +240,6 @@ def mx_from_codes(codes, scale_codes, elem_format, *, axis=-1, block=32) -> Scal
     if scale_codes.shape != expected:
         raise ValueError(f"scale_codes have shape {scale_codes.shape}, expected {expected} "
                          f"for codes of shape {codes.shape} with blocks of {block} along axis {ax}")
-    if codes.size and int(codes.max()) >= 1 << fmt.bits:
-        raise ValueError(f"codes must be below 2**{fmt.bits} for {fmt.name}")
     e = scale_codes.astype(np.int64) - 127
     nan = scale_codes == 255
     inv = np.where(nan, F32(np.nan), np.ldexp(F32(1), np.where(nan, 0, e))).astype(np.float32)
@@ -248,9 +247,3 @@ def mx_from_codes(codes, scale_codes, elem_format, *, axis=-1, block=32) -> Scal
     return ScaledTensor(codes=codes.copy(), fmt=fmt, scale=mult, scale_inv=inv, block=blk, axis=ax,
                         shape=codes.shape, scale_codes=scale_codes.copy(), recipe="mx-codes")
 
-
-def _uint8_array(x, what):
-    arr = np.asarray(x)
-    if arr.dtype != np.uint8:
-        raise TypeError(f"{what} must be uint8, got dtype {arr.dtype}")
-    return arr

@@ -7,7 +7,7 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import get_format
 from .hadamard import rht
-from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, axis_block, block_amax, blocked_view, \
+from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, code_array, axis_block, block_amax, blocked_view, \
     expand, pad_to_blocks, prepare, reciprocal, scaled_cast
 
 __all__ = ["quantize_nvfp4", "nvfp4_from_codes", "NVFP4_BLOCK"]
@@ -190,7 +190,8 @@ def _block_sq_error(xf, codes, inv, blk, fmt):
     return view.sum(axis=axes)
 
 
-def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_amax=None) -> ScaledTensor:
+def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_amax=None,
+                     scale_max=448.0) -> ScaledTensor:
     """Rebuild an NVFP4 :class:`ScaledTensor` from E2M1 codes, E4M3 block-scale codes and ``S_enc``.
 
     ``scale_inv = fl32(e4m3(block code) * fl32(1 / S_enc))`` and
@@ -198,16 +199,20 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
 
     Parameters
     ----------
-    codes : array_like of uint8
-        E2M1 codes (one per element, low nibble).
-    block_scale_codes : array_like of uint8
-        e4m3fn codes, one per 16 elements along ``axis``.
+    codes : array of unsigned integers
+        E2M1 codes (one per element, below 16); any unsigned dtype, a
+        signed or float array is a TypeError (never wrapped).
+    block_scale_codes : array of unsigned integers
+        UE4M3 codes (e4m3fn with the sign bit 0, so below 0x80), one per 16
+        elements along ``axis``.
     global_scale : float
         The per-tensor encode multiplier ``S_enc`` (float32, > 0).
     axis : int, keyword-only
     global_amax : float, optional, keyword-only
         The tensor amax, if known (a block-scaled GEMM then forms its alpha as
         Transformer Engine does).
+    scale_max : {448.0, 256.0}, keyword-only
+        The block-scale target ``S_enc`` was made for (see :func:`quantize_nvfp4`).
 
     Returns
     -------
@@ -221,16 +226,12 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
     >>> nvfp4_from_codes(t.codes, t.block_scale_codes, t.global_scale).dequantize().tolist()
     [[6.0, 1.0, -2.0, 0.5]]
     """
-    codes = np.asarray(codes)
-    bcodes = np.asarray(block_scale_codes)
-    for what, arr in (("codes", codes), ("block_scale_codes", bcodes)):
-        if arr.dtype != np.uint8:
-            raise TypeError(f"{what} must be uint8, got dtype {arr.dtype}")
+    codes = code_array(codes, 16, "E2M1 codes", held="one code per element; unpack packed bytes with "
+                       "fp8emu.layouts.unpack_fp4")
+    bcodes = code_array(block_scale_codes, 0x80, "block_scale_codes",
+                        held="UE4M3 block scales are positive: sign bit 0")
     if codes.ndim == 0:
         raise ValueError("codes need at least one dimension")
-    if codes.size and int(codes.max()) > 15:
-        raise ValueError("E2M1 codes must be below 16 (one code per element; unpack packed bytes "
-                         "with fp8emu.layouts.unpack_fp4)")
     ax, blk = axis_block(codes.ndim, axis, NVFP4_BLOCK)
     expected = tuple(-(-s // b) for s, b in zip(codes.shape, blk))
     if bcodes.shape != expected:
@@ -238,11 +239,13 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
     s_enc = F32(global_scale)
     if not np.isfinite(s_enc) or s_enc <= 0:
         raise ValueError(f"global_scale must be finite and > 0, got {global_scale!r}")
+    if isinstance(scale_max, bool) or scale_max not in (448, 256):
+        raise ValueError(f"scale_max must be 448 or 256, got {scale_max!r}")
     s_dec_q = decode(bcodes, get_format("e4m3fn"), dtype=np.float32)
     inv = np.multiply(s_dec_q, F32(F32(1) / s_enc), dtype=np.float32)
     scale = np.fmin(reciprocal(inv), FLT_MAX).astype(np.float32)
     t = ScaledTensor(codes=codes.copy(), fmt=get_format("e2m1fn"), scale=scale, scale_inv=inv,
                      block=blk, axis=ax, shape=codes.shape, block_scale_codes=bcodes.copy(),
                      global_scale=s_enc, recipe="nvfp4-codes",
-                     global_amax=None if global_amax is None else F32(global_amax), scale_max=F32(448))
+                     global_amax=None if global_amax is None else F32(global_amax), scale_max=F32(scale_max))
     return t

@@ -52,6 +52,44 @@ def as_f32(x, what="x") -> np.ndarray:
     return np.asarray(as_array(x, what), dtype=np.float32, order="C")
 
 
+def code_array(x, limit: int, what: str, *, held="") -> np.ndarray:
+    """Raw codes as uint8: an unsigned integer array whose values are all below ``limit``.
+
+    The one rule for codes handed in from outside (element codes, E8M0 and
+    UE4M3 scale codes, kernel buffers): a signed, float or bool array is a
+    TypeError (an int32 300 or a float 3.7 would otherwise wrap or truncate
+    to a different uint8 code) and a value the format cannot hold is a
+    ValueError naming it; ``held`` says what the limit means.  A uint8 array
+    is returned as it is.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> code_array(np.array([1, 2], np.uint16), 256, "codes").dtype.name
+    'uint8'
+    >>> code_array(np.array([0xB8], np.uint8), 0x80, "block_scale_codes", held="UE4M3: sign bit 0")
+    Traceback (most recent call last):
+    ...
+    ValueError: block_scale_codes must be below 128 (0x80; UE4M3: sign bit 0), got 184 (0xb8) at index 0
+    """
+    arr = np.asarray(x)
+    if arr.dtype.kind != "u":
+        raise TypeError(f"{what} must be an unsigned integer array (uint8 codes), got dtype {arr.dtype}")
+    if arr.size:
+        bad = arr >= limit
+        if bad.any():
+            i = int(np.flatnonzero(bad.reshape(-1))[0])
+            v = int(arr.reshape(-1)[i])
+            raise ValueError(f"{what} must be below {limit} ({limit:#x}" + (f"; {held}" if held else "")
+                             + f"), got {v} ({v:#x}) at index {i}")
+    return arr if arr.dtype == np.uint8 else arr.astype(np.uint8)
+
+
+def size_arg(value, what, *, minimum=0) -> int:
+    """A size or count: an integer (not a bool, not 3.7) >= ``minimum``."""
+    return int_arg(value, what, minimum=minimum)
+
+
 def int_arg(value, what, *, minimum=None):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{what} must be an int, got {value!r}")
@@ -317,7 +355,8 @@ class ScaledTensor:
     scale_codes : numpy.ndarray of uint8 or None
         MX only: the E8M0 codes of the scales.
     block_scale_codes : numpy.ndarray of uint8 or None
-        NVFP4 only: the e4m3fn codes of the per-16-element scales.
+        NVFP4 only: the e4m3fn codes of the per-16-element scales (UE4M3:
+        positive, so below 0x80; checked by :func:`code_array`).
     global_scale : numpy.float32 or None
         NVFP4 only: the per-tensor encode multiplier ``S_enc``.
     global_amax : numpy.float32 or None
@@ -370,6 +409,11 @@ class ScaledTensor:
                 raise ValueError(f"{name} has shape {arr.shape}, expected {expected} "
                                  f"for shape {self.shape} and block {self.block}")
             setattr(self, name, arr)
+        if self.scale_codes is not None:
+            self.scale_codes = code_array(self.scale_codes, 256, "scale_codes")
+        if self.block_scale_codes is not None:
+            self.block_scale_codes = code_array(self.block_scale_codes, 0x80, "block_scale_codes",
+                                                held="UE4M3 block scales are positive: sign bit 0")
 
     def dequantize(self, dtype=np.float32) -> np.ndarray:
         """Decoded values times ``scale_inv``, computed in float32.

@@ -217,6 +217,7 @@ def compare_codes(actual, x, fmt, *, profile="ocp", expected=None, max_examples=
     >>> print(str(c).splitlines()[0])
     2 of 3 e4m3fn codes differ from fp8emu (profile 'ocp')
     """
+    max_examples = _count(max_examples, "max_examples")
     f = get_format(fmt)
     got, was_values = to_codes(actual, f)
     xa = None if x is None else to_numpy(x, what="x")
@@ -339,7 +340,9 @@ class UlpComparison:
 
     ``histogram`` maps ULP-distance buckets (``"0"``, ``"1"``, ``"2"``,
     ``"3-4"``, ``"5-8"``, ... and ``"nan"`` for a NaN on one side only) to
-    counts; ``worst`` lists the largest distances first.
+    counts; ``worst`` lists the largest distances first.  ``max_distance`` is
+    the largest distance as an exact int (``float("inf")`` when a NaN faces a
+    number).
 
     Examples
     --------
@@ -347,7 +350,7 @@ class UlpComparison:
     >>> one_up = np.nextafter(np.float32(2), np.float32(3))
     >>> u = compare_ulp(np.float32([1.0, 2.0]), np.float32([1.0, one_up]), "float32")
     >>> u.ok, u.max_distance, u.histogram
-    (False, 1.0, {'0': 1, '1': 1})
+    (False, 1, {'0': 1, '1': 1})
     """
 
     dtype: str
@@ -355,7 +358,7 @@ class UlpComparison:
     total: int
     max_ulp: int
     exceeding: int
-    max_distance: float
+    max_distance: int | float
     histogram: dict
     worst: list
 
@@ -365,7 +368,7 @@ class UlpComparison:
         return self.exceeding == 0
 
     def __str__(self) -> str:
-        md = "nan" if np.isinf(self.max_distance) else str(int(self.max_distance))
+        md = "nan" if self.max_distance == float("inf") else str(int(self.max_distance))
         lines = [f"{self.exceeding} of {self.total} {self.dtype} elements differ by more than "
                  f"{self.max_ulp} ULP (largest distance: {md} ULP)",
                  "ULP distance histogram: " + ", ".join(f"{k}: {n}" for k, n in self.histogram.items())]
@@ -376,6 +379,13 @@ class UlpComparison:
                 lines.append(f"{w['index']} | {w['actual']} ({w['actual_bits']}) | {w['expected']} "
                              f"({w['expected_bits']}) | {w['ulp']}")
         return "\n".join(lines)
+
+
+def _count(value, what):
+    """A count option: a non-negative int (2.5 or True is refused, not truncated)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{what} must be a non-negative integer, got {value!r}")
+    return int(value)
 
 
 def _as_float(a, dt, what):
@@ -433,6 +443,7 @@ def compare_ulp(actual, expected, dtype, *, max_ulp=0, n_worst=10) -> UlpCompari
         raise ValueError(f"unsupported dtype {dtype!r}; accepted: {', '.join(SOURCE_DTYPES)}")
     if not isinstance(max_ulp, (int, np.integer)) or isinstance(max_ulp, bool) or max_ulp < 0:
         raise ValueError(f"max_ulp must be a non-negative integer, got {max_ulp!r}")
+    n_worst = _count(n_worst, "n_worst")
     dt = SOURCE_DTYPES[key]
     a = _as_float(actual, dt, "actual")
     e = _as_float(expected, dt, "expected")
@@ -441,40 +452,48 @@ def compare_ulp(actual, expected, dtype, *, max_ulp=0, n_worst=10) -> UlpCompari
     nbits = dt.itemsize * 8
     uint = _UINT[dt.itemsize]
 
-    def ordinal(v):
-        u = v.reshape(-1).view(uint)
-        mag = (u & uint((1 << (nbits - 1)) - 1)).astype(np.float64 if nbits == 64 else np.int64)
-        return np.where((u >> uint(nbits - 1)) != 0, -mag, mag)
-
+    # Distances in unsigned integers: sign-magnitude patterns a, b are |ma - mb| apart on the same
+    # side of zero and ma + mb apart across it, below 2**64 for every width (float64 included;
+    # through float64 a 1-ULP float64 distance would read as 0 and 300 as 512).
+    mask = uint((1 << (nbits - 1)) - 1)
+    ua, ue = a.reshape(-1).view(uint), e.reshape(-1).view(uint)
+    ma, me = (ua & mask).astype(np.uint64), (ue & mask).astype(np.uint64)
+    same_side = (ua >> uint(nbits - 1)) == (ue >> uint(nbits - 1))
+    dist = np.where(same_side, np.maximum(ma, me) - np.minimum(ma, me), ma + me)
     af, ef = a.reshape(-1), e.reshape(-1)
     an, en = np.isnan(af.astype(np.float64)), np.isnan(ef.astype(np.float64))
-    dist = np.abs(ordinal(a) - ordinal(e)).astype(np.float64)
-    dist = np.where(an & en, 0.0, np.where(an | en, np.inf, dist))
-    exceed = dist > max_ulp
+    dist = np.where(an & en, np.uint64(0), dist)
+    nan_one = an != en                    # NaN against a number: infinitely far, counted apart
+    exceed = nan_one | (~nan_one & (dist > np.uint64(max_ulp)))
     hist = {}
-    fin = dist[np.isfinite(dist)]
-    for lo, hi, name in [(0, 0, "0"), (1, 1, "1"), (2, 2, "2")]:
-        c = int(np.count_nonzero(fin == lo))
+    fin = dist[~nan_one]
+    for v in (0, 1, 2):
+        c = int(np.count_nonzero(fin == np.uint64(v)))
         if c:
-            hist[name] = c
+            hist[str(v)] = c
+    top = int(fin.max()) if fin.size else 0
     k = 2
-    while fin.size and 2 ** (k - 1) < fin.max() and k <= 64:   # buckets (2^(k-1), 2^k]
-        c = int(np.count_nonzero((fin > 2 ** (k - 1)) & (fin <= 2 ** k)))
+    while (1 << (k - 1)) < top and k <= 64:   # buckets (2^(k-1), 2^k]
+        lo, hi = np.uint64(1 << (k - 1)), np.uint64(min((1 << k), (1 << 64) - 1))
+        c = int(np.count_nonzero((fin > lo) & (fin <= hi)))
         if c:
-            hist[f"{2 ** (k - 1) + 1}-{2 ** k}"] = c
+            hist[f"{(1 << (k - 1)) + 1}-{1 << k}"] = c
         k += 1
-    if np.isinf(dist).any():
-        hist["nan"] = int(np.isinf(dist).sum())
-    order = np.argsort(-dist, kind="stable")[:n_worst]
-    order = order[dist[order] > 0]
+    if nan_one.any():
+        hist["nan"] = int(nan_one.sum())
+    # order: one-sided NaNs first, then by distance (exact integers)
+    order = np.lexsort((-np.arange(dist.size), dist, nan_one))[::-1][:n_worst] if dist.size else \
+        np.zeros(0, np.int64)
+    order = order[nan_one[order] | (dist[order] > 0)]
     worst = []
     abits, ebits = _bits_hex(af[order]), _bits_hex(ef[order])
     for j, i in enumerate(order.tolist()):
         worst.append({"index": _index_text(i, a.shape), "actual": _value_text(af[i]), "actual_bits": abits[j],
                       "expected": _value_text(ef[i]), "expected_bits": ebits[j],
-                      "ulp": "nan" if np.isinf(dist[i]) else int(dist[i])})
+                      "ulp": "nan" if nan_one[i] else int(dist[i])})
+    max_distance = float("inf") if nan_one.any() else top
     return UlpComparison(key, tuple(a.shape), int(a.size), int(max_ulp), int(exceed.sum()),
-                         float(dist.max()) if dist.size else 0.0, hist, worst)
+                         max_distance, hist, worst)
 
 
 def assert_close_ulp(actual, expected, dtype, max_ulp=0, *, n_worst=10):

@@ -47,15 +47,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import zipfile
 
 import ml_dtypes
 import numpy as np
 
 from ..codec import encode
 from ..profiles import get_profile
-from ..rounding import check_saturation
-from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
+from ..conformance import read_rle
+from ..readers import read_json, read_npz, read_text
+from ..rounding import ROUNDING_MODES, check_saturation
+from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, as_codes, table_inputs
 from ..formats import get_format
 from ..gemm import scaled_mm
 
@@ -308,26 +309,134 @@ def save_golden(path, fmt, *, name=None, **options):
 
 
 def _check_version(v, path):
-    try:
+    if isinstance(v, np.integer):
         v = int(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"{path}: format_version must be an integer, got {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{path}: format_version must be an integer, got {v!r}")
     if not 0 <= v <= FORMAT_VERSION:
         raise ValueError(f"{path}: format_version {v} is not supported (this fp8emu reads up to "
                          f"{FORMAT_VERSION}); upgrade fp8emu")
 
 
-def load_golden(path):
-    """Read and validate a ``.npz`` or ``.json`` file written by :func:`save_golden`.
+def _option(raw, key, path, check, want):
+    v = raw[key]
+    if isinstance(v, np.ndarray):        # a 0-d npz array that .item() could not make a scalar
+        v = v.tolist()
+    if not check(v):
+        raise ValueError(f"{path}: {key} must be {want}, got {v!r}")
+    return v
 
-    Returns a dict like :func:`golden_vectors`' result.  Never unpickles.
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _options(raw, path):
+    """The metadata of a golden file, validated as the arguments of golden_vectors are."""
+    _check_version(raw.get("format_version", 0), path)
+    out = {}
+    for key in ("format", "source_dtype", "profile", "rounding"):
+        out[key] = _option(raw, key, path, lambda v: isinstance(v, str), "a string")
+    if out["source_dtype"] not in SOURCE_DTYPES:
+        raise ValueError(f"{path}: unknown source_dtype {out['source_dtype']!r}; valid: {', '.join(SOURCE_DTYPES)}")
+    try:
+        f = get_format(out["format"])
+        get_profile(out["profile"])
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if out["rounding"] not in ROUNDING_MODES:
+        raise ValueError(f"{path}: unknown rounding {out['rounding']!r}; valid: {', '.join(ROUNDING_MODES)}")
+    out["saturate"] = _option(raw, "saturate", path, lambda v: isinstance(v, (bool, np.bool_)),
+                              "true or false (a JSON/NumPy bool)")
+    out["saturate"] = bool(out["saturate"])
+    stochastic = out["rounding"] == "stochastic"
+    raw.setdefault("sr_bits", 0)
+    raw.setdefault("seed", -1)
+    if stochastic:
+        out["sr_bits"] = _option(raw, "sr_bits", path, lambda v: _is_int(v) and 1 <= v <= 32,
+                                 "an integer in 1..32 for stochastic rounding")
+        out["seed"] = _option(raw, "seed", path, lambda v: _is_int(v) and v >= 0,
+                              "a non-negative integer for stochastic rounding")
+        if "random_bits" not in raw:
+            raise ValueError(f"{path}: stochastic vectors need random_bits")
+    else:
+        out["sr_bits"] = _option(raw, "sr_bits", path, lambda v: v == 0 and _is_int(v),
+                                 "0 unless rounding is stochastic")
+        out["seed"] = _option(raw, "seed", path, lambda v: v == -1 and _is_int(v),
+                              "-1 unless rounding is stochastic")
+        if "random_bits" in raw:
+            raise ValueError(f"{path}: random_bits apply only to rounding 'stochastic'")
+    out["format"] = f.name
+    out["format_version"] = int(raw.get("format_version", 0))
+    return f, out
+
+
+def _load_rle(path):
+    """A table written by :func:`save_rle`: its header's options validated, then its runs."""
+    text = read_text(path, kind="run-length table")
+    first = text.split("\n", 1)[0]
+    if not first.startswith("#"):
+        raise ValueError(f"{path}: not an fp8emu run-length table (no '# ...' header line)")
+    tokens = {}
+    for tok in first[1:].split():
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            if k in tokens:
+                raise ValueError(f"{path}: header repeats {k}=")
+            tokens[k] = v
+    missing = [k for k in ("format", "source", "profile", "rounding", "saturate", "format_version", "inputs")
+               if k not in tokens]
+    if missing:
+        raise ValueError(f"{path}: header lacks {', '.join(k + '=' for k in missing)} (a table of "
+                         "fp8emu.testing.save_rle)")
+    version = tokens["format_version"]
+    sat = tokens["saturate"]
+    if sat not in ("True", "False"):
+        raise ValueError(f"{path}: saturate must be True or False, got {sat!r}")
+    raw = {"format": tokens["format"], "source_dtype": tokens["source"], "profile": tokens["profile"],
+           "rounding": tokens["rounding"], "saturate": sat == "True",
+           "format_version": int(version) if version.isdigit() else version}
+    f, out = _options(raw, path)
+    del out["sr_bits"], out["seed"]
+    if out["rounding"].startswith("stochastic"):
+        raise ValueError(f"{path}: stochastic rounding has no table")
+    if out["source_dtype"] not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"{path}: run-length tables cover float32, float16 or bfloat16 sources, "
+                         f"not {out['source_dtype']!r}")
+    starts, codes, n = read_rle(path)
+    want = 1 << (8 * np.dtype(SOURCE_DTYPES[out["source_dtype"]]).itemsize)
+    if n != want:
+        raise ValueError(f"{path}: inputs={n}, but a {out['source_dtype']} table covers {want}")
+    if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= 1 << f.bits):
+        raise ValueError(f"{path}: codes out of range for the {f.bits}-bit format {f.name}")
+    out.update(starts=starts, codes=codes.astype(np.uint8), inputs=n)
+    return out
+
+
+def load_golden(path):
+    """Read and validate a ``.npz``, ``.json`` or ``.rle`` file written by :func:`save_golden` / :func:`save_rle`.
+
+    A ``.rle`` table gives ``starts`` (uint64 run starts), ``codes`` (uint8,
+    one per run), ``inputs`` and its header's options (``format``,
+    ``source_dtype``, ``profile``, ``rounding``, ``saturate``,
+    ``format_version``), validated as below.
+
+    Returns a dict like :func:`golden_vectors`' result (every metadata field
+    and array, ``format_version`` added).  Never unpickles; the file is read
+    through :mod:`fp8emu.readers`, so a corrupted or lying file (a bad CRC,
+    a header whose shape does not match its data, JSON nested without end)
+    is a ValueError naming it.  The options are validated as
+    :func:`golden_vectors`' arguments are: a known format, source dtype,
+    profile and rounding, ``saturate`` a real bool (``"no"`` is refused, not
+    read as True), ``sr_bits``/``seed``/``random_bits`` consistent with the
+    rounding.
 
     Raises
     ------
     ValueError
-        Not a zip/JSON file, a missing key, an unknown source dtype or
-        format, bits of the wrong width, codes out of range, arrays of
-        different lengths, or a newer ``format_version``.
+        Not a zip/JSON file, a missing key, an invalid option, bits of the
+        wrong width, codes out of range, arrays of different lengths, or a
+        newer ``format_version``.
 
     Examples
     --------
@@ -340,12 +449,10 @@ def load_golden(path):
     """
     path = os.fspath(path)
     need = _META + ("bits", "codes")
+    if path.lower().endswith(".rle"):
+        return _load_rle(path)
     if path.lower().endswith(".json"):
-        try:
-            with open(path) as fh:
-                d = json.load(fh)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path}: not a golden JSON file ({exc})") from None
+        d = read_json(path, kind="golden JSON file")
         if not isinstance(d, dict):
             raise ValueError(f"{path}: not a golden JSON file (expected an object)")
         missing = [k for k in need if k not in d]
@@ -354,7 +461,7 @@ def load_golden(path):
 
         def hexes(key, limit):
             vals = d[key]
-            if not isinstance(vals, list) or not all(isinstance(v, str) for v in vals):
+            if not isinstance(vals, list) or not all(isinstance(v, str) and 2 < len(v) <= 20 for v in vals):
                 raise ValueError(f"{path}: {key} must be a list of hex strings")
             try:
                 ints = [int(v, 16) for v in vals]
@@ -365,32 +472,26 @@ def load_golden(path):
             return np.array(ints, dtype=np.uint64)
         raw = dict(d)
     else:
-        if not zipfile.is_zipfile(path):
-            raise ValueError(f"{path}: not a golden .npz file (not a zip archive)")
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in need if k not in z.files]
-            if missing:
-                raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
-            try:
-                raw = {k: (z[k].item() if z[k].ndim == 0 else z[k]) for k in z.files}
-            except ValueError as exc:     # object arrays need pickle: refuse
-                raise ValueError(f"{path}: {exc}") from None
+        arrays = read_npz(path)
+        missing = [k for k in need if k not in arrays]
+        if missing:
+            raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
+        raw = {k: (v.item() if v.ndim == 0 and v.dtype.kind in "biuUb" else v) for k, v in arrays.items()}
         hexes = None
-    _check_version(raw.get("format_version", 0), path)
-    src = raw["source_dtype"]
-    if src not in SOURCE_DTYPES:
-        raise ValueError(f"{path}: unknown source_dtype {src!r}; valid: {', '.join(SOURCE_DTYPES)}")
-    dt = np.dtype(SOURCE_DTYPES[src])
+    f, out = _options(raw, path)
+    dt = np.dtype(SOURCE_DTYPES[out["source_dtype"]])
     uint = _UINT[dt.itemsize]
-    f = get_format(str(raw["format"]))
     if hexes is not None:
         bits = hexes("bits", 1 << (8 * dt.itemsize)).astype(uint)
         codes = hexes("codes", 1 << f.bits).astype(np.uint8)
         rb = hexes("random_bits", 1 << 32).astype(np.uint32) if "random_bits" in raw else None
     else:
         bits, codes, rb = raw["bits"], raw["codes"], raw.get("random_bits")
+        for key, arr in (("bits", bits), ("codes", codes), ("random_bits", rb)):
+            if arr is not None and not isinstance(arr, np.ndarray):
+                raise ValueError(f"{path}: {key} must be an array, got a scalar")
         if bits.dtype.kind != "u" or bits.dtype.itemsize != dt.itemsize:
-            raise ValueError(f"{path}: bits have dtype {bits.dtype}, but {src} inputs need "
+            raise ValueError(f"{path}: bits have dtype {bits.dtype}, but {out['source_dtype']} inputs need "
                              f"{dt.itemsize * 8}-bit unsigned patterns")
         if codes.dtype != np.uint8:
             raise ValueError(f"{path}: codes have dtype {codes.dtype}; expected uint8")
@@ -398,15 +499,13 @@ def load_golden(path):
             raise ValueError(f"{path}: codes out of range for the {f.bits}-bit format {f.name}")
         if rb is not None and (rb.dtype.kind != "u" or rb.dtype.itemsize > 4):
             raise ValueError(f"{path}: random_bits have dtype {rb.dtype}; expected uint32")
+        if rb is not None and rb.size and int(rb.max()) >= (1 << out["sr_bits"]):
+            raise ValueError(f"{path}: random_bits wider than sr_bits={out['sr_bits']}")
     if bits.ndim != 1 or codes.ndim != 1 or bits.size != codes.size:
         raise ValueError(f"{path}: bits ({bits.size}) and codes ({codes.size}) must be 1-D of equal length")
     if rb is not None and (rb.ndim != 1 or rb.size != bits.size):
         raise ValueError(f"{path}: random_bits ({rb.size}) and bits ({bits.size}) differ in length")
-    out = {k: raw[k] for k in _META}
-    out["format"] = f.name
-    out["saturate"] = bool(out["saturate"])
-    out.update(sr_bits=int(raw.get("sr_bits", 0)), seed=int(raw.get("seed", -1)),
-               format_version=int(raw.get("format_version", 0)), bits=bits, codes=codes, x=bits.view(dt))
+    out.update(bits=bits, codes=codes, x=bits.view(dt))
     if rb is not None:
         out["random_bits"] = rb.astype(np.uint32)
     return out
@@ -527,7 +626,10 @@ def scaled_mm_cases(*, seed=0, shapes=SCALED_MM_SHAPES, a_format="e4m3fn", b_for
            "shapes": np.array([(np.shape(op["a"])[0], np.shape(op["b"])[1], np.shape(op["a"])[1])
                                for op in operands], np.int64)}
     for i, op in enumerate(operands):
-        a, b = np.asarray(op["a"], np.uint8), np.asarray(op["b"], np.uint8)
+        # range-checked codes of their formats (an int 300 or a float is refused, never wrapped to uint8)
+        a, b = as_codes(op["a"], get_format(a_format)), as_codes(op["b"], get_format(b_format))
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+            raise ValueError(f"operands {i}: a (M, K) and b (K, N) codes expected, got {a.shape} and {b.shape}")
         M, K = a.shape
         N = b.shape[1]
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import re
 import warnings
-import zipfile
 from pathlib import Path
 
 import ml_dtypes
@@ -31,6 +30,7 @@ import pytest
 from ..formats import get_format
 from ..interop import ML_NARROW_DTYPES, to_numpy
 from .compare import compare_codes, to_codes
+from ..readers import read_npz
 from .golden import FORMAT_VERSION
 
 __all__ = ["FP8Golden", "fp8_golden", "pytest_addoption"]
@@ -68,11 +68,58 @@ def _x_arrays(x):
     return {"x": x.view(_UINT[x.dtype.itemsize]) if ml else x, "x_dtype": np.array(x.dtype.name)}
 
 
-def _stored_x(z):
-    if "x" not in z.files:
-        return None
-    ml = _ML_TYPES.get(str(z["x_dtype"]))
-    return z["x"].view(ml) if ml is not None else z["x"]
+def _text(z, key, path):
+    v = z[key]
+    if v.ndim != 0 or v.dtype.kind != "U":
+        raise ValueError(f"{path}: {key} must be a string, got {v.dtype} of shape {v.shape}")
+    return str(v)
+
+
+def _read_snapshot(path):
+    """(format name, options JSON, codes, inputs or None) of a snapshot, every entry checked."""
+    z = read_npz(path)
+    missing = [k for k in ("format_version", "format", "options", "codes") if k not in z]
+    if missing:
+        raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
+    v = z["format_version"]
+    if v.ndim != 0 or v.dtype.kind not in "iu":
+        raise ValueError(f"{path}: format_version must be an integer")
+    if not 0 <= int(v) <= FORMAT_VERSION:
+        raise ValueError(f"{path}: format_version {int(v)} is not supported (this fp8emu reads up to "
+                         f"{FORMAT_VERSION})")
+    fmt = _text(z, "format", path)
+    try:
+        f = get_format(fmt)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    opts = _text(z, "options", path)
+    try:
+        parsed = json.loads(opts)
+    except (ValueError, RecursionError):
+        raise ValueError(f"{path}: options is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{path}: options must be a JSON object")
+    codes = z["codes"]
+    if codes.dtype != np.uint8 or (codes.size and int(codes.max()) >= 1 << f.bits):
+        raise ValueError(f"{path}: codes must be uint8 {f.bits}-bit codes of {f.name}")
+    sx = None
+    if "x" in z:
+        if "x_dtype" not in z:
+            raise ValueError(f"{path}: x without x_dtype")
+        name = _text(z, "x_dtype", path)
+        x = z["x"]
+        if name in _ML_TYPES:
+            ml = _ML_TYPES[name]
+            if x.dtype.kind != "u" or x.dtype.itemsize != ml.itemsize:
+                raise ValueError(f"{path}: x of {name} must be stored as {ml.itemsize * 8}-bit patterns")
+            sx = x.view(ml)
+        elif x.dtype.name == name and x.dtype.kind in "biuf":
+            sx = x
+        else:
+            raise ValueError(f"{path}: x has dtype {x.dtype}, x_dtype says {name!r}")
+        if sx.shape != codes.shape:
+            raise ValueError(f"{path}: x {sx.shape} and codes {codes.shape} differ in shape")
+    return f.name, opts, codes, sx
 
 
 class FP8Golden:
@@ -138,17 +185,14 @@ class FP8Golden:
                 warnings.warn(f"fp8_golden: created {path}; commit it so later runs compare against it",
                               UserWarning, stacklevel=2)
             return path
-        if not zipfile.is_zipfile(path):
-            raise ValueError(f"{path}: not an fp8_golden .npz file (not a zip archive)")
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ("format_version", "format", "options", "codes") if k not in z.files]
-            if missing:
-                raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
-            if int(z["format_version"]) > FORMAT_VERSION:
-                raise ValueError(f"{path}: format_version {int(z['format_version'])} is newer than this "
-                                 f"fp8emu reads ({FORMAT_VERSION})")
-            stored_fmt, stored_opts, stored = str(z["format"]), str(z["options"]), z["codes"]
-            sx = _stored_x(z)
+        try:
+            stored_fmt, stored_opts, stored, sx = _read_snapshot(path)
+            problem = None
+        except ValueError as exc:
+            problem = str(exc)
+        if problem is not None:     # failed outside the except block: no chained traceback in the report
+            pytest.fail(f"fp8_golden: the snapshot cannot be used: {problem} (delete it, or rerun with "
+                        "--fp8-update-golden to rewrite it)", pytrace=False)
         hint = f"(golden file: {path}; rerun with --fp8-update-golden to accept the new result)"
         if stored_fmt != f.name or stored_opts != opts:
             pytest.fail(f"fp8_golden: the snapshot was recorded with format {stored_fmt} and options "
