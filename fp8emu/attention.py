@@ -89,6 +89,7 @@ import numpy as np
 
 from .codec import decode, encode
 from .formats import Format, get_format
+from .registry import named
 from .gemm import Accumulator, get_accumulator
 from .gemm.fparith import add_scaled_f32
 from .gemm.kernels import exact_dot, mma_dot, special_masks, values_and_exponents
@@ -429,12 +430,7 @@ def get_recipe(recipe) -> AttentionRecipe:
     >>> get_recipe("triton-tutorial-fp8").p_format
     'e5m2'
     """
-    if isinstance(recipe, AttentionRecipe):
-        return recipe
-    if isinstance(recipe, str) and recipe in RECIPES:
-        return RECIPES[recipe]
-    raise ValueError(f"unknown attention recipe {recipe!r}; use one of {sorted(RECIPES)} "
-                     "or an fp8emu.attention.AttentionRecipe")
+    return named(recipe, AttentionRecipe, RECIPES, "attention recipe", "fp8emu.attention.AttentionRecipe")
 
 
 def off_recipe(accumulator="fp32", **changes) -> AttentionRecipe:

@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "named"]
+
+
+def named(obj, cls, table, kind, cls_path):
+    """``obj`` itself when it is a ``cls``, else ``table[obj]``; a ValueError listing the names otherwise.
+
+    The one look-up of "a name or the object itself" (accumulators, instructions, attention recipes).
+
+    Examples
+    --------
+    >>> named("b", str, {"b": "B"}, "letter", "str")
+    'B'
+    >>> named(3, str, {"b": "B"}, "letter", "str")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown letter 3; use one of ['b'] or an str
+    """
+    if isinstance(obj, cls):
+        return obj
+    if isinstance(obj, str) and obj in table:
+        return table[obj]
+    raise ValueError(f"unknown {kind} {obj!r}; use one of {sorted(table)} or an {cls_path}")
 
 
 class Registry(dict):

@@ -16,6 +16,8 @@ import dataclasses
 
 import numpy as np
 
+from ..registry import named
+
 __all__ = ["Accumulator", "ACCUMULATORS", "get_accumulator", "cublas_split_k", "split_bounds",
            "HW_K_MULTIPLE", "SPLIT_K_TILE"]
 
@@ -195,9 +197,4 @@ def get_accumulator(acc) -> Accumulator:
     >>> get_accumulator("hopper-fast").group
     32
     """
-    if isinstance(acc, Accumulator):
-        return acc
-    if isinstance(acc, str) and acc in ACCUMULATORS:
-        return ACCUMULATORS[acc]
-    raise ValueError(f"unknown accumulator {acc!r}; use one of {sorted(ACCUMULATORS)} "
-                     "or an fp8emu.gemm.Accumulator")
+    return named(acc, Accumulator, ACCUMULATORS, "accumulator", "fp8emu.gemm.Accumulator")

@@ -48,6 +48,7 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
+from ..registry import named
 
 __all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets", "mma", "dot",
            "gemm", "block_scaled_gemm"]
@@ -237,12 +238,7 @@ def get_instruction(instruction) -> Instruction:
     >>> get_instruction("cdna3-mfma-fp8").formats
     ('e4m3fnuz', 'e5m2fnuz')
     """
-    if isinstance(instruction, Instruction):
-        return instruction
-    if isinstance(instruction, str) and instruction in INSTRUCTIONS:
-        return INSTRUCTIONS[instruction]
-    raise ValueError(f"unknown instruction {instruction!r}; use one of {sorted(INSTRUCTIONS)} "
-                     "or an fp8emu.gemm.Instruction")
+    return named(instruction, Instruction, INSTRUCTIONS, "instruction", "fp8emu.gemm.Instruction")
 
 
 # ----------------------------------------------------------------------------- operands
