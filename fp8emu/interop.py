@@ -127,9 +127,10 @@ def to_numpy(x, *, what="x") -> np.ndarray:
     ...
     ValueError: x is a masked array; masked elements have no value: pass x.filled(value) or x.data
     """
-    # a masked array exists only once numpy.ma is loaded; asking np.ma would load it (~10 ms)
-    ma = sys.modules.get("numpy.ma")
-    if ma is not None and isinstance(x, ma.MaskedArray):
+    # a masked array exists only once numpy.ma is loaded; asking np.ma would load it (~10 ms).  Another
+    # thread may be importing it right now: until MaskedArray is defined, no masked array can exist.
+    masked = getattr(sys.modules.get("numpy.ma"), "MaskedArray", None)
+    if masked is not None and isinstance(x, masked):
         raise ValueError(f"{what} is a masked array; masked elements have no value: "
                          f"pass {what}.filled(value) or {what}.data")
     if isinstance(x, np.ndarray):

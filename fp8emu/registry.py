@@ -12,12 +12,12 @@ def named(obj, cls, table, kind, cls_path):
 
     Examples
     --------
-    >>> named("b", str, {"b": "B"}, "letter", "str")
-    'B'
-    >>> named(3, str, {"b": "B"}, "letter", "str")
+    >>> named("two", int, {"two": 2}, "number", "int"), named(5, int, {"two": 2}, "number", "int")
+    (2, 5)
+    >>> named("three", int, {"two": 2}, "number", "int")
     Traceback (most recent call last):
     ...
-    ValueError: unknown letter 3; use one of ['b'] or an str
+    ValueError: unknown number 'three'; use one of ['two'] or an int
     """
     if isinstance(obj, cls):
         return obj

@@ -80,7 +80,13 @@ def int_option(minimum=None, maximum=None):
 
 
 def positive_float(text):
-    """An argparse ``type`` for a finite number > 0 (``--chunk-mb``)."""
+    """An argparse ``type`` for a finite number > 0 (``--chunk-mb``).
+
+    Examples
+    --------
+    >>> positive_float("2.5")
+    2.5
+    """
     try:
         v = float(text)
     except ValueError:

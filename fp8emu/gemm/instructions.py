@@ -237,6 +237,8 @@ def get_instruction(instruction) -> Instruction:
     --------
     >>> get_instruction("cdna3-mfma-fp8").formats
     ('e4m3fnuz', 'e5m2fnuz')
+    >>> get_instruction("ada-mma") is INSTRUCTIONS["ada-mma"]
+    True
     """
     return named(instruction, Instruction, INSTRUCTIONS, "instruction", "fp8emu.gemm.Instruction")
 
