@@ -395,7 +395,7 @@ def _chain(ins, c, steps):
 
 def dot(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_scales=None,
         scale_format=None):
-    """Row-wise dot products through one instruction's datapath: ``d[i] = a[i] . b[i] + c[i]``.
+    """Row-wise dot products through one instruction's datapath: ``d[i] = a[i]·b[i] + c[i]``.
 
     The vector form of :func:`mma` (each row is one output element of an MMA), for test
     vectors and recordings.
