@@ -154,7 +154,7 @@ def make_input(kind, m, n, dtype):
     if kind == "zeros":
         return np.zeros((m, n), dtype)
     if kind == "maxes":
-        return np.full((m, n), np.finfo(dtype).max, dtype)
+        return np.full((m, n), ml_dtypes.finfo(dtype).max, dtype)   # np.finfo knows bfloat16 only from ml_dtypes 0.7
     if kind == "boundary":
         return boundary(m, n, dtype)
     return randn((m, n), dtype, 17).T      # a transposed (non-contiguous) (n, m) view
