@@ -9,6 +9,19 @@ Examples
 True
 """
 
+# The two dependencies every module needs: a missing one is named with the way to install it, not left
+# to surface as a bare ModuleNotFoundError deep inside the package.
+import sys as _sys
+
+try:
+    import ml_dtypes as _ml_dtypes  # noqa: F401
+    import numpy as _numpy  # noqa: F401
+except ImportError as _e:
+    raise ImportError(
+        f"fp8emu needs {_e.name or 'numpy and ml_dtypes'}, which is not installed in this Python "
+        f"({_sys.executable}). Install fp8emu with its dependencies: "
+        "pip install -e '.[dev]' from a clone (or pip install numpy ml_dtypes matplotlib)") from _e
+
 from .parallel import get_threads, set_threads
 from .formats import Format, format_names, format_table, get_format, register_format
 from .rounding import ROUNDING_MODES

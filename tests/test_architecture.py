@@ -242,3 +242,12 @@ def test_profile_rejects_malformed_rules():
         Profile("bad", "x", {"e4m3fn": {"rne": Rule("rne", False)}})
     with pytest.raises(ValueError, match="deterministic rounding"):
         Profile("bad", "x", {E4M3FN: {"stochastic": Rule("rne", False)}})
+
+
+def test_a_missing_core_dependency_is_named_with_the_way_to_install_it():
+    code = ("import sys; sys.modules['ml_dtypes'] = None\n"
+            "try:\n    import fp8emu\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=str(PKG.parent), check=True).stdout
+    assert out.startswith("fp8emu needs ml_dtypes, which is not installed in this Python")
+    assert "pip install -e '.[dev]'" in out
