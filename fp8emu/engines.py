@@ -112,8 +112,9 @@ def installed_engines() -> dict:
         if None in versions.values():
             continue
         for d in _depends_on(engine):
-            if d not in versions and installed_version(d) is not None:
-                versions[d] = installed_version(d)
+            v = installed_version(d)
+            if d not in versions and v is not None:
+                versions[d] = v
         out[engine] = versions
     return out
 
@@ -514,8 +515,8 @@ def engine_profile(engine, fmt, *, saturate=None, rounding=None, installed=None)
     ('onnx-ml_dtypes-0.7', 'rup')
     """
     _check(engine, fmt)
-    sat, nosat = engine_profiles(engine, installed) if engine in ("onnx", "onnxruntime-cpu") else (None, None)
     if engine in ("onnx", "onnxruntime-cpu"):
+        sat, nosat = engine_profiles(engine, installed)
         name = (sat if saturate is None or saturate else nosat).name
         return name, (rounding or "rup") if fmt == "e8m0fnu" else "rne"
     return engine, "rne"

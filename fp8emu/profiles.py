@@ -360,8 +360,8 @@ class Profile:
         if arr.dtype in (SOURCE_DTYPES[n] for n in _TABLE_SOURCES):
             return arr
         via = self.via64
-        if fmt is not None and not self.is_spec and self.rule(fmt, rounding).via64 is not None:
-            via = self.rule(fmt, rounding).via64
+        if fmt is not None and not self.is_spec:
+            via = self.rule(fmt, rounding).via64 or via
         if via is None:
             raise ValueError(f"profile {self.name!r} takes float32, float16 or bfloat16 inputs, got {arr.dtype}")
         if arr.dtype == SOURCE_DTYPES[via]:
@@ -626,10 +626,8 @@ def jax_cpu_e8m0(table, x, fmt, rule):
     """JAX 0.10.2 CPU E8M0 (as ml_dtypes 0.6): values in (2**-127, 1.5 * 2**-127) round up to 2**-126
     (code 1); from float64, positive values below 2**-127 give NaN 0xFF (from float32 they give 2**-127)."""
     e8m0_subnormal_round_up(table, x, fmt, rule)
-    with np.errstate(invalid="ignore"):
-        v = x.astype(np.float64)
     if x.dtype == np.float64:
-        table[(v > 0) & (v < 2.0 ** -127)] = 0xFF
+        table[(x > 0) & (x < 2.0 ** -127)] = 0xFF
 
 
 def _quiet_nan(dtype, neg):
