@@ -39,7 +39,7 @@ from .profiles import get_profile
 from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation
 from .tables import (
     CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table,
-    decode_take, encode_exact, encode_table, encoder_plan, lookup, source_name, table_ok,
+    decode_take, encode_exact, encode_table, encoder_plan, lookup, source_name, sticky16_ok, table_ok,
 )
 
 __all__ = ["encode", "decode", "quantize", "as_ml_dtypes"]
@@ -242,7 +242,7 @@ def _remember_fast(fmt, rounding, saturate, dt, table):
         return
     if dt.itemsize == 2:
         fn = lambda x: table.take(x.view(np.uint16))   # noqa: E731 - every pattern is an index
-    elif dt == np.float32 and fmt.mbits <= 5 and fmt.emin - fmt.mbits >= -131:
+    elif sticky16_ok(fmt, dt):
         # Bit 16 lies below the rounding bit of every float32 input, so it is itself only a
         # sticky bit: OR-ing "lower half non-zero" into it makes the upper half the whole index.
         half = table[: 1 << 16]
