@@ -36,7 +36,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
-__all__ = ["to_numpy", "narrow_codes", "unpack_nibbles", "ML_NARROW_DTYPES"]
+__all__ = ["to_numpy", "narrow_codes", "code_array", "unpack_nibbles", "ML_NARROW_DTYPES"]
 
 #: Every ml_dtypes type of 8 bits or fewer (FP8, FP6, FP4, E8M0), as NumPy dtypes.
 ML_NARROW_DTYPES = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
@@ -159,15 +159,62 @@ def to_numpy(x, *, what="x") -> np.ndarray:
     return arr
 
 
+def code_array(x, limit: int, what: str, *, held="") -> np.ndarray:
+    """Raw codes as uint8: unsigned integers whose values are all below ``limit``.
+
+    The one rule for codes handed in from outside (element codes, E8M0 and
+    UE4M3 scale codes, kernel buffers, golden files).  An array with a dtype
+    must have an unsigned integer one: a signed, float or bool array is a
+    TypeError (an int32 300, a -1 or a float 3.7 would otherwise wrap or
+    truncate to a different uint8 code).  Python ints, lists and tuples
+    carry no dtype and are read as integers; a negative one is a ValueError.
+    A value the format cannot hold is a ValueError naming it, its index and
+    the accepted range;
+    ``held`` says what the limit means.  A uint8 array is returned as it is.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> code_array(np.array([1, 2], np.uint16), 256, "codes").dtype.name
+    'uint8'
+    >>> code_array([0x38, 0x40], 256, "codes").tolist()
+    [56, 64]
+    >>> code_array(np.array([1, 2], np.int32), 256, "codes")
+    Traceback (most recent call last):
+    ...
+    TypeError: codes must be unsigned integers (uint8 codes, or Python ints), got an array of dtype int32
+    >>> code_array(np.array([0xB8], np.uint8), 0x80, "block_scale_codes", held="UE4M3: sign bit 0")
+    Traceback (most recent call last):
+    ...
+    ValueError: block_scale_codes out of range: must lie in 0..127 (0x0..0x7f; UE4M3: sign bit 0), got 184 (0xb8) at index 0
+    """
+    typed = hasattr(x, "dtype")
+    arr = to_numpy(x, what=what)
+    if arr.dtype.kind != "u" and (typed or arr.dtype.kind != "i"):
+        got = f"an array of dtype {arr.dtype}" if typed else f"values of type {arr.dtype}"
+        raise TypeError(f"{what} must be unsigned integers (uint8 codes, or Python ints), got {got}")
+    if arr.size:
+        bad = (arr >= limit) | (arr < 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad.reshape(-1))[0])
+            v = int(arr.reshape(-1)[i])
+            raise ValueError(f"{what} out of range: must lie in 0..{limit - 1} (0x0..{limit - 1:#x}"
+                             + (f"; {held}" if held else "") + f"), got {v}" + (f" ({v:#x})" if v >= 0 else "")
+                             + f" at index {i}")
+    return arr if arr.dtype == np.uint8 else arr.astype(np.uint8)
+
+
 def narrow_codes(arr, fmt, *, what="codes") -> np.ndarray:
-    """uint8 codes of ``fmt`` from an array of codes (integers) or an ml_dtypes narrow-float array.
+    """uint8 codes of ``fmt`` from codes (unsigned integers) or an ml_dtypes narrow-float array.
 
     Parameters
     ----------
     arr : array_like
-        Integer codes, or an ml_dtypes array whose type must be ``fmt``'s
-        (an ``float8_e5m2`` array passed as ``e4m3fn`` is an error, not a
-        reinterpretation of its bits).  Anything :func:`to_numpy` reads.
+        Codes under the rule of :func:`code_array` (an unsigned integer
+        array, or Python ints, each below ``2**fmt.bits``), or an ml_dtypes
+        array whose type must be ``fmt``'s (an ``float8_e5m2`` array passed
+        as ``e4m3fn`` is an error, not a reinterpretation of its bits).
+        Anything :func:`to_numpy` reads.
     fmt : Format
         Any object with ``name``, ``bits`` and ``ml_dtype`` attributes.
     what : str, keyword-only
@@ -196,13 +243,9 @@ def narrow_codes(arr, fmt, *, what="codes") -> np.ndarray:
                 "pass uint8 codes"
             raise ValueError(f"{what} of dtype {a.dtype.name} are not {fmt.name} codes; {hint}")
         return a.view(np.uint8)
-    if a.dtype.kind == "b" or a.dtype.kind not in "iu":
-        raise TypeError(f"{what} must hold {fmt.name} codes (unsigned integers) or an ml_dtypes "
-                        f"{fmt.name} array, got dtype {a.dtype}")
-    if a.dtype != np.uint8 or fmt.bits < 8:
-        if a.size and (int(a.min()) < 0 or int(a.max()) >= (1 << fmt.bits)):
-            raise ValueError(f"{what} out of range for the {fmt.bits}-bit format {fmt.name}: codes must lie "
-                             f"in 0..{(1 << fmt.bits) - 1} (0x0..0x{(1 << fmt.bits) - 1:X}), got "
-                             f"{int(a.min())}..{int(a.max())}")
-        a = a.astype(np.uint8)
-    return a
+    if a.dtype.kind not in "iu" or a.dtype.kind == "i" and hasattr(arr, "dtype"):
+        raise TypeError(f"{what} must hold {fmt.name} codes (unsigned integers, or Python ints) or an "
+                        f"ml_dtypes {fmt.name} array, got dtype {a.dtype}")
+    if a.dtype == np.uint8 and fmt.bits == 8:
+        return a
+    return code_array(a if hasattr(arr, "dtype") else arr, 1 << fmt.bits, what, held=f"{fmt.bits}-bit {fmt.name} codes")

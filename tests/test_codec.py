@@ -304,8 +304,12 @@ def test_decode_errors():
         fp8emu.decode([1], "e4m3fn", dtype=np.int32)
     with pytest.raises(TypeError, match="unsigned integers"):
         fp8emu.decode(np.array([1.0]), "e4m3fn")
-    with pytest.raises(ValueError, match="out of range"):
-        fp8emu.decode(np.array([16]), "e2m1fn")
+    with pytest.raises(ValueError, match=r"out of range: must lie in 0\.\.15"):
+        fp8emu.decode(np.array([16], np.uint16), "e2m1fn")
+    with pytest.raises(ValueError, match="out of range.*got -1 at index 1"):
+        fp8emu.decode([0, -1], "e4m3fn")                   # Python ints: read as integers, checked
+    with pytest.raises(TypeError, match="unsigned integers.*int64"):
+        fp8emu.decode(np.array([1]), "e4m3fn")             # a signed array is refused, not range-checked
     with pytest.raises(ValueError, match="not e5m2"):
         fp8emu.decode(np.zeros(2, ml_dtypes.float8_e4m3fn), "e5m2")
     with pytest.raises(ValueError, match="ml_dtypes has no type"):

@@ -285,8 +285,10 @@ def test_recorded_npz_tables_with_wrong_keys_or_shapes(tmp_path, capsys):
 
 def test_scaled_mm_case_operands_are_not_wrapped():
     from fp8emu.testing import scaled_mm_cases
-    a = np.full((2, 4), 300, np.int32)                         # 300 would wrap to uint8 44
+    a = np.full((2, 4), 300, np.uint16)                        # 300 would wrap to uint8 44
     with pytest.raises(ValueError, match="out of range"):
         scaled_mm_cases(operands=[(a, np.zeros((4, 2), np.uint8))], accumulators=["fp32"])
+    with pytest.raises(TypeError, match="unsigned integers"):  # a signed array: -1 would wrap to 255
+        scaled_mm_cases(operands=[(a.astype(np.int32), np.zeros((4, 2), np.uint8))], accumulators=["fp32"])
     with pytest.raises(TypeError):
         scaled_mm_cases(operands=[(a.astype(np.float32) + 0.5, np.zeros((4, 2), np.uint8))], accumulators=["fp32"])

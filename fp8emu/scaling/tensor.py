@@ -11,6 +11,7 @@ import numpy as np
 from .. import parallel
 from ..codec import _encode_into, decode, encode
 from ..formats import Format, get_format
+from ..interop import code_array
 from ..rounding import DETERMINISTIC_MODES, check_rounding
 from ..tables import DECODE_DTYPES, as_array
 
@@ -50,39 +51,6 @@ def as_f32(x, what="x") -> np.ndarray:
     # np.asarray with order="C", not np.ascontiguousarray: that one turns a 0-d array into 1-d,
     # which would slip past the recipes' "at least one dimension" checks with a changed shape
     return np.asarray(as_array(x, what), dtype=np.float32, order="C")
-
-
-def code_array(x, limit: int, what: str, *, held="") -> np.ndarray:
-    """Raw codes as uint8: an unsigned integer array whose values are all below ``limit``.
-
-    The one rule for codes handed in from outside (element codes, E8M0 and
-    UE4M3 scale codes, kernel buffers): a signed, float or bool array is a
-    TypeError (an int32 300 or a float 3.7 would otherwise wrap or truncate
-    to a different uint8 code) and a value the format cannot hold is a
-    ValueError naming it; ``held`` says what the limit means.  A uint8 array
-    is returned as it is.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> code_array(np.array([1, 2], np.uint16), 256, "codes").dtype.name
-    'uint8'
-    >>> code_array(np.array([0xB8], np.uint8), 0x80, "block_scale_codes", held="UE4M3: sign bit 0")
-    Traceback (most recent call last):
-    ...
-    ValueError: block_scale_codes must be below 128 (0x80; UE4M3: sign bit 0), got 184 (0xb8) at index 0
-    """
-    arr = np.asarray(x)
-    if arr.dtype.kind != "u":
-        raise TypeError(f"{what} must be an unsigned integer array (uint8 codes), got dtype {arr.dtype}")
-    if arr.size:
-        bad = arr >= limit
-        if bad.any():
-            i = int(np.flatnonzero(bad.reshape(-1))[0])
-            v = int(arr.reshape(-1)[i])
-            raise ValueError(f"{what} must be below {limit} ({limit:#x}" + (f"; {held}" if held else "")
-                             + f"), got {v} ({v:#x}) at index {i}")
-    return arr if arr.dtype == np.uint8 else arr.astype(np.uint8)
 
 
 def size_arg(value, what, *, minimum=0) -> int:

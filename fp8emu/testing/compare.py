@@ -155,7 +155,8 @@ def to_codes(actual, fmt, *, what="actual"):
     f = get_format(fmt)
     a = to_numpy(actual, what=what)
     if a.dtype in ML_NARROW_DTYPES or a.dtype.kind in "iu":
-        return narrow_codes(a, f, what=what), False
+        # the original, not ``a``: narrow_codes reads Python ints (no dtype) as codes, but a signed array as an error
+        return narrow_codes(actual, f, what=what), False
     if a.dtype in SOURCE_DTYPES.values():
         codes = encode(a, f)
         with np.errstate(invalid="ignore"):
