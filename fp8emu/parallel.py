@@ -13,10 +13,12 @@ single-thread path computes it, so results do not depend on the thread count.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["set_threads", "get_threads", "resolve_threads", "MIN_PARALLEL", "ENV_VAR"]
+__all__ = ["set_threads", "get_threads", "resolve_threads", "MIN_PARALLEL", "ENV_VAR",
+           "max_local_workers", "check_workers", "check_scheduler_address"]
 
 #: Environment variable read when no process-wide setting is made.
 ENV_VAR = "FP8EMU_THREADS"
@@ -44,6 +46,77 @@ def _check_count(n, what: str) -> int:
     if n < 1:
         raise ValueError(f"{what} must be >= 1, got {n}")
     return n
+
+
+def max_local_workers() -> int:
+    """The most worker processes a local Dask cluster may start here: four per core, at least 8.
+
+    Each worker is a Python process of its own (about 100 MB before any
+    data), so a count far above the cores only costs memory and start-up.
+
+    Examples
+    --------
+    >>> max_local_workers() >= 8
+    True
+    """
+    return max(8, 4 * _cores())
+
+
+def check_workers(n, what: str = "workers") -> int:
+    """``n`` as a local cluster's worker count: an int in ``1..max_local_workers()``.
+
+    Examples
+    --------
+    >>> check_workers(2)
+    2
+    >>> check_workers(10**6)                                  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: workers must be in 1..., got 1000000 (a local cluster starts one process per worker)
+    """
+    n = _check_count(n, what)
+    top = max_local_workers()
+    if n > top:
+        raise ValueError(f"{what} must be in 1..{top} (four per core here, at least 8), got {n} "
+                         f"(a local cluster starts one process per worker)")
+    return n
+
+
+#: Dask's network communication schemes (``distributed.comm``); ``inproc`` is left out: it only
+#: reaches a scheduler inside the same process, which no address given from outside can name.
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+_ADDRESS = re.compile(r"(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>[0-9]+))?")
+
+
+def check_scheduler_address(address, what: str = "scheduler") -> str:
+    """``address`` if it reads as a Dask scheduler address, ``[scheme://]host[:port]``; else ValueError.
+
+    The scheme must be one of :data:`SCHEDULER_SCHEMES`, the host a name or
+    an address (IPv6 in brackets) and the port, where given, 1..65535.  Only
+    the form is checked here; whether a scheduler answers is found when
+    connecting.
+
+    Examples
+    --------
+    >>> check_scheduler_address("tcp://127.0.0.1:8786")
+    'tcp://127.0.0.1:8786'
+    >>> check_scheduler_address("tcp://host:99999")
+    Traceback (most recent call last):
+    ...
+    ValueError: scheduler 'tcp://host:99999': port 99999 is not in 1..65535
+    """
+    if not isinstance(address, str):
+        raise TypeError(f"{what} must be a str such as 'tcp://host:8786', got {address!r}")
+    m = _ADDRESS.fullmatch(address.strip())
+    if m is None or not address.strip():
+        raise ValueError(f"{what} {address!r} is not a scheduler address: expected [scheme://]host[:port], "
+                         f"e.g. tcp://127.0.0.1:8786")
+    if m["scheme"] is not None and m["scheme"] not in SCHEDULER_SCHEMES:
+        raise ValueError(f"{what} {address!r}: unknown scheme {m['scheme']!r}; expected one of "
+                         f"{', '.join(SCHEDULER_SCHEMES)}")
+    if m["port"] is not None and not 1 <= int(m["port"]) <= 65535:
+        raise ValueError(f"{what} {address!r}: port {int(m['port'])} is not in 1..65535")
+    return address.strip()
 
 
 def _from_env() -> int | None:

@@ -17,9 +17,15 @@ def test_cluster_options_only_for_float32_rle_tables(tmp_path, capsys):
                  str(tmp_path / "t.rle"), "--workers", "2"]) == 2
     assert "float32" in capsys.readouterr().err
     assert main(["golden", "--format", "e4m3fn", "--out", str(tmp_path / "t.rle"), "--workers", "0"]) == 2
-    assert "argument --workers: expected a positive integer (>= 1), got 0" in capsys.readouterr().err
-    assert main(["conformance", "--workers", "0"]) == 2
-    assert "argument --workers: expected a positive integer (>= 1), got 0" in capsys.readouterr().err
+    assert "argument --workers: expected an integer in 1.." in capsys.readouterr().err
+    for command in ("conformance", "study", "attention-study"):
+        for bad in ("0", "-3", "1e9", str(10 ** 20)):
+            assert main([command, "--workers", bad]) == 2
+            err = capsys.readouterr().err
+            assert "argument --workers: expected an integer in 1.." in err and repr(bad) in err, err
+        for bad in ("foo://h:1", "tcp://h:0", "tcp://h:65536", "", "tcp://", "a b"):
+            assert main([command, "--scheduler", bad]) == 2
+            assert "argument --scheduler: address" in capsys.readouterr().err
 
 
 @pytest.mark.exhaustive

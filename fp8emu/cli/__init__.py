@@ -28,9 +28,11 @@ import importlib
 import os
 import sys
 
+from .. import parallel
 from ..version import __version__
 
-__all__ = ["main", "build_parser", "COMMANDS", "int_option", "positive_float"]
+__all__ = ["main", "build_parser", "COMMANDS", "int_option", "positive_float", "worker_count",
+           "scheduler_address"]
 
 #: command name -> (module in fp8emu.cli, one-line help), in --help order.
 COMMANDS = {
@@ -94,6 +96,36 @@ def positive_float(text):
     if not (v > 0 and v != float("inf")):
         raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text}")
     return v
+
+
+def worker_count(text):
+    """An argparse ``type`` for ``--workers``: an int in 1..:func:`fp8emu.parallel.max_local_workers`.
+
+    Examples
+    --------
+    >>> worker_count("4")
+    4
+    """
+    top = parallel.max_local_workers()
+    try:
+        return parallel.check_workers(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer in 1..{top} (four per core here, at least 8: "
+                                         f"a local cluster starts one process per worker), got {text!r}") from None
+
+
+def scheduler_address(text):
+    """An argparse ``type`` for ``--scheduler``: ``[scheme://]host[:port]`` (see :func:`fp8emu.parallel.check_scheduler_address`).
+
+    Examples
+    --------
+    >>> scheduler_address("tcp://127.0.0.1:8786")
+    'tcp://127.0.0.1:8786'
+    """
+    try:
+        return parallel.check_scheduler_address(text, what="address")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _version() -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..lab import attention as attention_lab
 from ..lab import study
+from . import scheduler_address, worker_count
 
 
 def _ints(text, what):
@@ -50,9 +51,9 @@ def register(sub, name, help_text):
     p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
     p.add_argument("--figure", metavar="PATH", help="write the four-panel figure (PNG)")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--workers", type=int, metavar="N",
+    group.add_argument("--workers", type=worker_count, metavar="N",
                        help="run the cases on a local Dask cluster of N processes (needs the [dask] extra)")
-    group.add_argument("--scheduler", metavar="ADDRESS", help="run on an existing dask.distributed scheduler")
+    group.add_argument("--scheduler", type=scheduler_address, metavar="ADDRESS", help="run on an existing dask.distributed scheduler")
     p.add_argument("--quiet", action="store_true", help="no progress lines and no table")
     p.set_defaults(func=run)
 
@@ -65,8 +66,6 @@ def run(args) -> int:
     distributions = _names(args.distributions, attention_lab.DISTRIBUTIONS, "--distributions")
     if args.queries < 1 or args.head_dim < 1:
         raise ValueError("--queries and --head-dim must be positive")
-    if args.workers is not None and args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
     for path in (args.csv, args.figure):
         if path and not Path(path).resolve().parent.is_dir():
             raise ValueError(f"the folder of {path} does not exist")

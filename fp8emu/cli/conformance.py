@@ -16,7 +16,7 @@ import zipfile
 from .. import conformance, engines, readers
 from .. import dask as fdask
 from ..lab.study import dask_client
-from . import int_option
+from . import scheduler_address, worker_count
 
 _F = r"(e4m3fn|e5m2|e4m3fnuz|e5m2fnuz|e8m0fnu)"
 _S = r"(f32|f16|bf16)"
@@ -47,10 +47,10 @@ def register(sub, name, help_text):
                         f"{', '.join(engines.ENGINES)})")
     p.add_argument("--quiet", action="store_true", help="no progress bar (--live)")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--workers", type=int_option(1), metavar="N",
+    group.add_argument("--workers", type=worker_count, metavar="N",
                        help="also re-check every float32 cast table by brute force (all 2^32 inputs encoded) "
                             "on a local Dask cluster of N processes")
-    group.add_argument("--scheduler", metavar="ADDRESS",
+    group.add_argument("--scheduler", type=scheduler_address, metavar="ADDRESS",
                        help="the same brute-force sweep on an existing dask.distributed scheduler")
     p.set_defaults(func=run)
 
@@ -154,8 +154,6 @@ def _run_live(args) -> int:
 
 def _sweep(args):
     """Brute-force re-check of the float32 cast tables on a Dask cluster (rows with a mismatch count)."""
-    if args.workers is not None and args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
     tables = [t for t in conformance.recorded_tables(args.folder) if t.kind == "cast" and t.src == "float32"]
     out = []
     print("\n| table (every float32 input encoded on the cluster) | profile | mismatches |\n|---|---|---|")

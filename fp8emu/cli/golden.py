@@ -15,7 +15,7 @@ from ..rounding import ROUNDING_MODES
 from .. import dask as fdask
 from ..lab.study import dask_client
 from ..testing import golden
-from . import int_option
+from . import int_option, scheduler_address, worker_count
 
 
 def register(sub, name, help_text):
@@ -45,9 +45,9 @@ def register(sub, name, help_text):
                         "also fp32, exact)")
     p.add_argument("--out", required=True, help="output file; its extension picks the type")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--workers", type=int_option(1), metavar="N",
+    group.add_argument("--workers", type=worker_count, metavar="N",
                        help=".rle float32 tables: encode all 2^32 inputs on a local Dask cluster of N processes")
-    group.add_argument("--scheduler", metavar="ADDRESS",
+    group.add_argument("--scheduler", type=scheduler_address, metavar="ADDRESS",
                        help=".rle float32 tables: encode all 2^32 inputs on an existing dask.distributed scheduler")
     p.set_defaults(func=run)
 
@@ -86,8 +86,6 @@ def run(args) -> int:
         if args.workers is not None or args.scheduler is not None:
             if args.source_dtype != "float32":
                 raise ValueError("--workers/--scheduler sweep float32 inputs; 16-bit tables need no cluster")
-            if args.workers is not None and args.workers < 1:
-                raise ValueError(f"--workers must be >= 1, got {args.workers}")
             with dask_client(workers=args.workers, scheduler=args.scheduler):
                 options["runs"] = fdask.float32_runs(args.format, profile=args.profile, rounding=args.rounding,
                                                      saturate=args.saturate)

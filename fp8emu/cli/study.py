@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..lab import study
 from ..recipes import DEFAULT_RECIPES, recipe_matrix
-from . import int_option, positive_float
+from . import positive_float, scheduler_address, worker_count
 
 #: Output folder of ``fp8emu study --demo`` when ``--out`` is not given.
 DEMO_OUT = "fp8emu-study-demo"
@@ -37,9 +37,9 @@ def register(sub, name, help_text):
                    help=f"process large tensors in chunks of about this many MiB of float32 "
                         f"(default {study.DEFAULT_CHUNK_MB})")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--workers", type=int_option(1), metavar="N",
+    group.add_argument("--workers", type=worker_count, metavar="N",
                        help="start a local Dask cluster of N worker processes (needs the [dask] extra)")
-    group.add_argument("--scheduler", metavar="ADDRESS",
+    group.add_argument("--scheduler", type=scheduler_address, metavar="ADDRESS",
                        help="run on an existing dask.distributed scheduler, e.g. tcp://host:8786")
     p.add_argument("--no-report", action="store_true", help="write results.csv only")
     p.add_argument("--list-recipes", action="store_true", help="list the recipes and exit")

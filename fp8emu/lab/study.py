@@ -50,7 +50,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from .. import metrics, readers
+from .. import metrics, parallel, readers
 from ..recipes import recipe_matrix, select_recipes, tensor_params, threshold
 from . import report as report_mod
 
@@ -104,10 +104,21 @@ def dask_client(workers=None, scheduler=None, *, timeout=10):
     workers without Dask's default ``MALLOC_TRIM_THRESHOLD_`` (see the
     study guide: workers with it run the study several times slower) and is closed
     on exit; ``timeout`` (seconds) bounds the connection to ``scheduler``.
+    ``workers`` is checked by :func:`fp8emu.parallel.check_workers` (1 to
+    four per core, at least 8) and ``scheduler`` by
+    :func:`fp8emu.parallel.check_scheduler_address`, both before
+    ``distributed`` is imported; giving both is a ValueError.
     """
     if workers is None and scheduler is None:
         yield None
         return
+    if workers is not None and scheduler is not None:
+        raise ValueError("give workers (a new local cluster) or scheduler (an existing one), not both")
+    # checked before distributed is imported: a bad count or address fails at once
+    if workers is not None:
+        workers = parallel.check_workers(workers)
+    if scheduler is not None:
+        scheduler = parallel.check_scheduler_address(scheduler)
     try:
         from distributed import Client, LocalCluster
     except ImportError as exc:
@@ -127,7 +138,7 @@ def dask_client(workers=None, scheduler=None, *, timeout=10):
     env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
     env.pop("MALLOC_TRIM_THRESHOLD_", None)
     with dask.config.set({"distributed.nanny.pre-spawn-environ": env}), \
-            LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, host="127.0.0.1",
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                          dashboard_address=None) as cluster, Client(cluster) as client:
         yield client
 
