@@ -308,3 +308,20 @@ def test_torch_calls_run_with_cpu_kernels():
     res = V.check_scaled_mm(V._torch_mm(torch, device="cpu"), shapes=((16, 16, 32),))
     # CPU kernels do not accumulate as Hopper does: only that every variant runs is checked here
     assert len(res) == 10 and all(r.status in ("ok", "mismatch") and r.inputs == 256 for r in res), V.markdown(res)
+
+
+def test_type_errors_are_one_error_line_unless_tracebacks_are_asked_for(monkeypatch, capsys):
+    """The library raises TypeError for a wrong kind of input; the CLI reports it like a ValueError
+    (one line, status 2), and FP8EMU_TRACEBACK=1 raises it with its traceback for debugging."""
+    import fp8emu.cli.table as table_cli
+
+    def wrong_kind(args):
+        raise TypeError("codes must be unsigned integers, got an array of dtype int64")
+    monkeypatch.setattr(table_cli, "run", wrong_kind)
+    monkeypatch.delenv("FP8EMU_TRACEBACK", raising=False)
+    assert main(["table", "e4m3fn"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fp8emu table: error: codes must be unsigned integers, got an array of dtype int64"]
+    monkeypatch.setenv("FP8EMU_TRACEBACK", "1")
+    with pytest.raises(TypeError, match="dtype int64"):
+        main(["table", "e4m3fn"])

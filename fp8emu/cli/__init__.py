@@ -4,8 +4,11 @@ One module per command in this package.  Each defines ``register(sub, name,
 help)``, which adds its parser, and ``run(args) -> int``.  Only the module
 of the command being run is imported, so ``fp8emu table e4m3fn`` loads
 neither matplotlib nor the GEMM code.  Bad input (``ValueError``,
-``OSError``) is one line ``fp8emu COMMAND: error: ...`` on stderr and exit
-status 2; an option argparse refuses (an unknown choice, a negative
+``TypeError``, ``OSError``: what the library raises for a wrong value, a
+wrong kind of value, or a file it cannot use) is one line
+``fp8emu COMMAND: error: ...`` on stderr and exit status 2; with the
+environment variable ``FP8EMU_TRACEBACK=1`` it is raised with its traceback
+instead.  An option argparse refuses (an unknown choice, a negative
 ``--seed``: see :func:`int_option`) is its usage line and one
 ``error: argument --NAME: ...`` line, also status 2; anything else is a bug
 and keeps its traceback.
@@ -184,7 +187,9 @@ def main(argv=None) -> int:
         # The reader (e.g. `| head`) stopped early: not an error of ours.
         sys.stdout = open(os.devnull, "w")
         return 0
-    except (ValueError, OSError) as exc:
+    except (ValueError, TypeError, OSError) as exc:
+        if os.environ.get("FP8EMU_TRACEBACK", "") not in ("", "0"):
+            raise
         print(f"fp8emu {command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
