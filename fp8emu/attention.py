@@ -677,6 +677,11 @@ def _validate(q, k, v, softmax_scale, causal, kv_len):
     q, k, v = _as_heads(q, "q"), _as_heads(k, "k"), _as_heads(v, "v")
     H, Nq, d = q.shape
     Hk, Nk, dk = k.shape
+    if H == 0 or Nq == 0 or d == 0 or v.shape[2] == 0:
+        # an empty query or head dim has nothing to attend with (an empty key/value set is allowed:
+        # it gives zeros, as the kernels' empty rows do)
+        raise ValueError(f"q needs at least one head, token and head-dim element, and v at least one "
+                         f"head-dim element; got q {q.shape}, v {v.shape}")
     if dk != d:
         raise ValueError(f"q and k must have the same head dim, got {d} and {dk}")
     if v.shape[:2] != (Hk, Nk):

@@ -286,6 +286,10 @@ def test_inputs_are_never_modified():
     (dict(reference="float32"), ValueError, "reference"),
     (dict(descales=(1.0, 1.0, 1.0)), ValueError, "scale_rule"),
     (dict(recipe=off_recipe("hopper")), ValueError, "8-bit operands"),
+    (dict(q=np.zeros((2, 0, 8))), ValueError, "at least one head, token"),       # no query tokens
+    (dict(q=np.zeros((0, 4, 8))), ValueError, "at least one head, token"),       # no query heads
+    (dict(q=np.zeros((2, 4, 0)), k=np.zeros((2, 10, 0))), ValueError, "head-dim"),
+    (dict(v=np.zeros((2, 10, 0))), ValueError, "head-dim"),
 ])
 def test_bad_arguments_raise_clear_errors(bad, exc, match):
     args = dict(q=np.zeros((2, 4, 8)), k=np.zeros((2, 10, 8)), v=np.zeros((2, 10, 8)), recipe="fa3-fp8")
