@@ -536,3 +536,25 @@ def test_scaled_tensor_validates_layout():
         fp8emu.ScaledTensor(codes=np.zeros(3), fmt="e4m3fn", scale=1.0, scale_inv=1.0)
     t = fp8emu.ScaledTensor(codes=np.full(3, 0x38, np.uint8), fmt="e4m3fn", scale=2.0, scale_inv=0.5)
     assert t.dequantize(np.float64).tolist() == [0.5, 0.5, 0.5]
+
+
+def test_mx_scale_powers_of_two_from_bits_cover_every_exponent():
+    """2**e for every E8M0 exponent (-127 is float32's subnormal 0x00400000) and floor(log2 a) for
+    every float32 binade, normal and subnormal, against math.ldexp / exact integer logs."""
+    import math
+    from fp8emu.scaling.mx import _floor_log2_f32, _pow2_f32
+    e = np.arange(-127, 128)
+    got = _pow2_f32(e)
+    assert got.dtype == np.float32
+    assert [float(g) for g in got] == [math.ldexp(1.0, int(k)) for k in e]
+    assert got[0].view(np.uint32) == 0x00400000
+    a = np.array([2.0 ** k for k in range(-149, 128)] + [3.0 * 2.0 ** -149, 1.5, 0.75, 2.0 ** 127 * 1.9999],
+                 np.float32)
+    want = [k for k in range(-149, 128)] + [-148, 0, -1, 127]
+    assert _floor_log2_f32(a).tolist() == want
+    # codes round trip: every scale code gives the powers of two it names
+    codes = np.arange(255, dtype=np.uint8).reshape(-1, 1)
+    from fp8emu.scaling.mx import mx_from_codes
+    t = mx_from_codes(np.zeros((255, 32), np.uint8), codes, "e4m3fn")
+    assert [float(v) for v in t.scale_inv.ravel()] == [math.ldexp(1.0, int(c) - 127) for c in codes.ravel()]
+    assert [float(v) for v in t.scale.ravel()] == [math.ldexp(1.0, 127 - int(c)) for c in codes.ravel()]

@@ -29,9 +29,26 @@ MX_ELEMENT_FORMATS = ("e4m3fn", "e5m2", "e2m3fn", "e3m2fn", "e2m1fn")
 
 
 def _floor_log2_f32(a: np.ndarray) -> np.ndarray:
-    """floor(log2 a) for positive finite float32 a (subnormals included), exactly."""
-    _, e = np.frexp(a.astype(np.float64))
-    return e.astype(np.int64) - 1
+    """floor(log2 a) for positive finite float32 a (subnormals included), exactly.
+
+    A normal float32's biased exponent field is floor(log2 a) + 127; only
+    subnormals (field 0) need their leading bit found.
+    """
+    a = np.asarray(a, np.float32)
+    field = (a.view(np.uint32) >> np.uint32(23)).astype(np.int32)
+    e = field - np.int32(127)
+    sub = field == 0
+    if sub.any():
+        _, fe = np.frexp(a[sub].astype(np.float64))
+        e[sub] = fe - 1
+    return e
+
+
+def _pow2_f32(e: np.ndarray) -> np.ndarray:
+    """2**e as float32 for integer e in [-127, 127] (2**-127 is float32's subnormal 0x00400000), from its bits."""
+    biased = (np.asarray(e, np.int32) + np.int32(127)).astype(np.uint32)
+    bits = np.where(biased > 0, biased << np.uint32(23), np.uint32(0x00400000))
+    return bits.view(np.float32)
 
 
 def _mx_exponent(amax: np.ndarray, fmt: Format, rule: str) -> np.ndarray:
@@ -164,10 +181,8 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
     e = _mx_exponent(np.where(pos, amax, F32(1)), fmt, scale_rule)
     e = np.clip(np.where(pos, e, -127), -127, 127)
     codes_scale = np.where(nonfinite, 255, e + 127).astype(np.uint8)
-    mult = np.where(nonfinite, F32(1), np.ldexp(F32(1), -e).astype(np.float32))
-    inv = np.where(nonfinite, F32(np.nan), np.ldexp(F32(1), e).astype(np.float32))
-    mult = mult.astype(np.float32)
-    inv = inv.astype(np.float32)
+    mult = np.where(nonfinite, F32(1), _pow2_f32(-e))
+    inv = np.where(nonfinite, F32(np.nan), _pow2_f32(e))
     options = {"rounding": rounding}
     if rng is not None:
         options["rng"] = rng
@@ -242,8 +257,9 @@ def mx_from_codes(codes, scale_codes, elem_format, *, axis=-1, block=32) -> Scal
                          f"for codes of shape {codes.shape} with blocks of {block} along axis {ax}")
     e = scale_codes.astype(np.int64) - 127
     nan = scale_codes == 255
-    inv = np.where(nan, F32(np.nan), np.ldexp(F32(1), np.where(nan, 0, e))).astype(np.float32)
-    mult = np.where(nan, F32(1), np.ldexp(F32(1), np.where(nan, 0, -e))).astype(np.float32)
+    e = np.where(nan, 0, e)
+    inv = np.where(nan, F32(np.nan), _pow2_f32(e))
+    mult = np.where(nan, F32(1), _pow2_f32(-e))
     return ScaledTensor(codes=codes.copy(), fmt=fmt, scale=mult, scale_inv=inv, block=blk, axis=ax,
                         shape=codes.shape, scale_codes=scale_codes.copy(), recipe="mx-codes")
 
