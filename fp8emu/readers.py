@@ -217,8 +217,9 @@ def npy_header(path) -> NpyHeader:
 def read_npy(path, *, mmap=True) -> np.ndarray:
     """A ``.npy`` file's array (memory-mapped read-only by default); never unpickles.
 
-    An empty array (no data bytes) is a plain in-memory array, never a mapping: NumPy before 2.2
-    maps a whole file, or fails, when asked to map zero bytes at an offset on a page boundary.
+    An empty array (no data bytes) is a plain in-memory array, never a mapping: NumPy releases
+    without the fix of numpy#27723 (merged late 2024) map a whole file, or fail, when asked to map
+    zero bytes at an offset on a page boundary.
 
     Examples
     --------
