@@ -881,7 +881,8 @@ def resolve_versioned(name: str, installed=None) -> Profile:
         version of the libraries it depends on (libraries not installed are
         not checked).  When none does, an :class:`UnprovenVersionWarning`
         names the installed versions and every variant's range, and the
-        variant agreeing on most libraries (the newest of equals) is used.
+        variant agreeing on most libraries is used: of equals the newest,
+        or the oldest when an installed version lies below a range.
 
     Examples
     --------

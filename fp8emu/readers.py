@@ -100,6 +100,8 @@ def _parse_json(raw: bytes, path, kind):
 def read_json(path, *, kind="JSON file", max_bytes=1 << 30):
     """Parse a JSON file: its object, or one ValueError naming the file.
 
+    A file larger than ``max_bytes`` (default 1 GiB) is refused before any of it is read.
+
     Examples
     --------
     >>> import os, tempfile
@@ -116,7 +118,8 @@ def read_json(path, *, kind="JSON file", max_bytes=1 << 30):
 
 
 def read_text(path, *, kind="text file", max_bytes=1 << 30) -> str:
-    """A UTF-8 text file's contents, or one ValueError naming the file (binary, NUL bytes, too large)."""
+    """A UTF-8 text file's contents, or one ValueError naming the file (binary, NUL bytes, or larger
+    than ``max_bytes``, default 1 GiB, which is refused before any of it is read)."""
     raw = _read_bytes(path, max_bytes, kind)
     if b"\0" in raw:
         raise _fail(path, f"not a {kind} (it holds NUL bytes)")
@@ -213,6 +216,10 @@ def npy_header(path) -> NpyHeader:
 
 def read_npy(path, *, mmap=True) -> np.ndarray:
     """A ``.npy`` file's array (memory-mapped read-only by default); never unpickles.
+
+    An empty array (no data bytes) is a plain in-memory array, never a mapping: NumPy releases
+    without the fix of numpy#27723 (merged late 2024) map a whole file, or fail, when asked to map
+    zero bytes at an offset on a page boundary.
 
     Examples
     --------
@@ -322,7 +329,11 @@ def read_npz(path, keys=None) -> dict:
     ------
     ValueError
         Not a zip archive, a bad CRC, a member that is not a plain ``.npy``
-        array, a header whose shape does not match its data, a missing key.
+        array, a header whose shape does not match its data, a missing key;
+        a member neither stored nor deflated, or one whose directory entry
+        claims more than its stored bytes can hold (stored: exactly its
+        compressed size; deflated: at most 1100 times it plus 1024 bytes,
+        above deflate's largest expansion of about 1032:1).
 
     Examples
     --------
@@ -444,11 +455,14 @@ def read_safetensors(path, entry: SafetensorsEntry, start=None, stop=None) -> np
     """Rows ``[start:stop]`` of the first axis of one checked entry (the whole tensor by default).
 
     ``start`` and ``stop`` are clamped to ``0..rows`` (a negative start reads from row 0, not from
-    the end as a Python slice would).
+    the end as a Python slice would), and a stop below the start reads no rows.  A 0-d tensor has
+    no rows: it is read whole, and a row range of it is a ValueError.
     """
     if entry.dtype is None:
         raise _fail(path, f"tensor {entry.name!r}: packed {entry.st_dtype} has no element-wise NumPy type")
     shape = entry.shape
+    if not shape and (start is not None or stop is not None):
+        raise _fail(path, f"tensor {entry.name!r} is 0-d: it has no rows (read it with start=None, stop=None)")
     per_row = math.prod(shape[1:]) if shape else 1
     rows = shape[0] if shape else 1
     lo = 0 if start is None else max(0, min(int(start), rows))

@@ -171,3 +171,86 @@ def test_demo_checkpoint_reproduces_byte_for_byte(tmp_path):
         os.umask(old)
     assert out.read_bytes() == (root / "fp8emu" / "data" / "demo" / "demo.safetensors").read_bytes()
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
+
+
+# ----------------------------------------------------------------------------- version boundaries
+@pytest.mark.parametrize("version, inside", [
+    ("1.2", True), ("1.2.0", True), ("1.2.0+local", True), ("1.2.post1", True), ("1.2.0.post1", True),
+    ("1.3.99", True), ("1.4.0rc1", True),             # a pre-release sorts below its release
+    ("1.1.9", False), ("1.2.0rc1", False), ("1.2.0.dev1", False), ("1.4", False), ("1.4.0", False),
+    ("1.4.1", False), ("1.10", False), ("2", False), ("0.99", False),
+])
+def test_version_range_boundaries(version, inside):
+    """[minimum, below): the minimum is in, the bound is out, parts compare as numbers (1.10 > 1.4)."""
+    assert VersionRange("x", "1.2", "1.4").contains(version) is inside
+    assert VersionRange("x", "1.2").contains(version) is (inside or version not in ("1.1.9", "1.2.0rc1",
+                                                                                      "1.2.0.dev1", "0.99"))
+
+
+def test_version_range_checks_and_text():
+    with pytest.raises(ValueError, match="below='1.0.0' must be above minimum='1.0'"):
+        VersionRange("x", "1.0", "1.0.0")                     # an empty range: below equals minimum
+    assert VersionRange("x", "1.0", "1.0.1").contains("1.0")  # the narrowest range holds its minimum
+    with pytest.raises(ValueError, match="every proven version must lie in the range"):
+        VersionRange("x", "1.0", None, ["1.0"])               # proven must be a tuple
+    with pytest.raises(ValueError, match="every proven version must lie in the range"):
+        VersionRange("x", "1.0", "2.0", ("0.9",))
+    for bad in (1.0, None, "v1.0", "", "latest"):
+        with pytest.raises(ValueError, match="not a release version"):
+            VersionRange("x", bad)
+    with pytest.raises(ValueError, match="not a release version: 'dev'"):
+        VersionRange("x", "1.0").contains("dev")
+    assert str(VersionRange("x", "1.0")) == "x >=1.0"
+    assert str(VersionRange("x", "1.0", "2")) == "x >=1.0,<2"
+    assert str(VersionRange("x", "1.0", "2", ("1.0", "1.5"))) == "x >=1.0,<2 (proven on 1.0, 1.5)"
+
+
+def test_built_in_ranges_hold_their_minimum_and_proven_versions_but_not_their_bound():
+    for name in fp8emu.profile_names():
+        for r in get_profile(name).versions:
+            assert r.contains(r.minimum) and all(r.contains(v) for v in r.proven), (name, str(r))
+            assert r.below is not None and not r.contains(r.below), (name, str(r))
+
+
+@pytest.mark.parametrize("installed, variant", [
+    ({"ml_dtypes": "0.5.4"}, "ml_dtypes-0.6"),                       # the minimum is in
+    ({"ml_dtypes": "0.6.99"}, "ml_dtypes-0.6"),
+    ({"ml_dtypes": "0.7"}, "ml_dtypes-0.7"),                         # the bound of 0.6 starts 0.7
+    ({"ml_dtypes": "0.7.9"}, "ml_dtypes-0.7"),
+    ({"ml_dtypes": None}, "ml_dtypes-0.6"),                          # not installed: nothing to contradict
+])
+def test_resolve_at_the_range_boundaries(installed, variant):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_versioned("ml_dtypes", installed).name == variant
+
+
+@pytest.mark.parametrize("name, installed, variant, have", [
+    ("ml_dtypes", {"ml_dtypes": "0.5.3"}, "ml_dtypes-0.6", "ml_dtypes 0.5.3"),     # just below the oldest
+    ("ml_dtypes", {"ml_dtypes": "0.8"}, "ml_dtypes-0.7", "ml_dtypes 0.8"),         # the newest's bound
+    # onnx below its range, ml_dtypes in 0.7's: the variant agreeing on one library wins
+    ("onnx", {"onnx": "1.20.0", "ml_dtypes": "0.7.0"}, "onnx-ml_dtypes-0.7", "ml_dtypes 0.7.0, onnx 1.20.0"),
+    ("onnx-nosat", {"onnx": "1.24", "ml_dtypes": "0.6.0"}, "onnx-nosat-ml_dtypes-0.6", "ml_dtypes 0.6.0, onnx 1.24"),
+    # nothing agrees; a version below a range prefers the older variant, above only the newer
+    ("onnx", {"onnx": "1.30.0", "ml_dtypes": "0.4.0"}, "onnx-ml_dtypes-0.6", "ml_dtypes 0.4.0, onnx 1.30.0"),
+    ("onnx", {"onnx": "1.30.0", "ml_dtypes": "0.9.0"}, "onnx-ml_dtypes-0.7", "ml_dtypes 0.9.0, onnx 1.30.0"),
+    # a library not installed is left out of the message and of the vote
+    ("onnx", {"onnx": None, "ml_dtypes": "0.9.0"}, "onnx-ml_dtypes-0.7", "ml_dtypes 0.9.0 lies"),
+    ("onnx", {"onnx": "1.0", "ml_dtypes": None}, "onnx-ml_dtypes-0.6", "onnx 1.0 lies"),
+])
+def test_resolve_outside_the_ranges_names_everything(name, installed, variant, have):
+    given = dict(installed)
+    with pytest.warns(UnprovenVersionWarning) as rec:
+        assert resolve_versioned(name, installed).name == variant
+    assert installed == given                                        # the mapping is not modified
+    (w,) = rec
+    msg = str(w.message)
+    assert f"profile {name!r}: the installed {have}" in msg and f"using {variant!r}" in msg
+    for v in versioned_names()[name]:
+        assert f"{v}: " + ", ".join(str(r) for r in get_profile(v).versions) in msg
+
+
+def test_resolve_without_a_mapping_reads_the_installed_versions():
+    for name in versioned_names():
+        assert resolve_versioned(name) is get_profile(name)
+        assert resolve_versioned(name, {"ml_dtypes": ml_dtypes.__version__, "onnx": None}) is get_profile(name)

@@ -232,3 +232,80 @@ def test_cli_profile_saturation(capsys):
     assert main(["encode", "1000", "--profile", "cuda-nosat", "--saturate"]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "use profile='cuda-satfinite'" in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- tables are read-only
+def test_every_profile_table_is_read_only():
+    """The tables are cached and shared: a caller writing into one would change every later encode."""
+    for name in fp8emu.profile_names():
+        prof = fp8emu.get_profile(name)
+        fmts = [fp8emu.get_format("e4m3fn")] if prof.is_spec else list(prof.rules)
+        for fmt in fmts:
+            for src in ("float16", "bfloat16"):
+                for mode in (["rne"] if prof.is_spec else prof.rules[fmt]):
+                    t = prof.encode_table(fmt, src, mode)
+                    assert not t.flags.writeable, (name, fmt.name, src, mode)
+            for dt in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64):
+                t = prof.decode_table(fmt, dt)
+                assert not t.flags.writeable, (name, fmt.name, dt)
+                with pytest.raises(ValueError, match="read-only"):
+                    t[0] = 0
+
+
+# ----------------------------------------------------------------------------- every argument check
+from fp8emu.profiles import Profile, Rule, VersionRange, get_profile, register_profile   # noqa: E402
+
+E4M3FN = fp8emu.get_format("e4m3fn")
+OK_RULES = {E4M3FN: {"rne": Rule("rne", False)}}
+
+
+@pytest.mark.parametrize("kw, exc, msg", [
+    ({"name": ""}, ValueError, "Profile.name must be a non-empty string"),
+    ({"name": 3}, ValueError, "Profile.name must be a non-empty string"),
+    ({"versions": ("ml_dtypes 0.7",)}, TypeError, "Profile.versions must be a tuple of VersionRange"),
+    ({"versions": [VersionRange("ml_dtypes", "0.7")]}, TypeError, "must be a tuple of VersionRange"),
+    ({"via64": "float16"}, ValueError, "Profile.via64 must be 'float32', 'float64' or None, got 'float16'"),
+    ({"rules": [(E4M3FN, {"rne": Rule("rne", False)})]}, TypeError, "Profile.rules must be a mapping"),
+    ({"rules": {"e4m3fn": {"rne": Rule("rne", False)}}}, TypeError, "keys must be Format objects"),
+    ({"rules": {E4M3FN: {}}}, TypeError, r"Profile.rules\[e4m3fn\] must be a non-empty mapping"),
+    ({"rules": {E4M3FN: Rule("rne", False)}}, TypeError, r"Profile.rules\[e4m3fn\] must be a non-empty mapping"),
+    ({"rules": {E4M3FN: {"stochastic": Rule("rne", False)}}}, ValueError, "deterministic rounding mode"),
+    ({"rules": {E4M3FN: {"rne": "rne"}}}, ValueError, r"\['rne'\] must map a deterministic rounding mode .* to a Rule"),
+    ({"rules": {E4M3FN: {"rne": Rule("stochastic", False)}}}, ValueError, "Rule.rounding must be one of"),
+    ({"rules": {E4M3FN: {"rne": Rule("rne", False, via64="float16")}}}, ValueError,
+     "Rule.via64 must be 'float32', 'float64' or None, got 'float16'"),
+])
+def test_profile_argument_checks(kw, exc, msg):
+    args = {"name": "p", "description": "d", "rules": OK_RULES, **kw}
+    with pytest.raises(exc, match=msg):
+        Profile(**args)
+
+
+def test_profile_accepts_what_the_checks_allow():
+    r = VersionRange("ml_dtypes", "0.7")
+    for via in (None, "float32", "float64"):
+        p = Profile("p", "d", {E4M3FN: {"rne": Rule("rne", False, via64=via)}}, via64=via, versions=(r,))
+        assert p.versions == (r,) and p.via64 == via and not p.is_spec
+    assert Profile("p", "d", None, versions=()).is_spec
+
+
+def test_profile_lookup_errors():
+    with pytest.raises(ValueError, match="'ocp' is the exact encode: it has no fixed rules"):
+        get_profile("ocp").rule(E4M3FN, "rne")
+    with pytest.raises(TypeError, match="profile must be a name or a Profile, got int"):
+        get_profile(3)
+    with pytest.raises(ValueError, match="unknown profile 'nvidia'; valid profiles: ocp, ml_dtypes, torch-cuda"):
+        get_profile("nvidia")
+    # a profile without an intermediate type takes only the types its tables cover
+    p = Profile("p", "d", OK_RULES, via64=None)
+    with pytest.raises(ValueError, match="'p' takes float32, float16 or bfloat16 inputs, got float64"):
+        fp8emu.encode(np.float64([1.0]), "e4m3fn", profile=p)
+    assert fp8emu.encode(np.float32([1.0]), "e4m3fn", profile=p).tolist() == [0x38]
+
+
+@pytest.mark.parametrize("name", ["ml_dtypes", "onnx", "onnx-nosat", "ocp", "torch-cuda", "ml_dtypes-0.7"])
+def test_built_in_and_plain_library_names_cannot_be_registered(name):
+    for replace in (False, True):
+        with pytest.raises(ValueError, match=f"a profile named '{name}' is already registered"):
+            register_profile(Profile(name, "user", OK_RULES), replace=replace)
+    assert get_profile(name).description != "user"

@@ -75,8 +75,17 @@ GROUPS = {
                _CODEC + "test_bad_inputs", _CODEC + "test_input_not_modified_and_shapes",
                _CODEC + "test_array_protocol_and_quantize_dtypes", _CODEC + "test_decode_errors",
                _CODEC + "test_via_float32_reproduces_ml_dtypes_double_rounding", _CODEC + "test_random_f32_vs_ml_dtypes"]),
-    "profiles": (["fp8emu/profiles.py"], ["tests/test_profiles.py", "tests/test_mutation_kills.py",
-                                          "tests/test_engines.py"]),
+    "profiles": (["fp8emu/profiles.py"],
+                 ["tests/test_profiles.py", "tests/test_mutation_kills.py", "tests/test_engines.py",
+                  # the whole file but its demo-checkpoint rebuild (8 s, no profile in it)
+                  "tests/test_library_versions.py",
+                  "--deselect=tests/test_library_versions.py::test_demo_checkpoint_reproduces_byte_for_byte",
+                  "tests/test_docs.py::test_docstring_examples[fp8emu.profiles]",
+                  *("tests/test_architecture.py::" + t for t in (
+                      "test_user_profile_named_like_a_builtin_uses_its_own_rules",
+                      "test_user_profile_fix_and_decode_fix_are_called", "test_lookalike_format_is_not_the_builtin",
+                      "test_profile_rejects_malformed_rules")),
+                  "tests/test_cli.py::test_formats_and_profiles_listings"]),
     "scaling": (["fp8emu/scaling/tensor.py", "fp8emu/scaling/current.py", "fp8emu/scaling/delayed.py",
                  "fp8emu/scaling/mx.py", "fp8emu/scaling/nvfp4.py", "fp8emu/scaling/hadamard.py"],
                 ["tests/test_scaling.py", "tests/test_mutation_kills.py", "tests/test_reliability.py",
@@ -91,7 +100,11 @@ GROUPS = {
               "tests/test_properties.py::test_scaled_mm_exact_equals_a_rational_sum"]),
     "readers": (["fp8emu/readers.py"],
                 ["tests/test_readers.py", "tests/test_hostile_files.py", "tests/test_fuzz_readers.py",
-                 "tests/test_roundtrip_metadata.py::test_golden_save_load_keeps_every_field"]),
+                 "tests/test_roundtrip_metadata.py::test_golden_save_load_keeps_every_field",
+                 "tests/test_docs.py::test_docstring_examples[fp8emu.readers]",
+                 *("tests/test_study.py::" + t for t in (
+                     "test_safetensors_reader_returns_exact_values_and_dtypes", "test_npz_and_npy_folder_readers",
+                     "test_bad_inputs_are_clear_errors", "test_safetensors_read_without_the_safetensors_package"))]),
 }
 
 _BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
