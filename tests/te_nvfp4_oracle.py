@@ -100,11 +100,22 @@ def _tree(err):
     return t[:, 0]
 
 
+def _encode_scale(a, gmax):
+    """TE's per-tensor encode scale of amax ``a`` (the kernels' convention at 0 and on underflow)."""
+    s_enc = np.minimum((gmax * F(6)) / a, FLT_MAX)
+    return np.where((a == 0) | (s_enc == 0), F(1), s_enc).astype(np.float32)
+
+
 def quantize(x, *, tile_2d=False, row_scaled=False, use_4over6=False, e4m3_max=448,
-             err_mode="MAE", fast_math=False):
+             err_mode="MAE", fast_math=False, scale_override=1.0):
     """NVFP4 of a 2-D array along its rows (float32 or bfloat16 values).
 
-    Returns (codes (M, N) uint8, scale codes (rows of blocks, N/16) uint8, amax).
+    ``scale_override`` (Quartet II): the per-tensor scale of the elements and of the 4over6
+    errors comes from ``amax * scale_override`` (one float32 product); the block scales from
+    the amax itself.
+
+    Returns (codes (M, N) uint8, scale codes (rows of blocks, N/16) uint8, amax) -- with an
+    override, the amax returned is ``amax * scale_override``.
     """
     with np.errstate(all="ignore"):
         xv = x.astype(np.float32)
@@ -128,9 +139,12 @@ def quantize(x, *, tile_2d=False, row_scaled=False, use_4over6=False, e4m3_max=4
             amax = np.abs(xv).max()
             a = amax
         gmax = F(e4m3_max if use_4over6 else 448)
-        s_enc = np.minimum((gmax * F(6)) / a, FLT_MAX)
-        s_enc = np.where((a == 0) | (s_enc == 0), F(1), s_enc).astype(np.float32)   # kernel convention
-        s_dec = F(1) / s_enc
+        s_enc = _encode_scale(a, gmax)                      # block scales
+        if scale_override != 1:
+            a = a * F(scale_override)
+            amax = amax * F(scale_override)
+        s_enc_el = _encode_scale(a, gmax)                   # elements and errors
+        s_dec = F(1) / s_enc_el
 
         def candidate(dec):
             codes, d = e4m3(dec)
@@ -147,7 +161,7 @@ def quantize(x, *, tile_2d=False, row_scaled=False, use_4over6=False, e4m3_max=4
             q6, c6, d6 = candidate(base)
             q4, c4, d4 = candidate(base * F(1.5))
             denom = F(6) * gmax
-            errs = [_err(E2M1_VALUES[qq], dd, blocks, a, denom, s_enc, err_mode, fast_math, cc)
+            errs = [_err(E2M1_VALUES[qq], dd, blocks, a, denom, s_enc_el, err_mode, fast_math, cc)
                     for qq, cc, dd in ((q4, c4, d4), (q6, c6, d6))]
             if tile_2d:
                 errs = [np.repeat(_tree(e), 16, axis=0) for e in errs]

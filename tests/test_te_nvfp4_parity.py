@@ -77,11 +77,11 @@ def te_skips(cfg, dtype, m, n, tile_2d, row_scaled, transpose):
     return row_scaled and tile_2d
 
 
-def compare(x, cfg, tile_2d, row_scaled, transpose, rht=False, sign_mask=True, rowwise=True):
+def compare(x, cfg, tile_2d, row_scaled, transpose, rht=False, sign_mask=True, rowwise=True, scale_override=1.0):
     """(elements compared, differing bytes) of fp8emu against the oracle, both directions."""
     q = NVFP4Quantizer(with_2d_quantization=tile_2d, row_scaled_nvfp4=row_scaled, nvfp4_use_4over6=cfg.use,
                        nvfp4_e4m3_max=cfg.e4m3_max if cfg.use else 448, nvfp4_4over6_err_mode=cfg.mode,
-                       nvfp4_4over6_err_use_fast_math=cfg.fast, with_rht=False)
+                       nvfp4_4over6_err_use_fast_math=cfg.fast, with_rht=False, scale_override=scale_override)
     compared = differing = 0
     directions = ([(-1, x)] if rowwise else []) + ([(0, x.T)] if transpose else [])
     for axis, xo in directions:
@@ -91,7 +91,8 @@ def compare(x, cfg, tile_2d, row_scaled, transpose, rht=False, sign_mask=True, r
         src = oracle.rht(np.ascontiguousarray(xo).astype(np.float32), x.dtype, sign_mask) if col_rht \
             else np.ascontiguousarray(xo)
         codes, scodes, amax = oracle.quantize(src, tile_2d=tile_2d, row_scaled=row_scaled, use_4over6=cfg.use,
-                                              e4m3_max=cfg.e4m3_max, err_mode=cfg.mode, fast_math=cfg.fast)
+                                              e4m3_max=cfg.e4m3_max, err_mode=cfg.mode, fast_math=cfg.fast,
+                                              scale_override=scale_override)
         got_codes = t.codes if axis == -1 else t.codes.T
         got_scales = t.block_scale_codes if axis == -1 else t.block_scale_codes.T
         got_amax = np.asarray(t.global_amax, np.float32).reshape(-1)
