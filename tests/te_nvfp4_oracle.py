@@ -171,3 +171,37 @@ def quantize(x, *, tile_2d=False, row_scaled=False, use_4over6=False, e4m3_max=4
     q = q.reshape(mp, npad)[:m, :n]
     codes = codes[:m:ty] if tile_2d else codes[:m]
     return q, codes, amax
+
+
+def qgemm(qx, sx, amax_x, e4m3_max_x, qw, sw, amax_w, e4m3_max_w, out_dtype, out=None):
+    """TE's reference NVFP4 GEMM ``y = x @ w.T`` (``NVFP4QuantizerRef.qgemm``), from its facts.
+
+    ``qx`` (M, K) / ``qw`` (N, K): E2M1 codes, one per byte, blocks of 16 along K; ``sx`` (M, K/16) /
+    ``sw`` (N, K/16): E4M3 scale codes; ``amax_x``: a scalar or one per row of x (row-scaled).
+    Facts (TE d0067d0, ``reference_nvfp4.py``; its test runs it on a GPU):
+
+    * E2M1 codes become their values (exact in the output dtype and in float32);
+    * for each 16-wide K block in order, a float32 matmul of the block (exact: E2M1 products are
+      multiples of 1/4 below 36, 16 of them stay below 2**10) is multiplied by the outer product of
+      the two blocks' E4M3 scales (exact) and added to a float32 total starting at 0;
+    * ``alpha = fl32(amax_x * amax_w) / (6 * 6 * E_x * E_w)``: PyTorch on CUDA divides by a Python
+      float as a product with its float32 reciprocal;
+    * ``y = fl32(alpha * y)``, then ``fl32(y + out)`` when accumulating, then one cast to the
+      output dtype (round to nearest even).
+    """
+    xv, wv = E2M1_VALUES[qx], E2M1_VALUES[qw]
+    m, k = xv.shape
+    n = wv.shape[0]
+    sxv = sx.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    swv = sw.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    y = np.zeros((m, n), np.float32)
+    with np.errstate(all="ignore"):
+        for b in range(k // 16):
+            part = xv[:, 16 * b:16 * b + 16] @ wv[:, 16 * b:16 * b + 16].T
+            y = y + np.outer(sxv[:, b], swv[:, b]) * part
+        factor = F(6.0 * 6.0 * e4m3_max_x * e4m3_max_w)
+        pa = np.asarray(amax_x, np.float32).reshape(-1, 1) * np.asarray(amax_w, np.float32).reshape(1, -1)
+        y = (pa * (F(1) / factor)) * y
+        if out is not None:
+            y = y + out.astype(np.float32)
+    return y.astype(out_dtype)
