@@ -173,7 +173,7 @@ def quantize(x, *, tile_2d=False, row_scaled=False, use_4over6=False, e4m3_max=4
     return q, codes, amax
 
 
-def qgemm(qx, sx, amax_x, e4m3_max_x, qw, sw, amax_w, e4m3_max_w, out_dtype, out=None):
+def qgemm(qx, sx, amax_x, e4m3_max_x, qw, sw, amax_w, e4m3_max_w, out_dtype, out=None, alpha_rule="gpu"):
     """TE's reference NVFP4 GEMM ``y = x @ w.T`` (``NVFP4QuantizerRef.qgemm``), from its facts.
 
     ``qx`` (M, K) / ``qw`` (N, K): E2M1 codes, one per byte, blocks of 16 along K; ``sx`` (M, K/16) /
@@ -185,7 +185,8 @@ def qgemm(qx, sx, amax_x, e4m3_max_x, qw, sw, amax_w, e4m3_max_w, out_dtype, out
       multiples of 1/4 below 36, 16 of them stay below 2**10) is multiplied by the outer product of
       the two blocks' E4M3 scales (exact) and added to a float32 total starting at 0;
     * ``alpha = fl32(amax_x * amax_w) / (6 * 6 * E_x * E_w)``: PyTorch on CUDA divides by a Python
-      float as a product with its float32 reciprocal;
+      float as a product with its float32 reciprocal (``alpha_rule="gpu"``), on the CPU it divides
+      (``"cpu"``);
     * ``y = fl32(alpha * y)``, then ``fl32(y + out)`` when accumulating, then one cast to the
       output dtype (round to nearest even).
     """
@@ -201,7 +202,8 @@ def qgemm(qx, sx, amax_x, e4m3_max_x, qw, sw, amax_w, e4m3_max_w, out_dtype, out
             y = y + np.outer(sxv[:, b], swv[:, b]) * part
         factor = F(6.0 * 6.0 * e4m3_max_x * e4m3_max_w)
         pa = np.asarray(amax_x, np.float32).reshape(-1, 1) * np.asarray(amax_w, np.float32).reshape(1, -1)
-        y = (pa * (F(1) / factor)) * y
+        alpha = pa * (F(1) / factor) if alpha_rule == "gpu" else pa / factor
+        y = alpha * y
         if out is not None:
             y = y + out.astype(np.float32)
     return y.astype(out_dtype)

@@ -57,9 +57,18 @@ global amax (one per tensor, or one per row with ``row_scaled_nvfp4``) and
    unpacked from the PyTorch CUDA generator's Philox state by
    ``pytorch/csrc/quantizer.cpp``, subsequence = the thread's linear index in
    ``quantize_transpose_nvfp4.cuh``) and hand it to the PTX instruction
-   ``cvt.rs.satfinite.e2m1x4.f32``; which bits of the word each element uses,
-   and which thread quantizes which element, are not published as a
-   reference, so they are not modelled here.  fp8emu's stochastic rounding
+   ``cvt.rs.satfinite.e2m1x4.f32 d, {a, b, e, f}, rbits``.  What is published
+   about that instruction (PTX ISA 8.7+, its syntax; LLVM's NVPTX usage guide,
+   its ``.rs`` mode) is that one 32-bit ``rbits`` operand serves all four inputs
+   and that each result is rounded towards or away from zero by the carry out
+   of an integer addition of random bits to the input's mantissa.  Which bits
+   of ``rbits`` go to which of ``a, b, e, f``, how many each uses, and which
+   thread quantizes which element, are not published (checked again against
+   those documents for TE commit :data:`TE_COMMIT`); ``cvt.rs`` runs only on
+   ``sm_100a``/``sm_103a``, so it was not measured either.  TE's own test
+   (``test_nvfp4_sr_quantize.py``) is statistical and is replayed as such
+   (``tests/test_te_nvfp4_sr.py``).  So TE's draw is not modelled here; the
+   carry rule is.  fp8emu's stochastic rounding
    adds ``k`` random bits to the top ``k`` discarded bits of ``|fl32(x * enc)|``
    (:func:`fp8emu.encode`, ``rounding="stochastic"``); supply the same bits as
    ``random_bits`` (one unsigned integer per element, shape of ``x``) to
