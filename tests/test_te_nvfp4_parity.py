@@ -317,6 +317,12 @@ def table(shapes=SMALL + LARGE[:2], rht_shapes=RHT_SMALL + RHT_LARGE[:2]):
             "quantize_nvfp4_te(x, NVFP4Quantizer(with_rht=True), axis=0)",
             compare(randn((m, n), BF16, 0), CONFIGS[0], False, False, transpose=mode != "rowwise_only",
                     rht=True, sign_mask=sign_mask, rowwise=mode != "columnwise_only"))
+    # Quartet II's scale_override (not a TE option), as tests/test_te_nvfp4_scale_override.py replays it
+    for so in (0.93, (17 / 16) * 0.93, 1.25):
+        for m, n, dtype, tile_2d, row_scaled, cfg, transpose in quantize_cases([(128, 128), (256, 272), (304, 304)]):
+            add("scale_override (Quartet II) 0.93, (17/16)*0.93, 1.25, every option above",
+                "NVFP4Quantizer(scale_override=0.93, ...)",
+                compare(randn((m, n), dtype, 1), cfg, tile_2d, row_scaled, transpose, scale_override=so))
     return rows
 
 
