@@ -100,11 +100,22 @@ def _tree(err):
     return t[:, 0]
 
 
+def _encode_scale(a, gmax):
+    """TE's per-tensor encode scale of amax ``a`` (the kernels' convention at 0 and on underflow)."""
+    s_enc = np.minimum((gmax * F(6)) / a, FLT_MAX)
+    return np.where((a == 0) | (s_enc == 0), F(1), s_enc).astype(np.float32)
+
+
 def quantize(x, *, tile_2d=False, row_scaled=False, use_4over6=False, e4m3_max=448,
-             err_mode="MAE", fast_math=False):
+             err_mode="MAE", fast_math=False, scale_override=1.0):
     """NVFP4 of a 2-D array along its rows (float32 or bfloat16 values).
 
-    Returns (codes (M, N) uint8, scale codes (rows of blocks, N/16) uint8, amax).
+    ``scale_override`` (Quartet II): the per-tensor scale of the elements and of the 4over6
+    errors comes from ``amax * scale_override`` (one float32 product); the block scales from
+    the amax itself.
+
+    Returns (codes (M, N) uint8, scale codes (rows of blocks, N/16) uint8, amax) -- with an
+    override, the amax returned is ``amax * scale_override``.
     """
     with np.errstate(all="ignore"):
         xv = x.astype(np.float32)
@@ -128,9 +139,12 @@ def quantize(x, *, tile_2d=False, row_scaled=False, use_4over6=False, e4m3_max=4
             amax = np.abs(xv).max()
             a = amax
         gmax = F(e4m3_max if use_4over6 else 448)
-        s_enc = np.minimum((gmax * F(6)) / a, FLT_MAX)
-        s_enc = np.where((a == 0) | (s_enc == 0), F(1), s_enc).astype(np.float32)   # kernel convention
-        s_dec = F(1) / s_enc
+        s_enc = _encode_scale(a, gmax)                      # block scales
+        if scale_override != 1:
+            a = a * F(scale_override)
+            amax = amax * F(scale_override)
+        s_enc_el = _encode_scale(a, gmax)                   # elements and errors
+        s_dec = F(1) / s_enc_el
 
         def candidate(dec):
             codes, d = e4m3(dec)
@@ -147,7 +161,7 @@ def quantize(x, *, tile_2d=False, row_scaled=False, use_4over6=False, e4m3_max=4
             q6, c6, d6 = candidate(base)
             q4, c4, d4 = candidate(base * F(1.5))
             denom = F(6) * gmax
-            errs = [_err(E2M1_VALUES[qq], dd, blocks, a, denom, s_enc, err_mode, fast_math, cc)
+            errs = [_err(E2M1_VALUES[qq], dd, blocks, a, denom, s_enc_el, err_mode, fast_math, cc)
                     for qq, cc, dd in ((q4, c4, d4), (q6, c6, d6))]
             if tile_2d:
                 errs = [np.repeat(_tree(e), 16, axis=0) for e in errs]
@@ -157,3 +171,39 @@ def quantize(x, *, tile_2d=False, row_scaled=False, use_4over6=False, e4m3_max=4
     q = q.reshape(mp, npad)[:m, :n]
     codes = codes[:m:ty] if tile_2d else codes[:m]
     return q, codes, amax
+
+
+def qgemm(qx, sx, amax_x, e4m3_max_x, qw, sw, amax_w, e4m3_max_w, out_dtype, out=None, alpha_rule="gpu"):
+    """TE's reference NVFP4 GEMM ``y = x @ w.T`` (``NVFP4QuantizerRef.qgemm``), from its facts.
+
+    ``qx`` (M, K) / ``qw`` (N, K): E2M1 codes, one per byte, blocks of 16 along K; ``sx`` (M, K/16) /
+    ``sw`` (N, K/16): E4M3 scale codes; ``amax_x``: a scalar or one per row of x (row-scaled).
+    Facts (TE d0067d0, ``reference_nvfp4.py``; its test runs it on a GPU):
+
+    * E2M1 codes become their values (exact in the output dtype and in float32);
+    * for each 16-wide K block in order, a float32 matmul of the block (exact: E2M1 products are
+      multiples of 1/4 below 36, 16 of them stay below 2**10) is multiplied by the outer product of
+      the two blocks' E4M3 scales (exact) and added to a float32 total starting at 0;
+    * ``alpha = fl32(amax_x * amax_w) / (6 * 6 * E_x * E_w)``: PyTorch on CUDA divides by a Python
+      float as a product with its float32 reciprocal (``alpha_rule="gpu"``), on the CPU it divides
+      (``"cpu"``);
+    * ``y = fl32(alpha * y)``, then ``fl32(y + out)`` when accumulating, then one cast to the
+      output dtype (round to nearest even).
+    """
+    xv, wv = E2M1_VALUES[qx], E2M1_VALUES[qw]
+    m, k = xv.shape
+    n = wv.shape[0]
+    sxv = sx.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    swv = sw.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    y = np.zeros((m, n), np.float32)
+    with np.errstate(all="ignore"):
+        for b in range(k // 16):
+            part = xv[:, 16 * b:16 * b + 16] @ wv[:, 16 * b:16 * b + 16].T
+            y = y + np.outer(sxv[:, b], swv[:, b]) * part
+        factor = F(6.0 * 6.0 * e4m3_max_x * e4m3_max_w)
+        pa = np.asarray(amax_x, np.float32).reshape(-1, 1) * np.asarray(amax_w, np.float32).reshape(1, -1)
+        alpha = pa * (F(1) / factor) if alpha_rule == "gpu" else pa / factor
+        y = alpha * y
+        if out is not None:
+            y = y + out.astype(np.float32)
+    return y.astype(out_dtype)

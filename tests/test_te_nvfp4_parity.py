@@ -77,11 +77,11 @@ def te_skips(cfg, dtype, m, n, tile_2d, row_scaled, transpose):
     return row_scaled and tile_2d
 
 
-def compare(x, cfg, tile_2d, row_scaled, transpose, rht=False, sign_mask=True, rowwise=True):
+def compare(x, cfg, tile_2d, row_scaled, transpose, rht=False, sign_mask=True, rowwise=True, scale_override=1.0):
     """(elements compared, differing bytes) of fp8emu against the oracle, both directions."""
     q = NVFP4Quantizer(with_2d_quantization=tile_2d, row_scaled_nvfp4=row_scaled, nvfp4_use_4over6=cfg.use,
                        nvfp4_e4m3_max=cfg.e4m3_max if cfg.use else 448, nvfp4_4over6_err_mode=cfg.mode,
-                       nvfp4_4over6_err_use_fast_math=cfg.fast, with_rht=False)
+                       nvfp4_4over6_err_use_fast_math=cfg.fast, with_rht=False, scale_override=scale_override)
     compared = differing = 0
     directions = ([(-1, x)] if rowwise else []) + ([(0, x.T)] if transpose else [])
     for axis, xo in directions:
@@ -91,7 +91,8 @@ def compare(x, cfg, tile_2d, row_scaled, transpose, rht=False, sign_mask=True, r
         src = oracle.rht(np.ascontiguousarray(xo).astype(np.float32), x.dtype, sign_mask) if col_rht \
             else np.ascontiguousarray(xo)
         codes, scodes, amax = oracle.quantize(src, tile_2d=tile_2d, row_scaled=row_scaled, use_4over6=cfg.use,
-                                              e4m3_max=cfg.e4m3_max, err_mode=cfg.mode, fast_math=cfg.fast)
+                                              e4m3_max=cfg.e4m3_max, err_mode=cfg.mode, fast_math=cfg.fast,
+                                              scale_override=scale_override)
         got_codes = t.codes if axis == -1 else t.codes.T
         got_scales = t.block_scale_codes if axis == -1 else t.block_scale_codes.T
         got_amax = np.asarray(t.global_amax, np.float32).reshape(-1)
@@ -316,6 +317,12 @@ def table(shapes=SMALL + LARGE[:2], rht_shapes=RHT_SMALL + RHT_LARGE[:2]):
             "quantize_nvfp4_te(x, NVFP4Quantizer(with_rht=True), axis=0)",
             compare(randn((m, n), BF16, 0), CONFIGS[0], False, False, transpose=mode != "rowwise_only",
                     rht=True, sign_mask=sign_mask, rowwise=mode != "columnwise_only"))
+    # Quartet II's scale_override (not a TE option), as tests/test_te_nvfp4_scale_override.py replays it
+    for so in (0.93, (17 / 16) * 0.93, 1.25):
+        for m, n, dtype, tile_2d, row_scaled, cfg, transpose in quantize_cases([(128, 128), (256, 272), (304, 304)]):
+            add("scale_override (Quartet II) 0.93, (17/16)*0.93, 1.25, every option above",
+                "NVFP4Quantizer(scale_override=0.93, ...)",
+                compare(randn((m, n), dtype, 1), cfg, tile_2d, row_scaled, transpose, scale_override=so))
     return rows
 
 

@@ -8,8 +8,9 @@ operands' blocks along K: 32 for MX, 16 for NVFP4), as cuBLASLt's
 ``cuda.tile.mma_scaled`` document it.  ``alpha`` is 1 for MX; for NVFP4 it carries
 the per-tensor scales as Transformer Engine passes them to cuBLASLt
 (``transformer_engine/common/recipe/nvfp4.cu``, ``compute_nvfp4_per_tensor_scale``):
-``alpha = fl32(fl32(amax_A * amax_B) * fl32(1 / (6 * 6 * 448 * 448)))``, applied to the
-float32 accumulator in the epilogue, ``fl32(acc * alpha)``.  (When an operand's amax
+``alpha = fl32(fl32(amax_A * amax_B) * fl32(1 / (6 * 6 * E_A * E_B)))`` (``E`` an operand's
+E4M3 bound: 448, or 256 for TE's 4over6 tensors; one alpha per row/column for row-scaled
+operands), applied to the float32 accumulator in the epilogue, ``fl32(acc * alpha)``.  (When an operand's amax
 is unknown, fp8emu uses its decode scale ``fl32(1 / S_enc)`` instead, and an MX
 operand contributes 1.)
 
@@ -189,23 +190,35 @@ def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
                     t.global_amax if nvfp4 else None, t.scale_max if nvfp4 else None)
 
 
-def nvfp4_alpha(a_amax, b_amax) -> np.float32:
-    """Transformer Engine's NVFP4 GEMM alpha: ``fl32(fl32(amax_A * amax_B) * fl32(1/(6*6*448*448)))``.
+def nvfp4_alpha(a_amax, b_amax, a_e4m3_max=448, b_e4m3_max=448):
+    """Transformer Engine's NVFP4 GEMM alpha: ``fl32(fl32(amax_A * amax_B) * fl32(1/(6*6*E_A*E_B)))``.
+
+    ``E`` is an operand's E4M3 bound (448, or 256 for TE's 4over6 tensors), as TE's
+    ``compute_nvfp4_per_tensor_scale_kernel`` (``transformer_engine/common/recipe/nvfp4.cu``)
+    and its reference ``NVFP4QuantizerRef.qgemm`` on a GPU (PyTorch divides a CUDA tensor
+    by a Python float as a product with the float32 reciprocal) compute it.  Row-scaled
+    amaxes (arrays) give one alpha per row or column.
 
     Examples
     --------
     >>> float(nvfp4_alpha(2688.0, 2688.0))
     1.0
+    >>> float(nvfp4_alpha(1536.0, 1536.0, 256, 256))
+    1.0
     """
-    p = np.float32(np.float32(a_amax) * np.float32(b_amax))
-    return np.float32(p * _TE_FACTOR_INV)
+    p = np.multiply(np.float32(a_amax), np.float32(b_amax), dtype=np.float32)
+    if a_e4m3_max == 448 and b_e4m3_max == 448:
+        inv = _TE_FACTOR_INV
+    else:
+        inv = np.float32(np.float32(1) / np.float32(36.0 * float(a_e4m3_max) * float(b_e4m3_max)))
+    return np.multiply(p, inv, dtype=np.float32)
 
 
 def _alpha(A: _Operand, B: _Operand):
     if A.decode_global is None and B.decode_global is None:
         return None
-    if (A.amax is not None and B.amax is not None and A.scale_max == 448 and B.scale_max == 448):
-        return nvfp4_alpha(A.amax, B.amax)
+    if A.amax is not None and B.amax is not None:
+        return nvfp4_alpha(A.amax, B.amax, A.scale_max, B.scale_max)
     alpha = np.float32(1)
     for op in (A, B):
         if op.decode_global is not None:

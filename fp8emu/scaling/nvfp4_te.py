@@ -57,13 +57,50 @@ global amax (one per tensor, or one per row with ``row_scaled_nvfp4``) and
    unpacked from the PyTorch CUDA generator's Philox state by
    ``pytorch/csrc/quantizer.cpp``, subsequence = the thread's linear index in
    ``quantize_transpose_nvfp4.cuh``) and hand it to the PTX instruction
-   ``cvt.rs.satfinite.e2m1x4.f32``; which bits of the word each element uses,
-   and which thread quantizes which element, are not published as a
-   reference, so they are not modelled here.  fp8emu's stochastic rounding
+   ``cvt.rs.satfinite.e2m1x4.f32 d, {a, b, e, f}, rbits``.  What is published
+   about that instruction (PTX ISA 8.7+, its syntax; LLVM's NVPTX usage guide,
+   its ``.rs`` mode) is that one 32-bit ``rbits`` operand serves all four inputs
+   and that each result is rounded towards or away from zero by the carry out
+   of an integer addition of random bits to the input's mantissa.  Which bits
+   of ``rbits`` go to which of ``a, b, e, f``, how many each uses, and which
+   thread quantizes which element, are not published (checked again against
+   those documents for TE commit :data:`TE_COMMIT`); ``cvt.rs`` runs only on
+   ``sm_100a``/``sm_103a``, so it was not measured either.  TE's own test
+   (``test_nvfp4_sr_quantize.py``) is statistical and is replayed as such
+   (``tests/test_te_nvfp4_sr.py``).  So TE's draw is not modelled here; the
+   carry rule is.  fp8emu's stochastic rounding
    adds ``k`` random bits to the top ``k`` discarded bits of ``|fl32(x * enc)|``
    (:func:`fp8emu.encode`, ``rounding="stochastic"``); supply the same bits as
    ``random_bits`` (one unsigned integer per element, shape of ``x``) to
    reproduce a draw, or ``rng`` to draw them.
+
+9. ``scale_override`` (Quartet II's name, default 1): the per-tensor scale is
+   computed from ``A' = fl32(A * scale_override)`` instead of ``A`` -- step 1
+   with ``A'`` gives ``S_enc'`` and ``S_dec' = fl32(1 / S_enc')``, used by step 4
+   (``enc = min(fl32(1 / fl32(d * S_dec')), FLT_MAX)``) and by both 4over6 error
+   paths of step 5 (``A'`` and ``S_enc'`` in place of ``A`` and ``S_enc``) --
+   while the block scales of steps 2 and 3 still come from ``A``.  With
+   ``scale_override=0.93`` each block's amax lands near ``6 / 0.93`` before the
+   E2M1 cast saturates it to 6: the per-tensor decode scale shrinks, the E4M3
+   block-scale bytes stay those of ``scale_override=1``.  TE has no such
+   option (none at :data:`TE_COMMIT`).  It follows IST-DASLab/Quartet-II at
+   commit :data:`QUARTET2_COMMIT`, whose kernels
+   (``kernels/csrc/round_four_six.cu``, ``four_six_fp4_kernel``) take
+   ``scale_override`` as ``val_max = 6 / scale_override`` in both the
+   per-tensor decode scale ``fl32(fl32(A * fl32(1/E)) * fl32(scale_override *
+   fl32(1/6)))`` and the block target ``fl32(v * fl32(fl32(1/6) *
+   scale_override))``; their ratio, the E4M3 block scale, does not depend on
+   it, so in exact arithmetic the option multiplies the per-tensor decode scale
+   by ``scale_override`` -- what is modelled here, in TE's order of float32
+   operations.  Quartet II's own float32 steps are not reproduced: they divide
+   with ``rcp.approx.ftz.f32`` (``reciprocal_approximate_ftz``), whose results
+   are not published bit for bit, and start from ``fl32(A * fl32(1/E))`` where TE
+   divides.  Its recipe (``kernels/python/quartet2/linear.py``) uses 1.0 in
+   the forward pass and ``(17 / 16) * 0.93`` for the backward-pass
+   quantizers; like Quartet II's ``EdenSRQuantizer``, stochastic rounding with
+   an override other than 1 is rejected.  With an override, ``global_amax``
+   is ``A'`` (so a GEMM's alpha, :func:`fp8emu.block_scaled_mm`, matches
+   ``dequantize()``).
 
 Elements: NaN ``x`` gives +6 (code 7) and -0.0 gives code 8, as the hardware
 cast does; TE's Python reference maps NaN to code 0 and -0.0 to code 0 (its
@@ -85,10 +122,12 @@ from ..formats import get_format
 from .hadamard import RHT_SIZE, hadamard_matrix, TE_WGRAD_SIGNS
 from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32
 
-__all__ = ["NVFP4Quantizer", "quantize_nvfp4_te", "TE_COMMIT", "TE_4OVER6_ERR_MODES"]
+__all__ = ["NVFP4Quantizer", "quantize_nvfp4_te", "TE_COMMIT", "TE_4OVER6_ERR_MODES", "QUARTET2_COMMIT"]
 
 #: The TransformerEngine commit whose reference quantizer and kernels this module follows.
 TE_COMMIT = "d0067d0da6cb01811b8072a7d304f0e00344ce2b"
+#: The IST-DASLab/Quartet-II commit whose ``scale_override`` this module models (module notes, step 9).
+QUARTET2_COMMIT = "8776a90b7aa0c0a400ad858a3c05a66f7ec55b73"
 #: Error modes of Four Over Six candidate selection (TE ``nvfp4_4over6_err_mode``).
 TE_4OVER6_ERR_MODES = ("MAE", "MSE")
 
@@ -122,6 +161,12 @@ class NVFP4Quantizer:
         Error of the 4over6 selection (case-insensitive, as TE).
     nvfp4_4over6_err_use_fast_math : bool
         TE's ``NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH=1`` error path.
+    scale_override : float
+        Quartet II's factor on the per-tensor scale (default 1, TE's
+        behaviour): the per-tensor scale comes from ``fl32(amax *
+        scale_override)``; 0.93 lets each block's amax reach ``6 / 0.93``
+        before the E2M1 cast saturates it.  A finite number > 0.  See the
+        module notes, step 9.
 
     Raises
     ------
@@ -132,7 +177,9 @@ class NVFP4Quantizer:
         ``"Row-scaled NVFP4 quantization does not support 2D quantization."``,
         ``"Non-4over6 NVFP4 quantization requires E4M3 max 448."``,
         ``"nvfp4_e4m3_max must be 448 or 256."``,
-        ``"nvfp4_4over6_err_mode must be 'MAE' or 'MSE'."``; and for options
+        ``"nvfp4_4over6_err_mode must be 'MAE' or 'MSE'."``; Quartet II's
+        ``"Scale Override is incompatible with Stochastic Rounding"``; for a
+        ``scale_override`` that is not a finite number > 0; and for options
         that would be silently ignored (fast math without 4over6, the sign
         mask without RHT).
 
@@ -145,6 +192,8 @@ class NVFP4Quantizer:
     Traceback (most recent call last):
     ...
     ValueError: NVFP4 4over6 quantization does not support RHT.
+    >>> NVFP4Quantizer(scale_override=0.93).name
+    'nvfp4-so0.93'
     """
 
     with_2d_quantization: bool = False
@@ -156,6 +205,7 @@ class NVFP4Quantizer:
     nvfp4_e4m3_max: int = 448
     nvfp4_4over6_err_mode: str = "MAE"
     nvfp4_4over6_err_use_fast_math: bool = False
+    scale_override: float = 1.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -182,6 +232,14 @@ class NVFP4Quantizer:
             raise ValueError("nvfp4_4over6_err_use_fast_math applies only with nvfp4_use_4over6=True")
         if not self.with_random_sign_mask and not self.with_rht:
             raise ValueError("with_random_sign_mask=False applies only with with_rht=True")
+        so = self.scale_override
+        if isinstance(so, (bool, np.bool_)) or not isinstance(so, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(so) or so <= 0:
+            raise ValueError(f"scale_override must be a finite number > 0, got {so!r}")
+        object.__setattr__(self, "scale_override", float(so))
+        if self.stochastic_rounding and self.scale_override != 1:
+            # Quartet II's EdenSRQuantizer refuses the pair (src/models/quantization/quantizers/eden.py)
+            raise ValueError("Scale Override is incompatible with Stochastic Rounding")
 
     @property
     def name(self) -> str:
@@ -205,6 +263,8 @@ class NVFP4Quantizer:
             parts += ["4over6", self.nvfp4_4over6_err_mode.lower(), str(self.nvfp4_e4m3_max)]
             if self.nvfp4_4over6_err_use_fast_math:
                 parts.append("fast")
+        if self.scale_override != 1:
+            parts.append(f"so{self.scale_override:g}")
         return "-".join(parts)
 
 
@@ -245,7 +305,8 @@ def _quantize_rows(x2, amax_rows, q: NVFP4Quantizer, encode_options):
     """TE's ``_quantize_blockwise_reference`` on a 2-D float32 array with blocks along rows.
 
     ``amax_rows``: float32 scalar (per tensor) or (M, 1) (row-scaled).
-    Returns (codes, bcodes, scale_inv, scale, s_enc) with scales per block.
+    Returns (codes, bcodes, scale_inv, scale, s_enc, amax_dec) with scales per block;
+    ``s_enc``/``amax_dec`` are those of the elements (step 9: from ``fl32(amax * scale_override)``).
     """
     m, n = x2.shape
     tile_y = _BLOCK if q.with_2d_quantization else 1
@@ -254,19 +315,28 @@ def _quantize_rows(x2, amax_rows, q: NVFP4Quantizer, encode_options):
     xp[:m, :n] = x2
     nb = np_ // _BLOCK
     e2m1, e4m3 = get_format("e2m1fn"), get_format("e4m3fn")
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        s_enc = np.fmin(np.divide(F32(q.nvfp4_e4m3_max * 6), amax_rows, dtype=np.float32), FLT_MAX)
-        s_enc = np.where((amax_rows == 0) | (s_enc == 0), F32(1), s_enc).astype(np.float32)
-    s_dec = np.divide(F32(1), s_enc, dtype=np.float32)
-    if amax_rows.ndim:        # row-scaled: (M, 1) -> (Mp, 1, 1) padded with S_enc 1
+
+    def per_tensor(a):
+        """(S_enc, S_enc per block row, S_dec per block row, amax per block row) of amax ``a``."""
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            se = np.fmin(np.divide(F32(q.nvfp4_e4m3_max * 6), a, dtype=np.float32), FLT_MAX)
+            se = np.where((a == 0) | (se == 0), F32(1), se).astype(np.float32)
+        if not a.ndim:
+            return se, se, np.divide(F32(1), se, dtype=np.float32), a
+        # row-scaled: (M, 1) -> (Mp, 1, 1), padding rows with S_enc 1 and amax 0
         pad = np.ones((mp, 1), np.float32)
-        pad[:m] = s_enc
-        s_enc_b, s_dec_b = pad[:, :, None], np.divide(F32(1), pad, dtype=np.float32)[:, :, None]
-        amax_b = np.zeros((mp, 1), np.float32)
-        amax_b[:m] = amax_rows
-        amax_b = amax_b[:, :, None]
-    else:
-        s_enc_b, s_dec_b, amax_b = s_enc, s_dec, amax_rows
+        pad[:m] = se
+        a_b = np.zeros((mp, 1), np.float32)
+        a_b[:m] = a
+        return se, pad[:, :, None], np.divide(F32(1), pad, dtype=np.float32)[:, :, None], a_b[:, :, None]
+
+    # the block scales come from the amax, the elements' per-tensor scale from amax * scale_override
+    _, s_enc_blk, _, _ = per_tensor(amax_rows)
+    amax_dec = amax_rows
+    if q.scale_override != 1:
+        with np.errstate(over="ignore"):
+            amax_dec = np.multiply(amax_rows, F32(q.scale_override), dtype=np.float32)
+    s_enc, s_enc_b, s_dec_b, amax_b = per_tensor(amax_dec)
 
     blocks = xp.reshape(mp, nb, _BLOCK)
     with np.errstate(invalid="ignore"):
@@ -285,11 +355,11 @@ def _quantize_rows(x2, amax_rows, q: NVFP4Quantizer, encode_options):
 
     with np.errstate(over="ignore", invalid="ignore"):
         if not q.nvfp4_use_4over6:
-            mult = np.multiply(s_enc_b, F32(F32(1) / F32(6)), dtype=np.float32)
+            mult = np.multiply(s_enc_blk, F32(F32(1) / F32(6)), dtype=np.float32)
             dcodes = encode(np.multiply(vec, mult, dtype=np.float32), e4m3, saturate=True)
             codes, inv, scale, _ = elements(dcodes)
         else:
-            base = np.multiply(np.divide(vec, F32(6), dtype=np.float32), s_enc_b, dtype=np.float32)
+            base = np.multiply(np.divide(vec, F32(6), dtype=np.float32), s_enc_blk, dtype=np.float32)
             d6 = encode(base, e4m3, saturate=True)
             d4 = encode(np.multiply(base, F32(1.5), dtype=np.float32), e4m3, saturate=True)
             c6, inv6, sc6, f6 = elements(d6)
@@ -304,7 +374,7 @@ def _quantize_rows(x2, amax_rows, q: NVFP4Quantizer, encode_options):
     codes = codes.reshape(mp, np_)[:m, :n]
     per_block = (slice(0, m, tile_y), slice(None), 0)
     return (codes, dcodes[per_block], inv[per_block].astype(np.float32),
-            scale[per_block].astype(np.float32), s_enc)
+            scale[per_block].astype(np.float32), s_enc, amax_dec)
 
 
 def _candidate_error(blocks, codes, dcodes, d, s_enc_b, amax_b, q):
@@ -361,8 +431,10 @@ def quantize_nvfp4_te(x, quantizer: NVFP4Quantizer | None = None, *, axis=-1, gl
         ``codes`` (E2M1, shape of ``x``), ``block_scale_codes`` (E4M3),
         ``scale_inv`` / ``scale`` per block, ``global_scale = S_enc`` and
         ``global_amax`` (arrays of shape ``x.shape`` with ``axis`` of length 1
-        when row-scaled), ``scale_max = nvfp4_e4m3_max``; ``dequantize()``
-        returns the (transformed, with RHT) values ``element * scale_inv``.
+        when row-scaled; with ``scale_override`` they are ``S_enc'`` and
+        ``A' = fl32(amax * scale_override)``), ``scale_max = nvfp4_e4m3_max``;
+        ``dequantize()`` returns the (transformed, with RHT) values
+        ``element * scale_inv``.
 
     Examples
     --------
@@ -374,6 +446,9 @@ def quantize_nvfp4_te(x, quantizer: NVFP4Quantizer | None = None, *, axis=-1, gl
     >>> t = quantize_nvfp4_te(np.array([[6.0, 1.0], [0.5, 0.25]]), NVFP4Quantizer(row_scaled_nvfp4=True))
     >>> t.global_amax.ravel().tolist(), t.dequantize().tolist()
     ([6.0, 0.5], [[6.0, 1.0], [0.5, 0.25]])
+    >>> y = np.array([[6.0, 1.8] + [0.0] * 14], np.float32)    # Quartet II's override: the max clips
+    >>> [quantize_nvfp4_te(y, NVFP4Quantizer(scale_override=s)).dequantize()[0, :2].tolist() for s in (1, 0.93)]
+    [[6.0, 2.0], [5.579999923706055, 1.8600000143051147]]
     """
     q = NVFP4Quantizer() if quantizer is None else quantizer
     if not isinstance(q, NVFP4Quantizer):
@@ -432,7 +507,7 @@ def quantize_nvfp4_te(x, quantizer: NVFP4Quantizer | None = None, *, axis=-1, gl
             options["random_bits"] = padded.reshape(mp, -1, _BLOCK)
         elif rng is not None:
             options["rng"] = rng
-    codes2, bcodes2, inv2, scale2, s_enc = _quantize_rows(x2, amax, q, options)
+    codes2, bcodes2, inv2, scale2, s_enc, amax = _quantize_rows(x2, amax, q, options)
 
     def back(a2, last):
         rows = (a2.shape[0],) if q.with_2d_quantization else lead
