@@ -140,41 +140,75 @@ def _sr_plan(fmt, dt, saturate, n):
         if not _worth_building(fmt, src, "sr0", saturate, n):
             return None
         table = encode_table(fmt, src, "sr0", saturate)
-    table = table[: 1 << (8 * work.itemsize - ishift)]   # the sticky half does not matter to truncation
     trust = _sr_trusted(fmt, work, check_saturation(saturate))
     if trust is None:
         return None
-    return _SRPlan(work, uint, table, s0, ishift, *trust, dt.itemsize == 8 and dt.kind in "iu")
+    return _SRPlan(work, uint, trust[0], s0, ishift, *trust[1:], dt.itemsize == 8 and dt.kind in "iu")
 
 
-@functools.lru_cache(maxsize=256)
+def _window_any(mask, w):
+    """``out[j] = mask[j - w .. j].any()``, indices taken modulo ``mask.size``."""
+    m = mask.size
+    run = np.concatenate([mask[m - w:], mask]).astype(np.int64).cumsum()
+    return run[w:] - np.concatenate([[0], run[:m - 1]]) > 0
+
+
+@functools.lru_cache(maxsize=64)
 def _sr_trusted(fmt, work, saturate):
-    """(mag_mask, lo, span): a code whose magnitude lies in [lo, lo + span] proves its input exact.
+    """(table, mag_mask, lo, span) for :func:`_sr_range`: its table, and the codes it may trust.
 
-    Pattern addition is exact only for inputs in the target's normal range and
-    below the two top exponent fields (a carry out of the top finite binade
-    must not read as an Inf/NaN pattern).  Rather than testing every input's
-    exponent (three passes over 4- or 8-byte patterns), the result codes are
-    tested (three passes over bytes): a code that no sum starting from a pattern
-    outside that range can reach proves its input was inside it.  Codes
-    outside the interval (zero, subnormals and the smallest normal, overflow
-    codes) send their inputs to the exact core.  None if no code qualifies.
+    Pattern addition is exact for inputs in the target's normal range below
+    the source's two top exponent fields (there a carry cannot reach an
+    Inf/NaN pattern).  Rather than testing every input's exponent (three
+    passes over 4- or 8-byte patterns), the result codes are tested (three
+    passes over bytes): a code whose magnitude lies in [lo, lo + span] proves
+    its result exact.  A sum with index j comes from a pattern whose index
+    lies in j - w .. j (the added bits are below 2**s0; NaN patterns wrap
+    round to small ones).  A code is not trusted if a sum from a pattern
+    outside that range can give it, unless that pattern's exact result is the
+    same code for every draw (NaNs, and values whose truncation already
+    overflows): so overflow codes stay trusted, while zero, the subnormals
+    and the smallest normal send their inputs to the exact core.  None if no
+    code qualifies.
     """
     uint, eb, mb, ishift = _SR_LAYOUT[work]
     s0 = mb - fmt.mbits
+    # the sticky half of the table does not matter to truncation
     table = encode_table(fmt, source_name(work), "sr0", saturate)[: 1 << (8 * work.itemsize - ishift)]
     m = table.size
-    bias = (1 << (eb - 1)) - 1
-    e_lo, e_hi = max(1, bias + fmt.emin), (1 << eb) - 3
-    ef = (np.arange(m, dtype=_U64) << _U64(ishift) >> _U64(mb)) & _U64((1 << eb) - 1)
-    outside = (ef < e_lo) | (ef > e_hi)
-    # The added bits are below 2**s0, so a sum with index j comes from a pattern whose index lies
-    # in j - w .. j, modulo the pattern width (NaN patterns wrap round to small ones).
+    emask = (1 << eb) - 1
     w = -(-((1 << s0) - 1) >> ishift)
-    run = np.concatenate([outside[m - w:], outside]).astype(np.int64).cumsum()
-    reached = run[w:] - np.concatenate([[0], run[:m - 1]]) > 0
+    # Sums from the top finite field can carry into the Inf/NaN field; there (and at Inf's own
+    # index, which holds NaNs too where the index drops low bits) the table is made to give one
+    # code that the test below cannot trust (+0's), so that those sums, and the Inf and NaN
+    # inputs of those indices, take the exact core while overflow codes stay trusted.
+    poison = (np.array([emask << (mb - ishift), (emask << (mb - ishift)) | (m >> 1)])[:, None]
+              + np.arange(min(w + 1, 1 << (mb - ishift)))).ravel()   # within that field
+    table = table.copy()
+    table[poison] = table[0]
+    table.setflags(write=False)
+    e_lo, e_hi = max(1, (1 << (eb - 1)) - 1 + fmt.emin), emask - 2
+    ef = (np.arange(m, dtype=_U64) << _U64(ishift) >> _U64(mb)) & _U64(emask)
+    inside = (ef >= e_lo) & (ef <= e_hi)
+    # Of the top two fields, the indices whose every pattern gives one code for any draw: the
+    # smallest pattern with no increment and the largest with the largest increment agree
+    # (stochastic rounding is monotone in the value and in the draw; 32 bits of 1s increment
+    # wherever any k-bit draw does).
+    top = np.flatnonzero(ef > e_hi).astype(_U64)
+    lo_pat = (top << _U64(ishift)).astype(uint)
+    hi_pat = lo_pat | uint((1 << ishift) - 1)
+    c0 = encode_exact(lo_pat.view(work), fmt, "stochastic", saturate, np.zeros(top.size, _U64), 32)
+    c1 = encode_exact(hi_pat.view(work), fmt, "stochastic", saturate, np.full(top.size, 2 ** 32 - 1, _U64), 32)
+    same = top[c0 == c1].astype(np.intp)
+    fixed = np.zeros(m, bool)
+    fixed[same] = True
+    exact = np.zeros(m, np.uint8)
+    exact[same] = c0[c0 == c1]                    # (not the table's code where it was replaced)
     untrusted = np.zeros(256, bool)
-    untrusted[table[reached]] = True
+    untrusted[table[_window_any(~inside & ~fixed, w)]] = True
+    for c in np.unique(exact[fixed]):
+        reach = _window_any(fixed & (exact == c), w)
+        untrusted[table[reach & (table != c)]] = True
     if fmt.signed:
         mag_mask = fmt.sign_bit - 1
         mags = np.arange(fmt.sign_bit)
@@ -182,16 +216,15 @@ def _sr_trusted(fmt, work, saturate):
     else:
         mag_mask = 0xFF
         ok = ~untrusted
-    # of the runs of magnitudes that no such sum reaches (with either sign), the one that the
-    # most sums from inside the range do reach (not merely the longest: codes that no sum
-    # reaches at all qualify too)
+    # of the runs of trusted magnitudes (with either sign), the one that the most in-range
+    # sums give (not merely the longest: codes that no sum gives at all qualify too)
     edges = np.flatnonzero(np.diff(np.concatenate([[0], ok.astype(np.int8), [0]])))
     if not edges.size:
         return None
     starts, stops = edges[0::2], edges[1::2]
-    hits = np.concatenate([[0], np.bincount(table[~reached] & mag_mask, minlength=ok.size).cumsum()])
+    hits = np.concatenate([[0], np.bincount(table[inside] & mag_mask, minlength=ok.size).cumsum()])
     best = int(np.argmax(hits[stops] - hits[starts]))
-    return np.uint8(mag_mask), np.uint8(starts[best]), np.uint8(stops[best] - 1 - starts[best])
+    return table, np.uint8(mag_mask), np.uint8(starts[best]), np.uint8(stops[best] - 1 - starts[best])
 
 
 def _sr_range(src, r, out, plan, fmt, saturate, k, draw=None):

@@ -185,14 +185,46 @@ def test_stochastic_rng_path_holds_exact_elements_across_steps(monkeypatch, dtyp
                                           err_msg=f"{np.dtype(dtype).name} {name} k={k} sat={sat}")
 
 
-@pytest.mark.parametrize("name", ["e4m3fn", "e5m2", "e4m3fnuz"])
-def test_stochastic_gaussian_data_rarely_reaches_the_exact_core(monkeypatch, name):
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2", "e4m3fnuz", "e3m4", "e2m3fn", "e2m1fn"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_stochastic_gaussian_data_rarely_reaches_the_exact_core(monkeypatch, name, dtype):
     """The fast path's test of which codes it trusts sends on only inputs near the target's
-    subnormal range (here |x| < 2**-5 or so: ~0.3 % of N(0, 8**2)), not whole chunks."""
-    x = (np.random.default_rng(0).standard_normal(1 << 18) * 8).astype(np.float32)
-    seen = []
+    subnormal range (|x| < 2**(emin + 1): ~0.3 % of N(0, 8**2) for e4m3fn), not whole chunks,
+    and not the inputs that overflow (most of them for the FP4/FP6 formats and e3m4)."""
+    x = (np.random.default_rng(0).standard_normal(1 << 18) * 8).astype(dtype)
+    f = fp8emu.get_format(name)
+    small = np.abs(x.astype(np.float64)) < 2.0 ** (f.emin + 1)
     real = codec.encode_exact
-    monkeypatch.setattr(codec, "encode_exact", lambda v, *a, **kw: (seen.append(v.size), real(v, *a, **kw))[1])
-    fp8emu.encode(x, name, rounding="stochastic", rng=1, threads=1)
-    small = np.abs(x) < 2.0 ** (fp8emu.get_format(name).emin + 1)
-    assert 0 < sum(seen) <= small.sum() and len(seen) == 1
+    for sat in (False, True, "satpropagate"):
+        fp8emu.encode(x[:5000], f, rounding="stochastic", saturate=sat, rng=1)   # tables built
+        seen = []
+        monkeypatch.setattr(codec, "encode_exact", lambda v, *a, **kw: (seen.append(v.size), real(v, *a, **kw))[1])
+        fp8emu.encode(x, f, rounding="stochastic", saturate=sat, rng=1, threads=1)
+        monkeypatch.setattr(codec, "encode_exact", real)
+        assert sum(seen) <= small.sum() and len(seen) <= -(-small.sum() // codec.CHUNK), (sat, seen, small.sum())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stochastic_top_fields_and_nan_payloads(dtype):
+    """The source's two top exponent fields (where a carry can reach Inf/NaN patterns, and NaNs
+    whose payload lies only in the bits below the table index) against the exact core, with the
+    smallest, largest and random draws, for every format and overflow mode."""
+    uint, mb = (np.uint32, 23) if dtype == np.float32 else (np.uint64, 52)
+    nb = 8 * np.dtype(uint).itemsize
+    top = (1 << (nb - 1)) - (1 << mb)             # +Inf
+    rng = np.random.default_rng(12)
+    mant = np.concatenate([np.arange(64), (1 << mb) - 1 - np.arange(64),
+                           rng.integers(0, 1 << mb, 512, dtype=np.uint64)]).astype(np.uint64)
+    low = np.array([0, 1, 2], np.uint64)[:, None] << np.uint64(mb)      # fields 255/2047, below, two below
+    pats = (np.uint64(top) - low + mant[None, :]).ravel()
+    pats = np.concatenate([pats, pats | np.uint64(1 << (nb - 1))]).astype(uint)   # both signs
+    x = np.concatenate([pats, pats, pats]).view(dtype)
+    for name in ALL:
+        f = fp8emu.get_format(name)
+        for k in (5, 32):
+            r = np.concatenate([np.zeros(pats.size, np.uint64), np.full(pats.size, (1 << k) - 1, np.uint64),
+                                rng.integers(0, 1 << k, pats.size, dtype=np.uint64)])
+            for sat in (False, True, "satpropagate"):
+                got = fp8emu.encode(x, f, rounding="stochastic", saturate=sat, random_bits=r, sr_bits=k)
+                np.testing.assert_array_equal(got, exact_encode(x, f, "stochastic", sat, k, r),
+                                              err_msg=f"{np.dtype(dtype).name} {name} k={k} sat={sat}")
