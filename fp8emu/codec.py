@@ -13,10 +13,10 @@ pattern, float32 by its upper 16 bits and a sticky bit, float64 by its upper
 19 bits and a sticky bit, so float64 is rounded once, never through float32).
 A profile other than ``ocp`` is one look-up in that profile's table
 (:meth:`fp8emu.profiles.Profile.encode_table`).  Stochastic
-rounding of float32 adds the random bits to the bit pattern below the
-rounding position and truncates through a table (see :func:`_encode_sr_f32`);
-elements whose result would be subnormal, zero or near float32's top binade go
-through the exact core.  The tables are built by the same exact core, so they
+rounding adds the random bits to the bit pattern below the rounding position
+and truncates through a table (see :func:`_sr_range`); elements whose result
+code could come from a zero, subnormal or Inf/NaN pattern (:func:`_sr_trusted`)
+go through the exact core.  The tables are built by the same exact core, so they
 agree with it by construction, and the tests compare every path with an
 independent rational oracle.
 
@@ -35,9 +35,10 @@ from typing import NamedTuple
 import numpy as np
 
 from . import parallel
+from . import tables as _tables
 from .formats import get_format
 from .profiles import get_profile
-from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation
+from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation, finish_codes
 from .tables import (
     CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table,
     decode_take, encode_exact, encode_table, encoder_plan, lookup, source_name, sticky16_ok, table_ok,
@@ -197,8 +198,10 @@ def _sr_trusted(fmt, work, saturate):
     top = np.flatnonzero(ef > e_hi).astype(_U64)
     lo_pat = (top << _U64(ishift)).astype(uint)
     hi_pat = lo_pat | uint((1 << ishift) - 1)
-    c0 = encode_exact(lo_pat.view(work), fmt, "stochastic", saturate, np.zeros(top.size, _U64), 32)
-    c1 = encode_exact(hi_pat.view(work), fmt, "stochastic", saturate, np.full(top.size, 2 ** 32 - 1, _U64), 32)
+    # (tables' exact core, as the table builds use it: the codec's name stands for encodes of inputs)
+    c0 = _tables.encode_exact(lo_pat.view(work), fmt, "stochastic", saturate, np.zeros(top.size, _U64), 32)
+    c1 = _tables.encode_exact(hi_pat.view(work), fmt, "stochastic", saturate,
+                              np.full(top.size, 2 ** 32 - 1, _U64), 32)
     same = top[c0 == c1].astype(np.intp)
     fixed = np.zeros(m, bool)
     fixed[same] = True
@@ -239,9 +242,9 @@ def _sr_range(src, r, out, plan, fmt, saturate, k, draw=None):
     binade as it should.  The truncated sum is then looked up in a table of
     stochastic rounding with zero random bits (truncation with overflow to
     Inf/NaN or max).  Elements whose code may come from outside that range
-    (:func:`_sr_trusted`: target subnormals, zeros, the two top exponent
-    fields), and 64-bit integers beyond 2**53, go through the exact core with
-    their own random bits.  Sources other than the pattern types are first
+    (:func:`_sr_trusted`: zeros, target subnormals and the smallest normal,
+    sums that reach Inf/NaN patterns), and 64-bit integers beyond 2**53, go
+    through the exact core with their own random bits.  Sources other than the pattern types are first
     widened exactly (float16 and bfloat16 patterns are used as they are).
     ``r`` holds the k-bit draws of the range, in order; or ``r`` is None and
     ``draw(m)`` returns the next ``m`` draws (called with even ``m`` but for
@@ -257,6 +260,7 @@ def _sr_range(src, r, out, plan, fmt, saturate, k, draw=None):
     b_buf = np.empty(nb, bool)
     w_buf = np.empty(nb, plan.work) if src.dtype != plan.work else None
     signed = plan.mag_mask != 0xFF
+    low_ok = fmt.signed and fmt.subnormals and fmt.has_zero and (2 << fmt.mbits) <= fmt.max_code
     # Elements left to the exact core are gathered over steps: one call per CHUNK of them
     # rather than one (~0.15 ms even for a handful) per step.
     held, n_held = [], 0
@@ -266,7 +270,11 @@ def _sr_range(src, r, out, plan, fmt, saturate, k, draw=None):
         if held:
             sel = np.concatenate([h[0] for h in held])
             bits = np.concatenate([h[1] for h in held]).astype(_U64)
-            out[sel] = encode_exact(src[sel], fmt, "stochastic", saturate, bits, k)
+            xs = src[sel]
+            if low_ok:
+                sel, bits, xs = _sr_low(xs, bits, sel, out, fmt, k)
+            if sel.size:
+                out[sel] = encode_exact(xs, fmt, "stochastic", saturate, bits, k)
             held.clear()
             n_held = 0
 
@@ -293,8 +301,11 @@ def _sr_range(src, r, out, plan, fmt, saturate, k, draw=None):
         o = out[i:i + n]
         # mode='wrap' (every index is in range): NumPy's wrap loop is faster than its checked one
         plan.table.take(v.view(np.int64) if uint is np.uint64 else v, out=o, mode="wrap")
-        np.bitwise_and(o, plan.mag_mask, out=t) if signed else np.copyto(t, o)
-        t -= plan.trust_lo                        # wraps for magnitudes below trust_lo
+        if signed:
+            np.bitwise_and(o, plan.mag_mask, out=t)
+            t -= plan.trust_lo                    # wraps for magnitudes below trust_lo
+        else:
+            np.subtract(o, plan.trust_lo, out=t)
         bad = b_buf[:n]
         np.greater(t, plan.trust_span, out=bad)
         if plan.big:
@@ -306,6 +317,29 @@ def _sr_range(src, r, out, plan, fmt, saturate, k, draw=None):
             if n_held >= CHUNK:
                 flush()
     flush()
+
+
+def _sr_low(xs, bits, sel, out, fmt, k):
+    """Round the held elements below ``2**(emin + 1)`` (zeros, target subnormals, the smallest
+    normal binade) into ``out[sel]``; return the others' (sel, bits, xs) for the exact core.
+
+    Those results share one quantum ``q = 2**(emin - mbits)`` and their codes are ``floor(|x| / q)``
+    plus the increment, so ``(floor(|x| * 2**k / q) + r) >> k`` is the code: the discarded
+    fraction truncated to k bits plus the draw carries exactly when the exact core increments.
+    In float64 the product is exact (a power of two; it stays below 2**39) and so is its floor.
+    The signs, -0 and the formats without -0 are applied as the exact core applies them.
+    """
+    with np.errstate(invalid="ignore"):           # ml_dtypes' NaNs warn when cast; they stay NaN
+        xf = xs.astype(np.float64)                # exact here: larger integers are not below the bound
+    a = np.abs(xf)
+    low = a < 2.0 ** (fmt.emin + 1)               # False for NaN
+    if not low.any():
+        return sel, bits, xs
+    t = np.floor(a[low] * 2.0 ** (k + fmt.mbits - fmt.emin)).astype(_U64)
+    code = ((t + bits[low]) >> _U64(k)).astype(np.int64)
+    out[sel[low]] = finish_codes(code, np.signbit(xf[low]), fmt)
+    keep = ~low
+    return sel[keep], bits[keep], xs[keep]
 
 
 def _exact_range(src, bits, out, fmt, rounding, saturate, k):
