@@ -111,8 +111,8 @@ class _SRPlan(NamedTuple):
     s0: int               # discarded bits of a pattern in the target's normal range
     ishift: int
     mag_mask: np.uint8    # the code bits below the sign bit (all of them for unsigned formats)
-    trust_lo: np.uint8    # codes whose magnitude lies in [trust_lo, trust_lo + trust_span] come
-    trust_span: np.uint8  # only from inputs in the normal range (see :func:`_sr_trusted`)
+    trust_lo: np.uint8    # codes whose magnitude lies in [trust_lo, trust_lo + trust_span] are
+    trust_span: np.uint8  # exact results (see :func:`_sr_trusted`)
     big: bool             # 64-bit integers: magnitudes >= 2**53 are not exact in float64
 
 
@@ -168,9 +168,9 @@ def _sr_trusted(fmt, work, saturate):
     round to small ones).  A code is not trusted if a sum from a pattern
     outside that range can give it, unless that pattern's exact result is the
     same code for every draw (NaNs, and values whose truncation already
-    overflows): so overflow codes stay trusted, while zero, the subnormals
-    and the smallest normal send their inputs to the exact core.  None if no
-    code qualifies.
+    overflows): so overflow codes stay trusted, while the inputs of zero, the
+    subnormals and the smallest normal are held for :func:`_sr_low` (or the
+    exact core).  None if no code qualifies.
     """
     uint, eb, mb, ishift = _SR_LAYOUT[work]
     s0 = mb - fmt.mbits
@@ -243,9 +243,11 @@ def _sr_range(src, r, out, plan, fmt, saturate, k, draw=None):
     stochastic rounding with zero random bits (truncation with overflow to
     Inf/NaN or max).  Elements whose code may come from outside that range
     (:func:`_sr_trusted`: zeros, target subnormals and the smallest normal,
-    sums that reach Inf/NaN patterns), and 64-bit integers beyond 2**53, go
-    through the exact core with their own random bits.  Sources other than the pattern types are first
-    widened exactly (float16 and bfloat16 patterns are used as they are).
+    sums that reach Inf/NaN patterns), and 64-bit integers beyond 2**53, are
+    held with their own random bits and rounded by :func:`_sr_low` (those
+    below ``2**(emin + 1)``) or the exact core.  Sources other than the
+    pattern types are first widened exactly (float16 and bfloat16 patterns
+    are used as they are).
     ``r`` holds the k-bit draws of the range, in order; or ``r`` is None and
     ``draw(m)`` returns the next ``m`` draws (called with even ``m`` but for
     the last step, so the steps continue one stream).
