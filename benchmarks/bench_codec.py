@@ -131,7 +131,12 @@ def table(n, repeats):
     print("|---|---:|---:|---:|---:|---:|:-:|")
     results = []
     for name, ours, ml, gf, target in specs:
-        t_ours, t_ml, t_gf = interleaved([ours, ml, gf], repeats)
+        # gfloat is timed apart: its large temporaries, freed, leave the heap to be faulted in
+        # again by whichever call comes next (in the rotation always fp8emu: ~1400 page faults,
+        # 3-4 ms of system time per 2^22-element call), which read f32 -> e4m3fn as 1.4-1.6x
+        # where the pair alone gives 2.5-2.7x
+        t_ours, t_ml = interleaved([ours, ml], repeats)
+        t_gf = interleaved([gf], repeats)[0]
         r = t_ml / t_ours
         gfs = f"{gf_n / t_gf / 1e6:.1f}" if t_gf else "-"
         print(f"| {name} | {n / t_ours / 1e6:.0f} | {n / t_ml / 1e6:.0f} | {gfs} | {r:.2f}x | "
@@ -276,6 +281,96 @@ def sr_sources_table(n, repeats, base=None):
         print(f"| {name} | {r_new:.0f} | {r_old:.1f} | {r_new / r_old:.1f}x |", flush=True)
 
 
+def interleaved_cpu(fns, repeats):
+    """(wall, CPU) median seconds per call of each function, repetitions interleaved.
+
+    CPU time is ``time.thread_time`` of the calling thread (one-thread calls only): it
+    leaves out the time spent waiting for a core on a shared machine.
+    """
+    for f in fns:
+        f()
+    wall, cpu = [[] for _ in fns], [[] for _ in fns]
+    for _ in range(repeats):
+        for i, f in enumerate(fns):
+            c0, t0 = time.thread_time(), time.perf_counter()
+            f()
+            wall[i].append(time.perf_counter() - t0)
+            cpu[i].append(time.thread_time() - c0)
+    return [float(np.median(t)) for t in wall], [float(np.median(t)) for t in cpu]
+
+
+SR_FORMATS = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4")
+
+
+def sr_cast_table(n, repeats, base=None, formats=SR_FORMATS):
+    """Stochastic rounding (k = 32, a default_rng Generator) against ml_dtypes' plain RNE cast.
+
+    One thread, float32 and float16 sources, ``standard_normal * 8``; each pair (fp8emu, ml_dtypes)
+    interleaved on its own, and the base package's pair apart from it (see :func:`table` for why
+    no third call shares a rotation).
+    """
+    rng = np.random.default_rng(0)
+    x32 = (rng.standard_normal(n) * 8).astype(np.float32)
+    srcs = {"f32": x32, "f16": x32.astype(np.float16)}
+    print(f"# stochastic rounding (k=32, rng) vs ml_dtypes RNE astype, {n} elements, one thread, "
+          f"median of {repeats} interleaved runs; load average {open('/proc/loadavg').read().split()[0]}")
+    cols = "| path | fp8emu ms (wall / CPU) | ml_dtypes ms (wall / CPU) | ratio wall | ratio CPU |"
+    print(cols + (" base ratio wall | base ratio CPU |" if base else ""))
+    print("|---|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
+    out = {}
+    for fmt in formats:
+        mlt = fp8emu.get_format(fmt).ml_dtype
+        for src, x in srcs.items():
+            sr = lambda x=x, fmt=fmt: fp8emu.encode(   # noqa: E731
+                x, fmt, rounding="stochastic", rng=np.random.default_rng(1), threads=1)
+            ml = lambda x=x, mlt=mlt: x.astype(mlt)    # noqa: E731
+            (w_o, w_m), (c_o, c_m) = interleaved_cpu([sr, ml], repeats)
+            row = (f"| {src}->{fmt} | {w_o * 1e3:.2f} / {c_o * 1e3:.2f} | {w_m * 1e3:.2f} / {c_m * 1e3:.2f} | "
+                   f"{w_m / w_o:.2f}x | {c_m / c_o:.2f}x |")
+            if base is not None:
+                bsr = lambda x=x, fmt=fmt: base.encode(x, fmt, rounding="stochastic",   # noqa: E731
+                                                       rng=np.random.default_rng(1), threads=1)
+                (w_b, w_m2), (c_b, c_m2) = interleaved_cpu([bsr, ml], repeats)
+                row += f" {w_m2 / w_b:.2f}x | {c_m2 / c_b:.2f}x |"
+            print(row, flush=True)
+            out[f"{src}->{fmt}"] = (w_m / w_o, c_m / c_o)
+    return out
+
+
+def threads_pair(n, repeats):
+    """1 vs 2 threads on one large float32 -> e4m3fn encode: wall and process CPU medians, load average.
+
+    Both settings interleaved; process CPU time (``time.process_time``, all threads) shows the
+    work done, wall time what the caller waits for; on a shared machine the load average says
+    how many other runnable jobs competed for the two cores.
+    """
+    x = (np.random.default_rng(3).standard_normal(n) * 8).astype(np.float32)
+    one = fp8emu.encode(x, "e4m3fn", threads=1)
+    if not np.array_equal(one, fp8emu.encode(x, "e4m3fn", threads=2)):
+        raise SystemExit("threads=2 changed the codes")
+    fns = [lambda: fp8emu.encode(x, "e4m3fn", threads=1), lambda: fp8emu.encode(x, "e4m3fn", threads=2)]
+    for f in fns:
+        f()
+    wall, cpu = [[], []], [[], []]
+    load0 = open("/proc/loadavg").read().split()[:3]
+    for _ in range(repeats):
+        for i, f in enumerate(fns):
+            c0, t0 = time.process_time(), time.perf_counter()
+            f()
+            wall[i].append(time.perf_counter() - t0)
+            cpu[i].append(time.process_time() - c0)
+    load1 = open("/proc/loadavg").read().split()[:3]
+    w = [float(np.median(t)) for t in wall]
+    c = [float(np.median(t)) for t in cpu]
+    print(f"# threads: f32 -> e4m3fn rne, {n} elements, median of {repeats} interleaved runs; "
+          f"load average {' '.join(load0)} before, {' '.join(load1)} after")
+    print(f"1 thread: wall {w[0] * 1e3:.1f} ms, CPU {c[0] * 1e3:.1f} ms; 2 threads: wall {w[1] * 1e3:.1f} ms, "
+          f"CPU {c[1] * 1e3:.1f} ms; speed-up (wall) {w[0] / w[1]:.2f}x; "
+          f"wall spread (min-max) 1 thread {min(wall[0]) * 1e3:.1f}-{max(wall[0]) * 1e3:.1f} ms, "
+          f"2 threads {min(wall[1]) * 1e3:.1f}-{max(wall[1]) * 1e3:.1f} ms")
+    return w[0] / w[1]
+
+
 def memory(log2n):
     n = 1 << log2n
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
@@ -365,7 +460,8 @@ def main(argv=None):
     p.add_argument("--figure", type=Path, default=ROOT / "figures" / "codec_throughput.png")
     p.add_argument("--base", default=None, help="folder holding another copy of the package as fp8emu_base "
                    "(stochastic-rounding rates of that version)")
-    p.add_argument("--only", choices=["table", "calibrate", "threads", "sr", "overhead", "memory", "sweep"],
+    p.add_argument("--only", choices=["table", "calibrate", "threads", "threads2", "sr", "srcast", "overhead",
+                                      "memory", "sweep"],
                    action="append",
                    help="run only these parts (repeatable)")
     p.add_argument("--no-torch", action="store_true", help="leave torch out of the threads table")
@@ -377,7 +473,7 @@ def main(argv=None):
     if a.base:
         sys.path.insert(0, a.base)
         import fp8emu_base as base
-    parts = set(a.only or ["table", "calibrate", "threads", "sr", "overhead", "memory", "sweep"])
+    parts = set(a.only or ["table", "calibrate", "threads", "threads2", "sr", "srcast", "overhead", "memory", "sweep"])
     print(f"numpy {np.__version__}, ml_dtypes {ml_dtypes.__version__}, "
           f"gfloat {getattr(gfloat, '__version__', 'installed') if gfloat else 'not installed'}, "
           f"fp8emu threads {fp8emu.get_threads()}")
@@ -390,8 +486,12 @@ def main(argv=None):
         calibrate()
     if "threads" in parts:
         threads_table(1 << a.log2n, a.repeats, with_torch=not a.no_torch)
+    if "threads2" in parts:
+        threads_pair(1 << a.log2n, a.repeats)
     if "sr" in parts:
         sr_sources_table(1 << a.log2n, a.repeats, base)
+    if "srcast" in parts:
+        sr_cast_table(1 << a.log2n, a.repeats, base)
     if "overhead" in parts:
         overhead(base=base)
     if "memory" in parts:

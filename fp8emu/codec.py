@@ -13,10 +13,10 @@ pattern, float32 by its upper 16 bits and a sticky bit, float64 by its upper
 19 bits and a sticky bit, so float64 is rounded once, never through float32).
 A profile other than ``ocp`` is one look-up in that profile's table
 (:meth:`fp8emu.profiles.Profile.encode_table`).  Stochastic
-rounding of float32 adds the random bits to the bit pattern below the
-rounding position and truncates through a table (see :func:`_encode_sr_f32`);
-elements whose result would be subnormal, zero or near float32's top binade go
-through the exact core.  The tables are built by the same exact core, so they
+rounding adds the random bits to the bit pattern below the rounding position
+and truncates through a table (see :func:`_sr_range`); elements whose result
+code could come from a zero, subnormal or Inf/NaN pattern (:func:`_sr_trusted`)
+go through the exact core.  The tables are built by the same exact core, so they
 agree with it by construction, and the tests compare every path with an
 independent rational oracle.
 
@@ -28,15 +28,17 @@ measures it against ml_dtypes.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import NamedTuple
 
 import numpy as np
 
 from . import parallel
+from . import tables as _tables
 from .formats import get_format
 from .profiles import get_profile
-from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation
+from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation, finish_codes
 from .tables import (
     CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table,
     decode_take, encode_exact, encode_table, encoder_plan, lookup, source_name, sticky16_ok, table_ok,
@@ -108,9 +110,9 @@ class _SRPlan(NamedTuple):
     table: np.ndarray     # stochastic rounding with zero random bits, indexed by pattern >> ishift
     s0: int               # discarded bits of a pattern in the target's normal range
     ishift: int
-    lo_bias: object       # lowest exponent field in the target's normal range, in place
-    span: object          # (highest usable exponent field - lowest) in place
-    exp_mask: object
+    mag_mask: np.uint8    # the code bits below the sign bit (all of them for unsigned formats)
+    trust_lo: np.uint8    # codes whose magnitude lies in [trust_lo, trust_lo + trust_span] are
+    trust_span: np.uint8  # exact results (see :func:`_sr_trusted`)
     big: bool             # 64-bit integers: magnitudes >= 2**53 are not exact in float64
 
 
@@ -139,17 +141,96 @@ def _sr_plan(fmt, dt, saturate, n):
         if not _worth_building(fmt, src, "sr0", saturate, n):
             return None
         table = encode_table(fmt, src, "sr0", saturate)
-    table = table[: 1 << (8 * work.itemsize - ishift)]   # the sticky half does not matter to truncation
-    bias = (1 << (eb - 1)) - 1
-    e_lo = max(1, bias + fmt.emin)
-    # the two top exponent fields are left to the exact core: a carry out of the
-    # top finite binade must not read as an Inf/NaN pattern
-    e_hi = (1 << eb) - 3
-    return _SRPlan(work, uint, table, s0, ishift, uint(e_lo << mb), uint((e_hi - e_lo) << mb),
-                   uint(((1 << eb) - 1) << mb), dt.itemsize == 8 and dt.kind in "iu")
+    trust = _sr_trusted(fmt, work, check_saturation(saturate))
+    if trust is None:
+        return None
+    return _SRPlan(work, uint, trust[0], s0, ishift, *trust[1:], dt.itemsize == 8 and dt.kind in "iu")
 
 
-def _sr_range(src, r, out, plan, fmt, saturate, k):
+def _window_any(mask, w):
+    """``out[j] = mask[j - w .. j].any()``, indices taken modulo ``mask.size``."""
+    m = mask.size
+    run = np.concatenate([mask[m - w:], mask]).astype(np.int64).cumsum()
+    return run[w:] - np.concatenate([[0], run[:m - 1]]) > 0
+
+
+@functools.lru_cache(maxsize=64)
+def _sr_trusted(fmt, work, saturate):
+    """(table, mag_mask, lo, span) for :func:`_sr_range`: its table, and the codes it may trust.
+
+    Pattern addition is exact for inputs in the target's normal range below
+    the source's two top exponent fields (there a carry cannot reach an
+    Inf/NaN pattern).  Rather than testing every input's exponent (three
+    passes over 4- or 8-byte patterns), the result codes are tested (three
+    passes over bytes): a code whose magnitude lies in [lo, lo + span] proves
+    its result exact.  A sum with index j comes from a pattern whose index
+    lies in j - w .. j (the added bits are below 2**s0; NaN patterns wrap
+    round to small ones).  A code is not trusted if a sum from a pattern
+    outside that range can give it, unless that pattern's exact result is the
+    same code for every draw (NaNs, and values whose truncation already
+    overflows): so overflow codes stay trusted, while the inputs of zero, the
+    subnormals and the smallest normal are held for :func:`_sr_low` (or the
+    exact core).  None if no code qualifies.
+    """
+    uint, eb, mb, ishift = _SR_LAYOUT[work]
+    s0 = mb - fmt.mbits
+    # the sticky half of the table does not matter to truncation
+    table = encode_table(fmt, source_name(work), "sr0", saturate)[: 1 << (8 * work.itemsize - ishift)]
+    m = table.size
+    emask = (1 << eb) - 1
+    w = -(-((1 << s0) - 1) >> ishift)
+    # Sums from the top finite field can carry into the Inf/NaN field; there (and at Inf's own
+    # index, which holds NaNs too where the index drops low bits) the table is made to give one
+    # code that the test below cannot trust (+0's), so that those sums, and the Inf and NaN
+    # inputs of those indices, take the exact core while overflow codes stay trusted.
+    poison = (np.array([emask << (mb - ishift), (emask << (mb - ishift)) | (m >> 1)])[:, None]
+              + np.arange(min(w + 1, 1 << (mb - ishift)))).ravel()   # within that field
+    table = table.copy()
+    table[poison] = table[0]
+    table.setflags(write=False)
+    e_lo, e_hi = max(1, (1 << (eb - 1)) - 1 + fmt.emin), emask - 2
+    ef = (np.arange(m, dtype=_U64) << _U64(ishift) >> _U64(mb)) & _U64(emask)
+    inside = (ef >= e_lo) & (ef <= e_hi)
+    # Of the top two fields, the indices whose every pattern gives one code for any draw: the
+    # smallest pattern with no increment and the largest with the largest increment agree
+    # (stochastic rounding is monotone in the value and in the draw; 32 bits of 1s increment
+    # wherever any k-bit draw does).
+    top = np.flatnonzero(ef > e_hi).astype(_U64)
+    lo_pat = (top << _U64(ishift)).astype(uint)
+    hi_pat = lo_pat | uint((1 << ishift) - 1)
+    # (tables' exact core, as the table builds use it: the codec's name stands for encodes of inputs)
+    c0 = _tables.encode_exact(lo_pat.view(work), fmt, "stochastic", saturate, np.zeros(top.size, _U64), 32)
+    c1 = _tables.encode_exact(hi_pat.view(work), fmt, "stochastic", saturate,
+                              np.full(top.size, 2 ** 32 - 1, _U64), 32)
+    same = top[c0 == c1].astype(np.intp)
+    fixed = np.zeros(m, bool)
+    fixed[same] = True
+    exact = np.zeros(m, np.uint8)
+    exact[same] = c0[c0 == c1]                    # (not the table's code where it was replaced)
+    untrusted = np.zeros(256, bool)
+    untrusted[table[_window_any(~inside & ~fixed, w)]] = True
+    for c in np.unique(exact[fixed]):
+        reach = _window_any(fixed & (exact == c), w)
+        untrusted[table[reach & (table != c)]] = True
+    if fmt.signed:
+        mag_mask = fmt.sign_bit - 1
+        mags = np.arange(fmt.sign_bit)
+        ok = ~(untrusted[mags] | untrusted[mags | fmt.sign_bit])
+    else:
+        mag_mask = 0xFF
+        ok = ~untrusted
+    # of the runs of trusted magnitudes (with either sign), the one that the most in-range
+    # sums give (not merely the longest: codes that no sum gives at all qualify too)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], ok.astype(np.int8), [0]])))
+    if not edges.size:
+        return None
+    starts, stops = edges[0::2], edges[1::2]
+    hits = np.concatenate([[0], np.bincount(table[inside] & mag_mask, minlength=ok.size).cumsum()])
+    best = int(np.argmax(hits[stops] - hits[starts]))
+    return table, np.uint8(mag_mask), np.uint8(starts[best]), np.uint8(stops[best] - 1 - starts[best])
+
+
+def _sr_range(src, r, out, plan, fmt, saturate, k, draw=None):
     """Stochastic rounding of one range by integer addition on the bit patterns.
 
     Where the result lies in the target's normal range, the discarded part is
@@ -160,11 +241,16 @@ def _sr_range(src, r, out, plan, fmt, saturate, k):
     exact core increments; a carry out of the mantissa moves to the next
     binade as it should.  The truncated sum is then looked up in a table of
     stochastic rounding with zero random bits (truncation with overflow to
-    Inf/NaN or max).  Elements outside that range (target subnormals, zeros,
-    the two top exponent fields, 64-bit integers beyond 2**53) go through the
-    exact core with their own random bits.  Sources other than the pattern
-    types are first widened exactly (float16 and bfloat16 patterns are used
-    as they are).  ``r`` holds the k-bit draws of the range, in order.
+    Inf/NaN or max).  Elements whose code may come from outside that range
+    (:func:`_sr_trusted`: zeros, target subnormals and the smallest normal,
+    sums that reach Inf/NaN patterns), and 64-bit integers beyond 2**53, are
+    held with their own random bits and rounded by :func:`_sr_low` (those
+    below ``2**(emin + 1)``) or the exact core.  Sources other than the
+    pattern types are first widened exactly (float16 and bfloat16 patterns
+    are used as they are).
+    ``r`` holds the k-bit draws of the range, in order; or ``r`` is None and
+    ``draw(m)`` returns the next ``m`` draws (called with even ``m`` but for
+    the last step, so the steps continue one stream).
     """
     uint = plan.uint
     s0 = plan.s0
@@ -172,18 +258,25 @@ def _sr_range(src, r, out, plan, fmt, saturate, k):
     nb = min(step, src.size)
     wide = np.dtype(uint).itemsize >= 4
     v_buf = np.empty(nb, uint)                    # sums wrap only for NaN/Inf patterns (left to the exact core)
-    e_buf = np.empty(nb, uint)
+    t_buf = np.empty(nb, np.uint8)
     b_buf = np.empty(nb, bool)
     w_buf = np.empty(nb, plan.work) if src.dtype != plan.work else None
-    # Elements left to the exact core are gathered over chunks: one call per
-    # CHUNK of them rather than one (costly for a handful) per chunk.
+    signed = plan.mag_mask != 0xFF
+    low_ok = fmt.signed and fmt.subnormals and fmt.has_zero and (2 << fmt.mbits) <= fmt.max_code
+    # Elements left to the exact core are gathered over steps: one call per CHUNK of them
+    # rather than one (~0.15 ms even for a handful) per step.
     held, n_held = [], 0
 
     def flush():
         nonlocal n_held
         if held:
-            sel = np.concatenate(held)
-            out[sel] = encode_exact(src[sel], fmt, "stochastic", saturate, r[sel].astype(_U64), k)
+            sel = np.concatenate([h[0] for h in held])
+            bits = np.concatenate([h[1] for h in held]).astype(_U64)
+            xs = src[sel]
+            if low_ok:
+                sel, bits, xs = _sr_low(xs, bits, sel, out, fmt, k)
+            if sel.size:
+                out[sel] = encode_exact(xs, fmt, "stochastic", saturate, bits, k)
             held.clear()
             n_held = 0
 
@@ -196,10 +289,10 @@ def _sr_range(src, r, out, plan, fmt, saturate, k):
         else:
             w = xs
         u = w.view(uint)
-        ri = r[i:i + n]
+        ri = r[i:i + n] if draw is None else draw(n)
         if ri.dtype != np.uint32:                 # caller's bits of any integer type (all < 2**32)
             ri = ri.astype(np.uint32)
-        v, e, bad = v_buf[:n], e_buf[:n], b_buf[:n]
+        v, t = v_buf[:n], t_buf[:n]
         if s0 >= k:
             np.left_shift(ri, uint(s0 - k) if wide else np.uint32(s0 - k), out=v, casting="unsafe")
         else:
@@ -207,20 +300,48 @@ def _sr_range(src, r, out, plan, fmt, saturate, k):
         np.add(v, u, out=v, casting="unsafe")
         if plan.ishift:
             np.right_shift(v, uint(plan.ishift), out=v)
-        plan.table.take(v.view(np.int64) if uint is np.uint64 else v, out=out[i:i + n])
-        np.bitwise_and(u, plan.exp_mask, out=e)
-        np.subtract(e, plan.lo_bias, out=e)       # wraps for exponents below the lowest
-        np.greater(e, plan.span, out=bad)
+        o = out[i:i + n]
+        # mode='wrap' (every index is in range): NumPy's wrap loop is faster than its checked one
+        plan.table.take(v.view(np.int64) if uint is np.uint64 else v, out=o, mode="wrap")
+        if signed:
+            np.bitwise_and(o, plan.mag_mask, out=t)
+            t -= plan.trust_lo                    # wraps for magnitudes below trust_lo
+        else:
+            np.subtract(o, plan.trust_lo, out=t)
+        bad = b_buf[:n]
+        np.greater(t, plan.trust_span, out=bad)
         if plan.big:
             bad |= np.abs(w) >= 2.0 ** 53
-        if bad.any():
-            sel = np.flatnonzero(bad)
-            sel += i
-            held.append(sel)
+        sel = np.flatnonzero(bad)                 # ~0.2 % of Gaussian data
+        if sel.size:
+            held.append((sel + i, ri[sel]))
             n_held += sel.size
             if n_held >= CHUNK:
                 flush()
     flush()
+
+
+def _sr_low(xs, bits, sel, out, fmt, k):
+    """Round the held elements below ``2**(emin + 1)`` (zeros, target subnormals, the smallest
+    normal binade) into ``out[sel]``; return the others' (sel, bits, xs) for the exact core.
+
+    Those results share one quantum ``q = 2**(emin - mbits)`` and their codes are ``floor(|x| / q)``
+    plus the increment, so ``(floor(|x| * 2**k / q) + r) >> k`` is the code: the discarded
+    fraction truncated to k bits plus the draw carries exactly when the exact core increments.
+    In float64 the product is exact (a power of two; it stays below 2**39) and so is its floor.
+    The signs, -0 and the formats without -0 are applied as the exact core applies them.
+    """
+    with np.errstate(invalid="ignore"):           # ml_dtypes' NaNs warn when cast; they stay NaN
+        xf = xs.astype(np.float64)                # exact here: larger integers are not below the bound
+    a = np.abs(xf)
+    low = a < 2.0 ** (fmt.emin + 1)               # False for NaN
+    if not low.any():
+        return sel, bits, xs
+    t = np.floor(a[low] * 2.0 ** (k + fmt.mbits - fmt.emin)).astype(_U64)
+    code = ((t + bits[low]) >> _U64(k)).astype(np.int64)
+    out[sel[low]] = finish_codes(code, np.signbit(xf[low]), fmt)
+    keep = ~low
+    return sel[keep], bits[keep], xs[keep]
 
 
 def _exact_range(src, bits, out, fmt, rounding, saturate, k):
@@ -500,6 +621,10 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True,
 
     if rb_flat is not None:
         parallel.run(work_on(rb_flat, 0), parallel.split(0, n, threads, CHUNK), threads)
+        return
+    if threads == 1 and plan is not None:
+        # one pass over the whole array, drawing each step's bits as it goes
+        _sr_range(flat, None, out, plan, fmt, saturate, k, draw=lambda m: _draw_bits(gen, k, m))
         return
     # Draw a block's bits (an even count, so blocks continue one stream) while the
     # threads work on the previous block.

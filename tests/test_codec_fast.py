@@ -6,6 +6,7 @@ test_codec.py)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -142,3 +143,92 @@ def test_chunked_decode_matches_ml_dtypes(monkeypatch, name):
     one = fp8emu.decode(np.uint8(0x38), f)
     assert one.shape == () and one == np.uint8(0x38).view(f.ml_dtype).astype(np.float32)
     assert fp8emu.decode(np.zeros((0, 3), np.uint8), f).shape == (0, 3)
+
+
+@pytest.mark.parametrize("src", ["float16", "bfloat16"])
+def test_stochastic_16bit_fast_path_every_pattern(src):
+    """Every 16-bit pattern with the extreme and random draws: the pattern addition (and its test
+    of which codes it may trust) gives what the exact core gives, for every format."""
+    dt = np.float16 if src == "float16" else ml_dtypes.bfloat16
+    pats = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(dt)
+    x = np.concatenate([pats, pats, pats])
+    for name in ALL:
+        f = fp8emu.get_format(name)
+        for k in (3, 32):
+            r = np.concatenate([np.zeros(1 << 16, np.uint64), np.full(1 << 16, (1 << k) - 1, np.uint64),
+                                np.random.default_rng(k).integers(0, 1 << k, 1 << 16, dtype=np.uint64)])
+            for sat in (False, True):
+                got = fp8emu.encode(x, f, rounding="stochastic", saturate=sat, random_bits=r, sr_bits=k)
+                np.testing.assert_array_equal(got, exact_encode(x, f, "stochastic", sat, k, r),
+                                              err_msg=f"{src} {name} k={k} sat={sat}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_stochastic_rng_path_holds_exact_elements_across_steps(monkeypatch, dtype):
+    """With rng on one thread the whole array is one pass drawing as it goes; elements left to
+    the exact core (here a third of them: zeros, target subnormals, specials) are held over
+    steps and sent on in batches.  Results equal the exact core fed the documented stream."""
+    monkeypatch.setattr(codec, "CHUNK", 64)
+    rng = np.random.default_rng(8)
+    x = sr_inputs(6, 3000)
+    x[rng.integers(0, x.size, x.size // 3)] = 0.0
+    with np.errstate(all="ignore"):
+        x = x.astype(dtype)
+    x = x[:x.size - 1 + x.size % 2]               # an odd size: the last step draws an odd count
+    for name in ("e4m3fn", "e5m2", "e4m3fnuz", "e8m0fnu", "e2m1fn", "binary8p3"):
+        f = fp8emu.get_format(name)
+        for k, sat in ((32, False), (8, True), (19, "satpropagate")):
+            got = fp8emu.encode(x, f, rounding="stochastic", saturate=sat, rng=np.random.default_rng(9),
+                                sr_bits=k, threads=1)
+            bits = np.random.default_rng(9).integers(0, 1 << k, size=x.size, dtype=np.uint64)
+            np.testing.assert_array_equal(got, exact_encode(x, f, "stochastic", sat, k, bits),
+                                          err_msg=f"{np.dtype(dtype).name} {name} k={k} sat={sat}")
+
+
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2", "e4m3fnuz", "e3m4", "e2m3fn", "e2m1fn", "binary8p3"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_stochastic_gaussian_data_never_reaches_the_exact_core(monkeypatch, name, dtype):
+    """Finite data, here Gaussian with a quarter zeros and (for FP4/FP6/e3m4) many overflows, stays
+    on the fast paths: the pattern addition, and for the codes it does not trust (zeros, target
+    subnormals, the smallest normal binade) the fixed-quantum rounding of the held elements.
+    (The results are checked against the exact core by the tests above.)"""
+    x = (np.random.default_rng(0).standard_normal(1 << 18) * 8).astype(dtype)
+    x[::4] = 0
+    x[1::8] = -0.0
+    f = fp8emu.get_format(name)
+    real = codec.encode_exact
+    for sat in (False, True, "satpropagate"):
+        fp8emu.encode(x[:5000], f, rounding="stochastic", saturate=sat, rng=1)   # tables built
+        seen = []
+        monkeypatch.setattr(codec, "encode_exact", lambda v, *a, **kw: (seen.append(v.size), real(v, *a, **kw))[1])
+        got = fp8emu.encode(x, f, rounding="stochastic", saturate=sat, rng=1, threads=1)
+        monkeypatch.setattr(codec, "encode_exact", real)
+        assert sum(seen) == 0, (sat, seen)
+        bits = np.random.default_rng(1).integers(0, 1 << 32, size=x.size, dtype=np.uint64)
+        np.testing.assert_array_equal(got, exact_encode(x, f, "stochastic", sat, 32, bits))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stochastic_top_fields_and_nan_payloads(dtype):
+    """The source's two top exponent fields (where a carry can reach Inf/NaN patterns, and NaNs
+    whose payload lies only in the bits below the table index) against the exact core, with the
+    smallest, largest and random draws, for every format and overflow mode."""
+    uint, mb = (np.uint32, 23) if dtype == np.float32 else (np.uint64, 52)
+    nb = 8 * np.dtype(uint).itemsize
+    top = (1 << (nb - 1)) - (1 << mb)             # +Inf
+    rng = np.random.default_rng(12)
+    mant = np.concatenate([np.arange(64), (1 << mb) - 1 - np.arange(64),
+                           rng.integers(0, 1 << mb, 512, dtype=np.uint64)]).astype(np.uint64)
+    low = np.array([0, 1, 2], np.uint64)[:, None] << np.uint64(mb)      # fields 255/2047, below, two below
+    pats = (np.uint64(top) - low + mant[None, :]).ravel()
+    pats = np.concatenate([pats, pats | np.uint64(1 << (nb - 1))]).astype(uint)   # both signs
+    x = np.concatenate([pats, pats, pats]).view(dtype)
+    for name in ALL:
+        f = fp8emu.get_format(name)
+        for k in (5, 32):
+            r = np.concatenate([np.zeros(pats.size, np.uint64), np.full(pats.size, (1 << k) - 1, np.uint64),
+                                rng.integers(0, 1 << k, pats.size, dtype=np.uint64)])
+            for sat in (False, True, "satpropagate"):
+                got = fp8emu.encode(x, f, rounding="stochastic", saturate=sat, random_bits=r, sr_bits=k)
+                np.testing.assert_array_equal(got, exact_encode(x, f, "stochastic", sat, k, r),
+                                              err_msg=f"{np.dtype(dtype).name} {name} k={k} sat={sat}")

@@ -314,8 +314,9 @@ def test_scaling_argument_normalisation():
 # ----------------------------------------------------------------------------- fast paths taken
 def test_fast_paths_are_taken(monkeypatch):
     """Deterministic encodes of float16/bfloat16/float32/float64 look up a table; SR of float32
-    in the normal range adds bits and truncates through a table: neither calls the exact core
-    on the input (only table builds do, through fp8emu.tables)."""
+    adds bits and truncates through a table (in the normal range), or rounds on the one quantum
+    of the subnormal range: neither calls the exact core on the input (only table builds do,
+    through fp8emu.tables)."""
     import fp8emu.codec as codec
 
     calls = []
@@ -333,8 +334,10 @@ def test_fast_paths_are_taken(monkeypatch):
     normal = np.where(np.abs(x) < 0.1, 1.0, x)       # every result in e4m3fn's normal range
     fp8emu.encode(normal.astype(np.float32), "e4m3fn", rounding="stochastic", rng=1)
     assert calls == []
-    fp8emu.encode(np.array([1e-30, 1.0], np.float32), "e4m3fn", rounding="stochastic", rng=1)
-    assert calls == [1]                                # only the element below e4m3fn's normal range
+    fp8emu.encode(np.array([1e-30, -0.0, 0.01], np.float32), "e4m3fn", rounding="stochastic", rng=1)
+    assert calls == []                                 # below the normal range: the subnormal quantum
+    fp8emu.encode(np.array([np.inf, 1e-30, 1.0], np.float32), "e4m3fn", rounding="stochastic", rng=1)
+    assert calls == [1]                                # only the element whose sum reads as NaN
     fp8emu.encode(x.astype(np.int32), "e4m3fn")        # integers: the exact core
     assert calls[-1] == 5000
 
