@@ -43,6 +43,7 @@ MMAs equal to MMA-Sim, or model only).
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 
@@ -512,6 +513,12 @@ def _c_in(c, shape, ins):
 _BLOCK = 1 << 21
 
 
+def _kmajor(x):
+    """``x`` with its last (K) axis first, contiguous: a K step is then a slab along axis 0 and its
+    reductions are element-wise over contiguous planes, much faster than reducing a short last axis."""
+    return np.ascontiguousarray(np.moveaxis(np.asarray(x), -1, 0))
+
+
 def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks."""
     for f, what in ((a_format, "a_format"), (b_format, "b_format")):
@@ -521,12 +528,6 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     K = a.shape[-1]
     if K % ins.step:
         raise ValueError(f"K = {K} must be a multiple of {ins.name}'s step of {ins.step}")
-    # K-major: a step is a slab along axis 0 and its reductions are element-wise over
-    # contiguous (rows, N) planes, much faster than reducing a short last axis (the codes are
-    # moved, one byte each, before they are decoded)
-    kmajor = lambda x: np.ascontiguousarray(np.moveaxis(np.asarray(x), -1, 0))      # noqa: E731
-    va, ea = _decode_operand(kmajor(a), a_format, "a")
-    vb, eb = _decode_operand(kmajor(b), b_format, "b")
     sa = sb = None
     block = None
     if ins.block_scaled:
@@ -544,10 +545,14 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
                              f"got {block}")
         if kind == "ue4m3" and block != 16:
             raise ValueError("ue4m3 scales go with blocks of 16 (NVFP4)")
-        sa = _decode_scales(kmajor(a_scales), kind, "a_scales")
-        sb = _decode_scales(kmajor(b_scales), kind, "b_scales")
+        sa = _decode_scales(_kmajor(a_scales), kind, "a_scales")
+        sb = _decode_scales(_kmajor(b_scales), kind, "b_scales")
     elif a_scales is not None or b_scales is not None or scale_format is not None:
         raise ValueError(f"{ins.name} takes no block scales")
+    if _format_name(a_format) not in _WIDE:          # FP8/FP6/FP4: products from a table of code pairs
+        return _run_tables(ins, a, b, c, get_format(a_format), get_format(b_format), sa, sb, block, K)
+    va, ea = _decode_operand(_kmajor(a), a_format, "a")
+    vb, eb = _decode_operand(_kmajor(b), b_format, "b")
     M, N = c.shape
     out = np.empty((M, N), c.dtype)
     rows = max(1, _BLOCK // max(1, N * ins.step))
@@ -608,6 +613,236 @@ def _grouped_terms(ins, p, scl, block, k0):
     e = qa + qb
     zero = allzero | (sa == 0) | (sb == 0)
     return t, np.where(zero, ins.zero_exp, np.broadcast_to(e, t.shape))
+
+
+# ----------------------------------------------------------------------------- code-pair tables
+#: Products handled per block on the table path: small enough that a block's intermediates stay in
+#: the CPU caches (and no fresh pages are faulted in per call), large enough to amortise NumPy's
+#: per-call cost.
+_TILE = 1 << 16
+#: Exponent a zero product carries in the tables of the block-scaled datapaths: below every real
+#: one, so a maximum over a block sees only its non-zero products.
+_NONE = -(1 << 15)
+_PAIRS = {}
+_LOCAL = threading.local()
+
+
+def _pair_tables(fa, fb, zero_exp):
+    """Exact float64 product and MMA-Sim exponent of every (a, b) code pair, indexed ``a << bits_b | b``.
+
+    FP8 x FP8 products have at most 8 significant bits and exponents within float64's range, so
+    the product of two decoded values is exact; a zero product carries ``zero_exp``.
+    """
+    key = (fa.name, fb.name, zero_exp)
+    if key not in _PAIRS:
+        for f in (fa, fb):
+            if f.name not in _TABLES:
+                _TABLES[f.name] = _sig_exp(f)
+        (va, ea), (vb, eb) = _TABLES[fa.name], _TABLES[fb.name]
+        with np.errstate(invalid="ignore"):
+            p = np.multiply.outer(va, vb).ravel()
+        x = np.where(p == 0, zero_exp, np.add.outer(ea, eb).ravel()).astype(np.int16)
+        p.flags.writeable = x.flags.writeable = False
+        _PAIRS[key] = p, x
+    return _PAIRS[key]
+
+
+def _codes_ok(codes, fmt, what):
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"{what} must be uint8 codes (one element per byte), got dtype {codes.dtype}")
+    if fmt.bits < 8 and (codes >> fmt.bits).any():
+        raise ValueError(f"{what} holds codes above {fmt.name}'s {fmt.bits} bits")
+    return codes
+
+
+def _buffers(n):
+    """This thread's work arrays (index, products, exponents) of at least ``n`` elements.
+
+    Kept between calls: fresh arrays of a block's size are returned to the OS when freed and
+    page-faulted in again on every call, which cost more than the arithmetic on them.
+    """
+    ws = getattr(_LOCAL, "buffers", None)
+    if ws is None or ws[0].size < n:
+        ws = (np.empty(n, np.intp), np.empty(n), np.empty(n, np.int16))
+        _LOCAL.buffers = ws
+    return ws
+
+
+def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
+    """D for FP8/FP6/FP4 operands a (M|1, N|1, K) and b: products gathered from the code-pair tables.
+
+    The outputs are taken in blocks (rows x columns x a whole number of K steps) of about
+    ``_TILE`` products, C carried along K; per block one index array (k, R) holds every code
+    pair, K-major, and two gathers give the products and their exponents.
+    """
+    a3 = np.moveaxis(_codes_ok(a, fa, "a"), -1, 0)          # views (K, M|1, N|1)
+    b3 = np.moveaxis(_codes_ok(b, fb, "b"), -1, 0)
+    zero = _NONE if ins.datapath in ("scaled", "grouped") else ins.zero_exp
+    P, X = _pair_tables(fa, fb, zero)
+    M, N = c.shape
+    L = ins.step
+    nb = min(N, max(1, _TILE // L))
+    kc = min(K, max(L, _TILE // nb // L * L))
+    mb = min(M, max(1, _TILE // (kc * nb)))
+    bi, bp, bx = _buffers(kc * mb * nb)
+    shift = np.intp(fb.bits)
+    out = np.empty((M, N), c.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for m0 in range(0, M, mb):
+            m1 = min(M, m0 + mb)
+            for n0 in range(0, N, nb):
+                n1 = min(N, n0 + nb)
+                sel = [(slice(m0, m1) if x.shape[1] > 1 else slice(None),
+                        slice(n0, n1) if x.shape[2] > 1 else slice(None)) for x in (a3, b3)]
+                R = (m1 - m0) * (n1 - n0)
+                scl = None
+                if sa is not None:
+                    scl = tuple(np.broadcast_to(v[:, i, j], (v.shape[0], m1 - m0, n1 - n0)).reshape(v.shape[0], R)
+                                for v, (i, j) in ((sa[0], sel[0]), (sa[1], sel[0]), (sb[0], sel[1]), (sb[1], sel[1])))
+                cb = c[m0:m1, n0:n1].reshape(R)
+                for k0 in range(0, K, kc):
+                    k1 = min(K, k0 + kc)
+                    n = (k1 - k0) * R
+                    idx = bi[:n].reshape(k1 - k0, m1 - m0, n1 - n0)
+                    np.left_shift(a3[(slice(k0, k1),) + sel[0]], shift, out=idx)
+                    np.bitwise_or(idx, b3[(slice(k0, k1),) + sel[1]], out=idx)
+                    idx = idx.reshape(k1 - k0, R)
+                    pk = np.take(P, idx, out=bp[:n].reshape(k1 - k0, R), mode="wrap")
+                    xk = np.take(X, idx, out=bx[:n].reshape(k1 - k0, R), mode="wrap")
+                    cb = _table_rows(ins, pk, xk, scl, block, cb, k0)
+                out[m0:m1, n0:n1] = cb.reshape(m1 - m0, n1 - n0)
+    return out
+
+
+def _table_rows(ins, p, x, scl, block, c, k_first):
+    """The chain of steps over gathered products ``p`` (k, R) (overwritten) and exponents ``x``,
+    the first at ``k_first`` along K."""
+    L, F = ins.step, ins.frac_bits
+
+    def step_fn(k0):
+        ps, xs = p[k0:k0 + L], x[k0:k0 + L]
+        k = k_first + k0
+        if ins.datapath == "fused":
+            return lambda cv, ec: _fused_sum(ps, np.maximum(xs.max(axis=0), ec), cv, F)
+        if ins.datapath == "paired":
+            return lambda cv, ec: _paired_step(ps, xs, cv, ec, ins)
+        if ins.datapath == "scaled":
+            return lambda cv, ec: _scaled_sum(ins, ps, xs, scl, block, k, cv, ec)
+        return lambda cv, ec: _fused_step(*_grouped_table_terms(ins, ps, xs, scl, block, k), cv, ec, F)
+
+    return _table_chain(ins, c, [step_fn(k0) for k0 in range(0, p.shape[0], L)])
+
+
+#: Per output type: unsigned view, exponent shift, magnitude mask, smallest normal exponent.
+_FIELDS = {"float32": (np.uint32, 23, 0x7FFFFFFF, -126), "float16": (np.uint16, 10, 0x7FFF, -14)}
+_CEXP = {}
+
+
+def _c_exponent_table(out):
+    """:func:`_c_exponent` of every sign-and-exponent field of the output type."""
+    if out not in _CEXP:
+        ut, sh, mag, lo = _FIELDS[out]
+        nf = 1 << (8 * np.dtype(ut).itemsize - sh - 1)          # exponent fields
+        f = np.arange(2 * nf) % nf
+        e = np.where(f == nf - 1, -1, np.maximum(f, 1) - (nf // 2 - 1)).astype(np.int64)
+        e.flags.writeable = False
+        _CEXP[out] = e
+    return _CEXP[out]
+
+
+def _table_chain(ins, c, steps):
+    """:func:`_chain` with C's exponent read from its bit fields and the result rounded by masking
+    its float64 bits (same results, a third of the passes over the outputs)."""
+    ut, sh, mag, lo = _FIELDS[ins.out]
+    table = _c_exponent_table(ins.out)
+    zero = lo if ins.datapath == "paired" else ins.zero_exp
+    for step in steps:
+        u = c.view(ut)
+        ec = np.take(table, u >> ut(sh))
+        ec[(u & ut(mag)) == 0] = zero
+        x = step(c.astype(np.float64), ec)
+        c = _round_table(x, ins)
+    return c
+
+
+def _round_table(x, ins):
+    """:func:`_round_out` and :func:`_finish` of the float64 step results ``x`` (overwritten)."""
+    dt, ut, emin, mbits, qnan = _OUT[ins.out]
+    if ins.datapath == "paired":
+        r = x.astype(np.float32)
+    elif ins.rounding == "rne":
+        r = _round_out(x, ins)
+    else:
+        # truncation: clear the float64 fraction bits below the kept ones (sign-magnitude, so
+        # toward zero); below float32's smallest normal the grid is fixed, 2**(emin - bits)
+        bits = 13 if ins.rounding == "rz-e8m13" else mbits
+        xi = x.view(np.int64)
+        small = np.abs(x) < 2.0 ** emin
+        np.bitwise_and(xi, np.int64(-1 << (52 - bits)), out=xi)
+        if small.any():
+            q = 2.0 ** (emin - bits)
+            x[small] = np.trunc(x[small] / q) * q
+        with np.errstate(over="ignore"):
+            r = x.astype(dt)
+    r += dt(0)                     # -0 -> +0, as MMA-Sim's models
+    nan = np.isnan(r)
+    if nan.any():
+        r.view(ut)[nan] = qnan
+    return r
+
+
+def _fused_sum(ps, E, c, F):
+    """:func:`_fused_step` on a step's products ``ps`` (L, R), overwritten, its exponent ``E`` known."""
+    sc = np.ldexp(1.0, F - E)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.multiply(ps, sc, out=ps)
+        np.trunc(ps, out=ps)
+        t = np.add.reduce(ps, axis=0)
+        t += np.trunc(c * sc)
+        return t / sc
+
+
+def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
+    """One ``"scaled"`` step: E8M0 scales are powers of two, so a block's scales add to its products'
+    exponents and fold into the one factor that aligns them (a NaN scale makes its block NaN)."""
+    L, F = ins.step, ins.frac_bits
+    bl = min(block, L)
+    nb = L // bl
+    kb = (k0 + np.arange(nb) * bl) // block
+    q = scl[1][kb] + scl[3][kb]                                  # (nb, R)
+    nan = np.isnan(scl[0][kb]) | np.isnan(scl[2][kb])
+    xb = xs.reshape(nb, bl, -1)
+    hi, lo = xb.max(axis=1), xb.min(axis=1)
+    # zero products carry zero_exp; the others their exponent plus their block's scales'
+    eb = np.where(hi == _NONE, ins.zero_exp, hi + q)
+    eb = np.where(lo == _NONE, np.maximum(eb, ins.zero_exp), eb)
+    E = np.maximum(eb.max(axis=0), ec)
+    f = np.where(nan, np.nan, np.ldexp(1.0, q + (F - E)))
+    pb = ps.reshape(nb, bl, -1)
+    sc = np.ldexp(1.0, F - E)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.multiply(pb, f[:, None], out=pb)
+        np.trunc(ps, out=ps)
+        t = np.add.reduce(ps, axis=0)
+        t += np.trunc(c * sc)
+        return t / sc
+
+
+def _grouped_table_terms(ins, ps, xs, scl, block, k0):
+    """:func:`_grouped_terms` on gathered products; a group is all zero when its largest exponent is
+    the zero marker."""
+    G = ins.group
+    pg = ps.reshape(-1, G, ps.shape[-1])
+    allzero = xs.reshape(pg.shape).max(axis=1) == _NONE
+    with np.errstate(invalid="ignore"):
+        s = np.add.reduce(pg, axis=1)
+    kb = (k0 + np.arange(s.shape[0]) * G) // block
+    sa, qa, sb, qb = scl[0][kb], scl[1][kb], scl[2][kb], scl[3][kb]
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = s * sa * sb
+    zero = allzero | (sa == 0) | (sb == 0)
+    return t, np.where(zero, ins.zero_exp, qa + qb)
 
 
 # ----------------------------------------------------------------------------- evidence
