@@ -501,6 +501,8 @@ def _c_in(c, shape, ins):
         arr = np.broadcast_to(arr, shape)
     except ValueError:
         raise ValueError(f"c has shape {arr.shape}, which does not broadcast to {shape}") from None
+    if arr.dtype == dt:            # read only, never written
+        return arr
     cd = arr.astype(dt)
     with np.errstate(invalid="ignore"):
         same = (cd.astype(np.float64) == arr.astype(np.float64)) | (np.isnan(cd) & np.isnan(arr.astype(np.float64)))
@@ -519,8 +521,12 @@ def _kmajor(x):
     return np.ascontiguousarray(np.moveaxis(np.asarray(x), -1, 0))
 
 
-def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
-    """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks."""
+def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, tables=True):
+    """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks.
+
+    FP8/FP6/FP4 operands take the code-pair tables (:func:`_run_tables`) unless ``tables`` is
+    false; the per-operand decode below is the reference they are tested against.
+    """
     for f, what in ((a_format, "a_format"), (b_format, "b_format")):
         if _format_name(f) not in ins.formats:
             raise ValueError(f"{ins.name} takes {', '.join(ins.formats)} operands, not "
@@ -549,7 +555,7 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
         sb = _decode_scales(_kmajor(b_scales), kind, "b_scales")
     elif a_scales is not None or b_scales is not None or scale_format is not None:
         raise ValueError(f"{ins.name} takes no block scales")
-    if _format_name(a_format) not in _WIDE:          # FP8/FP6/FP4: products from a table of code pairs
+    if tables and _format_name(a_format) not in _WIDE:      # FP8/FP6/FP4: products from code-pair tables
         return _run_tables(ins, a, b, c, get_format(a_format), get_format(b_format), sa, sb, block, K)
     va, ea = _decode_operand(_kmajor(a), a_format, "a")
     vb, eb = _decode_operand(_kmajor(b), b_format, "b")
@@ -619,7 +625,7 @@ def _grouped_terms(ins, p, scl, block, k0):
 #: Products handled per block on the table path: small enough that a block's intermediates stay in
 #: the CPU caches (and no fresh pages are faulted in per call), large enough to amortise NumPy's
 #: per-call cost.
-_TILE = 1 << 16
+_TILE = 1 << 17
 #: Exponent a zero product carries in the tables of the block-scaled datapaths: below every real
 #: one, so a maximum over a block sees only its non-zero products.
 _NONE = -(1 << 15)
@@ -628,7 +634,8 @@ _LOCAL = threading.local()
 
 
 def _pair_tables(fa, fb, zero_exp):
-    """Exact float64 product and MMA-Sim exponent of every (a, b) code pair, indexed ``a << bits_b | b``.
+    """Exact float64 product and MMA-Sim exponent of every (a, b) code pair, indexed ``a << bits_b | b``,
+    and the smallest exponent of a finite non-zero product.
 
     FP8 x FP8 products have at most 8 significant bits and exponents within float64's range, so
     the product of two decoded values is exact; a zero product carries ``zero_exp``.
@@ -643,7 +650,8 @@ def _pair_tables(fa, fb, zero_exp):
             p = np.multiply.outer(va, vb).ravel()
         x = np.where(p == 0, zero_exp, np.add.outer(ea, eb).ravel()).astype(np.int16)
         p.flags.writeable = x.flags.writeable = False
-        _PAIRS[key] = p, x
+        nz = x[(x != zero_exp) & np.isfinite(p)]
+        _PAIRS[key] = p, x, int(nz.min()) if nz.size else 0
     return _PAIRS[key]
 
 
@@ -657,14 +665,14 @@ def _codes_ok(codes, fmt, what):
 
 
 def _buffers(n):
-    """This thread's work arrays (index, products, exponents) of at least ``n`` elements.
+    """This thread's work arrays (index, products, exponents, code pairs) of at least ``n`` elements.
 
     Kept between calls: fresh arrays of a block's size are returned to the OS when freed and
     page-faulted in again on every call, which cost more than the arithmetic on them.
     """
     ws = getattr(_LOCAL, "buffers", None)
     if ws is None or ws[0].size < n:
-        ws = (np.empty(n, np.intp), np.empty(n), np.empty(n, np.int16))
+        ws = (np.empty(n, np.intp), np.empty(n), np.empty(n, np.int16), np.empty(n, np.uint16))
         _LOCAL.buffers = ws
     return ws
 
@@ -672,66 +680,84 @@ def _buffers(n):
 def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
     """D for FP8/FP6/FP4 operands a (M|1, N|1, K) and b: products gathered from the code-pair tables.
 
-    The outputs are taken in blocks (rows x columns x a whole number of K steps) of about
-    ``_TILE`` products, C carried along K; per block one index array (k, R) holds every code
-    pair, K-major, and two gathers give the products and their exponents.
+    The outputs are taken in blocks (rows x columns x whole K steps) of about ``_TILE``
+    products, C carried along K.  Per block one index array (steps, L + 1, R) holds every code
+    pair, K-major, and two gathers give the products and their exponents; each step's spare
+    last row is where a fused step puts C and its exponent, so that C is aligned, truncated and
+    added by the same passes as the products.
     """
-    a3 = np.moveaxis(_codes_ok(a, fa, "a"), -1, 0)          # views (K, M|1, N|1)
-    b3 = np.moveaxis(_codes_ok(b, fb, "b"), -1, 0)
+    a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
     zero = _NONE if ins.datapath in ("scaled", "grouped") else ins.zero_exp
-    P, X = _pair_tables(fa, fb, zero)
+    P, X, xmin = _pair_tables(fa, fb, zero)
+    zero_c = _zero_c_matters(ins, xmin)
     M, N = c.shape
     L = ins.step
     nb = min(N, max(1, _TILE // L))
     kc = min(K, max(L, _TILE // nb // L * L))
     mb = min(M, max(1, _TILE // (kc * nb)))
-    bi, bp, bx = _buffers(kc * mb * nb)
-    shift = np.intp(fb.bits)
+    bi, bp, bx, bw = _buffers(kc // L * (L + 1) * mb * nb)
+    shift = np.uint16(fb.bits)
     out = np.empty((M, N), c.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         for m0 in range(0, M, mb):
             m1 = min(M, m0 + mb)
             for n0 in range(0, N, nb):
                 n1 = min(N, n0 + nb)
-                sel = [(slice(m0, m1) if x.shape[1] > 1 else slice(None),
-                        slice(n0, n1) if x.shape[2] > 1 else slice(None)) for x in (a3, b3)]
-                R = (m1 - m0) * (n1 - n0)
+                sel = [(slice(m0, m1) if x.shape[0] > 1 else slice(None),
+                        slice(n0, n1) if x.shape[1] > 1 else slice(None)) for x in (a, b)]
+                m, n = m1 - m0, n1 - n0
                 scl = None
                 if sa is not None:
-                    scl = tuple(np.broadcast_to(v[:, i, j], (v.shape[0], m1 - m0, n1 - n0)).reshape(v.shape[0], R)
+                    scl = tuple(np.broadcast_to(v[:, i, j], (v.shape[0], m, n)).reshape(v.shape[0], m * n)
                                 for v, (i, j) in ((sa[0], sel[0]), (sa[1], sel[0]), (sb[0], sel[1]), (sb[1], sel[1])))
-                cb = c[m0:m1, n0:n1].reshape(R)
+                cb = c[m0:m1, n0:n1].reshape(m * n)
                 for k0 in range(0, K, kc):
                     k1 = min(K, k0 + kc)
-                    n = (k1 - k0) * R
-                    idx = bi[:n].reshape(k1 - k0, m1 - m0, n1 - n0)
-                    np.left_shift(a3[(slice(k0, k1),) + sel[0]], shift, out=idx)
-                    np.bitwise_or(idx, b3[(slice(k0, k1),) + sel[1]], out=idx)
-                    idx = idx.reshape(k1 - k0, R)
-                    pk = np.take(P, idx, out=bp[:n].reshape(k1 - k0, R), mode="wrap")
-                    xk = np.take(X, idx, out=bx[:n].reshape(k1 - k0, R), mode="wrap")
-                    cb = _table_rows(ins, pk, xk, scl, block, cb, k0)
-                out[m0:m1, n0:n1] = cb.reshape(m1 - m0, n1 - n0)
+                    S = (k1 - k0) // L
+                    size = S * (L + 1) * m * n
+                    idx = bi[:size].reshape(S, L + 1, m, n)
+                    # code pairs as uint16 in the operands' own layout (contiguous reads, narrow
+                    # writes), then widened to the K-major index in one transposing copy
+                    w = bw[:m * n * (k1 - k0)].reshape(m, n, k1 - k0)
+                    np.left_shift(a[sel[0] + (slice(k0, k1),)], shift, out=w, dtype=np.uint16)
+                    np.bitwise_or(w, b[sel[1] + (slice(k0, k1),)], out=w)
+                    np.copyto(idx[:, :L], np.moveaxis(w, 2, 0).reshape(S, L, m, n))
+                    idx[:, L] = 0
+                    idx = idx.reshape(size)
+                    pk = np.take(P, idx, out=bp[:size], mode="wrap").reshape(S, L + 1, m * n)
+                    xk = np.take(X, idx, out=bx[:size], mode="wrap").reshape(S, L + 1, m * n)
+                    cb = _table_rows(ins, pk, xk, scl, block, cb, k0, zero_c)
+                out[m0:m1, n0:n1] = cb.reshape(m, n)
     return out
 
 
-def _table_rows(ins, p, x, scl, block, c, k_first):
-    """The chain of steps over gathered products ``p`` (k, R) (overwritten) and exponents ``x``,
-    the first at ``k_first`` along K."""
+def _table_rows(ins, p, x, scl, block, c, k_first, zero_c):
+    """The chain of steps over gathered products ``p`` (steps, L + 1, R) (overwritten) and exponents
+    ``x``, the first step at ``k_first`` along K; returns the last step's rounded result."""
     L, F = ins.step, ins.frac_bits
-
-    def step_fn(k0):
-        ps, xs = p[k0:k0 + L], x[k0:k0 + L]
-        k = k_first + k0
+    ut, sh, mag, lo = _FIELDS[ins.out]
+    table = _c_exponent_table(ins.out)
+    for s in range(p.shape[0]):
+        ps, xs = p[s], x[s]
+        k = k_first + s * L
+        u = c.view(ut)
+        # C's exponent from its sign-and-exponent field, into the step's spare row
+        ec = np.take(table, u >> ut(sh), out=xs[L], mode="wrap")
+        if zero_c:
+            ec[(u & ut(mag)) == 0] = ins.zero_exp
         if ins.datapath == "fused":
-            return lambda cv, ec: _fused_sum(ps, np.maximum(xs.max(axis=0), ec), cv, F)
-        if ins.datapath == "paired":
-            return lambda cv, ec: _paired_step(ps, xs, cv, ec, ins)
-        if ins.datapath == "scaled":
-            return lambda cv, ec: _scaled_sum(ins, ps, xs, scl, block, k, cv, ec)
-        return lambda cv, ec: _fused_step(*_grouped_table_terms(ins, ps, xs, scl, block, k), cv, ec, F)
-
-    return _table_chain(ins, c, [step_fn(k0) for k0 in range(0, p.shape[0], L)])
+            ps[L] = c
+            E = xs.max(axis=0)
+            sc = _pow2(F - E)
+            x_ = _trunc_sum(ps, sc) / sc
+        elif ins.datapath == "paired":
+            x_, E = _paired_sum(ps[:L], xs[:L], c, ec, ins), None
+        elif ins.datapath == "scaled":
+            x_, E = _scaled_sum(ins, ps[:L], xs[:L], scl, block, k, c, ec)
+        else:
+            x_, E = _fused_step(*_grouped_table_terms(ins, ps[:L], xs[:L], scl, block, k), c, ec, F), None
+        c = _round_table(x_, ins, E)
+    return c
 
 
 #: Per output type: unsigned view, exponent shift, magnitude mask, smallest normal exponent.
@@ -740,34 +766,39 @@ _CEXP = {}
 
 
 def _c_exponent_table(out):
-    """:func:`_c_exponent` of every sign-and-exponent field of the output type."""
+    """:func:`_c_exponent` of every sign-and-exponent field of the output type (int16)."""
     if out not in _CEXP:
         ut, sh, mag, lo = _FIELDS[out]
         nf = 1 << (8 * np.dtype(ut).itemsize - sh - 1)          # exponent fields
         f = np.arange(2 * nf) % nf
-        e = np.where(f == nf - 1, -1, np.maximum(f, 1) - (nf // 2 - 1)).astype(np.int64)
+        e = np.where(f == nf - 1, -1, np.maximum(f, 1) - (nf // 2 - 1)).astype(np.int16)
         e.flags.writeable = False
         _CEXP[out] = e
     return _CEXP[out]
 
 
-def _table_chain(ins, c, steps):
-    """:func:`_chain` with C's exponent read from its bit fields and the result rounded by masking
-    its float64 bits (same results, a third of the passes over the outputs)."""
-    ut, sh, mag, lo = _FIELDS[ins.out]
-    table = _c_exponent_table(ins.out)
-    zero = lo if ins.datapath == "paired" else ins.zero_exp
-    for step in steps:
-        u = c.view(ut)
-        ec = np.take(table, u >> ut(sh))
-        ec[(u & ut(mag)) == 0] = zero
-        x = step(c.astype(np.float64), ec)
-        c = _round_table(x, ins)
-    return c
+def _zero_c_matters(ins, xmin):
+    """Whether a zero C's exponent (``zero_exp``, not the subnormals' one) can change a result.
+
+    It enters only as a candidate for a step's largest exponent: when every non-zero product
+    carries at least the output's smallest normal exponent, a zero C's exponent loses to any
+    non-zero product, and with all products zero too the result is zero whatever the grid.
+    Block scales shift the products' exponents by any amount, so there it always may.
+    """
+    if ins.datapath == "paired":          # its zero C carries the subnormal exponent anyway
+        return False
+    if ins.datapath != "fused":
+        return True
+    return xmin < _FIELDS[ins.out][3]
 
 
-def _round_table(x, ins):
-    """:func:`_round_out` and :func:`_finish` of the float64 step results ``x`` (overwritten)."""
+def _round_table(x, ins, E=None):
+    """:func:`_round_out` and :func:`_finish` of the float64 step results ``x`` (overwritten).
+
+    ``E``, where given, is each result's step exponent: ``x`` is then a multiple of
+    ``2**(E - frac_bits)``, so where that grid is no finer than the output's below its smallest
+    normal, truncating the significand alone is exact.
+    """
     dt, ut, emin, mbits, qnan = _OUT[ins.out]
     if ins.datapath == "paired":
         r = x.astype(np.float32)
@@ -777,14 +808,14 @@ def _round_table(x, ins):
         # truncation: clear the float64 fraction bits below the kept ones (sign-magnitude, so
         # toward zero); below float32's smallest normal the grid is fixed, 2**(emin - bits)
         bits = 13 if ins.rounding == "rz-e8m13" else mbits
+        fine = E is None or int(E.min()) - ins.frac_bits < emin - bits
+        small = np.abs(x) < 2.0 ** emin if fine else None
         xi = x.view(np.int64)
-        small = np.abs(x) < 2.0 ** emin
         np.bitwise_and(xi, np.int64(-1 << (52 - bits)), out=xi)
-        if small.any():
+        if fine and small.any():
             q = 2.0 ** (emin - bits)
             x[small] = np.trunc(x[small] / q) * q
-        with np.errstate(over="ignore"):
-            r = x.astype(dt)
+        r = x.astype(dt)
     r += dt(0)                     # -0 -> +0, as MMA-Sim's models
     nan = np.isnan(r)
     if nan.any():
@@ -792,15 +823,43 @@ def _round_table(x, ins):
     return r
 
 
-def _fused_sum(ps, E, c, F):
-    """:func:`_fused_step` on a step's products ``ps`` (L, R), overwritten, its exponent ``E`` known."""
-    sc = np.ldexp(1.0, F - E)
-    with np.errstate(invalid="ignore", over="ignore"):
-        np.multiply(ps, sc, out=ps)
-        np.trunc(ps, out=ps)
-        t = np.add.reduce(ps, axis=0)
-        t += np.trunc(c * sc)
-        return t / sc
+def _pow2(e):
+    """``2.0 ** e`` for integer arrays with ``-1022 <= e <= 1023``, built from the exponent field."""
+    return np.left_shift(np.add(e, 1023, dtype=np.int64), 52).view(np.float64)
+
+
+def _trunc_sum(ps, f):
+    """``sum(trunc(ps * f))`` over axis 0, ``ps`` overwritten (the sum is exact: integers below 2**53)."""
+    np.multiply(ps, f, out=ps)
+    np.trunc(ps, out=ps)
+    return np.add.reduce(ps, axis=0)
+
+
+def _paired_sum(ps, xs, c, ec, ins):
+    """:func:`_paired_step` on gathered products (overwritten) and exponents.
+
+    The partial sums are kept in units of their grids (integers), so each alignment is one
+    multiplication by a power of two; zero halves carry ``max(zero_exp, -900)``, which changes
+    nothing (their sums are zero and C's exponent is above both) and keeps every power of two
+    in float64's normal range.
+    """
+    F, F2 = ins.frac_bits, ins.pair_bits
+    Ee = np.maximum(xs[0::2].max(axis=0), -900).astype(np.int64)
+    Eo = np.maximum(xs[1::2].max(axis=0), -900).astype(np.int64)
+    se = _trunc_sum(ps[0::2], _pow2(F - Ee))           # units of 2**(Ee - F)
+    so = _trunc_sum(ps[1::2], _pow2(F - Eo))
+    Ed = np.maximum(Ee, Eo)
+    sd = np.floor(se * _pow2(Ee - Ed))                  # units of 2**(Ed - F)
+    sd += np.floor(so * _pow2(Eo - Ed))
+    Em = np.maximum(Ed, ec)
+    sd = np.floor(sd * _pow2(Ed - Em + F2 + 1 - F)) * _pow2(Em - F2 - 1)
+    gc = _pow2(F - Em)
+    cc = np.floor(c * gc) / gc
+    cc[ec < Em - F - 1] = 0.0
+    x = sd + cc
+    _, e = np.frexp(x)                  # Inf, NaN and 0 give 0: their q does not matter
+    q = _pow2(np.maximum(e - 1, -126) - F2)
+    return np.floor(x / q) * q
 
 
 def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
@@ -818,15 +877,14 @@ def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
     eb = np.where(hi == _NONE, ins.zero_exp, hi + q)
     eb = np.where(lo == _NONE, np.maximum(eb, ins.zero_exp), eb)
     E = np.maximum(eb.max(axis=0), ec)
-    f = np.where(nan, np.nan, np.ldexp(1.0, q + (F - E)))
-    pb = ps.reshape(nb, bl, -1)
-    sc = np.ldexp(1.0, F - E)
-    with np.errstate(invalid="ignore", over="ignore"):
-        np.multiply(pb, f[:, None], out=pb)
-        np.trunc(ps, out=ps)
-        t = np.add.reduce(ps, axis=0)
-        t += np.trunc(c * sc)
-        return t / sc
+    f = _pow2(q + (F - E))
+    f[nan] = np.nan
+    np.multiply(ps.reshape(nb, bl, -1), f[:, None], out=ps.reshape(nb, bl, -1))
+    np.trunc(ps, out=ps)
+    t = np.add.reduce(ps, axis=0)
+    sc = _pow2(F - E)
+    t += np.trunc(c * sc)
+    return t / sc, E
 
 
 def _grouped_table_terms(ins, ps, xs, scl, block, k0):
@@ -835,12 +893,10 @@ def _grouped_table_terms(ins, ps, xs, scl, block, k0):
     G = ins.group
     pg = ps.reshape(-1, G, ps.shape[-1])
     allzero = xs.reshape(pg.shape).max(axis=1) == _NONE
-    with np.errstate(invalid="ignore"):
-        s = np.add.reduce(pg, axis=1)
+    s = np.add.reduce(pg, axis=1)
     kb = (k0 + np.arange(s.shape[0]) * G) // block
     sa, qa, sb, qb = scl[0][kb], scl[1][kb], scl[2][kb], scl[3][kb]
-    with np.errstate(invalid="ignore", over="ignore"):
-        t = s * sa * sb
+    t = s * sa * sb
     zero = allzero | (sa == 0) | (sb == 0)
     return t, np.where(zero, ins.zero_exp, qa + qb)
 
