@@ -301,10 +301,20 @@ def _decode_operand(codes, fmt, what):
 
 
 def _decode_scales(codes, kind, what):
-    """Block scale values (float64, NaN for NaN codes) and their exponents."""
+    """Block scale values (float64, NaN for NaN codes) and their exponents, looked up per code."""
     codes = np.asarray(codes)
     if codes.dtype != np.uint8:
         raise TypeError(f"{what} must be uint8 scale codes, got dtype {codes.dtype}")
+    if ("scale", kind) not in _TABLES:
+        v, e = _scale_values(np.arange(256, dtype=np.uint8), kind)
+        v.flags.writeable = e.flags.writeable = False
+        _TABLES["scale", kind] = v, e
+    v, e = _TABLES["scale", kind]
+    idx = codes.astype(np.intp)
+    return np.take(v, idx), np.take(e, idx)
+
+
+def _scale_values(codes, kind):
     if kind == "ue8m0":
         e = codes.astype(np.int64) - 127
         v = np.where(codes == 255, np.nan, np.ldexp(1.0, np.minimum(e, 127)))
@@ -655,11 +665,32 @@ def _pair_tables(fa, fb, zero_exp):
     return _PAIRS[key]
 
 
+def _quad_table(fa, fb):
+    """For 4-bit operands: every two consecutive code pairs ``(a_k, b_k), (a_k+1, b_k+1)`` as one
+    16-bit index, holding ``sum / q + 2**16 * nonzero`` as int32 (``q`` the smallest product
+    magnitude, of which every product is a multiple; ``nonzero`` how many of the two products are).
+
+    A group's entries then add up, exactly and in one integer pass, to its sum and its count of
+    non-zero products (the sum's magnitude stays below 2**15), with half the gathers.
+    """
+    key = ("quads", fa.name, fb.name)
+    if key not in _PAIRS:
+        P = _pair_tables(fa, fb, _NONE)[0]
+        q = float(np.abs(P[P != 0]).min())
+        units = np.rint(P / q).astype(np.int32)
+        nz = (P != 0).astype(np.int32)
+        hi, lo = np.arange(1 << 16) >> 8, np.arange(1 << 16) & 0xFF
+        t = units[hi] + units[lo] + ((nz[hi] + nz[lo]) << 16)
+        t.flags.writeable = False
+        _PAIRS[key] = t, q, int(np.abs(units).max())
+    return _PAIRS[key]
+
+
 def _codes_ok(codes, fmt, what):
     codes = np.asarray(codes)
     if codes.dtype != np.uint8:
         raise TypeError(f"{what} must be uint8 codes (one element per byte), got dtype {codes.dtype}")
-    if fmt.bits < 8 and (codes >> fmt.bits).any():
+    if fmt.bits < 8 and int(codes.max(initial=0)) >> fmt.bits:
         raise ValueError(f"{what} holds codes above {fmt.name}'s {fmt.bits} bits")
     return codes
 
@@ -690,6 +721,10 @@ def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
     zero = _NONE if ins.datapath in ("scaled", "grouped") else ins.zero_exp
     P, X, xmin = _pair_tables(fa, fb, zero)
     zero_c = _zero_c_matters(ins, xmin)
+    quads = ins.datapath == "grouped" and fa.bits == fb.bits == 4 and ins.group % 2 == 0
+    if quads:
+        Q, quantum, umax = _quad_table(fa, fb)
+        quads = ins.group * umax < 1 << 15
     M, N = c.shape
     L = ins.step
     nb = min(N, max(1, _TILE // L))
@@ -714,6 +749,11 @@ def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
                 for k0 in range(0, K, kc):
                     k1 = min(K, k0 + kc)
                     S = (k1 - k0) // L
+                    if quads:
+                        cb = _quad_rows(ins, _gather_quads(Q, a[sel[0] + (slice(k0, k1),)], b[sel[1] + (slice(k0, k1),)],
+                                                           (bi, bp, bw), S, m, n),
+                                        quantum, scl, block, cb, k0)
+                        continue
                     size = S * (L + 1) * m * n
                     idx = bi[:size].reshape(S, L + 1, m, n)
                     # code pairs as uint16 in the operands' own layout (contiguous reads, narrow
@@ -887,13 +927,52 @@ def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
     return t / sc, E
 
 
+def _gather_quads(Q, ak, bk, bufs, S, m, n):
+    """The quad-table entries (S, L / 2, m * n) of a block of 4-bit codes ak (m|1, n|1, k), bk."""
+    bi, bp, bw = bufs
+    h = ak.shape[-1] // 2
+    w, tmp = bw[:m * n * h].reshape(m, n, h), bw[m * n * h:2 * m * n * h].reshape(m, n, h)
+    np.left_shift(ak[..., 0::2], np.uint16(12), out=w, dtype=np.uint16)
+    np.left_shift(bk[..., 0::2], np.uint16(8), out=tmp, dtype=np.uint16)
+    w |= tmp
+    np.left_shift(ak[..., 1::2], np.uint16(4), out=tmp, dtype=np.uint16)
+    w |= tmp
+    w |= bk[..., 1::2]
+    idx = bi[:m * n * h].reshape(h, m, n)
+    np.copyto(idx, np.moveaxis(w, 2, 0))
+    return np.take(Q, idx.reshape(-1), out=bp.view(np.int32)[:m * n * h], mode="wrap").reshape(S, -1, m * n)
+
+
+def _quad_rows(ins, q, quantum, scl, block, c, k_first):
+    """The chain of ``"grouped"`` steps over quad-table entries ``q`` (steps, L / 2, R)."""
+    L, F, G = ins.step, ins.frac_bits, ins.group
+    ut, sh, mag, lo = _FIELDS[ins.out]
+    table = _c_exponent_table(ins.out)
+    sums = np.add.reduce(q.reshape(q.shape[0], L // G, G // 2, -1), axis=2, dtype=np.int32)
+    count = (sums + (1 << 15)) >> 16
+    s_all = (sums - (count << 16)) * quantum
+    for s in range(q.shape[0]):
+        u = c.view(ut)
+        ec = np.take(table, u >> ut(sh))
+        ec[(u & ut(mag)) == 0] = ins.zero_exp
+        t, e = _group_terms(ins, s_all[s], count[s] == 0, scl, block, k_first + s * L)
+        c = _round_table(_fused_step(t, e, c, ec, F), ins)
+    return c
+
+
 def _grouped_table_terms(ins, ps, xs, scl, block, k0):
     """:func:`_grouped_terms` on gathered products; a group is all zero when its largest exponent is
     the zero marker."""
     G = ins.group
     pg = ps.reshape(-1, G, ps.shape[-1])
     allzero = xs.reshape(pg.shape).max(axis=1) == _NONE
-    s = np.add.reduce(pg, axis=1)
+    return _group_terms(ins, np.add.reduce(pg, axis=1), allzero, scl, block, k0)
+
+
+def _group_terms(ins, s, allzero, scl, block, k0):
+    """Group sums ``s`` (groups, R) times their scales, with the scales' exponents (``zero_exp``
+    where the group is all zero or a scale is zero)."""
+    G = ins.group
     kb = (k0 + np.arange(s.shape[0]) * G) // block
     sa, qa, sb, qb = scl[0][kb], scl[1][kb], scl[2][kb], scl[3][kb]
     t = s * sa * sb
