@@ -718,7 +718,7 @@ def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
     added by the same passes as the products.
     """
     a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
-    zero = _NONE if ins.datapath in ("scaled", "grouped") else ins.zero_exp
+    zero = {"scaled": _NONE, "grouped": _NONE, "paired": max(ins.zero_exp, -900)}.get(ins.datapath, ins.zero_exp)
     P, X, xmin = _pair_tables(fa, fb, zero)
     zero_c = _zero_c_matters(ins, xmin)
     quads = ins.datapath == "grouped" and fa.bits == fb.bits == 4 and ins.group % 2 == 0
@@ -727,9 +727,11 @@ def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
         quads = ins.group * umax < 1 << 15
     M, N = c.shape
     L = ins.step
+    # as many outputs per block as one step's products allow (the per-output passes are then
+    # long ones), then as many whole steps as fit
     nb = min(N, max(1, _TILE // L))
-    kc = min(K, max(L, _TILE // nb // L * L))
-    mb = min(M, max(1, _TILE // (kc * nb)))
+    mb = min(M, max(1, _TILE // (L * nb)))
+    kc = min(K, max(L, _TILE // (mb * nb) // L * L))
     bi, bp, bx, bw = _buffers(kc // L * (L + 1) * mb * nb)
     shift = np.uint16(fb.bits)
     out = np.empty((M, N), c.dtype)
@@ -788,7 +790,7 @@ def _table_rows(ins, p, x, scl, block, c, k_first, zero_c):
         if ins.datapath == "fused":
             ps[L] = c
             E = xs.max(axis=0)
-            sc = _pow2(F - E)
+            sc = _pow2(E, F, -1)
             x_ = _trunc_sum(ps, sc) / sc
         elif ins.datapath == "paired":
             x_, E = _paired_sum(ps[:L], xs[:L], c, ec, ins), None
@@ -863,9 +865,10 @@ def _round_table(x, ins, E=None):
     return r
 
 
-def _pow2(e):
-    """``2.0 ** e`` for integer arrays with ``-1022 <= e <= 1023``, built from the exponent field."""
-    return np.left_shift(np.add(e, 1023, dtype=np.int64), 52).view(np.float64)
+def _pow2(e, k=0, sign=1):
+    """``2.0 ** (k + sign * e)`` for integer arrays ``e`` (results normal), built in the exponent field."""
+    t = np.add(e, 1023 + k, dtype=np.int64) if sign > 0 else np.subtract(1023 + k, e, dtype=np.int64)
+    return np.left_shift(t, 52, out=t).view(np.float64)
 
 
 def _trunc_sum(ps, f):
@@ -879,26 +882,25 @@ def _paired_sum(ps, xs, c, ec, ins):
     """:func:`_paired_step` on gathered products (overwritten) and exponents.
 
     The partial sums are kept in units of their grids (integers), so each alignment is one
-    multiplication by a power of two; zero halves carry ``max(zero_exp, -900)``, which changes
-    nothing (their sums are zero and C's exponent is above both) and keeps every power of two
-    in float64's normal range.
+    multiplication by a power of two; zero products carry ``max(zero_exp, -900)`` (the table's),
+    which changes nothing (a zero half's sum is zero and C's exponent is above both) and keeps
+    every power of two in float64's normal range.
     """
     F, F2 = ins.frac_bits, ins.pair_bits
-    Ee = np.maximum(xs[0::2].max(axis=0), -900).astype(np.int64)
-    Eo = np.maximum(xs[1::2].max(axis=0), -900).astype(np.int64)
-    se = _trunc_sum(ps[0::2], _pow2(F - Ee))           # units of 2**(Ee - F)
-    so = _trunc_sum(ps[1::2], _pow2(F - Eo))
+    Ee, Eo = xs[0::2].max(axis=0), xs[1::2].max(axis=0)
+    se = _trunc_sum(ps[0::2], _pow2(Ee, F, -1))           # units of 2**(Ee - F)
+    so = _trunc_sum(ps[1::2], _pow2(Eo, F, -1))
     Ed = np.maximum(Ee, Eo)
     sd = np.floor(se * _pow2(Ee - Ed))                  # units of 2**(Ed - F)
     sd += np.floor(so * _pow2(Eo - Ed))
     Em = np.maximum(Ed, ec)
-    sd = np.floor(sd * _pow2(Ed - Em + F2 + 1 - F)) * _pow2(Em - F2 - 1)
-    gc = _pow2(F - Em)
+    sd = np.floor(sd * _pow2(Ed - Em, F2 + 1 - F)) * _pow2(Em, -F2 - 1)
+    gc = _pow2(Em, F, -1)
     cc = np.floor(c * gc) / gc
     cc[ec < Em - F - 1] = 0.0
     x = sd + cc
     _, e = np.frexp(x)                  # Inf, NaN and 0 give 0: their q does not matter
-    q = _pow2(np.maximum(e - 1, -126) - F2)
+    q = _pow2(np.maximum(e, -125), -1 - F2)
     return np.floor(x / q) * q
 
 
@@ -917,12 +919,12 @@ def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
     eb = np.where(hi == _NONE, ins.zero_exp, hi + q)
     eb = np.where(lo == _NONE, np.maximum(eb, ins.zero_exp), eb)
     E = np.maximum(eb.max(axis=0), ec)
-    f = _pow2(q + (F - E))
+    f = _pow2(q - E, F)
     f[nan] = np.nan
     np.multiply(ps.reshape(nb, bl, -1), f[:, None], out=ps.reshape(nb, bl, -1))
     np.trunc(ps, out=ps)
     t = np.add.reduce(ps, axis=0)
-    sc = _pow2(F - E)
+    sc = _pow2(E, F, -1)
     t += np.trunc(c * sc)
     return t / sc, E
 
