@@ -752,9 +752,9 @@ def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
                     k1 = min(K, k0 + kc)
                     S = (k1 - k0) // L
                     if quads:
-                        cb = _quad_rows(ins, _gather_quads(Q, a[sel[0] + (slice(k0, k1),)], b[sel[1] + (slice(k0, k1),)],
-                                                           (bi, bp, bw), S, m, n),
-                                        quantum, scl, block, cb, k0)
+                        q = _gather_quads(Q, a[sel[0] + (slice(k0, k1),)], b[sel[1] + (slice(k0, k1),)],
+                                          (bi, bp, bw), S, m, n)
+                        cb = _quad_rows(ins, q, quantum, scl, block, cb, k0)
                         continue
                     size = S * (L + 1) * m * n
                     idx = bi[:size].reshape(S, L + 1, m, n)
