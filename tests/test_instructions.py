@@ -100,6 +100,75 @@ def test_preset_equals_live_mmasim_on_a_fresh_seed(preset):
     assert diff.size == 0, f"seed {seed}: {diff.size} differences, first {diff[:10].tolist()}"
 
 
+# ----------------------------------------------------------------------------- code-pair tables
+# FP8/FP6/FP4 operands take products from tables of every code pair, in blocks of rows, columns and
+# K steps; the per-operand decode they replaced (the path the recorded vectors were first matched
+# with, still the one of the 16-bit inputs) must give the same bits on the same inputs.
+TABLE_PRESETS = sorted(n for n, i in INSTRUCTIONS.items() if i.formats[0] not in ("float16", "bfloat16", "tf32"))
+# presets without MMA-Sim vectors borrow the case generator of one with the same operand and output types
+_CASES_OF = {"hopper-mma": "hopper-wgmma", "hopper-mma-f16": "hopper-wgmma-f16", "blackwell-mma": "ada-mma",
+             "blackwell-mma-f16": "ada-mma-f16"}
+
+
+def _decoded(ins, a, b, c, g, a_scales=None, b_scales=None):
+    """The per-operand decode path on broadcastable (M|1, N|1, K) operands."""
+    return ins_mod._run(ins, a, b, ins_mod._c_in(c, c.shape, ins), g["a_format"], g["b_format"], a_scales, b_scales,
+                        g.get("scale_format"), tables=False)
+
+
+def _bits(d):
+    return d.view(np.uint32 if d.dtype == np.float32 else np.uint16)
+
+
+@pytest.mark.parametrize("preset", TABLE_PRESETS)
+def test_code_pair_tables_equal_the_per_operand_decode(preset, monkeypatch):
+    ins = INSTRUCTIONS[preset]
+    assert preset in mmasim_cases.PRESET_CASES or preset in _CASES_OF
+    for g in mmasim_cases.cases(_CASES_OF.get(preset, preset), 99, 3000):
+        # two instructions chained along K (the second on other rows' codes), so C is carried
+        a = np.concatenate([g["a"], np.roll(g["a"], 1, axis=0)], axis=1)
+        b = np.concatenate([g["b"], np.roll(g["b"], 3, axis=0)], axis=1)
+        sc = {}
+        if "a_scales" in g:
+            sc = {k: np.concatenate([g[k], np.roll(g[k], 2, axis=0)], axis=1) for k in ("a_scales", "b_scales")}
+        kw = dict(instruction=preset, a_format=g["a_format"], b_format=g["b_format"],
+                  scale_format=g.get("scale_format"), **sc)
+        got = dot(a, b, g["c"], **kw)
+        want = _decoded(ins, a[:, None], b[:, None], g["c"][:, None], g,
+                        *[sc[k][:, None] for k in ("a_scales", "b_scales") if sc])[:, 0]
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+        # tiles: blocks of a few products, so rows, columns and K steps are all split
+        m, n = 7, 5
+        A, B, C = a[:m], b[m:m + n].T, g["c"][:m * n].reshape(m, n)
+        tsc = {"a_scales": sc["a_scales"][:m], "b_scales": sc["b_scales"][m:m + n].T} if sc else {}
+        want = _decoded(ins, A[:, None], B.T[None], C, g,
+                        *([tsc["a_scales"][:, None], tsc["b_scales"].T[None]] if sc else []))
+        monkeypatch.setattr(ins_mod, "_TILE", 2 * ins.step)
+        got = mma(A, B, C, **{**kw, **tsc})
+        monkeypatch.undo()
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_code_pair_tables_hold_exact_products():
+    # every e5m2 x e4m3fn pair: the exact product of the spec values (NaN for NaN and 0 * Inf),
+    # the sign of a zero the XOR of the signs; a zero product carries zero_exp, 1 * 1 exponent 0
+    import math
+    from fractions import Fraction
+    from oracle import code_value
+    P, X, _ = ins_mod._pair_tables(fp8emu.get_format("e5m2"), fp8emu.get_format("e4m3fn"), -133)
+    for ca in range(256):
+        va = code_value("e5m2", ca)
+        for cb in range(256):
+            vb, p = code_value("e4m3fn", cb), float(P[(ca << 8) | cb])
+            if va is None or vb is None or (math.isinf(va) and vb == 0):
+                assert math.isnan(p), (ca, cb)
+            elif math.isinf(va):
+                assert p == (va if vb > 0 else -va), (ca, cb)
+            else:
+                assert Fraction(p) == va * vb and math.copysign(1, p) == (-1) ** ((ca >> 7) ^ (cb >> 7)), (ca, cb)
+    assert X[0] == -133 and X[(0x3C << 8) | 0x38] == 0
+
+
 # ----------------------------------------------------------------------------- public recordings
 KNOWN = json.loads((REC / "known_exceptions.json").read_text())
 _GPU_PRESET = {"ada": "ada-mma", "l40s": "ada-mma", "h100": "hopper-mma", "h200": "hopper-mma",

@@ -43,6 +43,7 @@ MMAs equal to MMA-Sim, or model only).
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 
@@ -300,10 +301,20 @@ def _decode_operand(codes, fmt, what):
 
 
 def _decode_scales(codes, kind, what):
-    """Block scale values (float64, NaN for NaN codes) and their exponents."""
+    """Block scale values (float64, NaN for NaN codes) and their exponents, looked up per code."""
     codes = np.asarray(codes)
     if codes.dtype != np.uint8:
         raise TypeError(f"{what} must be uint8 scale codes, got dtype {codes.dtype}")
+    if ("scale", kind) not in _TABLES:
+        v, e = _scale_values(np.arange(256, dtype=np.uint8), kind)
+        v.flags.writeable = e.flags.writeable = False
+        _TABLES["scale", kind] = v, e
+    v, e = _TABLES["scale", kind]
+    idx = codes.astype(np.intp)
+    return np.take(v, idx), np.take(e, idx)
+
+
+def _scale_values(codes, kind):
     if kind == "ue8m0":
         e = codes.astype(np.int64) - 127
         v = np.where(codes == 255, np.nan, np.ldexp(1.0, np.minimum(e, 127)))
@@ -500,6 +511,8 @@ def _c_in(c, shape, ins):
         arr = np.broadcast_to(arr, shape)
     except ValueError:
         raise ValueError(f"c has shape {arr.shape}, which does not broadcast to {shape}") from None
+    if arr.dtype == dt:            # read only, never written
+        return arr
     cd = arr.astype(dt)
     with np.errstate(invalid="ignore"):
         same = (cd.astype(np.float64) == arr.astype(np.float64)) | (np.isnan(cd) & np.isnan(arr.astype(np.float64)))
@@ -512,8 +525,18 @@ def _c_in(c, shape, ins):
 _BLOCK = 1 << 21
 
 
-def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
-    """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks."""
+def _kmajor(x):
+    """``x`` with its last (K) axis first, contiguous: a K step is then a slab along axis 0 and its
+    reductions are element-wise over contiguous planes, much faster than reducing a short last axis."""
+    return np.ascontiguousarray(np.moveaxis(np.asarray(x), -1, 0))
+
+
+def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, tables=True):
+    """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks.
+
+    FP8/FP6/FP4 operands take the code-pair tables (:func:`_run_tables`) unless ``tables`` is
+    false; the per-operand decode below is the reference they are tested against.
+    """
     for f, what in ((a_format, "a_format"), (b_format, "b_format")):
         if _format_name(f) not in ins.formats:
             raise ValueError(f"{ins.name} takes {', '.join(ins.formats)} operands, not "
@@ -521,12 +544,6 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     K = a.shape[-1]
     if K % ins.step:
         raise ValueError(f"K = {K} must be a multiple of {ins.name}'s step of {ins.step}")
-    # K-major: a step is a slab along axis 0 and its reductions are element-wise over
-    # contiguous (rows, N) planes, much faster than reducing a short last axis (the codes are
-    # moved, one byte each, before they are decoded)
-    kmajor = lambda x: np.ascontiguousarray(np.moveaxis(np.asarray(x), -1, 0))      # noqa: E731
-    va, ea = _decode_operand(kmajor(a), a_format, "a")
-    vb, eb = _decode_operand(kmajor(b), b_format, "b")
     sa = sb = None
     block = None
     if ins.block_scaled:
@@ -544,10 +561,14 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
                              f"got {block}")
         if kind == "ue4m3" and block != 16:
             raise ValueError("ue4m3 scales go with blocks of 16 (NVFP4)")
-        sa = _decode_scales(kmajor(a_scales), kind, "a_scales")
-        sb = _decode_scales(kmajor(b_scales), kind, "b_scales")
+        sa = _decode_scales(_kmajor(a_scales), kind, "a_scales")
+        sb = _decode_scales(_kmajor(b_scales), kind, "b_scales")
     elif a_scales is not None or b_scales is not None or scale_format is not None:
         raise ValueError(f"{ins.name} takes no block scales")
+    if tables and _format_name(a_format) not in _WIDE:      # FP8/FP6/FP4: products from code-pair tables
+        return _run_tables(ins, a, b, c, get_format(a_format), get_format(b_format), sa, sb, block, K)
+    va, ea = _decode_operand(_kmajor(a), a_format, "a")
+    vb, eb = _decode_operand(_kmajor(b), b_format, "b")
     M, N = c.shape
     out = np.empty((M, N), c.dtype)
     rows = max(1, _BLOCK // max(1, N * ins.step))
@@ -608,6 +629,357 @@ def _grouped_terms(ins, p, scl, block, k0):
     e = qa + qb
     zero = allzero | (sa == 0) | (sb == 0)
     return t, np.where(zero, ins.zero_exp, np.broadcast_to(e, t.shape))
+
+
+# ----------------------------------------------------------------------------- code-pair tables
+#: Products handled per block on the table path: small enough that a block's intermediates stay in
+#: the CPU caches (and no fresh pages are faulted in per call), large enough to amortise NumPy's
+#: per-call cost.
+_TILE = 1 << 17
+#: Exponent a zero product carries in the tables of the block-scaled datapaths: below every real
+#: one, so a maximum over a block sees only its non-zero products.
+_NONE = -(1 << 15)
+_PAIRS = {}
+_LOCAL = threading.local()
+
+
+def _pair_tables(fa, fb, zero_exp):
+    """Exact float64 product and MMA-Sim exponent of every (a, b) code pair, indexed ``a << bits_b | b``,
+    and the smallest exponent of a finite non-zero product.
+
+    FP8 x FP8 products have at most 8 significant bits and exponents within float64's range, so
+    the product of two decoded values is exact; a zero product carries ``zero_exp``.
+    """
+    key = (fa.name, fb.name, zero_exp)
+    if key not in _PAIRS:
+        for f in (fa, fb):
+            if f.name not in _TABLES:
+                _TABLES[f.name] = _sig_exp(f)
+        (va, ea), (vb, eb) = _TABLES[fa.name], _TABLES[fb.name]
+        with np.errstate(invalid="ignore"):
+            p = np.multiply.outer(va, vb).ravel()
+        x = np.where(p == 0, zero_exp, np.add.outer(ea, eb).ravel()).astype(np.int16)
+        p.flags.writeable = x.flags.writeable = False
+        nz = x[(x != zero_exp) & np.isfinite(p)]
+        _PAIRS[key] = p, x, int(nz.min()) if nz.size else 0
+    return _PAIRS[key]
+
+
+def _quad_table(fa, fb):
+    """For 4-bit operands: every two consecutive code pairs ``(a_k, b_k), (a_k+1, b_k+1)`` as one
+    16-bit index, holding ``sum / q + 2**16 * nonzero`` as int32 (``q`` the smallest product
+    magnitude, of which every product is a multiple; ``nonzero`` how many of the two products are).
+
+    A group's entries then add up, exactly and in one integer pass, to its sum and its count of
+    non-zero products (the sum's magnitude stays below 2**15), with half the gathers.
+    """
+    key = ("quads", fa.name, fb.name)
+    if key not in _PAIRS:
+        P = _pair_tables(fa, fb, _NONE)[0]
+        q = float(np.abs(P[P != 0]).min())
+        units = np.rint(P / q).astype(np.int32)
+        nz = (P != 0).astype(np.int32)
+        hi, lo = np.arange(1 << 16) >> 8, np.arange(1 << 16) & 0xFF
+        t = units[hi] + units[lo] + ((nz[hi] + nz[lo]) << 16)
+        t.flags.writeable = False
+        _PAIRS[key] = t, q, int(np.abs(units).max())
+    return _PAIRS[key]
+
+
+def _codes_ok(codes, fmt, what):
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"{what} must be uint8 codes (one element per byte), got dtype {codes.dtype}")
+    if fmt.bits < 8 and int(codes.max(initial=0)) >> fmt.bits:
+        raise ValueError(f"{what} holds codes above {fmt.name}'s {fmt.bits} bits")
+    return codes
+
+
+def _buffers(n):
+    """This thread's work arrays (index, products, exponents, code pairs) of at least ``n`` elements.
+
+    Kept between calls: fresh arrays of a block's size are returned to the OS when freed and
+    page-faulted in again on every call, which cost more than the arithmetic on them.
+    """
+    ws = getattr(_LOCAL, "buffers", None)
+    if ws is None or ws[0].size < n:
+        ws = (np.empty(n, np.intp), np.empty(n), np.empty(n, np.int16), np.empty(n, np.uint16))
+        _LOCAL.buffers = ws
+    return ws
+
+
+def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
+    """D for FP8/FP6/FP4 operands a (M|1, N|1, K) and b: products gathered from the code-pair tables.
+
+    The outputs are taken in blocks (rows x columns x whole K steps) of about ``_TILE``
+    products, C carried along K.  Per block one index array (steps, L + 1, R) holds every code
+    pair, K-major, and two gathers give the products and their exponents; each step's spare
+    last row is where a fused step puts C and its exponent, so that C is aligned, truncated and
+    added by the same passes as the products.
+    """
+    a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
+    zero = {"scaled": _NONE, "grouped": _NONE, "paired": max(ins.zero_exp, -900)}.get(ins.datapath, ins.zero_exp)
+    P, X, xmin = _pair_tables(fa, fb, zero)
+    zero_c = _zero_c_matters(ins, xmin)
+    quads = ins.datapath == "grouped" and fa.bits == fb.bits == 4 and ins.group % 2 == 0
+    if quads:
+        Q, quantum, umax = _quad_table(fa, fb)
+        quads = ins.group * umax < 1 << 15
+    M, N = c.shape
+    L = ins.step
+    # as many outputs per block as one step's products allow (the per-output passes are then
+    # long ones), then as many whole steps as fit
+    nb = min(N, max(1, _TILE // L))
+    mb = min(M, max(1, _TILE // (L * nb)))
+    kc = min(K, max(L, _TILE // (mb * nb) // L * L))
+    bi, bp, bx, bw = _buffers(kc // L * (L + 1) * mb * nb)
+    shift = np.uint16(fb.bits)
+    out = np.empty((M, N), c.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for m0 in range(0, M, mb):
+            m1 = min(M, m0 + mb)
+            for n0 in range(0, N, nb):
+                n1 = min(N, n0 + nb)
+                sel = [(slice(m0, m1) if x.shape[0] > 1 else slice(None),
+                        slice(n0, n1) if x.shape[1] > 1 else slice(None)) for x in (a, b)]
+                m, n = m1 - m0, n1 - n0
+                scl = None
+                if sa is not None:
+                    scl = tuple(np.broadcast_to(v[:, i, j], (v.shape[0], m, n)).reshape(v.shape[0], m * n)
+                                for v, (i, j) in ((sa[0], sel[0]), (sa[1], sel[0]), (sb[0], sel[1]), (sb[1], sel[1])))
+                cb = c[m0:m1, n0:n1].reshape(m * n)
+                for k0 in range(0, K, kc):
+                    k1 = min(K, k0 + kc)
+                    S = (k1 - k0) // L
+                    if quads:
+                        q = _gather_quads(Q, a[sel[0] + (slice(k0, k1),)], b[sel[1] + (slice(k0, k1),)],
+                                          (bi, bp, bw), S, m, n)
+                        cb = _quad_rows(ins, q, quantum, scl, block, cb, k0)
+                        continue
+                    size = S * (L + 1) * m * n
+                    idx = bi[:size].reshape(S, L + 1, m, n)
+                    # code pairs as uint16 in the operands' own layout (contiguous reads, narrow
+                    # writes), then widened to the K-major index in one transposing copy
+                    w = bw[:m * n * (k1 - k0)].reshape(m, n, k1 - k0)
+                    np.left_shift(a[sel[0] + (slice(k0, k1),)], shift, out=w, dtype=np.uint16)
+                    np.bitwise_or(w, b[sel[1] + (slice(k0, k1),)], out=w)
+                    np.copyto(idx[:, :L], np.moveaxis(w, 2, 0).reshape(S, L, m, n))
+                    idx[:, L] = 0
+                    idx = idx.reshape(size)
+                    pk = np.take(P, idx, out=bp[:size], mode="wrap").reshape(S, L + 1, m * n)
+                    xk = np.take(X, idx, out=bx[:size], mode="wrap").reshape(S, L + 1, m * n)
+                    cb = _table_rows(ins, pk, xk, scl, block, cb, k0, zero_c)
+                out[m0:m1, n0:n1] = cb.reshape(m, n)
+    return out
+
+
+def _table_rows(ins, p, x, scl, block, c, k_first, zero_c):
+    """The chain of steps over gathered products ``p`` (steps, L + 1, R) (overwritten) and exponents
+    ``x``, the first step at ``k_first`` along K; returns the last step's rounded result."""
+    L, F = ins.step, ins.frac_bits
+    ut, sh, mag, lo = _FIELDS[ins.out]
+    table = _c_exponent_table(ins.out)
+    for s in range(p.shape[0]):
+        ps, xs = p[s], x[s]
+        k = k_first + s * L
+        u = c.view(ut)
+        # C's exponent from its sign-and-exponent field, into the step's spare row
+        ec = np.take(table, u >> ut(sh), out=xs[L], mode="wrap")
+        if zero_c:
+            ec[(u & ut(mag)) == 0] = ins.zero_exp
+        if ins.datapath == "fused":
+            ps[L] = c
+            E = xs.max(axis=0)
+            sc = _pow2(E, F, -1)
+            x_ = _trunc_sum(ps, sc) / sc
+        elif ins.datapath == "paired":
+            x_, E = _paired_sum(ps[:L], xs[:L], c, ec, ins), None
+        elif ins.datapath == "scaled":
+            x_, E = _scaled_sum(ins, ps[:L], xs[:L], scl, block, k, c, ec)
+        else:
+            x_, E = _fused_step(*_grouped_table_terms(ins, ps[:L], xs[:L], scl, block, k), c, ec, F), None
+        c = _round_table(x_, ins, E)
+    return c
+
+
+#: Per output type: unsigned view, exponent shift, magnitude mask, smallest normal exponent.
+_FIELDS = {"float32": (np.uint32, 23, 0x7FFFFFFF, -126), "float16": (np.uint16, 10, 0x7FFF, -14)}
+_CEXP = {}
+
+
+def _c_exponent_table(out):
+    """:func:`_c_exponent` of every sign-and-exponent field of the output type (int16)."""
+    if out not in _CEXP:
+        ut, sh, mag, lo = _FIELDS[out]
+        nf = 1 << (8 * np.dtype(ut).itemsize - sh - 1)          # exponent fields
+        f = np.arange(2 * nf) % nf
+        e = np.where(f == nf - 1, -1, np.maximum(f, 1) - (nf // 2 - 1)).astype(np.int16)
+        e.flags.writeable = False
+        _CEXP[out] = e
+    return _CEXP[out]
+
+
+def _zero_c_matters(ins, xmin):
+    """Whether a zero C's exponent (``zero_exp``, not the subnormals' one) can change a result.
+
+    It enters only as a candidate for a step's largest exponent: when every non-zero product
+    carries at least the output's smallest normal exponent, a zero C's exponent loses to any
+    non-zero product, and with all products zero too the result is zero whatever the grid.
+    Block scales shift the products' exponents by any amount, so there it always may.
+    """
+    if ins.datapath == "paired":          # its zero C carries the subnormal exponent anyway
+        return False
+    if ins.datapath != "fused":
+        return True
+    return xmin < _FIELDS[ins.out][3]
+
+
+def _round_table(x, ins, E=None):
+    """:func:`_round_out` and :func:`_finish` of the float64 step results ``x`` (overwritten).
+
+    ``E``, where given, is each result's step exponent: ``x`` is then a multiple of
+    ``2**(E - frac_bits)``, so where that grid is no finer than the output's below its smallest
+    normal, truncating the significand alone is exact.
+    """
+    dt, ut, emin, mbits, qnan = _OUT[ins.out]
+    if ins.datapath == "paired":
+        r = x.astype(np.float32)
+    elif ins.rounding == "rne":
+        r = _round_out(x, ins)
+    else:
+        # truncation: clear the float64 fraction bits below the kept ones (sign-magnitude, so
+        # toward zero); below float32's smallest normal the grid is fixed, 2**(emin - bits)
+        bits = 13 if ins.rounding == "rz-e8m13" else mbits
+        fine = E is None or int(E.min()) - ins.frac_bits < emin - bits
+        small = np.abs(x) < 2.0 ** emin if fine else None
+        xi = x.view(np.int64)
+        np.bitwise_and(xi, np.int64(-1 << (52 - bits)), out=xi)
+        if fine and small.any():
+            q = 2.0 ** (emin - bits)
+            x[small] = np.trunc(x[small] / q) * q
+        r = x.astype(dt)
+    r += dt(0)                     # -0 -> +0, as MMA-Sim's models
+    nan = np.isnan(r)
+    if nan.any():
+        r.view(ut)[nan] = qnan
+    return r
+
+
+def _pow2(e, k=0, sign=1):
+    """``2.0 ** (k + sign * e)`` for integer arrays ``e`` (results normal), built in the exponent field."""
+    t = np.add(e, 1023 + k, dtype=np.int64) if sign > 0 else np.subtract(1023 + k, e, dtype=np.int64)
+    return np.left_shift(t, 52, out=t).view(np.float64)
+
+
+def _trunc_sum(ps, f):
+    """``sum(trunc(ps * f))`` over axis 0, ``ps`` overwritten (the sum is exact: integers below 2**53)."""
+    np.multiply(ps, f, out=ps)
+    np.trunc(ps, out=ps)
+    return np.add.reduce(ps, axis=0)
+
+
+def _paired_sum(ps, xs, c, ec, ins):
+    """:func:`_paired_step` on gathered products (overwritten) and exponents.
+
+    The partial sums are kept in units of their grids (integers), so each alignment is one
+    multiplication by a power of two; zero products carry ``max(zero_exp, -900)`` (the table's),
+    which changes nothing (a zero half's sum is zero and C's exponent is above both) and keeps
+    every power of two in float64's normal range.
+    """
+    F, F2 = ins.frac_bits, ins.pair_bits
+    Ee, Eo = xs[0::2].max(axis=0), xs[1::2].max(axis=0)
+    se = _trunc_sum(ps[0::2], _pow2(Ee, F, -1))           # units of 2**(Ee - F)
+    so = _trunc_sum(ps[1::2], _pow2(Eo, F, -1))
+    Ed = np.maximum(Ee, Eo)
+    sd = np.floor(se * _pow2(Ee - Ed))                  # units of 2**(Ed - F)
+    sd += np.floor(so * _pow2(Eo - Ed))
+    Em = np.maximum(Ed, ec)
+    sd = np.floor(sd * _pow2(Ed - Em, F2 + 1 - F)) * _pow2(Em, -F2 - 1)
+    gc = _pow2(Em, F, -1)
+    cc = np.floor(c * gc) / gc
+    cc[ec < Em - F - 1] = 0.0
+    x = sd + cc
+    _, e = np.frexp(x)                  # Inf, NaN and 0 give 0: their q does not matter
+    q = _pow2(np.maximum(e, -125), -1 - F2)
+    return np.floor(x / q) * q
+
+
+def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
+    """One ``"scaled"`` step: E8M0 scales are powers of two, so a block's scales add to its products'
+    exponents and fold into the one factor that aligns them (a NaN scale makes its block NaN)."""
+    L, F = ins.step, ins.frac_bits
+    bl = min(block, L)
+    nb = L // bl
+    kb = (k0 + np.arange(nb) * bl) // block
+    q = scl[1][kb] + scl[3][kb]                                  # (nb, R)
+    nan = np.isnan(scl[0][kb]) | np.isnan(scl[2][kb])
+    xb = xs.reshape(nb, bl, -1)
+    hi, lo = xb.max(axis=1), xb.min(axis=1)
+    # zero products carry zero_exp; the others their exponent plus their block's scales'
+    eb = np.where(hi == _NONE, ins.zero_exp, hi + q)
+    eb = np.where(lo == _NONE, np.maximum(eb, ins.zero_exp), eb)
+    E = np.maximum(eb.max(axis=0), ec)
+    f = _pow2(q - E, F)
+    f[nan] = np.nan
+    np.multiply(ps.reshape(nb, bl, -1), f[:, None], out=ps.reshape(nb, bl, -1))
+    np.trunc(ps, out=ps)
+    t = np.add.reduce(ps, axis=0)
+    sc = _pow2(E, F, -1)
+    t += np.trunc(c * sc)
+    return t / sc, E
+
+
+def _gather_quads(Q, ak, bk, bufs, S, m, n):
+    """The quad-table entries (S, L / 2, m * n) of a block of 4-bit codes ak (m|1, n|1, k), bk."""
+    bi, bp, bw = bufs
+    h = ak.shape[-1] // 2
+    w, tmp = bw[:m * n * h].reshape(m, n, h), bw[m * n * h:2 * m * n * h].reshape(m, n, h)
+    np.left_shift(ak[..., 0::2], np.uint16(12), out=w, dtype=np.uint16)
+    np.left_shift(bk[..., 0::2], np.uint16(8), out=tmp, dtype=np.uint16)
+    w |= tmp
+    np.left_shift(ak[..., 1::2], np.uint16(4), out=tmp, dtype=np.uint16)
+    w |= tmp
+    w |= bk[..., 1::2]
+    idx = bi[:m * n * h].reshape(h, m, n)
+    np.copyto(idx, np.moveaxis(w, 2, 0))
+    return np.take(Q, idx.reshape(-1), out=bp.view(np.int32)[:m * n * h], mode="wrap").reshape(S, -1, m * n)
+
+
+def _quad_rows(ins, q, quantum, scl, block, c, k_first):
+    """The chain of ``"grouped"`` steps over quad-table entries ``q`` (steps, L / 2, R)."""
+    L, F, G = ins.step, ins.frac_bits, ins.group
+    ut, sh, mag, lo = _FIELDS[ins.out]
+    table = _c_exponent_table(ins.out)
+    sums = np.add.reduce(q.reshape(q.shape[0], L // G, G // 2, -1), axis=2, dtype=np.int32)
+    count = (sums + (1 << 15)) >> 16
+    s_all = (sums - (count << 16)) * quantum
+    for s in range(q.shape[0]):
+        u = c.view(ut)
+        ec = np.take(table, u >> ut(sh))
+        ec[(u & ut(mag)) == 0] = ins.zero_exp
+        t, e = _group_terms(ins, s_all[s], count[s] == 0, scl, block, k_first + s * L)
+        c = _round_table(_fused_step(t, e, c, ec, F), ins)
+    return c
+
+
+def _grouped_table_terms(ins, ps, xs, scl, block, k0):
+    """:func:`_grouped_terms` on gathered products; a group is all zero when its largest exponent is
+    the zero marker."""
+    G = ins.group
+    pg = ps.reshape(-1, G, ps.shape[-1])
+    allzero = xs.reshape(pg.shape).max(axis=1) == _NONE
+    return _group_terms(ins, np.add.reduce(pg, axis=1), allzero, scl, block, k0)
+
+
+def _group_terms(ins, s, allzero, scl, block, k0):
+    """Group sums ``s`` (groups, R) times their scales, with the scales' exponents (``zero_exp``
+    where the group is all zero or a scale is zero)."""
+    G = ins.group
+    kb = (k0 + np.arange(s.shape[0]) * G) // block
+    sa, qa, sb, qb = scl[0][kb], scl[1][kb], scl[2][kb], scl[3][kb]
+    t = s * sa * sb
+    zero = allzero | (sa == 0) | (sb == 0)
+    return t, np.where(zero, ins.zero_exp, qa + qb)
 
 
 # ----------------------------------------------------------------------------- evidence
