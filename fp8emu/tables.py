@@ -278,8 +278,12 @@ def encode_table(fmt: Format, src: str, rounding: str, saturate) -> np.ndarray:
     16-bit and float32 sources, 64 of float64).
     """
     key = (fmt, src, rounding, check_saturation(saturate))
-    table = (_table_64 if src == "float64" else _table_16_32)(*key)
-    _live[key] = table
+    # A table evicted from its cache while still held elsewhere (a plan, a fast-path dict) is
+    # still the table: handing it out again keeps one table per key alive, never two copies.
+    table = _live.get(key)
+    if table is None:
+        table = (_table_64 if src == "float64" else _table_16_32)(*key)
+        _live[key] = table
     return table
 
 

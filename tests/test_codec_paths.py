@@ -84,3 +84,14 @@ def test_encoder_plan():
     assert tables.encoder_plan(g, np.float64, "rne", False) is not None
     assert tables.encoder_plan(g, np.float64, "rne", False, build=lambda src: False) is not None  # cached
     assert tables.encoder_plan(f, np.int32, "rne", False) is None
+
+
+def test_a_table_evicted_but_alive_is_handed_out_again():
+    """One table per key: after the cache drops a table that a caller still holds, encode_table and
+    encoder_plan give that same table (they gave a second, freshly built copy before)."""
+    f = fp8emu.Format("evict-test", ebits=4, mbits=3, bias=7)
+    held = tables.encode_table(f, "float32", "rne", False)
+    tables._table_16_32.cache_clear()
+    again = tables.encode_table(f, "float32", "rne", False)
+    assert again is held
+    assert tables.encoder_plan(f, np.float32, "rne", False).table is held
