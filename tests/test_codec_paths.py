@@ -95,3 +95,23 @@ def test_a_table_evicted_but_alive_is_handed_out_again():
     again = tables.encode_table(f, "float32", "rne", False)
     assert again is held
     assert tables.encoder_plan(f, np.float32, "rne", False).table is held
+
+
+@pytest.mark.parametrize("src", ["float16", "bfloat16"])
+def test_16_bit_lookup_in_chunks_is_every_pattern(monkeypatch, src):
+    """The 16-bit sources index their table a chunk at a time (small chunks here, so every boundary
+    and a ragged last chunk are crossed): every pattern, in a shuffled order, against the exact
+    encoder, for a saturating and a non-saturating table."""
+    import ml_dtypes
+    from oracle import ValueOracle
+    monkeypatch.setattr(tables, "CHUNK", 97)
+    dt = np.float16 if src == "float16" else ml_dtypes.bfloat16
+    pats = np.random.default_rng(3).permutation(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16))
+    x = pats.view(dt)
+    for name, sat in (("e4m3fn", True), ("e5m2", False)):
+        f = fp8emu.get_format(name)
+        with np.errstate(all="ignore"):
+            want = ValueOracle(f)(x.astype(np.float64), "rne", sat)
+        out = np.empty(x.size, np.uint8)
+        tables.lookup(x, out, tables.encode_table(f, src, "rne", sat))
+        np.testing.assert_array_equal(out, want)
