@@ -281,21 +281,24 @@ def sr_sources_table(n, repeats, base=None):
         print(f"| {name} | {r_new:.0f} | {r_old:.1f} | {r_new / r_old:.1f}x |", flush=True)
 
 
-def interleaved_cpu(fns, repeats):
+def interleaved_cpu(fns, repeats, *, clock=time.thread_time, raw=False):
     """(wall, CPU) median seconds per call of each function, repetitions interleaved.
 
-    CPU time is ``time.thread_time`` of the calling thread (one-thread calls only): it
-    leaves out the time spent waiting for a core on a shared machine.
+    CPU time is ``clock``: by default ``time.thread_time`` of the calling thread (one-thread
+    calls only), which leaves out the time spent waiting for a core on a shared machine;
+    ``time.process_time`` counts every thread.  ``raw=True`` returns the per-call lists instead.
     """
     for f in fns:
         f()
     wall, cpu = [[] for _ in fns], [[] for _ in fns]
     for _ in range(repeats):
         for i, f in enumerate(fns):
-            c0, t0 = time.thread_time(), time.perf_counter()
+            c0, t0 = clock(), time.perf_counter()
             f()
             wall[i].append(time.perf_counter() - t0)
-            cpu[i].append(time.thread_time() - c0)
+            cpu[i].append(clock() - c0)
+    if raw:
+        return wall, cpu
     return [float(np.median(t)) for t in wall], [float(np.median(t)) for t in cpu]
 
 
@@ -349,16 +352,8 @@ def threads_pair(n, repeats):
     if not np.array_equal(one, fp8emu.encode(x, "e4m3fn", threads=2)):
         raise SystemExit("threads=2 changed the codes")
     fns = [lambda: fp8emu.encode(x, "e4m3fn", threads=1), lambda: fp8emu.encode(x, "e4m3fn", threads=2)]
-    for f in fns:
-        f()
-    wall, cpu = [[], []], [[], []]
     load0 = open("/proc/loadavg").read().split()[:3]
-    for _ in range(repeats):
-        for i, f in enumerate(fns):
-            c0, t0 = time.process_time(), time.perf_counter()
-            f()
-            wall[i].append(time.perf_counter() - t0)
-            cpu[i].append(time.process_time() - c0)
+    wall, cpu = interleaved_cpu(fns, repeats, clock=time.process_time, raw=True)
     load1 = open("/proc/loadavg").read().split()[:3]
     w = [float(np.median(t)) for t in wall]
     c = [float(np.median(t)) for t in cpu]

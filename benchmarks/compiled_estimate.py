@@ -147,11 +147,8 @@ def main(argv=None):
                          lambda: fp8emu.quantize_mx(x, "e4m3fn"), c_mx], args.repeats)
     print(f"{args.n}x{args.n} float32, one thread, thread-time medians of {args.repeats} interleaved runs; "
           f"ml_dtypes {ml_dtypes.__version__}, numpy {np.__version__}")
-    print("| path | ms | ratio to ml_dtypes' float32 -> e4m3fn cast |")
-    print("|---|---|---|")
-    for name, v in zip(["ml_dtypes astype", "fp8emu encode (NumPy)", "C table cast (prototype)",
-                        "fp8emu quantize_mx (NumPy)", "C fused quantize_mx (prototype)"], t):
-        print(f"| {name} | {v * 1e3:.1f} | {t[0] / v:.2f}x |")
+    _rows("ratio to ml_dtypes' float32 -> e4m3fn cast", ["ml_dtypes astype", "fp8emu encode (NumPy)",
+          "C table cast (prototype)", "fp8emu quantize_mx (NumPy)", "C fused quantize_mx (prototype)"], t, 1)
     sr_estimate(args.repeats)
     return 0
 
@@ -202,11 +199,16 @@ def sr_estimate(repeats, n=1 << 22):
     print(f"\nfloat32 -> e4m3fn stochastic rounding, k = 32 from PCG64, {n} elements of standard_normal * 8, "
           f"one thread, thread-time medians of {repeats} interleaved runs ({nb} elements, "
           f"{nb / n:.2%}, to the exact core)")
-    print("| path | ms | ratio to ml_dtypes' RNE cast |")
+    _rows("ratio to ml_dtypes' RNE cast", ["ml_dtypes astype (RNE)", "fp8emu stochastic (NumPy)",
+          "C loop: draw, add, look-up, test", "numpy random_raw alone (the draw)", "C PCG64 draw alone"], t, 2)
+
+
+def _rows(ratio_title, names, times, digits):
+    """A Markdown table of times (seconds) with each one's ratio to the first (the ml_dtypes cast)."""
+    print(f"| path | ms | {ratio_title} |")
     print("|---|---|---|")
-    for name, v in zip(["ml_dtypes astype (RNE)", "fp8emu stochastic (NumPy)", "C loop: draw, add, look-up, test",
-                        "numpy random_raw alone (the draw)", "C PCG64 draw alone"], t):
-        print(f"| {name} | {v * 1e3:.2f} | {t[0] / v:.2f}x |")
+    for name, v in zip(names, times):
+        print(f"| {name} | {v * 1e3:.{digits}f} | {times[0] / v:.2f}x |")
 
 
 if __name__ == "__main__":
