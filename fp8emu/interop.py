@@ -159,7 +159,7 @@ def to_numpy(x, *, what="x") -> np.ndarray:
     return arr
 
 
-def code_array(x, limit: int, what: str, *, held="") -> np.ndarray:
+def code_array(x, limit: int, what: str, *, held="", typed=None, also="") -> np.ndarray:
     """Raw codes as uint8: unsigned integers whose values are all below ``limit``.
 
     The one rule for codes handed in from outside (element codes, E8M0 and
@@ -169,8 +169,11 @@ def code_array(x, limit: int, what: str, *, held="") -> np.ndarray:
     truncate to a different uint8 code).  Python ints, lists and tuples
     carry no dtype and are read as integers; a negative one is a ValueError.
     A value the format cannot hold is a ValueError naming it, its index and
-    the accepted range;
-    ``held`` says what the limit means.  A uint8 array is returned as it is.
+    the accepted range; ``held`` says what the limit means.  A uint8 array is
+    returned as it is.  ``typed`` says whether the caller's object had a
+    dtype, for a caller that has converted it already (default: whether
+    ``x`` has one); ``also`` names what else that caller accepts, for the
+    TypeError.
 
     Examples
     --------
@@ -182,19 +185,23 @@ def code_array(x, limit: int, what: str, *, held="") -> np.ndarray:
     >>> code_array(np.array([1, 2], np.int32), 256, "codes")
     Traceback (most recent call last):
     ...
-    TypeError: codes must be unsigned integers (uint8 codes, or Python ints), got an array of dtype int32
+    TypeError: codes must be unsigned integers (uint8 codes, or Python ints), got dtype int32
     >>> code_array(np.array([0xB8], np.uint8), 0x80, "block_scale_codes", held="UE4M3: sign bit 0")
     Traceback (most recent call last):
     ...
     ValueError: block_scale_codes out of range: must lie in 0..127 (0x0..0x7f; UE4M3: sign bit 0), got 184 (0xb8) at index 0
     """
-    typed = hasattr(x, "dtype")
+    typed = hasattr(x, "dtype") if typed is None else typed
     arr = to_numpy(x, what=what)
-    if arr.dtype.kind != "u" and (typed or arr.dtype.kind != "i"):
-        got = f"an array of dtype {arr.dtype}" if typed else f"values of type {arr.dtype}"
-        raise TypeError(f"{what} must be unsigned integers (uint8 codes, or Python ints), got {got}")
-    if arr.size:
-        bad = (arr >= limit) | (arr < 0)
+    kind = arr.dtype.kind
+    if kind != "u" and (typed or kind != "i"):
+        got = f"dtype {arr.dtype}" if typed else f"values of type {arr.dtype}"
+        raise TypeError(f"{what} must be unsigned integers (uint8 codes, or Python ints){also}, got {got}")
+    # a uint8 array holds no code past 255, and an unsigned one no negative code: no pass for those
+    if arr.size and not (arr.dtype == np.uint8 and limit >= 256):
+        bad = arr >= limit
+        if kind == "i":
+            bad |= arr < 0
         if bad.any():
             i = int(np.flatnonzero(bad.reshape(-1))[0])
             v = int(arr.reshape(-1)[i])
@@ -243,9 +250,5 @@ def narrow_codes(arr, fmt, *, what="codes") -> np.ndarray:
                 "pass uint8 codes"
             raise ValueError(f"{what} of dtype {a.dtype.name} are not {fmt.name} codes; {hint}")
         return a.view(np.uint8)
-    if a.dtype.kind not in "iu" or a.dtype.kind == "i" and hasattr(arr, "dtype"):
-        raise TypeError(f"{what} must hold {fmt.name} codes (unsigned integers, or Python ints) or an "
-                        f"ml_dtypes {fmt.name} array, got dtype {a.dtype}")
-    if a.dtype == np.uint8 and fmt.bits == 8:
-        return a
-    return code_array(a if hasattr(arr, "dtype") else arr, 1 << fmt.bits, what, held=f"{fmt.bits}-bit {fmt.name} codes")
+    return code_array(a, 1 << fmt.bits, what, held=f"{fmt.bits}-bit {fmt.name} codes", typed=hasattr(arr, "dtype"),
+                      also=f" or an ml_dtypes {fmt.name} array")
