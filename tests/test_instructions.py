@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +29,20 @@ REC = DATA / "tc_recordings"
 FMT = {"e4m3": "e4m3fn", "e5m2": "e5m2"}
 
 
-def fp8emu_bits(preset, groups):
-    outs = [dot(g["a"], g["b"], g["c"], instruction=preset, a_format=g["a_format"], b_format=g["b_format"],
-                a_scales=g.get("a_scales"), b_scales=g.get("b_scales"), scale_format=g.get("scale_format"))
-            for g in groups]
+def fp8emu_bits(preset, groups, route="rows"):
+    """fp8emu's output bits on the cases: as row-wise dot products (``"rows"``: code-pair tables for
+    FP8/FP6/FP4), or (``"tiles"``) as a batch of 1 x 1 tiles through :func:`mma` (the operand path of
+    the fused datapath)."""
+    outs = []
+    for g in groups:
+        kw = dict(instruction=preset, a_format=g["a_format"], b_format=g["b_format"], a_scales=g.get("a_scales"),
+                  b_scales=g.get("b_scales"), scale_format=g.get("scale_format"))
+        if route == "rows":
+            outs.append(dot(g["a"], g["b"], g["c"], **kw))
+        else:
+            sc = {} if "a_scales" not in g else dict(a_scales=g["a_scales"][:, None, :],
+                                                      b_scales=g["b_scales"][:, :, None])
+            outs.append(mma(g["a"][:, None, :], g["b"][:, :, None], g["c"][:, None, None], **{**kw, **sc})[:, 0, 0])
     d = np.concatenate(outs)
     return d.view(np.uint32 if d.dtype == np.float32 else np.uint16)
 
@@ -44,13 +55,18 @@ def test_every_mmasim_modelled_preset_has_recorded_vectors():
     assert set(RECORDED) == set(mmasim_cases.PRESET_CASES)
 
 
-@pytest.mark.parametrize("preset", RECORDED)
-def test_preset_equals_mmasim_on_recorded_random_mmas(preset):
+# the fused FP8/FP6/FP4 presets also replay as tiles, which takes them through the operand path
+ROUTES = [(p, "rows") for p in RECORDED] + [(p, "tiles") for p in RECORDED if INSTRUCTIONS[p].datapath == "fused"
+                                            and INSTRUCTIONS[p].formats[0] not in ("float16", "bfloat16", "tf32")]
+
+
+@pytest.mark.parametrize("preset,route", ROUTES)
+def test_preset_equals_mmasim_on_recorded_random_mmas(preset, route):
     z = np.load(MMASIM / f"{preset}.npz")
     n, seed, chunk = int(z["n"]), int(z["seed"]), int(z["chunk"])
     assert n >= 200_000
     groups = mmasim_cases.cases(preset, seed, n)
-    bits = fp8emu_bits(preset, groups)
+    bits = fp8emu_bits(preset, groups, route)
     head = z["head_bits"]
     diff = np.flatnonzero(bits[:len(head)] != head)
     assert diff.size == 0, f"first differences at {diff[:10].tolist()}"
@@ -96,8 +112,9 @@ def test_preset_equals_live_mmasim_on_a_fresh_seed(preset):
     seed = int.from_bytes(os.urandom(4), "little")
     groups = mmasim_cases.cases(preset, seed, 20_000)
     theirs = record_mmasim.run_mmasim(preset, groups)
-    diff = np.flatnonzero(fp8emu_bits(preset, groups) != theirs)
-    assert diff.size == 0, f"seed {seed}: {diff.size} differences, first {diff[:10].tolist()}"
+    for route in ("rows", "tiles"):
+        diff = np.flatnonzero(fp8emu_bits(preset, groups, route) != theirs)
+        assert diff.size == 0, f"seed {seed}, {route}: {diff.size} differences, first {diff[:10].tolist()}"
 
 
 # ----------------------------------------------------------------------------- code-pair tables
@@ -147,6 +164,112 @@ def test_code_pair_tables_equal_the_per_operand_decode(preset, monkeypatch):
         got = mma(A, B, C, **{**kw, **tsc})
         monkeypatch.undo()
         np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+FUSED_PRESETS = [n for n in TABLE_PRESETS if INSTRUCTIONS[n].datapath == "fused"]
+# descriptions outside the catalogue, where a zero product's exponent can decide a step's grid
+# (zero_exp above real product exponents, few fraction bits)
+CUSTOM = {"coarse-f32": dict(base="hopper-wgmma", frac_bits=4, zero_exp=-20),
+          "coarse-f16": dict(base="rtx-blackwell-mma-f16", frac_bits=3, zero_exp=-12)}
+
+
+def _hostile_tiles(rng, ins, fa, fb, T, M, N, K):
+    """Codes of every kind (zeros, all-zero steps, subnormals, Inf/NaN, the largest) and C zero,
+    subnormal, normal, huge, Inf or NaN in the output type."""
+    def codes(f, shape):
+        bits = fp8emu.get_format(f).bits
+        x = rng.integers(0, 1 << bits, shape, dtype=np.uint8)
+        x[rng.random(shape) < 0.3] = 0
+        low = rng.random(shape) < 0.2                             # subnormals: exponent field zero
+        mbits = fp8emu.get_format(f).mbits
+        x[low] = (x[low] & ((1 << mbits) - 1)) | (x[low] & (1 << (bits - 1)))
+        return x
+    a, b = codes(fa, (T, M, K)), codes(fb, (T, K, N))
+
+    def tiny(x, f):                               # exponent field 0 or 1, sign kept: the smallest values
+        g = fp8emu.get_format(f)
+        return (x & ((1 << (g.mbits + 1)) - 1)) | (x & (1 << (g.bits - 1)))
+    a[:, 2, :] = tiny(a[:, 2, :], fa)             # an output of tiny products, a few of them zero
+    b[:, :, 0] = tiny(b[:, :, 0], fb)
+    a[:, 2, ::7] = 0
+    a[:, 0, :] = 0                                # an output row and column of zero products only,
+    b[:, :, -1] = 0                               # and (below) whole steps of them
+    a[:, 1, :ins.step] = 0
+    dt, ut = (np.float32, np.uint32) if ins.out == "float32" else (np.float16, np.uint16)
+    width = 8 * np.dtype(ut).itemsize
+    c = rng.integers(0, 1 << width, (T, M, N), dtype=np.uint64).astype(ut).view(dt).copy()
+    kind = rng.integers(0, 4, (T, M, N))
+    c[kind == 0] = 0
+    c[kind == 1] = (rng.integers(1, 1 << 10, (kind == 1).sum()).astype(ut)).view(dt)   # subnormals
+    c[kind == 2] = rng.standard_normal((kind == 2).sum()).astype(dt)
+    return a, b, c
+
+
+@pytest.mark.parametrize("preset", FUSED_PRESETS + list(CUSTOM))
+def test_operand_path_equals_the_per_operand_decode(preset, monkeypatch):
+    # tiles and GEMMs of the fused datapath decode each operand once and form products by
+    # broadcasting; on every format pair, hostile codes and C, in chunks and blocks of every size
+    # (tiles, K and rows all split) and in both orientations, they give the per-operand decode's bits
+    if preset in CUSTOM:
+        import dataclasses
+        kw = dict(CUSTOM[preset])
+        ins = dataclasses.replace(INSTRUCTIONS[kw.pop("base")], name=preset, **kw)
+    else:
+        ins = INSTRUCTIONS[preset]
+    rng = np.random.default_rng(zlib.crc32(preset.encode()))
+    L = ins.step
+    for fa in ins.formats:
+        for fb in ins.formats:
+            for T, M, N, chunk, tile in ((1, 9, 7, 1 << 19, 1 << 18), (1, 5, 11, L * 16, 2 * L * 3),
+                                         (6, 4, 3, 7 * L * 3, 5 * L)):
+                K = 3 * L
+                a, b, c = _hostile_tiles(rng, ins, fa, fb, T, M, N, K)
+                monkeypatch.setattr(ins_mod, "_CHUNK", chunk)
+                monkeypatch.setattr(ins_mod, "_OP_TILE", tile)
+                got = mma(a if T > 1 else a[0], b if T > 1 else b[0], c if T > 1 else c[0], instruction=ins,
+                          a_format=fa, b_format=fb).reshape(T, M, N)
+                monkeypatch.undo()
+                for t in range(T):
+                    want = _decoded(ins, a[t][:, None], b[t].T[None], c[t], dict(a_format=fa, b_format=fb))
+                    np.testing.assert_array_equal(_bits(got[t]), _bits(want), err_msg=f"{fa} x {fb}, T={T}")
+
+
+@pytest.mark.parametrize("preset,fa,fb,kind", [
+    ("hopper-wgmma", "e4m3fn", "e5m2", None), ("rtx-blackwell-mma-f16", "e3m2fn", "e2m1fn", None),
+    ("blackwell-tcgen05-mxf8f6f4", "e4m3fn", "e2m3fn", "ue8m0"), ("blackwell-tcgen05-mxf4nvf4", "e2m1fn", "e2m1fn", "ue4m3"),
+    ("cdna3-mfma-fp8", "e4m3fnuz", "e5m2fnuz", None), ("hopper-mma-bf16in", "bfloat16", "bfloat16", None)])
+def test_a_batch_of_tiles_is_each_tile(preset, fa, fb, kind):
+    # leading dimensions broadcast as in np.matmul; every tile is its own instruction
+    ins = INSTRUCTIONS[preset]
+    rng = np.random.default_rng(11)
+    m, n, k = 5, 3, ins.shape[2]
+    wide = fa == "bfloat16"
+    def codes(f, shape):
+        if wide:
+            return rng.integers(0, 1 << 16, shape, dtype=np.uint16)
+        return rng.integers(0, 1 << fp8emu.get_format(f).bits, shape, dtype=np.uint8)
+    a, b = codes(fa, (2, 1, m, k)), codes(fb, (3, k, n))
+    c = rng.standard_normal((2, 3, m, n)).astype(np.float32 if ins.out == "float32" else np.float16)
+    kw = dict(instruction=preset, a_format=fa, b_format=fb)
+    sa = sb = None
+    if kind:
+        blk = 16 if kind == "ue4m3" else 32
+        lo, hi = (30, 70) if kind == "ue4m3" else (110, 140)
+        sa = rng.integers(lo, hi, (2, 1, m, k // blk), dtype=np.uint8)
+        sb = rng.integers(lo, hi, (3, k // blk, n), dtype=np.uint8)
+        kw["scale_format"] = kind
+    got = mma(a, b, c, **kw, **({} if sa is None else dict(a_scales=sa, b_scales=sb)))
+    assert got.shape == (2, 3, m, n)
+    for i in range(2):
+        for j in range(3):
+            one = mma(a[i, 0], b[j], c[i, j], **kw, **({} if sa is None else dict(a_scales=sa[i, 0], b_scales=sb[j])))
+            np.testing.assert_array_equal(_bits(got[i, j]), _bits(one))
+    # C broadcasts too, and the inputs are left as they were
+    a0 = a.copy()
+    d = mma(a, b, c[0, 0], **kw, **({} if sa is None else dict(a_scales=sa, b_scales=sb)))
+    assert d.shape == (2, 3, m, n) and (a == a0).all()
+    with pytest.raises(ValueError, match="batch dimensions"):
+        mma(a[:, 0], np.stack([b[0]] * 3), **kw)
 
 
 def test_code_pair_tables_hold_exact_products():

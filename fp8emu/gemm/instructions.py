@@ -453,30 +453,33 @@ def dot(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
 
 def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_scales=None,
         scale_format=None):
-    """One matrix instruction on one tile: ``D = A @ B + C`` (K a multiple of the instruction's step).
+    """One matrix instruction on a tile, or on a batch of tiles: ``D = A @ B + C``.
+
+    K must be a multiple of the instruction's step.  Leading (batch) dimensions broadcast as in
+    :func:`numpy.matmul`: each tile of the batch is one independent instruction.
 
     Parameters
     ----------
-    a : ndarray of uint8, shape (M, K)
+    a : ndarray of uint8, shape (..., M, K)
         Element codes of A (FP4/FP6 one per byte, in the low bits).
-    b : ndarray of uint8, shape (K, N)
+    b : ndarray of uint8, shape (..., K, N)
         Element codes of B.
-    c : array_like, shape (M, N), optional
+    c : array_like, shape (..., M, N), optional
         Accumulator input, in the instruction's output type (float32 or float16); default zero.
     instruction : str or Instruction
         A name from :data:`INSTRUCTIONS` (see :func:`presets`).
     a_format, b_format : str
         Element formats the instruction accepts (``b_format`` defaults to ``a_format``).
-    a_scales : ndarray of uint8, shape (M, K // block), optional
+    a_scales : ndarray of uint8, shape (..., M, K // block), optional
         Block-scaled instructions: A's scale codes along K.
-    b_scales : ndarray of uint8, shape (K // block, N), optional
+    b_scales : ndarray of uint8, shape (..., K // block, N), optional
         Block-scaled instructions: B's scale codes along K.
     scale_format : {"ue8m0", "ue4m3"}, optional
         Block-scaled instructions: the scale type (default the instruction's first).
 
     Returns
     -------
-    ndarray, shape (M, N), of the instruction's output type
+    ndarray, shape (..., M, N), of the instruction's output type
 
     Examples
     --------
@@ -487,17 +490,50 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     >>> [float(mma(a, b, c, instruction=i, a_format="e4m3fn")[0, 0])
     ...  for i in ("hopper-wgmma", "blackwell-mma")]            # 13 vs 31 fraction bits
     [1.0, 1.001953125]
+    >>> tiles = np.stack([a, fp8emu.encode(np.full((1, 32), 2.0 ** -3), "e4m3fn")])   # two tiles
+    >>> mma(tiles, b, c, instruction="hopper-wgmma", a_format="e4m3fn")[:, 0, 0].tolist()
+    [1.0, 1.125]
     """
     ins = get_instruction(instruction)
     a, b = np.asarray(a), np.asarray(b)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"a must be (M, K) and b (K, N), got {a.shape} and {b.shape}")
-    M, K = a.shape
-    N = b.shape[1]
-    bs = None if b_scales is None else np.asarray(b_scales).T[None, :, :]
-    return _run(ins, a[:, None, :], b.T[None, :, :], _c_in(c, (M, N), ins), a_format,
-                a_format if b_format is None else b_format,
-                None if a_scales is None else np.asarray(a_scales)[:, None, :], bs, scale_format)
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"a must be (..., M, K) and b (..., K, N), got {a.shape} and {b.shape}")
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    bf = a_format if b_format is None else b_format
+    if a.ndim == 2 and b.ndim == 2:
+        bs = None if b_scales is None else np.asarray(b_scales).T[None, :, :]
+        return _run(ins, a[:, None, :], b.T[None, :, :], _c_in(c, (M, N), ins), a_format, bf,
+                    None if a_scales is None else np.asarray(a_scales)[:, None, :], bs, scale_format)
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"the batch dimensions of a {a.shape[:-2]} and b {b.shape[:-2]} do not broadcast") from None
+    T = int(np.prod(batch))
+    cc = _c_in(c, batch + (M, N), ins).reshape(T, M, N)
+    a3 = np.broadcast_to(a, batch + (M, K)).reshape(T, M, K)
+    b3 = np.swapaxes(np.broadcast_to(b, batch + (K, N)), -1, -2).reshape(T, N, K)
+    if (ins.datapath == "fused" and _format_name(a_format) not in _WIDE and a_scales is None
+            and b_scales is None and scale_format is None):
+        _check(ins, K, a_format, bf, None, None, None)
+        d = _run_operands(ins, a3, b3, cc, get_format(a_format), get_format(bf))
+        return d.reshape(batch + (M, N))
+    # every other datapath: the tiles' M * N dot products as rows
+    rows = T * M * N
+    ar = np.broadcast_to(a3[:, :, None, :], (T, M, N, K)).reshape(rows, 1, K)
+    br = np.broadcast_to(b3[:, None, :, :], (T, M, N, K)).reshape(rows, 1, K)
+    sa = sb = None
+    if a_scales is not None and b_scales is not None:
+        a_scales, b_scales = np.asarray(a_scales), np.asarray(b_scales)
+        nk = a_scales.shape[-1]
+        sa = np.broadcast_to(np.broadcast_to(a_scales, batch + (M, nk)).reshape(T, M, 1, nk),
+                             (T, M, N, nk)).reshape(rows, 1, nk)
+        sb = np.swapaxes(np.broadcast_to(b_scales, batch + (b_scales.shape[-2], N)), -1, -2)
+        sb = np.broadcast_to(sb.reshape(T, 1, N, -1), (T, M, N, sb.shape[-1])).reshape(rows, 1, -1)
+    else:
+        sa, sb = a_scales, b_scales
+    d = _run(ins, ar, br, cc.reshape(rows, 1), a_format, bf, sa, sb, scale_format)
+    return d.reshape(batch + (M, N))
 
 
 def _c_in(c, shape, ins):
@@ -531,17 +567,13 @@ def _kmajor(x):
     return np.ascontiguousarray(np.moveaxis(np.asarray(x), -1, 0))
 
 
-def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, tables=True):
-    """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks.
-
-    FP8/FP6/FP4 operands take the code-pair tables (:func:`_run_tables`) unless ``tables`` is
-    false; the per-operand decode below is the reference they are tested against.
-    """
+def _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format):
+    """Check the operand formats, K and the block scales against the instruction; return the decoded
+    scales (values and exponents, K-major) and the block, or ``None`` for instructions without."""
     for f, what in ((a_format, "a_format"), (b_format, "b_format")):
         if _format_name(f) not in ins.formats:
             raise ValueError(f"{ins.name} takes {', '.join(ins.formats)} operands, not "
                              f"{what}={_format_name(f)!r}")
-    K = a.shape[-1]
     if K % ins.step:
         raise ValueError(f"K = {K} must be a multiple of {ins.name}'s step of {ins.step}")
     sa = sb = None
@@ -565,8 +597,24 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, 
         sb = _decode_scales(_kmajor(b_scales), kind, "b_scales")
     elif a_scales is not None or b_scales is not None or scale_format is not None:
         raise ValueError(f"{ins.name} takes no block scales")
-    if tables and _format_name(a_format) not in _WIDE:      # FP8/FP6/FP4: products from code-pair tables
-        return _run_tables(ins, a, b, c, get_format(a_format), get_format(b_format), sa, sb, block, K)
+    return sa, sb, block
+
+
+def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, tables=True):
+    """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks.
+
+    FP8/FP6/FP4 operands take the code-pair tables (:func:`_run_tables`) unless ``tables`` is
+    false; the per-operand decode below is the reference they are tested against.
+    """
+    K = a.shape[-1]
+    sa, sb, block = _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format)
+    if tables and _format_name(a_format) not in _WIDE:
+        fa, fb = get_format(a_format), get_format(b_format)
+        if ins.datapath == "fused" and a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1:
+            # a tile or GEMM: each operand decoded once, products by broadcasting
+            return _run_operands(ins, a[None, :, 0], b[None, 0], c[None], fa, fb)[0]
+        # FP8/FP6/FP4 rows (or a block-scaled kind): products from code-pair tables
+        return _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K)
     va, ea = _decode_operand(_kmajor(a), a_format, "a")
     vb, eb = _decode_operand(_kmajor(b), b_format, "b")
     M, N = c.shape
@@ -980,6 +1028,138 @@ def _group_terms(ins, s, allzero, scl, block, k0):
     t = s * sa * sb
     zero = allzero | (sa == 0) | (sb == 0)
     return t, np.where(zero, ins.zero_exp, qa + qb)
+
+
+# ----------------------------------------------------------------------------- decoded operands
+#: Exponent a zero operand carries on the operand path (int8): a product with a zero factor then
+#: carries at most -64 + 15, below every real product exponent (at least -28, e5m2 x e5m2), and two
+#: zero factors -128, still an int8.
+_ZERO8 = -64
+
+
+def _operand_tables(fmt, dt):
+    """Per-code value (``dt``) and MMA-Sim exponent (int8, ``_ZERO8`` for zeros) of an FP8/FP6/FP4
+    format, and the smallest exponent of a non-zero code."""
+    key = ("operand", fmt.name, dt)
+    if key not in _TABLES:
+        if fmt.name not in _TABLES:
+            _TABLES[fmt.name] = _sig_exp(fmt)
+        v, e = _TABLES[fmt.name]
+        ev = np.where(v == 0, _ZERO8, e).astype(np.int8)
+        vv = v.astype(dt)
+        vv.flags.writeable = ev.flags.writeable = False
+        _TABLES[key] = vv, ev, int(e[v != 0].min())
+    return _TABLES[key]
+
+
+def _operands_dtype(ins):
+    """float32 where a step's truncated terms (integers below ``2**(F + 2)``) and their sum are exact
+    in it (products of FP8/FP6/FP4 values always are), else float64."""
+    return np.float32 if ins.frac_bits + 2 + (ins.step + 1).bit_length() <= 24 else np.float64
+
+
+#: Decoded operand elements (values and exponents of A and B) held at once on the operand path, a
+#: chunk of tiles and of K, and the products of one block there: the tiles of a chunk are the
+#: innermost axis of every pass, so a chunk holds as many as its operands allow in the caches.
+_CHUNK = 1 << 19
+_OP_TILE = 1 << 18
+
+
+def _work(name, n, dtype):
+    """This thread's work array ``name`` of at least ``n`` elements (kept between calls, see
+    :func:`_buffers`)."""
+    ws = _LOCAL.__dict__.setdefault("operand", {})
+    w = ws.get(name)
+    if w is None or w.size < n or w.dtype != dtype:
+        w = ws[name] = np.empty(max(n, 1), dtype)
+    return w[:n]
+
+
+def _decoded_chunk(codes, table, exps, which):
+    """Values and exponents of codes (t, r, k) K-major, (k, r, t), in this thread's work arrays."""
+    shape = codes.shape[::-1]
+    n = codes.size
+    idx = _work(which + "i", n, np.intp).reshape(shape)
+    np.copyto(idx, np.transpose(codes, (2, 1, 0)))
+    v = np.take(table, idx, out=_work(which + "v", n, table.dtype).reshape(shape), mode="wrap")
+    e = np.take(exps, idx, out=_work(which + "e", n, np.int8).reshape(shape), mode="wrap")
+    return v, e
+
+
+def _run_operands(ins, a, b, c, fa, fb):
+    """D of the ``"fused"`` datapath for tiles a (T, M, K) and b (T, N, K) of codes, C (T, M, N).
+
+    Each operand element is decoded once per chunk of tiles and K (value and exponent, K-major
+    with the tiles innermost, so that element-wise passes run along contiguous tiles); a step's
+    products and their exponents are then two broadcast passes, aligned to the step's largest
+    exponent (C's included) by one multiplication by a power of two, truncated and added.  C is
+    aligned and truncated apart, in float64.  Blocks of about ``_TILE`` products; D holds each
+    block's C between chunks of K.
+    """
+    T, M, N = c.shape
+    if T == 1 and N < M:
+        # the datapath is symmetric in A and B: the longer side innermost (long element-wise loops)
+        return np.swapaxes(_run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa), 1, 2)
+    a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
+    dt = _operands_dtype(ins)
+    (ta, xa, la), (tb_, xb, lb) = _operand_tables(fa, dt), _operand_tables(fb, dt)
+    K, L, F = a.shape[-1], ins.step, ins.frac_bits
+    ut, sh, mag, _ = _FIELDS[ins.out]
+    table = _c_exponent_table(ins.out)
+    zero_c = _zero_c_matters(ins, la + lb)
+    # an all-zero step's products are zero on any grid: its alignment factor is taken at the
+    # smallest real product exponent, so that it stays finite in float32
+    floor_e = la + lb
+    zero_wins = ins.zero_exp > floor_e
+    tc = min(T, max(1, _CHUNK // (L * (M + N))))
+    kc = min(K, max(L, _CHUNK // (tc * (M + N)) // L * L))
+    nb = min(N, max(1, _OP_TILE // (L * tc)))
+    mb = min(M, max(1, _OP_TILE // (L * tc * nb)))
+    out = np.empty((M, N, T), c.dtype)
+    np.copyto(out, np.transpose(c, (1, 2, 0)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for t0 in range(0, T, tc):
+            t1 = min(T, t0 + tc)
+            for k0 in range(0, K, kc):
+                k1 = min(K, k0 + kc)
+                va, ea = _decoded_chunk(a[t0:t1, :, k0:k1], ta, xa, "a")
+                vb, eb = _decoded_chunk(b[t0:t1, :, k0:k1], tb_, xb, "b")
+                for m0 in range(0, M, mb):
+                    m1 = min(M, m0 + mb)
+                    for n0 in range(0, N, nb):
+                        n1 = min(N, n0 + nb)
+                        shp = (L, m1 - m0, n1 - n0, t1 - t0)
+                        size = L * (m1 - m0) * (n1 - n0) * (t1 - t0)
+                        p = _work("p", L * mb * nb * tc, dt)[:size].reshape(shp)
+                        x = _work("x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
+                        cb = out[m0:m1, n0:n1, t0:t1]
+                        for s0 in range(0, k1 - k0, L):
+                            ks = slice(s0, s0 + L)
+                            np.multiply(va[ks, m0:m1, None], vb[ks, None, n0:n1], out=p)
+                            np.add(ea[ks, m0:m1, None], eb[ks, None, n0:n1], out=x)
+                            u = cb.view(ut)
+                            ec = np.take(table, u >> ut(sh), mode="wrap")
+                            if zero_c:
+                                ec[(u & ut(mag)) == 0] = ins.zero_exp
+                            # zero products carry zero_exp: it is the products' largest exponent
+                            # where all are zero, and (where zero_exp exceeds a real product's
+                            # exponent) a candidate wherever one is
+                            xm = x.max(axis=0)
+                            Ep = xm.astype(np.int16)
+                            Ep[xm < floor_e] = ins.zero_exp
+                            if zero_wins:
+                                some = x.min(axis=0) < floor_e
+                                Ep[some] = np.maximum(Ep[some], ins.zero_exp)
+                            E = np.maximum(Ep, ec)
+                            np.multiply(p, _pow2(np.maximum(E, floor_e), F, -1).astype(dt, copy=False), out=p)
+                            np.trunc(p, out=p)
+                            r = np.add.reduce(p, axis=0).astype(np.float64, copy=False)
+                            sc = _pow2(E, F, -1)
+                            r += np.trunc(cb * sc)
+                            r /= sc
+                            cb = _round_table(r, ins, E)
+                        out[m0:m1, n0:n1, t0:t1] = cb
+    return np.transpose(out, (2, 0, 1))
 
 
 # ----------------------------------------------------------------------------- evidence
