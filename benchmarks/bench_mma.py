@@ -5,12 +5,14 @@ Run in a venv with mmasim and the CPU torch (see tools/record_mmasim.py), fp8emu
     PYTHONPATH=. /tmp/venv-mmasim/bin/python benchmarks/bench_mma.py [--repeat 5] [--batch 256 4096]
 
 For each instruction both simulators compute the same random tiles (the instruction's m x n x k,
-finite codes, random C): one tile per call, and each ``--batch`` of tiles per call (both through
-their row-wise dot products: MMA-Sim's ``dpa`` and :func:`fp8emu.gemm.instructions.dot` on the
-tiles' m * n rows).  Outputs are checked equal before timing; the two are timed alternately, best
-of ``--repeat`` (fp8emu: its first call after MMA-Sim, its tables and code out of the caches, and
-the best of four calls after that, as in a loop over tiles).  Prints process CPU microseconds per tile and the ratios
-MMA-Sim / fp8emu (both kinds of fp8emu call; the last column the warm call's wall-time ratio).
+finite codes, random C): one tile per call, and each ``--batch`` of tiles per call.  MMA-Sim takes
+them as its tile call does, as the tiles' m * n row-wise dot products through its batched
+``dpa``; fp8emu both as those rows (:func:`fp8emu.gemm.instructions.dot`, "rows") and as the
+tiles themselves (:func:`fp8emu.gemm.instructions.mma` on a batch, "tiles").  Outputs are
+checked equal before timing; all are timed alternately, best of ``--repeat`` (fp8emu's tiles:
+the first call after MMA-Sim, its tables and code out of the caches, "cold", and the best of
+three calls after that, "warm", as in a loop over tiles).  Prints process CPU microseconds per
+tile and the ratios MMA-Sim / fp8emu (the last column the warm tiles' wall-time ratio).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import record_mmasim  # noqa: E402
-from fp8emu.gemm.instructions import INSTRUCTIONS, dot  # noqa: E402
+from fp8emu.gemm.instructions import INSTRUCTIONS, dot, mma  # noqa: E402
 
 # (preset, a format, b format, scale kind, block, tile n used here)
 BENCH = [("ada-mma", "e4m3fn", "e4m3fn", None, None), ("hopper-wgmma", "e4m3fn", "e5m2", None, None),
@@ -43,27 +45,51 @@ BENCH = [("ada-mma", "e4m3fn", "e4m3fn", None, None), ("hopper-wgmma", "e4m3fn",
 FINITE_MAX = {"e4m3fn": 0x7E, "e5m2": 0x7B, "e2m1fn": 0x7, "e4m3fnuz": 0x7F, "e5m2fnuz": 0x7F}
 
 
-def _group(rng, preset, fa, fb, kind, block, rows):
+def _tiles(rng, preset, fa, fb, kind, block, tiles):
+    """``tiles`` random tiles of the instruction's m x n x k (finite codes, random C, block scales)."""
     ins = INSTRUCTIONS[preset]
-    K = ins.shape[2]
+    m, n, k = ins.shape
     lim = FINITE_MAX
 
-    def codes(f):
+    def codes(f, shape):
         bits = 4 if f == "e2m1fn" else 8
-        mag = rng.integers(0, lim[f] + 1, (rows, K))
-        return (mag | (rng.integers(0, 2, (rows, K)) << (bits - 1))).astype(np.uint8) if f != "e4m3fnuz" and \
-            f != "e5m2fnuz" else np.where(mag == 0, 0, mag | (rng.integers(0, 2, (rows, K)) << 7)).astype(np.uint8)
-    g = dict(a_format=fa, b_format=fb, a=codes(fa), b=codes(fb), c=rng.standard_normal(rows).astype(np.float32))
+        mag = rng.integers(0, lim[f] + 1, shape)
+        sign = rng.integers(0, 2, shape) << (bits - 1)
+        if f in ("e4m3fnuz", "e5m2fnuz"):         # no -0 code: 0x80 is their NaN
+            return np.where(mag == 0, 0, mag | sign).astype(np.uint8)
+        return (mag | sign).astype(np.uint8)
+    t = dict(a_format=fa, b_format=fb, a=codes(fa, (tiles, m, k)), b=codes(fb, (tiles, k, n)),
+             c=rng.standard_normal((tiles, m, n)).astype(np.float32))
     if kind:
         lo, hi = (120, 135) if kind == "ue8m0" else (40, 70)
-        g.update(scale_format=kind, block=block, a_scales=rng.integers(lo, hi, (rows, K // block)).astype(np.uint8),
-                 b_scales=rng.integers(lo, hi, (rows, K // block)).astype(np.uint8))
+        t.update(scale_format=kind, a_scales=rng.integers(lo, hi, (tiles, m, k // block)).astype(np.uint8),
+                 b_scales=rng.integers(lo, hi, (tiles, k // block, n)).astype(np.uint8))
+    return t
+
+
+def _rows(t):
+    """The tiles as their m * n row-wise dot products (what MMA-Sim's tile call expands them to)."""
+    T, m, k = t["a"].shape
+    n = t["b"].shape[2]
+    g = dict(a_format=t["a_format"], b_format=t["b_format"], c=t["c"].reshape(-1),
+             a=np.broadcast_to(t["a"][:, :, None, :], (T, m, n, k)).reshape(-1, k),
+             b=np.broadcast_to(np.swapaxes(t["b"], 1, 2)[:, None], (T, m, n, k)).reshape(-1, k))
+    if "a_scales" in t:
+        nk = t["a_scales"].shape[2]
+        g.update(scale_format=t["scale_format"], block=k // nk,
+                 a_scales=np.broadcast_to(t["a_scales"][:, :, None, :], (T, m, n, nk)).reshape(-1, nk),
+                 b_scales=np.broadcast_to(np.swapaxes(t["b_scales"], 1, 2)[:, None], (T, m, n, nk)).reshape(-1, nk))
     return g
 
 
-def _fp8emu(preset, g):
+def _fp8emu_rows(preset, g):
     return dot(g["a"], g["b"], g["c"], instruction=preset, a_format=g["a_format"], b_format=g["b_format"],
                a_scales=g.get("a_scales"), b_scales=g.get("b_scales"), scale_format=g.get("scale_format"))
+
+
+def _fp8emu_tiles(preset, t):
+    return mma(t["a"], t["b"], t["c"], instruction=preset, a_format=t["a_format"], b_format=t["b_format"],
+               a_scales=t.get("a_scales"), b_scales=t.get("b_scales"), scale_format=t.get("scale_format"))
 
 
 def _timed(fn):
@@ -85,32 +111,36 @@ def main(argv=None):
           f"one thread each; process CPU microseconds per tile, best of {args.repeat}; load average "
           f"{open('/proc/loadavg').read().split()[0] if os.path.exists('/proc/loadavg') else '?'}")
     sizes = [1] + list(args.batch)
-    print(f"{'instruction':28s} {'tile':>9s} {'tiles':>5s} {'MMA-Sim':>9s} {'fp8emu':>8s} {'ratio':>6s} "
-          f"{'fp8emu warm':>11s} {'ratio':>6s} {'wall ratio':>10s}")
+    print(f"{'instruction':28s} {'tile':>9s} {'tiles':>5s} {'MMA-Sim':>9s} {'rows':>8s} {'ratio':>6s} "
+          f"{'tiles cold':>10s} {'ratio':>6s} {'tiles warm':>10s} {'ratio':>6s} {'wall ratio':>10s}")
     rng = np.random.default_rng(0)
     for preset, fa, fb, kind, block in BENCH:
         if args.only and preset not in args.only:
             continue
         m, n, k = INSTRUCTIONS[preset].shape
         for tiles in sizes:
-            g = _group(rng, preset, fa, fb, kind, block, m * n * tiles)
+            t = _tiles(rng, preset, fa, fb, kind, block, tiles)
+            g = _rows(t)
             theirs = record_mmasim.run_mmasim(preset, [g])
-            mine = _fp8emu(preset, g)
-            assert np.array_equal(mine.view(theirs.dtype), theirs), preset
+            for mine in (_fp8emu_rows(preset, g), _fp8emu_tiles(preset, t).reshape(-1)):
+                assert np.array_equal(mine.view(theirs.dtype), theirs), preset
             del theirs, mine
-            sim, emu, warm = [np.inf] * 2, [np.inf] * 2, [np.inf] * 2
+            sim, rows, cold, warm = [np.inf] * 2, [np.inf] * 2, [np.inf] * 2, [np.inf] * 2
             for _ in range(args.repeat):
-                # alternately, so both see the same machine load.  Right after MMA-Sim, fp8emu finds
+                # alternately, so all see the same machine load.  Right after MMA-Sim, fp8emu finds
                 # its tables and code out of the caches ("cold"); the next calls, as in a loop over
                 # tiles, find them back ("warm").  One-tile MMA-Sim calls get a second try too.
                 for _ in range(2 if tiles == 1 else 1):
                     sim = np.minimum(sim, _timed(lambda: record_mmasim.run_mmasim(preset, [g])))
-                emu = np.minimum(emu, _timed(lambda: _fp8emu(preset, g)))
-                for _ in range(4):
-                    warm = np.minimum(warm, _timed(lambda: _fp8emu(preset, g)))
-            sim, emu, warm = sim / tiles * 1e6, emu / tiles * 1e6, warm / tiles * 1e6
-            print(f"{preset:28s} {f'{m}x{n}x{k}':>9s} {tiles:5d} {sim[1]:9.1f} {emu[1]:8.1f} {sim[1] / emu[1]:6.1f} "
-                  f"{warm[1]:11.1f} {sim[1] / warm[1]:6.1f} {sim[0] / warm[0]:10.1f}", flush=True)
+                cold = np.minimum(cold, _timed(lambda: _fp8emu_tiles(preset, t)))
+                for _ in range(3):
+                    warm = np.minimum(warm, _timed(lambda: _fp8emu_tiles(preset, t)))
+                for _ in range(2):
+                    rows = np.minimum(rows, _timed(lambda: _fp8emu_rows(preset, g)))
+            sim, rows, cold, warm = (x / tiles * 1e6 for x in (sim, rows, cold, warm))
+            print(f"{preset:28s} {f'{m}x{n}x{k}':>9s} {tiles:5d} {sim[1]:9.1f} {rows[1]:8.1f} {sim[1] / rows[1]:6.1f} "
+                  f"{cold[1]:10.1f} {sim[1] / cold[1]:6.1f} {warm[1]:10.1f} {sim[1] / warm[1]:6.1f} "
+                  f"{sim[0] / warm[0]:10.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,19 @@ def test_format_table_page_is_generated():
     assert fp8emu.format_table().splitlines()[2].startswith("| e4m3fn | 8 | 4 | 3 | 7 | 448 | 2^-6 | 2^-9 |")
 
 
+def test_readme_catalogue_is_the_generated_one():
+    # the README's table of matrix-instruction presets is fp8emu.gemm.presets() as generated: it cannot
+    # drift from the evidence the tests check
+    import sys
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    import fp8emu_docs
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- catalogue: generated[^\n]*-->\n(.*?)\n<!-- catalogue end -->", text, re.S)
+    assert block is not None
+    assert block.group(1) == fp8emu_docs.readme_catalogue()
+    assert block.group(1).count("\n| `") == len(fp8emu.gemm.presets())
+
+
 def test_readme_python_blocks_run():
     text = (ROOT / "README.md").read_text()
     for block in re.findall(r"```python\n(.*?)```", text, re.S):

@@ -7,6 +7,7 @@ output through SHA-256 digests of chunks), and the GPU results of MATLAB-tensor-
 differential test runs only where ``mmasim`` imports.
 """
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -55,9 +56,15 @@ def test_every_mmasim_modelled_preset_has_recorded_vectors():
     assert set(RECORDED) == set(mmasim_cases.PRESET_CASES)
 
 
-# the fused FP8/FP6/FP4 presets also replay as tiles, which takes them through the operand path
-ROUTES = [(p, "rows") for p in RECORDED] + [(p, "tiles") for p in RECORDED if INSTRUCTIONS[p].datapath == "fused"
-                                            and INSTRUCTIONS[p].formats[0] not in ("float16", "bfloat16", "tf32")]
+# the fused FP8/FP6/FP4 presets also replay as tiles, which takes them through the operand path, and
+# the grouped (FP4) ones, through group sums as matrix products
+ROUTES = [(p, r) for p in RECORDED for r in ("rows", "tiles")
+          if r == "rows" or INSTRUCTIONS[p].formats[0] not in ("float16", "bfloat16", "tf32")]
+
+
+@functools.lru_cache(maxsize=1)        # a preset's two routes run one after the other
+def _recorded_cases(preset, seed, n):
+    return mmasim_cases.cases(preset, seed, n)
 
 
 @pytest.mark.parametrize("preset,route", ROUTES)
@@ -65,7 +72,7 @@ def test_preset_equals_mmasim_on_recorded_random_mmas(preset, route):
     z = np.load(MMASIM / f"{preset}.npz")
     n, seed, chunk = int(z["n"]), int(z["seed"]), int(z["chunk"])
     assert n >= 200_000
-    groups = mmasim_cases.cases(preset, seed, n)
+    groups = _recorded_cases(preset, seed, n)
     bits = fp8emu_bits(preset, groups, route)
     head = z["head_bits"]
     diff = np.flatnonzero(bits[:len(head)] != head)
@@ -166,11 +173,12 @@ def test_code_pair_tables_equal_the_per_operand_decode(preset, monkeypatch):
         np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
-FUSED_PRESETS = [n for n in TABLE_PRESETS if INSTRUCTIONS[n].datapath == "fused"]
+OPERAND_PRESETS = [n for n in TABLE_PRESETS if INSTRUCTIONS[n].datapath in ("fused", "scaled", "paired")]
 # descriptions outside the catalogue, where a zero product's exponent can decide a step's grid
 # (zero_exp above real product exponents, few fraction bits)
 CUSTOM = {"coarse-f32": dict(base="hopper-wgmma", frac_bits=4, zero_exp=-20),
-          "coarse-f16": dict(base="rtx-blackwell-mma-f16", frac_bits=3, zero_exp=-12)}
+          "coarse-f16": dict(base="rtx-blackwell-mma-f16", frac_bits=3, zero_exp=-12),
+          "coarse-scaled": dict(base="blackwell-tcgen05-mxf8f6f4", frac_bits=4, zero_exp=-100)}
 
 
 def _hostile_tiles(rng, ins, fa, fb, T, M, N, K):
@@ -205,11 +213,12 @@ def _hostile_tiles(rng, ins, fa, fb, T, M, N, K):
     return a, b, c
 
 
-@pytest.mark.parametrize("preset", FUSED_PRESETS + list(CUSTOM))
+@pytest.mark.parametrize("preset", OPERAND_PRESETS + list(CUSTOM))
 def test_operand_path_equals_the_per_operand_decode(preset, monkeypatch):
-    # tiles and GEMMs of the fused datapath decode each operand once and form products by
-    # broadcasting; on every format pair, hostile codes and C, in chunks and blocks of every size
-    # (tiles, K and rows all split) and in both orientations, they give the per-operand decode's bits
+    # tiles and GEMMs of the fused, scaled and paired datapaths decode each operand once and form
+    # products by broadcasting; on every format pair, hostile codes, C and block scales (NaN,
+    # extreme), in chunks and blocks of every size (tiles, K and rows all split) and in both
+    # orientations, they give the per-operand decode's bits
     if preset in CUSTOM:
         import dataclasses
         kw = dict(CUSTOM[preset])
@@ -224,14 +233,57 @@ def test_operand_path_equals_the_per_operand_decode(preset, monkeypatch):
                                          (6, 4, 3, 7 * L * 3, 5 * L)):
                 K = 3 * L
                 a, b, c = _hostile_tiles(rng, ins, fa, fb, T, M, N, K)
+                sc = {}
+                if ins.block_scaled:               # E8M0: the whole range, NaN (255) included
+                    sa = rng.integers(0, 256, (T, M, K // 32), dtype=np.uint8)
+                    sb = rng.integers(0, 256, (T, K // 32, N), dtype=np.uint8)
+                    sa[:, 1], sb[:, :, -1] = 0, 254                     # the extremes, whole rows
+                    sa[:, 3, 0], sb[:, 1, 1] = 255, 255
+                    sa[:, 2], sb[:, :, 0] = 52, 52                      # products scaled to ~2**-140,
+                    c[:, 2, 0] = 2.0 ** -115 if ins.out == "float32" else 0  # beside a small C
+                    sc = dict(a_scales=sa, b_scales=sb)
                 monkeypatch.setattr(ins_mod, "_CHUNK", chunk)
                 monkeypatch.setattr(ins_mod, "_OP_TILE", tile)
-                got = mma(a if T > 1 else a[0], b if T > 1 else b[0], c if T > 1 else c[0], instruction=ins,
-                          a_format=fa, b_format=fb).reshape(T, M, N)
+                one = (lambda x: x) if T > 1 else (lambda x: x[0])
+                got = mma(one(a), one(b), one(c), instruction=ins, a_format=fa, b_format=fb,
+                          **{k: one(v) for k, v in sc.items()}).reshape(T, M, N)
                 monkeypatch.undo()
                 for t in range(T):
-                    want = _decoded(ins, a[t][:, None], b[t].T[None], c[t], dict(a_format=fa, b_format=fb))
+                    want = _decoded(ins, a[t][:, None], b[t].T[None], c[t], dict(a_format=fa, b_format=fb),
+                                    *([sc["a_scales"][t][:, None], sc["b_scales"][t].T[None]] if sc else []))
                     np.testing.assert_array_equal(_bits(got[t]), _bits(want), err_msg=f"{fa} x {fb}, T={T}")
+
+
+@pytest.mark.parametrize("preset", [n for n in TABLE_PRESETS if INSTRUCTIONS[n].datapath == "grouped"])
+@pytest.mark.parametrize("kind,block", [("ue8m0", 32), ("ue8m0", 16), ("ue4m3", 16)])
+def test_group_sums_as_matrix_products_equal_the_per_operand_decode(preset, kind, block, monkeypatch):
+    # FP4 group sums are exact in float32, so tiles and GEMMs of kind::mxf4nvf4 take them (and the
+    # counts of non-zero products) from matrix products; hostile codes, C and scales (NaN, zero,
+    # extreme), all-zero and cancelling groups, blocks of every size, against the per-operand decode
+    ins = INSTRUCTIONS[preset]
+    rng = np.random.default_rng(zlib.crc32(f"{preset}{kind}{block}".encode()))
+    for T, M, N, tile in ((1, 9, 7, 1 << 18), (5, 4, 3, 16 * 2 * 3), (1, 6, 10, 16 * 4)):
+        K = 2 * ins.step
+        a, b, c = _hostile_tiles(rng, ins, "e2m1fn", "e2m1fn", T, M, N, K)
+        a[:, 3, :16] = 2                                          # a group of +1 and -1 products that cancel
+        b[:, :16, 1] = np.where(np.arange(16) % 2, 0x2, 0xA)
+        nk = K // block
+        lo, hi = (0, 256) if kind == "ue8m0" else (0, 128)
+        sa = rng.integers(lo, hi, (T, M, nk), dtype=np.uint8)
+        sb = rng.integers(lo, hi, (T, nk, N), dtype=np.uint8)
+        sa[:, 0, 0] = 0xFF if kind == "ue8m0" else 0x7F            # NaN scales
+        sb[:, -1, -1] = 0xFF                                       # NaN (ue8m0), 2**-127 * ... (ue4m3)
+        if kind == "ue4m3":
+            sb[:, :, 0] = 0                                        # zero scales on a whole column
+        monkeypatch.setattr(ins_mod, "_OP_TILE", tile)
+        got = mma(a if T > 1 else a[0], b if T > 1 else b[0], c if T > 1 else c[0], instruction=preset,
+                  a_format="e2m1fn", a_scales=sa if T > 1 else sa[0], b_scales=sb if T > 1 else sb[0],
+                  scale_format=kind).reshape(T, M, N)
+        monkeypatch.undo()
+        for t in range(T):
+            want = _decoded(ins, a[t][:, None], b[t].T[None], c[t], dict(a_format="e2m1fn", b_format="e2m1fn",
+                            scale_format=kind), sa[t][:, None], sb[t].T[None])
+            np.testing.assert_array_equal(_bits(got[t]), _bits(want), err_msg=f"T={T}")
 
 
 @pytest.mark.parametrize("preset,fa,fb,kind", [
@@ -270,6 +322,11 @@ def test_a_batch_of_tiles_is_each_tile(preset, fa, fb, kind):
     assert d.shape == (2, 3, m, n) and (a == a0).all()
     with pytest.raises(ValueError, match="batch dimensions"):
         mma(a[:, 0], np.stack([b[0]] * 3), **kw)
+    if sa is not None:
+        with pytest.raises(ValueError, match="batch dimensions of a_scales"):
+            mma(a, b, **kw, a_scales=np.stack([sa] * 4, axis=1)[:, :, 0], b_scales=sb)
+        with pytest.raises(ValueError, match="b_scales must be"):
+            mma(a, b, **kw, a_scales=sa, b_scales=sb[..., :1])
 
 
 def test_code_pair_tables_hold_exact_products():

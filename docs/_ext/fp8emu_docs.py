@@ -260,6 +260,25 @@ def instructions_table() -> str:
     return "\n".join(rows)
 
 
+def readme_catalogue() -> str:
+    """The README's catalogue table: every matrix-instruction preset, its instruction, the random MMAs
+    it equals MMA-Sim on and the public GPU recordings it reproduces (rows per file)."""
+    from fp8emu.gemm import presets
+    rows = ["| preset | instruction | equals MMA-Sim on | GPU recording rows reproduced |", "|---|---|---|---|"]
+    for p in presets():
+        sim = [f"{r[2]:,} random MMAs ({r[1]})" for r in p["records"] if r[0] == "mmasim"]
+        rec = []
+        for r in p["records"]:
+            if r[0] in ("recordings", "disagrees"):
+                out = "fp16 out" if r[2] == "d16_bits" else "fp32 out"
+                why = "; " + r[5] if r[5] else ""
+                mark = " (disagrees)" if r[0] == "disagrees" else ""
+                rec.append(f"{r[1]} {out}: {r[3]}/{r[4]}{mark}{_md_escape(why)}")
+        rows.append(f"| `{p['name']}` | {_md_escape(p['ptx'])} | {'; '.join(sim) or ('-' if rec else 'model only')} | "
+                    f"{'<br>'.join(rec) or '-'} |")
+    return "\n".join(rows)
+
+
 def conformance_table() -> str:
     """The recorded-H200 conformance table (:func:`fp8emu.conformance.markdown_table`)."""
     from fp8emu import conformance

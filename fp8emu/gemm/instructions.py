@@ -510,14 +510,40 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     except ValueError:
         raise ValueError(f"the batch dimensions of a {a.shape[:-2]} and b {b.shape[:-2]} do not broadcast") from None
     T = int(np.prod(batch))
+    for name, x, tail in (("a_scales", a_scales, (M, None)), ("b_scales", b_scales, (None, N))):
+        if x is not None:
+            x = np.asarray(x)
+            if x.ndim < 2 or any(w is not None and x.shape[-2 + i] != w for i, w in enumerate(tail)):
+                raise ValueError(f"{name} must be (..., {'M, K // block' if name == 'a_scales' else 'K // block, N'})"
+                                 f" for a {a.shape} and b {b.shape}, got {x.shape}")
+            try:
+                ok = np.broadcast_shapes(x.shape[:-2], batch) == batch
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"the batch dimensions of {name} {x.shape[:-2]} do not broadcast to {batch}")
     cc = _c_in(c, batch + (M, N), ins).reshape(T, M, N)
     a3 = np.broadcast_to(a, batch + (M, K)).reshape(T, M, K)
     b3 = np.swapaxes(np.broadcast_to(b, batch + (K, N)), -1, -2).reshape(T, N, K)
-    if (ins.datapath == "fused" and _format_name(a_format) not in _WIDE and a_scales is None
-            and b_scales is None and scale_format is None):
+    wide = _format_name(a_format) in _WIDE
+    if not wide and ins.datapath in ("fused", "paired") and a_scales is None and b_scales is None \
+            and scale_format is None:
         _check(ins, K, a_format, bf, None, None, None)
         d = _run_operands(ins, a3, b3, cc, get_format(a_format), get_format(bf))
         return d.reshape(batch + (M, N))
+    if not wide and ins.block_scaled and a_scales is not None and b_scales is not None:
+        a_scales, b_scales = np.asarray(a_scales), np.asarray(b_scales)
+        sa3 = np.broadcast_to(a_scales, batch + a_scales.shape[-2:]).reshape(T, M, -1)
+        sb3 = np.swapaxes(np.broadcast_to(b_scales, batch + b_scales.shape[-2:]), -1, -2).reshape(T, N, -1)
+        sa, sb, block = _check(ins, K, a_format, bf, sa3, sb3, scale_format)
+        fa, fb = get_format(a_format), get_format(bf)
+        if ins.datapath == "grouped" and _groups_exact(ins, fa, fb):
+            kind = ins.scales[0] if scale_format is None else scale_format
+            return _run_groups(ins, a3, b3, cc, fa, fb, sa3, sb3, kind).reshape(batch + (M, N))
+        if ins.datapath == "scaled" and block % ins.step == 0:
+            # _check's scales are K-major, (K / block, T, M): the tiles innermost instead
+            scl = _operand_scales(*[(v.transpose(0, 2, 1), e.transpose(0, 2, 1)) for v, e in (sa, sb)]) + (block,)
+            return _run_operands(ins, a3, b3, cc, fa, fb, scl).reshape(batch + (M, N))
     # every other datapath: the tiles' M * N dot products as rows
     rows = T * M * N
     ar = np.broadcast_to(a3[:, :, None, :], (T, M, N, K)).reshape(rows, 1, K)
@@ -610,9 +636,16 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, 
     sa, sb, block = _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format)
     if tables and _format_name(a_format) not in _WIDE:
         fa, fb = get_format(a_format), get_format(b_format)
-        if ins.datapath == "fused" and a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1:
+        tile = a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1
+        if tile and (ins.datapath in ("fused", "paired") or (ins.datapath == "scaled" and block % ins.step == 0)):
             # a tile or GEMM: each operand decoded once, products by broadcasting
-            return _run_operands(ins, a[None, :, 0], b[None, 0], c[None], fa, fb)[0]
+            scl = None if sa is None else _operand_scales(sa, (sb[0].swapaxes(1, 2), sb[1].swapaxes(1, 2))) + (block,)
+            return _run_operands(ins, a[None, :, 0], b[None, 0], c[None], fa, fb, scl)[0]
+        if (ins.datapath == "grouped" and a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1
+                and b.shape[1] > 1 and _groups_exact(ins, fa, fb)):
+            kind = ins.scales[0] if scale_format is None else scale_format
+            return _run_groups(ins, a[None, :, 0], b[None, 0], c[None], fa, fb, a_scales[None, :, 0],
+                               b_scales[None, 0], kind)[0]
         # FP8/FP6/FP4 rows (or a block-scaled kind): products from code-pair tables
         return _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K)
     va, ea = _decode_operand(_kmajor(a), a_format, "a")
@@ -934,8 +967,12 @@ def _paired_sum(ps, xs, c, ec, ins):
     which changes nothing (a zero half's sum is zero and C's exponent is above both) and keeps
     every power of two in float64's normal range.
     """
+    return _paired_halves(ps, xs[0::2].max(axis=0), xs[1::2].max(axis=0), c, ec, ins)
+
+
+def _paired_halves(ps, Ee, Eo, c, ec, ins):
+    """:func:`_paired_sum` given the largest exponents of the even and odd products."""
     F, F2 = ins.frac_bits, ins.pair_bits
-    Ee, Eo = xs[0::2].max(axis=0), xs[1::2].max(axis=0)
     se = _trunc_sum(ps[0::2], _pow2(Ee, F, -1))           # units of 2**(Ee - F)
     so = _trunc_sum(ps[1::2], _pow2(Eo, F, -1))
     Ed = np.maximum(Ee, Eo)
@@ -1086,22 +1123,29 @@ def _decoded_chunk(codes, table, exps, which):
     return v, e
 
 
-def _run_operands(ins, a, b, c, fa, fb):
-    """D of the ``"fused"`` datapath for tiles a (T, M, K) and b (T, N, K) of codes, C (T, M, N).
+def _run_operands(ins, a, b, c, fa, fb, scales=None):
+    """D of the ``"fused"``, ``"scaled"`` and ``"paired"`` datapaths for tiles a (T, M, K) and
+    b (T, N, K) of codes and C (T, M, N).
 
     Each operand element is decoded once per chunk of tiles and K (value and exponent, K-major
     with the tiles innermost, so that element-wise passes run along contiguous tiles); a step's
     products and their exponents are then two broadcast passes, aligned to the step's largest
     exponent (C's included) by one multiplication by a power of two, truncated and added.  C is
-    aligned and truncated apart, in float64.  Blocks of about ``_TILE`` products; D holds each
+    aligned and truncated apart, in float64.  Blocks of about ``_OP_TILE`` products; D holds each
     block's C between chunks of K.
+
+    ``scales`` (``"scaled"``, a block a multiple of the step, so that a step lies in one block):
+    the E8M0 scale exponents of A (K / block, M, T) and B (K / block, N, T), int16, their NaN
+    flags, and the block.  They add to the products' exponents and fold into the aligning factor.
     """
     T, M, N = c.shape
     if T == 1 and N < M:
-        # the datapath is symmetric in A and B: the longer side innermost (long element-wise loops)
-        return np.swapaxes(_run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa), 1, 2)
+        # every datapath is symmetric in A and B: the longer side innermost (long element-wise loops)
+        sw = None if scales is None else (scales[2], scales[3], scales[0], scales[1], scales[4])
+        return np.swapaxes(_run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw), 1, 2)
     a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
-    dt = _operands_dtype(ins)
+    scaled, paired = ins.datapath == "scaled", ins.datapath == "paired"
+    dt = np.float64 if scaled or paired else _operands_dtype(ins)
     (ta, xa, la), (tb_, xb, lb) = _operand_tables(fa, dt), _operand_tables(fb, dt)
     K, L, F = a.shape[-1], ins.step, ins.frac_bits
     ut, sh, mag, _ = _FIELDS[ins.out]
@@ -1110,7 +1154,10 @@ def _run_operands(ins, a, b, c, fa, fb):
     # an all-zero step's products are zero on any grid: its alignment factor is taken at the
     # smallest real product exponent, so that it stays finite in float32
     floor_e = la + lb
-    zero_wins = ins.zero_exp > floor_e
+    # where a zero product's exponent can exceed a real one's, each zero product is a candidate
+    # for the step's largest exponent (block scales shift the real ones by any amount)
+    zero_wins = ins.zero_exp > floor_e or scaled
+    pair_zero = max(ins.zero_exp, -900)
     tc = min(T, max(1, _CHUNK // (L * (M + N))))
     kc = min(K, max(L, _CHUNK // (tc * (M + N)) // L * L))
     nb = min(N, max(1, _OP_TILE // (L * tc)))
@@ -1141,17 +1188,32 @@ def _run_operands(ins, a, b, c, fa, fb):
                             ec = np.take(table, u >> ut(sh), mode="wrap")
                             if zero_c:
                                 ec[(u & ut(mag)) == 0] = ins.zero_exp
+                            if paired:
+                                # a half of zero products carries the table's zero exponent
+                                Ee, Eo = x[0::2].max(axis=0).astype(np.int16), x[1::2].max(axis=0).astype(np.int16)
+                                Ee[Ee < floor_e] = pair_zero
+                                Eo[Eo < floor_e] = pair_zero
+                                cb = _round_table(_paired_halves(p, Ee, Eo, cb, ec, ins), ins)
+                                continue
                             # zero products carry zero_exp: it is the products' largest exponent
-                            # where all are zero, and (where zero_exp exceeds a real product's
-                            # exponent) a candidate wherever one is
+                            # where all are zero, and (zero_wins) a candidate wherever one is
                             xm = x.max(axis=0)
                             Ep = xm.astype(np.int16)
+                            if scaled:
+                                kb = (k0 + s0) // scales[4]
+                                Q = scales[0][kb, m0:m1, None, t0:t1] + scales[2][kb, None, n0:n1, t0:t1]
+                                Ep += Q
                             Ep[xm < floor_e] = ins.zero_exp
                             if zero_wins:
                                 some = x.min(axis=0) < floor_e
                                 Ep[some] = np.maximum(Ep[some], ins.zero_exp)
                             E = np.maximum(Ep, ec)
-                            np.multiply(p, _pow2(np.maximum(E, floor_e), F, -1).astype(dt, copy=False), out=p)
+                            if scaled:
+                                f = _pow2(E - Q, F, -1)                 # 2**(F - E) times the scales
+                                f[scales[1][kb, m0:m1, None, t0:t1] | scales[3][kb, None, n0:n1, t0:t1]] = np.nan
+                            else:
+                                f = _pow2(np.maximum(E, floor_e), F, -1).astype(dt, copy=False)
+                            np.multiply(p, f, out=p)
                             np.trunc(p, out=p)
                             r = np.add.reduce(p, axis=0).astype(np.float64, copy=False)
                             sc = _pow2(E, F, -1)
@@ -1160,6 +1222,90 @@ def _run_operands(ins, a, b, c, fa, fb):
                             cb = _round_table(r, ins, E)
                         out[m0:m1, n0:n1, t0:t1] = cb
     return np.transpose(out, (2, 0, 1))
+
+
+def _operand_scales(sa, sb):
+    """The ``scales`` argument of :func:`_run_operands` from decoded scales (values, exponents) of
+    A (K / block, M, T) and B (K / block, N, T)."""
+    return (sa[1].astype(np.int16), np.isnan(sa[0]), sb[1].astype(np.int16), np.isnan(sb[0]))
+
+
+def _groups_exact(ins, fa, fb):
+    """Whether every group sum of ``ins.group`` products of fa x fb values is exact in float32 (all
+    products finite multiples of the smallest, and a group's sum below ``2**24`` of it), so that a
+    float32 matrix product gives the group sums in any order."""
+    P = _pair_tables(fa, fb, _NONE)[0]
+    if not np.isfinite(P).all():
+        return False
+    nz = np.abs(P[P != 0])
+    q = nz.min()
+    return bool(np.all(nz / q == np.rint(nz / q))) and ins.group * float(nz.max() / q) < 2.0 ** 24
+
+
+def _run_groups(ins, a, b, c, fa, fb, a_scales, b_scales, kind):
+    """D of the ``"grouped"`` datapath for tiles a (T, M, K) and b (T, N, K) of codes, C (T, M, N),
+    block-scale codes a_scales (T, M, K / block) and b_scales (T, N, K / block).
+
+    A group's sum is exact (:func:`_groups_exact`), so the group sums of a block of outputs are
+    one float32 matrix product of the decoded operands, and their counts of non-zero products
+    another (of the operands' non-zero indicators); the step then aligns the groups' scaled
+    sums and C as :func:`_group_terms` and :func:`_fused_step` do.
+    """
+    a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
+    T, M, N = c.shape
+    K, L, G, F = a.shape[-1], ins.step, ins.group, ins.frac_bits
+    block = K // a_scales.shape[-1]
+    ta, tb = _operand_tables(fa, np.float32)[0], _operand_tables(fb, np.float32)[0]
+    (sva, sea), (svb, seb) = _decode_scales(a_scales, kind, "a_scales"), _decode_scales(b_scales, kind, "b_scales")
+    # a zero scale makes its groups zero terms: its exponent far below, so that a sum of two stays so
+    low = -(1 << 13)
+    sea = np.where(sva == 0, low, sea).astype(np.int16)
+    seb = np.where(svb == 0, low, seb).astype(np.int16)
+    ut, sh, mag, _ = _FIELDS[ins.out]
+    table = _c_exponent_table(ins.out)
+    ng = L // G
+    tc = min(T, max(1, _OP_TILE // (16 * M * N)))
+    nb = min(N, max(1, _OP_TILE // (16 * tc * 64)))
+    mb = min(M, max(1, _OP_TILE // (16 * tc * nb)))
+    out = np.empty((T, M, N), c.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for t0 in range(0, T, tc):
+            t1 = min(T, t0 + tc)
+            for m0 in range(0, M, mb):
+                m1 = min(M, m0 + mb)
+                va = np.take(ta, a[t0:t1, m0:m1])
+                A = va.reshape(t1 - t0, m1 - m0, K // G, G).transpose(0, 2, 1, 3)         # (t, groups, m, G)
+                Az = (A != 0).astype(np.float32)
+                for n0 in range(0, N, nb):
+                    n1 = min(N, n0 + nb)
+                    vb = np.take(tb, b[t0:t1, n0:n1])
+                    B = vb.reshape(t1 - t0, n1 - n0, K // G, G).transpose(0, 2, 3, 1)     # (t, groups, G, n)
+                    S = np.matmul(A, B).astype(np.float64)                               # (t, groups, m, n)
+                    nz = np.matmul(Az, (B != 0).astype(np.float32))
+                    kb = np.arange(K // G) * G // block
+                    sA, qA = sva[t0:t1, m0:m1][:, :, kb], sea[t0:t1, m0:m1][:, :, kb]       # (t, m, groups)
+                    sB, qB = svb[t0:t1, n0:n1][:, :, kb], seb[t0:t1, n0:n1][:, :, kb]
+                    sA, qA = np.moveaxis(sA, 2, 1)[..., None], np.moveaxis(qA, 2, 1)[..., None]
+                    sB, qB = np.moveaxis(sB, 2, 1)[:, :, None, :], np.moveaxis(qB, 2, 1)[:, :, None, :]
+                    S *= sA
+                    S *= sB
+                    terms = np.moveaxis(S, 1, 0)                                          # (groups, t, m, n)
+                    e = qA + qB
+                    e[(nz == 0) | (e < low // 2)] = ins.zero_exp
+                    exps = np.moveaxis(e, 1, 0)
+                    cb = c[t0:t1, m0:m1, n0:n1]
+                    for g0 in range(0, K // G, ng):
+                        u = cb.view(ut)
+                        ec = np.take(table, u >> ut(sh), mode="wrap")
+                        ec[(u & ut(mag)) == 0] = ins.zero_exp
+                        E = np.maximum(exps[g0:g0 + ng].max(axis=0), ec)
+                        sc = _pow2(E, F, -1)
+                        t = np.trunc(terms[g0:g0 + ng] * sc).sum(axis=0)
+                        t += np.trunc(cb * sc)
+                        t /= sc
+                        cb = _round_table(t, ins)
+                    out[t0:t1, m0:m1, n0:n1] = cb
+    return out
 
 
 # ----------------------------------------------------------------------------- evidence
