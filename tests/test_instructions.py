@@ -229,8 +229,10 @@ def test_operand_path_equals_the_per_operand_decode(preset, monkeypatch):
     L = ins.step
     for fa in ins.formats:
         for fb in ins.formats:
-            for T, M, N, chunk, tile in ((1, 9, 7, 1 << 19, 1 << 18), (1, 5, 11, L * 16, 2 * L * 3),
-                                         (6, 4, 3, 7 * L * 3, 5 * L)):
+            # a 2-D tile (N < M: computed as its transpose), a batch of one, a batch of six
+            for T, M, N, chunk, tile, two_d in ((1, 40, 13, 1 << 19, 1 << 18, True),
+                                                (1, 5, 11, L * 16, 2 * L * 3, False),
+                                                (6, 4, 3, 7 * L * 3, 5 * L, False)):
                 K = 3 * L
                 a, b, c = _hostile_tiles(rng, ins, fa, fb, T, M, N, K)
                 sc = {}
@@ -244,7 +246,7 @@ def test_operand_path_equals_the_per_operand_decode(preset, monkeypatch):
                     sc = dict(a_scales=sa, b_scales=sb)
                 monkeypatch.setattr(ins_mod, "_CHUNK", chunk)
                 monkeypatch.setattr(ins_mod, "_OP_TILE", tile)
-                one = (lambda x: x) if T > 1 else (lambda x: x[0])
+                one = (lambda x: x[0]) if two_d else (lambda x: x)
                 got = mma(one(a), one(b), one(c), instruction=ins, a_format=fa, b_format=fb,
                           **{k: one(v) for k, v in sc.items()}).reshape(T, M, N)
                 monkeypatch.undo()
@@ -262,7 +264,8 @@ def test_group_sums_as_matrix_products_equal_the_per_operand_decode(preset, kind
     # extreme), all-zero and cancelling groups, blocks of every size, against the per-operand decode
     ins = INSTRUCTIONS[preset]
     rng = np.random.default_rng(zlib.crc32(f"{preset}{kind}{block}".encode()))
-    for T, M, N, tile in ((1, 9, 7, 1 << 18), (5, 4, 3, 16 * 2 * 3), (1, 6, 10, 16 * 4)):
+    for T, M, N, tile, two_d in ((1, 40, 13, 1 << 18, True), (5, 4, 3, 16 * 2 * 3, False),
+                                 (1, 6, 10, 16 * 4, False)):
         K = 2 * ins.step
         a, b, c = _hostile_tiles(rng, ins, "e2m1fn", "e2m1fn", T, M, N, K)
         a[:, 3, :16] = 2                                          # a group of +1 and -1 products that cancel
@@ -276,9 +279,9 @@ def test_group_sums_as_matrix_products_equal_the_per_operand_decode(preset, kind
         if kind == "ue4m3":
             sb[:, :, 0] = 0                                        # zero scales on a whole column
         monkeypatch.setattr(ins_mod, "_OP_TILE", tile)
-        got = mma(a if T > 1 else a[0], b if T > 1 else b[0], c if T > 1 else c[0], instruction=preset,
-                  a_format="e2m1fn", a_scales=sa if T > 1 else sa[0], b_scales=sb if T > 1 else sb[0],
-                  scale_format=kind).reshape(T, M, N)
+        one = (lambda x: x[0]) if two_d else (lambda x: x)
+        got = mma(one(a), one(b), one(c), instruction=preset, a_format="e2m1fn", a_scales=one(sa),
+                  b_scales=one(sb), scale_format=kind).reshape(T, M, N)
         monkeypatch.undo()
         for t in range(T):
             want = _decoded(ins, a[t][:, None], b[t].T[None], c[t], dict(a_format="e2m1fn", b_format="e2m1fn",

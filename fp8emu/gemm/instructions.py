@@ -636,7 +636,9 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, 
     sa, sb, block = _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format)
     if tables and _format_name(a_format) not in _WIDE:
         fa, fb = get_format(a_format), get_format(b_format)
-        tile = a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1
+        # a tile of a few hundred outputs or more (below, the code-pair path's fewer NumPy calls win)
+        tile = a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1 \
+            and a.shape[0] * b.shape[1] >= 512
         if tile and (ins.datapath in ("fused", "paired") or (ins.datapath == "scaled" and block % ins.step == 0)):
             # a tile or GEMM: each operand decoded once, products by broadcasting
             scl = None if sa is None else _operand_scales(sa, (sb[0].swapaxes(1, 2), sb[1].swapaxes(1, 2))) + (block,)
@@ -1151,13 +1153,15 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     ut, sh, mag, _ = _FIELDS[ins.out]
     table = _c_exponent_table(ins.out)
     zero_c = _zero_c_matters(ins, la + lb)
-    # an all-zero step's products are zero on any grid: its alignment factor is taken at the
-    # smallest real product exponent, so that it stays finite in float32
+    # the smallest exponent of a non-zero product; a zero factor's marker puts its products below
     floor_e = la + lb
     # where a zero product's exponent can exceed a real one's, each zero product is a candidate
     # for the step's largest exponent (block scales shift the real ones by any amount)
     zero_wins = ins.zero_exp > floor_e or scaled
     pair_zero = max(ins.zero_exp, -900)
+    # an all-zero step's products are zero on any grid: its aligning factor, capped at the smallest
+    # real product's, stays finite in float32
+    f_cap = 2.0 ** (F - floor_e)
     tc = min(T, max(1, _CHUNK // (L * (M + N))))
     kc = min(K, max(L, _CHUNK // (tc * (M + N)) // L * L))
     nb = min(N, max(1, _OP_TILE // (L * tc)))
@@ -1211,12 +1215,14 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
                             if scaled:
                                 f = _pow2(E - Q, F, -1)                 # 2**(F - E) times the scales
                                 f[scales[1][kb, m0:m1, None, t0:t1] | scales[3][kb, None, n0:n1, t0:t1]] = np.nan
+                                sc = _pow2(E, F, -1)
                             else:
-                                f = _pow2(np.maximum(E, floor_e), F, -1).astype(dt, copy=False)
+                                sc = _pow2(E, F, -1)
+                                # float32: capped where every product is zero, so that it stays finite
+                                f = sc if dt is np.float64 else np.minimum(sc, f_cap).astype(dt)
                             np.multiply(p, f, out=p)
                             np.trunc(p, out=p)
                             r = np.add.reduce(p, axis=0).astype(np.float64, copy=False)
-                            sc = _pow2(E, F, -1)
                             r += np.trunc(cb * sc)
                             r /= sc
                             cb = _round_table(r, ins, E)
@@ -1264,46 +1270,46 @@ def _run_groups(ins, a, b, c, fa, fb, a_scales, b_scales, kind):
     ut, sh, mag, _ = _FIELDS[ins.out]
     table = _c_exponent_table(ins.out)
     ng = L // G
-    tc = min(T, max(1, _OP_TILE // (16 * M * N)))
-    nb = min(N, max(1, _OP_TILE // (16 * tc * 64)))
-    mb = min(M, max(1, _OP_TILE // (16 * tc * nb)))
+    # blocks of about _OP_TILE / 16 outputs, K in chunks of whole steps holding about _OP_TILE groups
+    R = max(1, _OP_TILE // 16)
+    tc = min(T, max(1, R // (M * N)))
+    nb = min(N, max(1, R // tc))
+    mb = min(M, max(1, R // (tc * nb)))
+    kc = min(K, max(L, _OP_TILE // (tc * mb * nb) * G // L * L))
     out = np.empty((T, M, N), c.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         for t0 in range(0, T, tc):
             t1 = min(T, t0 + tc)
             for m0 in range(0, M, mb):
                 m1 = min(M, m0 + mb)
-                va = np.take(ta, a[t0:t1, m0:m1])
-                A = va.reshape(t1 - t0, m1 - m0, K // G, G).transpose(0, 2, 1, 3)         # (t, groups, m, G)
-                Az = (A != 0).astype(np.float32)
                 for n0 in range(0, N, nb):
                     n1 = min(N, n0 + nb)
-                    vb = np.take(tb, b[t0:t1, n0:n1])
-                    B = vb.reshape(t1 - t0, n1 - n0, K // G, G).transpose(0, 2, 3, 1)     # (t, groups, G, n)
-                    S = np.matmul(A, B).astype(np.float64)                               # (t, groups, m, n)
-                    nz = np.matmul(Az, (B != 0).astype(np.float32))
-                    kb = np.arange(K // G) * G // block
-                    sA, qA = sva[t0:t1, m0:m1][:, :, kb], sea[t0:t1, m0:m1][:, :, kb]       # (t, m, groups)
-                    sB, qB = svb[t0:t1, n0:n1][:, :, kb], seb[t0:t1, n0:n1][:, :, kb]
-                    sA, qA = np.moveaxis(sA, 2, 1)[..., None], np.moveaxis(qA, 2, 1)[..., None]
-                    sB, qB = np.moveaxis(sB, 2, 1)[:, :, None, :], np.moveaxis(qB, 2, 1)[:, :, None, :]
-                    S *= sA
-                    S *= sB
-                    terms = np.moveaxis(S, 1, 0)                                          # (groups, t, m, n)
-                    e = qA + qB
-                    e[(nz == 0) | (e < low // 2)] = ins.zero_exp
-                    exps = np.moveaxis(e, 1, 0)
                     cb = c[t0:t1, m0:m1, n0:n1]
-                    for g0 in range(0, K // G, ng):
-                        u = cb.view(ut)
-                        ec = np.take(table, u >> ut(sh), mode="wrap")
-                        ec[(u & ut(mag)) == 0] = ins.zero_exp
-                        E = np.maximum(exps[g0:g0 + ng].max(axis=0), ec)
-                        sc = _pow2(E, F, -1)
-                        t = np.trunc(terms[g0:g0 + ng] * sc).sum(axis=0)
-                        t += np.trunc(cb * sc)
-                        t /= sc
-                        cb = _round_table(t, ins)
+                    for k0 in range(0, K, kc):
+                        k1 = min(K, k0 + kc)
+                        gk = (k1 - k0) // G
+                        A = np.take(ta, a[t0:t1, m0:m1, k0:k1]).reshape(t1 - t0, m1 - m0, gk, G).transpose(0, 2, 1, 3)
+                        B = np.take(tb, b[t0:t1, n0:n1, k0:k1]).reshape(t1 - t0, n1 - n0, gk, G).transpose(0, 2, 3, 1)
+                        S = np.matmul(A, B).astype(np.float64)                           # (t, groups, m, n)
+                        nz = np.matmul((A != 0).astype(np.float32), (B != 0).astype(np.float32))
+                        kb = (k0 + np.arange(gk) * G) // block
+                        sA, qA = sva[t0:t1, m0:m1][:, :, kb], sea[t0:t1, m0:m1][:, :, kb]   # (t, m, groups)
+                        sB, qB = svb[t0:t1, n0:n1][:, :, kb], seb[t0:t1, n0:n1][:, :, kb]
+                        S *= np.moveaxis(sA, 2, 1)[..., None]
+                        S *= np.moveaxis(sB, 2, 1)[:, :, None, :]
+                        e = np.moveaxis(qA, 2, 1)[..., None] + np.moveaxis(qB, 2, 1)[:, :, None, :]
+                        e[(nz == 0) | (e < low // 2)] = ins.zero_exp
+                        terms, exps = np.moveaxis(S, 1, 0), np.moveaxis(e, 1, 0)           # (groups, t, m, n)
+                        for g0 in range(0, gk, ng):
+                            u = cb.view(ut)
+                            ec = np.take(table, u >> ut(sh), mode="wrap")
+                            ec[(u & ut(mag)) == 0] = ins.zero_exp
+                            E = np.maximum(exps[g0:g0 + ng].max(axis=0), ec)
+                            sc = _pow2(E, F, -1)
+                            t = np.trunc(terms[g0:g0 + ng] * sc).sum(axis=0)
+                            t += np.trunc(cb * sc)
+                            t /= sc
+                            cb = _round_table(t, ins)
                     out[t0:t1, m0:m1, n0:n1] = cb
     return out
 
