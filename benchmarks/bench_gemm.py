@@ -8,6 +8,8 @@ Usage::
     python3 benchmarks/bench_gemm.py 4096 4096 4096 --once --memory   # one timed run and its peak memory
     python3 benchmarks/bench_gemm.py --threads 1 --block 128 128 4096 --block 256 256 4096 \
         --base /tmp/perf-old        # also block_scaled_mm "blackwell" (MXFP8) at those shapes
+    python3 benchmarks/bench_gemm.py --skip-scaled --instructions --base /tmp/perf-old
+                                    # GEMMs through every FP8/FP6/FP4 matrix-instruction preset
 
 Repetitions are interleaved (this package, the base, ...) and medians taken;
 wall time and process CPU time are both reported (the CPU time is what a busy
@@ -62,6 +64,8 @@ def main(argv=None):
     ap.add_argument("--block", nargs=3, type=int, action="append", metavar=("M", "N", "K"), default=None,
                     help="also time block_scaled_mm 'blackwell' on MXFP8 operands of this shape")
     ap.add_argument("--skip-scaled", action="store_true", help="only the --block rows")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also time GEMMs through every FP8/FP6/FP4 matrix-instruction preset")
     args = ap.parse_args(argv)
     M, N, K = args.shape
     if args.threads:
@@ -135,7 +139,50 @@ def main(argv=None):
         print("|" + "---|" * (head.count("|") - 1))
     for shape in args.block or ():
         block_rows(shape, old, args.repeat)
+    if args.instructions:
+        instruction_rows((M, N, K), old, args.repeat, base_w)
     return 0
+
+
+#: (preset, element format, scale kind, block) of the GEMM rows of --instructions
+INSTRUCTION_ROWS = [("ada-mma", "e4m3fn", None, None), ("hopper-wgmma", "e4m3fn", None, None),
+                    ("blackwell-mma", "e4m3fn", None, None), ("blackwell-tcgen05-f8f6f4", "e4m3fn", None, None),
+                    ("rtx-blackwell-mma", "e4m3fn", None, None),
+                    ("blackwell-tcgen05-mxf8f6f4", "e4m3fn", "ue8m0", 32),
+                    ("rtx-blackwell-mma-mxf8f6f4", "e4m3fn", "ue8m0", 32),
+                    ("blackwell-tcgen05-mxf4nvf4", "e2m1fn", "ue4m3", 16),
+                    ("rtx-blackwell-mma-mxf4nvf4", "e2m1fn", "ue4m3", 16),
+                    ("cdna3-mfma-fp8", "e4m3fnuz", None, None)]
+
+
+def instruction_rows(shape, old, repeat, base_w):
+    """GEMMs through the matrix-instruction presets (``instructions.mma`` on M x K and K x N codes of
+    standard-normal data, block scales of moderate size), against np.matmul and the base package."""
+    from fp8emu.gemm import instructions
+    M, N, K = shape
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    head = "| instruction | fp8emu wall s | CPU s | / np.matmul |"
+    if old:
+        head += " base wall s | base CPU s | speed-up CPU | bit-identical |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for preset, fmt, kind, block in INSTRUCTION_ROWS:
+        a, b = fp8emu.encode(x, fmt), fp8emu.encode(y, fmt)
+        kw = dict(instruction=preset, a_format=fmt)
+        if kind:
+            lo, hi = (120, 135) if kind == "ue8m0" else (40, 70)
+            kw.update(scale_format=kind, a_scales=rng.integers(lo, hi, (M, K // block), dtype=np.uint8),
+                      b_scales=rng.integers(lo, hi, (K // block, N), dtype=np.uint8))
+        fns = [lambda kw=kw, a=a, b=b: instructions.mma(a, b, **kw)]
+        if old:
+            fns.append(lambda kw=kw, a=a, b=b: old.gemm.instructions.mma(a, b, **kw))
+        walls, cpus = interleaved(fns, repeat)
+        row = f"| {preset} | {walls[0]:.3f} | {cpus[0]:.3f} | {walls[0] / base_w:.0f}x |"
+        if old:
+            same = np.array_equal(fns[0]().view(np.uint32), fns[1]().view(np.uint32))
+            row += f" {walls[1]:.3f} | {cpus[1]:.3f} | {cpus[1] / cpus[0]:.2f}x | {same} |"
+        print(row, flush=True)
 
 
 def block_rows(shape, old, repeat):
