@@ -629,8 +629,10 @@ def _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format):
 def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, tables=True):
     """D for broadcastable operands a (M|1, N|1, K) and b, one K step at a time, rows in blocks.
 
-    FP8/FP6/FP4 operands take the code-pair tables (:func:`_run_tables`) unless ``tables`` is
-    false; the per-operand decode below is the reference they are tested against.
+    Unless ``tables`` is false, FP8/FP6/FP4 operands take a faster route: a tile or GEMM decodes
+    each operand once (:func:`_run_operands`, from 512 outputs; ``kind::mxf4nvf4``:
+    :func:`_run_groups`), anything else gathers its products from the code-pair tables
+    (:func:`_run_tables`).  The per-operand decode below is the reference they are tested against.
     """
     K = a.shape[-1]
     sa, sb, block = _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format)
