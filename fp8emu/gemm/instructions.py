@@ -363,7 +363,7 @@ def _finish(r, ins):
 def _fused_step(terms, exps, c, ec, F):
     """Exact sum of ``terms`` (..., L) and ``c`` (...), each truncated to ``2**(E - F)``."""
     E = np.maximum(exps.max(axis=0), ec)
-    sc = np.ldexp(1.0, F - E)
+    sc = _pow2(E, F, -1)
     with np.errstate(invalid="ignore", over="ignore"):
         t = np.trunc(terms * sc[None]).sum(axis=0) + np.trunc(c * sc)
         return t / sc
@@ -525,39 +525,24 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     cc = _c_in(c, batch + (M, N), ins).reshape(T, M, N)
     a3 = np.broadcast_to(a, batch + (M, K)).reshape(T, M, K)
     b3 = np.swapaxes(np.broadcast_to(b, batch + (K, N)), -1, -2).reshape(T, N, K)
-    wide = _format_name(a_format) in _WIDE
-    if not wide and ins.datapath in ("fused", "paired") and a_scales is None and b_scales is None \
-            and scale_format is None:
-        _check(ins, K, a_format, bf, None, None, None)
-        d = _run_operands(ins, a3, b3, cc, get_format(a_format), get_format(bf))
-        return d.reshape(batch + (M, N))
-    if not wide and ins.block_scaled and a_scales is not None and b_scales is not None:
-        a_scales, b_scales = np.asarray(a_scales), np.asarray(b_scales)
-        sa3 = np.broadcast_to(a_scales, batch + a_scales.shape[-2:]).reshape(T, M, -1)
-        sb3 = np.swapaxes(np.broadcast_to(b_scales, batch + b_scales.shape[-2:]), -1, -2).reshape(T, N, -1)
+    # the scales as (T, M, K / block) and (T, N, K / block), like the codes
+    sa3 = None if a_scales is None else np.broadcast_to(a_scales, batch + np.shape(a_scales)[-2:]).reshape(T, M, -1)
+    sb3 = None if b_scales is None else np.swapaxes(
+        np.broadcast_to(b_scales, batch + np.shape(b_scales)[-2:]), -1, -2).reshape(T, N, -1)
+    if _format_name(a_format) not in _WIDE:
         sa, sb, block = _check(ins, K, a_format, bf, sa3, sb3, scale_format)
         fa, fb = get_format(a_format), get_format(bf)
-        if ins.datapath == "grouped" and _groups_exact(ins, fa, fb):
-            kind = ins.scales[0] if scale_format is None else scale_format
-            return _run_groups(ins, a3, b3, cc, fa, fb, sa3, sb3, kind).reshape(batch + (M, N))
-        if ins.datapath == "scaled" and block % ins.step == 0:
+        route = _tile_route(ins, fa, fb, block)
+        if route is not None:
             # _check's scales are K-major, (K / block, T, M): the tiles innermost instead
-            scl = _operand_scales(*[(v.transpose(0, 2, 1), e.transpose(0, 2, 1)) for v, e in (sa, sb)]) + (block,)
-            return _run_operands(ins, a3, b3, cc, fa, fb, scl).reshape(batch + (M, N))
+            scl = None if sa is None else (*((v.transpose(0, 2, 1), e.transpose(0, 2, 1)) for v, e in (sa, sb)), block)
+            return route(ins, a3, b3, cc, fa, fb, scl).reshape(batch + (M, N))
     # every other datapath: the tiles' M * N dot products as rows
     rows = T * M * N
     ar = np.broadcast_to(a3[:, :, None, :], (T, M, N, K)).reshape(rows, 1, K)
     br = np.broadcast_to(b3[:, None, :, :], (T, M, N, K)).reshape(rows, 1, K)
-    sa = sb = None
-    if a_scales is not None and b_scales is not None:
-        a_scales, b_scales = np.asarray(a_scales), np.asarray(b_scales)
-        nk = a_scales.shape[-1]
-        sa = np.broadcast_to(np.broadcast_to(a_scales, batch + (M, nk)).reshape(T, M, 1, nk),
-                             (T, M, N, nk)).reshape(rows, 1, nk)
-        sb = np.swapaxes(np.broadcast_to(b_scales, batch + (b_scales.shape[-2], N)), -1, -2)
-        sb = np.broadcast_to(sb.reshape(T, 1, N, -1), (T, M, N, sb.shape[-1])).reshape(rows, 1, -1)
-    else:
-        sa, sb = a_scales, b_scales
+    sa = None if sa3 is None else np.broadcast_to(sa3[:, :, None], (T, M, N, sa3.shape[-1])).reshape(rows, 1, -1)
+    sb = None if sb3 is None else np.broadcast_to(sb3[:, None], (T, M, N, sb3.shape[-1])).reshape(rows, 1, -1)
     d = _run(ins, ar, br, cc.reshape(rows, 1), a_format, bf, sa, sb, scale_format)
     return d.reshape(batch + (M, N))
 
@@ -638,18 +623,14 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, 
     sa, sb, block = _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format)
     if tables and _format_name(a_format) not in _WIDE:
         fa, fb = get_format(a_format), get_format(b_format)
-        # a tile of a few hundred outputs or more (below, the code-pair path's fewer NumPy calls win)
-        tile = a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1 \
-            and a.shape[0] * b.shape[1] >= 512
-        if tile and (ins.datapath in ("fused", "paired") or (ins.datapath == "scaled" and block % ins.step == 0)):
-            # a tile or GEMM: each operand decoded once, products by broadcasting
-            scl = None if sa is None else _operand_scales(sa, (sb[0].swapaxes(1, 2), sb[1].swapaxes(1, 2))) + (block,)
-            return _run_operands(ins, a[None, :, 0], b[None, 0], c[None], fa, fb, scl)[0]
-        if (ins.datapath == "grouped" and a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1
-                and b.shape[1] > 1 and _groups_exact(ins, fa, fb)):
-            kind = ins.scales[0] if scale_format is None else scale_format
-            return _run_groups(ins, a[None, :, 0], b[None, 0], c[None], fa, fb, a_scales[None, :, 0],
-                               b_scales[None, 0], kind)[0]
+        tile = a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1
+        route = _tile_route(ins, fa, fb, block) if tile else None
+        if route is _run_operands and a.shape[0] * b.shape[1] < 512:
+            route = None          # a tile of fewer outputs: the code-pair path's fewer NumPy calls win
+        if route is not None:
+            # sa (K / block, M, 1) and sb (K / block, 1, N) as the routes take them, (K / block, N, 1)
+            scl = None if sa is None else (sa, (sb[0].swapaxes(1, 2), sb[1].swapaxes(1, 2)), block)
+            return route(ins, a[None, :, 0], b[None, 0], c[None], fa, fb, scl)[0]
         # FP8/FP6/FP4 rows (or a block-scaled kind): products from code-pair tables
         return _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K)
     va, ea = _decode_operand(_kmajor(a), a_format, "a")
@@ -1139,15 +1120,18 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     block's C between chunks of K.
 
     ``scales`` (``"scaled"``, a block a multiple of the step, so that a step lies in one block):
-    the E8M0 scale exponents of A (K / block, M, T) and B (K / block, N, T), int16, their NaN
-    flags, and the block.  They add to the products' exponents and fold into the aligning factor.
+    the decoded E8M0 scales (values, exponents) of A (K / block, M, T) and of B (K / block, N, T),
+    and the block.  Their exponents add to the products' and fold into the aligning factor.
     """
     T, M, N = c.shape
     if T == 1 and N < M:
         # every datapath is symmetric in A and B: the longer side innermost (long element-wise loops)
-        sw = None if scales is None else (scales[2], scales[3], scales[0], scales[1], scales[4])
+        sw = None if scales is None else (scales[1], scales[0], scales[2])
         return np.swapaxes(_run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw), 1, 2)
     a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
+    if scales is not None:
+        (sva, sea), (svb, seb), sblock = scales
+        qa, qb, nan_a, nan_b = sea.astype(np.int16), seb.astype(np.int16), np.isnan(sva), np.isnan(svb)
     scaled, paired = ins.datapath == "scaled", ins.datapath == "paired"
     dt = np.float64 if scaled or paired else _operands_dtype(ins)
     (ta, xa, la), (tb_, xb, lb) = _operand_tables(fa, dt), _operand_tables(fb, dt)
@@ -1206,20 +1190,19 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
                             xm = x.max(axis=0)
                             Ep = xm.astype(np.int16)
                             if scaled:
-                                kb = (k0 + s0) // scales[4]
-                                Q = scales[0][kb, m0:m1, None, t0:t1] + scales[2][kb, None, n0:n1, t0:t1]
+                                kb = (k0 + s0) // sblock
+                                Q = qa[kb, m0:m1, None, t0:t1] + qb[kb, None, n0:n1, t0:t1]
                                 Ep += Q
                             Ep[xm < floor_e] = ins.zero_exp
                             if zero_wins:
                                 some = x.min(axis=0) < floor_e
                                 Ep[some] = np.maximum(Ep[some], ins.zero_exp)
                             E = np.maximum(Ep, ec)
+                            sc = _pow2(E, F, -1)
                             if scaled:
                                 f = _pow2(E - Q, F, -1)                 # 2**(F - E) times the scales
-                                f[scales[1][kb, m0:m1, None, t0:t1] | scales[3][kb, None, n0:n1, t0:t1]] = np.nan
-                                sc = _pow2(E, F, -1)
+                                f[nan_a[kb, m0:m1, None, t0:t1] | nan_b[kb, None, n0:n1, t0:t1]] = np.nan
                             else:
-                                sc = _pow2(E, F, -1)
                                 # float32: capped where every product is zero, so that it stays finite
                                 f = sc if dt is np.float64 else np.minimum(sc, f_cap).astype(dt)
                             np.multiply(p, f, out=p)
@@ -1232,27 +1215,34 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     return np.transpose(out, (2, 0, 1))
 
 
-def _operand_scales(sa, sb):
-    """The ``scales`` argument of :func:`_run_operands` from decoded scales (values, exponents) of
-    A (K / block, M, T) and B (K / block, N, T)."""
-    return (sa[1].astype(np.int16), np.isnan(sa[0]), sb[1].astype(np.int16), np.isnan(sb[0]))
+def _tile_route(ins, fa, fb, block):
+    """The route of a tile or GEMM that decodes each operand once (:func:`_run_operands` or
+    :func:`_run_groups`), or ``None`` where the code-pair tables must serve."""
+    if ins.datapath in ("fused", "paired") or (ins.datapath == "scaled" and block % ins.step == 0):
+        return _run_operands
+    if ins.datapath == "grouped" and _groups_exact(ins, fa, fb):
+        return _run_groups
+    return None
 
 
 def _groups_exact(ins, fa, fb):
     """Whether every group sum of ``ins.group`` products of fa x fb values is exact in float32 (all
     products finite multiples of the smallest, and a group's sum below ``2**24`` of it), so that a
     float32 matrix product gives the group sums in any order."""
-    P = _pair_tables(fa, fb, _NONE)[0]
-    if not np.isfinite(P).all():
-        return False
-    nz = np.abs(P[P != 0])
-    q = nz.min()
-    return bool(np.all(nz / q == np.rint(nz / q))) and ins.group * float(nz.max() / q) < 2.0 ** 24
+    key = ("exact", ins.group, fa.name, fb.name)
+    if key not in _PAIRS:
+        P = _pair_tables(fa, fb, _NONE)[0]
+        nz = np.abs(P[P != 0])
+        q = nz.min()
+        _PAIRS[key] = bool(np.isfinite(P).all() and np.all(nz / q == np.rint(nz / q))
+                           and ins.group * float(nz.max() / q) < 2.0 ** 24)
+    return _PAIRS[key]
 
 
-def _run_groups(ins, a, b, c, fa, fb, a_scales, b_scales, kind):
+def _run_groups(ins, a, b, c, fa, fb, scales):
     """D of the ``"grouped"`` datapath for tiles a (T, M, K) and b (T, N, K) of codes, C (T, M, N),
-    block-scale codes a_scales (T, M, K / block) and b_scales (T, N, K / block).
+    and ``scales``: the decoded block scales (values, exponents) of A (K / block, M, T) and of B
+    (K / block, N, T), and the block.
 
     A group's sum is exact (:func:`_groups_exact`), so the group sums of a block of outputs are
     one float32 matrix product of the decoded operands, and their counts of non-zero products
@@ -1262,9 +1252,8 @@ def _run_groups(ins, a, b, c, fa, fb, a_scales, b_scales, kind):
     a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
     T, M, N = c.shape
     K, L, G, F = a.shape[-1], ins.step, ins.group, ins.frac_bits
-    block = K // a_scales.shape[-1]
     ta, tb = _operand_tables(fa, np.float32)[0], _operand_tables(fb, np.float32)[0]
-    (sva, sea), (svb, seb) = _decode_scales(a_scales, kind, "a_scales"), _decode_scales(b_scales, kind, "b_scales")
+    (sva, sea), (svb, seb), block = scales
     # a zero scale makes its groups zero terms: its exponent far below, so that a sum of two stays so
     low = -(1 << 13)
     sea = np.where(sva == 0, low, sea).astype(np.int16)
@@ -1295,23 +1284,19 @@ def _run_groups(ins, a, b, c, fa, fb, a_scales, b_scales, kind):
                         S = np.matmul(A, B).astype(np.float64)                           # (t, groups, m, n)
                         nz = np.matmul((A != 0).astype(np.float32), (B != 0).astype(np.float32))
                         kb = (k0 + np.arange(gk) * G) // block
-                        sA, qA = sva[t0:t1, m0:m1][:, :, kb], sea[t0:t1, m0:m1][:, :, kb]   # (t, m, groups)
-                        sB, qB = svb[t0:t1, n0:n1][:, :, kb], seb[t0:t1, n0:n1][:, :, kb]
-                        S *= np.moveaxis(sA, 2, 1)[..., None]
-                        S *= np.moveaxis(sB, 2, 1)[:, :, None, :]
-                        e = np.moveaxis(qA, 2, 1)[..., None] + np.moveaxis(qB, 2, 1)[:, :, None, :]
+                        # the groups' scales as (t, groups, m, 1) and (t, groups, 1, n)
+                        sA, qA = (np.transpose(x[kb, m0:m1, t0:t1], (2, 0, 1))[..., None] for x in (sva, sea))
+                        sB, qB = (np.transpose(x[kb, n0:n1, t0:t1], (2, 0, 1))[:, :, None, :] for x in (svb, seb))
+                        S *= sA
+                        S *= sB
+                        e = qA + qB
                         e[(nz == 0) | (e < low // 2)] = ins.zero_exp
                         terms, exps = np.moveaxis(S, 1, 0), np.moveaxis(e, 1, 0)           # (groups, t, m, n)
                         for g0 in range(0, gk, ng):
                             u = cb.view(ut)
                             ec = np.take(table, u >> ut(sh), mode="wrap")
                             ec[(u & ut(mag)) == 0] = ins.zero_exp
-                            E = np.maximum(exps[g0:g0 + ng].max(axis=0), ec)
-                            sc = _pow2(E, F, -1)
-                            t = np.trunc(terms[g0:g0 + ng] * sc).sum(axis=0)
-                            t += np.trunc(cb * sc)
-                            t /= sc
-                            cb = _round_table(t, ins)
+                            cb = _round_table(_fused_step(terms[g0:g0 + ng], exps[g0:g0 + ng], cb, ec, F), ins)
                     out[t0:t1, m0:m1, n0:n1] = cb
     return out
 
