@@ -900,12 +900,13 @@ def _zero_c_matters(ins, xmin):
     return xmin < _FIELDS[ins.out][3]
 
 
-def _round_table(x, ins, E=None):
+def _round_table(x, ins, E=None, *, coarse=False):
     """:func:`_round_out` and :func:`_finish` of the float64 step results ``x`` (overwritten).
 
     ``E``, where given, is each result's step exponent: ``x`` is then a multiple of
     ``2**(E - frac_bits)``, so where that grid is no finer than the output's below its smallest
-    normal, truncating the significand alone is exact.
+    normal, truncating the significand alone is exact.  ``coarse``: the caller knows that it is
+    nowhere finer.
     """
     dt, ut, emin, mbits, qnan = _OUT[ins.out]
     if ins.datapath == "paired":
@@ -916,7 +917,7 @@ def _round_table(x, ins, E=None):
         # truncation: clear the float64 fraction bits below the kept ones (sign-magnitude, so
         # toward zero); below float32's smallest normal the grid is fixed, 2**(emin - bits)
         bits = 13 if ins.rounding == "rz-e8m13" else mbits
-        fine = E is None or int(E.min()) - ins.frac_bits < emin - bits
+        fine = not coarse and (E is None or int(E.min()) - ins.frac_bits < emin - bits)
         small = np.abs(x) < 2.0 ** emin if fine else None
         xi = x.view(np.int64)
         np.bitwise_and(xi, np.int64(-1 << (52 - bits)), out=xi)
@@ -925,9 +926,8 @@ def _round_table(x, ins, E=None):
             x[small] = np.trunc(x[small] / q) * q
         r = x.astype(dt)
     r += dt(0)                     # -0 -> +0, as MMA-Sim's models
-    nan = np.isnan(r)
-    if nan.any():
-        r.view(ut)[nan] = qnan
+    if np.isnan(r.max()):          # one pass where there is no NaN (max propagates NaN)
+        r.view(ut)[np.isnan(r)] = qnan
     return r
 
 
@@ -937,11 +937,18 @@ def _pow2(e, k=0, sign=1):
     return np.left_shift(t, 52, out=t).view(np.float64)
 
 
+def _pow2_32(e, k):
+    """``2.0 ** (k - e)`` as float32 for integer arrays ``e`` (results normal), built in its exponent field."""
+    t = np.subtract(127 + k, e, dtype=np.int32)
+    return np.left_shift(t, 23, out=t).view(np.float32)
+
+
 def _trunc_sum(ps, f):
-    """``sum(trunc(ps * f))`` over axis 0, ``ps`` overwritten (the sum is exact: integers below 2**53)."""
+    """``sum(trunc(ps * f))`` over axis 0, in float64, ``ps`` overwritten (the sum is exact: integers
+    below 2**53)."""
     np.multiply(ps, f, out=ps)
     np.trunc(ps, out=ps)
-    return np.add.reduce(ps, axis=0)
+    return np.add.reduce(ps, axis=0, dtype=np.float64)
 
 
 def _paired_sum(ps, xs, c, ec, ins):
@@ -955,11 +962,20 @@ def _paired_sum(ps, xs, c, ec, ins):
     return _paired_halves(ps, xs[0::2].max(axis=0), xs[1::2].max(axis=0), c, ec, ins)
 
 
-def _paired_halves(ps, Ee, Eo, c, ec, ins):
-    """:func:`_paired_sum` given the largest exponents of the even and odd products."""
+def _paired_halves(ps, Ee, Eo, c, ec, ins, floor_e=None):
+    """:func:`_paired_sum` given the largest exponents of the even and odd products.
+
+    float32 products ``ps`` (exact, as products of FP8 values are) take float32 aligning factors:
+    those of a half below ``floor_e`` (the smallest exponent of a non-zero product, so a half of
+    zero products) capped there, so that they stay finite.
+    """
     F, F2 = ins.frac_bits, ins.pair_bits
-    se = _trunc_sum(ps[0::2], _pow2(Ee, F, -1))           # units of 2**(Ee - F)
-    so = _trunc_sum(ps[1::2], _pow2(Eo, F, -1))
+    if ps.dtype == np.float32:
+        fe, fo = _pow2_32(np.maximum(Ee, floor_e), F), _pow2_32(np.maximum(Eo, floor_e), F)
+    else:
+        fe, fo = _pow2(Ee, F, -1), _pow2(Eo, F, -1)
+    se = _trunc_sum(ps[0::2], fe)                       # units of 2**(Ee - F)
+    so = _trunc_sum(ps[1::2], fo)
     Ed = np.maximum(Ee, Eo)
     sd = np.floor(se * _pow2(Ee - Ed))                  # units of 2**(Ed - F)
     sd += np.floor(so * _pow2(Eo - Ed))
@@ -1074,9 +1090,10 @@ def _operand_tables(fmt, dt):
     return _TABLES[key]
 
 
-def _operands_dtype(ins):
+def _sum_dtype(ins):
     """float32 where a step's truncated terms (integers below ``2**(F + 2)``) and their sum are exact
-    in it (products of FP8/FP6/FP4 values always are), else float64."""
+    in it, else float64.  The products and terms themselves always are (products of FP8/FP6/FP4
+    values have at most 8 significant bits, and truncating one keeps at most as many)."""
     return np.float32 if ins.frac_bits + 2 + (ins.step + 1).bit_length() <= 24 else np.float64
 
 
@@ -1097,12 +1114,40 @@ def _work(name, n, dtype):
     return w[:n]
 
 
+def _swap2(x):
+    """A new C-contiguous copy of the transpose of a 2-D array whose last axis is contiguous.
+
+    NumPy copies a transpose one element at a time, each a cache miss; 8-byte words of 1-, 2-
+    or 4-byte elements move ``8 / itemsize`` elements per miss, and the words' own elements are
+    then transposed in place-sized groups that stay in the caches.
+    """
+    P, Q = x.shape
+    g = 8 // x.itemsize
+    if x.itemsize < 8 and P > 1 and Q % g == 0 and x.strides[1] == x.itemsize:
+        w = np.ascontiguousarray(x.view(np.uint64).T)                     # (Q / g, P) words
+        return np.ascontiguousarray(w.view(x.dtype).reshape(Q // g, P, g).transpose(0, 2, 1)).reshape(Q, P)
+    return np.array(x.T, order="C")
+
+
+def _kmajor_codes(codes):
+    """uint8 codes (t, r, k) as a K-major array (k, r, t), or a view of one (moved in 8-byte words
+    where k or k x r is contiguous: A's tiles and B's as :func:`mma` lays them out)."""
+    t, r, k = codes.shape
+    if t > 1 and codes.strides[2] == 1 and k % 8 == 0:
+        # words of 8 codes along k, K-major, then each word's codes apart
+        w = np.ascontiguousarray(codes.view(np.uint64).transpose(2, 1, 0))          # (k / 8, r, t)
+        return np.ascontiguousarray(w.view(np.uint8).reshape(k // 8, r, t, 8).transpose(0, 3, 1, 2)).reshape(k, r, t)
+    if t > 1 and codes.strides[1] == 1 and codes.strides[2] == r:
+        return _swap2(codes.transpose(0, 2, 1).reshape(t, k * r)).reshape(k, r, t)
+    return np.transpose(codes, (2, 1, 0))
+
+
 def _decoded_chunk(codes, table, exps, which):
     """Values and exponents of codes (t, r, k) K-major, (k, r, t), in this thread's work arrays."""
     shape = codes.shape[::-1]
     n = codes.size
     idx = _work(which + "i", n, np.intp).reshape(shape)
-    np.copyto(idx, np.transpose(codes, (2, 1, 0)))
+    np.copyto(idx, _kmajor_codes(codes))
     v = np.take(table, idx, out=_work(which + "v", n, table.dtype).reshape(shape), mode="wrap")
     e = np.take(exps, idx, out=_work(which + "e", n, np.int8).reshape(shape), mode="wrap")
     return v, e
@@ -1132,8 +1177,12 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     if scales is not None:
         (sva, sea), (svb, seb), sblock = scales
         qa, qb, nan_a, nan_b = sea.astype(np.int16), seb.astype(np.int16), np.isnan(sva), np.isnan(svb)
+        nan_scales = bool(nan_a.any() or nan_b.any())
     scaled, paired = ins.datapath == "scaled", ins.datapath == "paired"
-    dt = np.float64 if scaled or paired else _operands_dtype(ins)
+    # products, their aligning factors and truncated terms in float32 (all exact there), their
+    # sums in float32 where exact there too, else in float64
+    dt = np.float32
+    acc = np.float64 if scaled or paired else _sum_dtype(ins)
     (ta, xa, la), (tb_, xb, lb) = _operand_tables(fa, dt), _operand_tables(fb, dt)
     K, L, F = a.shape[-1], ins.step, ins.frac_bits
     ut, sh, mag, _ = _FIELDS[ins.out]
@@ -1145,15 +1194,16 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     # for the step's largest exponent (block scales shift the real ones by any amount)
     zero_wins = ins.zero_exp > floor_e or scaled
     pair_zero = max(ins.zero_exp, -900)
-    # an all-zero step's products are zero on any grid: its aligning factor, capped at the smallest
-    # real product's, stays finite in float32
-    f_cap = 2.0 ** (F - floor_e)
+    # truncated results need no care below the output's smallest normal where no step's grid is
+    # finer there than the output's: a non-zero C carries at least that exponent, and so a zero one
+    # wherever it cannot carry zero_exp
+    bits = 13 if ins.rounding == "rz-e8m13" else _OUT[ins.out][3]
+    coarse = not zero_c and not scaled and _FIELDS[ins.out][3] - F >= _OUT[ins.out][2] - bits
     tc = min(T, max(1, _CHUNK // (L * (M + N))))
     kc = min(K, max(L, _CHUNK // (tc * (M + N)) // L * L))
     nb = min(N, max(1, _OP_TILE // (L * tc)))
     mb = min(M, max(1, _OP_TILE // (L * tc * nb)))
-    out = np.empty((M, N, T), c.dtype)
-    np.copyto(out, np.transpose(c, (1, 2, 0)))
+    out = _swap2(c.reshape(T, M * N)).reshape(M, N, T)
     with np.errstate(invalid="ignore", over="ignore"):
         for t0 in range(0, T, tc):
             t1 = min(T, t0 + tc)
@@ -1183,7 +1233,7 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
                                 Ee, Eo = x[0::2].max(axis=0).astype(np.int16), x[1::2].max(axis=0).astype(np.int16)
                                 Ee[Ee < floor_e] = pair_zero
                                 Eo[Eo < floor_e] = pair_zero
-                                cb = _round_table(_paired_halves(p, Ee, Eo, cb, ec, ins), ins)
+                                cb = _round_table(_paired_halves(p, Ee, Eo, cb, ec, ins, floor_e), ins)
                                 continue
                             # zero products carry zero_exp: it is the products' largest exponent
                             # where all are zero, and (zero_wins) a candidate wherever one is
@@ -1195,24 +1245,33 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
                                 Ep += Q
                             Ep[xm < floor_e] = ins.zero_exp
                             if zero_wins:
-                                some = x.min(axis=0) < floor_e
-                                Ep[some] = np.maximum(Ep[some], ins.zero_exp)
+                                # a zero product's zero_exp wins only where the real ones' largest
+                                # exponent is below it (rare: tiny scales); look for zeros there alone
+                                low = Ep < ins.zero_exp
+                                if low.any():
+                                    low &= x.min(axis=0) < floor_e
+                                    Ep[low] = ins.zero_exp
                             E = np.maximum(Ep, ec)
                             sc = _pow2(E, F, -1)
+                            # the aligning factor 2**(F - E) (times the scales), built in float32's
+                            # exponent field: capped where every product is zero (E below the
+                            # smallest real product's), so that it stays finite, and where it is
+                            # below float32's normals (every term truncates to zero there anyway)
                             if scaled:
-                                f = _pow2(E - Q, F, -1)                 # 2**(F - E) times the scales
-                                f[nan_a[kb, m0:m1, None, t0:t1] | nan_b[kb, None, n0:n1, t0:t1]] = np.nan
+                                f = _pow2_32(np.clip(E - Q, floor_e, F + 126), F)
+                                if nan_scales:
+                                    f[nan_a[kb, m0:m1, None, t0:t1] | nan_b[kb, None, n0:n1, t0:t1]] = np.nan
                             else:
-                                # float32: capped where every product is zero, so that it stays finite
-                                f = sc if dt is np.float64 else np.minimum(sc, f_cap).astype(dt)
+                                f = _pow2_32(np.maximum(E, floor_e), F)
                             np.multiply(p, f, out=p)
                             np.trunc(p, out=p)
-                            r = np.add.reduce(p, axis=0).astype(np.float64, copy=False)
-                            r += np.trunc(cb * sc)
+                            r = np.add.reduce(p, axis=0, dtype=acc).astype(np.float64, copy=False)
+                            cs = np.multiply(cb, sc, out=_work("c", cb.size, np.float64).reshape(cb.shape))
+                            r += np.trunc(cs, out=cs)
                             r /= sc
-                            cb = _round_table(r, ins, E)
+                            cb = _round_table(r, ins, E, coarse=coarse)
                         out[m0:m1, n0:n1, t0:t1] = cb
-    return np.transpose(out, (2, 0, 1))
+    return _swap2(out.reshape(M * N, T)).reshape(T, M, N)
 
 
 def _tile_route(ins, fa, fb, block):
