@@ -13,6 +13,13 @@ checked equal before timing; all are timed alternately, best of ``--repeat`` (fp
 the first call after MMA-Sim, its tables and code out of the caches, "cold", and the best of
 three calls after that, "warm", as in a loop over tiles).  Prints process CPU microseconds per
 tile and the ratios MMA-Sim / fp8emu (the last column the warm tiles' wall-time ratio).
+
+``--base DIR`` times an older fp8emu instead of MMA-Sim (any Python with fp8emu's dependencies; no
+torch): DIR holds that package as ``fp8emu_old`` (``git archive REV fp8emu | tar -x -C DIR``, then
+rename), and both compute each instruction's batch of ``--batch`` tiles alternately, outputs checked
+bit-identical, best process CPU time of ``--repeat`` rounds each; it prints their ratio::
+
+    python3 benchmarks/bench_mma.py --base /tmp/perf-head --batch 4096 --repeat 7
 """
 
 from __future__ import annotations
@@ -104,7 +111,10 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--batch", type=int, nargs="+", default=[256], help="tiles per call in the batched comparisons")
     ap.add_argument("--only", nargs="*", help="instructions to run (default: all)")
+    ap.add_argument("--base", help="folder holding an older fp8emu as fp8emu_old: time it instead of MMA-Sim")
     args = ap.parse_args(argv)
+    if args.base:
+        return against_base(args)
     import torch
     torch.set_num_threads(1)
     print(f"mmasim {importlib.metadata.version('mmasim')}, torch {torch.__version__}, numpy {np.__version__}; "
@@ -141,6 +151,33 @@ def main(argv=None):
             print(f"{preset:28s} {f'{m}x{n}x{k}':>9s} {tiles:5d} {sim[1]:9.1f} {rows[1]:8.1f} {sim[1] / rows[1]:6.1f} "
                   f"{cold[1]:10.1f} {sim[1] / cold[1]:6.1f} {warm[1]:10.1f} {sim[1] / warm[1]:6.1f} "
                   f"{sim[0] / warm[0]:10.1f}", flush=True)
+
+
+def against_base(args):
+    """This package's batched tiles against an older one's, alternately in this process."""
+    sys.path.insert(0, args.base)
+    from fp8emu_old.gemm import instructions as old
+    print(f"fp8emu against the base in {args.base}; numpy {np.__version__}; process CPU microseconds "
+          f"per tile, best of {args.repeat}")
+    print(f"{'instruction':28s} {'tiles':>5s} {'base':>9s} {'fp8emu':>9s} {'faster':>7s}")
+    rng = np.random.default_rng(0)
+    for preset, fa, fb, kind, block in BENCH:
+        if args.only and preset not in args.only:
+            continue
+        for tiles in args.batch:
+            t = _tiles(rng, preset, fa, fb, kind, block, tiles)
+            calls = [lambda: _fp8emu_tiles(preset, t),
+                     lambda: old.mma(t["a"], t["b"], t["c"], instruction=preset, a_format=fa, b_format=fb,
+                                     a_scales=t.get("a_scales"), b_scales=t.get("b_scales"),
+                                     scale_format=t.get("scale_format"))]
+            new_out, old_out = (f() for f in calls)
+            assert np.array_equal(new_out.view(np.uint32), old_out.view(np.uint32)), preset
+            best = [np.inf, np.inf]
+            for _ in range(args.repeat):
+                for i, f in enumerate(calls):
+                    best[i] = min(best[i], _timed(f)[1])
+            print(f"{preset:28s} {tiles:5d} {best[1] / tiles * 1e6:9.2f} {best[0] / tiles * 1e6:9.2f} "
+                  f"{best[1] / best[0]:6.2f}x", flush=True)
 
 
 if __name__ == "__main__":
