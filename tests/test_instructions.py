@@ -256,6 +256,58 @@ def test_operand_path_equals_the_per_operand_decode(preset, monkeypatch):
                     np.testing.assert_array_equal(_bits(got[t]), _bits(want), err_msg=f"{fa} x {fb}, T={T}")
 
 
+@pytest.mark.parametrize("layout", ["offset", "fortran", "broadcast", "four-d"])
+@pytest.mark.parametrize("preset,fa,fb", [("ada-mma", "e4m3fn", "e4m3fn"), ("rtx-blackwell-mma", "e5m2", "e3m2fn"),
+                                          ("cdna3-mfma-fp8", "e4m3fnuz", "e5m2fnuz"),
+                                          ("blackwell-tcgen05-mxf8f6f4", "e4m3fn", "e2m1fn")])
+def test_operand_path_reads_every_memory_layout(preset, fa, fb, layout):
+    # the operand path moves codes and C in 8-byte words where their rows are contiguous and element
+    # by element elsewhere: slices at odd offsets, Fortran order and broadcast operands give the
+    # per-operand decode's bits, and no input is written
+    ins = INSTRUCTIONS[preset]
+    rng = np.random.default_rng(zlib.crc32(f"{preset}{layout}".encode()))
+    M, N, K = ins.shape
+    T = 6
+    a, b, c = _hostile_tiles(rng, ins, fa, fb, T, M, N, K)
+    sa = sb = None
+    if ins.block_scaled:
+        sa = rng.integers(100, 150, (T, M, K // 32), dtype=np.uint8)
+        sb = rng.integers(100, 150, (T, K // 32, N), dtype=np.uint8)
+    if layout == "offset":                        # rows at odd byte offsets inside wider arrays
+        wa = np.zeros((T, M, K + 9), np.uint8)
+        wa[:, :, 1:K + 1] = a
+        wb = np.zeros((T, K + 3, N + 5), np.uint8)
+        wb[:, 3:, 2:N + 2] = b
+        wc = np.zeros((T, M, N + 1), c.dtype)
+        wc[:, :, 1:] = c
+        args = (wa[:, :, 1:K + 1], wb[:, 3:, 2:N + 2], wc[:, :, 1:])
+    elif layout == "fortran":
+        args = (np.asfortranarray(a), np.asfortranarray(b), np.asfortranarray(c))
+    elif layout == "broadcast":                   # one A and one C for every tile
+        a, c = np.broadcast_to(a[:1], a.shape), np.broadcast_to(c[:1], c.shape)
+        args = (a[0], b, c[0])
+    else:                                         # batch (2, 3) from a (2, 1) and a (1, 3) batch
+        a = np.broadcast_to(a[[0, 3]][:, None], (2, 3, M, K)).reshape(T, M, K)
+        b = np.broadcast_to(b[:3][None], (2, 3, K, N)).reshape(T, K, N)
+        args = (a.reshape(2, 3, M, K)[:, :1], b.reshape(2, 3, K, N)[:1], c.reshape(2, 3, M, N))
+        if sa is not None:
+            sa = np.broadcast_to(sa[[0, 3]][:, None], (2, 3) + sa.shape[1:]).reshape(sa.shape)
+            sb = np.broadcast_to(sb[:3][None], (2, 3) + sb.shape[1:]).reshape(sb.shape)
+    kw = {}
+    if sa is not None:
+        kw = dict(a_scales=sa.reshape(2, 3, M, -1)[:, :1] if layout == "four-d" else sa,
+                  b_scales=sb.reshape(2, 3, -1, N)[:1] if layout == "four-d" else sb)
+    before = [np.array(x, copy=True) for x in args]
+    got = mma(*args, instruction=ins, a_format=fa, b_format=fb, **kw).reshape(T, M, N)
+    for x, x0 in zip(args, before):
+        np.testing.assert_array_equal(_bits(np.asarray(x)) if x.dtype.kind == "f" else x,
+                                      _bits(x0) if x0.dtype.kind == "f" else x0)
+    for t in range(T):
+        want = _decoded(ins, a[t][:, None], b[t].T[None], c[t], dict(a_format=fa, b_format=fb),
+                        *([sa[t][:, None], sb[t].T[None]] if sa is not None else []))
+        np.testing.assert_array_equal(_bits(got[t]), _bits(want), err_msg=f"{layout}, tile {t}")
+
+
 @pytest.mark.parametrize("preset", [n for n in TABLE_PRESETS if INSTRUCTIONS[n].datapath == "grouped"])
 @pytest.mark.parametrize("kind,block", [("ue8m0", 32), ("ue8m0", 16), ("ue4m3", 16)])
 def test_group_sums_as_matrix_products_equal_the_per_operand_decode(preset, kind, block, monkeypatch):
