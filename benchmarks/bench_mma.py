@@ -94,7 +94,7 @@ def _fp8emu_rows(preset, g):
                a_scales=g.get("a_scales"), b_scales=g.get("b_scales"), scale_format=g.get("scale_format"))
 
 
-def _fp8emu_tiles(preset, t):
+def _fp8emu_tiles(preset, t, mma=mma):
     return mma(t["a"], t["b"], t["c"], instruction=preset, a_format=t["a_format"], b_format=t["b_format"],
                a_scales=t.get("a_scales"), b_scales=t.get("b_scales"), scale_format=t.get("scale_format"))
 
@@ -166,10 +166,7 @@ def against_base(args):
             continue
         for tiles in args.batch:
             t = _tiles(rng, preset, fa, fb, kind, block, tiles)
-            calls = [lambda: _fp8emu_tiles(preset, t),
-                     lambda: old.mma(t["a"], t["b"], t["c"], instruction=preset, a_format=fa, b_format=fb,
-                                     a_scales=t.get("a_scales"), b_scales=t.get("b_scales"),
-                                     scale_format=t.get("scale_format"))]
+            calls = [lambda: _fp8emu_tiles(preset, t), lambda: _fp8emu_tiles(preset, t, old.mma)]
             new_out, old_out = (f() for f in calls)
             assert np.array_equal(new_out.view(np.uint32), old_out.view(np.uint32)), preset
             best = [np.inf, np.inf]

@@ -335,13 +335,18 @@ def _c_exponent(c, out):
 
 
 # ----------------------------------------------------------------------------- rounding
+def _kept_bits(ins):
+    """Fraction bits the instruction's output rounding keeps (13 for ``"rz-e8m13"``)."""
+    return 13 if ins.rounding == "rz-e8m13" else _OUT[ins.out][3]
+
+
 def _round_out(x, ins):
     """The exact float64 sums ``x`` rounded to the instruction's output type."""
-    dt, _, emin, mbits, _ = _OUT[ins.out]
+    dt, _, emin, _, _ = _OUT[ins.out]
     if ins.rounding == "rne" and ins.out == "float32":
         with np.errstate(over="ignore"):
             return x.astype(np.float32)
-    bits = 13 if ins.rounding == "rz-e8m13" else mbits
+    bits = _kept_bits(ins)
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(np.where(np.isfinite(x) & (x != 0), x, 1.0))
     q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, emin) - bits)
@@ -908,7 +913,7 @@ def _round_table(x, ins, E=None, *, coarse=False):
     normal, truncating the significand alone is exact.  ``coarse``: the caller knows that it is
     nowhere finer.
     """
-    dt, ut, emin, mbits, qnan = _OUT[ins.out]
+    dt, ut, emin, _, qnan = _OUT[ins.out]
     if ins.datapath == "paired":
         r = x.astype(np.float32)
     elif ins.rounding == "rne":
@@ -916,7 +921,7 @@ def _round_table(x, ins, E=None, *, coarse=False):
     else:
         # truncation: clear the float64 fraction bits below the kept ones (sign-magnitude, so
         # toward zero); below float32's smallest normal the grid is fixed, 2**(emin - bits)
-        bits = 13 if ins.rounding == "rz-e8m13" else mbits
+        bits = _kept_bits(ins)
         fine = not coarse and (E is None or int(E.min()) - ins.frac_bits < emin - bits)
         small = np.abs(x) < 2.0 ** emin if fine else None
         xi = x.view(np.int64)
@@ -931,16 +936,16 @@ def _round_table(x, ins, E=None, *, coarse=False):
     return r
 
 
-def _pow2(e, k=0, sign=1):
-    """``2.0 ** (k + sign * e)`` for integer arrays ``e`` (results normal), built in the exponent field."""
-    t = np.add(e, 1023 + k, dtype=np.int64) if sign > 0 else np.subtract(1023 + k, e, dtype=np.int64)
-    return np.left_shift(t, 52, out=t).view(np.float64)
+#: Per float type: the integer type of its bits, its exponent bias, and its fraction bits.
+_POW2 = {np.float64: (np.int64, 1023, 52), np.float32: (np.int32, 127, 23)}
 
 
-def _pow2_32(e, k):
-    """``2.0 ** (k - e)`` as float32 for integer arrays ``e`` (results normal), built in its exponent field."""
-    t = np.subtract(127 + k, e, dtype=np.int32)
-    return np.left_shift(t, 23, out=t).view(np.float32)
+def _pow2(e, k=0, sign=1, dtype=np.float64):
+    """``2.0 ** (k + sign * e)`` for integer arrays ``e`` (results normal in ``dtype``), built in the
+    exponent field."""
+    it, bias, frac = _POW2[dtype]
+    t = np.add(e, bias + k, dtype=it) if sign > 0 else np.subtract(bias + k, e, dtype=it)
+    return np.left_shift(t, frac, out=t).view(dtype)
 
 
 def _trunc_sum(ps, f):
@@ -971,7 +976,7 @@ def _paired_halves(ps, Ee, Eo, c, ec, ins, floor_e=None):
     """
     F, F2 = ins.frac_bits, ins.pair_bits
     if ps.dtype == np.float32:
-        fe, fo = _pow2_32(np.maximum(Ee, floor_e), F), _pow2_32(np.maximum(Eo, floor_e), F)
+        fe, fo = (_pow2(np.maximum(x, floor_e), F, -1, np.float32) for x in (Ee, Eo))
     else:
         fe, fo = _pow2(Ee, F, -1), _pow2(Eo, F, -1)
     se = _trunc_sum(ps[0::2], fe)                       # units of 2**(Ee - F)
@@ -1118,8 +1123,8 @@ def _swap2(x):
     """A new C-contiguous copy of the transpose of a 2-D array whose last axis is contiguous.
 
     NumPy copies a transpose one element at a time, each a cache miss; 8-byte words of 1-, 2-
-    or 4-byte elements move ``8 / itemsize`` elements per miss, and the words' own elements are
-    then transposed in place-sized groups that stay in the caches.
+    or 4-byte elements move ``8 / itemsize`` elements per miss, and each word's elements are then
+    moved apart with strides of one word, which stay in the caches.
     """
     P, Q = x.shape
     g = 8 // x.itemsize
@@ -1194,11 +1199,10 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     # for the step's largest exponent (block scales shift the real ones by any amount)
     zero_wins = ins.zero_exp > floor_e or scaled
     pair_zero = max(ins.zero_exp, -900)
-    # truncated results need no care below the output's smallest normal where no step's grid is
-    # finer there than the output's: a non-zero C carries at least that exponent, and so a zero one
-    # wherever it cannot carry zero_exp
-    bits = 13 if ins.rounding == "rz-e8m13" else _OUT[ins.out][3]
-    coarse = not zero_c and not scaled and _FIELDS[ins.out][3] - F >= _OUT[ins.out][2] - bits
+    # truncated results need no care below the output's smallest normal where no step's grid
+    # (2**(E - F)) is finer there than the output's (2**(emin - kept bits)): E is at least emin
+    # where a zero C cannot carry zero_exp (never so for the scaled datapath, see _zero_c_matters)
+    coarse = not zero_c and F <= _kept_bits(ins)
     tc = min(T, max(1, _CHUNK // (L * (M + N))))
     kc = min(K, max(L, _CHUNK // (tc * (M + N)) // L * L))
     nb = min(N, max(1, _OP_TILE // (L * tc)))
@@ -1258,11 +1262,11 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
                             # smallest real product's), so that it stays finite, and where it is
                             # below float32's normals (every term truncates to zero there anyway)
                             if scaled:
-                                f = _pow2_32(np.clip(E - Q, floor_e, F + 126), F)
+                                f = _pow2(np.clip(E - Q, floor_e, F + 126), F, -1, np.float32)
                                 if nan_scales:
                                     f[nan_a[kb, m0:m1, None, t0:t1] | nan_b[kb, None, n0:n1, t0:t1]] = np.nan
                             else:
-                                f = _pow2_32(np.maximum(E, floor_e), F)
+                                f = _pow2(np.maximum(E, floor_e), F, -1, np.float32)
                             np.multiply(p, f, out=p)
                             np.trunc(p, out=p)
                             r = np.add.reduce(p, axis=0, dtype=acc).astype(np.float64, copy=False)
