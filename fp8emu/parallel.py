@@ -17,7 +17,7 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["set_threads", "get_threads", "resolve_threads", "MIN_PARALLEL", "ENV_VAR",
+__all__ = ["set_threads", "get_threads", "resolve_threads", "MIN_PARALLEL", "ENV_VAR", "max_threads",
            "max_local_workers", "check_workers", "check_scheduler_address"]
 
 #: Environment variable read when no process-wide setting is made.
@@ -45,6 +45,29 @@ def _check_count(n, what: str) -> int:
     n = int(n)
     if n < 1:
         raise ValueError(f"{what} must be >= 1, got {n}")
+    return n
+
+
+def max_threads() -> int:
+    """The most threads a call may ask for here: eight per core, at least 64.
+
+    Every thread holds work arrays of its own, and NumPy's loops gain nothing past one thread
+    per core, so a count far above that only costs memory (a typo such as ``10**6`` would start
+    as many threads as a large input has pieces).
+
+    Examples
+    --------
+    >>> max_threads() >= 64
+    True
+    """
+    return max(64, 8 * _cores())
+
+
+def _check_threads(n, what: str = "threads") -> int:
+    n = _check_count(n, what)
+    top = max_threads()
+    if n > top:
+        raise ValueError(f"{what} must be in 1..{top} (eight per core here, at least 64), got {n}")
     return n
 
 
@@ -129,6 +152,9 @@ def _from_env() -> int | None:
         n = 0
     if n < 1:
         raise ValueError(f"environment variable {ENV_VAR}={raw!r} is not a positive integer")
+    if n > max_threads():
+        raise ValueError(f"environment variable {ENV_VAR}={raw!r} is above {max_threads()} "
+                         f"(eight threads per core here, at least 64)")
     return n
 
 
@@ -149,7 +175,7 @@ def set_threads(n) -> None:
     >>> fp8emu.set_threads(None)
     """
     global _setting
-    _setting = None if n is None else _check_count(n, "threads")
+    _setting = None if n is None else _check_threads(n)
 
 
 def get_threads() -> int:
@@ -183,7 +209,7 @@ def resolve_threads(threads, size: int) -> int:
     >>> resolve_threads(2, 10)
     2
     """
-    n = get_threads() if threads is None else _check_count(threads, "threads")
+    n = get_threads() if threads is None else _check_threads(threads)
     if getattr(_local, "worker", False) or (threads is None and size < MIN_PARALLEL):
         return 1
     return n

@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import warnings
 import zlib
 from pathlib import Path
 
@@ -553,6 +554,51 @@ def test_mma_argument_errors():
     with pytest.raises(ValueError, match="ue4m3 scales go with blocks of 16"):
         mma(np.zeros((2, 64), np.uint8), np.zeros((64, 2), np.uint8), instruction="blackwell-tcgen05-mxf4nvf4",
             a_format="e2m1fn", a_scales=s, b_scales=s.T, scale_format="ue4m3")
+
+
+@pytest.mark.parametrize("preset, fmt", [("ada-mma", "e4m3fn"), ("cdna3-mfma-fp8", "e4m3fnuz"),
+                                         ("blackwell-tcgen05-mxf8f6f4", "e4m3fn"),
+                                         ("blackwell-tcgen05-mxf4nvf4", "e2m1fn"), ("volta-mma-f16in", "float16")])
+def test_empty_operands(preset, fmt):
+    """No rows, columns or tiles: an empty D of the output type (as np.matmul); no step along K: an
+    error for one instruction, C (or zeros) for a GEMM, as np.matmul's empty sum."""
+    ins = get_instruction(preset)
+    k = ins.shape[2]
+    dt = np.uint16 if fmt == "float16" else np.uint8
+
+    def scales(a_shape, b_shape):
+        if not ins.block_scaled:
+            return {}
+        return dict(a_scales=np.full(a_shape[:-1] + (a_shape[-1] // 32,), 127, np.uint8),
+                    b_scales=np.full(b_shape[:-2] + (b_shape[-2] // 32, b_shape[-1]), 127, np.uint8))
+
+    out = np.float16 if ins.out == "float16" else np.float32
+    for a_shape, b_shape, d_shape in [((0, k), (k, 8), (0, 8)), ((16, k), (k, 0), (16, 0)),
+                                      ((0, 16, k), (0, k, 8), (0, 16, 8)), ((2, 0, 16, k), (2, 0, k, 8), (2, 0, 16, 8)),
+                                      ((3, 16, k), (k, 0), (3, 16, 0))]:
+        d = mma(np.zeros(a_shape, dt), np.zeros(b_shape, dt), instruction=preset, a_format=fmt,
+                **scales(a_shape, b_shape))
+        assert d.shape == d_shape and d.dtype == out
+    assert dot(np.zeros((0, k), dt), np.zeros((0, k), dt), instruction=preset, a_format=fmt,
+               **({} if not ins.block_scaled else dict(a_scales=np.zeros((0, k // 32), np.uint8),
+                                                       b_scales=np.zeros((0, k // 32), np.uint8)))).shape == (0,)
+    with pytest.raises(ValueError, match="K = 0 must be a positive multiple"):
+        mma(np.zeros((4, 0), dt), np.zeros((0, 8), dt), instruction=preset, a_format=fmt, **scales((4, 0), (0, 8)))
+    if ins.out == "float32" and fmt != "float16":
+        c = np.arange(32, dtype=np.float32).reshape(4, 8) - 7.5
+        if ins.block_scaled:
+            a, b = fp8emu.quantize_mx(np.ones((4, 0)), fmt), fp8emu.quantize_mx(np.ones((0, 8)), fmt, axis=0)
+            d = fp8emu.gemm.block_scaled_mm(a, b, accumulator=preset, c=c)
+            assert d.dtype == np.float32 and (d == c).all()
+        else:
+            a, b = np.zeros((4, 0), dt), np.zeros((0, 8), dt)
+            for acc in (preset, "hopper"):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")            # no 'mean of empty slice' on the way
+                    d = fp8emu.gemm.scaled_mm(a, b, a_format=fmt, b_format=fmt, accumulator=acc)
+                assert d.shape == (4, 8) and d.dtype == np.float32 and (d == 0).all() and not np.signbit(d).any()
+            d = ins_mod.gemm(a, b, instruction=preset, a_format=fmt, b_format=fmt, c=c)
+            assert (d == c).all() and d is not c
 
 
 def test_mma_leaves_inputs_unchanged():

@@ -125,6 +125,17 @@ def test_thread_settings():
                 fp8emu.set_threads(bad)
             with pytest.raises(ValueError, match="threads"):
                 fp8emu.encode([1.0], "e4m3fn", threads=bad)
+        # a count past eight per core (at least 64) is refused, not started: a 10**6 typo would
+        # start a thread per piece of a large input
+        top = max(64, 8 * len(os.sched_getaffinity(0)))
+        fp8emu.set_threads(top)
+        assert fp8emu.get_threads() == top
+        for bad in (top + 1, 10**6):
+            with pytest.raises(ValueError, match=f"threads must be in 1..{top}"):
+                fp8emu.set_threads(bad)
+            with pytest.raises(ValueError, match=f"threads must be in 1..{top}"):
+                fp8emu.decode(np.zeros(1 << 20, np.uint8), "e4m3fn", threads=bad)
+        assert fp8emu.get_threads() == top
         for bad in (1.5, True, "2"):
             with pytest.raises(TypeError, match="threads"):
                 fp8emu.set_threads(bad)
@@ -134,7 +145,8 @@ def test_thread_settings():
         fp8emu.set_threads(None)
 
 
-@pytest.mark.parametrize("value, expect", [("3", "3"), ("junk", "FP8EMU_THREADS")])
+@pytest.mark.parametrize("value, expect", [("3", "3"), ("junk", "FP8EMU_THREADS"),
+                                           ("1000000", "FP8EMU_THREADS='1000000' is above")])
 def test_thread_environment_variable(value, expect):
     env = dict(os.environ, FP8EMU_THREADS=value)
     code = ("import fp8emu\ntry:\n    print(fp8emu.get_threads())\nexcept ValueError as e:\n    print(e)")

@@ -531,13 +531,16 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     a3 = np.broadcast_to(a, batch + (M, K)).reshape(T, M, K)
     b3 = np.swapaxes(np.broadcast_to(b, batch + (K, N)), -1, -2).reshape(T, N, K)
     # the scales as (T, M, K / block) and (T, N, K / block), like the codes
-    sa3 = None if a_scales is None else np.broadcast_to(a_scales, batch + np.shape(a_scales)[-2:]).reshape(T, M, -1)
+    sa3 = None if a_scales is None else np.broadcast_to(
+        a_scales, batch + np.shape(a_scales)[-2:]).reshape(T, M, np.shape(a_scales)[-1])
     sb3 = None if b_scales is None else np.swapaxes(
-        np.broadcast_to(b_scales, batch + np.shape(b_scales)[-2:]), -1, -2).reshape(T, N, -1)
+        np.broadcast_to(b_scales, batch + np.shape(b_scales)[-2:]), -1, -2).reshape(T, N, np.shape(b_scales)[-2])
     if _format_name(a_format) not in _WIDE:
         sa, sb, block = _check(ins, K, a_format, bf, sa3, sb3, scale_format)
         fa, fb = get_format(a_format), get_format(bf)
         route = _tile_route(ins, fa, fb, block)
+        if cc.size == 0:
+            return np.empty(batch + (M, N), cc.dtype)
         if route is not None:
             # _check's scales are K-major, (K / block, T, M): the tiles innermost instead
             scl = None if sa is None else (*((v.transpose(0, 2, 1), e.transpose(0, 2, 1)) for v, e in (sa, sb)), block)
@@ -590,8 +593,8 @@ def _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format):
         if _format_name(f) not in ins.formats:
             raise ValueError(f"{ins.name} takes {', '.join(ins.formats)} operands, not "
                              f"{what}={_format_name(f)!r}")
-    if K % ins.step:
-        raise ValueError(f"K = {K} must be a multiple of {ins.name}'s step of {ins.step}")
+    if K % ins.step or K == 0:
+        raise ValueError(f"K = {K} must be a positive multiple of {ins.name}'s step of {ins.step}")
     sa = sb = None
     block = None
     if ins.block_scaled:
@@ -626,6 +629,8 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format, *, 
     """
     K = a.shape[-1]
     sa, sb, block = _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format)
+    if c.size == 0:
+        return np.empty(c.shape, c.dtype)
     if tables and _format_name(a_format) not in _WIDE:
         fa, fb = get_format(a_format), get_format(b_format)
         tile = a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1
@@ -1497,6 +1502,9 @@ def gemm(a, b, *, instruction, a_format, b_format, c=None):
     if ins.block_scaled:
         raise ValueError(f"{ins.name} is block-scaled: use fp8emu.gemm.block_scaled_mm with MX/NVFP4 operands")
     a, b = _k_padded(ins, np.asarray(a), np.asarray(b))
+    if a.ndim == 2 and b.ndim == 2 and a.shape[1] == 0 == b.shape[0]:
+        # no step along K: D is C (zero where not given), as np.matmul's empty sum
+        return _c_in(c, (a.shape[0], b.shape[1]), ins).astype(np.float32, copy=True)
     return mma(a, b, c, instruction=ins, a_format=a_format, b_format=b_format)
 
 
@@ -1524,5 +1532,8 @@ def block_scaled_gemm(a, a_format, a_scales, b, b_format, b_scales, *, instructi
     K = a.shape[1]
     if K % ins.shape[2]:
         raise ValueError(f"K = {K} must be a multiple of {ins.name}'s k = {ins.shape[2]} (whole instructions)")
+    if K == 0:
+        # no instruction along K: D is C (zero where not given), as np.matmul's empty sum
+        return _c_in(c, (a.shape[0], b.shape[1]), ins).astype(np.float32, copy=True)
     return mma(a, b, c, instruction=ins, a_format=a_format, b_format=b_format, a_scales=sa, b_scales=sb,
                scale_format=scale_format)

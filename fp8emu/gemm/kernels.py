@@ -553,6 +553,8 @@ def _span_share(va, ea, vb, eb, G, F, la=None, lb=None):
     ha, la = _group_bounds(ea, low_bits(va) if la is None else la, G, 1)
     hb, lb = _group_bounds(eb, low_bits(vb) if lb is None else lb, G, 0)
     zero = (ha <= _ZERO_EXP)[:, :, None] | (hb <= _ZERO_EXP)[None, :, :]
+    if zero.size == 0:
+        return 1.0                  # no entries: none fails the check
     return float(np.mean(zero | ((ha - la)[:, :, None] + (hb - lb)[None, :, :] <= F)))
 
 
