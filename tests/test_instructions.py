@@ -125,6 +125,53 @@ def test_preset_equals_live_mmasim_on_a_fresh_seed(preset):
         assert diff.size == 0, f"seed {seed}, {route}: {diff.size} differences, first {diff[:10].tolist()}"
 
 
+@pytest.mark.skipif(importlib.util.find_spec("mmasim") is None or importlib.util.find_spec("torch") is None,
+                    reason="mmasim (and torch) not installed")
+@pytest.mark.parametrize("preset", ["blackwell-tcgen05-f8f6f4", "rtx-blackwell-mma", "cdna3-mfma-fp8"])
+def test_exact_gemm_route_equals_live_mmasim(preset, monkeypatch):
+    """GEMM tiles through the matrix-product route against MMA-Sim chaining the instruction along
+    K (C carried from one call to the next), on Gaussian data, tiny elements and a huge C on some
+    outputs (a fresh seed each run)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import record_mmasim
+    ins = INSTRUCTIONS[preset]
+    k = ins.shape[2]
+    M, N, K = 40, 24, 8 * k
+    monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
+    real, taken = ins_mod._run_exact, []
+
+    def exact(*args):
+        d = real(*args)
+        taken.append(d is not None)
+        return d
+
+    monkeypatch.setattr(ins_mod, "_run_exact", exact)
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng = np.random.default_rng(seed)
+    for fa, fb in sorted({(ins.formats[0], ins.formats[0]), (ins.formats[0], ins.formats[1])}):
+        x, y = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+        x[rng.random((M, K)) < 0.01] *= 2.0 ** -6
+        a, b = fp8emu.encode(x, fa), fp8emu.encode(y, fb)
+        rows_a = np.repeat(a, N, axis=0)                      # output (i, j) is row i * N + j
+        rows_b = np.tile(b.T, (M, 1))
+        # C: small with a tenth huge (C aligned to each step's grid, some entries to the row route),
+        # everywhere above every step's products (C already on the grid), or far below them
+        for name, c in (("mixed", np.where(rng.random((M, N)) < 0.1, 2.0 ** 26, rng.standard_normal((M, N)) * 4)),
+                        ("above", rng.choice([-1.0, 1.0], (M, N)) * (64 + 63 * rng.random((M, N)))),
+                        ("below", rng.choice([-1.0, 1.0], (M, N)) * 2.0 ** rng.integers(-60, -20, (M, N)))):
+            c = c.astype(np.float32)
+            got = mma(a, b, c, instruction=preset, a_format=fa, b_format=fb)
+            assert taken[-1]
+            d = c.ravel()
+            for k0 in range(0, K, k):
+                g = dict(a=rows_a[:, k0:k0 + k], b=rows_b[:, k0:k0 + k], c=d, a_format=fa, b_format=fb)
+                d = record_mmasim.run_mmasim(preset, [g]).view(np.float32)
+            diff = np.flatnonzero(_bits(got).ravel() != d.view(np.uint32))
+            assert diff.size == 0, (f"seed {seed}, {fa} x {fb}, C {name}: {diff.size} differences, "
+                                    f"first {diff[:10].tolist()}")
+
+
 # ----------------------------------------------------------------------------- code-pair tables
 # FP8/FP6/FP4 operands take products from tables of every code pair, in blocks of rows, columns and
 # K steps; the per-operand decode they replaced (the path the recorded vectors were first matched
@@ -255,6 +302,140 @@ def test_operand_path_equals_the_per_operand_decode(preset, monkeypatch):
                     want = _decoded(ins, a[t][:, None], b[t].T[None], c[t], dict(a_format=fa, b_format=fb),
                                     *([sc["a_scales"][t][:, None], sc["b_scales"][t].T[None]] if sc else []))
                     np.testing.assert_array_equal(_bits(got[t]), _bits(want), err_msg=f"{fa} x {fb}, T={T}")
+
+
+EXACT_PRESETS = [n for n in OPERAND_PRESETS
+                 if INSTRUCTIONS[n].datapath in ("fused", "paired") and INSTRUCTIONS[n].out == "float32"]
+
+
+@pytest.mark.parametrize("preset", EXACT_PRESETS)
+def test_exact_gemm_route_equals_the_per_operand_decode(preset, monkeypatch):
+    """A GEMM tile whose steps truncate nothing is matrix products (``_run_exact``): on data where
+    every entry passes its check, where some fail it (tiny elements, a huge C on a tenth of the
+    outputs: one step of the row route each), where a huge C makes most fail (the operand path
+    takes the rest of K), with zero rows,
+    all-zero steps, -0 and subnormal C, and with a non-finite code (the route declines), it gives
+    the per-operand decode's bits, and it is taken where it should be."""
+    ins = INSTRUCTIONS[preset]
+    L = ins.step
+    M, N, K = 36, 24, 12 * L                   # 864 outputs: past the code-pair path's 512
+    monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
+    seen = {"exact": 0, "declined": 0, "rows": 0, "rest": 0}
+    real_exact, real_run, real_ops = ins_mod._run_exact, ins_mod._run, ins_mod._run_operands
+
+    def exact(*args):
+        d = real_exact(*args)
+        seen["declined" if d is None else "exact"] += 1
+        return d
+
+    def run(ins_, a, b, c, *args, **kw):
+        seen["rows"] += a.shape[1] == 1 and b.shape[1] == 1 and a.shape[0] > 1
+        return real_run(ins_, a, b, c, *args, **kw)
+
+    def ops(*args, exact=True, **kw):
+        seen["rest"] += not exact
+        return real_ops(*args, exact=exact, **kw)
+
+    monkeypatch.setattr(ins_mod, "_run_exact", exact)
+    monkeypatch.setattr(ins_mod, "_run", run)
+    monkeypatch.setattr(ins_mod, "_run_operands", ops)
+    rng = np.random.default_rng(zlib.crc32(preset.encode()) + 1)
+    for fa, fb in sorted({(ins.formats[0], ins.formats[0]), (ins.formats[0], ins.formats[-1])}):
+        lo = min(fp8emu.get_format(f).max for f in (fa, fb))
+        wide = lo > 8               # FP8: Gaussian data; FP6/FP4: a narrower spread
+        for case in ("plain", "tiny", "some-huge-c", "huge-c", "tiny-c", "zeros", "non-finite"):
+            sd = 1.0 if wide else 0.7
+            k = L if case == "tiny-c" else K            # one step: later ones would round its C away
+            x, y = rng.standard_normal((M, k)) * sd, rng.standard_normal((k, N)) * sd
+            c = (rng.standard_normal((M, N)) * 4).astype(np.float32)
+            if case == "tiny-c":                        # far below the products: C cut to nothing
+                c = (rng.choice([-1.0, 1.0], (M, N)) * 2.0 ** rng.integers(-60, -20, (M, N))).astype(np.float32)
+            if case == "tiny":
+                x[rng.random((M, K)) < 0.01] *= 2.0 ** -6
+                y[rng.random((K, N)) < 0.01] *= 2.0 ** -5
+            if case == "some-huge-c":               # a tenth of the entries fail at every step
+                c[rng.random((M, N)) < 0.1] = -(2.0 ** 26)
+            if case == "huge-c":
+                c[:] = 2.0 ** 40
+            a, b = fp8emu.encode(x, fa), fp8emu.encode(y, fb)
+            if case == "zeros":
+                a[3], b[:, 5] = 0, 0                        # a zero row and column
+                a[:, L:3 * L], b[5 * L:6 * L] = 0, 0        # whole steps of zero products
+                c[0, :4] = [-0.0, 2.0 ** -140, -(2.0 ** -130), 0.0]
+            if case == "non-finite":
+                a[1, 1] = fp8emu.encode(np.array([np.nan]), fa)[0] if fp8emu.get_format(fa).has_nan else a[1, 1]
+            before = dict(seen)
+            got = mma(a, b, c, instruction=preset, a_format=fa, b_format=fb)
+            want = _decoded(ins, a[:, None], b.T[None], c, dict(a_format=fa, b_format=fb))
+            np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=f"{fa} x {fb}, {case}")
+            if ins.frac_bits >= 24 and wide and case in ("plain", "zeros"):
+                assert seen["exact"] > before["exact"], (fa, fb, case)
+    if ins.frac_bits >= 24:
+        assert seen["exact"] and seen["rows"] and seen["rest"], seen
+    else:                           # 13 bits: Gaussian steps mostly truncate, the sample declines
+        assert seen["declined"] and not seen["exact"], seen
+
+
+@pytest.mark.parametrize("preset", [n for n in EXACT_PRESETS if INSTRUCTIONS[n].frac_bits >= 24])
+def test_exact_gemm_route_at_its_boundaries(preset, monkeypatch):
+    """Products one bit below and exactly on a step's grid, and a C whose last bit the grid cuts
+    or keeps, each in an output where large products cancel so that the bit shows: the route's
+    checks must send the first to the row route and keep the others (expected values from the
+    instruction's definition: terms truncated to 2**(E - F), E the largest product exponent)."""
+    import math
+    ins = INSTRUCTIONS[preset]
+    L, F = ins.step, ins.frac_bits
+    fmt = fp8emu.get_format(ins.formats[0])
+    M, N, K = 36, 24, 4 * L
+    monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
+    taken = []
+    real, real_run = ins_mod._run_exact, ins_mod._run
+
+    def exact(*args):
+        d = real(*args)
+        taken.append(d is not None)
+        return d
+
+    monkeypatch.setattr(ins_mod, "_run_exact", exact)
+    rows = []                                     # entries sent to the row route, one step each
+
+    def run(ins_, a, b, *args, **kw):
+        if a.shape[1] == 1 and b.shape[1] == 1:
+            rows.append(a.shape[0])
+        return real_run(ins_, a, b, *args, **kw)
+
+    monkeypatch.setattr(ins_mod, "_run", run)
+    h = math.floor(math.log2(fmt.max))            # big products 2**(2h), cancelled by their negatives
+    tmin = round(math.log2(fmt.min_subnormal))
+
+    def tile(entries, c0):
+        x, y = np.zeros((M, K)), np.zeros((K, N))
+        for n, ((i, j), (pa, pb), small) in enumerate(entries):
+            k = 4 * n                             # apart along K, at the same positions of the halves
+            x[i, k], y[k, j] = 2.0 ** pa, 2.0 ** pb
+            x[i, k + 1], y[k + 1, j] = -(2.0 ** pa), 2.0 ** pb
+            if small:
+                x[i, k + 2], y[k + 2, j] = 2.0 ** small[0], 2.0 ** small[1]
+        a, b = fp8emu.encode(x, fmt), fp8emu.encode(y, fmt)
+        assert (fp8emu.decode(a, fmt, dtype=np.float64) == x).all()
+        c = np.full((M, N), c0, np.float32)
+        return mma(a, b, c, instruction=preset, a_format=fmt.name), c
+
+    t = 2 * h - F - 1                             # one bit below the grid 2**(2h - F)
+    d, c = tile([((1, 2), (h, h), (tmin, t - tmin)), ((3, 4), (h, h), (tmin, t + 1 - tmin))], 0.0)
+    assert taken[-1] and rows == [1]              # the entry below the grid alone, at its one step
+    assert d[1, 2] == 0.0                         # truncated away
+    assert d[3, 4] == 2.0 ** (t + 1)              # on the grid: kept
+    assert (np.delete(d.ravel(), [1 * N + 2, 3 * N + 4]) == 0).all()
+    # C = 1 + 2**-23 (exponent 0) beside products of exponent g that cancel: its last bit is below
+    # the grid 2**(g - F) where g > F - 23 (fused) or g > 1 (paired: C is aligned to 2**(E - 24))
+    keep = 1 if ins.datapath == "paired" else F - 23
+    c0 = np.float32(1 + 2.0 ** -23)
+    for g, want in ((keep + 1, 1.0), (keep, float(c0))):
+        d, c = tile([((5, 6), (g // 2, g - g // 2), None)], c0)
+        assert taken[-1]
+        assert d[5, 6] == np.float32(want), (g, d[5, 6])
+        assert (np.delete(d.ravel(), 5 * N + 6) == c0).all()
 
 
 @pytest.mark.parametrize("layout", ["offset", "fortran", "broadcast", "four-d"])

@@ -1163,7 +1163,7 @@ def _decoded_chunk(codes, table, exps, which):
     return v, e
 
 
-def _run_operands(ins, a, b, c, fa, fb, scales=None):
+def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
     """D of the ``"fused"``, ``"scaled"`` and ``"paired"`` datapaths for tiles a (T, M, K) and
     b (T, N, K) of codes and C (T, M, N).
 
@@ -1177,13 +1177,20 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     ``scales`` (``"scaled"``, a block a multiple of the step, so that a step lies in one block):
     the decoded E8M0 scales (values, exponents) of A (K / block, M, T) and of B (K / block, N, T),
     and the block.  Their exponents add to the products' and fold into the aligning factor.
+
+    A single GEMM tile (T = 1) without scales tries :func:`_run_exact` first, unless ``exact`` is
+    false.
     """
     T, M, N = c.shape
     if T == 1 and N < M:
         # every datapath is symmetric in A and B: the longer side innermost (long element-wise loops)
         sw = None if scales is None else (scales[1], scales[0], scales[2])
-        return np.swapaxes(_run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw), 1, 2)
+        return np.swapaxes(_run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw, exact=exact), 1, 2)
     a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
+    if T == 1 and scales is None and exact:
+        d = _run_exact(ins, a[0], b[0], c[0], fa, fb)
+        if d is not None:
+            return d[None]
     if scales is not None:
         (sva, sea), (svb, seb), sblock = scales
         qa, qb, nan_a, nan_b = sea.astype(np.int16), seb.astype(np.int16), np.isnan(sva), np.isnan(svb)
@@ -1281,6 +1288,155 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
                             cb = _round_table(r, ins, E, coarse=coarse)
                         out[m0:m1, n0:n1, t0:t1] = cb
     return _swap2(out.reshape(M * N, T)).reshape(T, M, N)
+
+
+#: A GEMM (one tile) of at least this many outputs tries :func:`_run_exact`, which serves it where
+#: at least ``_EXACT_SHARE`` of a sample's (output, step) entries pass its exactness check.
+_EXACT_MIN = 4096
+_EXACT_SHARE = 0.9
+#: The lowest-set-bit exponent of a zero code: above any real one, so that zeros never fail the check.
+_NOLOW = 1 << 13
+
+
+def _exact_tables(fmt):
+    """Per code of an FP8/FP6/FP4 format: float64 value (0 where not finite), the exponent of its
+    lowest set bit (``_NOLOW`` for zeros), and whether it is finite."""
+    key = ("exact", fmt.name)
+    if key not in _TABLES:
+        v = decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
+        fin = np.isfinite(v)
+        vf = np.where(fin, v, 0.0)
+        low = np.full(v.shape, _NOLOW, np.int16)
+        for i in np.flatnonzero(vf):
+            m, x = np.frexp(abs(vf[i]))
+            m = int(m * 2.0 ** 53)                               # the significand as an integer
+            low[i] = int(x) - 53 + (m & -m).bit_length() - 1
+        for arr in (vf, low, fin):
+            arr.flags.writeable = False
+        _TABLES[key] = vf, low, fin
+    return _TABLES[key]
+
+
+def _run_exact(ins, a, b, c, fa, fb):
+    """D of one GEMM tile (a (M, K), b (N, K) codes, C (M, N)) of the ``"fused"`` or ``"paired"``
+    datapath from float64 matrix products, or ``None`` where this route does not apply.
+
+    Where every product of a step is a multiple of the grid its terms are truncated to (and, for
+    ``"paired"``, of the grid its sum is cut to once C is aligned), no truncation happens before
+    the step's result is rounded: its sum is then exact in float64 and one slice of a batched
+    matrix product; its largest exponent comes from one broadcast pass over the int8 exponents.
+    A product's lowest set bit is bounded below by the lowest bits of its row's and column's
+    elements in the step, which is what is checked per (output, step); the entries that fail go
+    through the row route (one step of :func:`dot`), the rest round exactly as the operand path.
+    Applies to finite operands and C far from overflow, to datapaths where a zero product's
+    exponent never wins, and where a sample passes the check.
+    """
+    M, K = a.shape
+    N = b.shape[0]
+    L, F = ins.step, ins.frac_bits
+    paired = ins.datapath == "paired"
+    if (ins.out != "float32" or M * N < _EXACT_MIN or K < L
+            or not (paired or (ins.datapath == "fused" and ins.zero_exp <= _operand_tables(fa, np.float32)[2]
+                               + _operand_tables(fb, np.float32)[2]))):
+        return None
+    (va_t, la_t, fin_a), (vb_t, lb_t, fin_b) = _exact_tables(fa), _exact_tables(fb)
+    S = K // L
+    zero_mark = max(ins.zero_exp, -900) if paired else ins.zero_exp
+    xa, xb = _operand_tables(fa, np.float32)[1], _operand_tables(fb, np.float32)[1]
+    floor_e = _operand_tables(fa, np.float32)[2] + _operand_tables(fb, np.float32)[2]
+
+    def exponents(ea, eb):
+        """Largest product exponent of a step from its int8 exponents ea (L, rows), eb (L, cols)."""
+        xm = np.add(ea[:, :, None], eb[:, None, :]).max(axis=0)
+        E = xm.astype(np.int16)
+        E[xm < floor_e] = zero_mark                      # all products zero (a zero's marker)
+        return E
+
+    def lowest(codes, table):
+        """Lowest set bits per (step, row): a product's is at least its row's plus its column's."""
+        return table[codes].reshape(len(codes), -1, L).min(axis=2).T
+
+    # a sample decides whether enough entries pass (ignoring C, which only adds failures)
+    rs, cs, s1 = min(M, 32), min(N, 32), min(S, 64)
+    ea_s = xa[a[:rs, :s1 * L]].reshape(rs, s1, L).transpose(1, 2, 0)
+    eb_s = xb[b[:cs, :s1 * L]].reshape(cs, s1, L).transpose(1, 2, 0)
+    E = np.stack([exponents(ea_s[s], eb_s[s]) for s in range(s1)])
+    low = lowest(a[:rs, :s1 * L], la_t)[:, :, None] + lowest(b[:cs, :s1 * L], lb_t)[:, None, :]
+    if np.mean(low >= E - F) < _EXACT_SHARE:
+        return None
+    cmax = float(np.abs(c).max(initial=0.0))
+    vmax = float(np.abs(va_t).max()) * float(np.abs(vb_t).max())
+    if not (cmax + 2.0 * K * vmax < 2.0 ** 126) or not (fin_a[a].all() and fin_b[b].all()):
+        return None          # non-finite operands or C, or sums that could overflow: the operand path
+    la, lb = lowest(a, la_t), lowest(b, lb_t)
+    # values (float64) and exponents, decoded once, K-major: a step's products are then one
+    # slice of a batched matrix product and its exponents one broadcast pass
+    VA, VB = va_t[a].reshape(M, S, L), vb_t[b].reshape(N, S, L)
+    EA = np.ascontiguousarray(xa[a].reshape(M, S, L).transpose(1, 2, 0))
+    EB = np.ascontiguousarray(xb[b].reshape(N, S, L).transpose(1, 2, 0))
+    ut, sh, mag, _ = _FIELDS[ins.out]
+    table = _c_exponent_table(ins.out)
+    zero_c = _zero_c_matters(ins, _operand_tables(fa, np.float32)[2] + _operand_tables(fb, np.float32)[2])
+    coarse = not zero_c and F <= _kept_bits(ins)
+    F2 = ins.pair_bits
+    cb = np.array(c, np.float32)
+    g = max(1, min(S, (1 << 20) // (M * N)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for g0 in range(0, S, g):
+            g1 = min(S, g0 + g)
+            sums = np.matmul(VA[:, g0:g1].transpose(1, 0, 2), VB[:, g0:g1].transpose(1, 2, 0))
+            for s in range(g0, g1):
+                x, Ep = sums[s - g0], exponents(EA[s], EB[s])
+                u = cb.view(ut)
+                ec = np.take(table, u >> ut(sh), mode="wrap")
+                if zero_c:
+                    ec[(u & ut(mag)) == 0] = ins.zero_exp
+                E = np.maximum(Ep, ec)
+                low = la[s][:, None] + lb[s][None, :]
+                if paired:
+                    bad = (low < Ep - F) | (low < E - (F2 + 1))
+                    # C aligned to the step's grid 2**(E - F): a float32 C is on it already
+                    # wherever E <= ec + 1, as in most steps of a long K
+                    if (Ep > ec + 1).any():
+                        gc = _pow2(E, F, -1)
+                        cc = np.floor(cb * gc)
+                        cc /= gc
+                        cc[ec < E - F - 1] = 0.0
+                        x += cc
+                    else:
+                        x += cb
+                    _, e = np.frexp(x)
+                    q = _pow2(np.maximum(e, -125), -1 - F2)
+                    x /= q
+                    np.floor(x, out=x)
+                    x *= q
+                    new = _round_table(x, ins)
+                else:
+                    bad = low < E - F
+                    if (E > ec + (F - 23)).any():
+                        # C truncated to the step's grid 2**(E - F) (exact sums in its units)
+                        sc = _pow2(E, F, -1)
+                        x *= sc
+                        cs_ = cb * sc
+                        x += np.trunc(cs_, out=cs_)
+                        x /= sc
+                    else:
+                        x += cb                   # a float32 C is on the grid: nothing to cut
+                    new = _round_table(x, ins, E, coarse=coarse)
+                nbad = np.count_nonzero(bad)
+                if nbad > bad.size // 8:
+                    # many entries fail from here (a C far above the products cuts them; past
+                    # about a sixth, their row route costs more than the operand path): the
+                    # operand path takes the rest of K from this step's C
+                    rest = slice(s * L, K)
+                    return _run_operands(ins, a[None, :, rest], b[None, :, rest], cb[None], fa, fb, exact=False)[0]
+                if nbad:
+                    fi, fj = np.nonzero(bad)
+                    ks = slice(s * L, (s + 1) * L)
+                    new[fi, fj] = _run(ins, a[fi, None, ks], b[fj, None, ks], cb[fi, fj, None], fa, fb,
+                                       None, None, None)[:, 0]
+                cb = new
+    return cb
 
 
 def _tile_route(ins, fa, fb, block):
