@@ -991,13 +991,28 @@ def _paired_halves(ps, Ee, Eo, c, ec, ins, floor_e=None):
     sd += np.floor(so * _pow2(Eo - Ed))
     Em = np.maximum(Ed, ec)
     sd = np.floor(sd * _pow2(Ed - Em, F2 + 1 - F)) * _pow2(Em, -F2 - 1)
-    gc = _pow2(Em, F, -1)
-    cc = np.floor(c * gc) / gc
-    cc[ec < Em - F - 1] = 0.0
-    x = sd + cc
-    _, e = np.frexp(x)                  # Inf, NaN and 0 give 0: their q does not matter
+    return _paired_finish(sd, Ed, Em, c, ec, ins)
+
+
+def _paired_finish(x, Ed, Em, c, ec, ins):
+    """The end of a ``"paired"`` step: the products' sum ``x`` (float64, overwritten), cut to its
+    grid, plus C floored to ``2**(Em - F)`` (zero where it lies wholly below), the total floored to
+    ``pair_bits + 1`` bits.  Ed is the products' largest exponent, Em the larger of it and C's."""
+    F, F2 = ins.frac_bits, ins.pair_bits
+    if (Ed > ec + 1).any():
+        gc = _pow2(Em, F, -1)
+        cc = np.floor(c * gc)
+        cc /= gc
+        cc[ec < Em - F - 1] = 0.0
+        x += cc
+    else:
+        x += c             # where Em <= ec + 1, a float32 C is on the grid already (most steps)
+    _, e = np.frexp(x)     # Inf, NaN and 0 give 0: their q does not matter
     q = _pow2(np.maximum(e, -125), -1 - F2)
-    return np.floor(x / q) * q
+    x /= q
+    np.floor(x, out=x)
+    x *= q
+    return x
 
 
 def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
@@ -1346,8 +1361,9 @@ def _run_exact(ins, a, b, c, fa, fb):
     floor_e = _operand_tables(fa, np.float32)[2] + _operand_tables(fb, np.float32)[2]
 
     def exponents(ea, eb):
-        """Largest product exponent of a step from its int8 exponents ea (L, rows), eb (L, cols)."""
-        xm = np.add(ea[:, :, None], eb[:, None, :]).max(axis=0)
+        """Largest product exponents of steps from their int8 exponents ea (..., L, rows) and
+        eb (..., L, cols)."""
+        xm = np.add(ea[..., :, :, None], eb[..., :, None, :]).max(axis=-3)
         E = xm.astype(np.int16)
         E[xm < floor_e] = zero_mark                      # all products zero (a zero's marker)
         return E
@@ -1357,10 +1373,9 @@ def _run_exact(ins, a, b, c, fa, fb):
         return table[codes].reshape(len(codes), -1, L).min(axis=2).T
 
     # a sample decides whether enough entries pass (ignoring C, which only adds failures)
-    rs, cs, s1 = min(M, 32), min(N, 32), min(S, 64)
-    ea_s = xa[a[:rs, :s1 * L]].reshape(rs, s1, L).transpose(1, 2, 0)
-    eb_s = xb[b[:cs, :s1 * L]].reshape(cs, s1, L).transpose(1, 2, 0)
-    E = np.stack([exponents(ea_s[s], eb_s[s]) for s in range(s1)])
+    rs, cs, s1 = min(M, 32), min(N, 32), min(S, 32)
+    E = exponents(xa[a[:rs, :s1 * L]].reshape(rs, s1, L).transpose(1, 2, 0),
+                  xb[b[:cs, :s1 * L]].reshape(cs, s1, L).transpose(1, 2, 0))
     low = lowest(a[:rs, :s1 * L], la_t)[:, :, None] + lowest(b[:cs, :s1 * L], lb_t)[:, None, :]
     if np.mean(low >= E - F) < _EXACT_SHARE:
         return None
@@ -1395,22 +1410,7 @@ def _run_exact(ins, a, b, c, fa, fb):
                 low = la[s][:, None] + lb[s][None, :]
                 if paired:
                     bad = (low < Ep - F) | (low < E - (F2 + 1))
-                    # C aligned to the step's grid 2**(E - F): a float32 C is on it already
-                    # wherever E <= ec + 1, as in most steps of a long K
-                    if (Ep > ec + 1).any():
-                        gc = _pow2(E, F, -1)
-                        cc = np.floor(cb * gc)
-                        cc /= gc
-                        cc[ec < E - F - 1] = 0.0
-                        x += cc
-                    else:
-                        x += cb
-                    _, e = np.frexp(x)
-                    q = _pow2(np.maximum(e, -125), -1 - F2)
-                    x /= q
-                    np.floor(x, out=x)
-                    x *= q
-                    new = _round_table(x, ins)
+                    new = _round_table(_paired_finish(x, Ep, E, cb, ec, ins), ins)
                 else:
                     bad = low < E - F
                     if (E > ec + (F - 23)).any():
