@@ -376,6 +376,33 @@ def test_exact_gemm_route_equals_the_per_operand_decode(preset, monkeypatch):
         assert seen["declined"] and not seen["exact"], seen
 
 
+@pytest.mark.parametrize("preset", ["blackwell-mma", "blackwell-tcgen05-f8f6f4", "cdna3-mfma-fp8"])
+def test_exact_gemm_route_over_chunks_of_steps(preset, monkeypatch):
+    """A 256 x 256 GEMM takes its steps' matrix products in several chunks of steps: the operand
+    path's bits (that path is checked against the per-operand decode above), on Gaussian data with
+    a C on a twentieth of the outputs large enough to send them to the row route."""
+    ins = INSTRUCTIONS[preset]
+    fmt = ins.formats[0]
+    M = N = 256
+    K = 40 * ins.step                               # the route takes 16 steps per matrix product here
+    rng = np.random.default_rng(7)
+    a, b = fp8emu.encode(rng.standard_normal((M, K)), fmt), fp8emu.encode(rng.standard_normal((K, N)), fmt)
+    c = np.where(rng.random((M, N)) < 0.05, 2.0 ** 28, rng.standard_normal((M, N))).astype(np.float32)
+    real, taken = ins_mod._run_exact, []
+
+    def exact(*args):
+        d = real(*args)
+        taken.append(d is not None)
+        return d
+
+    monkeypatch.setattr(ins_mod, "_run_exact", exact)
+    got = mma(a, b, c, instruction=preset, a_format=fmt)
+    assert taken == [True]
+    want = ins_mod._run_operands(ins, a[None], np.ascontiguousarray(b.T)[None], c[None], fp8emu.get_format(fmt),
+                                 fp8emu.get_format(fmt), exact=False)[0]
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
 @pytest.mark.parametrize("preset", [n for n in EXACT_PRESETS if INSTRUCTIONS[n].frac_bits >= 24])
 def test_exact_gemm_route_at_its_boundaries(preset, monkeypatch):
     """Products one bit below and exactly on a step's grid, and a C whose last bit the grid cuts
