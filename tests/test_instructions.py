@@ -762,6 +762,18 @@ def test_mma_argument_errors():
     with pytest.raises(ValueError, match="ue4m3 scales go with blocks of 16"):
         mma(np.zeros((2, 64), np.uint8), np.zeros((64, 2), np.uint8), instruction="blackwell-tcgen05-mxf4nvf4",
             a_format="e2m1fn", a_scales=s, b_scales=s.T, scale_format="ue4m3")
+    # scales of the wrong rows or columns (or none) are refused, 2-D as batched (before: taken)
+    mx = dict(instruction="blackwell-tcgen05-mxf8f6f4", a_format="e4m3fn")
+    one = np.full((2, 1), 127, np.uint8)
+    for sa, sb, name in ((np.full((3, 1), 127, np.uint8), one.T, "a_scales"), (np.full((1, 1), 127, np.uint8), one.T, "a_scales"),
+                         (one, np.full((1, 3), 127, np.uint8), "b_scales"), (one[:, 0], one.T, "a_scales")):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            mma(a, b, a_scales=sa, b_scales=sb, **mx)
+    with pytest.raises(ValueError, match="a_scales must be"):
+        dot(a, b.T, a_scales=np.full((3, 1), 127, np.uint8), b_scales=one, **mx)
+    with pytest.raises(ValueError, match=r"c must be \(2,\)"):
+        dot(a, b.T, np.zeros((2, 1), np.float32), instruction="ada-mma", a_format="e4m3fn")
+    assert (dot(a, b.T, np.float32(2.0), instruction="ada-mma", a_format="e4m3fn") == 2).all()
 
 
 @pytest.mark.parametrize("preset, fmt", [("ada-mma", "e4m3fn"), ("cdna3-mfma-fp8", "e4m3fnuz"),

@@ -420,7 +420,7 @@ def dot(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     ----------
     a, b : ndarray of uint8, shape (n, K)
         Element codes (one per byte; FP4/FP6 in the low bits).
-    c : array_like, shape (n,), optional
+    c : array_like, shape (n,) or scalar, optional
         Accumulator input in the instruction's output type (default zero).
     instruction : str or Instruction
     a_format, b_format : str
@@ -449,10 +449,18 @@ def dot(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     if a.ndim != 2 or a.shape != b.shape:
         raise ValueError(f"a and b must be (n, K) arrays of the same shape, got {a.shape} and {b.shape}")
     n, K = a.shape
-    c = None if c is None else np.asarray(c).reshape(-1, 1)
+    if c is not None:
+        c = np.asarray(c)
+        if c.shape not in ((n,), ()):
+            raise ValueError(f"c must be ({n},) for a and b {a.shape}, or a scalar; got {c.shape}")
+        c = np.broadcast_to(c, (n,)).reshape(n, 1)
+    for name, x in (("a_scales", a_scales), ("b_scales", b_scales)):
+        if x is not None and (np.ndim(x) != 2 or np.shape(x)[0] != n):
+            raise ValueError(f"{name} must be (n, K // block) = ({n}, K // block) for a and b {a.shape}, "
+                             f"got {np.shape(x)}")
     d = _run(ins, a[:, None, :], b[:, None, :], _c_in(c, (n, 1), ins), a_format,
-             a_format if b_format is None else b_format, None if a_scales is None else a_scales[:, None],
-             None if b_scales is None else b_scales[:, None], scale_format)
+             a_format if b_format is None else b_format, None if a_scales is None else np.asarray(a_scales)[:, None],
+             None if b_scales is None else np.asarray(b_scales)[:, None], scale_format)
     return d[:, 0]
 
 
@@ -506,15 +514,10 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     M, K = a.shape[-2:]
     N = b.shape[-1]
     bf = a_format if b_format is None else b_format
-    if a.ndim == 2 and b.ndim == 2:
-        bs = None if b_scales is None else np.asarray(b_scales).T[None, :, :]
-        return _run(ins, a[:, None, :], b.T[None, :, :], _c_in(c, (M, N), ins), a_format, bf,
-                    None if a_scales is None else np.asarray(a_scales)[:, None, :], bs, scale_format)
     try:
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
         raise ValueError(f"the batch dimensions of a {a.shape[:-2]} and b {b.shape[:-2]} do not broadcast") from None
-    T = int(np.prod(batch))
     for name, x, tail in (("a_scales", a_scales, (M, None)), ("b_scales", b_scales, (None, N))):
         if x is not None:
             x = np.asarray(x)
@@ -527,6 +530,11 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
                 ok = False
             if not ok:
                 raise ValueError(f"the batch dimensions of {name} {x.shape[:-2]} do not broadcast to {batch}")
+    if a.ndim == 2 and b.ndim == 2:
+        bs = None if b_scales is None else np.asarray(b_scales).T[None, :, :]
+        return _run(ins, a[:, None, :], b.T[None, :, :], _c_in(c, (M, N), ins), a_format, bf,
+                    None if a_scales is None else np.asarray(a_scales)[:, None, :], bs, scale_format)
+    T = int(np.prod(batch))
     cc = _c_in(c, batch + (M, N), ins).reshape(T, M, N)
     a3 = np.broadcast_to(a, batch + (M, K)).reshape(T, M, K)
     b3 = np.swapaxes(np.broadcast_to(b, batch + (K, N)), -1, -2).reshape(T, N, K)
