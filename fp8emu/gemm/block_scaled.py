@@ -241,7 +241,9 @@ def _get_acc(acc):
         if acc in BLOCK_ACCUMULATORS:
             return BLOCK_ACCUMULATORS[acc]
     raise ValueError(f"unknown block-scaled accumulator {acc!r}; use 'exact', 'fp32', "
-                     f"{', '.join(repr(k) for k in BLOCK_ACCUMULATORS)} or a BlockScaledAccumulator")
+                     f"{', '.join(repr(k) for k in BLOCK_ACCUMULATORS)}, a BlockScaledAccumulator, or a "
+                     f"block-scaled matrix-instruction preset such as 'blackwell-tcgen05-mxf8f6f4' "
+                     f"(fp8emu.gemm.presets() lists them)")
 
 
 def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scales=None,

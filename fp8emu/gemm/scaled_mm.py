@@ -12,7 +12,7 @@ import numpy as np
 
 from ..formats import get_format
 from ..tables import as_codes
-from .accumulator import HW_K_MULTIPLE, get_accumulator
+from .accumulator import ACCUMULATORS, HW_K_MULTIPLE, get_accumulator
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, ieee_specials, output_type, result_scale, to_output
 from .fparith import add_scaled_f32
@@ -159,6 +159,10 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         raise ValueError(f"shape mismatch: a is {ca.shape} and b is {cb.shape}; need (M, K) @ (K, N)")
     N = cb.shape[1]
     ins = as_instruction(accumulator)
+    if ins is None and isinstance(accumulator, str) and accumulator not in ACCUMULATORS:
+        raise ValueError(f"unknown accumulator {accumulator!r}; use one of {sorted(ACCUMULATORS)}, a "
+                         f"float32-output matrix-instruction preset such as 'hopper-wgmma' "
+                         f"(fp8emu.gemm.presets() lists them), or an fp8emu.gemm.Accumulator")
     acc = None if ins is not None else get_accumulator(accumulator)
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
