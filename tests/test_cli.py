@@ -115,7 +115,27 @@ def test_formats_and_profiles_listings(capsys):
     assert len(out) == len(fp8emu.profile_names()) and out[2].startswith("torch-cuda ")
 
 
-@pytest.mark.parametrize("cmd", ["encode", "decode", "formats", "profiles", "golden", "validate-gpu", "conformance"])
+def test_presets_listing(capsys):
+    from fp8emu.gemm import INSTRUCTIONS, presets
+    assert main(["presets", "--names"]) == 0
+    assert sorted(capsys.readouterr().out.split()) == sorted(INSTRUCTIONS)
+    assert main(["presets", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(presets()))
+    assert main(["presets", "--arch", "cdna"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cdna3-mfma-fp8  [CDNA3]  v_mfma") and "e4m3fnuz, e5m2fnuz -> float32" in out
+    assert "equals MMA-Sim 2.1.1 on 200,000 random MMAs" in out
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"\n{n}  [" in "\n" + out for n in INSTRUCTIONS)
+    assert "reproduces MATLAB-tensor-core model_validation b200_e4m3" in out
+    assert main(["presets", "--arch", "tpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no preset's architecture contains 'tpu'" in err[0] and "CDNA3" in err[0]
+
+
+@pytest.mark.parametrize("cmd", ["encode", "decode", "formats", "profiles", "presets", "golden", "validate-gpu",
+                                 "conformance"])
 def test_help(cmd, capsys):
     with pytest.raises(SystemExit) as e:
         main([cmd, "--help"])
