@@ -376,17 +376,24 @@ def test_exact_gemm_route_equals_the_per_operand_decode(preset, monkeypatch):
         assert seen["declined"] and not seen["exact"], seen
 
 
+@pytest.mark.parametrize("block", [None, 5000])
 @pytest.mark.parametrize("preset", ["blackwell-mma", "blackwell-tcgen05-f8f6f4", "cdna3-mfma-fp8"])
-def test_exact_gemm_route_over_chunks_of_steps(preset, monkeypatch):
-    """A 256 x 256 GEMM takes its steps' matrix products in several chunks of steps: the operand
+def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch):
+    """A 256 x 256 GEMM takes its steps' matrix products in several chunks of steps (and, with the
+    route's block of outputs made small, in blocks of 19 rows and chunks of one step): the operand
     path's bits (that path is checked against the per-operand decode above), on Gaussian data with
-    a C on a twentieth of the outputs large enough to send them to the row route."""
+    a few tiny elements and a C on a twentieth of the outputs large enough to send them to the row
+    route."""
+    if block:
+        monkeypatch.setattr(ins_mod, "_EXACT_OUT", block)
     ins = INSTRUCTIONS[preset]
     fmt = ins.formats[0]
     M = N = 256
     K = 40 * ins.step                               # the route takes 16 steps per matrix product here
     rng = np.random.default_rng(7)
-    a, b = fp8emu.encode(rng.standard_normal((M, K)), fmt), fp8emu.encode(rng.standard_normal((K, N)), fmt)
+    x = rng.standard_normal((M, K))
+    x[rng.random((M, K)) < 0.003] *= 2.0 ** -9          # a few tiny elements: rows' low bits differ
+    a, b = fp8emu.encode(x, fmt), fp8emu.encode(rng.standard_normal((K, N)), fmt)
     c = np.where(rng.random((M, N)) < 0.05, 2.0 ** 28, rng.standard_normal((M, N))).astype(np.float32)
     real, taken = ins_mod._run_exact, []
 
@@ -403,18 +410,23 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, monkeypatch):
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
+@pytest.mark.parametrize("blocks", [False, True])
 @pytest.mark.parametrize("preset", [n for n in EXACT_PRESETS if INSTRUCTIONS[n].frac_bits >= 24])
-def test_exact_gemm_route_at_its_boundaries(preset, monkeypatch):
+def test_exact_gemm_route_at_its_boundaries(preset, blocks, monkeypatch):
     """Products one bit below and exactly on a step's grid, and a C whose last bit the grid cuts
     or keeps, each in an output where large products cancel so that the bit shows: the route's
     checks must send the first to the row route and keep the others (expected values from the
-    instruction's definition: terms truncated to 2**(E - F), E the largest product exponent)."""
+    instruction's definition: terms truncated to 2**(E - F), E the largest product exponent).
+    ``blocks``: the route works in blocks of two rows, the entry below the grid in the second
+    block, beside a row of the first whose elements' low bits are higher."""
     import math
     ins = INSTRUCTIONS[preset]
     L, F = ins.step, ins.frac_bits
     fmt = fp8emu.get_format(ins.formats[0])
     M, N, K = 36, 24, 4 * L
     monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
+    if blocks:
+        monkeypatch.setattr(ins_mod, "_EXACT_OUT", 2 * N)
     taken = []
     real, real_run = ins_mod._run_exact, ins_mod._run
 
@@ -449,11 +461,12 @@ def test_exact_gemm_route_at_its_boundaries(preset, monkeypatch):
         return mma(a, b, c, instruction=preset, a_format=fmt.name), c
 
     t = 2 * h - F - 1                             # one bit below the grid 2**(2h - F)
-    d, c = tile([((1, 2), (h, h), (tmin, t - tmin)), ((3, 4), (h, h), (tmin, t + 1 - tmin))], 0.0)
+    (bi, bj), (pi, pj) = ((3, 2), (1, 4)) if blocks else ((1, 2), (3, 4))
+    d, c = tile([((bi, bj), (h, h), (tmin, t - tmin)), ((pi, pj), (h, h), (t + 1 - tmin, tmin))], 0.0)
     assert taken[-1] and rows == [1]              # the entry below the grid alone, at its one step
-    assert d[1, 2] == 0.0                         # truncated away
-    assert d[3, 4] == 2.0 ** (t + 1)              # on the grid: kept
-    assert (np.delete(d.ravel(), [1 * N + 2, 3 * N + 4]) == 0).all()
+    assert d[bi, bj] == 0.0                       # truncated away
+    assert d[pi, pj] == 2.0 ** (t + 1)            # on the grid: kept
+    assert (np.delete(d.ravel(), [bi * N + bj, pi * N + pj]) == 0).all()
     # C = 1 + 2**-23 (exponent 0) beside products of exponent g that cancel: its last bit is below
     # the grid 2**(g - F) where g > F - 23 (fused) or g > 1 (paired: C is aligned to 2**(E - 24))
     keep = 1 if ins.datapath == "paired" else F - 23

@@ -1317,6 +1317,9 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
 #: at least ``_EXACT_SHARE`` of a sample's (output, step) entries pass its exactness check.
 _EXACT_MIN = 4096
 _EXACT_SHARE = 0.9
+#: Outputs the route holds per-output arrays for at once (a block of rows), and the size of its
+#: chunks of steps (outputs per chunk, or decoded operand elements).
+_EXACT_OUT = 1 << 20
 #: The lowest-set-bit exponent of a zero code: above any real one, so that zeros never fail the check.
 _NOLOW = 1 << 13
 
@@ -1370,8 +1373,13 @@ def _run_exact(ins, a, b, c, fa, fb):
 
     def exponents(ea, eb):
         """Largest product exponents of steps from their int8 exponents ea (..., L, rows) and
-        eb (..., L, cols)."""
-        xm = np.add(ea[..., :, :, None], eb[..., :, None, :]).max(axis=-3)
+        eb (..., L, cols), in blocks of rows of about ``_OP_TILE`` products."""
+        rows = ea.shape[-1]
+        xm = np.empty(ea.shape[:-2] + (rows, eb.shape[-1]), np.int8)
+        step = max(1, _OP_TILE // (L * eb.shape[-1] * int(np.prod(ea.shape[:-2]))))
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            np.add(ea[..., :, r0:r1, None], eb[..., :, None, :]).max(axis=-3, out=xm[..., r0:r1, :])
         E = xm.astype(np.int16)
         E[xm < floor_e] = zero_mark                      # all products zero (a zero's marker)
         return E
@@ -1392,24 +1400,28 @@ def _run_exact(ins, a, b, c, fa, fb):
     if not (cmax + 2.0 * K * vmax < 2.0 ** 126) or not (fin_a[a].all() and fin_b[b].all()):
         return None          # non-finite operands or C, or sums that could overflow: the operand path
     la, lb = lowest(a, la_t), lowest(b, lb_t)
-    # values (float64) and exponents, decoded once, K-major: a step's products are then one
-    # slice of a batched matrix product and its exponents one broadcast pass
-    VA, VB = va_t[a].reshape(M, S, L), vb_t[b].reshape(N, S, L)
-    EA = np.ascontiguousarray(xa[a].reshape(M, S, L).transpose(1, 2, 0))
-    EB = np.ascontiguousarray(xb[b].reshape(N, S, L).transpose(1, 2, 0))
     ut, sh, mag, _ = _FIELDS[ins.out]
     table = _c_exponent_table(ins.out)
     zero_c = _zero_c_matters(ins, floor_e)
     coarse = not zero_c and F <= _kept_bits(ins)
     F2, c_bits = ins.pair_bits, _OUT[ins.out][3]
-    cb = np.array(c, np.float32)
-    g = max(1, min(S, (1 << 20) // (M * N)))
-    with np.errstate(invalid="ignore", over="ignore"):
+
+    def chain(a, la, cb):
+        """D of the rows of a (m, K) with their C (m, N, overwritten) and low bits la (S, m)."""
+        m = len(a)
+        # chunks of steps of about _EXACT_OUT outputs, or as many decoded elements of A and B
+        g = max(1, min(S, _EXACT_OUT // (m * N), _EXACT_OUT // ((m + N) * L)))
         for g0 in range(0, S, g):
             g1 = min(S, g0 + g)
-            sums = np.matmul(VA[:, g0:g1].transpose(1, 0, 2), VB[:, g0:g1].transpose(1, 2, 0))
+            # a chunk's values (float64) and exponents, decoded once: its steps' products are one
+            # batched matrix product, and each step's exponents one broadcast pass
+            ac, bc = a[:, g0 * L:g1 * L], b[:, g0 * L:g1 * L]
+            sums = np.matmul(va_t[ac].reshape(m, -1, L).transpose(1, 0, 2),
+                             vb_t[bc].reshape(N, -1, L).transpose(1, 2, 0))
+            EA = np.ascontiguousarray(xa[ac].reshape(m, -1, L).transpose(1, 2, 0))
+            EB = np.ascontiguousarray(xb[bc].reshape(N, -1, L).transpose(1, 2, 0))
             for s in range(g0, g1):
-                x, Ep = sums[s - g0], exponents(EA[s], EB[s])
+                x, Ep = sums[s - g0], exponents(EA[s - g0], EB[s - g0])
                 u = cb.view(ut)
                 ec = np.take(table, u >> ut(sh), mode="wrap")
                 if zero_c:
@@ -1444,7 +1456,16 @@ def _run_exact(ins, a, b, c, fa, fb):
                     new[fi, fj] = _run(ins, a[fi, None, ks], b[fj, None, ks], cb[fi, fj, None], fa, fb,
                                        None, None, None)[:, 0]
                 cb = new
-    return cb
+        return cb
+
+    # blocks of rows of about _EXACT_OUT outputs: each block's per-output arrays stay that size
+    out = np.empty((M, N), np.float32)
+    rows = max(1, _EXACT_OUT // N)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r0 in range(0, M, rows):
+            r1 = min(M, r0 + rows)
+            out[r0:r1] = chain(a[r0:r1], la[:, r0:r1], np.array(c[r0:r1], np.float32))
+    return out
 
 
 def _tile_route(ins, fa, fb, block):
