@@ -125,10 +125,45 @@ def test_preset_equals_live_mmasim_on_a_fresh_seed(preset):
         assert diff.size == 0, f"seed {seed}, {route}: {diff.size} differences, first {diff[:10].tolist()}"
 
 
+class _ExactRoute:
+    """What the exact GEMM route did: per call whether it served it (``taken``), the entries it sent to
+    the row route per call (``rows``), and how often the operand path took the rest of K (``rest``)."""
+
+    def __init__(self):
+        self.taken, self.rows, self.rest = [], [], 0
+
+
+@pytest.fixture
+def exact_route(monkeypatch):
+    """Record what the exact GEMM route does (tiles of 256 outputs and more try it)."""
+    monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
+    seen = _ExactRoute()
+    real_exact, real_run, real_ops = ins_mod._run_exact, ins_mod._run, ins_mod._run_operands
+
+    def exact(*args):
+        d = real_exact(*args)
+        seen.taken.append(d is not None)
+        return d
+
+    def run(ins_, a, b, *args, **kw):
+        if a.shape[1] == 1 == b.shape[1]:             # rows (a 2-D tile's b is (1, N, K))
+            seen.rows.append(a.shape[0])
+        return real_run(ins_, a, b, *args, **kw)
+
+    def ops(*args, exact=True, **kw):
+        seen.rest += not exact
+        return real_ops(*args, exact=exact, **kw)
+
+    monkeypatch.setattr(ins_mod, "_run_exact", exact)
+    monkeypatch.setattr(ins_mod, "_run", run)
+    monkeypatch.setattr(ins_mod, "_run_operands", ops)
+    return seen
+
+
 @pytest.mark.skipif(importlib.util.find_spec("mmasim") is None or importlib.util.find_spec("torch") is None,
                     reason="mmasim (and torch) not installed")
 @pytest.mark.parametrize("preset", ["blackwell-tcgen05-f8f6f4", "rtx-blackwell-mma", "cdna3-mfma-fp8"])
-def test_exact_gemm_route_equals_live_mmasim(preset, monkeypatch):
+def test_exact_gemm_route_equals_live_mmasim(preset, exact_route):
     """GEMM tiles through the matrix-product route against MMA-Sim chaining the instruction along
     K (C carried from one call to the next), on Gaussian data, tiny elements and a huge C on some
     outputs (a fresh seed each run)."""
@@ -138,15 +173,7 @@ def test_exact_gemm_route_equals_live_mmasim(preset, monkeypatch):
     ins = INSTRUCTIONS[preset]
     k = ins.shape[2]
     M, N, K = 40, 24, 8 * k
-    monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
-    real, taken = ins_mod._run_exact, []
-
-    def exact(*args):
-        d = real(*args)
-        taken.append(d is not None)
-        return d
-
-    monkeypatch.setattr(ins_mod, "_run_exact", exact)
+    taken = exact_route.taken
     seed = int.from_bytes(os.urandom(4), "little")
     rng = np.random.default_rng(seed)
     for fa, fb in sorted({(ins.formats[0], ins.formats[0]), (ins.formats[0], ins.formats[1])}):
@@ -309,7 +336,7 @@ EXACT_PRESETS = [n for n in OPERAND_PRESETS
 
 
 @pytest.mark.parametrize("preset", EXACT_PRESETS)
-def test_exact_gemm_route_equals_the_per_operand_decode(preset, monkeypatch):
+def test_exact_gemm_route_equals_the_per_operand_decode(preset, exact_route):
     """A GEMM tile whose steps truncate nothing is matrix products (``_run_exact``): on data where
     every entry passes its check, where some fail it (tiny elements, a huge C on a tenth of the
     outputs: one step of the row route each), where a huge C makes most fail (the operand path
@@ -319,26 +346,7 @@ def test_exact_gemm_route_equals_the_per_operand_decode(preset, monkeypatch):
     ins = INSTRUCTIONS[preset]
     L = ins.step
     M, N, K = 36, 24, 12 * L                   # 864 outputs: past the code-pair path's 512
-    monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
-    seen = {"exact": 0, "declined": 0, "rows": 0, "rest": 0}
-    real_exact, real_run, real_ops = ins_mod._run_exact, ins_mod._run, ins_mod._run_operands
-
-    def exact(*args):
-        d = real_exact(*args)
-        seen["declined" if d is None else "exact"] += 1
-        return d
-
-    def run(ins_, a, b, c, *args, **kw):
-        seen["rows"] += a.shape[1] == 1 and b.shape[1] == 1 and a.shape[0] > 1
-        return real_run(ins_, a, b, c, *args, **kw)
-
-    def ops(*args, exact=True, **kw):
-        seen["rest"] += not exact
-        return real_ops(*args, exact=exact, **kw)
-
-    monkeypatch.setattr(ins_mod, "_run_exact", exact)
-    monkeypatch.setattr(ins_mod, "_run", run)
-    monkeypatch.setattr(ins_mod, "_run_operands", ops)
+    seen = exact_route
     rng = np.random.default_rng(zlib.crc32(preset.encode()) + 1)
     for fa, fb in sorted({(ins.formats[0], ins.formats[0]), (ins.formats[0], ins.formats[-1])}):
         lo = min(fp8emu.get_format(f).max for f in (fa, fb))
@@ -364,21 +372,21 @@ def test_exact_gemm_route_equals_the_per_operand_decode(preset, monkeypatch):
                 c[0, :4] = [-0.0, 2.0 ** -140, -(2.0 ** -130), 0.0]
             if case == "non-finite":
                 a[1, 1] = fp8emu.encode(np.array([np.nan]), fa)[0] if fp8emu.get_format(fa).has_nan else a[1, 1]
-            before = dict(seen)
+            before = sum(seen.taken)
             got = mma(a, b, c, instruction=preset, a_format=fa, b_format=fb)
             want = _decoded(ins, a[:, None], b.T[None], c, dict(a_format=fa, b_format=fb))
             np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=f"{fa} x {fb}, {case}")
             if ins.frac_bits >= 24 and wide and case in ("plain", "zeros"):
-                assert seen["exact"] > before["exact"], (fa, fb, case)
+                assert sum(seen.taken) > before, (fa, fb, case)
     if ins.frac_bits >= 24:
-        assert seen["exact"] and seen["rows"] and seen["rest"], seen
+        assert any(seen.taken) and seen.rows and seen.rest, vars(seen)
     else:                           # 13 bits: Gaussian steps mostly truncate, the sample declines
-        assert seen["declined"] and not seen["exact"], seen
+        assert seen.taken and not any(seen.taken), vars(seen)
 
 
 @pytest.mark.parametrize("block", [None, 5000])
 @pytest.mark.parametrize("preset", ["blackwell-mma", "blackwell-tcgen05-f8f6f4", "cdna3-mfma-fp8"])
-def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch):
+def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch, exact_route):
     """A 256 x 256 GEMM takes its steps' matrix products in several chunks of steps (and, with the
     route's block of outputs made small, in blocks of 19 rows and chunks of one step): the operand
     path's bits (that path is checked against the per-operand decode above), on Gaussian data with
@@ -395,16 +403,8 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch):
     x[rng.random((M, K)) < 0.003] *= 2.0 ** -9          # a few tiny elements: rows' low bits differ
     a, b = fp8emu.encode(x, fmt), fp8emu.encode(rng.standard_normal((K, N)), fmt)
     c = np.where(rng.random((M, N)) < 0.05, 2.0 ** 28, rng.standard_normal((M, N))).astype(np.float32)
-    real, taken = ins_mod._run_exact, []
-
-    def exact(*args):
-        d = real(*args)
-        taken.append(d is not None)
-        return d
-
-    monkeypatch.setattr(ins_mod, "_run_exact", exact)
     got = mma(a, b, c, instruction=preset, a_format=fmt)
-    assert taken == [True]
+    assert exact_route.taken == [True] and exact_route.rows
     want = ins_mod._run_operands(ins, a[None], np.ascontiguousarray(b.T)[None], c[None], fp8emu.get_format(fmt),
                                  fp8emu.get_format(fmt), exact=False)[0]
     np.testing.assert_array_equal(_bits(got), _bits(want))
@@ -412,7 +412,7 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch):
 
 @pytest.mark.parametrize("blocks", [False, True])
 @pytest.mark.parametrize("preset", [n for n in EXACT_PRESETS if INSTRUCTIONS[n].frac_bits >= 24])
-def test_exact_gemm_route_at_its_boundaries(preset, blocks, monkeypatch):
+def test_exact_gemm_route_at_its_boundaries(preset, blocks, monkeypatch, exact_route):
     """Products one bit below and exactly on a step's grid, and a C whose last bit the grid cuts
     or keeps, each in an output where large products cancel so that the bit shows: the route's
     checks must send the first to the row route and keep the others (expected values from the
@@ -424,26 +424,9 @@ def test_exact_gemm_route_at_its_boundaries(preset, blocks, monkeypatch):
     L, F = ins.step, ins.frac_bits
     fmt = fp8emu.get_format(ins.formats[0])
     M, N, K = 36, 24, 4 * L
-    monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
     if blocks:
         monkeypatch.setattr(ins_mod, "_EXACT_OUT", 2 * N)
-    taken = []
-    real, real_run = ins_mod._run_exact, ins_mod._run
-
-    def exact(*args):
-        d = real(*args)
-        taken.append(d is not None)
-        return d
-
-    monkeypatch.setattr(ins_mod, "_run_exact", exact)
-    rows = []                                     # entries sent to the row route, one step each
-
-    def run(ins_, a, b, *args, **kw):
-        if a.shape[1] == 1 and b.shape[1] == 1:
-            rows.append(a.shape[0])
-        return real_run(ins_, a, b, *args, **kw)
-
-    monkeypatch.setattr(ins_mod, "_run", run)
+    taken, rows = exact_route.taken, exact_route.rows    # rows: entries sent to the row route
     h = math.floor(math.log2(fmt.max))            # big products 2**(2h), cancelled by their negatives
     tmin = round(math.log2(fmt.min_subnormal))
 
