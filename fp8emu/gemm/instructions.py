@@ -50,6 +50,7 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import get_format
 from ..registry import named
+from .kernels import _low_table, _value_tables, any_nonfinite
 
 __all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets", "mma", "dot",
            "gemm", "block_scaled_gemm"]
@@ -1320,29 +1321,6 @@ _EXACT_SHARE = 0.9
 #: Outputs the route holds per-output arrays for at once (a block of rows), and the size of its
 #: chunks of steps (outputs per chunk, or decoded operand elements).
 _EXACT_OUT = 1 << 20
-#: The lowest-set-bit exponent of a zero code: above any real one, so that zeros never fail the check.
-_NOLOW = 1 << 13
-
-
-def _exact_tables(fmt):
-    """Per code of an FP8/FP6/FP4 format: float64 value (0 where not finite), the exponent of its
-    lowest set bit (``_NOLOW`` for zeros), and whether it is finite."""
-    key = ("exact", fmt.name)
-    if key not in _TABLES:
-        v = decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
-        fin = np.isfinite(v)
-        vf = np.where(fin, v, 0.0)
-        low = np.full(v.shape, _NOLOW, np.int16)
-        for i in np.flatnonzero(vf):
-            m, x = np.frexp(abs(vf[i]))
-            m = int(m * 2.0 ** 53)                               # the significand as an integer
-            low[i] = int(x) - 53 + (m & -m).bit_length() - 1
-        for arr in (vf, low, fin):
-            arr.flags.writeable = False
-        _TABLES[key] = vf, low, fin
-    return _TABLES[key]
-
-
 def _run_exact(ins, a, b, c, fa, fb):
     """D of one GEMM tile (a (M, K), b (N, K) codes, C (M, N)) of the ``"fused"`` or ``"paired"``
     datapath from float64 matrix products, or ``None`` where this route does not apply.
@@ -1367,7 +1345,9 @@ def _run_exact(ins, a, b, c, fa, fb):
     if (ins.out != "float32" or M * N < _EXACT_MIN or K < L
             or not (paired or (ins.datapath == "fused" and ins.zero_exp <= floor_e))):
         return None
-    (va_t, la_t, fin_a), (vb_t, lb_t, fin_b) = _exact_tables(fa), _exact_tables(fb)
+    # per code: float64 values (non-finite ones zeroed) and the exponents of their lowest set bits
+    (va_t, _), (vb_t, _) = _value_tables(fa), _value_tables(fb)
+    la_t, lb_t = _low_table(fa), _low_table(fb)
     S = K // L
     zero_mark = max(ins.zero_exp, -900) if paired else ins.zero_exp
 
@@ -1397,7 +1377,7 @@ def _run_exact(ins, a, b, c, fa, fb):
         return None
     cmax = float(np.abs(c).max(initial=0.0))
     vmax = float(np.abs(va_t).max()) * float(np.abs(vb_t).max())
-    if not (cmax + 2.0 * K * vmax < 2.0 ** 126) or not (fin_a[a].all() and fin_b[b].all()):
+    if not (cmax + 2.0 * K * vmax < 2.0 ** 126) or any_nonfinite(a, fa) or any_nonfinite(b, fb):
         return None          # non-finite operands or C, or sums that could overflow: the operand path
     la, lb = lowest(a, la_t), lowest(b, lb_t)
     ut, sh, mag, _ = _FIELDS[ins.out]
