@@ -862,16 +862,10 @@ def _table_rows(ins, p, x, scl, block, c, k_first, zero_c):
     """The chain of steps over gathered products ``p`` (steps, L + 1, R) (overwritten) and exponents
     ``x``, the first step at ``k_first`` along K; returns the last step's rounded result."""
     L, F = ins.step, ins.frac_bits
-    ut, sh, mag, lo = _FIELDS[ins.out]
-    table = _c_exponent_table(ins.out)
     for s in range(p.shape[0]):
         ps, xs = p[s], x[s]
         k = k_first + s * L
-        u = c.view(ut)
-        # C's exponent from its sign-and-exponent field, into the step's spare row
-        ec = np.take(table, u >> ut(sh), out=xs[L], mode="wrap")
-        if zero_c:
-            ec[(u & ut(mag)) == 0] = ins.zero_exp
+        ec = _c_exps(c, ins, zero_c, out=xs[L])          # into the step's spare row
         if ins.datapath == "fused":
             ps[L] = c
             E = xs.max(axis=0)
@@ -902,6 +896,18 @@ def _c_exponent_table(out):
         e.flags.writeable = False
         _CEXP[out] = e
     return _CEXP[out]
+
+
+def _c_exps(c, ins, zero_c=True, out=None):
+    """C's exponents as a step aligns it (int16), from its bits: the table's exponent of each
+    sign-and-exponent field, and ``zero_exp`` for a zero C where ``zero_c`` (see
+    :func:`_zero_c_matters`)."""
+    ut, sh, mag, _ = _FIELDS[ins.out]
+    u = c.view(ut)
+    ec = np.take(_c_exponent_table(ins.out), u >> ut(sh), out=out, mode="wrap")
+    if zero_c:
+        ec[(u & ut(mag)) == 0] = ins.zero_exp
+    return ec
 
 
 def _zero_c_matters(ins, xmin):
@@ -1068,15 +1074,11 @@ def _gather_quads(Q, ak, bk, bufs, S, m, n):
 def _quad_rows(ins, q, quantum, scl, block, c, k_first):
     """The chain of ``"grouped"`` steps over quad-table entries ``q`` (steps, L / 2, R)."""
     L, F, G = ins.step, ins.frac_bits, ins.group
-    ut, sh, mag, lo = _FIELDS[ins.out]
-    table = _c_exponent_table(ins.out)
     sums = np.add.reduce(q.reshape(q.shape[0], L // G, G // 2, -1), axis=2, dtype=np.int32)
     count = (sums + (1 << 15)) >> 16
     s_all = (sums - (count << 16)) * quantum
     for s in range(q.shape[0]):
-        u = c.view(ut)
-        ec = np.take(table, u >> ut(sh))
-        ec[(u & ut(mag)) == 0] = ins.zero_exp
+        ec = _c_exps(c, ins)
         t, e = _group_terms(ins, s_all[s], count[s] == 0, scl, block, k_first + s * L)
         c = _round_table(_fused_step(t, e, c, ec, F), ins)
     return c
@@ -1226,8 +1228,6 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
     acc = np.float64 if scaled or paired else _sum_dtype(ins)
     (ta, xa, la), (tb_, xb, lb) = _operand_tables(fa, dt), _operand_tables(fb, dt)
     K, L, F = a.shape[-1], ins.step, ins.frac_bits
-    ut, sh, mag, _ = _FIELDS[ins.out]
-    table = _c_exponent_table(ins.out)
     zero_c = _zero_c_matters(ins, la + lb)
     # the smallest exponent of a non-zero product; a zero factor's marker puts its products below
     floor_e = la + lb
@@ -1264,10 +1264,7 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
                             ks = slice(s0, s0 + L)
                             np.multiply(va[ks, m0:m1, None], vb[ks, None, n0:n1], out=p)
                             np.add(ea[ks, m0:m1, None], eb[ks, None, n0:n1], out=x)
-                            u = cb.view(ut)
-                            ec = np.take(table, u >> ut(sh), mode="wrap")
-                            if zero_c:
-                                ec[(u & ut(mag)) == 0] = ins.zero_exp
+                            ec = _c_exps(cb, ins, zero_c)
                             if paired:
                                 # a half of zero products carries the table's zero exponent
                                 Ee, Eo = x[0::2].max(axis=0).astype(np.int16), x[1::2].max(axis=0).astype(np.int16)
@@ -1380,8 +1377,6 @@ def _run_exact(ins, a, b, c, fa, fb):
     if not (cmax + 2.0 * K * vmax < 2.0 ** 126) or any_nonfinite(a, fa) or any_nonfinite(b, fb):
         return None          # non-finite operands or C, or sums that could overflow: the operand path
     la, lb = lowest(a, la_t), lowest(b, lb_t)
-    ut, sh, mag, _ = _FIELDS[ins.out]
-    table = _c_exponent_table(ins.out)
     zero_c = _zero_c_matters(ins, floor_e)
     coarse = not zero_c and F <= _kept_bits(ins)
     F2, c_bits = ins.pair_bits, _OUT[ins.out][3]
@@ -1402,10 +1397,7 @@ def _run_exact(ins, a, b, c, fa, fb):
             EB = np.ascontiguousarray(xb[bc].reshape(N, -1, L).transpose(1, 2, 0))
             for s in range(g0, g1):
                 x, Ep = sums[s - g0], exponents(EA[s - g0], EB[s - g0])
-                u = cb.view(ut)
-                ec = np.take(table, u >> ut(sh), mode="wrap")
-                if zero_c:
-                    ec[(u & ut(mag)) == 0] = ins.zero_exp
+                ec = _c_exps(cb, ins, zero_c)
                 E = np.maximum(Ep, ec)
                 low = la[s][:, None] + lb[s][None, :]
                 if paired:
@@ -1491,8 +1483,6 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
     low = -(1 << 13)
     sea = np.where(sva == 0, low, sea).astype(np.int16)
     seb = np.where(svb == 0, low, seb).astype(np.int16)
-    ut, sh, mag, _ = _FIELDS[ins.out]
-    table = _c_exponent_table(ins.out)
     ng = L // G
     # blocks of about _OP_TILE / 16 outputs, K in chunks of whole steps holding about _OP_TILE groups
     R = max(1, _OP_TILE // 16)
@@ -1526,9 +1516,7 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
                         e[(nz == 0) | (e < low // 2)] = ins.zero_exp
                         terms, exps = np.moveaxis(S, 1, 0), np.moveaxis(e, 1, 0)           # (groups, t, m, n)
                         for g0 in range(0, gk, ng):
-                            u = cb.view(ut)
-                            ec = np.take(table, u >> ut(sh), mode="wrap")
-                            ec[(u & ut(mag)) == 0] = ins.zero_exp
+                            ec = _c_exps(cb, ins)
                             cb = _round_table(_fused_step(terms[g0:g0 + ng], exps[g0:g0 + ng], cb, ec, F), ins)
                     out[t0:t1, m0:m1, n0:n1] = cb
     return out
