@@ -252,6 +252,8 @@ OPERAND_PRESETS = [n for n in TABLE_PRESETS if INSTRUCTIONS[n].datapath in ("fus
 # descriptions outside the catalogue, where a zero product's exponent can decide a step's grid
 # (zero_exp above real product exponents, few fraction bits)
 CUSTOM = {"coarse-f32": dict(base="hopper-wgmma", frac_bits=4, zero_exp=-20),
+          # 13 fraction bits, but a zero product's exponent above float32's normals: not C's own grid
+          "e8m13-zero-above": dict(base="hopper-wgmma", zero_exp=-20),
           "coarse-f16": dict(base="rtx-blackwell-mma-f16", frac_bits=3, zero_exp=-12),
           "coarse-scaled": dict(base="blackwell-tcgen05-mxf8f6f4", frac_bits=4, zero_exp=-100)}
 

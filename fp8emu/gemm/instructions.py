@@ -976,6 +976,37 @@ def _trunc_sum(ps, f):
     return np.add.reduce(ps, axis=0, dtype=np.float64)
 
 
+def _e8m13_step(p, c, E, F, floor_e):
+    """One ``"fused"`` step rounded ``"rz-e8m13"`` on float32 products ``p`` (overwritten) whose
+    truncated terms sum exactly in float32 (:func:`_sum_dtype`), all in float32.
+
+    Where E is at least ``floor_e`` (the smallest real product's exponent), ``2**(F - E)`` is a
+    normal float32, C aligned by it is below ``2**(F + 1)`` (E is at least C's exponent), so the
+    truncated C, the sum and the result ``sum * 2**(E - F)`` (at least ``2**(floor_e - F)`` unless
+    zero, so never subnormal) are exact, and clearing the ten low fraction bits truncates it to 13.
+    E below ``floor_e`` means a step of zero products: with ``F >= 13`` and a zero exponent below
+    float32's normals (the caller's conditions) its grid ``2**(E - F)`` is then C's own or finer, or C
+    is zero, so its result is C truncated to 13 fraction bits: C is taken there before the bits are
+    cleared, unless a zero times Inf or NaN made it NaN.
+    """
+    f = _pow2(np.maximum(E, floor_e), F, -1, np.float32)
+    np.multiply(p, f, out=p)
+    np.trunc(p, out=p)
+    s = np.add.reduce(p, axis=0)
+    cu = np.multiply(c, f)
+    s += np.trunc(cu, out=cu)
+    s /= f
+    if int(E.min()) < floor_e:
+        low = (E < floor_e) & (s == s)      # NaN stays: a zero times Inf or NaN
+        s[low] = c[low]
+    si = s.view(np.int32)
+    np.bitwise_and(si, np.int32(-1 << 10), out=si)
+    s += np.float32(0)              # -0 -> +0, as MMA-Sim's models
+    if np.isnan(s.max()):
+        s.view(np.uint32)[np.isnan(s)] = _OUT["float32"][4]
+    return s
+
+
 def _paired_sum(ps, xs, c, ec, ins):
     """:func:`_paired_step` on gathered products (overwritten) and exponents.
 
@@ -1178,15 +1209,35 @@ def _kmajor_codes(codes):
     return np.transpose(codes, (2, 1, 0))
 
 
-def _decoded_chunk(codes, table, exps, which):
-    """Values and exponents of codes (t, r, k) K-major, (k, r, t), in this thread's work arrays."""
+def _operand_pair_tables(fmt):
+    """:func:`_operand_tables` (float32 values) for two consecutive codes at once: indexed by the
+    two bytes read as one uint16, the two values as one 8-byte word and the two exponents as one
+    2-byte word.  A gather then moves two elements for one index, and half as many indices are
+    widened to intp.  Built from the bytes of each index as this machine orders them."""
+    key = ("operand pairs", fmt.name)
+    if key not in _TABLES:
+        v, e, _ = _operand_tables(fmt, np.float32)
+        n = v.size
+        b = np.arange(1 << 16, dtype=np.uint16).view(np.uint8).reshape(-1, 2).astype(np.intp) % n
+        pv = np.ascontiguousarray(v[b]).view(np.uint64).reshape(-1)
+        pe = np.ascontiguousarray(e[b]).view(np.int16).reshape(-1)
+        pv.flags.writeable = pe.flags.writeable = False
+        _TABLES[key] = pv, pe
+    return _TABLES[key]
+
+
+def _decoded_chunk(codes, fmt, which):
+    """float32 values and int8 exponents of codes (t, r, k) K-major, (k, r, t), in this thread's
+    work arrays, two codes per gather (:func:`_operand_pair_tables`; k, a whole number of steps,
+    is even)."""
+    pv, pe = _operand_pair_tables(fmt)
+    n = codes.size // 2
+    idx = _work(which + "i", n, np.intp)
+    np.copyto(idx, np.ascontiguousarray(_kmajor_codes(codes)).reshape(-1).view(np.uint16))
+    v = np.take(pv, idx, out=_work(which + "v", n, np.uint64), mode="wrap")
+    e = np.take(pe, idx, out=_work(which + "e", n, np.int16), mode="wrap")
     shape = codes.shape[::-1]
-    n = codes.size
-    idx = _work(which + "i", n, np.intp).reshape(shape)
-    np.copyto(idx, _kmajor_codes(codes))
-    v = np.take(table, idx, out=_work(which + "v", n, table.dtype).reshape(shape), mode="wrap")
-    e = np.take(exps, idx, out=_work(which + "e", n, np.int8).reshape(shape), mode="wrap")
-    return v, e
+    return v.view(np.float32).reshape(shape), e.view(np.int8).reshape(shape)
 
 
 def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
@@ -1226,7 +1277,7 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
     # sums in float32 where exact there too, else in float64
     dt = np.float32
     acc = np.float64 if scaled or paired else _sum_dtype(ins)
-    (ta, xa, la), (tb_, xb, lb) = _operand_tables(fa, dt), _operand_tables(fb, dt)
+    la, lb = _operand_tables(fa, dt)[2], _operand_tables(fb, dt)[2]
     K, L, F = a.shape[-1], ins.step, ins.frac_bits
     zero_c = _zero_c_matters(ins, la + lb)
     # the smallest exponent of a non-zero product; a zero factor's marker puts its products below
@@ -1243,14 +1294,18 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
     kc = min(K, max(L, _CHUNK // (tc * (M + N)) // L * L))
     nb = min(N, max(1, _OP_TILE // (L * tc)))
     mb = min(M, max(1, _OP_TILE // (L * tc * nb)))
+    # a fused step truncated to e8m13 whose terms sum exactly in float32 stays in float32 throughout
+    # (where a step of zero products leaves C's own grid, see _e8m13_step)
+    e8m13 = (not scaled and not paired and ins.rounding == "rz-e8m13" and acc == np.float32
+             and F >= 13 and ins.zero_exp <= _OUT["float32"][2])
     out = _swap2(c.reshape(T, M * N)).reshape(M, N, T)
     with np.errstate(invalid="ignore", over="ignore"):
         for t0 in range(0, T, tc):
             t1 = min(T, t0 + tc)
             for k0 in range(0, K, kc):
                 k1 = min(K, k0 + kc)
-                va, ea = _decoded_chunk(a[t0:t1, :, k0:k1], ta, xa, "a")
-                vb, eb = _decoded_chunk(b[t0:t1, :, k0:k1], tb_, xb, "b")
+                va, ea = _decoded_chunk(a[t0:t1, :, k0:k1], fa, "a")
+                vb, eb = _decoded_chunk(b[t0:t1, :, k0:k1], fb, "b")
                 for m0 in range(0, M, mb):
                     m1 = min(M, m0 + mb)
                     for n0 in range(0, N, nb):
@@ -1289,6 +1344,9 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
                                     low &= x.min(axis=0) < floor_e
                                     Ep[low] = ins.zero_exp
                             E = np.maximum(Ep, ec)
+                            if e8m13:
+                                cb = _e8m13_step(p, cb, E, F, floor_e)
+                                continue
                             sc = _pow2(E, F, -1)
                             # the aligning factor 2**(F - E) (times the scales), built in float32's
                             # exponent field: capped where every product is zero (E below the
