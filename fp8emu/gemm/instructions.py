@@ -1015,11 +1015,17 @@ def _paired_sum(ps, xs, c, ec, ins):
     which changes nothing (a zero half's sum is zero and C's exponent is above both) and keeps
     every power of two in float64's normal range.
     """
-    return _paired_halves(ps, xs[0::2].max(axis=0), xs[1::2].max(axis=0), c, ec, ins)
+    return _paired_halves(ps, _halves(xs).max(axis=0), c, ec, ins)
 
 
-def _paired_halves(ps, Ee, Eo, c, ec, ins, floor_e=None):
-    """:func:`_paired_sum` given the largest exponents of the even and odd products.
+def _halves(x):
+    """``x`` (L, ...) as (L / 2, 2, ...): its even and odd entries along K on the second axis."""
+    return x.reshape(x.shape[0] // 2, 2, *x.shape[1:])
+
+
+def _paired_halves(ps, E2, c, ec, ins, floor_e=None):
+    """:func:`_paired_sum` given the largest exponents of the even and of the odd products, E2
+    (2, ...): both halves go through each pass together.
 
     float32 products ``ps`` (exact, as products of FP8 values are) take float32 aligning factors:
     those of a half below ``floor_e`` (the smallest exponent of a non-zero product, so a half of
@@ -1027,14 +1033,14 @@ def _paired_halves(ps, Ee, Eo, c, ec, ins, floor_e=None):
     """
     F, F2 = ins.frac_bits, ins.pair_bits
     if ps.dtype == np.float32:
-        fe, fo = (_pow2(np.maximum(x, floor_e), F, -1, np.float32) for x in (Ee, Eo))
+        f2 = _pow2(np.maximum(E2, floor_e), F, -1, np.float32)
     else:
-        fe, fo = _pow2(Ee, F, -1), _pow2(Eo, F, -1)
-    se = _trunc_sum(ps[0::2], fe)                       # units of 2**(Ee - F)
-    so = _trunc_sum(ps[1::2], fo)
-    Ed = np.maximum(Ee, Eo)
-    sd = np.floor(se * _pow2(Ee - Ed))                  # units of 2**(Ed - F)
-    sd += np.floor(so * _pow2(Eo - Ed))
+        f2 = _pow2(E2, F, -1)
+    s2 = _trunc_sum(_halves(ps), f2)                    # units of 2**(E2 - F)
+    Ed = np.maximum(E2[0], E2[1])
+    s2 *= _pow2(E2 - Ed)                                # units of 2**(Ed - F)
+    np.floor(s2, out=s2)
+    sd = np.add(s2[0], s2[1], out=s2[0])
     Em = np.maximum(Ed, ec)
     sd = np.floor(sd * _pow2(Ed - Em, F2 + 1 - F)) * _pow2(Em, -F2 - 1)
     return _paired_finish(sd, Ed, Em, c, ec, ins)
@@ -1322,10 +1328,9 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
                             ec = _c_exps(cb, ins, zero_c)
                             if paired:
                                 # a half of zero products carries the table's zero exponent
-                                Ee, Eo = x[0::2].max(axis=0).astype(np.int16), x[1::2].max(axis=0).astype(np.int16)
-                                Ee[Ee < floor_e] = pair_zero
-                                Eo[Eo < floor_e] = pair_zero
-                                cb = _round_table(_paired_halves(p, Ee, Eo, cb, ec, ins, floor_e), ins)
+                                E2 = _halves(x).max(axis=0).astype(np.int16)
+                                E2[E2 < floor_e] = pair_zero
+                                cb = _round_table(_paired_halves(p, E2, cb, ec, ins, floor_e), ins)
                                 continue
                             # zero products carry zero_exp: it is the products' largest exponent
                             # where all are zero, and (zero_wins) a candidate wherever one is
