@@ -1232,6 +1232,17 @@ def _operand_pair_tables(fmt):
     return _TABLES[key]
 
 
+def _pair_values(codes, fmt, which):
+    """float32 values of codes (any shape, an even number of them contiguous), two per gather
+    (:func:`_operand_pair_tables`), in this thread's work arrays."""
+    pv = _operand_pair_tables(fmt)[0]
+    n = codes.size // 2
+    idx = _work(which + "i", n, np.intp)
+    np.copyto(idx, np.ascontiguousarray(codes).reshape(-1).view(np.uint16))
+    v = np.take(pv, idx, out=_work(which + "v", n, np.uint64), mode="wrap")
+    return v.view(np.float32).reshape(codes.shape)
+
+
 def _decoded_chunk(codes, fmt, which):
     """float32 values and int8 exponents of codes (t, r, k) K-major, (k, r, t), in this thread's
     work arrays, two codes per gather (:func:`_operand_pair_tables`; k, a whole number of steps,
@@ -1508,7 +1519,7 @@ def _tile_route(ins, fa, fb, block):
     :func:`_run_groups`), or ``None`` where the code-pair tables must serve."""
     if ins.datapath in ("fused", "paired") or (ins.datapath == "scaled" and block % ins.step == 0):
         return _run_operands
-    if ins.datapath == "grouped" and _groups_exact(ins, fa, fb):
+    if ins.datapath == "grouped" and ins.group in (8, 16, 32, 64) and _groups_exact(ins, fa, fb):
         return _run_groups
     return None
 
@@ -1533,20 +1544,26 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
     (K / block, N, T), and the block.
 
     A group's sum is exact (:func:`_groups_exact`), so the group sums of a block of outputs are
-    one float32 matrix product of the decoded operands, and their counts of non-zero products
-    another (of the operands' non-zero indicators); the step then aligns the groups' scaled
-    sums and C as :func:`_group_terms` and :func:`_fused_step` do.
+    one float32 matrix product of the decoded operands; whether a group has a non-zero product at
+    all is the AND of its row's and its column's non-zero elements as bit masks (one word of
+    ``group`` bits each); the step then aligns the groups' scaled sums and C as
+    :func:`_group_terms` and :func:`_fused_step` do.
     """
-    a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
     T, M, N = c.shape
+    if N < M:
+        # symmetric in A and B: the longer side last, so that the passes over (tiles, groups, rows,
+        # columns) run along it
+        return np.swapaxes(_run_groups(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, (scales[1], scales[0], scales[2])),
+                           1, 2)
+    a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
     K, L, G, F = a.shape[-1], ins.step, ins.group, ins.frac_bits
-    ta, tb = _operand_tables(fa, np.float32)[0], _operand_tables(fb, np.float32)[0]
     (sva, sea), (svb, seb), block = scales
     # a zero scale makes its groups zero terms: its exponent far below, so that a sum of two stays so
     low = -(1 << 13)
     sea = np.where(sva == 0, low, sea).astype(np.int16)
     seb = np.where(svb == 0, low, seb).astype(np.int16)
     ng = L // G
+    word = np.dtype(f"u{G // 8}")          # a group's bits: a 16-product group is two bytes
     # blocks of about _OP_TILE / 16 outputs, K in chunks of whole steps holding about _OP_TILE groups
     R = max(1, _OP_TILE // 16)
     tc = min(T, max(1, R // (M * N)))
@@ -1565,22 +1582,33 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
                     for k0 in range(0, K, kc):
                         k1 = min(K, k0 + kc)
                         gk = (k1 - k0) // G
-                        A = np.take(ta, a[t0:t1, m0:m1, k0:k1]).reshape(t1 - t0, m1 - m0, gk, G).transpose(0, 2, 1, 3)
-                        B = np.take(tb, b[t0:t1, n0:n1, k0:k1]).reshape(t1 - t0, n1 - n0, gk, G).transpose(0, 2, 3, 1)
-                        S = np.matmul(A, B).astype(np.float64)                           # (t, groups, m, n)
-                        nz = np.matmul((A != 0).astype(np.float32), (B != 0).astype(np.float32))
+                        va = _pair_values(a[t0:t1, m0:m1, k0:k1], fa, "ga")
+                        vb = _pair_values(b[t0:t1, n0:n1, k0:k1], fb, "gb")
+                        A = va.reshape(t1 - t0, m1 - m0, gk, G).transpose(0, 2, 1, 3)
+                        B = vb.reshape(t1 - t0, n1 - n0, gk, G).transpose(0, 2, 3, 1)
+                        S = np.matmul(A, B)                                               # (t, groups, m, n)
+                        # a group of zero products carries zero_exp: the groups' non-zero elements as
+                        # bit masks, one word per group and row (column), and their AND per output
+                        za, zb = (np.ascontiguousarray(np.packbits(v != 0, axis=-1).view(word).transpose(0, 2, 1))
+                                  for v in (va, vb))
+                        zero = np.bitwise_and(za[..., None], zb[:, :, None, :]) == 0
                         kb = (k0 + np.arange(gk) * G) // block
                         # the groups' scales as (t, groups, m, 1) and (t, groups, 1, n)
                         sA, qA = (np.transpose(x[kb, m0:m1, t0:t1], (2, 0, 1))[..., None] for x in (sva, sea))
                         sB, qB = (np.transpose(x[kb, n0:n1, t0:t1], (2, 0, 1))[:, :, None, :] for x in (svb, seb))
-                        S *= sA
+                        S = np.multiply(S, sA, dtype=np.float64)
                         S *= sB
                         e = qA + qB
-                        e[(nz == 0) | (e < low // 2)] = ins.zero_exp
+                        e[zero | (e < low // 2)] = ins.zero_exp
                         terms, exps = np.moveaxis(S, 1, 0), np.moveaxis(e, 1, 0)           # (groups, t, m, n)
                         for g0 in range(0, gk, ng):
                             ec = _c_exps(cb, ins)
-                            cb = _round_table(_fused_step(terms[g0:g0 + ng], exps[g0:g0 + ng], cb, ec, F), ins)
+                            E = np.maximum(exps[g0:g0 + ng].max(axis=0), ec)
+                            sc = _pow2(E, F, -1)
+                            r = _trunc_sum(terms[g0:g0 + ng], sc)      # the group terms overwritten
+                            r += np.trunc(cb * sc)
+                            r /= sc
+                            cb = _round_table(r, ins)
                     out[t0:t1, m0:m1, n0:n1] = cb
     return out
 
