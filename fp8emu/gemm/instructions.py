@@ -1315,10 +1315,12 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
     # (where a step of zero products leaves C's own grid, see _e8m13_step)
     e8m13 = (not scaled and not paired and ins.rounding == "rz-e8m13" and acc == np.float32
              and F >= 13 and ins.zero_exp <= _OUT["float32"][2])
-    out = _swap2(c.reshape(T, M * N)).reshape(M, N, T)
+    out = np.empty((T, M, N), c.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         for t0 in range(0, T, tc):
             t1 = min(T, t0 + tc)
+            # this chunk's C with its tiles innermost (a transpose of a chunk stays in the caches)
+            cc = _swap2(np.reshape(c[t0:t1], (t1 - t0, M * N))).reshape(M, N, t1 - t0)
             for k0 in range(0, K, kc):
                 k1 = min(K, k0 + kc)
                 va, ea = _decoded_chunk(a[t0:t1, :, k0:k1], fa, "a")
@@ -1331,11 +1333,15 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
                         size = L * (m1 - m0) * (n1 - n0) * (t1 - t0)
                         p = _work("p", L * mb * nb * tc, dt)[:size].reshape(shp)
                         x = _work("x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
-                        cb = out[m0:m1, n0:n1, t0:t1]
+                        cb = cc[m0:m1, n0:n1]
                         for s0 in range(0, k1 - k0, L):
                             ks = slice(s0, s0 + L)
-                            np.multiply(va[ks, m0:m1, None], vb[ks, None, n0:n1], out=p)
-                            np.add(ea[ks, m0:m1, None], eb[ks, None, n0:n1], out=x)
+                            # A's broadcast copied, then B's multiplied in place: NumPy's
+                            # ufunc with two broadcast inputs runs ~1.5x slower than both passes
+                            np.copyto(p, va[ks, m0:m1, None])
+                            np.multiply(p, vb[ks, None, n0:n1], out=p)
+                            np.copyto(x, ea[ks, m0:m1, None])
+                            np.add(x, eb[ks, None, n0:n1], out=x)
                             ec = _c_exps(cb, ins, zero_c)
                             if paired:
                                 # a half of zero products carries the table's zero exponent
@@ -1381,8 +1387,9 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
                             r += np.trunc(cs, out=cs)
                             r /= sc
                             cb = _round_table(r, ins, E, coarse=coarse)
-                        out[m0:m1, n0:n1, t0:t1] = cb
-    return _swap2(out.reshape(M * N, T)).reshape(T, M, N)
+                        cc[m0:m1, n0:n1] = cb
+            out[t0:t1] = _swap2(cc.reshape(M * N, t1 - t0)).reshape(t1 - t0, M, N)
+    return out
 
 
 #: A GEMM (one tile) of at least this many outputs tries :func:`_run_exact`, which serves it where
