@@ -75,7 +75,7 @@ from .accumulator import Accumulator
 from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
 from .fparith import add_scaled_f32
 from .instructions import as_instruction, block_scaled_gemm
-from .kernels import (_ZERO_EXP, _ZERO_LOW, accumulate, exact_dot, low_bits, lows_of_codes, mma_dot,
+from .kernels import (_ZERO_EXP, _ZERO_LOW, accumulate, exact_dot, low_bits, mma_dot,
                       values_and_exponents)
 
 __all__ = ["block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS", "nvfp4_alpha"]
@@ -424,8 +424,7 @@ def _scaled_operand(op: _Operand, K):
     zero_s = s == 0
     q = np.where(zero_s, 0, q - 1).astype(np.int16)
     lq = low_bits(s).astype(np.int16)
-    va, ea = values_and_exponents(op.codes, op.fmt)
-    la = lows_of_codes(op.codes, op.fmt)
+    va, ea, la = values_and_exponents(op.codes, op.fmt, lows=True)
     pad = nb * blk - K
     if pad:
         va, ea, la = (np.pad(x, ((0, 0), (0, pad))) for x in (va, ea, la))

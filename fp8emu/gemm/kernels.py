@@ -59,27 +59,28 @@ def _low_table(fmt: Format):
     return low
 
 
-def lows_of_codes(codes, fmt: Format):
-    """:func:`low_bits` of the decoded values of ``codes``, from a per-code table.
-
-    Examples
-    --------
-    >>> from fp8emu.formats import get_format
-    >>> lows_of_codes(np.array([0x38, 0x3C], np.uint8), get_format("e4m3fn")).tolist()   # 1.0, 1.5
-    [0, -1]
-    """
-    return np.take(_low_table(fmt), _code_index(codes, fmt))
-
-
 def _code_index(codes, fmt: Format):
     return codes if fmt.bits >= 8 else codes & np.uint8((1 << fmt.bits) - 1)
 
 
-def values_and_exponents(codes, fmt: Format):
-    """float64 values with non-finite ones zeroed, and per-element int16 exponents."""
+def values_and_exponents(codes, fmt: Format, *, lows=False):
+    """float64 values with non-finite ones zeroed, and per-element int16 exponents; with ``lows``,
+    also the exponents of their lowest set bits (:func:`low_bits` of the values, per code).
+
+    The codes are widened to NumPy's index type once for all the per-code tables (a gather with
+    uint8 indices widens them again for each table).
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> v, e, low = values_and_exponents(np.array([0x38, 0x3C, 0], np.uint8), get_format("e4m3fn"), lows=True)
+    >>> v.tolist(), e[:2].tolist(), low[:2].tolist()                  # 1.0, 1.5, 0
+    ([1.0, 1.5, 0.0], [0, 0], [0, -1])
+    """
     tv, te = _value_tables(fmt)
-    idx = _code_index(codes, fmt)
-    return np.take(tv, idx), np.take(te, idx)
+    idx = _code_index(codes, fmt).astype(np.intp)
+    out = np.take(tv, idx), np.take(te, idx)
+    return out + (np.take(_low_table(fmt), idx),) if lows else out
 
 
 @functools.lru_cache(maxsize=64)
