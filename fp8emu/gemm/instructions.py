@@ -367,12 +367,14 @@ def _finish(r, ins):
 
 # ----------------------------------------------------------------------------- datapaths
 def _fused_step(terms, exps, c, ec, F):
-    """Exact sum of ``terms`` (..., L) and ``c`` (...), each truncated to ``2**(E - F)``."""
+    """Exact sum of ``terms`` (L, ...; overwritten) and ``c`` (...), each truncated to ``2**(E - F)``."""
     E = np.maximum(exps.max(axis=0), ec)
     sc = _pow2(E, F, -1)
     with np.errstate(invalid="ignore", over="ignore"):
-        t = np.trunc(terms * sc[None]).sum(axis=0) + np.trunc(c * sc)
-        return t / sc
+        t = _trunc_sum(terms, sc)
+        t += np.trunc(c * sc)
+        t /= sc
+        return t
 
 
 def _paired_step(p, ep, c, ec, ins):
@@ -933,7 +935,7 @@ def _round_table(x, ins, E=None, *, coarse=False):
     normal, truncating the significand alone is exact.  ``coarse``: the caller knows that it is
     nowhere finer.
     """
-    dt, ut, emin, _, qnan = _OUT[ins.out]
+    dt, _, emin, _, _ = _OUT[ins.out]
     if ins.datapath == "paired":
         r = x.astype(np.float32)
     elif ins.rounding == "rne":
@@ -950,7 +952,14 @@ def _round_table(x, ins, E=None, *, coarse=False):
             q = 2.0 ** (emin - bits)
             x[small] = np.trunc(x[small] / q) * q
         r = x.astype(dt)
-    r += dt(0)                     # -0 -> +0, as MMA-Sim's models
+    return _canonical(r, ins.out)
+
+
+def _canonical(r, out):
+    """Results ``r`` of the output type (overwritten): -0 made +0 and every NaN the quiet NaN, as
+    MMA-Sim's models give them."""
+    _, ut, _, _, qnan = _OUT[out]
+    r += r.dtype.type(0)
     if np.isnan(r.max()):          # one pass where there is no NaN (max propagates NaN)
         r.view(ut)[np.isnan(r)] = qnan
     return r
@@ -1001,10 +1010,7 @@ def _e8m13_step(p, c, E, F, floor_e):
         s[low] = c[low]
     si = s.view(np.int32)
     np.bitwise_and(si, np.int32(-1 << 10), out=si)
-    s += np.float32(0)              # -0 -> +0, as MMA-Sim's models
-    if np.isnan(s.max()):
-        s.view(np.uint32)[np.isnan(s)] = _OUT["float32"][4]
-    return s
+    return _canonical(s, "float32")
 
 
 def _paired_sum(ps, xs, c, ec, ins):
@@ -1232,29 +1238,24 @@ def _operand_pair_tables(fmt):
     return _TABLES[key]
 
 
-def _pair_values(codes, fmt, which):
-    """float32 values of codes (any shape, an even number of them contiguous), two per gather
-    (:func:`_operand_pair_tables`), in this thread's work arrays."""
-    pv = _operand_pair_tables(fmt)[0]
-    n = codes.size // 2
-    idx = _work(which + "i", n, np.intp)
-    np.copyto(idx, np.ascontiguousarray(codes).reshape(-1).view(np.uint16))
-    v = np.take(pv, idx, out=_work(which + "v", n, np.uint64), mode="wrap")
-    return v.view(np.float32).reshape(codes.shape)
-
-
-def _decoded_chunk(codes, fmt, which):
-    """float32 values and int8 exponents of codes (t, r, k) K-major, (k, r, t), in this thread's
-    work arrays, two codes per gather (:func:`_operand_pair_tables`; k, a whole number of steps,
-    is even)."""
+def _pair_decode(codes, fmt, which, exps=False):
+    """float32 values (and, with ``exps``, int8 exponents) of codes (any shape, C-contiguous or
+    copied so, an even number of them), two per gather (:func:`_operand_pair_tables`), in this
+    thread's work arrays."""
     pv, pe = _operand_pair_tables(fmt)
     n = codes.size // 2
     idx = _work(which + "i", n, np.intp)
-    np.copyto(idx, np.ascontiguousarray(_kmajor_codes(codes)).reshape(-1).view(np.uint16))
-    v = np.take(pv, idx, out=_work(which + "v", n, np.uint64), mode="wrap")
-    e = np.take(pe, idx, out=_work(which + "e", n, np.int16), mode="wrap")
-    shape = codes.shape[::-1]
-    return v.view(np.float32).reshape(shape), e.view(np.int8).reshape(shape)
+    np.copyto(idx, np.ascontiguousarray(codes).reshape(-1).view(np.uint16))
+    v = np.take(pv, idx, out=_work(which + "v", n, np.uint64), mode="wrap").view(np.float32).reshape(codes.shape)
+    if not exps:
+        return v
+    return v, np.take(pe, idx, out=_work(which + "e", n, np.int16), mode="wrap").view(np.int8).reshape(codes.shape)
+
+
+def _decoded_chunk(codes, fmt, which):
+    """float32 values and int8 exponents of codes (t, r, k) K-major, (k, r, t) (k, a whole number of
+    steps, is even)."""
+    return _pair_decode(_kmajor_codes(codes), fmt, which, exps=True)
 
 
 def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
@@ -1589,8 +1590,8 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
                     for k0 in range(0, K, kc):
                         k1 = min(K, k0 + kc)
                         gk = (k1 - k0) // G
-                        va = _pair_values(a[t0:t1, m0:m1, k0:k1], fa, "ga")
-                        vb = _pair_values(b[t0:t1, n0:n1, k0:k1], fb, "gb")
+                        va = _pair_decode(a[t0:t1, m0:m1, k0:k1], fa, "ga")
+                        vb = _pair_decode(b[t0:t1, n0:n1, k0:k1], fb, "gb")
                         A = va.reshape(t1 - t0, m1 - m0, gk, G).transpose(0, 2, 1, 3)
                         B = vb.reshape(t1 - t0, n1 - n0, gk, G).transpose(0, 2, 3, 1)
                         S = np.matmul(A, B)                                               # (t, groups, m, n)
@@ -1610,12 +1611,7 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
                         terms, exps = np.moveaxis(S, 1, 0), np.moveaxis(e, 1, 0)           # (groups, t, m, n)
                         for g0 in range(0, gk, ng):
                             ec = _c_exps(cb, ins)
-                            E = np.maximum(exps[g0:g0 + ng].max(axis=0), ec)
-                            sc = _pow2(E, F, -1)
-                            r = _trunc_sum(terms[g0:g0 + ng], sc)      # the group terms overwritten
-                            r += np.trunc(cb * sc)
-                            r /= sc
-                            cb = _round_table(r, ins)
+                            cb = _round_table(_fused_step(terms[g0:g0 + ng], exps[g0:g0 + ng], cb, ec, F), ins)
                     out[t0:t1, m0:m1, n0:n1] = cb
     return out
 
