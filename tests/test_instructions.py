@@ -127,7 +127,8 @@ def test_preset_equals_live_mmasim_on_a_fresh_seed(preset):
 
 class _ExactRoute:
     """What the exact GEMM route did: per call whether it served it (``taken``), the entries it sent to
-    the row route per call (``rows``), and how often the operand path took the rest of K (``rest``)."""
+    the operand path as 1 x 1 tiles per call (``rows``), and how often the operand path took the rest
+    of K (``rest``)."""
 
     def __init__(self):
         self.taken, self.rows, self.rest = [], [], 0
@@ -138,35 +139,32 @@ def exact_route(monkeypatch):
     """Record what the exact GEMM route does (tiles of 256 outputs and more try it)."""
     monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
     seen = _ExactRoute()
-    real_exact, real_run, real_ops = ins_mod._run_exact, ins_mod._run, ins_mod._run_operands
+    real_exact, real_ops = ins_mod._run_exact, ins_mod._run_operands
 
     def exact(*args):
         d = real_exact(*args)
         seen.taken.append(d is not None)
         return d
 
-    def run(ins_, a, b, *args, **kw):
-        if a.shape[1] == 1 == b.shape[1]:             # rows (a 2-D tile's b is (1, N, K))
+    def ops(ins_, a, b, *args, exact=True, **kw):
+        if a.shape[1] == 1 == b.shape[1]:             # the failing entries, as 1 x 1 tiles
             seen.rows.append(a.shape[0])
-        return real_run(ins_, a, b, *args, **kw)
-
-    def ops(*args, exact=True, **kw):
         seen.rest += not exact
-        return real_ops(*args, exact=exact, **kw)
+        return real_ops(ins_, a, b, *args, exact=exact, **kw)
 
     monkeypatch.setattr(ins_mod, "_run_exact", exact)
-    monkeypatch.setattr(ins_mod, "_run", run)
     monkeypatch.setattr(ins_mod, "_run_operands", ops)
     return seen
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mmasim") is None or importlib.util.find_spec("torch") is None,
                     reason="mmasim (and torch) not installed")
-@pytest.mark.parametrize("preset", ["blackwell-tcgen05-f8f6f4", "rtx-blackwell-mma", "cdna3-mfma-fp8"])
+@pytest.mark.parametrize("preset", ["blackwell-tcgen05-f8f6f4", "rtx-blackwell-mma", "cdna3-mfma-fp8",
+                                    "blackwell-tcgen05-mxf8f6f4"])
 def test_exact_gemm_route_equals_live_mmasim(preset, exact_route):
     """GEMM tiles through the matrix-product route against MMA-Sim chaining the instruction along
     K (C carried from one call to the next), on Gaussian data, tiny elements and a huge C on some
-    outputs (a fresh seed each run)."""
+    outputs (a fresh seed each run); ``kind::mxf8f6f4`` with E8M0 scales over 2**-9 ... 2**5."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     import record_mmasim
@@ -182,17 +180,26 @@ def test_exact_gemm_route_equals_live_mmasim(preset, exact_route):
         a, b = fp8emu.encode(x, fa), fp8emu.encode(y, fb)
         rows_a = np.repeat(a, N, axis=0)                      # output (i, j) is row i * N + j
         rows_b = np.tile(b.T, (M, 1))
-        # C: small with a tenth huge (C aligned to each step's grid, some entries to the row route),
+        scales, rows_s = {}, None
+        if ins.block_scaled:                                  # one block per step
+            sa = rng.integers(118, 133, (M, K // k), dtype=np.uint8)
+            sb = rng.integers(118, 133, (K // k, N), dtype=np.uint8)
+            scales = dict(a_scales=sa, b_scales=sb, scale_format="ue8m0")
+            rows_s = np.repeat(sa, N, axis=0), np.tile(sb.T, (M, 1))
+        # C: small with a tenth huge (C aligned to each step's grid, some entries to the 1 x 1 tile route),
         # everywhere above every step's products (C already on the grid), or far below them
         for name, c in (("mixed", np.where(rng.random((M, N)) < 0.1, 2.0 ** 26, rng.standard_normal((M, N)) * 4)),
                         ("above", rng.choice([-1.0, 1.0], (M, N)) * (64 + 63 * rng.random((M, N)))),
                         ("below", rng.choice([-1.0, 1.0], (M, N)) * 2.0 ** rng.integers(-60, -20, (M, N)))):
             c = c.astype(np.float32)
-            got = mma(a, b, c, instruction=preset, a_format=fa, b_format=fb)
+            got = mma(a, b, c, instruction=preset, a_format=fa, b_format=fb, **scales)
             assert taken[-1]
             d = c.ravel()
             for k0 in range(0, K, k):
                 g = dict(a=rows_a[:, k0:k0 + k], b=rows_b[:, k0:k0 + k], c=d, a_format=fa, b_format=fb)
+                if rows_s:
+                    s = k0 // k
+                    g.update(a_scales=rows_s[0][:, s:s + 1], b_scales=rows_s[1][:, s:s + 1], scale_format="ue8m0")
                 d = record_mmasim.run_mmasim(preset, [g]).view(np.float32)
             diff = np.flatnonzero(_bits(got).ravel() != d.view(np.uint32))
             assert diff.size == 0, (f"seed {seed}, {fa} x {fb}, C {name}: {diff.size} differences, "
@@ -341,7 +348,7 @@ EXACT_PRESETS = [n for n in OPERAND_PRESETS
 def test_exact_gemm_route_equals_the_per_operand_decode(preset, exact_route):
     """A GEMM tile whose steps truncate nothing is matrix products (``_run_exact``): on data where
     every entry passes its check, where some fail it (tiny elements, a huge C on a tenth of the
-    outputs: one step of the row route each), where a huge C makes most fail (the operand path
+    outputs: one step as a 1 x 1 tile each), where a huge C makes most fail (the operand path
     takes the rest of K), with zero rows,
     all-zero steps, -0 and subnormal C, and with a non-finite code (the route declines), it gives
     the per-operand decode's bits, and it is taken where it should be."""
@@ -372,6 +379,8 @@ def test_exact_gemm_route_equals_the_per_operand_decode(preset, exact_route):
                 a[3], b[:, 5] = 0, 0                        # a zero row and column
                 a[:, L:3 * L], b[5 * L:6 * L] = 0, 0        # whole steps of zero products
                 c[0, :4] = [-0.0, 2.0 ** -140, -(2.0 ** -130), 0.0]
+                # row 3's steps are all zero products: a small C keeps every bit
+                c[3, :3] = [(1 + 2.0 ** -23) * 2.0 ** -30, -(1 + 2.0 ** -22) * 2.0 ** -40, 2.0 ** -140]
             if case == "non-finite":
                 a[1, 1] = fp8emu.encode(np.array([np.nan]), fa)[0] if fp8emu.get_format(fa).has_nan else a[1, 1]
             before = sum(seen.taken)
@@ -384,6 +393,107 @@ def test_exact_gemm_route_equals_the_per_operand_decode(preset, exact_route):
         assert any(seen.taken) and seen.rows and seen.rest, vars(seen)
     else:                           # 13 bits: Gaussian steps mostly truncate, the sample declines
         assert seen.taken and not any(seen.taken), vars(seen)
+
+
+SCALED_PRESETS = [n for n in OPERAND_PRESETS if INSTRUCTIONS[n].datapath == "scaled"]
+
+
+@pytest.mark.parametrize("preset", SCALED_PRESETS)
+def test_exact_gemm_route_of_block_scaled_steps_equals_the_per_operand_decode(preset, exact_route):
+    """``kind::mxf8f6f4`` GEMM tiles (one E8M0 scale per row and per column of a step) through the
+    matrix-product route: MX-quantized Gaussian data (scales near the elements' range), random
+    scales over 2**-7 ... 2**7 (a later step's small products truncated against a large C: many
+    entries fail), scales over 2**-47 ... 2**42, a huge C on a tenth of the outputs, zero rows,
+    all-zero steps and -0 C, and the cases the route declines (a NaN scale; scales so small that a
+    zero product's exponent could win): the per-operand decode's bits."""
+    ins = INSTRUCTIONS[preset]
+    L = ins.step
+    M, N, K = 40, 112, 10 * L                   # 4480 outputs: past the route's 4096
+    rng = np.random.default_rng(zlib.crc32(preset.encode()) + 2)
+    seen = exact_route
+    for fa, fb in (("e4m3fn", "e4m3fn"), ("e5m2", "e2m1fn"), ("e3m2fn", "e2m3fn")):
+        for case in ("mx", "random", "wide", "some-huge-c", "zeros", "nan-scale", "tiny-scales"):
+            x, y = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+            a, b = fp8emu.encode(x, fa), fp8emu.encode(y, fb)
+            lo, hi = {"mx": (118, 121), "wide": (80, 170), "tiny-scales": (0, 4)}.get(case, (120, 135))
+            sa = rng.integers(lo, hi, (M, K // L), dtype=np.uint8)
+            sb = rng.integers(lo, hi, (K // L, N), dtype=np.uint8)
+            c = (rng.standard_normal((M, N)) * 4).astype(np.float32)
+            if case == "some-huge-c":
+                c[rng.random((M, N)) < 0.1] = 2.0 ** 30
+            if case == "zeros":
+                a[3], b[:, 5] = 0, 0
+                a[:, L:3 * L], b[5 * L:6 * L] = 0, 0
+                c[0, :4] = [-0.0, 2.0 ** -140, -(2.0 ** -130), 0.0]
+                # row 3's steps are all zero products: a small C keeps every bit
+                c[3, :3] = [(1 + 2.0 ** -23) * 2.0 ** -30, -(1 + 2.0 ** -22) * 2.0 ** -40, 2.0 ** -140]
+            if case == "nan-scale":
+                sa[2, 1] = 255
+            before = len(seen.taken)
+            got = mma(a, b, c, instruction=preset, a_format=fa, b_format=fb, a_scales=sa, b_scales=sb,
+                      scale_format="ue8m0")
+            want = _decoded(ins, a[:, None], b.T[None], c, dict(a_format=fa, b_format=fb, scale_format="ue8m0"),
+                            sa[:, None], sb.T[None])
+            np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=f"{fa} x {fb}, {case}")
+            assert len(seen.taken) == before + 1
+            assert seen.taken[-1] == (case not in ("nan-scale", "tiny-scales")), (fa, fb, case)
+    assert seen.rows and seen.rest, vars(seen)
+
+
+@pytest.mark.parametrize("fa,fb", [("e4m3fn", "e4m3fn"), ("e5m2", "e5m2"), ("e4m3fnuz", "e5m2fnuz"),
+                                   ("e2m1fn", "e3m2fn"), ("e2m3fn", "e5m2")])
+@pytest.mark.parametrize("L", [16, 32, 64])
+def test_sums_of_powers_give_each_steps_largest_exponent_and_lowest_bit(fa, fb, L):
+    """The exact route reads a step's largest product exponent, and its lowest product bit, from the
+    binade of a sum of powers of two (a matrix product): against the maximum (minimum) taken term by
+    term, on steps where every product sits at the largest exponent (the sum's top edge), one at the
+    largest among the smallest (its bottom edge), random steps, and steps of zero products."""
+    import math
+    f, g = fp8emu.get_format(fa), fp8emu.get_format(fb)
+    rng = np.random.default_rng(L)
+
+    def props(fmt):
+        """Per code: MMA-Sim exponent (floor(log2 |v|), at least emin) and lowest set bit; None for 0."""
+        vals = fp8emu.decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
+        emin = math.floor(math.log2(fmt.min_normal))
+        out = []
+        for v in vals:
+            if v == 0 or not math.isfinite(v):
+                out.append(None)
+                continue
+            m, e = math.frexp(abs(v))
+            low = e - 53
+            while not (abs(v) / 2.0 ** low) % 2:
+                low += 1
+            out.append((max(e - 1, emin), low))
+        return out
+    pa, pb = props(f), props(g)
+    fin_a = [i for i, q in enumerate(pa) if q is not None]
+    fin_b = [i for i, q in enumerate(pb) if q is not None]
+    top_a = max(fin_a, key=lambda i: pa[i][0])
+    top_b = max(fin_b, key=lambda i: pb[i][0])
+    bot_a = min(fin_a, key=lambda i: pa[i][0])
+    bot_b = min(fin_b, key=lambda i: pb[i][0])
+    rows = [np.full(L, top_a), np.r_[top_a, np.full(L - 1, bot_a)], np.zeros(L, int)]
+    cols = [np.full(L, top_b), np.full(L, bot_b), rng.choice(fin_b, L)]
+    rows += [rng.choice(fin_a, L) for _ in range(5)]
+    cols += [rng.choice(fin_b, L) for _ in range(5)]
+    zero_a = [i for i, q in enumerate(pa) if q is None and fp8emu.decode(np.array([i], np.uint8), f)[0] == 0][0]
+    rows[2][:] = zero_a
+    A, B = np.array(rows, np.uint8), np.array(cols, np.uint8)
+    for what, k in (("exponent", 0), ("low", 1)):
+        powers = ins_mod._power_tables(f, g, L, what)
+        assert powers is not None, (what, fa, fb)
+        got = ins_mod._largest_sums(np.matmul(powers[0][A], powers[1][B].T), powers)
+        for i in range(len(rows)):
+            for j in range(len(cols)):
+                terms = [(pa[x][k], pb[y][k]) for x, y in zip(A[i], B[j]) if pa[x] and pb[y]]
+                if not terms:           # no non-zero product: below every real exponent
+                    assert got[i, j] < min(-pa[x][k] - pb[y][k] if what == "low" else pa[x][k] + pb[y][k]
+                                           for x in fin_a for y in fin_b), (what, i, j)
+                    continue
+                want = max(u + v for u, v in terms) if what == "exponent" else max(-u - v for u, v in terms)
+                assert got[i, j] == want, (what, i, j, got[i, j], want)
 
 
 @pytest.mark.parametrize("block", [None, 5000])
@@ -417,7 +527,7 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch, exact
 def test_exact_gemm_route_at_its_boundaries(preset, blocks, monkeypatch, exact_route):
     """Products one bit below and exactly on a step's grid, and a C whose last bit the grid cuts
     or keeps, each in an output where large products cancel so that the bit shows: the route's
-    checks must send the first to the row route and keep the others (expected values from the
+    checks must send the first to the 1 x 1 tile route and keep the others (expected values from the
     instruction's definition: terms truncated to 2**(E - F), E the largest product exponent).
     ``blocks``: the route works in blocks of two rows, the entry below the grid in the second
     block, beside a row of the first whose elements' low bits are higher."""
@@ -428,7 +538,7 @@ def test_exact_gemm_route_at_its_boundaries(preset, blocks, monkeypatch, exact_r
     M, N, K = 36, 24, 4 * L
     if blocks:
         monkeypatch.setattr(ins_mod, "_EXACT_OUT", 2 * N)
-    taken, rows = exact_route.taken, exact_route.rows    # rows: entries sent to the row route
+    taken, rows = exact_route.taken, exact_route.rows    # rows: entries sent to the 1 x 1 tile route
     h = math.floor(math.log2(fmt.max))            # big products 2**(2h), cancelled by their negatives
     tmin = round(math.log2(fmt.min_subnormal))
 

@@ -50,7 +50,7 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import get_format
 from ..registry import named
-from .kernels import _low_table, _value_tables, any_nonfinite
+from .kernels import _ZERO_LOW, _low_table, _value_tables, any_nonfinite
 
 __all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets", "mma", "dot",
            "gemm", "block_scaled_gemm"]
@@ -1273,8 +1273,7 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
     the decoded E8M0 scales (values, exponents) of A (K / block, M, T) and of B (K / block, N, T),
     and the block.  Their exponents add to the products' and fold into the aligning factor.
 
-    A single GEMM tile (T = 1) without scales tries :func:`_run_exact` first, unless ``exact`` is
-    false.
+    A single GEMM tile (T = 1) tries :func:`_run_exact` first, unless ``exact`` is false.
     """
     T, M, N = c.shape
     if T == 1 and N < M:
@@ -1282,8 +1281,8 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
         sw = None if scales is None else (scales[1], scales[0], scales[2])
         return np.swapaxes(_run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw, exact=exact), 1, 2)
     a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
-    if T == 1 and scales is None and exact:
-        d = _run_exact(ins, a[0], b[0], c[0], fa, fb)
+    if T == 1 and exact:
+        d = _run_exact(ins, a[0], b[0], c[0], fa, fb, scales)
         if d is not None:
             return d[None]
     if scales is not None:
@@ -1400,9 +1399,9 @@ _EXACT_SHARE = 0.9
 #: Outputs the route holds per-output arrays for at once (a block of rows), and the size of its
 #: chunks of steps (outputs per chunk, or decoded operand elements).
 _EXACT_OUT = 1 << 20
-def _run_exact(ins, a, b, c, fa, fb):
-    """D of one GEMM tile (a (M, K), b (N, K) codes, C (M, N)) of the ``"fused"`` or ``"paired"``
-    datapath from float64 matrix products, or ``None`` where this route does not apply.
+def _run_exact(ins, a, b, c, fa, fb, scales=None):
+    """D of one GEMM tile (a (M, K), b (N, K) codes, C (M, N)) of the ``"fused"``, ``"paired"`` or
+    ``"scaled"`` datapath from float64 matrix products, or ``None`` where this route does not apply.
 
     Where every product of a step is a multiple of the grid its terms are truncated to (and, for
     ``"paired"``, of the grid its sum is cut to once C is aligned), no truncation happens before
@@ -1410,10 +1409,14 @@ def _run_exact(ins, a, b, c, fa, fb):
     matrix product; its largest exponent comes from one broadcast pass over the int8 exponents.
     A product's lowest set bit is bounded below by the lowest bits of its row's and column's
     elements in the step, which is what is checked per (output, step); the entries that fail go
-    through the row route (one step of :func:`dot`), the rest round exactly as the operand path;
-    where more than an eighth fail at a step, the operand path takes the rest of K.
-    Applies to float32 outputs, finite operands and C far from overflow, datapaths where a zero
-    product's exponent never wins, and where a 32 x 32 sample of 32 steps passes the check.
+    through the operand path (one step of 1 x 1 tiles), the rest round exactly as the operand
+    path; where more than an eighth fail at a step, the operand path takes the rest of K.
+    ``"scaled"`` (``scales`` as :func:`_run_operands` takes them, E8M0, one block per step): every
+    product of an output's step carries the same two scales, a power of two ``2**Q``, which
+    multiplies its exact sum and adds ``Q`` to its exponents and to its lowest bits alike.
+    Applies to float32 outputs, finite operands (and scales) and C far from overflow, datapaths
+    where a zero product's exponent never wins, and where a 32 x 32 sample of 32 steps passes the
+    check.
     """
     M, K = a.shape
     N = b.shape[0]
@@ -1421,8 +1424,21 @@ def _run_exact(ins, a, b, c, fa, fb):
     paired = ins.datapath == "paired"
     (_, xa, lo_a), (_, xb, lo_b) = _operand_tables(fa, np.float32), _operand_tables(fb, np.float32)
     floor_e = lo_a + lo_b               # the smallest exponent of a non-zero product
-    if (ins.out != "float32" or M * N < _EXACT_MIN or K < L
-            or not (paired or (ins.datapath == "fused" and ins.zero_exp <= floor_e))):
+    if ins.out != "float32" or M * N < _EXACT_MIN or K < L:
+        return None
+    qa = qb = None
+    qmax = 0
+    if scales is not None:
+        (sva, sea), (svb, seb), sblock = scales
+        if (ins.datapath != "scaled" or ins.scales != ("ue8m0",) or sblock != L
+                or np.isnan(sva).any() or np.isnan(svb).any()):
+            return None
+        qa, qb = sea[:, :, 0].astype(np.int16), seb[:, :, 0].astype(np.int16)       # (S, M), (S, N)
+        # a real product's exponent is at least floor_e + Q: a zero product's must stay below it
+        if ins.zero_exp > floor_e + int(qa.min()) + int(qb.min()):
+            return None
+        qmax = int(qa.max()) + int(qb.max())
+    elif not (paired or (ins.datapath == "fused" and ins.zero_exp <= floor_e)):
         return None
     # per code: float64 values (non-finite ones zeroed) and the exponents of their lowest set bits
     (va_t, _), (vb_t, _) = _value_tables(fa), _value_tables(fb)
@@ -1456,59 +1472,120 @@ def _run_exact(ins, a, b, c, fa, fb):
         return None
     cmax = float(np.abs(c).max(initial=0.0))
     vmax = float(np.abs(va_t).max()) * float(np.abs(vb_t).max())
-    if not (cmax + 2.0 * K * vmax < 2.0 ** 126) or any_nonfinite(a, fa) or any_nonfinite(b, fb):
+    if not (cmax + 2.0 * K * vmax * 2.0 ** qmax < 2.0 ** 126) or any_nonfinite(a, fa) or any_nonfinite(b, fb):
         return None          # non-finite operands or C, or sums that could overflow: the operand path
     la, lb = lowest(a, la_t), lowest(b, lb_t)
     zero_c = _zero_c_matters(ins, floor_e)
     coarse = not zero_c and F <= _kept_bits(ins)
     F2, c_bits = ins.pair_bits, _OUT[ins.out][3]
+    # each step's largest product exponent and lowest product bit, where the float types allow, from
+    # matrix products of powers of two (_power_tables): the bits' bound per row and column above
+    # only sends an entry to have its lowest bit formed
+    powers = _power_tables(fa, fb, L, "exponent")
+    lows = _power_tables(fa, fb, L, "low")
+    if powers is not None and -powers[3] // powers[5] >= floor_e:
+        powers = None           # an all-zero step's exponent would not read below the real ones
 
-    def chain(a, la, cb):
-        """D of the rows of a (m, K) with their C (m, N, overwritten) and low bits la (S, m)."""
+    def failing(low, Ep, E):
+        """The entries of a step whose products (lowest bits ``low``) the step's grid would cut."""
+        if paired:
+            return (low < Ep - F) | (low < E - (F2 + 1))
+        return low < E - F
+
+    def chain(a, la, cb, r0):
+        """D of the rows of a (m, K) with their C (m, N, overwritten) and low bits la (S, m), the
+        first of them row r0 of the tile."""
         m = len(a)
+        rs = slice(r0, r0 + m)
         # chunks of steps of about _EXACT_OUT outputs, or as many decoded elements of A and B
         g = max(1, min(S, _EXACT_OUT // (m * N), _EXACT_OUT // ((m + N) * L)))
         for g0 in range(0, S, g):
             g1 = min(S, g0 + g)
-            # a chunk's values (float64) and exponents, decoded once: its steps' products are one
-            # batched matrix product, and each step's exponents one broadcast pass
+            # a chunk's values (float64; times their step's scale) and exponents, decoded once: its
+            # steps' products are one batched matrix product, and each step's exponents one
+            # broadcast pass
             ac, bc = a[:, g0 * L:g1 * L], b[:, g0 * L:g1 * L]
-            sums = np.matmul(va_t[ac].reshape(m, -1, L).transpose(1, 0, 2),
-                             vb_t[bc].reshape(N, -1, L).transpose(1, 2, 0))
-            EA = np.ascontiguousarray(xa[ac].reshape(m, -1, L).transpose(1, 2, 0))
-            EB = np.ascontiguousarray(xb[bc].reshape(N, -1, L).transpose(1, 2, 0))
+            VA, VB = va_t[ac].reshape(m, -1, L), vb_t[bc].reshape(N, -1, L)
+            if qa is not None:
+                VA *= _pow2(qa[g0:g1, rs].T)[:, :, None]
+                VB *= _pow2(qb[g0:g1].T)[:, :, None]
+            sums = np.matmul(VA.transpose(1, 0, 2), VB.transpose(1, 2, 0))
+            if powers is None:
+                EA = np.ascontiguousarray(xa[ac].reshape(m, -1, L).transpose(1, 2, 0))
+                EB = np.ascontiguousarray(xb[bc].reshape(N, -1, L).transpose(1, 2, 0))
+            else:
+                # the steps' sums of 2**(p * (e_a + e_b)): each one's binade gives its largest term's
+                PX = np.matmul(powers[0][ac].reshape(m, -1, L).transpose(1, 0, 2),
+                               powers[1][bc].reshape(N, -1, L).transpose(1, 2, 0))
+            LX = None
             for s in range(g0, g1):
-                x, Ep = sums[s - g0], exponents(EA[s - g0], EB[s - g0])
+                x = sums[s - g0]
+                if powers is None:
+                    Ep = exponents(EA[s - g0], EB[s - g0])
+                else:
+                    Ep = _largest_sums(PX[s - g0], powers)
+                zero = Ep < floor_e if int(Ep.min()) < floor_e else None     # steps of zero products
                 ec = _c_exps(cb, ins, zero_c)
-                E = np.maximum(Ep, ec)
                 low = la[s][:, None] + lb[s][None, :]
+                Q = None
+                if qa is not None:
+                    # the step's scales 2**Q add to its real products' exponents and low bits
+                    Q = qa[s, rs, None] + qb[s, None, :]
+                    low += Q
+                if Q is not None:
+                    Ep += Q
+                if zero is not None:
+                    Ep[zero] = zero_mark
+                E = np.maximum(Ep, ec)
+                bad = failing(low, Ep, E)
+                ks = slice(s * L, (s + 1) * L)
+                if lows is not None and bad.any():
+                    # the entries the bound sends: their lowest product bits themselves (from the
+                    # chunk's matrix products of powers, formed at its first step that needs them)
+                    if LX is None:
+                        LX = np.matmul(lows[0][ac].reshape(m, -1, L).transpose(1, 0, 2),
+                                       lows[1][bc].reshape(N, -1, L).transpose(1, 2, 0))
+                    low = -_largest_sums(LX[s - g0], lows)
+                    if Q is not None:
+                        low += Q
+                    bad = failing(low, Ep, E)
                 if paired:
-                    bad = (low < Ep - F) | (low < E - (F2 + 1))
                     new = _round_table(_paired_finish(x, Ep, E, cb, ec, ins), ins)
                 else:
-                    bad = low < E - F
-                    if (E > ec + (F - c_bits)).any():
-                        # C truncated to the step's grid 2**(E - F) (exact sums in its units)
+                    # C truncated to the step's grid 2**(E - F) (exact sums in its units) where
+                    # its last bit lies below it; elsewhere nothing is cut
+                    cut = E > ec + (F - c_bits)
+                    nc = np.count_nonzero(cut)
+                    if nc > cut.size // 4:
                         sc = _pow2(E, F, -1)
                         x *= sc
                         cs_ = cb * sc
                         x += np.trunc(cs_, out=cs_)
                         x /= sc
                     else:
-                        x += cb                   # C's last bit is on the grid: nothing to cut
+                        ci = np.flatnonzero(cut) if nc else None
+                        xs = x.ravel()[ci] if nc else None
+                        x += cb
+                        if nc:
+                            sc = _pow2(E.ravel()[ci], F, -1)
+                            xs *= sc
+                            xs += np.trunc(cb.ravel()[ci] * sc)
+                            xs /= sc
+                            x.ravel()[ci] = xs
                     new = _round_table(x, ins, E, coarse=coarse)
-                nbad = np.count_nonzero(bad)
-                if nbad > bad.size // 8:
+                bad = np.flatnonzero(bad)
+                if bad.size > x.size // 8:
                     # many entries fail from here (a C far above the products cuts them; past
-                    # about a sixth, their row route costs more than the operand path): the
+                    # about a sixth, their 1 x 1 tiles cost more than the operand path): the
                     # operand path takes the rest of K from this step's C
                     rest = slice(s * L, K)
-                    return _run_operands(ins, a[None, :, rest], b[None, :, rest], cb[None], fa, fb, exact=False)[0]
-                if nbad:
-                    fi, fj = np.nonzero(bad)
-                    ks = slice(s * L, (s + 1) * L)
-                    new[fi, fj] = _run(ins, a[fi, None, ks], b[fj, None, ks], cb[fi, fj, None], fa, fb,
-                                       None, None, None)[:, 0]
+                    return _run_operands(ins, a[None, :, rest], b[None, :, rest], cb[None], fa, fb,
+                                         _scale_rows(scales, slice(s, S), rs), exact=False)[0]
+                if bad.size:
+                    # the entries that fail: one step as 1 x 1 tiles, each its own output's
+                    fi, fj = np.divmod(bad, N)
+                    new.ravel()[bad] = _run_operands(ins, a[fi, None, ks], b[fj, None, ks], cb.ravel()[bad, None, None],
+                                                     fa, fb, _scale_pairs(scales, s, fi + r0, fj))[:, 0, 0]
                 cb = new
         return cb
 
@@ -1518,8 +1595,71 @@ def _run_exact(ins, a, b, c, fa, fb):
     with np.errstate(invalid="ignore", over="ignore"):
         for r0 in range(0, M, rows):
             r1 = min(M, r0 + rows)
-            out[r0:r1] = chain(a[r0:r1], la[:, r0:r1], np.array(c[r0:r1], np.float32))
+            out[r0:r1] = chain(a[r0:r1], la[:, r0:r1], np.array(c[r0:r1], np.float32), r0)
     return out
+
+
+def _scale_rows(scales, steps, rows):
+    """:func:`_run_operands`'s scales (or ``None``) of a range of steps (one block each) and rows of A."""
+    if scales is None:
+        return None
+    (sva, sea), (svb, seb), block = scales
+    return (sva[steps, rows], sea[steps, rows]), (svb[steps], seb[steps]), block
+
+
+def _power_tables(fa, fb, L, what):
+    """Per-code ``2**(p * v)`` of fa and of fb, for :func:`_largest_sums`: ``v`` the code's MMA-Sim
+    exponent (``what="exponent"``) or minus the exponent of its lowest set bit (``"low"``), zero
+    codes 0; p the smallest integer above ``log2(L)``.  Returns the two tables, the float type's
+    integer type, exponent bias and fraction bits, and p; or ``None`` where no float type holds them.
+
+    A step's sum of ``2**(p * (v_a + v_b))`` over its L products lies in ``[2**(p V), L * 2**(p V)]``,
+    V the largest ``v_a + v_b``: a float sum of non-negative terms is never below its largest, and
+    L times it stays below ``2**(p V + p)`` whatever the rounding, so ``floor(binade / p)`` is V.
+    The type is the narrower of float32 and float64 whose normal range holds every such sum.
+    """
+    key = ("powers", what, fa.name, fb.name, L)
+    if key not in _TABLES:
+        if what == "exponent":
+            (_, ea, _), (_, eb, _) = _operand_tables(fa, np.float32), _operand_tables(fb, np.float32)
+            ea, eb = (np.where(e == _ZERO8, _ZERO_LOW, e.astype(int)) for e in (ea, eb))
+        else:
+            ea, eb = (np.where(t == _ZERO_LOW, _ZERO_LOW, -t.astype(int)) for t in (_low_table(fa), _low_table(fb)))
+        p = int(L).bit_length()
+        real_a, real_b = ea[ea != _ZERO_LOW], eb[eb != _ZERO_LOW]
+        _TABLES[key] = None
+        if real_a.size and real_b.size:
+            lo, hi = p * (real_a.min() + real_b.min()), p * (real_a.max() + real_b.max() + 1)
+            for dt, it, bias, frac in ((np.float32, np.int32, 127, 23), (np.float64, np.int64, 1023, 52)):
+                if lo >= 1 - bias and hi <= bias:
+                    ta, tb = (np.where(v == _ZERO_LOW, 0.0, np.ldexp(1.0, p * np.where(v == _ZERO_LOW, 0, v)))
+                              .astype(dt) for v in (ea, eb))
+                    ta.flags.writeable = tb.flags.writeable = False
+                    _TABLES[key] = ta, tb, it, bias, frac, p
+                    break
+    return _TABLES[key]
+
+
+def _largest_sums(px, powers):
+    """The largest ``v_a + v_b`` of steps (int16) from their sums ``px`` of powers (see
+    :func:`_power_tables`; overwritten): ``floor((binade - bias) / p)``, which for a sum of zero
+    (no non-zero product) is ``floor(-bias / p)``, below every real one."""
+    _, _, it, bias, frac, p = powers
+    f = px.view(it)
+    f >>= frac
+    f -= bias
+    f //= p
+    return f.astype(np.int16)
+
+
+def _scale_pairs(scales, s, fi, fj):
+    """The scales (or ``None``) of step ``s`` (one block) for the 1 x 1 tiles of outputs (fi, fj), as
+    :func:`_run_operands` takes a batch of tiles: (1, 1, tiles) each."""
+    if scales is None:
+        return None
+    (sva, sea), (svb, seb), block = scales
+    return ((sva[s, fi, 0][None, None], sea[s, fi, 0][None, None]),
+            (svb[s, fj, 0][None, None], seb[s, fj, 0][None, None]), block)
 
 
 def _tile_route(ins, fa, fb, block):
