@@ -144,12 +144,15 @@ def main(argv=None):
     return 0
 
 
-#: (preset, element format, scale kind, block) of the GEMM rows of --instructions
+#: (preset, element format, scale kind, block) of the GEMM rows of --instructions; kind "mx": operands
+#: from quantize_mx (E8M0 scales that follow each block's largest element), through block_scaled_mm
 INSTRUCTION_ROWS = [("ada-mma", "e4m3fn", None, None), ("hopper-wgmma", "e4m3fn", None, None),
                     ("blackwell-mma", "e4m3fn", None, None), ("blackwell-tcgen05-f8f6f4", "e4m3fn", None, None),
                     ("rtx-blackwell-mma", "e4m3fn", None, None),
                     ("blackwell-tcgen05-mxf8f6f4", "e4m3fn", "ue8m0", 32),
                     ("rtx-blackwell-mma-mxf8f6f4", "e4m3fn", "ue8m0", 32),
+                    ("blackwell-tcgen05-mxf8f6f4", "e4m3fn", "mx", 32),
+                    ("rtx-blackwell-mma-mxf8f6f4", "e4m3fn", "mx", 32),
                     ("blackwell-tcgen05-mxf4nvf4", "e2m1fn", "ue4m3", 16),
                     ("rtx-blackwell-mma-mxf4nvf4", "e2m1fn", "ue4m3", 16),
                     ("cdna3-mfma-fp8", "e4m3fnuz", None, None)]
@@ -157,28 +160,41 @@ INSTRUCTION_ROWS = [("ada-mma", "e4m3fn", None, None), ("hopper-wgmma", "e4m3fn"
 
 def instruction_rows(shape, old, repeat, base_w):
     """GEMMs through the matrix-instruction presets (``instructions.mma`` on M x K and K x N codes of
-    standard-normal data, block scales of moderate size), against np.matmul and the base package."""
+    standard-normal data, block scales drawn at random over 2**-7 ... 2**7, or ``block_scaled_mm``
+    on ``quantize_mx`` operands), against the base package and against np.matmul of float32
+    operands timed in the same interleaved rounds (five products a round, the median per product
+    for each row: its one-thread time drifts by a third between runs here)."""
     from fp8emu.gemm import instructions
     M, N, K = shape
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((M, K)), rng.standard_normal((K, N))
-    head = "| instruction | fp8emu wall s | CPU s | / np.matmul |"
+    x32, y32 = x.astype(np.float32), y.astype(np.float32)
+    head = "| instruction | fp8emu wall s | CPU s | np.matmul ms | / np.matmul |"
     if old:
         head += " base wall s | base CPU s | speed-up CPU | bit-identical |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for preset, fmt, kind, block in INSTRUCTION_ROWS:
-        a, b = fp8emu.encode(x, fmt), fp8emu.encode(y, fmt)
-        kw = dict(instruction=preset, a_format=fmt)
-        if kind:
-            lo, hi = (120, 135) if kind == "ue8m0" else (40, 70)
-            kw.update(scale_format=kind, a_scales=rng.integers(lo, hi, (M, K // block), dtype=np.uint8),
-                      b_scales=rng.integers(lo, hi, (K // block, N), dtype=np.uint8))
-        fns = [lambda kw=kw, a=a, b=b: instructions.mma(a, b, **kw)]
-        if old:
-            fns.append(lambda kw=kw, a=a, b=b: old.gemm.instructions.mma(a, b, **kw))
-        walls, cpus = interleaved(fns, repeat)
-        row = f"| {preset} | {walls[0]:.3f} | {cpus[0]:.3f} | {walls[0] / base_w:.0f}x |"
+        if kind == "mx":
+            qa, qb = fp8emu.quantize_mx(x32, fmt), fp8emu.quantize_mx(y32, fmt, axis=0)
+            fns = [lambda qa=qa, qb=qb, p=preset: fp8emu.block_scaled_mm(qa, qb, accumulator=p)]
+            if old:
+                oa, ob = old.quantize_mx(x32, fmt), old.quantize_mx(y32, fmt, axis=0)
+                fns.append(lambda oa=oa, ob=ob, p=preset: old.block_scaled_mm(oa, ob, accumulator=p))
+        else:
+            a, b = fp8emu.encode(x, fmt), fp8emu.encode(y, fmt)
+            kw = dict(instruction=preset, a_format=fmt)
+            if kind:
+                lo, hi = (120, 135) if kind == "ue8m0" else (40, 70)
+                kw.update(scale_format=kind, a_scales=rng.integers(lo, hi, (M, K // block), dtype=np.uint8),
+                          b_scales=rng.integers(lo, hi, (K // block, N), dtype=np.uint8))
+            fns = [lambda kw=kw, a=a, b=b: instructions.mma(a, b, **kw)]
+            if old:
+                fns.append(lambda kw=kw, a=a, b=b: old.gemm.instructions.mma(a, b, **kw))
+        walls, cpus = interleaved(fns + [lambda: [x32 @ y32 for _ in range(5)]], repeat)
+        mw = walls[-1] / 5
+        label = f"{preset} (quantize_mx)" if kind == "mx" else preset
+        row = f"| {label} | {walls[0]:.3f} | {cpus[0]:.3f} | {mw * 1e3:.2f} | {walls[0] / mw:.0f}x |"
         if old:
             same = np.array_equal(fns[0]().view(np.uint32), fns[1]().view(np.uint32))
             row += f" {walls[1]:.3f} | {cpus[1]:.3f} | {cpus[1] / cpus[0]:.2f}x | {same} |"

@@ -350,7 +350,7 @@ def test_exact_gemm_route_equals_the_per_operand_decode(preset, exact_route):
     every entry passes its check, where some fail it (tiny elements, a huge C on a tenth of the
     outputs: one step as a 1 x 1 tile each), where a huge C makes most fail (the operand path
     takes the rest of K), with zero rows,
-    all-zero steps, -0 and subnormal C, and with a non-finite code (the route declines), it gives
+    all-zero steps, -0 and subnormal C, and with a non-finite code (the operand path takes the rest), it gives
     the per-operand decode's bits, and it is taken where it should be."""
     ins = INSTRUCTIONS[preset]
     L = ins.step

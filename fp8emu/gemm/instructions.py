@@ -1406,17 +1406,21 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
     Where every product of a step is a multiple of the grid its terms are truncated to (and, for
     ``"paired"``, of the grid its sum is cut to once C is aligned), no truncation happens before
     the step's result is rounded: its sum is then exact in float64 and one slice of a batched
-    matrix product; its largest exponent comes from one broadcast pass over the int8 exponents.
-    A product's lowest set bit is bounded below by the lowest bits of its row's and column's
-    elements in the step, which is what is checked per (output, step); the entries that fail go
-    through the operand path (one step of 1 x 1 tiles), the rest round exactly as the operand
-    path; where more than an eighth fail at a step, the operand path takes the rest of K.
+    matrix product.  Its largest product exponent is the binade of another matrix product, of
+    per-code powers ``2**(p e)`` (:func:`_power_tables`; a broadcast pass over the int8 exponents
+    where no float type holds them).  A product's lowest set bit is bounded below by the lowest
+    bits of its row's and column's elements in the step, which is checked per (output, step); the
+    entries that fail that bound have their products' lowest bit itself formed the same way, from
+    powers ``2**(-p low)``.  The entries that fail then go through the operand path (one step of
+    1 x 1 tiles), the rest round exactly as the operand path; where more than an eighth fail at a
+    step, the operand path takes the rest of K.  C is cut to the step's grid only where its last
+    bit lies below it.
     ``"scaled"`` (``scales`` as :func:`_run_operands` takes them, E8M0, one block per step): every
     product of an output's step carries the same two scales, a power of two ``2**Q``, which
     multiplies its exact sum and adds ``Q`` to its exponents and to its lowest bits alike.
-    Applies to float32 outputs, finite operands (and scales) and C far from overflow, datapaths
-    where a zero product's exponent never wins, and where a 32 x 32 sample of 32 steps passes the
-    check.
+    Applies to float32 outputs, finite scales and C far from overflow, datapaths where a zero
+    product's exponent never wins, and where a 32 x 32 sample of 32 steps passes the check; from a
+    chunk of steps holding a non-finite code on, the operand path takes the rest of K.
     """
     M, K = a.shape
     N = b.shape[0]
@@ -1472,9 +1476,8 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
         return None
     cmax = float(np.abs(c).max(initial=0.0))
     vmax = float(np.abs(va_t).max()) * float(np.abs(vb_t).max())
-    if not (cmax + 2.0 * K * vmax * 2.0 ** qmax < 2.0 ** 126) or any_nonfinite(a, fa) or any_nonfinite(b, fb):
-        return None          # non-finite operands or C, or sums that could overflow: the operand path
-    la, lb = lowest(a, la_t), lowest(b, lb_t)
+    if not cmax + 2.0 * K * vmax * 2.0 ** qmax < 2.0 ** 126:
+        return None          # a non-finite C, or sums that could overflow: the operand path
     zero_c = _zero_c_matters(ins, floor_e)
     coarse = not zero_c and F <= _kept_bits(ins)
     F2, c_bits = ins.pair_bits, _OUT[ins.out][3]
@@ -1492,19 +1495,27 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
             return (low < Ep - F) | (low < E - (F2 + 1))
         return low < E - F
 
-    def chain(a, la, cb, r0):
-        """D of the rows of a (m, K) with their C (m, N, overwritten) and low bits la (S, m), the
-        first of them row r0 of the tile."""
+    def chain(a, cb, r0):
+        """D of the rows of a (m, K) with their C (m, N, overwritten), the first of them row r0 of
+        the tile."""
         m = len(a)
         rs = slice(r0, r0 + m)
-        # chunks of steps of about _EXACT_OUT outputs, or as many decoded elements of A and B
+        # chunks of steps of about _EXACT_OUT outputs, or as many decoded elements of A and B; the
+        # first of two steps (where C from the steps before cuts many entries, the operand path
+        # takes the rest of K early, having decoded little)
         g = max(1, min(S, _EXACT_OUT // (m * N), _EXACT_OUT // ((m + N) * L)))
-        for g0 in range(0, S, g):
-            g1 = min(S, g0 + g)
+        g1 = 0
+        while g1 < S:
+            g0, g1 = g1, min(S, g1 + (min(g, 2) if g1 == 0 else g))
             # a chunk's values (float64; times their step's scale) and exponents, decoded once: its
             # steps' products are one batched matrix product, and each step's exponents one
             # broadcast pass
             ac, bc = a[:, g0 * L:g1 * L], b[:, g0 * L:g1 * L]
+            if any_nonfinite(ac, fa) or any_nonfinite(bc, fb):
+                # a non-finite code: the operand path takes the rest of K from here
+                return _run_operands(ins, a[None, :, g0 * L:], b[None, :, g0 * L:], cb[None], fa, fb,
+                                     _scale_rows(scales, slice(g0, S), rs), exact=False)[0]
+            la, lb = lowest(ac, la_t), lowest(bc, lb_t)        # (steps of the chunk, rows)
             VA, VB = va_t[ac].reshape(m, -1, L), vb_t[bc].reshape(N, -1, L)
             if qa is not None:
                 VA *= _pow2(qa[g0:g1, rs].T)[:, :, None]
@@ -1526,7 +1537,7 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
                     Ep = _largest_sums(PX[s - g0], powers)
                 zero = Ep < floor_e if int(Ep.min()) < floor_e else None     # steps of zero products
                 ec = _c_exps(cb, ins, zero_c)
-                low = la[s][:, None] + lb[s][None, :]
+                low = la[s - g0][:, None] + lb[s - g0][None, :]
                 Q = None
                 if qa is not None:
                     # the step's scales 2**Q add to its real products' exponents and low bits
@@ -1595,7 +1606,7 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
     with np.errstate(invalid="ignore", over="ignore"):
         for r0 in range(0, M, rows):
             r1 = min(M, r0 + rows)
-            out[r0:r1] = chain(a[r0:r1], la[:, r0:r1], np.array(c[r0:r1], np.float32), r0)
+            out[r0:r1] = chain(a[r0:r1], np.array(c[r0:r1], np.float32), r0)
     return out
 
 
