@@ -1743,23 +1743,24 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
                         gk = (k1 - k0) // G
                         va = _pair_decode(a[t0:t1, m0:m1, k0:k1], fa, "ga")
                         vb = _pair_decode(b[t0:t1, n0:n1, k0:k1], fb, "gb")
-                        A = va.reshape(t1 - t0, m1 - m0, gk, G).transpose(0, 2, 1, 3)
-                        B = vb.reshape(t1 - t0, n1 - n0, gk, G).transpose(0, 2, 3, 1)
-                        S = np.matmul(A, B)                                               # (t, groups, m, n)
+                        # the groups outermost, (groups, t, rows, G) and (groups, t, G, columns): the
+                        # group sums, scaled terms and exponents then run along K in contiguous planes
+                        A = va.reshape(t1 - t0, m1 - m0, gk, G).transpose(2, 0, 1, 3)
+                        B = vb.reshape(t1 - t0, n1 - n0, gk, G).transpose(2, 0, 3, 1)
+                        S = np.matmul(A, B)                                               # (groups, t, m, n)
                         # a group of zero products carries zero_exp: the groups' non-zero elements as
                         # bit masks, one word per group and row (column), and their AND per output
-                        za, zb = (np.ascontiguousarray(np.packbits(v != 0, axis=-1).view(word).transpose(0, 2, 1))
+                        za, zb = (np.ascontiguousarray(np.packbits(v != 0, axis=-1).view(word).transpose(2, 0, 1))
                                   for v in (va, vb))
                         zero = np.bitwise_and(za[..., None], zb[:, :, None, :]) == 0
                         kb = (k0 + np.arange(gk) * G) // block
-                        # the groups' scales as (t, groups, m, 1) and (t, groups, 1, n)
-                        sA, qA = (np.transpose(x[kb, m0:m1, t0:t1], (2, 0, 1))[..., None] for x in (sva, sea))
-                        sB, qB = (np.transpose(x[kb, n0:n1, t0:t1], (2, 0, 1))[:, :, None, :] for x in (svb, seb))
-                        S = np.multiply(S, sA, dtype=np.float64)
-                        S *= sB
-                        e = qA + qB
-                        e[zero | (e < low // 2)] = ins.zero_exp
-                        terms, exps = np.moveaxis(S, 1, 0), np.moveaxis(e, 1, 0)           # (groups, t, m, n)
+                        # the groups' scales as (groups, t, m, 1) and (groups, t, 1, n)
+                        sA, qA = (np.transpose(x[kb, m0:m1, t0:t1], (0, 2, 1))[..., None] for x in (sva, sea))
+                        sB, qB = (np.transpose(x[kb, n0:n1, t0:t1], (0, 2, 1))[:, :, None, :] for x in (svb, seb))
+                        terms = np.multiply(S, sA, dtype=np.float64)
+                        terms *= sB
+                        exps = qA + qB
+                        exps[zero | (exps < low // 2)] = ins.zero_exp
                         for g0 in range(0, gk, ng):
                             ec = _c_exps(cb, ins)
                             cb = _round_table(_fused_step(terms[g0:g0 + ng], exps[g0:g0 + ng], cb, ec, F), ins)
