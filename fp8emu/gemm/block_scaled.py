@@ -428,14 +428,20 @@ def _scaled_operand(op: _Operand, K):
     pad = nb * blk - K
     if pad:
         va, ea, la = (np.pad(x, ((0, 0), (0, pad))) for x in (va, ea, la))
+    # the gathered arrays are this call's own: scaled in place, and the zero terms' sentinels put
+    # back only where there are any
     shape3 = (rows, nb, blk)
-    p = (va.reshape(shape3) * s[:, :, None]).reshape(rows, -1)[:, :K]
-    zero = ea.reshape(shape3) == _ZERO_EXP
+    p, e2, l2 = va.reshape(shape3), ea.reshape(shape3), la.reshape(shape3)
+    zero = e2 == _ZERO_EXP
     if zero_s.any():
-        zero = zero | zero_s[:, :, None]
-    e2 = np.where(zero, np.int16(_ZERO_EXP), ea.reshape(shape3) + q[:, :, None])
-    l2 = np.where(zero, np.int16(_ZERO_LOW), la.reshape(shape3) + lq[:, :, None])
-    return p, e2.reshape(rows, -1)[:, :K], l2.reshape(rows, -1)[:, :K]
+        zero |= zero_s[:, :, None]
+    p *= s[:, :, None]
+    e2 += q[:, :, None]
+    l2 += lq[:, :, None]
+    if zero.any():
+        np.copyto(e2, np.int16(_ZERO_EXP), where=zero)
+        np.copyto(l2, np.int16(_ZERO_LOW), where=zero)
+    return p.reshape(rows, -1)[:, :K], e2.reshape(rows, -1)[:, :K], l2.reshape(rows, -1)[:, :K]
 
 
 def _product_scaled(va, ea, sa, vb, eb, sb, acc, c=None, lows=None):
