@@ -1486,8 +1486,6 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
     # only sends an entry to have its lowest bit formed
     powers = _power_tables(fa, fb, L, "exponent")
     lows = _power_tables(fa, fb, L, "low")
-    if powers is not None and -powers[3] // powers[5] >= floor_e:
-        powers = None           # an all-zero step's exponent would not read below the real ones
 
     def failing(low, Ep, E):
         """The entries of a step whose products (lowest bits ``low``) the step's grid would cut."""
@@ -1543,7 +1541,6 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
                     # the step's scales 2**Q add to its real products' exponents and low bits
                     Q = qa[s, rs, None] + qb[s, None, :]
                     low += Q
-                if Q is not None:
                     Ep += Q
                 if zero is not None:
                     Ep[zero] = zero_mark
@@ -1573,16 +1570,17 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
                         cs_ = cb * sc
                         x += np.trunc(cs_, out=cs_)
                         x /= sc
-                    else:
-                        ci = np.flatnonzero(cut) if nc else None
-                        xs = x.ravel()[ci] if nc else None
+                    elif nc:
+                        ci = np.flatnonzero(cut)
+                        xs = x.ravel()[ci]                # those entries' sums, before C is added
                         x += cb
-                        if nc:
-                            sc = _pow2(E.ravel()[ci], F, -1)
-                            xs *= sc
-                            xs += np.trunc(cb.ravel()[ci] * sc)
-                            xs /= sc
-                            x.ravel()[ci] = xs
+                        sc = _pow2(E.ravel()[ci], F, -1)
+                        xs *= sc
+                        xs += np.trunc(cb.ravel()[ci] * sc)
+                        xs /= sc
+                        x.ravel()[ci] = xs
+                    else:
+                        x += cb                   # C's last bit is on the grid everywhere
                     new = _round_table(x, ins, E, coarse=coarse)
                 bad = np.flatnonzero(bad)
                 if bad.size > x.size // 8:
@@ -1627,7 +1625,8 @@ def _power_tables(fa, fb, L, what):
     A step's sum of ``2**(p * (v_a + v_b))`` over its L products lies in ``[2**(p V), L * 2**(p V)]``,
     V the largest ``v_a + v_b``: a float sum of non-negative terms is never below its largest, and
     L times it stays below ``2**(p V + p)`` whatever the rounding, so ``floor(binade / p)`` is V.
-    The type is the narrower of float32 and float64 whose normal range holds every such sum.
+    The type is the narrower of float32 and float64 whose normal range holds every such sum, and
+    where a sum of zero (no non-zero product, binade field 0) reads below every real V.
     """
     key = ("powers", what, fa.name, fb.name, L)
     if key not in _TABLES:
@@ -1640,9 +1639,10 @@ def _power_tables(fa, fb, L, what):
         real_a, real_b = ea[ea != _ZERO_LOW], eb[eb != _ZERO_LOW]
         _TABLES[key] = None
         if real_a.size and real_b.size:
-            lo, hi = p * (real_a.min() + real_b.min()), p * (real_a.max() + real_b.max() + 1)
+            vmin = int(real_a.min() + real_b.min())
+            lo, hi = p * vmin, p * (real_a.max() + real_b.max() + 1)
             for dt, it, bias, frac in ((np.float32, np.int32, 127, 23), (np.float64, np.int64, 1023, 52)):
-                if lo >= 1 - bias and hi <= bias:
+                if lo >= 1 - bias and hi <= bias and -bias // p < vmin:
                     ta, tb = (np.where(v == _ZERO_LOW, 0.0, np.ldexp(1.0, p * np.where(v == _ZERO_LOW, 0, v)))
                               .astype(dt) for v in (ea, eb))
                     ta.flags.writeable = tb.flags.writeable = False
