@@ -126,9 +126,10 @@ def test_preset_equals_live_mmasim_on_a_fresh_seed(preset):
 
 
 class _ExactRoute:
-    """What the exact GEMM route did: per call whether it served it (``taken``), the entries it sent to
-    the operand path as 1 x 1 tiles per call (``rows``), and how often the operand path took the rest
-    of K (``rest``)."""
+    """What the exact GEMM route did: per call whether it served it (``taken``), the entries whose
+    step grid cuts their products, per step that has any (``rows``: summed as truncated terms, or
+    sent to the operand path as 1 x 1 tiles), and how often the operand path took the rest of K
+    (``rest``)."""
 
     def __init__(self):
         self.taken, self.rows, self.rest = [], [], 0
@@ -139,7 +140,7 @@ def exact_route(monkeypatch):
     """Record what the exact GEMM route does (tiles of 256 outputs and more try it)."""
     monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
     seen = _ExactRoute()
-    real_exact, real_ops = ins_mod._run_exact, ins_mod._run_operands
+    real_exact, real_ops, real_cut = ins_mod._run_exact, ins_mod._run_operands, ins_mod._cut_sums
 
     def exact(*args):
         d = real_exact(*args)
@@ -152,7 +153,12 @@ def exact_route(monkeypatch):
         seen.rest += not exact
         return real_ops(ins_, a, b, *args, exact=exact, **kw)
 
+    def cut(pa, *args):
+        seen.rows.append(len(pa))
+        return real_cut(pa, *args)
+
     monkeypatch.setattr(ins_mod, "_run_exact", exact)
+    monkeypatch.setattr(ins_mod, "_cut_sums", cut)
     monkeypatch.setattr(ins_mod, "_run_operands", ops)
     return seen
 
@@ -186,7 +192,7 @@ def test_exact_gemm_route_equals_live_mmasim(preset, exact_route):
             sb = rng.integers(118, 133, (K // k, N), dtype=np.uint8)
             scales = dict(a_scales=sa, b_scales=sb, scale_format="ue8m0")
             rows_s = np.repeat(sa, N, axis=0), np.tile(sb.T, (M, 1))
-        # C: small with a tenth huge (C aligned to each step's grid, some entries to the 1 x 1 tile route),
+        # C: small with a tenth huge (C aligned to each step's grid, which cuts some entries' products),
         # everywhere above every step's products (C already on the grid), or far below them
         for name, c in (("mixed", np.where(rng.random((M, N)) < 0.1, 2.0 ** 26, rng.standard_normal((M, N)) * 4)),
                         ("above", rng.choice([-1.0, 1.0], (M, N)) * (64 + 63 * rng.random((M, N)))),
@@ -348,7 +354,7 @@ EXACT_PRESETS = [n for n in OPERAND_PRESETS
 def test_exact_gemm_route_equals_the_per_operand_decode(preset, exact_route):
     """A GEMM tile whose steps truncate nothing is matrix products (``_run_exact``): on data where
     every entry passes its check, where some fail it (tiny elements, a huge C on a tenth of the
-    outputs: one step as a 1 x 1 tile each), where a huge C makes most fail (the operand path
+    outputs: their sums of truncated terms), where a huge C makes most fail (the operand path
     takes the rest of K), with zero rows,
     all-zero steps, -0 and subnormal C, and with a non-finite code (the operand path takes the rest), it gives
     the per-operand decode's bits, and it is taken where it should be."""
@@ -502,8 +508,8 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch, exact
     """A 256 x 256 GEMM takes its steps' matrix products in several chunks of steps (and, with the
     route's block of outputs made small, in blocks of 19 rows and chunks of one step): the operand
     path's bits (that path is checked against the per-operand decode above), on Gaussian data with
-    a few tiny elements and a C on a twentieth of the outputs large enough to send them to the row
-    route."""
+    a few tiny elements and a C on a twentieth of the outputs large enough that their grid cuts
+    products."""
     if block:
         monkeypatch.setattr(ins_mod, "_EXACT_OUT", block)
     ins = INSTRUCTIONS[preset]
@@ -527,7 +533,7 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch, exact
 def test_exact_gemm_route_at_its_boundaries(preset, blocks, monkeypatch, exact_route):
     """Products one bit below and exactly on a step's grid, and a C whose last bit the grid cuts
     or keeps, each in an output where large products cancel so that the bit shows: the route's
-    checks must send the first to the 1 x 1 tile route and keep the others (expected values from the
+    checks must single out the first as an entry whose grid cuts it and keep the others (expected values from the
     instruction's definition: terms truncated to 2**(E - F), E the largest product exponent).
     ``blocks``: the route works in blocks of two rows, the entry below the grid in the second
     block, beside a row of the first whose elements' low bits are higher."""
@@ -538,7 +544,7 @@ def test_exact_gemm_route_at_its_boundaries(preset, blocks, monkeypatch, exact_r
     M, N, K = 36, 24, 4 * L
     if blocks:
         monkeypatch.setattr(ins_mod, "_EXACT_OUT", 2 * N)
-    taken, rows = exact_route.taken, exact_route.rows    # rows: entries sent to the 1 x 1 tile route
+    taken, rows = exact_route.taken, exact_route.rows    # rows: entries whose step grid cuts them
     h = math.floor(math.log2(fmt.max))            # big products 2**(2h), cancelled by their negatives
     tmin = round(math.log2(fmt.min_subnormal))
 

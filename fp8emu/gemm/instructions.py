@@ -1411,9 +1411,10 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
     where no float type holds them).  A product's lowest set bit is bounded below by the lowest
     bits of its row's and column's elements in the step, which is checked per (output, step); the
     entries that fail that bound have their products' lowest bit itself formed the same way, from
-    powers ``2**(-p low)``.  The entries that fail then go through the operand path (one step of
-    1 x 1 tiles), the rest round exactly as the operand path; where more than an eighth fail at a
-    step, the operand path takes the rest of K.  C is cut to the step's grid only where its last
+    powers ``2**(-p low)``.  The entries that fail take the sum of their truncated terms instead
+    (:func:`_cut_sums`; ``"paired"``: their step through the operand path, as 1 x 1 tiles), and
+    every entry rounds as the operand path would; where more than an eighth fail at a step, the
+    operand path takes the rest of K.  C is cut to the step's grid only where its last
     bit lies below it.
     ``"scaled"`` (``scales`` as :func:`_run_operands` takes them, E8M0, one block per step): every
     product of an output's step carries the same two scales, a power of two ``2**Q``, which
@@ -1518,14 +1519,19 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
             if qa is not None:
                 VA *= _pow2(qa[g0:g1, rs].T)[:, :, None]
                 VB *= _pow2(qb[g0:g1].T)[:, :, None]
-            sums = np.matmul(VA.transpose(1, 0, 2), VB.transpose(1, 2, 0))
+            # the products' outputs in this thread's work arrays: fresh ones of a chunk's size
+            # are page-faulted in on every chunk
+            n = (g1 - g0) * m * N
+            sums = np.matmul(VA.transpose(1, 0, 2), VB.transpose(1, 2, 0),
+                             out=_work("sums", n, np.float64).reshape(g1 - g0, m, N))
             if powers is None:
                 EA = np.ascontiguousarray(xa[ac].reshape(m, -1, L).transpose(1, 2, 0))
                 EB = np.ascontiguousarray(xb[bc].reshape(N, -1, L).transpose(1, 2, 0))
             else:
                 # the steps' sums of 2**(p * (e_a + e_b)): each one's binade gives its largest term's
                 PX = np.matmul(powers[0][ac].reshape(m, -1, L).transpose(1, 0, 2),
-                               powers[1][bc].reshape(N, -1, L).transpose(1, 2, 0))
+                               powers[1][bc].reshape(N, -1, L).transpose(1, 2, 0),
+                               out=_work("px", n, powers[0].dtype).reshape(g1 - g0, m, N))
             LX = None
             for s in range(g0, g1):
                 x = sums[s - g0]
@@ -1552,11 +1558,26 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
                     # chunk's matrix products of powers, formed at its first step that needs them)
                     if LX is None:
                         LX = np.matmul(lows[0][ac].reshape(m, -1, L).transpose(1, 0, 2),
-                                       lows[1][bc].reshape(N, -1, L).transpose(1, 2, 0))
+                                       lows[1][bc].reshape(N, -1, L).transpose(1, 2, 0),
+                                       out=_work("lx", n, lows[0].dtype).reshape(g1 - g0, m, N))
                     low = -_largest_sums(LX[s - g0], lows)
                     if Q is not None:
                         low += Q
                     bad = failing(low, Ep, E)
+                bad = np.flatnonzero(bad)
+                if bad.size > x.size // 8:
+                    # many entries fail from here (a C far above the products cuts them; past
+                    # about an eighth, the per-entry work below costs more than the operand
+                    # path): the operand path takes the rest of K from this step's C
+                    rest = slice(s * L, K)
+                    return _run_operands(ins, a[None, :, rest], b[None, :, rest], cb[None], fa, fb,
+                                         _scale_rows(scales, slice(s, S), rs), exact=False)[0]
+                if bad.size and not paired:
+                    # the entries the grid cuts: their sums are of the truncated terms instead,
+                    # trunc(p * 2**(F - E)) in units of 2**(E - F) (each exact in float64: the
+                    # chunk's values carry their scales), the rest of the step as for every entry
+                    fi, fj = np.divmod(bad, N)
+                    x.ravel()[bad] = _cut_sums(VA[fi, s - g0], VB[fj, s - g0], E.ravel()[bad], F)
                 if paired:
                     new = _round_table(_paired_finish(x, Ep, E, cb, ec, ins), ins)
                 else:
@@ -1582,19 +1603,11 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
                     else:
                         x += cb                   # C's last bit is on the grid everywhere
                     new = _round_table(x, ins, E, coarse=coarse)
-                bad = np.flatnonzero(bad)
-                if bad.size > x.size // 8:
-                    # many entries fail from here (a C far above the products cuts them; past
-                    # about a sixth, their 1 x 1 tiles cost more than the operand path): the
-                    # operand path takes the rest of K from this step's C
-                    rest = slice(s * L, K)
-                    return _run_operands(ins, a[None, :, rest], b[None, :, rest], cb[None], fa, fb,
-                                         _scale_rows(scales, slice(s, S), rs), exact=False)[0]
-                if bad.size:
+                if bad.size and paired:
                     # the entries that fail: one step as 1 x 1 tiles, each its own output's
                     fi, fj = np.divmod(bad, N)
-                    new.ravel()[bad] = _run_operands(ins, a[fi, None, ks], b[fj, None, ks], cb.ravel()[bad, None, None],
-                                                     fa, fb, _scale_pairs(scales, s, fi + r0, fj))[:, 0, 0]
+                    new.ravel()[bad] = _run_operands(ins, a[fi, None, ks], b[fj, None, ks],
+                                                     cb.ravel()[bad, None, None], fa, fb)[:, 0, 0]
                 cb = new
         return cb
 
@@ -1606,6 +1619,18 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
             r1 = min(M, r0 + rows)
             out[r0:r1] = chain(a[r0:r1], np.array(c[r0:r1], np.float32), r0)
     return out
+
+
+def _cut_sums(pa, pb, E, F):
+    """Sums of truncated terms, ``sum(trunc(pa * pb * 2**(F - E))) * 2**(E - F)`` along the last
+    axis: the sums of the exact GEMM route's entries whose step grid ``2**(E - F)`` cuts their
+    products.  ``pa``, ``pb`` (entries, L) hold the float64 values (scales included) of each entry's
+    row of A and column of B in the step, E (entries) its largest exponent; every product, term
+    and sum is exact in float64."""
+    f = _pow2(E, F, -1)
+    t = np.multiply(pa, pb)
+    t *= f[:, None]
+    return np.trunc(t, out=t).sum(axis=1) / f
 
 
 def _scale_rows(scales, steps, rows):
@@ -1661,16 +1686,6 @@ def _largest_sums(px, powers):
     f -= bias
     f //= p
     return f.astype(np.int16)
-
-
-def _scale_pairs(scales, s, fi, fj):
-    """The scales (or ``None``) of step ``s`` (one block) for the 1 x 1 tiles of outputs (fi, fj), as
-    :func:`_run_operands` takes a batch of tiles: (1, 1, tiles) each."""
-    if scales is None:
-        return None
-    (sva, sea), (svb, seb), block = scales
-    return ((sva[s, fi, 0][None, None], sea[s, fi, 0][None, None]),
-            (svb[s, fj, 0][None, None], seb[s, fj, 0][None, None]), block)
 
 
 def _tile_route(ins, fa, fb, block):
