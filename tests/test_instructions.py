@@ -410,18 +410,25 @@ def test_exact_gemm_route_of_block_scaled_steps_equals_the_per_operand_decode(pr
     matrix-product route: MX-quantized Gaussian data (scales near the elements' range), random
     scales over 2**-7 ... 2**7 (a later step's small products truncated against a large C: many
     entries fail), scales over 2**-47 ... 2**42, a huge C on a tenth of the outputs, zero rows,
-    all-zero steps and -0 C, and the cases the route declines (a NaN scale; scales so small that a
-    zero product's exponent could win): the per-operand decode's bits."""
+    all-zero steps and -0 C, scales that put the smallest real product exponent just below float32's
+    normals (with zero and subnormal C), and the cases the route declines (a NaN
+    scale; scales so small that a zero product's exponent could win): the per-operand decode's bits."""
+    # each format's smallest normal exponent (OCP MX v1.0): its subnormals' exponent in MMA-Sim
+    emin = {"e4m3fn": -6, "e5m2": -14, "e3m2fn": -2, "e2m3fn": 0, "e2m1fn": 0}
     ins = INSTRUCTIONS[preset]
     L = ins.step
     M, N, K = 40, 112, 10 * L                   # 4480 outputs: past the route's 4096
     rng = np.random.default_rng(zlib.crc32(preset.encode()) + 2)
     seen = exact_route
     for fa, fb in (("e4m3fn", "e4m3fn"), ("e5m2", "e2m1fn"), ("e3m2fn", "e2m3fn")):
-        for case in ("mx", "random", "wide", "some-huge-c", "zeros", "nan-scale", "tiny-scales"):
+        # the scale codes whose two scales put the smallest real product exponent at -130 or -131:
+        # below float32's smallest normal (-126), above a zero product's (-133)
+        small = 127 + (-130 - emin[fa] - emin[fb]) // 2
+        for case in ("mx", "random", "wide", "some-huge-c", "zeros", "small-scales", "nan-scale", "tiny-scales"):
             x, y = rng.standard_normal((M, K)), rng.standard_normal((K, N))
             a, b = fp8emu.encode(x, fa), fp8emu.encode(y, fb)
-            lo, hi = {"mx": (118, 121), "wide": (80, 170), "tiny-scales": (0, 4)}.get(case, (120, 135))
+            lo, hi = {"mx": (118, 121), "wide": (80, 170), "tiny-scales": (0, 4),
+                      "small-scales": (small, small + 3)}.get(case, (120, 135))
             sa = rng.integers(lo, hi, (M, K // L), dtype=np.uint8)
             sb = rng.integers(lo, hi, (K // L, N), dtype=np.uint8)
             c = (rng.standard_normal((M, N)) * 4).astype(np.float32)
@@ -433,6 +440,8 @@ def test_exact_gemm_route_of_block_scaled_steps_equals_the_per_operand_decode(pr
                 c[0, :4] = [-0.0, 2.0 ** -140, -(2.0 ** -130), 0.0]
                 # row 3's steps are all zero products: a small C keeps every bit
                 c[3, :3] = [(1 + 2.0 ** -23) * 2.0 ** -30, -(1 + 2.0 ** -22) * 2.0 ** -40, 2.0 ** -140]
+            if case == "small-scales":       # C as small as the products, zero on a third of the outputs
+                c = np.where(rng.random((M, N)) < 1 / 3, 0.0, c * 2.0 ** -126).astype(np.float32)
             if case == "nan-scale":
                 sa[2, 1] = 255
             before = len(seen.taken)

@@ -1432,7 +1432,7 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
     if ins.out != "float32" or M * N < _EXACT_MIN or K < L:
         return None
     qa = qb = None
-    qmax = 0
+    qmin = qmax = 0
     if scales is not None:
         (sva, sea), (svb, seb), sblock = scales
         if (ins.datapath != "scaled" or ins.scales != ("ue8m0",) or sblock != L
@@ -1440,7 +1440,8 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
             return None
         qa, qb = sea[:, :, 0].astype(np.int16), seb[:, :, 0].astype(np.int16)       # (S, M), (S, N)
         # a real product's exponent is at least floor_e + Q: a zero product's must stay below it
-        if ins.zero_exp > floor_e + int(qa.min()) + int(qb.min()):
+        qmin = int(qa.min()) + int(qb.min())
+        if ins.zero_exp > floor_e + qmin:
             return None
         qmax = int(qa.max()) + int(qb.max())
     elif not (paired or (ins.datapath == "fused" and ins.zero_exp <= floor_e)):
@@ -1466,7 +1467,7 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
 
     def lowest(codes, table):
         """Lowest set bits per (step, row): a product's is at least its row's plus its column's."""
-        return table[codes].reshape(len(codes), -1, L).min(axis=2).T
+        return np.take(table, codes).reshape(len(codes), -1, L).min(axis=2).T
 
     # a sample decides whether enough entries pass (ignoring C, which only adds failures)
     rs, cs, s1 = min(M, 32), min(N, 32), min(S, 32)
@@ -1479,7 +1480,8 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
     vmax = float(np.abs(va_t).max()) * float(np.abs(vb_t).max())
     if not cmax + 2.0 * K * vmax * 2.0 ** qmax < 2.0 ** 126:
         return None          # a non-finite C, or sums that could overflow: the operand path
-    zero_c = _zero_c_matters(ins, floor_e)
+    # the scales known, the smallest real product exponent is too (see _zero_c_matters)
+    zero_c = _zero_c_matters(ins, floor_e) if qa is None else floor_e + qmin < _FIELDS[ins.out][3]
     coarse = not zero_c and F <= _kept_bits(ins)
     F2, c_bits = ins.pair_bits, _OUT[ins.out][3]
     # each step's largest product exponent and lowest product bit, where the float types allow, from
@@ -1515,7 +1517,7 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
                 return _run_operands(ins, a[None, :, g0 * L:], b[None, :, g0 * L:], cb[None], fa, fb,
                                      _scale_rows(scales, slice(g0, S), rs), exact=False)[0]
             la, lb = lowest(ac, la_t), lowest(bc, lb_t)        # (steps of the chunk, rows)
-            VA, VB = va_t[ac].reshape(m, -1, L), vb_t[bc].reshape(N, -1, L)
+            VA, VB = np.take(va_t, ac).reshape(m, -1, L), np.take(vb_t, bc).reshape(N, -1, L)
             if qa is not None:
                 VA *= _pow2(qa[g0:g1, rs].T)[:, :, None]
                 VB *= _pow2(qb[g0:g1].T)[:, :, None]
@@ -1525,12 +1527,12 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
             sums = np.matmul(VA.transpose(1, 0, 2), VB.transpose(1, 2, 0),
                              out=_work("sums", n, np.float64).reshape(g1 - g0, m, N))
             if powers is None:
-                EA = np.ascontiguousarray(xa[ac].reshape(m, -1, L).transpose(1, 2, 0))
-                EB = np.ascontiguousarray(xb[bc].reshape(N, -1, L).transpose(1, 2, 0))
+                EA = np.ascontiguousarray(np.take(xa, ac).reshape(m, -1, L).transpose(1, 2, 0))
+                EB = np.ascontiguousarray(np.take(xb, bc).reshape(N, -1, L).transpose(1, 2, 0))
             else:
                 # the steps' sums of 2**(p * (e_a + e_b)): each one's binade gives its largest term's
-                PX = np.matmul(powers[0][ac].reshape(m, -1, L).transpose(1, 0, 2),
-                               powers[1][bc].reshape(N, -1, L).transpose(1, 2, 0),
+                PX = np.matmul(np.take(powers[0], ac).reshape(m, -1, L).transpose(1, 0, 2),
+                               np.take(powers[1], bc).reshape(N, -1, L).transpose(1, 2, 0),
                                out=_work("px", n, powers[0].dtype).reshape(g1 - g0, m, N))
             LX = None
             for s in range(g0, g1):
@@ -1557,8 +1559,8 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
                     # the entries the bound sends: their lowest product bits themselves (from the
                     # chunk's matrix products of powers, formed at its first step that needs them)
                     if LX is None:
-                        LX = np.matmul(lows[0][ac].reshape(m, -1, L).transpose(1, 0, 2),
-                                       lows[1][bc].reshape(N, -1, L).transpose(1, 2, 0),
+                        LX = np.matmul(np.take(lows[0], ac).reshape(m, -1, L).transpose(1, 0, 2),
+                                       np.take(lows[1], bc).reshape(N, -1, L).transpose(1, 2, 0),
                                        out=_work("lx", n, lows[0].dtype).reshape(g1 - g0, m, N))
                     low = -_largest_sums(LX[s - g0], lows)
                     if Q is not None:
