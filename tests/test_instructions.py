@@ -524,7 +524,7 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch, exact
     ins = INSTRUCTIONS[preset]
     fmt = ins.formats[0]
     M = N = 256
-    K = 40 * ins.step                               # the route takes 16 steps per matrix product here
+    K = 40 * ins.step                               # the route takes 4 steps per matrix product here
     rng = np.random.default_rng(7)
     x = rng.standard_normal((M, K))
     x[rng.random((M, K)) < 0.003] *= 2.0 ** -9          # a few tiny elements: rows' low bits differ
