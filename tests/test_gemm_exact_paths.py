@@ -143,6 +143,29 @@ def test_block_scaled_routes_agree(monkeypatch, fa, fb, dist):
         assert_routes_agree(monkeypatch, _bsmm(A, B, accumulator=acc))
 
 
+@pytest.mark.parametrize("chunk", ["one step", "three steps"])
+def test_fast_path_in_chunks_of_steps(monkeypatch, chunk):
+    """The fast path's batched matrix products cover a few steps at a time (``_STEP_CHUNK`` step sums,
+    here one step or three, with a remainder): each chunk boundary gives the dense step's bits, for
+    the block-scaled and the plain presets, with tiny elements and a zero step so that some entries
+    take the per-entry step."""
+    rng = np.random.default_rng(11)
+    M, N, K = 24, 20, 32 * 11
+    per_step = M * N if chunk == "one step" else 3 * M * N
+    monkeypatch.setattr(kernels, "_STEP_CHUNK", per_step)
+    x, y = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    x[rng.random((M, K)) < 0.02] *= 2.0 ** -9
+    x[4, 64:96] = 0.0
+    a, b = fp8emu.quantize_mx(x, "e4m3fn"), fp8emu.quantize_mx(y, "e4m3fn", axis=0)
+    for acc in ACCS:
+        counts = assert_routes_agree(monkeypatch, _bsmm(a, b, accumulator=acc))
+        assert counts[None]["fast"] > 0, acc
+    ca, cb = fp8emu.encode(x, "e4m3fn"), fp8emu.encode(y, "e4m3fn")
+    for acc in ("hopper", "hopper-fast"):
+        assert_routes_agree(monkeypatch, lambda acc=acc: scaled_mm(ca, cb, a_format="e4m3fn", b_format="e4m3fn",
+                                                                    accumulator=acc))
+
+
 def test_block_scaled_special_cases(monkeypatch):
     rng = np.random.default_rng(7)
     M, N, K = 12, 10, 96 + 32
