@@ -1466,14 +1466,17 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
         E[xm < floor_e] = zero_mark                      # all products zero (a zero's marker)
         return E
 
+    def per_step(table, codes):
+        """A per-code table gathered for codes (rows, steps * L), as (rows, steps, L)."""
+        return np.take(table, codes).reshape(len(codes), -1, L)
+
     def lowest(codes, table):
         """Lowest set bits per (step, row): a product's is at least its row's plus its column's."""
-        return np.take(table, codes).reshape(len(codes), -1, L).min(axis=2).T
+        return per_step(table, codes).min(axis=2).T
 
     # a sample decides whether enough entries pass (ignoring C, which only adds failures)
     rs, cs, s1 = min(M, 32), min(N, 32), min(S, 32)
-    E = exponents(xa[a[:rs, :s1 * L]].reshape(rs, s1, L).transpose(1, 2, 0),
-                  xb[b[:cs, :s1 * L]].reshape(cs, s1, L).transpose(1, 2, 0))
+    E = exponents(per_step(xa, a[:rs, :s1 * L]).transpose(1, 2, 0), per_step(xb, b[:cs, :s1 * L]).transpose(1, 2, 0))
     low = lowest(a[:rs, :s1 * L], la_t)[:, :, None] + lowest(b[:cs, :s1 * L], lb_t)[:, None, :]
     if np.mean(low >= E - F) < _EXACT_SHARE:
         return None
@@ -1518,23 +1521,17 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
                 return _run_operands(ins, a[None, :, g0 * L:], b[None, :, g0 * L:], cb[None], fa, fb,
                                      _scale_rows(scales, slice(g0, S), rs), exact=False)[0]
             la, lb = lowest(ac, la_t), lowest(bc, lb_t)        # (steps of the chunk, rows)
-            VA, VB = np.take(va_t, ac).reshape(m, -1, L), np.take(vb_t, bc).reshape(N, -1, L)
+            VA, VB = per_step(va_t, ac), per_step(vb_t, bc)
             if qa is not None:
                 VA *= _pow2(qa[g0:g1, rs].T)[:, :, None]
                 VB *= _pow2(qb[g0:g1].T)[:, :, None]
-            # the products' outputs in this thread's work arrays: fresh ones of a chunk's size
-            # are page-faulted in on every chunk
-            n = (g1 - g0) * m * N
-            sums = np.matmul(VA.transpose(1, 0, 2), VB.transpose(1, 2, 0),
-                             out=_work("sums", n, np.float64).reshape(g1 - g0, m, N))
+            sums = _step_sums(VA, VB, "sums")
             if powers is None:
-                EA = np.ascontiguousarray(np.take(xa, ac).reshape(m, -1, L).transpose(1, 2, 0))
-                EB = np.ascontiguousarray(np.take(xb, bc).reshape(N, -1, L).transpose(1, 2, 0))
+                EA = np.ascontiguousarray(per_step(xa, ac).transpose(1, 2, 0))
+                EB = np.ascontiguousarray(per_step(xb, bc).transpose(1, 2, 0))
             else:
                 # the steps' sums of 2**(p * (e_a + e_b)): each one's binade gives its largest term's
-                PX = np.matmul(np.take(powers[0], ac).reshape(m, -1, L).transpose(1, 0, 2),
-                               np.take(powers[1], bc).reshape(N, -1, L).transpose(1, 2, 0),
-                               out=_work("px", n, powers[0].dtype).reshape(g1 - g0, m, N))
+                PX = _step_sums(per_step(powers[0], ac), per_step(powers[1], bc), "px")
             LX = None
             for s in range(g0, g1):
                 x = sums[s - g0]
@@ -1560,9 +1557,7 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
                     # the entries the bound sends: their lowest product bits themselves (from the
                     # chunk's matrix products of powers, formed at its first step that needs them)
                     if LX is None:
-                        LX = np.matmul(np.take(lows[0], ac).reshape(m, -1, L).transpose(1, 0, 2),
-                                       np.take(lows[1], bc).reshape(N, -1, L).transpose(1, 2, 0),
-                                       out=_work("lx", n, lows[0].dtype).reshape(g1 - g0, m, N))
+                        LX = _step_sums(per_step(lows[0], ac), per_step(lows[1], bc), "lx")
                     low = -_largest_sums(LX[s - g0], lows)
                     if Q is not None:
                         low += Q
@@ -1622,6 +1617,14 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
             r1 = min(M, r0 + rows)
             out[r0:r1] = chain(a[r0:r1], np.array(c[r0:r1], np.float32), r0)
     return out
+
+
+def _step_sums(A, B, name):
+    """Per step, the sums over its L products of A (rows, steps, L) times B (cols, steps, L): one
+    batched matrix product, (steps, rows, cols), into this thread's work array ``name`` (fresh
+    arrays of a chunk's size are page-faulted in on every chunk)."""
+    out = _work(name, A.shape[1] * len(A) * len(B), np.result_type(A, B)).reshape(A.shape[1], len(A), len(B))
+    return np.matmul(A.transpose(1, 0, 2), B.transpose(1, 2, 0), out=out)
 
 
 def _cut_sums(pa, pb, E, F):
