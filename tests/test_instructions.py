@@ -350,6 +350,15 @@ EXACT_PRESETS = [n for n in OPERAND_PRESETS
                  if INSTRUCTIONS[n].datapath in ("fused", "paired") and INSTRUCTIONS[n].out == "float32"]
 
 
+def _zero_rows_and_steps(a, b, c, L):
+    """Codes a (M, K), b (K, N) and C (M, N), in place: a zero row and column, whole steps of zero
+    products, -0 and subnormal C, and small C beside row 3's all-zero steps (it keeps every bit)."""
+    a[3], b[:, 5] = 0, 0
+    a[:, L:3 * L], b[5 * L:6 * L] = 0, 0
+    c[0, :4] = [-0.0, 2.0 ** -140, -(2.0 ** -130), 0.0]
+    c[3, :3] = [(1 + 2.0 ** -23) * 2.0 ** -30, -(1 + 2.0 ** -22) * 2.0 ** -40, 2.0 ** -140]
+
+
 @pytest.mark.parametrize("preset", EXACT_PRESETS)
 def test_exact_gemm_route_equals_the_per_operand_decode(preset, exact_route):
     """A GEMM tile whose steps truncate nothing is matrix products (``_run_exact``): on data where
@@ -382,11 +391,7 @@ def test_exact_gemm_route_equals_the_per_operand_decode(preset, exact_route):
                 c[:] = 2.0 ** 40
             a, b = fp8emu.encode(x, fa), fp8emu.encode(y, fb)
             if case == "zeros":
-                a[3], b[:, 5] = 0, 0                        # a zero row and column
-                a[:, L:3 * L], b[5 * L:6 * L] = 0, 0        # whole steps of zero products
-                c[0, :4] = [-0.0, 2.0 ** -140, -(2.0 ** -130), 0.0]
-                # row 3's steps are all zero products: a small C keeps every bit
-                c[3, :3] = [(1 + 2.0 ** -23) * 2.0 ** -30, -(1 + 2.0 ** -22) * 2.0 ** -40, 2.0 ** -140]
+                _zero_rows_and_steps(a, b, c, L)
             if case == "non-finite":
                 a[1, 1] = fp8emu.encode(np.array([np.nan]), fa)[0] if fp8emu.get_format(fa).has_nan else a[1, 1]
             before = sum(seen.taken)
@@ -435,11 +440,7 @@ def test_exact_gemm_route_of_block_scaled_steps_equals_the_per_operand_decode(pr
             if case == "some-huge-c":
                 c[rng.random((M, N)) < 0.1] = 2.0 ** 30
             if case == "zeros":
-                a[3], b[:, 5] = 0, 0
-                a[:, L:3 * L], b[5 * L:6 * L] = 0, 0
-                c[0, :4] = [-0.0, 2.0 ** -140, -(2.0 ** -130), 0.0]
-                # row 3's steps are all zero products: a small C keeps every bit
-                c[3, :3] = [(1 + 2.0 ** -23) * 2.0 ** -30, -(1 + 2.0 ** -22) * 2.0 ** -40, 2.0 ** -140]
+                _zero_rows_and_steps(a, b, c, L)
             if case == "small-scales":       # C as small as the products, zero on a third of the outputs
                 c = np.where(rng.random((M, N)) < 1 / 3, 0.0, c * 2.0 ** -126).astype(np.float32)
             if case == "nan-scale":
