@@ -20,6 +20,17 @@ rename), and both compute each instruction's batch of ``--batch`` tiles alternat
 bit-identical, best process CPU time of ``--repeat`` rounds each; it prints their ratio::
 
     python3 benchmarks/bench_mma.py --base /tmp/perf-head --batch 4096 --repeat 7
+
+``--floor`` (with MMA-Sim) prints, per ``--batch`` of tiles, what bounds the per-tile ratio of the
+presets that take fp8emu's operand path (every one but ``kind::mxf4nvf4``, whose group sums are
+matrix products): the passes over products alone (:func:`_floor_passes`), timed alternately with
+MMA-Sim and with the whole ``mma`` call, and MMA-Sim's time over theirs, the most this path's
+design could reach if every per-output pass cost nothing.  It also times the same passes for one
+256 x 256 x 4096 GEMM of ``kind::mxf8f6f4`` against ``np.matmul`` of float32 matrices of that shape:
+the fewest times ``np.matmul`` that a GEMM whose entries the exact route cannot serve (random block
+scales) can take on the operand path::
+
+    PYTHONPATH=. /tmp/venv-mmasim/bin/python benchmarks/bench_mma.py --floor --batch 4096
 """
 
 from __future__ import annotations
@@ -31,16 +42,21 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-# one thread for torch's kernels and no OpenMP pool spinning beside it (so CPU time is its work)
+# one thread for torch's kernels and no OpenMP pool spinning beside it (so CPU time is its work), and
+# one for NumPy's BLAS (np.matmul, the GEMM peer of --floor): set before NumPy starts its pool
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import record_mmasim  # noqa: E402
+from fp8emu.formats import get_format  # noqa: E402
+from fp8emu.gemm import instructions as ins_mod  # noqa: E402
 from fp8emu.gemm.instructions import INSTRUCTIONS, dot, mma  # noqa: E402
 
 # (preset, a format, b format, scale kind, block, tile n used here)
@@ -99,6 +115,104 @@ def _fp8emu_tiles(preset, t, mma=mma):
                a_scales=t.get("a_scales"), b_scales=t.get("b_scales"), scale_format=t.get("scale_format"))
 
 
+def _floor_passes(preset, t):
+    """A function running, on the tiles ``t``, the passes of fp8emu's operand path whose length is
+    the number of products, laid out and blocked as that path lays them out: each operand decoded
+    once per chunk (value and exponent, K-major, tiles innermost), and per step its products (a
+    broadcast copy, a multiplication), their exponents (a copy, an addition) and each output's
+    largest (for ``"paired"``: each half's), one multiplication by a per-output aligning factor,
+    the truncation and the sum (in float32 where the path's terms sum exactly there, else in
+    float64).  Everything whose length is the number of outputs (C's exponent and alignment, the
+    factor itself, the rounding) is left out, so its time bounds the whole call's from below."""
+    ins = INSTRUCTIONS[preset]
+    fa, fb = get_format(t["a_format"]), get_format(t["b_format"])
+    a, b = t["a"], np.swapaxes(t["b"], 1, 2)                       # (T, M, K), (T, N, K) as mma takes them
+    T, M, K = a.shape
+    N, L = b.shape[1], ins.step
+    paired = ins.datapath == "paired"
+    acc = np.float64 if ins.datapath in ("scaled", "paired") else ins_mod._sum_dtype(ins)
+    C, OP = ins_mod._CHUNK, ins_mod._OP_TILE
+    tc = min(T, max(1, C // (L * (M + N))))
+    kc = min(K, max(L, C // (tc * (M + N)) // L * L))
+    nb = min(N, max(1, OP // (L * tc)))
+    mb = min(M, max(1, OP // (L * tc * nb)))
+    f = np.ones((2,) * paired + (mb, nb, tc), np.float32)
+
+    def run():
+        for t0 in range(0, T, tc):
+            t1 = min(T, t0 + tc)
+            for k0 in range(0, K, kc):
+                k1 = min(K, k0 + kc)
+                va, ea = ins_mod._decoded_chunk(a[t0:t1, :, k0:k1], fa, "a")
+                vb, eb = ins_mod._decoded_chunk(b[t0:t1, :, k0:k1], fb, "b")
+                for m0 in range(0, M, mb):
+                    m1 = min(M, m0 + mb)
+                    for n0 in range(0, N, nb):
+                        n1 = min(N, n0 + nb)
+                        shp = (L, m1 - m0, n1 - n0, t1 - t0)
+                        size = int(np.prod(shp))
+                        # kept between calls, as the path's own work arrays are
+                        p = ins_mod._work("floor p", L * mb * nb * tc, np.float32)[:size].reshape(shp)
+                        x = ins_mod._work("floor x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
+                        g = f[..., :m1 - m0, :n1 - n0, :t1 - t0]
+                        for s0 in range(0, k1 - k0, L):
+                            ks = slice(s0, s0 + L)
+                            np.copyto(p, va[ks, m0:m1, None])
+                            np.multiply(p, vb[ks, None, n0:n1], out=p)
+                            np.copyto(x, ea[ks, m0:m1, None])
+                            np.add(x, eb[ks, None, n0:n1], out=x)
+                            if paired:
+                                ins_mod._halves(x).max(axis=0)
+                                q = ins_mod._halves(p)
+                            else:
+                                x.max(axis=0)
+                                q = p
+                            np.multiply(q, g, out=q)
+                            np.trunc(q, out=q)
+                            np.add.reduce(q, axis=0, dtype=acc)
+    return run
+
+
+def floor(args):
+    """Per batch of tiles: MMA-Sim, the whole ``mma`` call and its per-product passes alone
+    (:func:`_floor_passes`), alternately; MMA-Sim's time over each."""
+    print(f"mmasim {importlib.metadata.version('mmasim')}, numpy {np.__version__}; one thread each; process CPU "
+          f"microseconds per tile, best of {args.repeat}; 'bound' is MMA-Sim over the per-product passes alone")
+    print(f"{'instruction':28s} {'tiles':>5s} {'MMA-Sim':>9s} {'mma':>8s} {'ratio':>6s} {'passes':>8s} "
+          f"{'bound':>6s} {'share':>6s}")
+    rng = np.random.default_rng(0)
+    for preset, fa, fb, kind, block in BENCH:
+        if (args.only and preset not in args.only) or INSTRUCTIONS[preset].datapath == "grouped":
+            continue
+        for tiles in args.batch:
+            t = _tiles(rng, preset, fa, fb, kind, block, tiles)
+            g = _rows(t)
+            theirs = record_mmasim.run_mmasim(preset, [g])
+            assert np.array_equal(_fp8emu_tiles(preset, t).reshape(-1).view(theirs.dtype), theirs), preset
+            passes = _floor_passes(preset, t)
+            calls = [lambda: record_mmasim.run_mmasim(preset, [g]), lambda: _fp8emu_tiles(preset, t), passes]
+            for fn in calls[1:]:
+                fn()
+            best = [np.inf] * 3
+            for _ in range(args.repeat):
+                for i, fn in enumerate(calls):
+                    best[i] = min(best[i], _timed(fn)[1])
+            sim, whole, low = (x / tiles * 1e6 for x in best)
+            print(f"{preset:28s} {tiles:5d} {sim:9.1f} {whole:8.2f} {sim / whole:6.1f} {low:8.2f} {sim / low:6.1f} "
+                  f"{low / whole:6.0%}", flush=True)
+    M, N, K = 256, 256, 4096
+    t = {"a_format": "e4m3fn", "b_format": "e4m3fn", "a": rng.integers(0, 0x7F, (1, M, K)).astype(np.uint8),
+         "b": rng.integers(0, 0x7F, (1, K, N)).astype(np.uint8)}
+    x, y = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    calls = [lambda: np.matmul(x, y), _floor_passes("blackwell-tcgen05-mxf8f6f4", t)]
+    best = [np.inf] * 2
+    for _ in range(args.repeat):
+        for i, fn in enumerate(calls):
+            best[i] = min(best[i], _timed(fn)[1])
+    print(f"GEMM {M}x{N}x{K} blackwell-tcgen05-mxf8f6f4: np.matmul {best[0] * 1e3:.2f} ms, the per-product passes "
+          f"alone {best[1] * 1e3:.1f} ms = {best[1] / best[0]:.0f}x np.matmul", flush=True)
+
+
 def _timed(fn):
     """(wall, process CPU) seconds of one call: CPU time is what a busy shared machine distorts least."""
     w, c = time.perf_counter(), time.process_time()
@@ -112,11 +226,15 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, nargs="+", default=[256], help="tiles per call in the batched comparisons")
     ap.add_argument("--only", nargs="*", help="instructions to run (default: all)")
     ap.add_argument("--base", help="folder holding an older fp8emu as fp8emu_old: time it instead of MMA-Sim")
+    ap.add_argument("--floor", action="store_true",
+                    help="per batch: the operand path's per-product passes alone, and the ratio they bound")
     args = ap.parse_args(argv)
     if args.base:
         return against_base(args)
     import torch
     torch.set_num_threads(1)
+    if args.floor:
+        return floor(args)
     print(f"mmasim {importlib.metadata.version('mmasim')}, torch {torch.__version__}, numpy {np.__version__}; "
           f"one thread each; process CPU microseconds per tile, best of {args.repeat}; load average "
           f"{open('/proc/loadavg').read().split()[0] if os.path.exists('/proc/loadavg') else '?'}")
