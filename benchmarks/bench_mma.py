@@ -131,11 +131,7 @@ def _floor_passes(preset, t):
     N, L = b.shape[1], ins.step
     paired = ins.datapath == "paired"
     acc = np.float64 if ins.datapath in ("scaled", "paired") else ins_mod._sum_dtype(ins)
-    C, OP = ins_mod._CHUNK, ins_mod._OP_TILE
-    tc = min(T, max(1, C // (L * (M + N))))
-    kc = min(K, max(L, C // (tc * (M + N)) // L * L))
-    nb = min(N, max(1, OP // (L * tc)))
-    mb = min(M, max(1, OP // (L * tc * nb)))
+    tc, kc, mb, nb = ins_mod._operand_blocks(T, M, N, K, L)
     f = np.ones((2,) * paired + (mb, nb, tc), np.float32)
 
     def run():
@@ -156,11 +152,8 @@ def _floor_passes(preset, t):
                         x = ins_mod._work("floor x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
                         g = f[..., :m1 - m0, :n1 - n0, :t1 - t0]
                         for s0 in range(0, k1 - k0, L):
-                            ks = slice(s0, s0 + L)
-                            np.copyto(p, va[ks, m0:m1, None])
-                            np.multiply(p, vb[ks, None, n0:n1], out=p)
-                            np.copyto(x, ea[ks, m0:m1, None])
-                            np.add(x, eb[ks, None, n0:n1], out=x)
+                            ins_mod._step_products(p, x, (va, ea, vb, eb), slice(s0, s0 + L), slice(m0, m1),
+                                                   slice(n0, n1))
                             if paired:
                                 ins_mod._halves(x).max(axis=0)
                                 q = ins_mod._halves(p)

@@ -1258,6 +1258,29 @@ def _decoded_chunk(codes, fmt, which):
     return _pair_decode(_kmajor_codes(codes), fmt, which, exps=True)
 
 
+def _operand_blocks(T, M, N, K, L):
+    """How :func:`_run_operands` splits T tiles of M x N x K into steps of L: tiles per chunk, K per
+    chunk (whole steps), and rows and columns per block (its products about ``_OP_TILE``)."""
+    tc = min(T, max(1, _CHUNK // (L * (M + N))))
+    kc = min(K, max(L, _CHUNK // (tc * (M + N)) // L * L))
+    nb = min(N, max(1, _OP_TILE // (L * tc)))
+    mb = min(M, max(1, _OP_TILE // (L * tc * nb)))
+    return tc, kc, mb, nb
+
+
+def _step_products(p, x, ops, ks, rows, cols):
+    """One step's products into ``p`` and their exponents into ``x`` (L, rows, cols, tiles), from a
+    chunk's decoded operands ``ops`` = (va, ea, vb, eb), K-major: the step ``ks`` along K, a block of
+    A's rows and of B's columns."""
+    va, ea, vb, eb = ops
+    # A's broadcast copied, then B's multiplied in place: NumPy's ufunc with two broadcast inputs
+    # runs ~1.5x slower than both passes
+    np.copyto(p, va[ks, rows, None])
+    np.multiply(p, vb[ks, None, cols], out=p)
+    np.copyto(x, ea[ks, rows, None])
+    np.add(x, eb[ks, None, cols], out=x)
+
+
 def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
     """D of the ``"fused"``, ``"scaled"`` and ``"paired"`` datapaths for tiles a (T, M, K) and
     b (T, N, K) of codes and C (T, M, N).
@@ -1307,10 +1330,7 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
     # (2**(E - F)) is finer there than the output's (2**(emin - kept bits)): E is at least emin
     # where a zero C cannot carry zero_exp (never so for the scaled datapath, see _zero_c_matters)
     coarse = not zero_c and F <= _kept_bits(ins)
-    tc = min(T, max(1, _CHUNK // (L * (M + N))))
-    kc = min(K, max(L, _CHUNK // (tc * (M + N)) // L * L))
-    nb = min(N, max(1, _OP_TILE // (L * tc)))
-    mb = min(M, max(1, _OP_TILE // (L * tc * nb)))
+    tc, kc, mb, nb = _operand_blocks(T, M, N, K, L)
     # a fused step truncated to e8m13 whose terms sum exactly in float32 stays in float32 throughout
     # (where a step of zero products leaves C's own grid, see _e8m13_step)
     e8m13 = (not scaled and not paired and ins.rounding == "rz-e8m13" and acc == np.float32
@@ -1335,13 +1355,7 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
                         x = _work("x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
                         cb = cc[m0:m1, n0:n1]
                         for s0 in range(0, k1 - k0, L):
-                            ks = slice(s0, s0 + L)
-                            # A's broadcast copied, then B's multiplied in place: NumPy's
-                            # ufunc with two broadcast inputs runs ~1.5x slower than both passes
-                            np.copyto(p, va[ks, m0:m1, None])
-                            np.multiply(p, vb[ks, None, n0:n1], out=p)
-                            np.copyto(x, ea[ks, m0:m1, None])
-                            np.add(x, eb[ks, None, n0:n1], out=x)
+                            _step_products(p, x, (va, ea, vb, eb), slice(s0, s0 + L), slice(m0, m1), slice(n0, n1))
                             ec = _c_exps(cb, ins, zero_c)
                             if paired:
                                 # a half of zero products carries the table's zero exponent
