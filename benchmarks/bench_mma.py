@@ -130,7 +130,7 @@ def _floor_passes(preset, t):
     T, M, K = a.shape
     N, L = b.shape[1], ins.step
     paired = ins.datapath == "paired"
-    acc = np.float64 if ins.datapath in ("scaled", "paired") else ins_mod._sum_dtype(ins)
+    acc = ins_mod._sum_dtype(ins)
     tc, kc, mb, nb = ins_mod._operand_blocks(T, M, N, K, L)
     f = np.ones((2,) * paired + (mb, nb, tc), np.float32)
 
@@ -186,11 +186,7 @@ def floor(args):
             calls = [lambda: record_mmasim.run_mmasim(preset, [g]), lambda: _fp8emu_tiles(preset, t), passes]
             for fn in calls[1:]:
                 fn()
-            best = [np.inf] * 3
-            for _ in range(args.repeat):
-                for i, fn in enumerate(calls):
-                    best[i] = min(best[i], _timed(fn)[1])
-            sim, whole, low = (x / tiles * 1e6 for x in best)
+            sim, whole, low = (x / tiles * 1e6 for x in _best_cpu(calls, args.repeat))
             print(f"{preset:28s} {tiles:5d} {sim:9.1f} {whole:8.2f} {sim / whole:6.1f} {low:8.2f} {sim / low:6.1f} "
                   f"{low / whole:6.0%}", flush=True)
     M, N, K = 256, 256, 4096
@@ -198,10 +194,7 @@ def floor(args):
          "b": rng.integers(0, 0x7F, (1, K, N)).astype(np.uint8)}
     x, y = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
     calls = [lambda: np.matmul(x, y), _floor_passes("blackwell-tcgen05-mxf8f6f4", t)]
-    best = [np.inf] * 2
-    for _ in range(args.repeat):
-        for i, fn in enumerate(calls):
-            best[i] = min(best[i], _timed(fn)[1])
+    best = _best_cpu(calls, args.repeat)
     print(f"GEMM {M}x{N}x{K} blackwell-tcgen05-mxf8f6f4: np.matmul {best[0] * 1e3:.2f} ms, the per-product passes "
           f"alone {best[1] * 1e3:.1f} ms = {best[1] / best[0]:.0f}x np.matmul", flush=True)
 
@@ -211,6 +204,16 @@ def _timed(fn):
     w, c = time.perf_counter(), time.process_time()
     fn()
     return time.perf_counter() - w, time.process_time() - c
+
+
+def _best_cpu(calls, repeat):
+    """Each call's best process CPU seconds over ``repeat`` rounds, the calls alternating within a round
+    (so that all of them see the same machine load)."""
+    best = [np.inf] * len(calls)
+    for _ in range(repeat):
+        for i, fn in enumerate(calls):
+            best[i] = min(best[i], _timed(fn)[1])
+    return best
 
 
 def main(argv=None):
@@ -280,10 +283,7 @@ def against_base(args):
             calls = [lambda: _fp8emu_tiles(preset, t), lambda: _fp8emu_tiles(preset, t, old.mma)]
             new_out, old_out = (f() for f in calls)
             assert np.array_equal(new_out.view(np.uint32), old_out.view(np.uint32)), preset
-            best = [np.inf, np.inf]
-            for _ in range(args.repeat):
-                for i, f in enumerate(calls):
-                    best[i] = min(best[i], _timed(f)[1])
+            best = _best_cpu(calls, args.repeat)
             print(f"{preset:28s} {tiles:5d} {best[1] / tiles * 1e6:9.2f} {best[0] / tiles * 1e6:9.2f} "
                   f"{best[1] / best[0]:6.2f}x", flush=True)
 

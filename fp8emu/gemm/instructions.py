@@ -1170,9 +1170,13 @@ def _operand_tables(fmt, dt):
 
 
 def _sum_dtype(ins):
-    """float32 where a step's truncated terms (integers below ``2**(F + 2)``) and their sum are exact
-    in it, else float64.  The products and terms themselves always are (products of FP8/FP6/FP4
-    values have at most 8 significant bits, and truncating one keeps at most as many)."""
+    """The type :func:`_run_operands` sums a step's truncated terms in: float64 for the ``"scaled"``
+    and ``"paired"`` datapaths; otherwise float32 where the terms (integers below ``2**(F + 2)``) and
+    their sum are exact in it, else float64.  The products and terms themselves always are exact in
+    float32 (products of FP8/FP6/FP4 values have at most 8 significant bits, and truncating one
+    keeps at most as many)."""
+    if ins.datapath in ("scaled", "paired"):
+        return np.float64
     return np.float32 if ins.frac_bits + 2 + (ins.step + 1).bit_length() <= 24 else np.float64
 
 
@@ -1316,7 +1320,7 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None, *, exact=True):
     # products, their aligning factors and truncated terms in float32 (all exact there), their
     # sums in float32 where exact there too, else in float64
     dt = np.float32
-    acc = np.float64 if scaled or paired else _sum_dtype(ins)
+    acc = _sum_dtype(ins)
     la, lb = _operand_tables(fa, dt)[2], _operand_tables(fb, dt)[2]
     K, L, F = a.shape[-1], ins.step, ins.frac_bits
     zero_c = _zero_c_matters(ins, la + lb)
