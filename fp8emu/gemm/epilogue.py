@@ -35,7 +35,23 @@ def as_scale(s, what):
     return arr
 
 
+def _dtype_name(out_dtype):
+    """A torch dtype (``torch.bfloat16``, ``torch.float8_e4m3fn``) as fp8emu's name for it."""
+    if type(out_dtype).__module__ == "torch" and type(out_dtype).__name__ == "dtype":
+        name = str(out_dtype).removeprefix("torch.")
+        return name.removeprefix("float8_") if name.startswith("float8_") else name
+    return out_dtype
+
+
 def output_type(out_dtype):
+    """``(numpy dtype, None)`` for float32 / bfloat16 / float16, ``(None, Format)`` for a narrow output.
+
+    Examples
+    --------
+    >>> output_type("bfloat16")[0].name, output_type("e5m2")[1].name
+    ('bfloat16', 'e5m2')
+    """
+    out_dtype = _dtype_name(out_dtype)
     if isinstance(out_dtype, str) and out_dtype in OUT_DTYPES:
         return OUT_DTYPES[out_dtype], None
     try:
@@ -47,8 +63,8 @@ def output_type(out_dtype):
     try:
         return None, get_format(out_dtype)
     except (ValueError, TypeError, KeyError):
-        raise ValueError(f"unknown out_dtype {out_dtype!r}; use 'float32', 'bfloat16', 'float16' "
-                         "or an FP8 format name") from None
+        raise ValueError(f"unknown out_dtype {out_dtype!r}; use 'float32', 'bfloat16', 'float16', "
+                         "an FP8 format name, or the matching torch dtype") from None
 
 
 def result_scale(scale_result, ofmt):

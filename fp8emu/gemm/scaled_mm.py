@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..formats import get_format
+from ..formats import format_names, get_format
+from ..interop import ML_NARROW_DTYPES, to_numpy
 from ..tables import as_codes
 from .accumulator import ACCUMULATORS, HW_K_MULTIPLE, get_accumulator
 from .block_scaled import block_scaled_mm
@@ -18,8 +19,24 @@ from .epilogue import as_scale, ieee_specials, output_type, result_scale, to_out
 from .fparith import add_scaled_f32
 from .instructions import as_instruction, gemm as instruction_gemm
 from .kernels import accumulate, mma_dot, values_and_exponents
+from .torch_cpu import TORCH_CPU_PATHS, fast_accum_accumulator, torch_cpu_mm
 
 __all__ = ["scaled_mm"]
+
+
+def _dtype_format(x):
+    """The built-in Format whose ml_dtypes type is ``x``'s dtype (torch float8 / ml_dtypes arrays), or None."""
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return None
+    try:
+        dt = to_numpy(x[:0] if getattr(x, "ndim", 0) else x).dtype
+    except (TypeError, ValueError, IndexError):
+        return None
+    if dt not in ML_NARROW_DTYPES:
+        return None
+    return next((f for f in map(get_format, format_names())
+                 if f.ml_dtype is not None and np.dtype(f.ml_dtype) == dt), None)
 
 
 def _operand(x, fmt, what):
@@ -35,7 +52,11 @@ def _operand(x, fmt, what):
         scale = getattr(x, "scale_inv", None)
         x = x.codes
     if fmt is None:
-        raise TypeError(f"{what}_format is required when {what} is an array of codes")
+        # a torch float8 tensor or an ml_dtypes float8 array says its format; uint8 codes do not
+        fmt = _dtype_format(x)
+    if fmt is None:
+        raise TypeError(f"{what}_format is required when {what} is an array of uint8 codes (a torch "
+                        f"float8 tensor or an ml_dtypes float8 array says its own format)")
     fmt = get_format(fmt)
     # uint8 codes, an ml_dtypes array of fmt, or a framework tensor of fmt (torch float8, JAX):
     # range-checked, and an array of another narrow format is an error, not a reinterpretation
@@ -93,18 +114,23 @@ def _classify_scale(s, rows, K, what, other, transposed=False) -> _Scale:
 
 # ----------------------------------------------------------------------------- public API
 def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, bias=None,
-              out_dtype="float32", accumulator=None, scale_result=None):
+              out_dtype="float32", accumulator=None, scale_result=None, use_fast_accum=None):
     """Emulate ``torch._scaled_mm``: ``(A @ B) * scale_a * scale_b (+ bias)`` from FP8 codes.
 
     Parameters
     ----------
-    a : ndarray of uint8, shape (M, K), or ScaledTensor
-        FP8 codes of A, or an object with ``codes``, ``fmt`` and ``scale_inv``
-        (then ``a_format`` may be omitted and ``scale_inv`` is used as ``scale_a``).
-    b : ndarray of uint8, shape (K, N), or ScaledTensor
+    a : ndarray of uint8, shape (M, K) or (batch, M, K), or ScaledTensor
+        FP8 codes of A (uint8, an ml_dtypes float8 array or a torch float8 tensor), or an
+        object with ``codes``, ``fmt`` and ``scale_inv`` (then ``a_format`` may be omitted
+        and ``scale_inv`` is used as ``scale_a``).  3-D operands are a batch of GEMMs
+        (``b`` 3-D with the same batch, or 2-D and shared); scalar or 2-D scales are
+        shared by the batch, 3-D ones are given per batch entry.
+    b : ndarray of uint8, shape (K, N) or (batch, K, N), or ScaledTensor
         FP8 codes of B (logical K x N layout).
-    a_format, b_format : str or Format
-        Formats of the codes.
+    a_format, b_format : str or Format, optional
+        Formats of the codes.  Not needed when the array's dtype says it (a torch
+        ``float8_*`` tensor, an ml_dtypes ``float8_*`` array); a format that
+        disagrees with that dtype is an error.
     scale_a, scale_b : float or ndarray
         float32 dequantisation multipliers: scalars, row-wise (``scale_a`` (M, 1),
         ``scale_b`` (1, N)), or block scales: ``scale_a`` (M, ceil(K/128)) for 1x128
@@ -112,9 +138,12 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         (ceil(K/128), N) or (ceil(K/128), ceil(N/128)).  Block scales multiply each
         128-wide K block's partial sum before it joins the FP32 accumulator.
     bias : array_like of shape (N,), optional
-        Added to every row; converted to the output type first (as torch does).
-    out_dtype : str
-        ``"float32"``, ``"bfloat16"``, ``"float16"`` or an FP8/narrow format name.
+        Added to every row; converted to the output type first (as torch does on the
+        GPU; the ``torch-cpu-*`` accumulators add it in float32, as torch's CPU does).
+        float32, float16 or bfloat16 (NumPy, ml_dtypes or torch).
+    out_dtype : str, numpy dtype or torch.dtype
+        ``"float32"``, ``"bfloat16"``, ``"float16"``, an FP8/narrow format name, or the
+        matching torch dtype (``torch.bfloat16``, ``torch.float8_e4m3fn``, ...).
     accumulator : str or Accumulator, optional
         ``"hopper"`` (``use_fast_accum=False``, the default), ``"hopper-fast"``
         (``use_fast_accum=True``), ``"fp32"``, ``"exact"``, an :class:`Accumulator`, or a
@@ -123,13 +152,22 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         (K padded with zeros to whole steps), with the instruction's own Inf/NaN results.
         MX / NVFP4 operands (ScaledTensors with block scale codes) are passed to
         :func:`fp8emu.gemm.block_scaled_mm`, whose default is ``"blackwell"``.
+        ``"torch-cpu-onednn"`` / ``"torch-cpu-emulated"``: torch's own CPU ``_scaled_mm``,
+        one per path, with that path's scaling, bias and output conversion
+        (:mod:`fp8emu.gemm.torch_cpu` says which path torch takes when, and the range
+        reproduced bit for bit).
     scale_result : float, optional
         Narrow output only: the float32 result is multiplied by it before the
         (round-to-nearest-even, saturating) conversion.
+    use_fast_accum : bool, optional
+        torch's flag, mapped to an accumulator: ``True`` -> ``"hopper-fast"``,
+        ``False`` -> ``"hopper"`` (cuBLASLt on Hopper).  With a ``torch-cpu-*``
+        accumulator both are accepted (the CPU ignores the flag); an accumulator that
+        contradicts the flag is an error.
 
     Returns
     -------
-    ndarray, shape (M, N)
+    ndarray, shape (M, N) or (batch, M, N)
         float32 / bfloat16 / float16 values, or uint8 codes for a narrow ``out_dtype``.
 
     Examples
@@ -142,7 +180,15 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     >>> float(scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="hopper")[0, 0])
     1.0
     """
+    if _is_batched(a) or _is_batched(b):
+        return _batched(a, b, dict(a_format=a_format, b_format=b_format, scale_a=scale_a, scale_b=scale_b,
+                                   bias=bias, out_dtype=out_dtype, accumulator=accumulator,
+                                   scale_result=scale_result, use_fast_accum=use_fast_accum))
+    bias = _bias_values(bias)
     if _block_scaled(a) or _block_scaled(b):
+        if use_fast_accum is not None:
+            raise ValueError("use_fast_accum applies to FP8 GEMMs; MX / NVFP4 operands take a "
+                             "block_scaled_mm accumulator")
         if not (np.ndim(scale_a) == 0 and float(scale_a) == 1.0 and np.ndim(scale_b) == 0
                 and float(scale_b) == 1.0):
             raise ValueError("MX / NVFP4 operands carry their own block scales; leave scale_a and "
@@ -150,6 +196,7 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         return block_scaled_mm(a, b, a_format=a_format, b_format=b_format, bias=bias,
                                out_dtype=out_dtype, scale_result=scale_result,
                                accumulator="blackwell" if accumulator is None else accumulator)
+    accumulator = fast_accum_accumulator(use_fast_accum, accumulator)
     if accumulator is None:
         accumulator = "hopper"
     ca, fa, scale_a = _operand_and_scale(a, a_format, scale_a, "a")
@@ -158,9 +205,12 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     if cb.shape[0] != K:
         raise ValueError(f"shape mismatch: a is {ca.shape} and b is {cb.shape}; need (M, K) @ (K, N)")
     N = cb.shape[1]
+    if isinstance(accumulator, str) and accumulator in TORCH_CPU_PATHS:
+        return _torch_cpu(accumulator, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result)
     ins = as_instruction(accumulator)
     if ins is None and isinstance(accumulator, str) and accumulator not in ACCUMULATORS:
-        raise ValueError(f"unknown accumulator {accumulator!r}; use one of {sorted(ACCUMULATORS)}, a "
+        raise ValueError(f"unknown accumulator {accumulator!r}; use one of "
+                         f"{sorted(ACCUMULATORS) + sorted(TORCH_CPU_PATHS)}, a "
                          f"float32-output matrix-instruction preset such as 'hopper-wgmma' "
                          f"(fp8emu.gemm.presets() lists them), or an fp8emu.gemm.Accumulator")
     acc = None if ins is not None else get_accumulator(accumulator)
@@ -187,6 +237,65 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         v = _scale_epilogue(accumulate(va, ea, vb, eb, acc, (fa.mbits, fb.mbits)), sa, sb)
     v = ieee_specials(v, ca, fa, cb, fb)
     return to_output(v, bias, odt, ofmt, scale_result)
+
+
+def _torch_cpu(path, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result):
+    """torch's CPU ``_scaled_mm`` by one of its paths: tensor-wise or row-wise scales only."""
+    M, K = ca.shape
+    N = cb.shape[1]
+    odt, ofmt = output_type(out_dtype)
+    scale_result = result_scale(scale_result, ofmt)
+    sa = _classify_scale(as_scale(scale_a, "scale_a"), M, K, "scale_a", f"({M}, 1) row-wise")
+    sb = _classify_scale(as_scale(scale_b, "scale_b"), N, K, "scale_b", f"(1, {N}) column-wise",
+                         transposed=True)
+    if "block" in (sa.kind, sb.kind) or (sa.kind != sb.kind):
+        raise ValueError(f"{path}: torch's CPU _scaled_mm takes tensor-wise scales for both operands or "
+                         f"row-wise scales for both ((M, 1) and (1, N)), got {sa.kind} and {sb.kind}")
+    if bias is not None and bias.shape not in ((N,), (1, N)):
+        raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
+    tensorwise = sa.kind == "scalar"
+    return torch_cpu_mm(path, ca, fa, cb, fb, sa.values if tensorwise else None, None if tensorwise else sa.values,
+                        sb.values if tensorwise else None, None if tensorwise else sb.values, bias,
+                        odt if odt is not None else np.dtype(np.float32), ofmt,
+                        None if scale_result is None else float(scale_result))
+
+
+def _bias_values(bias):
+    """A bias as a float NumPy array (torch / ml_dtypes bfloat16 and float16 widened exactly to float32)."""
+    if bias is None:
+        return None
+    arr = to_numpy(bias, what="bias")
+    if arr.dtype.kind not in "iuf":
+        if arr.dtype.name != "bfloat16":
+            raise TypeError(f"bias must be float32, float16 or bfloat16 values, got dtype {arr.dtype}")
+        arr = arr.astype(np.float32)
+    return arr
+
+
+def _is_batched(x):
+    if hasattr(x, "codes") and hasattr(x, "fmt"):
+        return False
+    return getattr(x, "ndim", np.ndim(x) if isinstance(x, (list, tuple)) else 0) == 3
+
+
+def _batched(a, b, kw):
+    """A batch of GEMMs: 3-D operands (and 3-D per-entry scales) sliced along the first axis."""
+    na = a.shape[0] if _is_batched(a) else None
+    nb = b.shape[0] if _is_batched(b) else None
+    if na is None:
+        raise ValueError(f"a batched GEMM needs a 3-D a (batch, M, K); a has shape {tuple(np.shape(a))}")
+    if nb is not None and nb != na:
+        raise ValueError(f"batch sizes differ: a has {na} GEMMs and b {nb}")
+    per = {}
+    for key in ("scale_a", "scale_b"):
+        s = kw[key]
+        if np.ndim(s) == 3 or getattr(s, "ndim", 0) == 3:
+            if s.shape[0] != na:
+                raise ValueError(f"{key} has {s.shape[0]} batch entries, a has {na}")
+            per[key] = s
+    outs = [scaled_mm(a[i], b[i] if nb is not None else b, **{**kw, **{k: v[i] for k, v in per.items()}})
+            for i in range(na)]
+    return np.stack(outs) if outs else np.zeros((0,) + tuple(a.shape[1:2]) + (np.shape(b)[-1],), np.float32)
 
 
 def _instruction_sum(ca, fa, cb, fb, ins, sa, sb):

@@ -1,0 +1,203 @@
+"""torch's own CPU ``_scaled_mm``, both of its paths, as ``scaled_mm`` accumulator presets.
+
+``torch._scaled_mm`` on the CPU (``aten/src/ATen/native/Blas.cpp``, ``_scaled_mm_out_cpu``) takes
+one of two paths:
+
+``"torch-cpu-onednn"``
+    Runs when mkldnn is enabled (``torch.backends.mkldnn``), both scales are tensor-wise (one
+    element), and the operands share one FP8 dtype on a CPU with AMX-INT8 (mixed dtypes need
+    AMX-FP16).  oneDNN scales every product before it is summed, in K order, in float32 without
+    FMA: ``acc = fl(acc + fl(fl(a_k * b_k * 1) * sa) * sb)`` (``a_k * b_k`` is exact).  A bias is
+    added in float32 (``fl(acc + bias)``), ``scale_result`` divides (``fl(d / scale_result)``),
+    and an FP8 output is converted float32 -> float16 -> FP8 without saturating (480 becomes NaN
+    in E4M3FN; 30.998046875 becomes 32 by double rounding).
+``"torch-cpu-emulated"``
+    Every other case (row-wise scales, mixed FP8 dtypes without AMX-FP16, mkldnn off):
+    ``_scaled_mm_out_cpu_emulated`` pre-scales the operands, ``X = fl(a * sa)``, ``Y = fl(b * sb)``
+    (row-wise: per row of A / column of B), multiplies them with MKL's ``sgemm``, adds the bias
+    in float32, multiplies an FP8 output by ``fl(1 / scale_result)`` and casts with torch's own
+    CPU cast (E4M3FN saturates overflow and Inf to 448; E5M2 overflows to Inf).
+
+The sgemm's summation order, found with live torch (2.13.0+cpu, MKL 2024.2, AVX-512):
+one float32 FMA chain per output in K order for ``K <= 384``; for ``384 < K <= 768`` two
+chains over ``[0, ceil(K/2))`` and ``[ceil(K/2), K)``, added.  This holds for ``M >= 2`` and
+``N >= 2`` (a single row or column goes to MKL's gemv, whose order differs) on one or two
+threads.  Outside that range (``K > 768``, ``M == 1`` or ``N == 1``) the emulation keeps the
+same model but torch's order is not reproduced; a RuntimeWarning says so.  The oneDNN path's
+order is the same for every shape, K (checked up to 4096) and thread count (1, 2).
+
+``use_fast_accum`` changes nothing on the CPU (no output of 1.33M changes), so both settings map
+to the same preset.  Evidence: ``tests/test_torch_cpu_scaled_mm.py`` (vectors recorded from torch
+by ``tools/record_torch_cpu_scaled_mm.py`` into ``tests/data/torch_cpu/``, and live torch).
+
+Examples
+--------
+>>> import numpy as np
+>>> from fp8emu.formats import get_format
+>>> e4 = get_format("e4m3fn")
+>>> a = np.zeros((2, 16), np.uint8); a[:, :2] = [0x4B, 0x44]          # 5.5, 3
+>>> b = np.zeros((16, 2), np.uint8); b[:2, :] = [[0x40], [0x38]]      # 2, 1
+>>> sa, sb = np.float32(1.3712345), np.float32(0.0912345)
+>>> float(torch_cpu_mm("torch-cpu-onednn", a, e4, b, e4, sa, None, sb, None)[0, 0])
+1.7514545917510986
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..codec import decode, encode
+from .fparith import round_hi_lo, two_sum
+
+__all__ = ["TORCH_CPU_PATHS", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
+           "EMULATED_MAX_K"]
+
+#: The two CPU paths and what selects each (see the module docstring).
+TORCH_CPU_PATHS = {
+    "torch-cpu-onednn": "torch._scaled_mm on the CPU through oneDNN (mkldnn on, tensor-wise scales, one FP8 "
+                        "dtype, AMX-INT8 CPU): per-product scaling in K order, float32 without FMA; FP8 "
+                        "output via float16, not saturating. Bit-exact on any shape, K <= 4096, 1-2 threads "
+                        "(torch 2.13.0+cpu)",
+    "torch-cpu-emulated": "torch._scaled_mm on the CPU through _scaled_mm_out_cpu_emulated (row-wise scales, "
+                          "mixed FP8 dtypes, or mkldnn off): pre-scaled float32 operands, MKL sgemm (FMA "
+                          "chains; two halves for K > 384), x fl(1/scale_result), torch's CPU cast. Bit-exact "
+                          "for M, N >= 2, K <= 768, 1-2 threads (torch 2.13.0+cpu, MKL 2024.2)",
+}
+#: Largest K whose MKL sgemm order the emulated preset reproduces; the K that starts a second chain.
+EMULATED_MAX_K = 768
+_ONE_CHAIN_K = 384
+#: Rows of the (rows, K, N) product block the oneDNN path forms at once.
+_ROW_ELEMS = 1 << 22
+
+
+def fast_accum_accumulator(use_fast_accum, accumulator):
+    """The accumulator ``use_fast_accum`` maps to: ``True`` -> ``"hopper-fast"``, ``False`` -> ``"hopper"``.
+
+    torch's ``use_fast_accum`` selects cuBLASLt's fast accumulation on Hopper; on the CPU it
+    changes nothing, so with a ``torch-cpu-*`` accumulator both settings are accepted.  An
+    explicit accumulator that contradicts the flag is an error.
+
+    Examples
+    --------
+    >>> fast_accum_accumulator(True, None), fast_accum_accumulator(False, "hopper")
+    ('hopper-fast', 'hopper')
+    >>> fast_accum_accumulator(True, "torch-cpu-onednn")
+    'torch-cpu-onednn'
+    """
+    if use_fast_accum is None:
+        return accumulator
+    if not isinstance(use_fast_accum, (bool, np.bool_)):
+        raise TypeError(f"use_fast_accum must be True or False, got {use_fast_accum!r}")
+    want = "hopper-fast" if use_fast_accum else "hopper"
+    if accumulator is None:
+        return want
+    if isinstance(accumulator, str) and accumulator in TORCH_CPU_PATHS:
+        return accumulator          # the CPU ignores the flag
+    name = accumulator if isinstance(accumulator, str) else getattr(accumulator, "name", None)
+    if name != want:
+        raise ValueError(f"use_fast_accum={bool(use_fast_accum)} means accumulator={want!r}, but "
+                         f"accumulator={name or accumulator!r} was given; pass one of them (or a "
+                         f"torch-cpu-* accumulator, which both settings leave unchanged)")
+    return accumulator
+
+
+def _f32_values(codes, fmt):
+    return decode(codes, fmt, dtype=np.float32)
+
+
+def _onednn_sum(va, vb, sa, sb):
+    """``Σ_k fl(fl(a_k b_k · sa) · sb)`` added in K order in float32 (no FMA)."""
+    M, K = va.shape
+    N = vb.shape[1]
+    out = np.zeros((M, N), np.float32)
+    if K == 0:
+        return out
+    rows = max(1, _ROW_ELEMS // max(1, K * N))
+    with np.errstate(all="ignore"):
+        for m0 in range(0, M, rows):
+            p = va[m0:m0 + rows, :, None] * vb[None, :, :]          # exact in float32
+            t = (p * sa) * sb                                          # two float32 roundings
+            # np.add.accumulate adds strictly in order (np.sum would pair them up)
+            out[m0:m0 + rows] = np.add.accumulate(t, axis=1, dtype=np.float32)[:, -1, :]
+    return out
+
+
+def _fma_chain(x, y, k0, k1):
+    """One float32 FMA chain per output over K in ``[k0, k1)``: ``c = fl(c + x_k y_k)``."""
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    c = np.zeros((x.shape[0], y.shape[1]), np.float32)
+    with np.errstate(all="ignore"):
+        for k in range(k0, k1):
+            hi, lo = two_sum(c.astype(np.float64), x64[:, k, None] * y64[None, k, :])  # product exact
+            c = round_hi_lo(hi, np.where(np.isfinite(hi), lo, 0.0))
+    return c
+
+
+def _emulated_sum(va, vb, sa_rows, sb_cols):
+    """MKL sgemm of the pre-scaled float32 operands, in the order measured (module docstring)."""
+    M, K = va.shape
+    N = vb.shape[1]
+    if K > EMULATED_MAX_K or M == 1 or N == 1:
+        warnings.warn(f"torch-cpu-emulated reproduces MKL's sgemm order for M, N >= 2 and K <= "
+                      f"{EMULATED_MAX_K}; this GEMM is {M}x{K}x{N}, so torch may differ in the last bits",
+                      RuntimeWarning, stacklevel=4)
+    with np.errstate(all="ignore"):
+        x = (va * sa_rows).astype(np.float32)
+        y = (vb * sb_cols).astype(np.float32)
+    if K <= _ONE_CHAIN_K:
+        return _fma_chain(x, y, 0, K)
+    half = -(-K // 2)
+    with np.errstate(all="ignore"):
+        return _fma_chain(x, y, 0, half) + _fma_chain(x, y, half, K)
+
+
+def torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result):
+    """Bias, ``scale_result`` and the output conversion of one CPU path (``v``: float32 sums)."""
+    with np.errstate(all="ignore"):
+        if bias is not None:
+            v = (v + bias.reshape(1, -1).astype(np.float32)).astype(np.float32)
+        if ofmt is None:
+            return v.astype(odt)
+        if scale_result is not None:
+            sr = np.float32(scale_result)
+            v = (v / sr if path == "torch-cpu-onednn" else v * (np.float32(1) / sr)).astype(np.float32)
+    if path == "torch-cpu-onednn":
+        with np.errstate(over="ignore"):              # beyond 65520 the float16 step gives Inf, as oneDNN's
+            half = v.astype(np.float16)
+        return encode(half, ofmt, saturate=False)
+    return encode(v, ofmt, profile="torch-cpu")
+
+
+def torch_cpu_mm(path, ca, fa, cb, fb, sa, sa_row, sb, sb_col, bias=None, odt=np.dtype(np.float32), ofmt=None,
+                 scale_result=None):
+    """``torch._scaled_mm`` on the CPU by ``path`` (a key of :data:`TORCH_CPU_PATHS`).
+
+    ``sa`` / ``sb``: float32 scalars, or ``None`` with ``sa_row`` (M, 1) / ``sb_col`` (1, N) float32
+    row-wise scales (emulated path only).  ``bias``: (N,) values, added in float32.
+    """
+    if path not in TORCH_CPU_PATHS:
+        raise ValueError(f"unknown torch CPU path {path!r}; use one of {sorted(TORCH_CPU_PATHS)}")
+    for f in (fa, fb):
+        if f.name not in ("e4m3fn", "e5m2"):
+            raise ValueError(f"{path}: torch's CPU _scaled_mm takes float8_e4m3fn / float8_e5m2 operands, "
+                             f"got {f.name}")
+    if ofmt is not None and ofmt.name not in ("e4m3fn", "e5m2"):
+        raise ValueError(f"{path}: torch's CPU _scaled_mm writes float32, bfloat16, float16, float8_e4m3fn "
+                         f"or float8_e5m2, not {ofmt.name}")
+    va, vb = _f32_values(ca, fa), _f32_values(cb, fb)
+    if path == "torch-cpu-onednn":
+        if sa is None or sb is None:
+            raise ValueError("torch-cpu-onednn takes tensor-wise (scalar) scales only: torch sends row-wise "
+                             "scales to its emulated path; use accumulator='torch-cpu-emulated'")
+        if fa != fb:
+            raise ValueError(f"torch-cpu-onednn is reproduced for one FP8 dtype ({fa.name} x {fb.name} "
+                             "given): on a CPU without AMX-FP16 torch sends mixed dtypes to its emulated "
+                             "path; use accumulator='torch-cpu-emulated'")
+        v = _onednn_sum(va, vb, np.float32(sa), np.float32(sb))
+    else:
+        rows = np.float32(sa) if sa is not None else sa_row.reshape(-1, 1).astype(np.float32)
+        cols = np.float32(sb) if sb is not None else sb_col.reshape(1, -1).astype(np.float32)
+        v = _emulated_sum(va, vb, rows, cols)
+    return torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result)
