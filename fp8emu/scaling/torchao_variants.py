@@ -29,7 +29,7 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import Format, get_format
 
-__all__ = ["TORCHAO_PROVEN", "mx_scales", "subbyte_cast", "fp8_cast", "nvfp4_chain", "float8_scale"]
+__all__ = ["TORCHAO_PROVEN", "mx_scales", "subbyte_cast", "fp8_cast", "nvfp4_chain", "float8_scale", "nan_bits"]
 
 #: torchao versions the variants are proven on (live and recorded vectors), with torch 2.13.0 (CPU).
 TORCHAO_PROVEN = "0.18.0"
@@ -139,6 +139,12 @@ def element_cast(y: np.ndarray, fmt: Format) -> np.ndarray:
     return subbyte_cast(y, fmt)
 
 
+def nan_bits(bits: int) -> np.float32:
+    """The float32 NaN with these bits (torch's CPU ops make several: its full max reduction
+    0xFFFFFFFF, its float8_e4m3fn NaN widened 0x7FF00000)."""
+    return np.array([bits], np.uint32).view(F32)[0]
+
+
 def nvfp4_chain(amax: np.ndarray, per_tensor_scale):
     """torchao ``nvfp4_quantize``'s block scales: (UE4M3 codes, element multiplier, scale_inv).
 
@@ -148,7 +154,9 @@ def nvfp4_chain(amax: np.ndarray, per_tensor_scale):
     tensor scale) are clamped to [2**-6, 448] before the E4M3 cast (so a zero
     block gets code 0x08, a NaN block 0x7F); the elements are multiplied by
     ``fl32(1 / s)`` (single level) or ``fl32(fl32(1 / pts) / s)``; dequantization
-    multiplies by ``s`` or ``fl32(pts * s)``.
+    multiplies by ``s`` or ``fl32(pts * s)``.  NaN bits follow torch's CPU ops
+    (a NaN block scale widens to 0x7FF00000 with its sign), because torchao's
+    FP4 cast maps NaN payloads to different codes.
     """
     e4m3 = get_format("e4m3fn")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
@@ -156,8 +164,12 @@ def nvfp4_chain(amax: np.ndarray, per_tensor_scale):
         if per_tensor_scale is not None:
             block_scale = np.divide(block_scale, per_tensor_scale, dtype=F32)
         clamped = np.clip(block_scale, E4M3_TINY, F32(448))
-        bcodes = np.where(np.isnan(clamped), np.uint8(0x7F), encode(clamped, e4m3, saturate=True)).astype(np.uint8)
-        s = decode(bcodes, e4m3, dtype=F32)
+        nan = np.isnan(clamped)
+        negative = (clamped.view(np.uint32) >> np.uint32(31)).astype(bool)
+        bcodes = np.where(nan, np.uint8(0x7F), encode(np.where(nan, F32(0), clamped), e4m3,
+                                                      saturate=True)).astype(np.uint8)
+        s = np.where(nan, np.where(negative, nan_bits(0xFFF00000), nan_bits(0x7FF00000)),
+                     decode(bcodes, e4m3, dtype=F32)).astype(F32)
         if per_tensor_scale is None:
             mult = np.divide(F32(1), s, dtype=F32)
             inv = s
