@@ -29,7 +29,8 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import Format, get_format
 
-__all__ = ["TORCHAO_PROVEN", "mx_scales", "subbyte_cast", "fp8_cast", "nvfp4_chain", "float8_scale", "nan_bits"]
+__all__ = ["TORCHAO_PROVEN", "mx_scales", "subbyte_cast", "fp8_cast", "nvfp4_chain", "float8_scale", "nan_bits",
+           "float8_quantize", "FLOAT8_FORMATS"]
 
 #: torchao versions the variants are proven on (live and recorded vectors), with torch 2.13.0 (CPU).
 TORCHAO_PROVEN = "0.18.0"
@@ -189,8 +190,31 @@ def float8_scale(amax: np.ndarray, fmt: Format, pow2: bool) -> np.ndarray:
     """
     a = np.asarray(amax, np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        scale = (np.float64(fmt.max) / np.fmax(a, FLOAT8_EPS)).astype(F32)
-        scale = np.where(np.isnan(a), F32(np.nan), scale).astype(F32)
+        # np.maximum keeps a NaN amax's bits (its sign reaches the codes' NaN)
+        scale = (np.float64(fmt.max) / np.maximum(a, FLOAT8_EPS)).astype(F32)
         if pow2:
             scale = np.exp2(np.floor(_log2_f32(scale)).astype(np.float64)).astype(F32)
     return scale
+
+
+#: Element formats of torchao's Float8Linear variant here (torch's CPU float8 dtypes with NaN 0x7F).
+FLOAT8_FORMATS = ("e4m3fn", "e5m2")
+
+
+def float8_quantize(xf: np.ndarray, fmt: Format, block, amax, pow2: bool, given=None):
+    """torchao.float8 ``hp_tensor_to_float8_dynamic`` on float32 values: (codes, scale).
+
+    ``amax`` per block (NaN bits as torch makes them), or ``given`` scales;
+    ``codes = e4m3/e5m2(clamp(fl32(x * scale), -max, max))`` with torch's cast
+    (NaN to 0x7F/0xFF by its sign; a NaN scale's NaN wins over the element's).
+    """
+    scale = float8_scale(amax, fmt, pow2) if given is None else np.asarray(given, F32)
+    full = scale
+    for d, b in enumerate(block):
+        if b > 1:
+            full = np.repeat(full, b, axis=d)
+    full = full[tuple(slice(0, n) for n in xf.shape)] if block else full
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        y = np.multiply(xf, full, dtype=F32)
+    y = np.where(np.isnan(full), full, y).astype(F32)
+    return fp8_cast(y, fmt), np.asarray(scale, F32)
