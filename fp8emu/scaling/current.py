@@ -10,17 +10,34 @@ import ml_dtypes
 import numpy as np
 
 from ..tables import as_array
+from . import torchao_variants as torchao
 from .tensor import (
     F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32, as_format, axis_arg, block_amax, block_arg,
     blocks_shape,
-    bool_arg, eps_arg, given_scale, int_arg, prepare, scaled_max, scaled_quantize,
+    bool_arg, eps_arg, given_scale, int_arg, prepare, reciprocal, scaled_max, scaled_quantize,
 )
 
 #: bfloat16's largest finite value as float32 (0x7F7F0000), TE's overflow scale for bf16 inputs.
 BF16_MAX = np.float32(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
-__all__ = ["current_scale", "compute_scale", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise"]
+__all__ = ["current_scale", "compute_scale", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise",
+           "CURRENT_VARIANTS"]
+
+#: Float32 steps of :func:`quantize_tensorwise` / :func:`quantize_axiswise`: Transformer Engine's and torchao's.
+CURRENT_VARIANTS = ("te", "torchao")
+
+
+
+def _variant_arg(variant, fmt, margin, eps):
+    if not isinstance(variant, str) or variant not in CURRENT_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; accepted: " + ", ".join(CURRENT_VARIANTS))
+    if variant == "torchao":
+        if fmt.name not in torchao.FLOAT8_FORMATS:
+            raise ValueError(f"variant='torchao' quantizes to {', '.join(torchao.FLOAT8_FORMATS)}; got {fmt.name}")
+        if int_arg(margin, "margin") != 0 or eps_arg(eps) != 0:
+            raise ValueError("variant='torchao' has no margin or eps (its amax floor is 1e-12): leave margin=0, eps=0")
+    return variant
 
 
 def compute_scale(amax, scaled_max, pow2, eps, value_for_inf=FLT_MAX) -> np.ndarray:
@@ -97,7 +114,7 @@ def block_scales(xf, fmt, block, scale, margin, pow2, eps, value_for_inf=FLT_MAX
     return compute_scale(block_amax(xf, block), smax, pow2, eps, value_for_inf)
 
 
-def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) -> ScaledTensor:
+def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None, variant="te") -> ScaledTensor:
     """Per-tensor current scaling (Transformer Engine ``Float8CurrentScaling``).
 
     ``amax = max|x|`` (NaN ignored), ``scale = current_scale(amax, fmt, ...)``,
@@ -115,21 +132,51 @@ def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) ->
         As in :func:`current_scale`.
     scale : float, optional, keyword-only
         Use this scale (finite, > 0) instead of computing one.
+    variant : {"te", "torchao"}, keyword-only
+        Transformer Engine's steps (default) or torchao's (see below).
 
     Returns
     -------
     ScaledTensor
         ``block == ()``, ``scale`` and ``scale_inv`` of shape ``()``.
 
+    ``variant="torchao"`` is torchao.float8's ``Float8Linear`` cast
+    (``hp_tensor_to_float8_dynamic``, eager CPU) bit for bit, proven on torchao
+    :data:`fp8emu.scaling.torchao_variants.TORCHAO_PROVEN`: ``amax`` with NaN
+    propagating (a NaN anywhere makes the scale NaN and every code NaN),
+    ``scale = fl32(fmax / max(amax, 1e-12))`` computed in float64 (a zero
+    amax gives ``fmax * 1e12``, not 1; an Inf amax gives 0, so finite values
+    become 0 and Inf NaN), ``pow2`` as torchao's
+    ``round_scales_to_power_of_2``: ``exp2(floor(log2 scale))`` with log2
+    rounded to float32 (a scale just below ``2**k`` becomes ``2**k``, where
+    TE's bit mask gives ``2**(k-1)``); codes ``cast(clamp(fl32(x * scale)))``.
+    ``margin`` and ``eps`` are TE's and refused with it; formats e4m3fn, e5m2.
+    (torchao's ``emulate=True`` GEMM then divides each operand by its scale
+    in float32 and runs an fp32 ``torch.mm``; fp8emu's GEMMs multiply the
+    accumulator by ``fl32(1 / scale)`` instead.)
     Examples
     --------
     >>> import numpy as np, fp8emu
     >>> t = fp8emu.quantize_tensorwise(np.array([0.5, -3.0, 0.01]), "e4m3fn")
     >>> t.codes.tolist(), float(t.scale_inv)
     ([105, 254, 60], 0.0066964286379516125)
+    >>> x = np.array([448 / 16383.999])                 # scale 16383.999: TE's pow2 8192, torchao's 16384
+    >>> [float(fp8emu.quantize_tensorwise(x, "e4m3fn", pow2=True, variant=v).scale) for v in CURRENT_VARIANTS]
+    [8192.0, 16384.0]
     """
     fmt = as_format(fmt)
     xf = as_f32(x)
+    if _variant_arg(variant, fmt, margin, eps) == "torchao":
+        pow2 = bool_arg(pow2, "pow2")
+        given = None if scale is None else given_scale(scale, ())
+        amax = None
+        if given is None:
+            amax = F32(np.max(np.abs(xf))) if xf.size else F32(0)
+            if np.isnan(amax):
+                amax = torchao.nan_bits(0xFFFFFFFF)          # torch.max's NaN
+        codes, s = torchao.float8_quantize(xf, fmt, (), amax, pow2, given)
+        return ScaledTensor(codes=codes, fmt=fmt, scale=s, scale_inv=reciprocal(s), shape=xf.shape,
+                            recipe="tensorwise-torchao")
     smax, pow2, eps = scaled_max(fmt, int_arg(margin, "margin")), bool_arg(pow2, "pow2"), eps_arg(eps)
     if scale is None:
         s = compute_scale(amax_nan_ignoring(xf, None), smax, pow2, eps)
@@ -140,7 +187,7 @@ def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) ->
 
 
 def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0,
-                      scale=None) -> ScaledTensor:
+                      scale=None, variant="te") -> ScaledTensor:
     """One current-scaling factor per slice (row-wise / column-wise scaling).
 
     For each slice along ``axis``: ``amax`` over the slice (NaN ignored),
@@ -160,22 +207,55 @@ def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0,
         As in :func:`current_scale`.
     scale : array_like, optional, keyword-only
         Use these scales (shape with ``axis`` reduced to 1) instead.
+    variant : {"te", "torchao"}, keyword-only
+        Transformer Engine's steps (default) or torchao's rowwise
+        ``Float8Linear`` cast (``axiswise_dim``; see below).
 
     Returns
     -------
     ScaledTensor
         ``scale`` and ``scale_inv`` with ``axis`` reduced to 1; ``axis`` set.
 
+    ``variant="torchao"`` is torchao.float8's ``Float8Linear`` cast
+    (``hp_tensor_to_float8_dynamic``, eager CPU) bit for bit, proven on torchao
+    :data:`fp8emu.scaling.torchao_variants.TORCHAO_PROVEN`: ``amax`` with NaN
+    propagating (a NaN anywhere makes the scale NaN and every code NaN),
+    ``scale = fl32(fmax / max(amax, 1e-12))`` computed in float64 (a zero
+    amax gives ``fmax * 1e12``, not 1; an Inf amax gives 0, so finite values
+    become 0 and Inf NaN), ``pow2`` as torchao's
+    ``round_scales_to_power_of_2``: ``exp2(floor(log2 scale))`` with log2
+    rounded to float32 (a scale just below ``2**k`` becomes ``2**k``, where
+    TE's bit mask gives ``2**(k-1)``); codes ``cast(clamp(fl32(x * scale)))``.
+    ``margin`` and ``eps`` are TE's and refused with it; formats e4m3fn, e5m2.
+    (torchao's ``emulate=True`` GEMM then divides each operand by its scale
+    in float32 and runs an fp32 ``torch.mm``; fp8emu's GEMMs multiply the
+    accumulator by ``fl32(1 / scale)`` instead.)
     Examples
     --------
     >>> import numpy as np, fp8emu
     >>> t = fp8emu.quantize_axiswise(np.array([[1.0, -2.0], [0.25, 0.5]]), "e4m3fn")
     >>> t.scale.tolist(), t.block
     ([[224.0], [896.0]], (1, 2))
+    >>> z = np.zeros((1, 2))                             # zero amax: TE scale 1, torchao fl32(448 / 1e-12)
+    >>> [float(fp8emu.quantize_axiswise(z, "e4m3fn", variant=v).scale[0, 0]) for v in CURRENT_VARIANTS]
+    [1.0, 447999985582080.0]
     """
     fmt, xf = prepare(x, fmt, "quantize_axiswise")
     ax = axis_arg(axis, xf.ndim)
     block = tuple(max(s, 1) if d == ax else 1 for d, s in enumerate(xf.shape))
+    if _variant_arg(variant, fmt, margin, eps) == "torchao":
+        pow2 = bool_arg(pow2, "pow2")
+        given = None if scale is None else given_scale(scale, blocks_shape(xf.shape, block))
+        amax = None
+        if given is None:
+            with np.errstate(invalid="ignore"):
+                amax = np.max(np.abs(xf), axis=ax, keepdims=True, initial=F32(0))   # NaN propagates (torch.amax)
+            if ax != xf.ndim - 1:
+                # torch.amax across rows gives its NaN as 0xFFFFFFFF (along the last axis: the element's NaN)
+                amax = np.where(np.isnan(amax), torchao.nan_bits(0xFFFFFFFF), amax)
+        codes, s = torchao.float8_quantize(xf, fmt, block, amax, pow2, given)
+        return ScaledTensor(codes=codes, fmt=fmt, scale=s, scale_inv=reciprocal(s), block=block, axis=ax,
+                            shape=xf.shape, recipe="axiswise-torchao")
     s = block_scales(xf, fmt, block, scale, margin, pow2, eps)
     return scaled_quantize(xf, fmt, block, s, axis=ax, recipe="axiswise")
 

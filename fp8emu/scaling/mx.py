@@ -4,6 +4,8 @@ Examples
 --------
 >>> MX_SCALE_RULES
 ('floor', 'ceil', 'even', 'rceil')
+>>> MX_ALL_SCALE_RULES[4:], MX_VARIANTS
+(('rceil-div', 'nki'), ('ocp', 'torchao'))
 >>> MX_ELEMENT_FORMATS[-1], MXINT8.max          # MXFP4's element; MXINT8's largest value 127/64
 ('e2m1fn', 1.984375)
 """
@@ -16,13 +18,22 @@ import numpy as np
 
 from ..formats import Format
 from ..rounding import check_rounding
-from .tensor import F32, ScaledTensor, as_format, code_array, axis_arg, axis_block, block_amax_finite, block_arg, int_arg, \
-    prepare, scaled_cast
+from . import torchao_variants as torchao
+from .tensor import F32, ScaledTensor, as_format, code_array, axis_arg, axis_block, block_amax, block_amax_finite, \
+    block_arg, expand, int_arg, prepare, scale_times, scaled_cast
 
-__all__ = ["quantize_mx", "mx_from_codes", "MX_SCALE_RULES", "MX_ELEMENT_FORMATS", "MXINT8"]
+__all__ = ["quantize_mx", "mx_from_codes", "MX_SCALE_RULES", "MX_ALL_SCALE_RULES", "MX_VARIANTS",
+           "MX_ELEMENT_FORMATS", "MXINT8"]
 
-#: MX scale rules accepted by :func:`quantize_mx`.
+#: The MX scale rules of torchao's ``ScaleCalculationMode`` (the recipe catalogue's MX rules).
 MX_SCALE_RULES = ("floor", "ceil", "even", "rceil")
+
+#: Every scale rule :func:`quantize_mx` accepts: torchao's four, the MXFP8 recipe paper's
+#: ``"rceil-div"`` and AWS Trainium3's ``"nki"`` (``nki.isa.quantize_mx``).
+MX_ALL_SCALE_RULES = MX_SCALE_RULES + ("rceil-div", "nki")
+
+#: Edge-block behaviours of :func:`quantize_mx`: the OCP spec's and torchao's (``to_mx``).
+MX_VARIANTS = ("ocp", "torchao")
 
 #: Element formats of OCP MX v1.0 (MXFP8, MXFP6, MXFP4).
 MX_ELEMENT_FORMATS = ("e4m3fn", "e5m2", "e2m3fn", "e3m2fn", "e2m1fn")
@@ -68,11 +79,17 @@ def _mx_exponent(amax: np.ndarray, fmt: Format, rule: str) -> np.ndarray:
         # A carry into exponent 255 means the rounded amax is 2**128.
         e = np.where(biased == 0, -127, biased - 127)
         return e - emax
-    # rceil (Transformer Engine / torchao RCEIL): ceil to a power of two of
-    # fl32(amax * fl32(1 / max_elem)).
-    rcp = F32(F32(1) / F32(fmt.max))
+    if rule == "nki":
+        # Trainium3: a block scale twice the OCP rule's
+        return _floor_log2_f32(amax) - emax + 1
     with np.errstate(over="ignore", under="ignore"):
-        v = np.multiply(amax, rcp, dtype=np.float32)
+        if rule == "rceil-div":
+            # arXiv 2506.08027 / cuBLAS: fl32(amax / max_elem), rounded up to a power of two
+            v = np.divide(amax, F32(fmt.max), dtype=np.float32)
+        else:
+            # rceil (Transformer Engine float_to_e8m0): ceil to a power of two of
+            # fl32(amax * fl32(1 / max_elem))
+            v = np.multiply(amax, F32(F32(1) / F32(fmt.max)), dtype=np.float32)
     fl = _floor_log2_f32(np.where(v > 0, v, F32(1)))
     exact_pow2 = np.ldexp(np.float64(1), fl) == v.astype(np.float64)
     e = fl + (~exact_pow2)
@@ -80,7 +97,7 @@ def _mx_exponent(amax: np.ndarray, fmt: Format, rule: str) -> np.ndarray:
 
 
 def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", rounding="rne",
-                rng=None) -> ScaledTensor:
+                rng=None, variant="ocp") -> ScaledTensor:
     """OCP Microscaling (MX v1.0): an E8M0 scale shared by a block of elements.
 
     The blocks run along ``axis`` (``block`` an int), or are 2-D tiles over
@@ -92,17 +109,27 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
 
     ``"floor"``: ``E = floor(log2 amax) - emax_elem``
         OCP MX v1.0 section 6.3 and microxcaling's default.
-    ``"rceil"``: ``E = ceil(log2(fl32(amax * fl32(1 / elem_max))))``
-        What most papers call "ceil" or "round-up" scaling (e.g. NVIDIA's MXFP8
-        pre-training recipe), Transformer Engine ``MXFP8BlockScaling``
-        (``float_to_e8m0``), torchao ``RCEIL``.
+    ``"rceil"``: ``E = ceil(log2(fl32(amax * fl32(1 / elem_max))))``, exactly
+        Transformer Engine ``MXFP8BlockScaling`` (``float_to_e8m0`` of the
+        amax times the reciprocal).  torchao ``RCEIL`` differs (it divides, and
+        on the CPU rounds ``log2`` to float32 first): ``variant="torchao"``.
+    ``"rceil-div"``: ``E = ceil(log2(fl32(amax / elem_max)))``, exactly
+        The rule of NVIDIA's MXFP8 pre-training recipe (arXiv 2506.08027) and
+        cuBLAS's UE8M0 scale computation (``cvt.rp.satfinite.ue8m0x2.f32`` of
+        the quotient), also torchao ``RCEIL`` compiled for sm_100 (not proven
+        here: no GPU).  It differs from ``"rceil"`` where the quotient and
+        the product by the rounded reciprocal straddle a power of two.
     ``"ceil"``: ``E = ceil(log2 amax) - emax_elem``
-        fp8emu's own rule; *not* the papers' "ceil".
+        torchao ``CEIL``; *not* the papers' "ceil".
     ``"even"``: the floor rule on amax first rounded to the element's mantissa
         width (half an element ulp added to its float32 bits); torchao ``EVEN``.
+    ``"nki"``: ``E = floor(log2 amax) - emax_elem + 1``
+        AWS Trainium3 ``nki.isa.quantize_mx`` (MXFP8 only): "a block scale two
+        times larger" than the OCP rule, as the Neuron documentation (v2.32)
+        states it; modelled from that text, not measured.
 
     The papers' "ceil" is ``rceil``: the smallest power of two with
-    ``amax / 2**E <= elem_max``, so nothing saturates.  fp8emu's ``ceil``
+    ``amax / 2**E <= elem_max``, so nothing saturates.  ``ceil``
     rounds ``log2 amax`` up *before* subtracting ``emax_elem`` and can lose
     up to one binade (on N(0,1) data in blocks of 32, MXFP4 gives 16.82 dB
     SNR with ``ceil`` and 18.75 dB with ``rceil``).
@@ -120,6 +147,27 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
     Inf (code 0xFE); those are not reproduced.  Partial blocks are padded
     with zeros.
 
+    ``variant="torchao"`` is torchao's ``to_mx`` (eager, CPU) bit for bit,
+    proven on torchao :data:`fp8emu.scaling.torchao_variants.TORCHAO_PROVEN` with the
+    four ``scale_rule`` of its ``ScaleCalculationMode`` and ``rounding="rne"``:
+
+    * FLOOR/CEIL/EVEN take ``E`` from the float32 exponent field of amax
+      (Inf and NaN included: an Inf block gets code ``255 - emax_elem``, i.e.
+      247 for E4M3, 240 for E5M2, 253 for E2M3/E2M1, 251 for E3M2), clamp it
+      to [-127, 128], give NaN blocks code 255, and *divide* by the code's
+      power of two clamped below at ``2**-126`` (code 0 divides by
+      ``2**-126``, not ``2**-127``; code 255 divides by Inf: finite values
+      become 0);
+    * RCEIL: ``E = ceil(log2_f32(fl32(amax / elem_max)))`` with ``log2``
+      rounded to float32 (torch.log2), so an amax just above ``elem_max *
+      2**k`` gets ``k`` instead of ``k + 1``; Inf blocks get code 254 and
+      multiplier ``2**-127``, NaN blocks 255 and NaN elements, code 0
+      multiplier 1 (tiny elements, so zeros);
+    * FP8 elements: clamp to +-max, torch's RNE cast (NaN to 0x7F/0xFF).
+      FP6/FP4: torchao's own cast (RNE, saturating, Inf to +-max) where NaN,
+      which these formats lack, becomes a number: FP4 0x3 / -NaN 0xB
+      (1.5 / -1.5), E2M3 0x0C, E3M2 0x0E.
+
     MXINT8 (``elem_format="int8"``): OCP MX v1.0 INT8 elements are
     two's-complement integers ``k`` with an implicit ``2**-6`` (values
     ``k / 64``).  fp8emu holds them as codes of the sign-magnitude format
@@ -135,19 +183,24 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
         Elements per scale along ``axis`` (32 in the spec), or a 2-D block
         shape such as ``(32, 32)`` over the last two dimensions.
     axis : int, keyword-only
-    scale_rule : {"floor", "ceil", "even", "rceil"}, keyword-only
+    scale_rule : {"floor", "ceil", "even", "rceil", "rceil-div", "nki"}, keyword-only
     rounding : str, keyword-only
         Element rounding (any :data:`fp8emu.ROUNDING_MODES` entry).  ``"rne"``
         as the spec and Transformer Engine; microxcaling's default
         ``round="nearest"`` is round-half-away, ``"rna"``.
     rng : numpy.random.Generator or int, optional, keyword-only
         Randomness for stochastic rounding modes.
+    variant : {"ocp", "torchao"}, keyword-only
+        Edge-block behaviour and float32 steps: the spec's (default) or
+        torchao's ``to_mx`` (see above).
 
     Returns
     -------
     ScaledTensor
         With ``scale_codes`` (uint8 E8M0), ``scale = 2**-E``,
-        ``scale_inv = 2**E``.
+        ``scale_inv = 2**E`` (``variant="torchao"``: ``scale`` is the
+        multiplier torchao applied, ``scale_inv`` what its dequantization
+        multiplies by, ``2**(code - 127)``, NaN for code 255).
 
     Examples
     --------
@@ -162,11 +215,21 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
     [6.0]
     >>> fp8emu.quantize_mx(np.array([400.0]), "e4m3fn", rounding="rna").dequantize().tolist()
     [416.0]
+    >>> big = np.array([np.inf, 1.0])
+    >>> [int(fp8emu.quantize_mx(big, "e4m3fn", variant=v).scale_codes[0]) for v in MX_VARIANTS]
+    [255, 247]
+    >>> [int(fp8emu.quantize_mx(np.array([450.0]), "e4m3fn", scale_rule=r).scale_codes[0]) for r in ("floor", "nki")]
+    [127, 128]
     """
     fmt = _mx_format(elem_format)
-    if scale_rule not in MX_SCALE_RULES:
+    if not isinstance(scale_rule, str) or scale_rule not in MX_ALL_SCALE_RULES:
         raise ValueError(f"unknown scale_rule {scale_rule!r}; accepted: "
-                         + ", ".join(MX_SCALE_RULES))
+                         + ", ".join(MX_ALL_SCALE_RULES))
+    if not isinstance(variant, str) or variant not in MX_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; accepted: " + ", ".join(MX_VARIANTS))
+    if scale_rule == "nki" and fmt.name not in ("e4m3fn", "e5m2"):
+        raise ValueError(f"scale_rule='nki' (nki.isa.quantize_mx) quantizes to MXFP8 only: elem_format "
+                         f"e4m3fn or e5m2, got {fmt.name}")
     check_rounding(rounding)
     fmt, xf = prepare(x, fmt, "quantize_mx")
     if isinstance(block, (tuple, list)):
@@ -175,6 +238,8 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
     else:
         block = int_arg(block, "block", minimum=1)
         ax, blk = axis_block(xf.ndim, axis, block)
+    if variant == "torchao":
+        return _quantize_mx_torchao(xf, fmt, blk, ax, scale_rule, rounding, rng)
 
     amax, nonfinite = block_amax_finite(xf, blk)
     pos = amax > 0
@@ -189,6 +254,34 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
     codes = scaled_cast(xf, mult, blk, fmt, **options)
     return ScaledTensor(codes=codes, fmt=fmt, scale=mult, scale_inv=inv, block=blk, axis=ax,
                         shape=xf.shape, scale_codes=codes_scale, recipe=f"mx-{scale_rule}")
+
+
+def _quantize_mx_torchao(xf, fmt, blk, ax, scale_rule, rounding, rng) -> ScaledTensor:
+    """torchao ``to_mx`` (see :func:`quantize_mx`, ``variant="torchao"``)."""
+    if scale_rule not in MX_SCALE_RULES:
+        raise ValueError(f"variant='torchao' has the scale rules of torchao's ScaleCalculationMode: "
+                         f"{', '.join(MX_SCALE_RULES)}; got {scale_rule!r}")
+    if fmt == MXINT8:
+        raise ValueError("variant='torchao': torchao has no MXINT8; elem_format must be one of "
+                         + ", ".join(MX_ELEMENT_FORMATS))
+    if rounding != "rne" or rng is not None:
+        raise ValueError(f"variant='torchao' rounds to nearest even: rounding must be 'rne' and rng None, "
+                         f"got rounding={rounding!r}")
+    amax = block_amax(xf, blk)                                 # NaN ignored, Inf kept
+    with np.errstate(invalid="ignore"):
+        has_nan = block_amax(np.isnan(xf).astype(F32), blk) > 0
+    codes_scale, mult = torchao.mx_scales(amax, has_nan, fmt, scale_rule)
+    full = expand(mult, blk, xf.shape)
+    y = scale_times(xf, full)
+    if scale_rule == "rceil":
+        # a NaN block's multiplier is its NaN descale, and torch's product keeps that NaN (a -NaN element
+        # becomes +NaN); FLOOR/CEIL/EVEN divide by +Inf instead, which keeps each element's own sign
+        y = np.where(np.isnan(full), full, y)
+    codes = torchao.element_cast(y, fmt)
+    nan = codes_scale == 255
+    inv = np.where(nan, F32(np.nan), _pow2_f32(np.where(nan, 0, codes_scale.astype(np.int32) - 127)))
+    return ScaledTensor(codes=codes, fmt=fmt, scale=mult, scale_inv=inv, block=blk, axis=ax,
+                        shape=xf.shape, scale_codes=codes_scale, recipe=f"mx-{scale_rule}-torchao")
 
 
 #: MXINT8 elements (OCP MX v1.0 INT8, values ``k/64`` with ``|k| <= 127``) as a sign-magnitude Format.

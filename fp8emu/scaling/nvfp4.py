@@ -6,20 +6,24 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
+from . import torchao_variants as torchao
 from .hadamard import rht
 from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, code_array, axis_block, block_amax, blocked_view, \
-    expand, pad_to_blocks, prepare, reciprocal, scaled_cast
+    expand, pad_to_blocks, prepare, reciprocal, scale_times, scaled_cast
 
-__all__ = ["quantize_nvfp4", "nvfp4_from_codes", "NVFP4_BLOCK"]
+__all__ = ["quantize_nvfp4", "nvfp4_from_codes", "NVFP4_BLOCK", "NVFP4_VARIANTS"]
 
 #: Elements per E4M3 block scale.
 NVFP4_BLOCK = 16
+
+#: Float32 steps of :func:`quantize_nvfp4`: Transformer Engine's and torchao's.
+NVFP4_VARIANTS = ("te", "torchao")
 
 
 def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
                    fp4_2d_quantization=False, stochastic_rounding=False,
                    random_hadamard_transform=False, four_over_six=False, scale_max=448.0,
-                   headroom=1.0) -> ScaledTensor:
+                   headroom=1.0, variant="te", single_level=False) -> ScaledTensor:
     """NVFP4 (Transformer Engine): E2M1 elements, an E4M3 scale per 16, a float32 tensor scale.
 
     In float32, following Transformer Engine's NVFP4 kernels
@@ -77,6 +81,33 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     * ``headroom``: scale-override factor >= 1 dividing the element target
       (amax maps to ``6 / headroom``); 1 is TE's recipe.
 
+    ``variant="torchao"`` is torchao's ``nvfp4_quantize`` (eager, CPU) bit for
+    bit, proven on torchao :data:`fp8emu.scaling.torchao_variants.TORCHAO_PROVEN`
+    (no recipe options; ``rounding="rne"``):
+
+    * two-level (default): ``pts = fl32(global_amax / 2688)``
+      (``per_tensor_amax_to_scale``; ``global_amax`` defaults to ``max|x|``
+      with NaN propagating, as ``torch.max``); block scale
+      ``e4m3(clamp(fl32(fl32(amax / 6) / pts), 2**-6, 448))`` -- clamped to
+      E4M3's smallest normal, code 0x08, where TE lets it reach 0 -- and
+      elements ``e2m1(clamp(fl32(x * fl32(fl32(1 / pts) / s)), -6, 6))``:
+      a division chain where TE multiplies by ``S_enc``, so a code can differ
+      by one (``x = 7976608.5`` in a tensor of amax 9710654: torchao 0x7C,
+      TE 0x7B as block scale code);
+    * ``single_level=True``: no tensor scale (``global_scale`` 1): block
+      scale ``e4m3(clamp(fl32(amax / 6), 2**-6, 448))``, elements times
+      ``fl32(1 / s)``;
+    * NaN: a NaN block gets scale code 0x7F and all its elements NaN; FP4
+      has no NaN and torchao's cast turns NaN into a number that depends on
+      its bits: +NaN 0x3 and -NaN 0xB (+-1.5) for the default NaN, 0x4 for a
+      NaN block scale (widened to 0x7FF00000), 0xC where the tensor scale is
+      NaN (a tensor holding NaN: ``torch.max`` gives 0xFFFFFFFF);
+    * where a tensor holds NaN or Inf, or is all zeros, torchao's two-level
+      block scales are E4M3 -NaN (0xFF, from x86's default NaN of
+      ``0/0`` and ``Inf/Inf``); UE4M3 codes here are unsigned, so those
+      blocks hold 0x7F (the same NaN without its sign bit);
+      ``dequantize()`` is torchao's: ``e2m1 * fl32(pts * s)`` (or ``* s``).
+
     Parameters
     ----------
     x : array_like
@@ -90,6 +121,10 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     fp4_2d_quantization, stochastic_rounding, random_hadamard_transform, four_over_six : bool
     scale_max : {448.0, 256.0}
     headroom : float >= 1
+    variant : {"te", "torchao"}, keyword-only
+        Transformer Engine's float32 steps (default) or torchao's.
+    single_level : bool, keyword-only
+        ``variant="torchao"`` only: torchao's mode without a tensor scale.
 
     Returns
     -------
@@ -106,7 +141,21 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     >>> t = fp8emu.quantize_nvfp4(np.array([4.0, 1.5, 3.0, 0.0]), four_over_six=True, scale_max=256)
     >>> t.dequantize().tolist()
     [4.0, 1.5, 3.0, 0.0]
+    >>> x = np.zeros(32); x[0], x[16] = 7976608.5, 9710654.0      # two blocks
+    >>> [fp8emu.quantize_nvfp4(x, variant=v).block_scale_codes.tolist() for v in NVFP4_VARIANTS]
+    [[123, 126], [124, 126]]
     """
+    if not isinstance(variant, str) or variant not in NVFP4_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; accepted: " + ", ".join(NVFP4_VARIANTS))
+    if not isinstance(single_level, (bool, np.bool_)):
+        raise TypeError(f"single_level must be a bool, got {single_level!r}")
+    if variant == "torchao":
+        return _quantize_nvfp4_torchao(x, axis, rounding, rng, global_amax, single_level, {
+            "fp4_2d_quantization": fp4_2d_quantization, "stochastic_rounding": stochastic_rounding,
+            "random_hadamard_transform": random_hadamard_transform, "four_over_six": four_over_six,
+            "scale_max": scale_max != 448, "headroom": headroom != 1})
+    if single_level:
+        raise ValueError("single_level=True is torchao's mode: use it with variant='torchao'")
     for name, flag in (("fp4_2d_quantization", fp4_2d_quantization), ("stochastic_rounding", stochastic_rounding),
                        ("random_hadamard_transform", random_hadamard_transform), ("four_over_six", four_over_six)):
         if not isinstance(flag, (bool, np.bool_)):
@@ -138,12 +187,7 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     if global_amax is None:
         gamax = F32(amax_nan_ignoring(xf, None))
     else:
-        g = np.asarray(global_amax)
-        if g.shape != () or g.dtype.kind not in "iuf":
-            raise TypeError(f"global_amax must be a real scalar, got {global_amax!r}")
-        gamax = F32(g)
-        if np.isnan(gamax) or gamax < 0:
-            raise ValueError(f"global_amax must be >= 0 and not NaN, got {global_amax!r}")
+        gamax = _global_amax_arg(global_amax)
     with np.errstate(divide="ignore", over="ignore"):
         s_enc = F32(np.fmin(F32(F32(scale_max) * F32(6)) / gamax, FLT_MAX))
     if gamax == 0 or s_enc == 0:
@@ -180,6 +224,56 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
                      shape=xf.shape, block_scale_codes=bcodes, global_scale=s_enc, recipe=recipe,
                      global_amax=gamax, scale_max=F32(scale_max))
     return t
+
+
+def _global_amax_arg(global_amax):
+    g = np.asarray(global_amax)
+    if g.shape != () or g.dtype.kind not in "iuf":
+        raise TypeError(f"global_amax must be a real scalar, got {global_amax!r}")
+    gamax = F32(g)
+    if np.isnan(gamax) or gamax < 0:
+        raise ValueError(f"global_amax must be >= 0 and not NaN, got {global_amax!r}")
+    return gamax
+
+
+def _quantize_nvfp4_torchao(x, axis, rounding, rng, global_amax, single_level, te_options) -> ScaledTensor:
+    """torchao ``nvfp4_quantize`` (see :func:`quantize_nvfp4`, ``variant="torchao"``)."""
+    used = [name for name, on in te_options.items() if on]
+    if used:
+        raise ValueError(f"variant='torchao' has none of Transformer Engine's recipe options; got {', '.join(used)}")
+    if rounding != "rne" or rng is not None:
+        raise ValueError(f"variant='torchao' rounds to nearest even: rounding must be 'rne' and rng None, "
+                         f"got rounding={rounding!r}")
+    if single_level and global_amax is not None:
+        raise ValueError("single_level=True has no tensor scale: global_amax must be None")
+    fmt, xf = prepare(x, get_format("e2m1fn"), "quantize_nvfp4")
+    ax, blk = axis_block(xf.ndim, axis, NVFP4_BLOCK)
+    amax = block_amax(xf, blk)                                         # NaN ignored, then restored below
+    with np.errstate(invalid="ignore"):
+        has_nan = block_amax(np.isnan(xf).astype(F32), blk) > 0
+    amax = np.where(has_nan, F32(np.nan), amax).astype(F32)
+    if single_level:
+        pts, gamax, s_enc = None, None, F32(1)
+    else:
+        if global_amax is None:
+            # torch.max over the whole tensor returns its NaN as 0xFFFFFFFF
+            gamax = torchao.nan_bits(0xFFFFFFFF) if has_nan.any() else F32(np.max(amax))
+        else:
+            gamax = _global_amax_arg(global_amax)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            pts = F32(gamax / F32(2688))
+            s_enc = F32(F32(1) / pts)
+    bcodes, mult, inv = torchao.nvfp4_chain(amax, pts)
+    full = expand(mult, blk, xf.shape)
+    y = scale_times(xf, full)
+    # a NaN multiplier (NaN block or tensor scale) makes every element of the block +NaN, as torch's product does
+    y = np.where(np.isnan(full), full, y)
+    with np.errstate(invalid="ignore"):
+        codes = torchao.subbyte_cast(np.clip(y, F32(-6), F32(6)), fmt)
+    return ScaledTensor(codes=codes, fmt=fmt, scale=mult, scale_inv=inv, block=blk, axis=ax, shape=xf.shape,
+                        block_scale_codes=bcodes, global_scale=s_enc,
+                        recipe="nvfp4-torchao" + ("-single" if single_level else ""),
+                        global_amax=gamax, scale_max=F32(448))
 
 
 def _block_sq_error(xf, codes, inv, blk, fmt):
