@@ -193,3 +193,194 @@ def test_the_combinations_cover_every_recipe_on_hopper_or_blackwell():
     assert len(COMBOS) == 46      # 60 pairs less 14 refused: block FP8 off h100-fast/b200, MX/NVFP4 off Hopper
     with pytest.raises(ValueError, match="^recipe 'te-nvfp4' on gpu 'h100': NVFP4 needs Blackwell"):
         ft.emulate(torch.nn.Sequential(torch.nn.Linear(64, 64)), "te-nvfp4", "h100")
+
+
+# ----------------------------------------------------------------------------- delayed scaling's state
+def _te_delayed_reference(amaxes, length):
+    """TE's documented DelayedScaling update, step by step: quantize with the scale in force, put
+    amax (NaN ignored) in history[0], amax_r = max(history), roll the history one step toward the
+    front with history[0] = 0, scale = 448 / amax_r when amax_r is finite and > 0 (else kept)."""
+    hist, scale, out = np.zeros(length, np.float32), np.float32(1), []
+    for a in amaxes:
+        used = scale
+        hist[0] = max(hist[0], a)
+        amax_r = hist.max()
+        hist = np.roll(hist, -1)
+        hist[0] = 0
+        if np.isfinite(amax_r) and amax_r > 0:
+            scale = np.float32(np.float32(448) / np.float32(amax_r))
+        out.append((used, hist.copy(), scale))
+    return out
+
+
+def test_delayed_scaling_state_over_a_spike_a_zero_tensor_and_a_nan():
+    K = 16
+    base = np.linspace(-1, 1, 32 * K, dtype=np.float32).reshape(32, K)
+    xs = [base * 2, base * 100, base * 0, base * 0, base * 3, base]   # amax 2, spike 100, zero, zero, 3, 1
+    xs[4] = xs[4].copy()
+    xs[4][5, 3] = np.nan                                               # a NaN: ignored by the amax
+    amaxes = [2.0, 100.0, 0.0, 0.0, 3.0, 1.0]
+    recipe = ft.TEDelayedScaling(amax_history_len=2)
+    model = torch.nn.Sequential(torch.nn.Linear(K, 16, bias=False))
+    w = model[0].weight.detach().numpy().copy()
+    ft.emulate(model, recipe, "exact")
+    ref = _te_delayed_reference(amaxes, 2)
+    ref_w = _te_delayed_reference([np.abs(w).max()] * len(xs), 2)     # the weight's own history
+    for step, (x, (used, hist, scale)) in enumerate(zip(xs, ref)):
+        y = model(torch.from_numpy(x)).detach().numpy()
+        layer = model[0]
+        assert layer.amax_history_input.numpy().tolist() == hist.tolist(), step
+        assert layer.scale_input.numpy() == scale, step
+        # the output used the scale in force before this step's update
+        qx = quantize_tensorwise(x, "e4m3fn", scale=used)
+        qw = quantize_tensorwise(w, "e4m3fn", scale=ref_w[step][0])
+        exp = scaled_mm(qx.codes, qw.codes.T, a_format="e4m3fn", b_format="e4m3fn", scale_a=qx.scale_inv,
+                        scale_b=qw.scale_inv, accumulator="exact")
+        assert np.array_equal(_bits(y), _bits(exp)), step
+    assert [float(s) for _, _, s in ref] == [224.0, 4.480000019073486, 4.480000019073486, 4.480000019073486,
+                                             149.3333282470703, 149.3333282470703]
+    # the state is in the state_dict: a fresh model loaded from it continues with the same scales
+    sd = model.state_dict()
+    assert {"0.amax_history_input", "0.scale_input", "0.amax_history_grad_output", "0.fp8emu_step"} <= set(sd)
+    other = torch.nn.Sequential(torch.nn.Linear(K, 16, bias=False))
+    ft.emulate(other, recipe, "exact")
+    other.load_state_dict(sd)
+    x = torch.from_numpy(base * 5)
+    assert torch.equal(other(x), model(x))
+
+
+def test_delayed_grad_output_history_follows_backward():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, ft.TEDelayedScaling(amax_history_len=3), "cpu")
+    x = torch.ones(16, 16)
+    for g in (4.0, 8.0):
+        model.zero_grad()
+        model(x).backward(torch.full((16, 16), g))
+    layer = model[0]
+    assert layer.amax_history_grad_output.tolist() == [0.0, 4.0, 8.0]
+    assert float(layer.scale_grad_output) == np.float32(57344) / np.float32(8)
+
+
+# ----------------------------------------------------------------------------- determinism
+def test_same_seed_same_bits_and_another_seed_other_bits():
+    x, w, b, dy = _data(M=64, K=64, N=64)
+    r1 = _run("te-nvfp4", "exact", x, w, b, dy, seed=7)
+    r2 = _run("te-nvfp4", "exact", x, w, b, dy, seed=7)
+    r3 = _run("te-nvfp4", "exact", x, w, b, dy, seed=8)
+    for a, c in zip(r1[1:], r2[1:]):
+        assert np.array_equal(_bits(a), _bits(c))
+    assert not np.array_equal(r1[3], r3[3])          # stochastic rounding of the gradient changed wgrad
+    assert np.array_equal(r1[1], r3[1])              # fprop has no stochastic rounding
+
+
+@pytest.mark.parametrize("recipe,gpu", [("te-mxfp8", "b200"), ("torchao-rowwise", "h100"), ("te-block", "h100")])
+def test_any_thread_count_and_batch_split(recipe, gpu):
+    x, w, b, dy = _data(M=128, K=256, N=64)
+    try:
+        set_threads(1)
+        one = _run(recipe, gpu, x, w, b, dy)
+        set_threads(2)
+        torch.set_num_threads(2)
+        two = _run(recipe, gpu, x, w, b, dy)
+    finally:
+        set_threads(None)
+    for a, c in zip(one[1:], two[1:]):
+        assert np.array_equal(_bits(a), _bits(c))
+    # row-wise / block-wise scaling along K: the forward of two half batches is the whole batch's
+    halves = np.concatenate([_run(recipe, gpu, h, w, b, dy[:64])[1] for h in (x[:64], x[64:])])
+    assert np.array_equal(_bits(halves), _bits(one[1]))
+
+
+# ----------------------------------------------------------------------------- diagnostics
+def test_diagnostics_rows_count_nan_saturation_and_error():
+    x, w, b, dy = _data(M=64, K=64, N=64)
+    x[3, 5] = np.nan
+    model, y, dx, dw = _run("te-current", "exact", x, w, b, dy, diagnostics=True)
+    rows = ft.diagnostics(model)
+    assert [(r["pass"], r["tensor"]) for r in rows] == [
+        ("fprop", "input"), ("fprop", "weight"), ("dgrad", "grad_output"), ("dgrad", "weight"),
+        ("wgrad", "grad_output"), ("wgrad", "input")]
+    fin = rows[0]
+    assert fin["n_nonfinite"] == 1 and fin["layer"] == "0" and fin["step"] == 0
+    xf = np.delete(x.ravel(), 3 * 64 + 5)
+    assert fin["amax"] == np.abs(xf).max()
+    assert fin["scale"] == pytest.approx(448 / np.abs(xf).max(), rel=1e-6)
+    assert fin["frac_saturated"] == pytest.approx(1 / x.size)     # only the amax element sits at 448
+    # TE's amax ignores the NaN; the NaN's row is NaN on the GPU as here, the others finite
+    assert np.isnan(y[3]).all() and np.isfinite(np.delete(y, 3, axis=0)).all()
+    assert np.isnan(rows[0]["gemm_rel_err"])
+    assert 0 < rows[2]["gemm_rel_err"] < 0.1
+    ft.reset_diagnostics(model)
+    assert ft.diagnostics(model) == []
+
+
+def test_diagnostics_off_records_nothing():
+    x, w, b, dy = _data(M=64, K=64, N=64)
+    model = _run("te-current", "cpu", x, w, b, dy)[0]
+    assert ft.diagnostics(model) == []
+
+
+def test_underflow_and_flushed_fractions():
+    # a block of tiny values beside a large one: per-tensor E4M3 scaling sends them below the
+    # subnormals (zero code) or into them
+    x = np.zeros((16, 16), np.float32)
+    x[0, 0] = 448.0
+    x[1, :8] = 2.0 ** -10          # 2**-10 * 1 -> below 2**-9: underflows to zero (RNE to 0)
+    x[2, :4] = 2.0 ** -8           # subnormal in E4M3
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, "te-current", "exact", diagnostics=True)
+    model(torch.from_numpy(x))
+    row = ft.diagnostics(model)[0]
+    assert row["frac_underflow"] == 8 / 256 and row["frac_flushed"] == 4 / 256
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_wrapping_twice_names_the_layer():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Sequential(torch.nn.Linear(16, 16)))
+    ft.emulate(model, "te-current", "h100")
+    with pytest.raises(ValueError, match=r"^layer '0' is already emulated \(te-current on h100\)"):
+        ft.emulate(model, "te-delayed", "h100")
+
+
+def test_layers_the_recipe_cannot_take_are_skipped_with_the_multiple():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.Linear(48, 64))
+    rep = ft.emulate(model, "te-mxfp8", "b200")
+    assert rep.swapped == {}
+    assert rep.skipped == {"0": "out_features 48 is not a multiple of 32, which te-mxfp8 on b200 needs",
+                           "1": "in_features 48 is not a multiple of 32, which te-mxfp8 on b200 needs"}
+    assert type(model[0]) is torch.nn.Linear
+    rep = ft.emulate(torch.nn.Sequential(torch.nn.Linear(64, 64)), "te-nvfp4", "b200")
+    assert "0" in rep.swapped and "mxf4nvf4" in rep.swapped["0"]
+    rep = ft.emulate(torch.nn.Sequential(torch.nn.Linear(32, 32)), "te-nvfp4", "b200")
+    assert rep.skipped["0"].startswith("in_features 32 is not a multiple of 64")
+
+
+def test_a_token_count_the_wgrad_cannot_take_is_refused_naming_the_layer():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32))
+    ft.emulate(model, "te-mxfp8", "b200")
+    with pytest.raises(ValueError, match=r"^layer '0': 40 tokens .* not a multiple of 32"):
+        model(torch.ones(40, 32))
+
+
+def test_unknown_names_and_bad_objects():
+    m = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    with pytest.raises(ValueError, match="unknown recipe 'fp8'; accepted: te-delayed, te-current"):
+        ft.emulate(m, "fp8")
+    with pytest.raises(ValueError, match="unknown gpu 'a100'; accepted: h100, h100-fast, b200, cpu, exact"):
+        ft.emulate(m, "te-current", "a100")
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        ft.emulate([1, 2], "te-current")
+    with pytest.raises(ValueError, match="wrap a bare nn.Linear"):
+        ft.emulate(torch.nn.Linear(16, 16), "te-current")
+    assert type(m[0]) is torch.nn.Linear            # nothing was swapped by the failed calls
+
+
+def test_recipe_objects_are_frozen_and_configurable():
+    r = ft.TEDelayedScaling(amax_history_len=16, amax_compute_algo="most_recent", margin=1)
+    with pytest.raises(Exception):
+        r.margin = 2
+    with pytest.raises(ValueError, match="TE refuses pure E5M2"):
+        ft.TEDelayedScaling(fp8_format="E5M2")
+    m = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(m, r, ft.get_stack("cpu"))
+    assert m[0].amax_history_input.shape == (16,)
