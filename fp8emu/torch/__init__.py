@@ -1,13 +1,32 @@
-"""``fp8emu.torch``: the optional torch adapter (torch tensors in, torch tensors out).
+"""``fp8emu.torch``: the optional torch adapter.  Needs torch (``pip install 'fp8emu[torch]'``); the rest
+of fp8emu never imports it.
 
-Needs torch (``pip install fp8emu[torch]``).  See :mod:`fp8emu.torch.ops` for the rule and
-:mod:`fp8emu.torch.tensors` for the conversions.
+Two things live here:
+
+* **Torch in, torch out** (:mod:`fp8emu.torch.ops`, conversions in :mod:`fp8emu.torch.tensors`): the
+  codec, the quantizers and the GEMMs taking torch tensors and returning torch tensors of the natural
+  dtype (``torch.float8_*`` codes, ``float4_e2m1fn_x2``, float32 / ``float8_e8m0fnu`` scales).
+* **A model's FP8/FP4 training step, emulated** (:func:`emulate`): the model's ``nn.Linear`` layers are
+  swapped for ones whose fprop, dgrad and wgrad GEMMs run through :mod:`fp8emu.scaling` and
+  :mod:`fp8emu.gemm` as a named GPU stack computes them (:mod:`fp8emu.torch.recipes`,
+  :mod:`fp8emu.torch.stacks`).
 """
 
 from .tensors import TorchScaled, device_of, from_torch, scaled_to_torch, to_torch, torch_dtype
 from .ops import (block_scaled_mm, decode, encode, quantize, quantize_axiswise, quantize_blockwise,
                   quantize_mx, quantize_nvfp4, quantize_tensorwise, scaled_mm)
+from .linear import EmulatedLinear
+from .recipes import (
+    DeepSeekV3, TEBlockScaling, TECurrentScaling, TEDelayedScaling, TEMXFP8BlockScaling,
+    TENVFP4BlockScaling, TorchaoFloat8, TrainingRecipe, get_recipe, recipe_names,
+)
+from .stacks import Stack, get_stack, stack_names
+from .swap import EmulationReport, diagnostics, emulate, reset_diagnostics
 
 __all__ = ["TorchScaled", "device_of", "from_torch", "scaled_to_torch", "to_torch", "torch_dtype",
            "encode", "decode", "quantize", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise",
-           "quantize_mx", "quantize_nvfp4", "scaled_mm", "block_scaled_mm"]
+           "quantize_mx", "quantize_nvfp4", "scaled_mm", "block_scaled_mm",
+           "emulate", "EmulationReport", "diagnostics", "reset_diagnostics", "recipe_names", "stack_names",
+           "get_recipe", "get_stack", "Stack", "EmulatedLinear", "TrainingRecipe", "TEDelayedScaling",
+           "TECurrentScaling", "TEBlockScaling", "DeepSeekV3", "TEMXFP8BlockScaling", "TENVFP4BlockScaling",
+           "TorchaoFloat8"]
