@@ -9,6 +9,8 @@ the operand route where a non-finite code or many failing entries appear.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from ..catalogue import _OUT
@@ -52,6 +54,24 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
     product's exponent never wins, and where a 32 x 32 sample of 32 steps passes the check; from a
     chunk of steps holding a non-finite code on, the operand path takes the rest of K.
     """
+    plan = _plan(ins, a, b, c, fa, fb, scales)
+    if plan is None:
+        return None
+    M, N = c.shape
+    # blocks of rows of about _EXACT_OUT outputs: each block's per-output arrays stay that size
+    out = np.empty((M, N), np.float32)
+    rows = max(1, _EXACT_OUT // N)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r0 in range(0, M, rows):
+            r1 = min(M, r0 + rows)
+            out[r0:r1] = _chain(plan, a[r0:r1], b, np.array(c[r0:r1], np.float32), r0)
+    return out
+
+
+def _plan(ins, a, b, c, fa, fb, scales):
+    """What the route knows of a tile once it serves it (the instruction and formats, the per-code
+    tables, the scales' exponents ``qa`` (S, M) and ``qb`` (S, N) or ``None``, and the facts that
+    follow), or ``None`` where it does not apply (see :func:`_run_exact`)."""
     M, K = a.shape
     N = b.shape[0]
     L, F = ins.step, ins.frac_bits
@@ -77,35 +97,14 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
         return None
     # per code: float64 values (non-finite ones zeroed) and the exponents of their lowest set bits
     (va_t, _), (vb_t, _) = _value_tables(fa), _value_tables(fb)
-    la_t, lb_t = _low_table(fa), _low_table(fb)
-    S = K // L
-    zero_mark = max(ins.zero_exp, -900) if paired else ins.zero_exp
-
-    def exponents(ea, eb):
-        """Largest product exponents of steps from their int8 exponents ea (..., L, rows) and
-        eb (..., L, cols), in blocks of rows of about ``_OP_TILE`` products."""
-        rows = ea.shape[-1]
-        xm = np.empty(ea.shape[:-2] + (rows, eb.shape[-1]), np.int8)
-        step = max(1, _OP_TILE // (L * eb.shape[-1] * int(np.prod(ea.shape[:-2]))))
-        for r0 in range(0, rows, step):
-            r1 = min(rows, r0 + step)
-            np.add(ea[..., :, r0:r1, None], eb[..., :, None, :]).max(axis=-3, out=xm[..., r0:r1, :])
-        E = xm.astype(np.int16)
-        E[xm < floor_e] = zero_mark                      # all products zero (a zero's marker)
-        return E
-
-    def per_step(table, codes):
-        """A per-code table gathered for codes (rows, steps * L), as (rows, steps, L)."""
-        return np.take(table, codes).reshape(len(codes), -1, L)
-
-    def lowest(codes, table):
-        """Lowest set bits per (step, row): a product's is at least its row's plus its column's."""
-        return per_step(table, codes).min(axis=2).T
-
+    p = SimpleNamespace(ins=ins, fa=fa, fb=fb, scales=scales, K=K, N=N, L=L, F=F, paired=paired, xa=xa, xb=xb,
+              floor_e=floor_e, qa=qa, qb=qb, va_t=va_t, vb_t=vb_t, la_t=_low_table(fa), lb_t=_low_table(fb),
+              S=K // L, zero_mark=max(ins.zero_exp, -900) if paired else ins.zero_exp)
     # a sample decides whether enough entries pass (ignoring C, which only adds failures)
-    rs, cs, s1 = min(M, 32), min(N, 32), min(S, 32)
-    E = exponents(per_step(xa, a[:rs, :s1 * L]).transpose(1, 2, 0), per_step(xb, b[:cs, :s1 * L]).transpose(1, 2, 0))
-    low = lowest(a[:rs, :s1 * L], la_t)[:, :, None] + lowest(b[:cs, :s1 * L], lb_t)[:, None, :]
+    rs, cs, s1 = min(M, 32), min(N, 32), min(p.S, 32)
+    E = _exponents(p, _per_step(xa, a[:rs, :s1 * L], L).transpose(1, 2, 0),
+                   _per_step(xb, b[:cs, :s1 * L], L).transpose(1, 2, 0))
+    low = _lowest(a[:rs, :s1 * L], p.la_t, L)[:, :, None] + _lowest(b[:cs, :s1 * L], p.lb_t, L)[:, None, :]
     if np.mean(low >= E - F) < _EXACT_SHARE:
         return None
     cmax = float(np.abs(c).max(initial=0.0))
@@ -113,138 +112,176 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
     if not cmax + 2.0 * K * vmax * 2.0 ** qmax < 2.0 ** 126:
         return None          # a non-finite C, or sums that could overflow: the operand path
     # the scales known, the smallest real product exponent is too (see _zero_c_matters)
-    zero_c = _zero_c_matters(ins, floor_e) if qa is None else floor_e + qmin < _FIELDS[ins.out][3]
-    coarse = not zero_c and F <= _kept_bits(ins)
-    F2, c_bits = ins.pair_bits, _OUT[ins.out][3]
+    p.zero_c = _zero_c_matters(ins, floor_e) if qa is None else floor_e + qmin < _FIELDS[ins.out][3]
+    p.coarse = not p.zero_c and F <= _kept_bits(ins)
+    p.F2, p.c_bits = ins.pair_bits, _OUT[ins.out][3]
     # each step's largest product exponent and lowest product bit, where the float types allow, from
     # matrix products of powers of two (_power_tables): the bits' bound per row and column above
     # only sends an entry to have its lowest bit formed
-    powers = _power_tables(fa, fb, L, "exponent")
-    lows = _power_tables(fa, fb, L, "low")
+    p.powers = _power_tables(fa, fb, L, "exponent")
+    p.lows = _power_tables(fa, fb, L, "low")
+    return p
 
-    def failing(low, Ep, E):
-        """The entries of a step whose products (lowest bits ``low``) the step's grid would cut."""
-        if paired:
-            return (low < Ep - F) | (low < E - (F2 + 1))
-        return low < E - F
 
-    def chain(a, cb, r0):
-        """D of the rows of a (m, K) with their C (m, N, overwritten), the first of them row r0 of
-        the tile."""
-        m = len(a)
-        rs = slice(r0, r0 + m)
-        # chunks of steps of about _EXACT_OUT outputs, or as many decoded elements of A and B; the
-        # first of two steps (where C from the steps before cuts many entries, the operand path
-        # takes the rest of K early, having decoded little)
-        g = max(1, min(S, _EXACT_OUT // (m * N), _EXACT_OUT // ((m + N) * L)))
-        g1 = 0
-        while g1 < S:
-            g0, g1 = g1, min(S, g1 + (min(g, 2) if g1 == 0 else g))
-            # a chunk's values (float64; times their step's scale) and exponents, decoded once: its
-            # steps' products are one batched matrix product, and each step's exponents one
-            # broadcast pass
-            ac, bc = a[:, g0 * L:g1 * L], b[:, g0 * L:g1 * L]
-            if any_nonfinite(ac, fa) or any_nonfinite(bc, fb):
-                # a non-finite code: the operand path takes the rest of K from here
-                return _run_operands(ins, a[None, :, g0 * L:], b[None, :, g0 * L:], cb[None], fa, fb,
-                                     _scale_rows(scales, slice(g0, S), rs))[0]
-            la, lb = lowest(ac, la_t), lowest(bc, lb_t)        # (steps of the chunk, rows)
-            VA, VB = per_step(va_t, ac), per_step(vb_t, bc)
-            if qa is not None:
-                VA *= _pow2(qa[g0:g1, rs].T)[:, :, None]
-                VB *= _pow2(qb[g0:g1].T)[:, :, None]
-            sums = _step_sums(VA, VB, "sums")
-            if powers is None:
-                EA = np.ascontiguousarray(per_step(xa, ac).transpose(1, 2, 0))
-                EB = np.ascontiguousarray(per_step(xb, bc).transpose(1, 2, 0))
-            else:
-                # the steps' sums of 2**(p * (e_a + e_b)): each one's binade gives its largest term's
-                PX = _step_sums(per_step(powers[0], ac), per_step(powers[1], bc), "px")
-            LX = None
-            for s in range(g0, g1):
-                x = sums[s - g0]
-                if powers is None:
-                    Ep = exponents(EA[s - g0], EB[s - g0])
-                else:
-                    Ep = _largest_sums(PX[s - g0], powers)
-                zero = Ep < floor_e if int(Ep.min()) < floor_e else None     # steps of zero products
-                ec = _c_exps(cb, ins, zero_c)
-                low = la[s - g0][:, None] + lb[s - g0][None, :]
-                Q = None
-                if qa is not None:
-                    # the step's scales 2**Q add to its real products' exponents and low bits
-                    Q = qa[s, rs, None] + qb[s, None, :]
-                    low += Q
-                    Ep += Q
-                if zero is not None:
-                    Ep[zero] = zero_mark
-                E = np.maximum(Ep, ec)
-                bad = failing(low, Ep, E)
-                ks = slice(s * L, (s + 1) * L)
-                if lows is not None and bad.any():
-                    # the entries the bound sends: their lowest product bits themselves (from the
-                    # chunk's matrix products of powers, formed at its first step that needs them)
-                    if LX is None:
-                        LX = _step_sums(per_step(lows[0], ac), per_step(lows[1], bc), "lx")
-                    low = -_largest_sums(LX[s - g0], lows)
-                    if Q is not None:
-                        low += Q
-                    bad = failing(low, Ep, E)
-                bad = np.flatnonzero(bad)
-                if bad.size > x.size // 8:
-                    # many entries fail from here (a C far above the products cuts them; past
-                    # about an eighth, the per-entry work below costs more than the operand
-                    # path): the operand path takes the rest of K from this step's C
-                    rest = slice(s * L, K)
-                    return _run_operands(ins, a[None, :, rest], b[None, :, rest], cb[None], fa, fb,
-                                         _scale_rows(scales, slice(s, S), rs))[0]
-                if bad.size and not paired:
-                    # the entries the grid cuts: their sums are of the truncated terms instead,
-                    # trunc(p * 2**(F - E)) in units of 2**(E - F) (each exact in float64: the
-                    # chunk's values carry their scales), the rest of the step as for every entry
-                    fi, fj = np.divmod(bad, N)
-                    x.ravel()[bad] = _cut_sums(VA[fi, s - g0], VB[fj, s - g0], E.ravel()[bad], F)
-                if paired:
-                    new = _round_table(_paired_finish(x, Ep, E, cb, ec, ins), ins)
-                else:
-                    # C truncated to the step's grid 2**(E - F) (exact sums in its units) where
-                    # its last bit lies below it; elsewhere nothing is cut
-                    cut = E > ec + (F - c_bits)
-                    nc = np.count_nonzero(cut)
-                    if nc > cut.size // 4:
-                        sc = _pow2(E, F, -1)
-                        x *= sc
-                        cs_ = cb * sc
-                        x += np.trunc(cs_, out=cs_)
-                        x /= sc
-                    elif nc:
-                        ci = np.flatnonzero(cut)
-                        xs = x.ravel()[ci]                # those entries' sums, before C is added
-                        x += cb
-                        sc = _pow2(E.ravel()[ci], F, -1)
-                        xs *= sc
-                        xs += np.trunc(cb.ravel()[ci] * sc)
-                        xs /= sc
-                        x.ravel()[ci] = xs
-                    else:
-                        x += cb                   # C's last bit is on the grid everywhere
-                    new = _round_table(x, ins, E, coarse=coarse)
-                if bad.size and paired:
-                    # the entries that fail: one step as 1 x 1 tiles, each its own output's
-                    fi, fj = np.divmod(bad, N)
-                    new.ravel()[bad] = _run_operands(ins, a[fi, None, ks], b[fj, None, ks],
-                                                     cb.ravel()[bad, None, None], fa, fb)[:, 0, 0]
-                cb = new
-        return cb
+def _exponents(p, ea, eb):
+    """Largest product exponents of steps from their int8 exponents ea (..., L, rows) and
+    eb (..., L, cols), in blocks of rows of about ``_OP_TILE`` products."""
+    L = p.L
+    rows = ea.shape[-1]
+    xm = np.empty(ea.shape[:-2] + (rows, eb.shape[-1]), np.int8)
+    step = max(1, _OP_TILE // (L * eb.shape[-1] * int(np.prod(ea.shape[:-2]))))
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        np.add(ea[..., :, r0:r1, None], eb[..., :, None, :]).max(axis=-3, out=xm[..., r0:r1, :])
+    E = xm.astype(np.int16)
+    E[xm < p.floor_e] = p.zero_mark                      # all products zero (a zero's marker)
+    return E
 
-    # blocks of rows of about _EXACT_OUT outputs: each block's per-output arrays stay that size
-    out = np.empty((M, N), np.float32)
-    rows = max(1, _EXACT_OUT // N)
-    with np.errstate(invalid="ignore", over="ignore"):
-        for r0 in range(0, M, rows):
-            r1 = min(M, r0 + rows)
-            out[r0:r1] = chain(a[r0:r1], np.array(c[r0:r1], np.float32), r0)
-    return out
+
+def _per_step(table, codes, L):
+    """A per-code table gathered for codes (rows, steps * L), as (rows, steps, L)."""
+    return np.take(table, codes).reshape(len(codes), -1, L)
+
+
+def _lowest(codes, table, L):
+    """Lowest set bits per (step, row): a product's is at least its row's plus its column's."""
+    return _per_step(table, codes, L).min(axis=2).T
+
+
+def _failing(p, low, Ep, E):
+    """The entries of a step whose products (lowest bits ``low``) the step's grid would cut."""
+    if p.paired:
+        return (low < Ep - p.F) | (low < E - (p.F2 + 1))
+    return low < E - p.F
+
+
+def _chain(p, a, b, cb, r0):
+    """D of the rows of a (m, K) with their C (m, N, overwritten), the first of them row r0 of
+    the tile: its steps in chunks, each chunk's products one batched matrix product."""
+    L, S = p.L, p.S
+    m = len(a)
+    rs = slice(r0, r0 + m)
+    # chunks of steps of about _EXACT_OUT outputs, or as many decoded elements of A and B; the
+    # first of two steps (where C from the steps before cuts many entries, the operand path
+    # takes the rest of K early, having decoded little)
+    g = max(1, min(S, _EXACT_OUT // (m * p.N), _EXACT_OUT // ((m + p.N) * L)))
+    g1 = 0
+    while g1 < S:
+        g0, g1 = g1, min(S, g1 + (min(g, 2) if g1 == 0 else g))
+        ac, bc = a[:, g0 * L:g1 * L], b[:, g0 * L:g1 * L]
+        if any_nonfinite(ac, p.fa) or any_nonfinite(bc, p.fb):
+            # a non-finite code: the operand path takes the rest of K from here
+            return _run_operands(p.ins, a[None, :, g0 * L:], b[None, :, g0 * L:], cb[None], p.fa, p.fb,
+                                 _scale_rows(p.scales, slice(g0, S), rs))[0]
+        ch = _chunk(p, ac, bc, g0, g1, rs)
+        for s in range(g0, g1):
+            new = _step(p, ch, s, cb, a, b, rs)
+            if new is None:
+                # many entries fail from here (a C far above the products cuts them; past
+                # about an eighth, the per-entry work costs more than the operand path): the
+                # operand path takes the rest of K from this step's C
+                rest = slice(s * L, p.K)
+                return _run_operands(p.ins, a[None, :, rest], b[None, :, rest], cb[None], p.fa, p.fb,
+                                     _scale_rows(p.scales, slice(s, S), rs))[0]
+            cb = new
+    return cb
+
+
+def _chunk(p, ac, bc, g0, g1, rs):
+    """A chunk's codes ac (m, steps * L) and bc decoded once: values (float64; times their step's
+    scale), their steps' sums (one batched matrix product), lowest bits per (step, row), and the
+    exponents (or the sums of powers that give each step's largest)."""
+    L = p.L
+    ch = SimpleNamespace(ac=ac, bc=bc, g0=g0, LX=None)
+    ch.la, ch.lb = _lowest(ac, p.la_t, L), _lowest(bc, p.lb_t, L)        # (steps of the chunk, rows)
+    ch.VA, ch.VB = _per_step(p.va_t, ac, L), _per_step(p.vb_t, bc, L)
+    if p.qa is not None:
+        ch.VA *= _pow2(p.qa[g0:g1, rs].T)[:, :, None]
+        ch.VB *= _pow2(p.qb[g0:g1].T)[:, :, None]
+    ch.sums = _step_sums(ch.VA, ch.VB, "sums")
+    if p.powers is None:
+        ch.EA = np.ascontiguousarray(_per_step(p.xa, ac, L).transpose(1, 2, 0))
+        ch.EB = np.ascontiguousarray(_per_step(p.xb, bc, L).transpose(1, 2, 0))
+    else:
+        # the steps' sums of 2**(p * (e_a + e_b)): each one's binade gives its largest term's
+        ch.PX = _step_sums(_per_step(p.powers[0], ac, L), _per_step(p.powers[1], bc, L), "px")
+    return ch
+
+
+def _step(p, ch, s, cb, a, b, rs):
+    """The rounded result of step ``s`` (of the chunk ``ch``) for the rows of a with their C ``cb``,
+    or ``None`` where more than an eighth of its entries fail (see :func:`_run_exact`)."""
+    ins, L, F, N = p.ins, p.L, p.F, p.N
+    i = s - ch.g0
+    x = ch.sums[i]
+    Ep = _exponents(p, ch.EA[i], ch.EB[i]) if p.powers is None else _largest_sums(ch.PX[i], p.powers)
+    zero = Ep < p.floor_e if int(Ep.min()) < p.floor_e else None     # steps of zero products
+    ec = _c_exps(cb, ins, p.zero_c)
+    low = ch.la[i][:, None] + ch.lb[i][None, :]
+    Q = None
+    if p.qa is not None:
+        # the step's scales 2**Q add to its real products' exponents and low bits
+        Q = p.qa[s, rs, None] + p.qb[s, None, :]
+        low += Q
+        Ep += Q
+    if zero is not None:
+        Ep[zero] = p.zero_mark
+    E = np.maximum(Ep, ec)
+    bad = _failing(p, low, Ep, E)
+    if p.lows is not None and bad.any():
+        # the entries the bound sends: their lowest product bits themselves (from the chunk's
+        # matrix products of powers, formed at its first step that needs them)
+        if ch.LX is None:
+            ch.LX = _step_sums(_per_step(p.lows[0], ch.ac, L), _per_step(p.lows[1], ch.bc, L), "lx")
+        low = -_largest_sums(ch.LX[i], p.lows)
+        if Q is not None:
+            low += Q
+        bad = _failing(p, low, Ep, E)
+    bad = np.flatnonzero(bad)
+    if bad.size > x.size // 8:
+        return None
+    if p.paired:
+        new = _round_table(_paired_finish(x, Ep, E, cb, ec, ins), ins)
+        if bad.size:
+            # the entries that fail: one step as 1 x 1 tiles, each its own output's
+            fi, fj = np.divmod(bad, N)
+            ks = slice(s * L, (s + 1) * L)
+            new.ravel()[bad] = _run_operands(ins, a[fi, None, ks], b[fj, None, ks],
+                                             cb.ravel()[bad, None, None], p.fa, p.fb)[:, 0, 0]
+        return new
+    if bad.size:
+        # the entries the grid cuts: their sums are of the truncated terms instead,
+        # trunc(p * 2**(F - E)) in units of 2**(E - F) (each exact in float64: the
+        # chunk's values carry their scales), the rest of the step as for every entry
+        fi, fj = np.divmod(bad, N)
+        x.ravel()[bad] = _cut_sums(ch.VA[fi, i], ch.VB[fj, i], E.ravel()[bad], F)
+    _add_c(x, cb, E, ec, F, p.c_bits)
+    return _round_table(x, ins, E, coarse=p.coarse)
+
+
+def _add_c(x, cb, E, ec, F, c_bits):
+    """The step sums ``x`` plus C (in place), C truncated to the step's grid 2**(E - F) (exact sums in
+    its units) where its last bit lies below it; elsewhere nothing is cut."""
+    cut = E > ec + (F - c_bits)
+    nc = np.count_nonzero(cut)
+    if nc > cut.size // 4:
+        sc = _pow2(E, F, -1)
+        x *= sc
+        cs_ = cb * sc
+        x += np.trunc(cs_, out=cs_)
+        x /= sc
+    elif nc:
+        ci = np.flatnonzero(cut)
+        xs = x.ravel()[ci]                # those entries' sums, before C is added
+        x += cb
+        sc = _pow2(E.ravel()[ci], F, -1)
+        xs *= sc
+        xs += np.trunc(cb.ravel()[ci] * sc)
+        xs /= sc
+        x.ravel()[ci] = xs
+    else:
+        x += cb                   # C's last bit is on the grid everywhere
+
 
 def _step_sums(A, B, name):
     """Per step, the sums over its L products of A (rows, steps, L) times B (cols, steps, L): one

@@ -6,6 +6,8 @@ Contract (:func:`_run_operands`): tiles or GEMMs of FP8/FP6/FP4 codes through th
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from ..catalogue import _OUT
@@ -96,9 +98,7 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     and of B (K / block, N, T), and the block.  Their exponents add to the products' and fold into
     the aligning factor.
 
-    The loops over chunks, blocks and steps stay in one function (past ~80 lines): a step's
-    passes share a dozen per-call facts (floors, flags, scale slices) that a split would only pass
-    along.
+    The loops over chunks and blocks are here, a step's passes in :func:`_operand_step`.
     """
     T, M, N = c.shape
     if T == 1 and N < M:
@@ -106,33 +106,9 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
         sw = None if scales is None else (scales[1], scales[0], scales[2])
         return np.swapaxes(_run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw), 1, 2)
     a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
-    if scales is not None:
-        (sva, sea), (svb, seb), sblock = scales
-        qa, qb, nan_a, nan_b = sea.astype(np.int16), seb.astype(np.int16), np.isnan(sva), np.isnan(svb)
-        nan_scales = bool(nan_a.any() or nan_b.any())
-    scaled, paired = ins.datapath == "scaled", ins.datapath == "paired"
-    # products, their aligning factors and truncated terms in float32 (all exact there), their
-    # sums in float32 where exact there too, else in float64
-    dt = np.float32
-    acc = _sum_dtype(ins)
-    la, lb = _operand_tables(fa, dt)[2], _operand_tables(fb, dt)[2]
-    K, L, F = a.shape[-1], ins.step, ins.frac_bits
-    zero_c = _zero_c_matters(ins, la + lb)
-    # the smallest exponent of a non-zero product; a zero factor's marker puts its products below
-    floor_e = la + lb
-    # where a zero product's exponent can exceed a real one's, each zero product is a candidate
-    # for the step's largest exponent (block scales shift the real ones by any amount)
-    zero_wins = ins.zero_exp > floor_e or scaled
-    pair_zero = max(ins.zero_exp, -900)
-    # truncated results need no care below the output's smallest normal where no step's grid
-    # (2**(E - F)) is finer there than the output's (2**(emin - kept bits)): E is at least emin
-    # where a zero C cannot carry zero_exp (never so for the scaled datapath, see _zero_c_matters)
-    coarse = not zero_c and F <= _kept_bits(ins)
+    pl = _operand_plan(ins, fa, fb, scales)
+    K, L = a.shape[-1], ins.step
     tc, kc, mb, nb = _operand_blocks(T, M, N, K, L)
-    # a fused step truncated to e8m13 whose terms sum exactly in float32 stays in float32 throughout
-    # (where a step of zero products leaves C's own grid, see _e8m13_step)
-    e8m13 = (not scaled and not paired and ins.rounding == "rz-e8m13" and acc == np.float32
-             and F >= 13 and ins.zero_exp <= _OUT["float32"][2])
     out = np.empty((T, M, N), c.dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         for t0 in range(0, T, tc):
@@ -149,56 +125,95 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
                         n1 = min(N, n0 + nb)
                         shp = (L, m1 - m0, n1 - n0, t1 - t0)
                         size = L * (m1 - m0) * (n1 - n0) * (t1 - t0)
-                        p = _work("p", L * mb * nb * tc, dt)[:size].reshape(shp)
+                        # products, their aligning factors and truncated terms in float32 (all
+                        # exact there)
+                        p = _work("p", L * mb * nb * tc, np.float32)[:size].reshape(shp)
                         x = _work("x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
                         cb = cc[m0:m1, n0:n1]
+                        sel = (slice(m0, m1), slice(n0, n1), slice(t0, t1))
                         for s0 in range(0, k1 - k0, L):
-                            _step_products(p, x, (va, ea, vb, eb), slice(s0, s0 + L), slice(m0, m1), slice(n0, n1))
-                            ec = _c_exps(cb, ins, zero_c)
-                            if paired:
-                                # a half of zero products carries the table's zero exponent
-                                E2 = _halves(x).max(axis=0).astype(np.int16)
-                                E2[E2 < floor_e] = pair_zero
-                                cb = _round_table(_paired_halves(p, E2, cb, ec, ins, floor_e), ins)
-                                continue
-                            # zero products carry zero_exp: it is the products' largest exponent
-                            # where all are zero, and (zero_wins) a candidate wherever one is
-                            xm = x.max(axis=0)
-                            Ep = xm.astype(np.int16)
-                            if scaled:
-                                kb = (k0 + s0) // sblock
-                                Q = qa[kb, m0:m1, None, t0:t1] + qb[kb, None, n0:n1, t0:t1]
-                                Ep += Q
-                            Ep[xm < floor_e] = ins.zero_exp
-                            if zero_wins:
-                                # a zero product's zero_exp wins only where the real ones' largest
-                                # exponent is below it (rare: tiny scales); look for zeros there alone
-                                low = Ep < ins.zero_exp
-                                if low.any():
-                                    low &= x.min(axis=0) < floor_e
-                                    Ep[low] = ins.zero_exp
-                            E = np.maximum(Ep, ec)
-                            if e8m13:
-                                cb = _e8m13_step(p, cb, E, F, floor_e)
-                                continue
-                            sc = _pow2(E, F, -1)
-                            # the aligning factor 2**(F - E) (times the scales), built in float32's
-                            # exponent field: capped where every product is zero (E below the
-                            # smallest real product's), so that it stays finite, and where it is
-                            # below float32's normals (every term truncates to zero there anyway)
-                            if scaled:
-                                f = _pow2(np.clip(E - Q, floor_e, F + 126), F, -1, np.float32)
-                                if nan_scales:
-                                    f[nan_a[kb, m0:m1, None, t0:t1] | nan_b[kb, None, n0:n1, t0:t1]] = np.nan
-                            else:
-                                f = _pow2(np.maximum(E, floor_e), F, -1, np.float32)
-                            np.multiply(p, f, out=p)
-                            np.trunc(p, out=p)
-                            r = np.add.reduce(p, axis=0, dtype=acc).astype(np.float64, copy=False)
-                            cs = np.multiply(cb, sc, out=_work("c", cb.size, np.float64).reshape(cb.shape))
-                            r += np.trunc(cs, out=cs)
-                            r /= sc
-                            cb = _round_table(r, ins, E, coarse=coarse)
+                            _step_products(p, x, (va, ea, vb, eb), slice(s0, s0 + L), sel[0], sel[1])
+                            cb = _operand_step(pl, p, x, cb, k0 + s0, sel)
                         cc[m0:m1, n0:n1] = cb
             out[t0:t1] = _swap2(cc.reshape(M * N, t1 - t0)).reshape(t1 - t0, M, N)
     return out
+
+
+def _operand_plan(ins, fa, fb, scales):
+    """The facts a step of :func:`_run_operands` needs: the instruction, the sum type, the smallest
+    real product exponent, the scales' exponents and NaN masks, and which shortcuts are exact."""
+    pl = SimpleNamespace(ins=ins, scaled=ins.datapath == "scaled", paired=ins.datapath == "paired",
+                         F=ins.frac_bits)
+    if scales is not None:
+        (sva, sea), (svb, seb), pl.sblock = scales
+        pl.qa, pl.qb, pl.nan_a, pl.nan_b = sea.astype(np.int16), seb.astype(np.int16), np.isnan(sva), np.isnan(svb)
+        pl.nan_scales = bool(pl.nan_a.any() or pl.nan_b.any())
+    # the truncated terms' sums in float32 where exact there too, else in float64
+    pl.acc = _sum_dtype(ins)
+    la, lb = _operand_tables(fa, np.float32)[2], _operand_tables(fb, np.float32)[2]
+    pl.zero_c = _zero_c_matters(ins, la + lb)
+    # the smallest exponent of a non-zero product; a zero factor's marker puts its products below
+    pl.floor_e = la + lb
+    # where a zero product's exponent can exceed a real one's, each zero product is a candidate
+    # for the step's largest exponent (block scales shift the real ones by any amount)
+    pl.zero_wins = ins.zero_exp > pl.floor_e or pl.scaled
+    pl.pair_zero = max(ins.zero_exp, -900)
+    # truncated results need no care below the output's smallest normal where no step's grid
+    # (2**(E - F)) is finer there than the output's (2**(emin - kept bits)): E is at least emin
+    # where a zero C cannot carry zero_exp (never so for the scaled datapath, see _zero_c_matters)
+    pl.coarse = not pl.zero_c and pl.F <= _kept_bits(ins)
+    # a fused step truncated to e8m13 whose terms sum exactly in float32 stays in float32 throughout
+    # (where a step of zero products leaves C's own grid, see _e8m13_step)
+    pl.e8m13 = (not pl.scaled and not pl.paired and ins.rounding == "rz-e8m13" and pl.acc == np.float32
+                and pl.F >= 13 and ins.zero_exp <= _OUT["float32"][2])
+    return pl
+
+
+def _operand_step(pl, p, x, cb, k, sel):
+    """One step (at ``k`` along K) of a block: its products ``p`` (L, rows, cols, tiles; overwritten)
+    and their exponents ``x``, C ``cb``; ``sel`` the block's rows, columns and tiles (for its
+    scales).  Returns the step's rounded result."""
+    ins, F, floor_e = pl.ins, pl.F, pl.floor_e
+    ec = _c_exps(cb, ins, pl.zero_c)
+    if pl.paired:
+        # a half of zero products carries the table's zero exponent
+        E2 = _halves(x).max(axis=0).astype(np.int16)
+        E2[E2 < floor_e] = pl.pair_zero
+        return _round_table(_paired_halves(p, E2, cb, ec, ins, floor_e), ins)
+    # zero products carry zero_exp: it is the products' largest exponent where all are zero, and
+    # (zero_wins) a candidate wherever one is
+    xm = x.max(axis=0)
+    Ep = xm.astype(np.int16)
+    if pl.scaled:
+        ms, ns, ts = sel
+        kb = k // pl.sblock
+        Q = pl.qa[kb, ms, None, ts] + pl.qb[kb, None, ns, ts]
+        Ep += Q
+    Ep[xm < floor_e] = ins.zero_exp
+    if pl.zero_wins:
+        # a zero product's zero_exp wins only where the real ones' largest exponent is below it
+        # (rare: tiny scales); look for zeros there alone
+        low = Ep < ins.zero_exp
+        if low.any():
+            low &= x.min(axis=0) < floor_e
+            Ep[low] = ins.zero_exp
+    E = np.maximum(Ep, ec)
+    if pl.e8m13:
+        return _e8m13_step(p, cb, E, F, floor_e)
+    sc = _pow2(E, F, -1)
+    # the aligning factor 2**(F - E) (times the scales), built in float32's exponent field: capped
+    # where every product is zero (E below the smallest real product's), so that it stays finite,
+    # and where it is below float32's normals (every term truncates to zero there anyway)
+    if pl.scaled:
+        f = _pow2(np.clip(E - Q, floor_e, F + 126), F, -1, np.float32)
+        if pl.nan_scales:
+            f[pl.nan_a[kb, ms, None, ts] | pl.nan_b[kb, None, ns, ts]] = np.nan
+    else:
+        f = _pow2(np.maximum(E, floor_e), F, -1, np.float32)
+    np.multiply(p, f, out=p)
+    np.trunc(p, out=p)
+    r = np.add.reduce(p, axis=0, dtype=pl.acc).astype(np.float64, copy=False)
+    cs = np.multiply(cb, sc, out=_work("c", cb.size, np.float64).reshape(cb.shape))
+    r += np.trunc(cs, out=cs)
+    r /= sc
+    return _round_table(r, ins, E, coarse=pl.coarse)
