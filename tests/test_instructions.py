@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import instructions as ins_mod
+from fp8emu.gemm import datapaths, instructions as ins_mod, routes
+from fp8emu.gemm.routes import codes as codes_mod, exact as exact_mod, groups as groups_mod, operands as operands_mod
+from fp8emu.gemm.routes import tables as tables_mod
 from fp8emu.gemm.instructions import EVIDENCE, INSTRUCTIONS, Instruction, dot, get_instruction, mma, presets
 
 import mmasim_cases
@@ -138,28 +140,29 @@ class _ExactRoute:
 @pytest.fixture
 def exact_route(monkeypatch):
     """Record what the exact GEMM route does (tiles of 256 outputs and more try it)."""
-    monkeypatch.setattr(ins_mod, "_EXACT_MIN", 256)
+    monkeypatch.setattr(exact_mod, "_EXACT_MIN", 256)
     seen = _ExactRoute()
-    real_exact, real_ops, real_cut = ins_mod._run_exact, ins_mod._run_operands, ins_mod._cut_sums
+    real_exact, real_ops, real_cut = routes._run_exact, exact_mod._run_operands, exact_mod._cut_sums
 
     def exact(*args):
         d = real_exact(*args)
         seen.taken.append(d is not None)
         return d
 
-    def ops(ins_, a, b, *args, exact=True, **kw):
+    def ops(ins_, a, b, *args, **kw):                  # the exact route's calls of the operand route
         if a.shape[1] == 1 == b.shape[1]:             # the failing entries, as 1 x 1 tiles
             seen.rows.append(a.shape[0])
-        seen.rest += not exact
-        return real_ops(ins_, a, b, *args, exact=exact, **kw)
+        else:                                         # the rest of K
+            seen.rest += 1
+        return real_ops(ins_, a, b, *args, **kw)
 
     def cut(pa, *args):
         seen.rows.append(len(pa))
         return real_cut(pa, *args)
 
-    monkeypatch.setattr(ins_mod, "_run_exact", exact)
-    monkeypatch.setattr(ins_mod, "_cut_sums", cut)
-    monkeypatch.setattr(ins_mod, "_run_operands", ops)
+    monkeypatch.setattr(routes, "_run_exact", exact)
+    monkeypatch.setattr(exact_mod, "_cut_sums", cut)
+    monkeypatch.setattr(exact_mod, "_run_operands", ops)
     return seen
 
 
@@ -224,8 +227,8 @@ _CASES_OF = {"hopper-mma": "hopper-wgmma", "hopper-mma-f16": "hopper-wgmma-f16",
 
 def _decoded(ins, a, b, c, g, a_scales=None, b_scales=None):
     """The per-operand decode path on broadcastable (M|1, N|1, K) operands."""
-    return ins_mod._run(ins, a, b, ins_mod._c_in(c, c.shape, ins), g["a_format"], g["b_format"], a_scales, b_scales,
-                        g.get("scale_format"), tables=False)
+    return datapaths.reference(ins, a, b, ins_mod._c_in(c, c.shape, ins), g["a_format"], g["b_format"], a_scales,
+                               b_scales, g.get("scale_format"))
 
 
 def _bits(d):
@@ -255,7 +258,7 @@ def test_code_pair_tables_equal_the_per_operand_decode(preset, monkeypatch):
         tsc = {"a_scales": sc["a_scales"][:m], "b_scales": sc["b_scales"][m:m + n].T} if sc else {}
         want = _decoded(ins, A[:, None], B.T[None], C, g,
                         *([tsc["a_scales"][:, None], tsc["b_scales"].T[None]] if sc else []))
-        monkeypatch.setattr(ins_mod, "_TILE", 2 * ins.step)
+        monkeypatch.setattr(tables_mod, "_TILE", 2 * ins.step)
         got = mma(A, B, C, **{**kw, **tsc})
         monkeypatch.undo()
         np.testing.assert_array_equal(_bits(got), _bits(want))
@@ -334,8 +337,8 @@ def test_operand_path_equals_the_per_operand_decode(preset, monkeypatch):
                     sa[:, 2], sb[:, :, 0] = 52, 52                      # products scaled to ~2**-140,
                     c[:, 2, 0] = 2.0 ** -115 if ins.out == "float32" else 0  # beside a small C
                     sc = dict(a_scales=sa, b_scales=sb)
-                monkeypatch.setattr(ins_mod, "_CHUNK", chunk)
-                monkeypatch.setattr(ins_mod, "_OP_TILE", tile)
+                monkeypatch.setattr(operands_mod, "_CHUNK", chunk)
+                monkeypatch.setattr(operands_mod, "_OP_TILE", tile)
                 one = (lambda x: x[0]) if two_d else (lambda x: x)
                 got = mma(one(a), one(b), one(c), instruction=ins, a_format=fa, b_format=fb,
                           **{k: one(v) for k, v in sc.items()}).reshape(T, M, N)
@@ -498,9 +501,9 @@ def test_sums_of_powers_give_each_steps_largest_exponent_and_lowest_bit(fa, fb, 
     rows[2][:] = zero_a
     A, B = np.array(rows, np.uint8), np.array(cols, np.uint8)
     for what, k in (("exponent", 0), ("low", 1)):
-        powers = ins_mod._power_tables(f, g, L, what)
+        powers = exact_mod._power_tables(f, g, L, what)
         assert powers is not None, (what, fa, fb)
-        got = ins_mod._largest_sums(np.matmul(powers[0][A], powers[1][B].T), powers)
+        got = exact_mod._largest_sums(np.matmul(powers[0][A], powers[1][B].T), powers)
         for i in range(len(rows)):
             for j in range(len(cols)):
                 terms = [(pa[x][k], pb[y][k]) for x, y in zip(A[i], B[j]) if pa[x] and pb[y]]
@@ -521,7 +524,7 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch, exact
     a few tiny elements and a C on a twentieth of the outputs large enough that their grid cuts
     products."""
     if block:
-        monkeypatch.setattr(ins_mod, "_EXACT_OUT", block)
+        monkeypatch.setattr(exact_mod, "_EXACT_OUT", block)
     ins = INSTRUCTIONS[preset]
     fmt = ins.formats[0]
     M = N = 256
@@ -533,8 +536,8 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch, exact
     c = np.where(rng.random((M, N)) < 0.05, 2.0 ** 28, rng.standard_normal((M, N))).astype(np.float32)
     got = mma(a, b, c, instruction=preset, a_format=fmt)
     assert exact_route.taken == [True] and exact_route.rows
-    want = ins_mod._run_operands(ins, a[None], np.ascontiguousarray(b.T)[None], c[None], fp8emu.get_format(fmt),
-                                 fp8emu.get_format(fmt), exact=False)[0]
+    want = operands_mod._run_operands(ins, a[None], np.ascontiguousarray(b.T)[None], c[None], fp8emu.get_format(fmt),
+                                      fp8emu.get_format(fmt))[0]
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
@@ -553,7 +556,7 @@ def test_exact_gemm_route_at_its_boundaries(preset, blocks, monkeypatch, exact_r
     fmt = fp8emu.get_format(ins.formats[0])
     M, N, K = 36, 24, 4 * L
     if blocks:
-        monkeypatch.setattr(ins_mod, "_EXACT_OUT", 2 * N)
+        monkeypatch.setattr(exact_mod, "_EXACT_OUT", 2 * N)
     taken, rows = exact_route.taken, exact_route.rows    # rows: entries whose step grid cuts them
     h = math.floor(math.log2(fmt.max))            # big products 2**(2h), cancelled by their negatives
     tmin = round(math.log2(fmt.min_subnormal))
@@ -663,7 +666,7 @@ def test_group_sums_as_matrix_products_equal_the_per_operand_decode(preset, kind
         sb[:, -1, -1] = 0xFF                                       # NaN (ue8m0), 2**-127 * ... (ue4m3)
         if kind == "ue4m3":
             sb[:, :, 0] = 0                                        # zero scales on a whole column
-        monkeypatch.setattr(ins_mod, "_OP_TILE", tile)
+        monkeypatch.setattr(groups_mod, "_OP_TILE", tile)
         one = (lambda x: x[0]) if two_d else (lambda x: x)
         got = mma(one(a), one(b), one(c), instruction=preset, a_format="e2m1fn", a_scales=one(sa),
                   b_scales=one(sb), scale_format=kind).reshape(T, M, N)
@@ -723,7 +726,7 @@ def test_code_pair_tables_hold_exact_products():
     import math
     from fractions import Fraction
     from oracle import code_value
-    P, X, _ = ins_mod._pair_tables(fp8emu.get_format("e5m2"), fp8emu.get_format("e4m3fn"), -133)
+    P, X, _ = codes_mod._pair_tables(fp8emu.get_format("e5m2"), fp8emu.get_format("e4m3fn"), -133)
     for ca in range(256):
         va = code_value("e5m2", ca)
         for cb in range(256):

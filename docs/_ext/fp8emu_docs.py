@@ -34,7 +34,7 @@ API_SECTIONS = [
                          "fp8emu.scaling.delayed", "fp8emu.scaling.mx", "fp8emu.scaling.nvfp4",
                          "fp8emu.scaling.hadamard", "fp8emu.scaling.nvfp4_te"]),
     ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
-                                  "fp8emu.gemm.instructions", "fp8emu.tc_questions",
+                                  "fp8emu.gemm.instructions", "fp8emu.gemm.catalogue", "fp8emu.tc_questions",
                                   "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
                                   "fp8emu.gemm.block_scaled", "fp8emu.layouts"]),
     ("Validation kit, conformance and engines", ["fp8emu.testing", "fp8emu.testing.compare",

@@ -1,0 +1,315 @@
+"""The catalogue of matrix instructions, as data: one :class:`Instruction` row per instruction.
+
+A row says which datapath the instruction uses (what the datapath computes is stated in
+:mod:`fp8emu.gemm.datapaths`), its shape, operand formats, output type, how many products one
+fused step sums, how many fraction bits the alignment keeps, how a step's result is rounded, which
+exponent a zero term carries and, for block-scaled kinds, the scale types and blocks.
+:data:`EVIDENCE` holds what stands behind each row (public GPU recordings reproduced, random MMAs
+equal to MMA-Sim, or model only).
+
+A new preset is a new row of :data:`INSTRUCTIONS` (and, where its arithmetic is new, a new datapath
+in :mod:`fp8emu.gemm.datapaths`); :func:`fp8emu.gemm.instructions.mma` runs any row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..registry import named
+
+__all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets"]
+
+_DATAPATHS = ("fused", "scaled", "grouped", "paired")
+_ROUNDINGS = ("rz-e8m13", "rz", "rne")
+_FP8 = ("e4m3fn", "e5m2")
+_F8F6F4 = ("e4m3fn", "e5m2", "e3m2fn", "e2m3fn", "e2m1fn")
+_OUT = {"float32": (np.float32, np.uint32, -126, 23, 0x7FFFFFFF),
+        "float16": (np.float16, np.uint16, -14, 10, 0x7FFF)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    """One matrix instruction: its shape, operand types and datapath (see :mod:`fp8emu.gemm.datapaths`).
+
+    Parameters
+    ----------
+    name : str
+        Catalogue key.
+    arch : str
+        Architecture (as MMA-Sim names it).
+    ptx : str
+        The instruction as written in PTX / the AMD ISA (``{a}``/``{b}`` stand for the operand types).
+    shape : tuple of int
+        ``(m, n, k)`` of one instruction.
+    formats : tuple of str
+        fp8emu element formats accepted for A and B.
+    out : {"float32", "float16"}
+        Type of C and D.
+    datapath : {"fused", "scaled", "grouped", "paired"}
+    step : int
+        Products summed by one fused step (a K longer than this is a chain of steps).
+    frac_bits : int
+        Fraction bits kept when a step's terms are aligned to its largest exponent.
+    rounding : {"rz-e8m13", "rz", "rne"}
+        How a step's exact sum becomes the output.
+    zero_exp : int
+        Exponent carried by a zero term.
+    group : int
+        ``"grouped"``: products summed exactly before scaling.
+    pair_bits : int
+        ``"paired"``: significant bits of the floored sum.
+    scales : tuple of str
+        Block-scaled kinds: accepted scale formats (``"ue8m0"``, ``"ue4m3"``).
+    blocks : tuple of int
+        Block-scaled kinds: accepted K blocks per scale.
+    model : str
+        Where the description comes from.
+
+    Examples
+    --------
+    >>> get_instruction("ada-mma").step, get_instruction("ada-mma").frac_bits
+    (16, 13)
+    """
+
+    name: str
+    arch: str
+    ptx: str
+    shape: tuple
+    formats: tuple
+    out: str
+    datapath: str
+    step: int
+    frac_bits: int
+    rounding: str
+    zero_exp: int
+    group: int = 16
+    pair_bits: int = 31
+    scales: tuple = ()
+    blocks: tuple = ()
+    model: str = ""
+
+    def __post_init__(self):
+        if self.datapath not in _DATAPATHS:
+            raise ValueError(f"Instruction datapath must be one of {_DATAPATHS}, got {self.datapath!r}")
+        if self.rounding not in _ROUNDINGS:
+            raise ValueError(f"Instruction rounding must be one of {_ROUNDINGS}, got {self.rounding!r}")
+        if self.out not in _OUT:
+            raise ValueError(f"Instruction out must be 'float32' or 'float16', got {self.out!r}")
+        if self.rounding == "rz-e8m13" and self.out != "float32":
+            raise ValueError("rounding 'rz-e8m13' needs a float32 output")
+        for field in ("step", "frac_bits", "group", "pair_bits"):
+            v = getattr(self, field)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"Instruction {field} must be a positive integer, got {v!r}")
+        if self.frac_bits > 40:
+            raise ValueError("Instruction frac_bits must be at most 40 (exact in float64 up to there)")
+        if self.shape[2] % self.step:
+            raise ValueError(f"Instruction k ({self.shape[2]}) must be a multiple of its step ({self.step})")
+        if (self.datapath in ("scaled", "grouped")) != bool(self.scales):
+            raise ValueError("block scales go with the 'scaled' and 'grouped' datapaths only")
+        if self.datapath == "grouped" and any(b % self.group for b in self.blocks):
+            raise ValueError("a 'grouped' instruction's blocks must be multiples of its group")
+
+    @property
+    def block_scaled(self) -> bool:
+        """Whether the instruction takes block scales."""
+        return bool(self.scales)
+
+
+def _i(name, arch, ptx, shape, formats, out, datapath, step, frac_bits, rounding, zero_exp, **kw):
+    return Instruction(name, arch, ptx, shape, formats, out, datapath, step, frac_bits, rounding, zero_exp,
+                       **kw)
+
+
+_MMASIM = "MMA-Sim 2.1.1 model"
+
+
+def _sixteen_bit():
+    """The fp16/bf16/tf32-input ``mma.sync`` of each NVIDIA generation (MMA-Sim's parameters:
+    fraction bits 23/24/25 for Volta/Ampere-Ada/Hopper-Blackwell, one step per 8/16/32 bytes of
+    operands, a truncated float32 or a nearest-even float16 result)."""
+    gens = [("volta", "Volta", 23, 8, -131, -19, (("float16", 4),)),
+            ("ampere", "Ampere", 24, 16, -132, -20, (("float16", 8), ("bfloat16", 8), ("tf32", 4))),
+            ("ada", "Ada Lovelace", 24, 16, -132, -20, (("float16", 8), ("bfloat16", 8), ("tf32", 4))),
+            ("hopper", "Hopper", 25, 32, -133, -21, (("float16", 16), ("bfloat16", 16), ("tf32", 4))),
+            ("blackwell", "Blackwell", 25, 32, -133, -21, (("float16", 16), ("bfloat16", 16), ("tf32", 4)))]
+    short = {"float16": "f16", "bfloat16": "bf16", "tf32": "tf32"}
+    out = []
+    for key, arch, F, nbytes, z32, z16, kinds in gens:
+        for fmt, k in kinds:
+            step = min(k, nbytes // (4 if fmt == "tf32" else 2))
+            shape = (8, 8, 4) if key == "volta" else (16, 8, k)
+            t = short[fmt]
+            ptx = f"mma.sync.aligned.m{shape[0]}n{shape[1]}k{k}.row.col.{{d}}.{t}.{t}.{{d}}"
+            out.append(_i(f"{key}-mma-{t}in", arch, ptx.format(d="f32"), shape, (fmt,), "float32", "fused", step,
+                          F, "rz", z32, model=_MMASIM))
+            if fmt == "float16":
+                out.append(_i(f"{key}-mma-{t}in-f16", arch, ptx.format(d="f16"), shape, (fmt,), "float16", "fused",
+                              step, F, "rne", z16, model=_MMASIM))
+    return out
+_FIT = "fitted to the B200 recordings"
+#: The catalogue: every instruction modelled, keyed by name.
+INSTRUCTIONS = {i.name: i for i in [
+    _i("ada-mma", "Ada Lovelace", "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32", (16, 8, 32), _FP8,
+       "float32", "fused", 16, 13, "rz-e8m13", -132, model=_MMASIM),
+    _i("ada-mma-f16", "Ada Lovelace", "mma.sync.aligned.m16n8k32.row.col.f16.{a}.{b}.f16", (16, 8, 32), _FP8,
+       "float16", "fused", 16, 13, "rne", -20, model=_MMASIM),
+    _i("hopper-mma", "Hopper", "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32", (16, 8, 32), _FP8,
+       "float32", "fused", 32, 13, "rz-e8m13", -133, model="MMA-Sim's wgmma model (MMA-Sim has no sm_90 FP8 mma)"),
+    _i("hopper-mma-f16", "Hopper", "mma.sync.aligned.m16n8k32.row.col.f16.{a}.{b}.f16", (16, 8, 32), _FP8,
+       "float16", "fused", 32, 13, "rne", -21, model="MMA-Sim's wgmma model (MMA-Sim has no sm_90 FP8 mma)"),
+    _i("hopper-wgmma", "Hopper", "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{a}.{b}", (64, 8, 32), _FP8,
+       "float32", "fused", 32, 13, "rz-e8m13", -133, model=_MMASIM),
+    _i("hopper-wgmma-f16", "Hopper", "wgmma.mma_async.sync.aligned.m64n{n}k32.f16.{a}.{b}", (64, 8, 32), _FP8,
+       "float16", "fused", 32, 13, "rne", -21, model=_MMASIM),
+    _i("blackwell-mma", "Blackwell", "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32", (16, 8, 32), _FP8,
+       "float32", "fused", 32, 31, "rne", -133, model=_FIT),
+    _i("blackwell-mma-f16", "Blackwell", "mma.sync.aligned.m16n8k32.row.col.f16.{a}.{b}.f16", (16, 8, 32), _FP8,
+       "float16", "fused", 32, 31, "rne", -21, model=_FIT),
+    _i("blackwell-tcgen05-f8f6f4", "Blackwell", "tcgen05.mma.cta_group::1.kind::f8f6f4 (m128n{n}k32, f32)",
+       (128, 8, 32), _F8F6F4, "float32", "fused", 32, 25, "rz", -133, model=_MMASIM),
+    _i("blackwell-tcgen05-f8f6f4-f16", "Blackwell", "tcgen05.mma.cta_group::1.kind::f8f6f4 (m128n{n}k32, f16)",
+       (128, 8, 32), _F8F6F4, "float16", "fused", 32, 25, "rne", -21, model=_MMASIM),
+    _i("blackwell-tcgen05-mxf8f6f4", "Blackwell",
+       "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32 (m128n{n}k32, ue8m0)", (128, 8, 32),
+       _F8F6F4, "float32", "scaled", 32, 25, "rz", -133, scales=("ue8m0",), blocks=(32,), model=_MMASIM),
+    _i("blackwell-tcgen05-mxf4nvf4", "Blackwell",
+       "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block{16,32} (m128n{n}k64, ue8m0/ue4m3)",
+       (128, 8, 64), ("e2m1fn",), "float32", "grouped", 64, 35, "rz", -139, group=16,
+       scales=("ue8m0", "ue4m3"), blocks=(16, 32), model=_MMASIM),
+    _i("rtx-blackwell-mma", "RTX Blackwell", "mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.{a}.{b}.f32",
+       (16, 8, 32), _F8F6F4, "float32", "fused", 32, 25, "rz", -133, model=_MMASIM),
+    _i("rtx-blackwell-mma-f16", "RTX Blackwell",
+       "mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f16.{a}.{b}.f16", (16, 8, 32), _F8F6F4, "float16",
+       "fused", 32, 25, "rne", -21, model=_MMASIM),
+    _i("rtx-blackwell-mma-mxf8f6f4", "RTX Blackwell",
+       "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.{a}.{b}.f32.ue8m0",
+       (16, 8, 32), _F8F6F4, "float32", "scaled", 32, 25, "rz", -133, scales=("ue8m0",), blocks=(32,),
+       model=_MMASIM),
+    _i("rtx-blackwell-mma-mxf4nvf4", "RTX Blackwell",
+       "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.f32.e2m1.e2m1.f32.{ue8m0,ue4m3}",
+       (16, 8, 64), ("e2m1fn",), "float32", "grouped", 64, 35, "rz", -139, group=16,
+       scales=("ue8m0", "ue4m3"), blocks=(16, 32), model=_MMASIM),
+    *_sixteen_bit(),
+    _i("cdna3-mfma-fp8", "CDNA3", "v_mfma_f32_16x16x32_{a}_{b} / v_mfma_f32_32x32x16_{a}_{b}", (16, 16, 32),
+       ("e4m3fnuz", "e5m2fnuz"), "float32", "paired", 16, 24, "rne", -999, pair_bits=31, model=_MMASIM),
+]}
+
+
+def get_instruction(instruction) -> Instruction:
+    """The :class:`Instruction` for a catalogue name (or the object itself).
+
+    Examples
+    --------
+    >>> get_instruction("cdna3-mfma-fp8").formats
+    ('e4m3fnuz', 'e5m2fnuz')
+    >>> get_instruction("ada-mma") is INSTRUCTIONS["ada-mma"]
+    True
+    """
+    return named(instruction, Instruction, INSTRUCTIONS, "instruction", "fp8emu.gemm.Instruction")
+
+
+
+def as_instruction(acc):
+    """The :class:`Instruction` an accumulator argument names, or None for other accumulators."""
+    if isinstance(acc, Instruction):
+        return acc
+    if isinstance(acc, str) and acc in INSTRUCTIONS:
+        return INSTRUCTIONS[acc]
+    return None
+
+
+
+# ----------------------------------------------------------------------------- evidence
+_REC = "MATLAB-tensor-core model_validation"
+#: Evidence behind each instruction, as data: ``("recordings", file, array, rows reproduced, rows,
+#: note)`` for public GPU recordings (tests/data/tc_recordings), ``("mmasim", version, cases)`` for
+#: random MMAs equal to MMA-Sim's model (tests/data/mmasim), ``("disagrees", ...)`` for recordings of
+#: another instruction that the model does not reproduce.  tests/test_instructions.py checks every
+#: number against the data.
+EVIDENCE = {
+    "ada-mma": [("recordings", "ada_e4m3", "d_bits", 5000, 5000, ""),
+                ("recordings", "ada_e5m2", "d_bits", 5000, 5000, ""),
+                ("recordings", "l40s_e4m3", "d_bits", 5000, 5000, ""),
+                ("recordings", "l40s_e5m2", "d_bits", 5000, 5000, ""),
+                ("mmasim", "2.1.1", 200000)],
+    "ada-mma-f16": [("recordings", "ada_e4m3", "d16_bits", 5000, 5000, ""),
+                    ("recordings", "ada_e5m2", "d16_bits", 5000, 5000, ""),
+                    ("mmasim", "2.1.1", 200000)],
+    "hopper-mma": [("recordings", "h100_e4m3", "d_bits", 5000, 5000, "C = 0"),
+                   ("recordings", "h100_e5m2", "d_bits", 5000, 5000, "C = 0"),
+                   ("recordings", "h200_e4m3", "d_bits", 5000, 5000, "C = 0"),
+                   ("recordings", "h200_e5m2", "d_bits", 5000, 5000, "C = 0")],
+    "hopper-mma-f16": [("recordings", "h100_e4m3", "d16_bits", 3113, 5000, "rest unexplained"),
+                       ("recordings", "h100_e5m2", "d16_bits", 3340, 5000, "rest unexplained"),
+                       ("recordings", "h200_e4m3", "d16_bits", 3122, 5000, "rest unexplained"),
+                       ("recordings", "h200_e5m2", "d16_bits", 3400, 5000, "rest unexplained")],
+    "hopper-wgmma": [("mmasim", "2.1.1", 200000)],
+    "hopper-wgmma-f16": [("mmasim", "2.1.1", 200000)],
+    "blackwell-mma": [("recordings", "b200_e4m3", "d_bits", 5000, 5000, ""),
+                      ("recordings", "b200_e5m2", "d_bits", 4999, 5000, "row 3935 unexplained")],
+    "blackwell-mma-f16": [("recordings", "b200_e4m3", "d16_bits", 3108, 5000, "rest unexplained"),
+                          ("recordings", "b200_e5m2", "d16_bits", 3403, 5000, "rest unexplained")],
+    "blackwell-tcgen05-f8f6f4": [("mmasim", "2.1.1", 200000),
+                                 ("disagrees", "b200_e4m3", "d_bits", 3207, 5000, "mma.sync recordings"),
+                                 ("disagrees", "b200_e5m2", "d_bits", 3236, 5000, "mma.sync recordings")],
+    "blackwell-tcgen05-f8f6f4-f16": [("mmasim", "2.1.1", 200000)],
+    "blackwell-tcgen05-mxf8f6f4": [("mmasim", "2.1.1", 200000)],
+    "blackwell-tcgen05-mxf4nvf4": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma-f16": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma-mxf8f6f4": [("mmasim", "2.1.1", 200000)],
+    "rtx-blackwell-mma-mxf4nvf4": [("mmasim", "2.1.1", 200000)],
+    "cdna3-mfma-fp8": [("mmasim", "2.1.1", 200000)],
+}
+
+
+# The 16-bit-input presets reproduce every row of their generation's recordings.
+_WIDE_FILES = {"volta": ("v100",), "ampere": ("a100", "a2"), "ada": ("ada", "l40s"), "hopper": ("h100", "h200"),
+               "blackwell": ("b200",)}
+for _gen, _gpus in _WIDE_FILES.items():
+    for _t, _kind in (("f16", "fp16"), ("bf16", "bf16"), ("tf32", "tf32")):
+        if f"{_gen}-mma-{_t}in" in INSTRUCTIONS:
+            EVIDENCE[f"{_gen}-mma-{_t}in"] = [("recordings", f"{g}_{_kind}", "d_bits", 5000, 5000, "") for g in _gpus
+                                              ] + [("mmasim", "2.1.1", 200000)]
+        if f"{_gen}-mma-{_t}in-f16" in INSTRUCTIONS:
+            EVIDENCE[f"{_gen}-mma-{_t}in-f16"] = [("recordings", f"{g}_{_kind}", "d16_bits", 5000, 5000, "")
+                                                  for g in _gpus] + [("mmasim", "2.1.1", 200000)]
+
+
+def _evidence_text(e):
+    if e[0] == "mmasim":
+        return f"equals MMA-Sim {e[1]} on {e[2]:,} random MMAs"
+    kind, file, arr, ok, n, note = e
+    out = "f16" if arr == "d16_bits" else "f32"
+    verb = "reproduces" if kind == "recordings" else "disagrees with"
+    if kind == "disagrees":
+        return f"{verb} {file} ({out}, {note}): reproduces {ok}/{n} rows"
+    return f"{verb} {_REC} {file} ({out}{', ' + note if note else ''}): {ok}/{n} rows"
+
+
+def presets():
+    """Every catalogued instruction with the evidence behind it.
+
+    Returns
+    -------
+    list of dict
+        One per instruction: ``name``, ``arch``, ``ptx``, ``model`` (where the description
+        comes from), ``evidence`` (sentences: public GPU recordings it reproduces (file,
+        rows), random MMAs equal to MMA-Sim (version, count), or ``"model only"``) and
+        ``records`` (the same as data, see :data:`EVIDENCE`).
+
+    Examples
+    --------
+    >>> p = {q["name"]: q for q in presets()}
+    >>> p["ada-mma"]["evidence"][0]
+    'reproduces MATLAB-tensor-core model_validation ada_e4m3 (f32): 5000/5000 rows'
+    >>> p["hopper-wgmma"]["evidence"]
+    ['equals MMA-Sim 2.1.1 on 200,000 random MMAs']
+    """
+    return [{"name": i.name, "arch": i.arch, "ptx": i.ptx, "model": i.model,
+             "evidence": [_evidence_text(e) for e in EVIDENCE.get(i.name, ())] or ["model only"],
+             "records": list(EVIDENCE.get(i.name, ()))} for i in INSTRUCTIONS.values()]
+

@@ -1,0 +1,229 @@
+"""One differential harness for the GEMM routes: every fast route that applies to a preset gives the
+bits of the reference steps (fp8emu.gemm.datapaths.reference) on random and adversarial tiles.
+
+The reference states what each datapath computes and is itself held to MMA-Sim and to GPU
+recordings by tests/test_instructions.py; here every route of fp8emu.gemm.routes (code-pair
+tables on rows and on tiles, the operand route on single tiles and on batches, the exact GEMM
+route, the group route) and the dispatcher behind ``mma`` are run on the same inputs for every
+preset of the catalogue and compared bit for bit.  Tiles: codes over the whole code range (NaN
+and Inf codes included), Gaussian data, zero rows / columns / steps, subnormals, cancelling pairs,
+the largest and smallest magnitudes side by side; C of +0, -0, subnormals, normal values, huge
+values, and Inf / NaN.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+import fp8emu
+from fp8emu.gemm import datapaths, instructions, routes
+from fp8emu.gemm.catalogue import INSTRUCTIONS
+from fp8emu.gemm.routes import exact as exact_mod, groups as groups_mod, operands as operands_mod
+from fp8emu.gemm.routes import tables as tables_mod
+
+WIDE = ("float16", "bfloat16", "tf32")
+CODE_PRESETS = sorted(n for n, i in INSTRUCTIONS.items() if i.formats[0] not in WIDE)
+WIDE_PRESETS = sorted(n for n, i in INSTRUCTIONS.items() if i.formats[0] in WIDE)
+M, N, T = 12, 10, 3
+TILES = ("codes", "gaussian", "zeros", "subnormals", "cancel", "spread")
+
+
+def _bits(d):
+    return np.ascontiguousarray(d).view(np.uint32 if d.dtype == np.float32 else np.uint16)
+
+
+def _values(fmt):
+    return fp8emu.decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
+
+
+def _codes(rng, fmt, kind, shape):
+    """Codes (..., rows, K) of one kind of tile (K along the last axis)."""
+    v = _values(fmt)
+    finite = np.flatnonzero(np.isfinite(v))
+    if kind == "codes":                                     # every code, NaN and Inf included
+        return rng.integers(0, 1 << fmt.bits, shape, dtype=np.uint8)
+    if kind == "gaussian":
+        return fp8emu.encode(rng.standard_normal(shape), fmt)
+    x = rng.choice(finite, shape).astype(np.uint8)
+    if kind == "zeros":                                     # zero rows, and zero runs along K
+        zero = np.uint8(np.flatnonzero(v == 0)[0])
+        x[..., 1, :] = zero
+        x[..., :, : shape[-1] // 3] = zero
+        return x
+    if kind == "subnormals":
+        sub = np.flatnonzero(np.isfinite(v) & (v != 0) & (np.abs(v) < fmt.min_normal))
+        return rng.choice(sub, shape).astype(np.uint8) if sub.size else x
+    if kind == "cancel":                                    # pairs of equal codes along K
+        x[..., 1::2] = x[..., 0::2]
+        return x
+    mag = np.abs(v[finite])
+    big = np.flatnonzero(np.abs(v) == mag.max())
+    small = np.flatnonzero(np.abs(v) == mag[mag != 0].min())
+    return np.where(rng.random(shape) < 0.5, rng.choice(big, shape), rng.choice(small, shape)).astype(np.uint8)
+
+
+def _negate_odd(fmt, b):
+    """B with the sign of its odd non-zero elements along K flipped, so that pairs of products cancel."""
+    b = b.copy()
+    odd = b[..., 1::2]
+    nonzero = _values(fmt)[odd] != 0
+    odd[nonzero] ^= np.uint8(1 << (fmt.bits - 1))
+    return b
+
+
+def _c(rng, ins, shape, specials):
+    """C of the instruction's output type: +0, -0, subnormals, normal values, huge values (and, with
+    ``specials``, Inf and NaN)."""
+    dt = np.float32 if ins.out == "float32" else np.float16
+    tiny = np.finfo(dt).smallest_subnormal
+    choices = [0.0, -0.0, float(tiny), -3.0 * float(tiny), 1.5, -0.375, 2.0 ** (26 if dt == np.float32 else 14)]
+    if specials:
+        choices += [np.inf, -np.inf, np.nan]
+    c = rng.choice(np.array(choices), shape) * np.where(rng.random(shape) < 0.5, 1.0, rng.standard_normal(shape))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return c.astype(dt)
+
+
+def _scale_codes(rng, kind, shape, extremes):
+    """Scale codes: ue8m0 moderate (2**-9 ... 2**9), with ``extremes`` also 2**-127, 2**-126, 2**127
+    and NaN; ue4m3 every code (zero, subnormals and NaN included)."""
+    if kind == "ue8m0":
+        s = rng.integers(118, 137, shape, dtype=np.uint8)
+        odd = rng.random(shape) < (0.08 if extremes else 0)
+        s[odd] = rng.choice(np.array([0, 1, 254, 255], np.uint8), int(odd.sum()))
+        return s
+    return rng.integers(0, 128, shape, dtype=np.uint8)
+
+
+def _cases(preset):
+    """(format pair, tile kind, scale kind, block) of a preset."""
+    ins = INSTRUCTIONS[preset]
+    f = ins.formats
+    pairs = sorted({(f[0], f[0]), (f[-1], f[0]), (f[min(1, len(f) - 1)], f[-1])})
+    scales = [(k, b) for k in ins.scales for b in ins.blocks if k != "ue4m3" or b == 16] or [(None, None)]
+    return [(fa, fb, kind, sk, blk) for fa, fb in pairs for kind in TILES for sk, blk in scales]
+
+
+def _tile(preset, fa, fb, kind, sk, blk):
+    ins = INSTRUCTIONS[preset]
+    rng = np.random.default_rng(zlib.crc32(f"{preset}{fa}{fb}{kind}{sk}{blk}".encode()))
+    ga, gb = fp8emu.get_format(fa), fp8emu.get_format(fb)
+    K = 3 * ins.step
+    a = _codes(rng, ga, kind, (T, M, K))
+    b = _codes(rng, gb, kind, (T, N, K))                       # (T, N, K): B transposed, as the routes take it
+    if kind == "cancel":
+        b = _negate_odd(gb, b)
+    c = _c(rng, ins, (T, M, N), specials=kind == "codes")
+    sa = sb = None
+    if sk:
+        extremes = kind not in ("gaussian", "cancel")
+        sa, sb = (_scale_codes(rng, sk, (T, r, K // blk), extremes) for r in (M, N))
+    return ins, ga, gb, a, b, c, sa, sb
+
+
+def _reference(ins, a, b, c, fa, fb, sa, sb, sk):
+    """The reference steps on one tile (a (M, K), b (N, K))."""
+    return datapaths.reference(ins, a[:, None], b[None], c, fa, fb, None if sa is None else sa[:, None],
+                               None if sb is None else sb[None], sk)
+
+
+def _tile_scales(ins, a, b, fa, fb, sa, sb, sk):
+    """The decoded scales as the tile routes take them, from the same check as ``mma``."""
+    dsa, dsb, block = datapaths._check(ins, a.shape[-1], fa, fb, None if sa is None else sa[:, None],
+                                       None if sb is None else sb[None], sk)
+    if dsa is None:
+        return dsa, dsb, block, None
+    return dsa, dsb, block, (dsa, (dsb[0].swapaxes(1, 2), dsb[1].swapaxes(1, 2)), block)
+
+
+def _batch_scales(sa, sb, sk):
+    """Decoded scales of a batch of tiles, (K / block, rows, T), as the routes take them."""
+    if sa is None:
+        return None
+    da, db = (datapaths._decode_scales(np.ascontiguousarray(np.transpose(s, (2, 1, 0))), sk, "s") for s in (sa, sb))
+    return da, db, None
+
+
+@pytest.mark.parametrize("preset", CODE_PRESETS)
+def test_every_route_gives_the_reference_bits(preset, monkeypatch):
+    monkeypatch.setattr(exact_mod, "_EXACT_MIN", 1)         # the exact route on tiles this small
+    taken = {"exact": 0, "operands": 0, "groups": 0}
+    for fa, fb, kind, sk, blk in _cases(preset):
+        ins, ga, gb, a, b, c, sa, sb = _tile(preset, fa, fb, kind, sk, blk)
+        K = a.shape[-1]
+        where = f"{preset} {fa} x {fb}, {kind}, scales {sk} / {blk}"
+        refs = [_reference(ins, a[t], b[t], c[t], fa, fb, None if sa is None else sa[t],
+                           None if sb is None else sb[t], sk) for t in range(T)]
+        route = routes._tile_route(ins, ga, gb, blk)
+        for t in range(T):
+            at, bt, ct = a[t], b[t], c[t]
+            st = (None, None) if sa is None else (sa[t], sb[t])
+            dsa, dsb, block, scl = _tile_scales(ins, at, bt, fa, fb, *st, sk)
+            got = {"tables (tile)": tables_mod._run_tables(ins, at[:, None], bt[None], ct, ga, gb, dsa, dsb, block, K),
+                   "mma": instructions.mma(at, bt.T, ct, instruction=ins, a_format=fa, b_format=fb,
+                                           a_scales=st[0], b_scales=None if st[1] is None else st[1].T,
+                                           scale_format=sk)}
+            if route is routes._run_tiles:
+                got["operands"] = operands_mod._run_operands(ins, at[None], bt[None], ct[None], ga, gb, scl)[0]
+                got["tiles"] = routes._run_tiles(ins, at[None], bt[None], ct[None], ga, gb, scl)[0]
+                taken["operands"] += 1
+                d = exact_mod._run_exact(ins, at, bt, ct, ga, gb, scl)
+                if d is not None:
+                    got["exact"] = d
+                    taken["exact"] += 1
+            elif route is routes._run_groups:
+                got["groups"] = groups_mod._run_groups(ins, at[None], bt[None], ct[None], ga, gb, scl)[0]
+                taken["groups"] += 1
+            for name, d in got.items():
+                assert d.dtype == refs[t].dtype, (where, name)
+                diff = np.flatnonzero(_bits(d) != _bits(refs[t]))
+                assert diff.size == 0, f"{where}, tile {t}, route {name}: {diff.size} outputs differ, first {diff[:5]}"
+        # the batch of tiles at once (the routes' tiles innermost), and the tables on rows (dot's form)
+        want = np.stack(refs)
+        if route is not None:
+            scl = _batch_scales(sa, sb, sk)
+            scl = None if scl is None else (scl[0], scl[1], blk)
+            d = route(ins, a, b, c, ga, gb, scl)
+            assert (_bits(d) == _bits(want)).all(), f"{where}: the batch through {route.__name__}"
+        rows_a, rows_b = np.repeat(a, N, axis=1).reshape(-1, 1, K), np.tile(b, (1, M, 1)).reshape(-1, 1, K)
+        rsa = rsb = None
+        if sa is not None:
+            rsa = np.repeat(sa, N, axis=1).reshape(-1, 1, K // blk)
+            rsb = np.tile(sb, (1, M, 1)).reshape(-1, 1, K // blk)
+        dsa, dsb, block = datapaths._check(ins, K, fa, fb, rsa, rsb, sk)
+        d = tables_mod._run_tables(ins, rows_a, rows_b, c.reshape(-1, 1), ga, gb, dsa, dsb, block, K)
+        assert (_bits(d.reshape(want.shape)) == _bits(want)).all(), f"{where}: rows through the tables"
+    # each route the catalogue sends this preset to was run
+    ins = INSTRUCTIONS[preset]
+    if ins.datapath in ("fused", "paired") or (ins.datapath == "scaled" and ins.blocks[0] % ins.step == 0):
+        assert taken["operands"], preset
+    if ins.datapath == "grouped":
+        assert taken["groups"], preset
+    if ins.out == "float32" and ins.datapath != "grouped":      # the exact route took some tiles
+        assert taken["exact"], preset
+
+
+@pytest.mark.parametrize("preset", WIDE_PRESETS)
+def test_no_fast_route_serves_the_16_bit_inputs(preset):
+    """The 16-bit inputs have no fast route: mma is the reference itself (checked on one tile)."""
+    ins = INSTRUCTIONS[preset]
+    rng = np.random.default_rng(zlib.crc32(preset.encode()))
+    K = 2 * ins.step
+    fmt = ins.formats[0]
+    if fmt == "tf32":
+        a = rng.standard_normal((M, K)).astype(np.float32).view(np.uint32)
+        b = rng.standard_normal((N, K)).astype(np.float32).view(np.uint32)
+    else:
+        dt = np.float16 if fmt == "float16" else np.float32
+        a, b = (rng.standard_normal(s).astype(dt) for s in ((M, K), (N, K)))
+        if fmt == "bfloat16":
+            a, b = ((x.view(np.uint32) >> np.uint32(16)).astype(np.uint16) for x in (a, b))
+        else:
+            a, b = a.view(np.uint16), b.view(np.uint16)
+    c = _c(rng, ins, (M, N), specials=False)
+    want = _reference(ins, a, b, c, fmt, fmt, None, None, None)
+    got = instructions.mma(a, b.T, c, instruction=ins, a_format=fmt)
+    assert (_bits(got) == _bits(want)).all()
