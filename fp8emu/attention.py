@@ -123,6 +123,24 @@ def exp2_f32(x):
         return np.exp2(np.asarray(x, F32).astype(np.float64)).astype(F32)
 
 
+def _f32_number(v, what, *, positive, reciprocal=False):
+    """Check a real number as the float32 it is used as: finite, > 0 (``positive``) or >= 0, and
+    (``reciprocal``) with a finite float32 ``fl32(1 / v)``.  A value that is fine in float64 but
+    overflows or flushes to zero in float32 would otherwise give NaN/Inf outputs silently."""
+    want = "> 0" if positive else ">= 0"
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.floating, np.integer)):
+        raise ValueError(f"{what} must be a finite real number {want}, got {v!r}")
+    with np.errstate(over="ignore", divide="ignore"):
+        v32 = F32(v)
+        inv = F32(1.0 / float(v)) if reciprocal and float(v) != 0 else F32(1)
+    if not np.isfinite(v32) or v32 < 0 or (positive and v32 == 0) or (v32 == 0) != (v == 0) \
+            or not np.isfinite(inv):
+        raise ValueError(f"{what} must be a finite number {want} as float32 (the type it is used in)"
+                         + (", with a finite float32 reciprocal" if reciprocal else "")
+                         + f"; got {v!r}, which is {float(v32)!r} in float32")
+    return v32
+
+
 def _fmt_or_wide(name, what, allow_none=True):
     if name is None:
         if allow_none:
@@ -242,12 +260,9 @@ class AttentionRecipe:
         mo = self.max_offset
         if isinstance(mo, bool) or not isinstance(mo, (int, np.integer)) or not 0 <= mo <= 64:
             raise ValueError(f"AttentionRecipe max_offset must be an integer in [0, 64], got {mo!r}")
-        for f in ("rescale_threshold", "p_scale"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) \
-                    or not np.isfinite(v) or v < 0 or (f == "p_scale" and v == 0):
-                raise ValueError(f"AttentionRecipe {f} must be a finite number "
-                                 f"{'> 0' if f == 'p_scale' else '>= 0'}, got {v!r}")
+        # both are used in float32 (p_scale also as fl32(1 / p_scale)): checked as float32
+        _f32_number(self.rescale_threshold, "AttentionRecipe rescale_threshold", positive=False)
+        _f32_number(self.p_scale, "AttentionRecipe p_scale", positive=True, reciprocal=True)
         if not callable(self.exp2):
             raise TypeError(f"AttentionRecipe exp2 must be a callable, got {type(self.exp2).__name__}")
         if self.fold == "triton" and self.scale_rule != "none" and any(
@@ -494,8 +509,13 @@ def _descales(x32, fmt, recipe, given, what, group=1):
             d = np.repeat(d, group)
         if not np.all(np.isfinite(d)) or np.any(d <= 0):
             raise ValueError(f"{what} descales must be finite and positive")
-        d = d.astype(F32)
-        return d, np.divide(F32(1), d, dtype=F32)
+        with np.errstate(over="ignore", divide="ignore", under="ignore"):
+            d32 = d.astype(F32)   # checked again as the float32 the kernel receives, with its reciprocal
+            s32 = np.divide(F32(1), d32, dtype=F32)
+        if not (np.all(np.isfinite(d32)) and np.all(d32 > 0) and np.all(np.isfinite(s32)) and np.all(s32 > 0)):
+            raise ValueError(f"{what} descales must be finite and positive in float32 (the type the kernel "
+                             f"uses), with a finite float32 reciprocal; got {d.tolist()!r}")
+        return d32, s32
     amax = np.abs(x32).max(axis=(1, 2)) if x32.size else np.zeros(H, F32)
     if gran == "tensor":
         amax = np.full(H, amax.max(initial=0))
@@ -590,6 +610,11 @@ class AttentionReport:
         The same errors against float64 attention of the dequantized Q, K, V (the
         quantized values times their descales): the error of the kernel's arithmetic
         (softmax, P cast, accumulation) without the input quantization.
+    out_nonfinite, lse_invalid : ndarray (H, Nq) or None
+        Per query row: NaN/Inf elements of the output, and whether the lse is NaN, +Inf,
+        or -Inf for a row that has keys to attend to (its probabilities all flushed to
+        zero; filled by :func:`attention`).  A NaN or Inf anywhere in the output, the
+        lse or the errors is always flagged: a result that was not checked is never ``ok``.
     """
 
     recipe: str
@@ -604,6 +629,8 @@ class AttentionReport:
     reference: str | None = None
     kernel_rms_rel_error: np.ndarray | None = None
     kernel_max_rel_error: np.ndarray | None = None
+    out_nonfinite: np.ndarray | None = None
+    lse_invalid: np.ndarray | None = None
 
     @property
     def flags(self) -> list:
@@ -625,8 +652,20 @@ class AttentionReport:
             n = int(counts.sum())
             if n:
                 out.append(f"{name}: {n} elements in {int((counts > 0).sum())} rows ({why})")
-        if self.rms_rel_error is not None and np.nanmax(self.rms_rel_error, initial=0) > self.error_threshold:
-            out.append(f"output error: RMS relative error {np.nanmax(self.rms_rel_error):.3g} above "
+        for name, counts, why in (("non-finite output", self.out_nonfinite, "NaN or Inf in O"),
+                                  ("invalid lse", self.lse_invalid,
+                                   "NaN or Inf log-sum-exp of a row with keys; its row sum is 0, NaN or Inf")):
+            n = 0 if counts is None else int(np.sum(counts))
+            if n:
+                out.append(f"{name}: {n} elements in {int((np.asarray(counts) > 0).sum())} rows ({why})")
+        errors = {e: getattr(self, e) for e in ("max_rel_error", "rms_rel_error", "lse_max_abs_error",
+                                                 "kernel_max_rel_error", "kernel_rms_rel_error")}
+        bad = [e for e, a in errors.items() if a is not None and not np.all(np.isfinite(a))]
+        if bad:   # a NaN error is an unchecked result, never a pass (np.nanmax would skip it)
+            out.append(f"error not finite: {', '.join(bad)} (NaN/Inf in the output or the reference)")
+        rms = self.rms_rel_error
+        if rms is not None and np.any(np.asarray(rms) > self.error_threshold):
+            out.append(f"output error: RMS relative error {np.nanmax(rms):.3g} above "
                        f"{self.error_threshold}")
         return out
 
@@ -657,7 +696,7 @@ class AttentionResult:
 
 
 # ----------------------------------------------------------------------------- validation
-def _as_heads(x, what):
+def _as_heads(x, what, dtype=F32):
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{what} must be a numeric array, got {type(x).__name__}")
     a = np.asarray(x)
@@ -667,14 +706,16 @@ def _as_heads(x, what):
         a = a[None]
     if a.ndim != 3:
         raise ValueError(f"{what} must have shape (heads, tokens, dim) or (tokens, dim), got {a.shape}")
-    a = a.astype(F32)   # a copy: the caller's array is never modified
+    with np.errstate(over="ignore"):
+        a = a.astype(dtype)   # a copy: the caller's array is never modified
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{what} must be finite (NaN/Inf inputs are not modelled)")
     return a
 
 
-def _validate(q, k, v, softmax_scale, causal, kv_len):
-    q, k, v = _as_heads(q, "q"), _as_heads(k, "k"), _as_heads(v, "v")
+def _validate(q, k, v, softmax_scale, causal, kv_len, dtype=F32):
+    """The one contract of :func:`attention` and :func:`reference_attention` (inputs as ``dtype``)."""
+    q, k, v = _as_heads(q, "q", dtype), _as_heads(k, "k", dtype), _as_heads(v, "v", dtype)
     H, Nq, d = q.shape
     Hk, Nk, dk = k.shape
     if H == 0 or Nq == 0 or d == 0 or v.shape[2] == 0:
@@ -690,9 +731,10 @@ def _validate(q, k, v, softmax_scale, causal, kv_len):
         raise ValueError(f"the number of query heads ({H}) must be a multiple of the KV heads ({Hk})")
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(d) if d else 1.0
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) \
-            or not np.isfinite(softmax_scale) or softmax_scale <= 0:
+    if isinstance(softmax_scale, (bool, np.bool_)) or not isinstance(softmax_scale, (int, float, np.floating,
+                                                                                     np.integer)):
         raise ValueError(f"softmax_scale must be a finite positive number, got {softmax_scale!r}")
+    _f32_number(softmax_scale, "softmax_scale", positive=True)   # the kernels fold it in float32
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be True or False, got {causal!r}")
     if kv_len is None:
@@ -713,6 +755,20 @@ def _scale_log2(recipe, softmax_scale, qd, kd):
     if recipe.fold == "triton":
         return np.multiply(F32(softmax_scale), F32(1.44269504), dtype=F32), None
     return F32(LOG2E), (F32(softmax_scale), qd, kd)
+
+
+def _check_fold(recipe, softmax_scale, qd, kd, group):
+    """The folded float32 multiplier of every head must be finite and positive (a softmax scale that
+    is finite in float32 can still overflow once log2(e) and the descales are folded into it)."""
+    for h in range(qd.shape[0]):
+        with np.errstate(over="ignore", under="ignore"):
+            c, s_mult = _scale_log2(recipe, softmax_scale, qd[h], kd[h // group])
+            if s_mult is not None:
+                c = np.multiply(np.multiply(s_mult[0], s_mult[1], dtype=F32), s_mult[2], dtype=F32)
+        if not (np.isfinite(c) and c > 0):
+            raise ValueError(f"softmax_scale={softmax_scale!r} folded with log2(e) and the Q/K descales "
+                             f"({float(qd[h])!r}, {float(kd[h // group])!r}) is {float(c)!r} in float32 "
+                             f"(fold={recipe.fold!r}); it must be finite and positive")
 
 
 # ----------------------------------------------------------------------------- the kernel
@@ -775,6 +831,7 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     qd, qs = _descales(q, narrow(recipe.q_format), recipe, given[0], "q", group)
     kd, ks = _descales(k, narrow(recipe.k_format), recipe, given[1], "k")
     vd, vs = _descales(v, narrow(recipe.v_format), recipe, given[2], "v")
+    _check_fold(recipe, softmax_scale, qd, kd, group)
     out = np.empty((H, Nq, dv), F32)
     lse = np.empty((H, Nq), F32)
     counts = {n: np.zeros((H, Nq), np.int64) for n in ("p_saturated", "p_underflow", "s_overflow")}
@@ -790,7 +847,8 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
             out[h, r0:r1], lse[h, r0:r1] = o, ls
             for n in counts:
                 counts[n][h, r0:r1] = cnt[n]
-    report = AttentionReport(recipe.name, **counts)
+    report = AttentionReport(recipe.name, **counts, out_nonfinite=(~np.isfinite(out)).sum(axis=2),
+                             lse_invalid=_invalid_lse(lse, Nq, Nk, kv_len, causal))
     if reference not in (True, False, None, "inputs", "dequantized"):
         raise ValueError(f"reference must be True/'inputs', 'dequantized' or False, got {reference!r}")
     if reference:
@@ -808,6 +866,14 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
             _fill_errors(report, out, lse, *reference_attention(q, k, v, **opts))
         report.reference = "dequantized" if reference == "dequantized" else "inputs"
     return AttentionResult(out, lse, report, (qd, kd, vd))
+
+
+def _invalid_lse(lse, Nq, Nk, kv_len, causal):
+    """1 where the lse is NaN or +Inf, or -Inf although the row has a key to attend to."""
+    visible = np.full(Nq, kv_len)
+    if causal:   # bottom-right aligned: query i sees keys j <= i + Nk - Nq
+        visible = np.minimum(visible, np.maximum(np.arange(Nq) + Nk - Nq + 1, 0))
+    return (np.isnan(lse) | (lse == np.inf) | ((lse == -np.inf) & (visible > 0))).astype(np.int64)
 
 
 def _operand_for(x, fmt_name, scale):
@@ -1000,14 +1066,12 @@ def reference_attention(q, k, v, *, causal=False, kv_len=None, softmax_scale=Non
     >>> o[0, 0].tolist(), round(float(l[0, 0]), 12) == round(math.log(3), 12)
     ([1.0, 1.0, 1.0, 1.0], True)
     """
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    if q.ndim == 2:
-        q, k, v = q[None], k[None], v[None]
+    q, k, v, scale, causal, kv_len = _validate(q, k, v, softmax_scale, causal, kv_len, np.float64)
+    if isinstance(block_n, (bool, np.bool_)) or not isinstance(block_n, (int, np.integer)) or block_n < 1:
+        raise ValueError(f"block_n must be a positive integer, got {block_n!r}")
     H, Nq, d = q.shape
     Hk, Nk, dv = v.shape
     group = H // Hk
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    kv_len = Nk if kv_len is None else kv_len
     out = np.zeros((H, Nq, dv))
     lse = np.full((H, Nq), -np.inf)
     qpos = np.arange(Nq)[:, None] + (Nk - Nq)

@@ -534,7 +534,7 @@ def encode(x, fmt, *, rounding="rne", saturate=None, rng=None, sr_bits=None,
     if (type(x) is np.ndarray and rng is random_bits is sr_bits is via is profile is None
             and 0 < x.ndim and x.size <= CHUNK and (saturate is None or saturate is False or saturate is True)
             and type(rounding) is str
-            and (threads is None or type(threads) is int and threads > 0)):   # one thread below CHUNK anyway
+            and (threads is None or type(threads) is int and 0 < threads <= parallel.max_threads())):
         # Small calls with plain options: one dict look-up, then the table (see _remember_fast).
         fast = _FAST.get((get_format(fmt), rounding, saturate is True, x.dtype))
         if fast is not None:

@@ -89,6 +89,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from packaging.version import InvalidVersion, Version
 
 from .formats import Format, get_format
 from .registry import Registry
@@ -108,19 +109,23 @@ class UnprovenVersionWarning(UserWarning):
     """An installed library's version lies outside every range a versioned profile is proven for."""
 
 
-def _version_key(version: str) -> tuple:
-    """A sortable key of a release string: its numeric release parts, a pre-release below the release.
+def _version_key(version: str) -> Version:
+    """A release string as a PEP 440 :class:`packaging.version.Version` (compared as PEP 440 orders them).
 
-    ``"2.13.0+cpu"`` -> ``(2, 13, 0, 1)``; ``"0.7.0rc1"`` -> ``(0, 7, 0, 0)``; local labels are ignored.
+    ``"0.7.0.0"`` equals ``"0.7"``; ``"2.13.0+cpu"`` lies in ``[2.13, 2.14)``; a pre-release sorts below
+    its release.  A string that does not start with a digit (``"v1.0"``, ``"latest"``) is refused.
     """
     if not isinstance(version, str) or not re.match(r"\d", version):
         raise ValueError(f"not a release version: {version!r}")
-    public = version.split("+", 1)[0]
-    m = re.match(r"(\d+(?:\.\d+)*)(.*)", public)
-    parts = [int(v) for v in m.group(1).split(".")]
-    while len(parts) < 3:
-        parts.append(0)
-    return (*parts, 0 if m.group(2) and not m.group(2).startswith(".post") else 1)
+    try:
+        return Version(version)
+    except InvalidVersion:
+        raise ValueError(f"not a release version: {version!r} (PEP 440)") from None
+
+
+def _release_of(version: str) -> str:
+    """The release a pre-release or dev release leads up to (``"0.7.0rc1"`` -> ``"0.7.0"``)."""
+    return _version_key(version).base_version
 
 
 @dataclass(frozen=True)
@@ -160,9 +165,20 @@ class VersionRange:
             raise ValueError(f"VersionRange({self.distribution!r}): every proven version must lie in the range")
 
     def contains(self, version: str) -> bool:
-        """Whether ``version`` lies in ``[minimum, below)``."""
+        """Whether ``version`` lies in ``[minimum, below)``, compared by PEP 440.
+
+        A pre-release or dev release of a bound is in neither range the bound separates:
+        ``0.7.0rc1`` sorts below ``0.7`` but is not the ``<0.7`` code, and is not the ``0.7``
+        release either (:func:`resolve_versioned` then warns).  Pre-releases of versions strictly
+        inside a range (``1.3.0rc1`` in ``[1.2, 1.4)``) are in it.
+        """
         k = _version_key(version)
-        return k >= _version_key(self.minimum) and (self.below is None or k < _version_key(self.below))
+        if k < _version_key(self.minimum):
+            return False
+        if self.below is None:
+            return True
+        hi = _version_key(self.below)
+        return k < hi and not (k.is_prerelease and Version(k.base_version) == hi)
 
     def __str__(self):
         rng = f">={self.minimum}" + (f",<{self.below}" if self.below else "")
@@ -879,10 +895,14 @@ def resolve_versioned(name: str, installed=None) -> Profile:
     Profile
         The variant whose :attr:`Profile.versions` contain every installed
         version of the libraries it depends on (libraries not installed are
-        not checked).  When none does, an :class:`UnprovenVersionWarning`
+        not checked).  Versions are compared by PEP 440 (``packaging.version``;
+        ``0.7.0.0`` is ``0.7``).  When none does, an :class:`UnprovenVersionWarning`
         names the installed versions and every variant's range, and the
         variant agreeing on most libraries is used: of equals the newest,
-        or the oldest when an installed version lies below a range.
+        or the oldest when an installed version lies below a range.  A
+        pre-release or dev release of a range's bound (``0.7.0rc1``) is
+        proven for no variant: it warns, and gets the variant of the release
+        it leads up to (``0.7.0``'s).
 
     Examples
     --------
@@ -921,7 +941,11 @@ def _resolve(name, installed):
         return any(installed.get(r.distribution) is not None and not r.contains(installed[r.distribution])
                    and _version_key(installed[r.distribution]) < _version_key(r.minimum) for r in p.versions)
 
-    best = max(range(len(variants)), key=lambda i: (scores[i], -i if below(variants[i]) else i))
+    # a pre-release is proven for nothing, but is nearest to the release it leads up to
+    released = {d: None if v is None else _release_of(v) for d, v in installed.items()}
+    near = [sum(released.get(r.distribution) is None or r.contains(released[r.distribution])
+                for r in p.versions) for p in variants]
+    best = max(range(len(variants)), key=lambda i: (near[i], scores[i], -i if below(variants[i]) else i))
     have = ", ".join(f"{d} {v}" for d, v in sorted(installed.items()) if v is not None)
     ranges = "; ".join(f"{p.name}: {', '.join(str(r) for r in p.versions)}" for p in variants)
     warnings.warn(f"profile {name!r}: the installed {have} lies outside every version range it is proven "

@@ -345,3 +345,43 @@ def test_type_errors_are_one_error_line_unless_tracebacks_are_asked_for(monkeypa
     monkeypatch.setenv("FP8EMU_TRACEBACK", "1")
     with pytest.raises(TypeError, match="dtype int64"):
         main(["table", "e4m3fn"])
+
+
+# ----------------------------------------------------------------------------- issue 40: every command's contract
+_BAD_LINES = {
+    "encode": ["encode", "1", "--format", "e4m3fn", "--seed", "-1"],
+    "decode": ["decode", "--no-such-option"],
+    "formats": ["formats", "--no-such-option"],
+    "profiles": ["profiles", "--no-such-option"],
+    "presets": ["presets", "--no-such-option"],
+    "table": ["table"],
+    "conformance": ["conformance", "--workers", "0"],
+    "golden": ["golden", "--format", "e4m3fn", "--out", "."],
+    "validate-gpu": ["validate-gpu", "--json", "."],
+    "figures": ["figures", "--size", "1e12"],
+    "train-demo": ["train-demo", "--train-size", "1000000000000"],
+    "study": ["study", "--demo", "--chunk-mb", "0"],
+    "attention-study": ["attention-study", "--head-dim", "100000000000"],
+    "attention-study contexts": ["attention-study", "--contexts", "1000000000000"],
+    "attention-study product": ["attention-study", "--contexts", "1048576", "--head-dim", "1024"],
+    "attention-study seed": ["attention-study", "--seed", "-3"],
+    "attention-study folder": ["attention-study", "--figure", "."],
+    "attention-study svg": ["attention-study", "--figure", "fig.svg"],
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_LINES))
+def test_every_command_refuses_with_one_line_and_status_2(case, capsys, tmp_path, monkeypatch):
+    """Issue 40 class 7: argparse printed its usage lines before the error; attention-study allocated
+    10**12 tokens (MemoryError traceback), named no option for a negative --seed, wrote DIR.png for a
+    folder and failed on .svg only after the whole run.  Every refusal is now one line, before any work."""
+    monkeypatch.chdir(tmp_path)
+    assert set(c.split()[0] for c in _BAD_LINES) == set(fp8emu.cli.COMMANDS)
+    argv = _BAD_LINES[case]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"fp8emu") and "error:" in err and "usage:" not in err
+    assert list(tmp_path.iterdir()) == []          # nothing was written
+    if case.startswith("attention-study") and case != "attention-study product":
+        assert "--" in err                          # the option at fault is named

@@ -176,7 +176,8 @@ def test_demo_checkpoint_reproduces_byte_for_byte(tmp_path):
 # ----------------------------------------------------------------------------- version boundaries
 @pytest.mark.parametrize("version, inside", [
     ("1.2", True), ("1.2.0", True), ("1.2.0+local", True), ("1.2.post1", True), ("1.2.0.post1", True),
-    ("1.3.99", True), ("1.4.0rc1", True),             # a pre-release sorts below its release
+    ("1.3.99", True), ("1.3.0rc1", True),             # a pre-release inside the range is in it
+    ("1.4.0rc1", False), ("1.4.0.dev1", False),       # a pre-release of the bound: in neither range
     ("1.1.9", False), ("1.2.0rc1", False), ("1.2.0.dev1", False), ("1.4", False), ("1.4.0", False),
     ("1.4.1", False), ("1.10", False), ("2", False), ("0.99", False),
 ])
@@ -185,6 +186,25 @@ def test_version_range_boundaries(version, inside):
     assert VersionRange("x", "1.2", "1.4").contains(version) is inside
     assert VersionRange("x", "1.2").contains(version) is (inside or version not in ("1.1.9", "1.2.0rc1",
                                                                                       "1.2.0.dev1", "0.99"))
+
+
+@pytest.mark.parametrize("version", ["0.7.0.0", "0.7.0.0.0", "0.7.0+local", "0.7.0.post1", "0.7.1rc1"])
+def test_versions_compare_by_pep440(version):
+    """Issue 40: '0.7.0.0' (PEP 440: equal to 0.7) compared below '0.7' by hand and resolved to the 0.6
+    variant without a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_versioned("ml_dtypes", {"ml_dtypes": version}).name == "ml_dtypes-0.7"
+
+
+@pytest.mark.parametrize("version", ["0.7.0rc1", "0.7.0a1", "0.7.0b2", "0.7.0.dev3", "0.7rc1"])
+def test_a_pre_release_of_a_claimed_version_warns_and_gets_its_release(version):
+    """Issue 40: a pre-release of 0.7 sorted below 0.7, into the 0.6 range, silently.  Decided: it is
+    proven for no variant (warning) and gets the variant of the release it leads up to."""
+    with pytest.warns(UnprovenVersionWarning, match=rf"ml_dtypes {version} lies outside"):
+        assert resolve_versioned("ml_dtypes", {"ml_dtypes": version}).name == "ml_dtypes-0.7"
+    with pytest.warns(UnprovenVersionWarning):
+        assert resolve_versioned("ml_dtypes", {"ml_dtypes": "0.5.4rc1"}).name == "ml_dtypes-0.6"
 
 
 def test_version_range_checks_and_text():

@@ -400,3 +400,140 @@ def test_decoded_nan_keeps_the_codes_sign_as_ml_dtypes(fmt):
     nan = np.isnan(ml)
     if f.has_signed_nan:
         assert (fp8emu.encode(ml[nan], f) & f.sign_bit).tolist() == (c[nan] & f.sign_bit).tolist()
+
+
+# =============================================================================== issue 40 (round four)
+# Each class below failed before its fix.  Expectations: float32 limits (spec constants), the
+# documented contracts of the functions, MMA-Sim's reading of a UE4M3 scale code.
+from fp8emu.attention import AttentionRecipe, AttentionReport, attention, reference_attention  # noqa: E402
+
+
+def _qkv(h=2, n=16, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((h, n, d)).astype(np.float32) for _ in range(3))
+
+
+# ----------------------------------------------------------------------------- class 1: checked as used
+@pytest.mark.parametrize("scale", [1e39, 1e-50, 3.0e38, np.float64(1e39), 10 ** 40])
+def test_softmax_scale_is_checked_as_the_float32_the_kernel_folds(scale):
+    """1e39 and 10**40 are Inf in float32, 1e-50 is 0; 3e38 is finite, but fl32(3e38 * log2(e)) (the
+    FA3 fold) is Inf.  Each gave all-NaN output with report.ok True."""
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="softmax_scale"):
+        attention(q, k, v, "fa3-fp8", softmax_scale=scale)
+
+
+def test_a_row_whose_probabilities_all_vanish_is_not_ok():
+    """softmax_scale=1e38 folds to a finite multiplier (accepted), but m * scale_log2 overflows in
+    float32 inside the kernel, every P is 0, and the rows came out as O = 0, lse = -inf (the
+    result of a fully masked row) with report.ok True."""
+    q, k, v = _qkv()
+    assert np.isfinite(np.float32(1e38 * math.log2(math.e)))
+    res = attention(q, k, v, "fa3-fp8", softmax_scale=1e38, reference=False)
+    assert np.all(res.lse == -np.inf)            # the kernel's float32 overflow, modelled
+    assert not res.report.ok and any("invalid lse" in f for f in res.report.flags)
+    masked = attention(q, k, v, "fa3-fp8", kv_len=0, reference=False)   # no keys: -inf is right
+    assert np.all(masked.lse == -np.inf) and masked.report.ok
+    causal = attention(q[:, :4], k, v, "fa3-fp8", causal=True, reference=False)
+    assert causal.report.ok
+
+
+@pytest.mark.parametrize("field, value", [("p_scale", 1e39), ("p_scale", 1e-46), ("p_scale", 1e-39),
+                                          ("rescale_threshold", 1e39), ("rescale_threshold", 1e-50)])
+def test_recipe_numbers_are_checked_as_float32(field, value):
+    """p_scale 1e39 is Inf in float32; 1e-46 is 0; 1e-39 is a float32 subnormal whose reciprocal
+    (the row-sum and descale factor fl32(1 / p_scale)) is Inf; rescale_threshold 1e39 is Inf
+    (the max would never be updated) and 1e-50 is 0 (the option silently off)."""
+    with pytest.raises(ValueError, match=field):
+        AttentionRecipe(**{field: value})
+
+
+@pytest.mark.parametrize("d", [1e39, 1e-46, 1e-39])
+def test_given_descales_are_checked_as_float32_with_their_reciprocal(d):
+    q, k, v = _qkv()
+    r = AttentionRecipe(scale_rule="given")
+    with pytest.raises(ValueError, match="descales must be finite and positive in float32"):
+        attention(q, k, v, r, descales=(1.0, d, 1.0))
+
+
+# ----------------------------------------------------------------------------- class 2: never ok on NaN
+def test_a_nan_output_is_never_ok():
+    """A non-saturating P cast (p_saturate=False) with P past the format's max gives NaN rows;
+    the report flagged nothing (nanmax skipped the NaN errors)."""
+    q, k, v = _qkv()
+    r = AttentionRecipe(p_saturate=False, max_offset=10)     # P up to 2**10 > e4m3fn's 448 -> NaN
+    res = attention(q, k, v, r)
+    assert np.isnan(res.out).any()
+    assert not res.report.ok
+    assert any("non-finite output" in f for f in res.report.flags)
+    res = attention(q, k, v, r, reference=False)             # no reference: still flagged
+    assert not res.report.ok
+
+
+@pytest.mark.parametrize("field", ["rms_rel_error", "max_rel_error", "lse_max_abs_error",
+                                   "kernel_rms_rel_error"])
+def test_a_nan_error_is_never_ok(field):
+    z = np.zeros((1, 2), np.int64)
+    rep = AttentionReport("x", z, z, z, **{field: np.array([np.nan])})
+    assert not rep.ok and any(field in f for f in rep.flags)
+    lse = AttentionReport("x", z, z, z, lse_invalid=np.array([[0, 1]]))
+    assert not lse.ok
+
+
+# ----------------------------------------------------------------------------- class 3: one contract
+_BAD_SHAPES = {
+    "v shorter than k": lambda q, k, v: (q, k, v[:, :8]),
+    "heads not a multiple": lambda q, k, v: (q[:1], k, v),
+    "zero kv heads": lambda q, k, v: (q, k[:0], v[:0]),
+    "head dims differ": lambda q, k, v: (q, k[..., :4], v),
+    "NaN in q": lambda q, k, v: (np.where(q > 1, np.nan, q), k, v),
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_SHAPES))
+def test_reference_attention_refuses_what_attention_refuses(case):
+    """reference_attention took the key count from v (silently dropping keys), divided by the
+    head count (ZeroDivisionError) and indexed past the KV heads (IndexError)."""
+    args = _BAD_SHAPES[case](*_qkv())
+    with pytest.raises(ValueError) as want:
+        attention(*args, reference=False)
+    with pytest.raises(ValueError) as got:
+        reference_attention(*args)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("kw", [dict(kv_len=-1), dict(kv_len=17), dict(softmax_scale=0.0),
+                                dict(softmax_scale=1e39), dict(causal="yes"), dict(block_n=0)])
+def test_reference_attention_checks_its_options(kw):
+    q, k, v = _qkv()
+    with pytest.raises((ValueError, TypeError)):
+        reference_attention(q, k, v, **kw)
+
+
+def test_ue4m3_sign_bit_is_read_alike_by_mma_and_block_scaled_mm():
+    """The rule is the instruction's: a UE4M3 scale code's bit 7 is not read (MMA-Sim's
+    truncate_e4m3_to_ue4m3 masks it).  mma read 0xB8 as 1.0; block_scaled_mm refused it."""
+    from fp8emu.gemm import block_scaled_mm
+    from fp8emu.gemm.instructions import mma
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 16, (2, 64), dtype=np.uint8)
+    b = rng.integers(0, 16, (64, 2), dtype=np.uint8)
+    one, neg = np.full((2, 4), 0x38, np.uint8), np.full((2, 4), 0xB8, np.uint8)
+    ins = "rtx-blackwell-mma-mxf4nvf4"
+    want = mma(a, b, instruction=ins, a_format="e2m1fn", a_scales=one, b_scales=one.T, scale_format="ue4m3")
+    got = mma(a, b, instruction=ins, a_format="e2m1fn", a_scales=neg, b_scales=neg.T, scale_format="ue4m3")
+    np.testing.assert_array_equal(got, want)
+    kw = dict(a_format="nvfp4", b_format="nvfp4", a_global_scale=1.0, b_global_scale=1.0, accumulator=ins)
+    np.testing.assert_array_equal(block_scaled_mm(a, b, a_scales=neg, b_scales=neg.T, **kw),
+                                  block_scaled_mm(a, b, a_scales=one, b_scales=one.T, **kw))
+
+
+def test_threads_limit_holds_on_the_small_call_path():
+    """encode's small-call fast path took threads > 0 as valid, so threads=10**6 was refused in a
+    fresh process but accepted once a large call had built the fast path."""
+    x = np.linspace(-4, 4, 300)
+    fp8emu.encode(x, E4, threads=1)                  # builds the fast path
+    fp8emu.encode(np.linspace(-4, 4, 1 << 17), E4)   # and a large call
+    for _ in range(2):
+        with pytest.raises(ValueError, match="threads must be in 1.."):
+            fp8emu.encode(x, E4, threads=10 ** 6)

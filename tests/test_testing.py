@@ -428,8 +428,17 @@ def test_plugin_snapshot_cycle(pytester):
     pytester.makepyfile(test_snap=SNAPSHOT_TEST.format(rounding=', rounding="rtz"'))
     r = pytester.runpytest(*PLUGIN)
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["*codes differ from the expected codes*", "*rounding direction*",
+    r.stdout.fnmatch_lines(["*codes differ from the snapshot (profile 'ocp')*", "*rounding direction*",
                             "*--fp8-update-golden*"])
+    # issue 40: the wrong kernel cannot be accepted: the update checks it against encode(x, options)
+    before = (pytester.path / "fp8_golden" / "test_snap" / "test_kernel.npz").read_bytes()
+    r = pytester.runpytest(*PLUGIN, "--fp8-update-golden")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*fp8_golden: not recorded*"])
+    assert (pytester.path / "fp8_golden" / "test_snap" / "test_kernel.npz").read_bytes() == before
+    # the options say what the kernel does: now it is checked, recorded and passes
+    pytester.makepyfile(test_snap=SNAPSHOT_TEST.format(rounding=', rounding="rtz"').replace(
+        'profile="ocp")', 'profile="ocp", rounding="rtz")'))
     pytester.runpytest(*PLUGIN, "--fp8-update-golden").assert_outcomes(passed=1)
     pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
 
@@ -439,13 +448,13 @@ def test_plugin_metadata_inputs_and_missing(pytester, monkeypatch):
         import numpy as np, fp8emu, os
         X = np.float32([1.0, 2.5, -7.0]) * float(os.environ.get("SCALE", "1"))
         def test_a(fp8_golden):
-            fp8_golden.check(fp8emu.encode(X, "e5m2"), x=X, fmt="e5m2", saturate=os.environ.get("SAT", "0"))
+            fp8_golden.check(fp8emu.encode(X, "e5m2"), x=X, fmt="e5m2", kernel=os.environ.get("SAT", "0"))
     """)
     pytester.runpytest(*PLUGIN, "--fp8-golden-missing=fail").assert_outcomes(failed=1)
     r = pytester.runpytest(*PLUGIN)
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["*fp8_golden: created*"])
-    monkeypatch.setenv("SAT", "1")
+    monkeypatch.setenv("SAT", "1")           # an option that is not encode's: stored and compared
     r = pytester.runpytest(*PLUGIN)
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*recorded with format e5m2 and options*"])
@@ -476,3 +485,99 @@ def test_readme_kit_example_runs(pytester):
     outcomes = r.parseoutcomes()
     assert outcomes.get("passed", 0) >= 3 and not outcomes.get("failed") and not outcomes.get("errors"), r.stdout.str()
     assert zipfile.is_zipfile(next((pytester.path / "fp8_golden").rglob("*.npz")))
+
+
+# ----------------------------------------------------------------------------- issue 40: the kit
+def test_snapshot_options_are_stored_exactly(pytester, monkeypatch):
+    """Class 5: options were stored with json.dumps(default=str), NumPy's shortened repr of an array,
+    so a changed element inside the '...' still matched."""
+    pytester.makepyfile(test_opt="""
+        import numpy as np, fp8emu, os
+        X = np.float32([1.0, 2.5, -7.0])
+        T = np.arange(5000)
+        T[2500] = int(os.environ.get("T2500", "2500"))
+        def test_a(fp8_golden):
+            fp8_golden.check(fp8emu.encode(X, "e5m2"), x=X, fmt="e5m2", table=T, scale=np.float32(0.1))
+    """)
+    pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
+    pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
+    monkeypatch.setenv("T2500", "7")
+    r = pytester.runpytest(*PLUGIN)
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*recorded with format e5m2 and options*"])
+
+
+def test_snapshot_options_that_cannot_be_stored_are_refused(pytester):
+    pytester.makepyfile(test_bad="""
+        import numpy as np, fp8emu
+        X = np.float32([1.0, 2.5])
+        def test_a(fp8_golden):
+            fp8_golden.check(fp8emu.encode(X, "e5m2"), x=X, fmt="e5m2", rng=np.random.default_rng(0))
+    """)
+    r = pytester.runpytest(*PLUGIN)
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*fp8_golden option rng: a Generator cannot be stored exactly*"])
+    assert not (pytester.path / "fp8_golden").exists()
+
+
+def test_snapshot_names_map_to_one_file_each(pytester):
+    """Class 5: names differing only in punctuation ('a/b', 'a:b') shared one file."""
+    pytester.makepyfile(test_names="""
+        import numpy as np, fp8emu
+        X = np.float32([1.0, 2.5])
+        def test_a(fp8_golden):
+            fp8_golden.check(fp8emu.encode(X, "e5m2"), x=X, fmt="e5m2", name="a/b")
+            fp8_golden.check(fp8emu.encode(X, "e4m3fn"), x=X, fmt="e4m3fn", name="a:b")
+    """)
+    r = pytester.runpytest(*PLUGIN)
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*name=a/b' map to one file*"])
+    # a later run (a new session) meets the file the other name wrote
+    pytester.makepyfile(test_names="""
+        import numpy as np, fp8emu
+        X = np.float32([1.0, 2.5])
+        def test_a(fp8_golden):
+            fp8_golden.check(fp8emu.encode(X, "e5m2"), x=X, fmt="e5m2", name="a:b")
+    """)
+    r = pytester.runpytest(*PLUGIN)
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*holds the snapshot of 'test_a::name=a/b'*"])
+
+
+def test_a_wrong_kernel_is_never_recorded(pytester):
+    """Class 6: the first result was stored as it came; a wrong kernel recorded first passed forever."""
+    pytester.makepyfile(test_wrong="""
+        import numpy as np, fp8emu
+        X = np.linspace(-3, 3, 24, dtype=np.float32)
+        def test_a(fp8_golden):
+            fp8_golden.check(fp8emu.encode(X, "e4m3fn", rounding="rtz"), x=X, fmt="e4m3fn", profile="ocp")
+        def test_no_x(fp8_golden):
+            fp8_golden.check(fp8emu.encode(X, "e4m3fn"), fmt="e4m3fn")
+    """)
+    r = pytester.runpytest(*PLUGIN)
+    r.assert_outcomes(failed=2)
+    r.stdout.fnmatch_lines(["*fp8_golden: not recorded*", "*needs the inputs x*"])
+    assert not (pytester.path / "fp8_golden").exists()
+
+
+def test_a_snapshot_failure_names_its_profile_and_hides_the_kit(pytester, monkeypatch):
+    """Class 6: a torch-cpu snapshot's failure said "profile 'ocp'"; the kit's own frames showed in
+    the traceback."""
+    pytester.makepyfile(test_prof="""
+        import numpy as np, fp8emu, os
+        X = np.linspace(-3, 3, 24, dtype=np.float32)
+        def test_a(fp8_golden):
+            got = fp8emu.encode(X, "e4m3fn", profile="torch-cpu")
+            if os.environ.get("BREAK"):
+                got = got ^ np.uint8(1)
+            fp8_golden.check(got, x=X, fmt="e4m3fn", profile="torch-cpu")
+        def test_assert():
+            fp8emu.assert_fp8_equal(np.zeros(24, np.uint8) + 1, X, "e4m3fn")
+    """)
+    pytester.runpytest(*PLUGIN, "-k", "not assert").assert_outcomes(passed=1)
+    monkeypatch.setenv("BREAK", "1")
+    r = pytester.runpytest(*PLUGIN, "--tb=long")
+    r.assert_outcomes(failed=2)
+    out = r.stdout.str()
+    assert "profile 'torch-cpu'" in out and "profile 'ocp'" in out   # the snapshot's, and the assert's default
+    assert "testing/compare.py" not in out and "testing/plugin.py" not in out

@@ -105,6 +105,9 @@ GROUPS = {
                  *("tests/test_study.py::" + t for t in (
                      "test_safetensors_reader_returns_exact_values_and_dtypes", "test_npz_and_npy_folder_readers",
                      "test_bad_inputs_are_clear_errors", "test_safetensors_read_without_the_safetensors_package"))]),
+    "attention": (["fp8emu/attention.py"],
+                  ["tests/test_attention.py", "tests/test_reliability.py", "tests/test_attention_lab.py",
+                   "tests/test_docs.py::test_docstring_examples[fp8emu.attention]"]),
 }
 
 _BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,

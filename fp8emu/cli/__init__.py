@@ -30,12 +30,13 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from .. import parallel
 from ..version import __version__
 
 __all__ = ["main", "build_parser", "COMMANDS", "int_option", "positive_float", "worker_count",
-           "scheduler_address"]
+           "scheduler_address", "output_file"]
 
 #: command name -> (module in fp8emu.cli, one-line help), in --help order.
 COMMANDS = {
@@ -83,6 +84,36 @@ def int_option(minimum=None, maximum=None):
             raise argparse.ArgumentTypeError(f"expected {want}, got {v}")
         return v
     return integer
+
+
+def output_file(*suffixes):
+    """An argparse ``type`` for a file to write: not a folder, in a folder that exists, and (when
+    ``suffixes`` are given) with one of them, so a bad path is refused before any work is done.
+
+    Examples
+    --------
+    >>> output_file(".png")("fig.png"), output_file(".png").__name__
+    ('fig.png', 'output_file')
+    """
+    def output_file(text):
+        path = Path(text)
+        if not text or path.is_dir() or text.endswith(("/", os.sep)):
+            raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name"
+                                             + (f" ending in {' or '.join(suffixes)}" if suffixes else ""))
+        if not path.resolve().parent.is_dir():
+            raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+        if suffixes and path.suffix.lower() not in suffixes:
+            raise argparse.ArgumentTypeError(f"{text!r} must end in {' or '.join(suffixes)}")
+        return text
+    return output_file
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line gives one line on stderr (no usage lines before it), status 2."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
 
 
 def positive_float(text):
@@ -147,7 +178,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     >>> p.parse_args(["table", "e2m1fn"]).format
     'e2m1fn'
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fp8emu", description="Bit-exact FP8 / narrow-float reference emulator and numerics lab.")
     parser.add_argument("--version", action="version", version=f"fp8emu {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -192,6 +223,9 @@ def main(argv=None) -> int:
         if os.environ.get("FP8EMU_TRACEBACK", "") not in ("", "0"):
             raise
         print(f"fp8emu {command}: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:   # sizes are bounded up front; this is the last resort, still one line
+        print(f"fp8emu {command}: error: out of memory; use smaller sizes", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"fp8emu {command}: interrupted", file=sys.stderr)

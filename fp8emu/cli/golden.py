@@ -15,7 +15,7 @@ from ..rounding import ROUNDING_MODES
 from .. import dask as fdask
 from ..lab.study import dask_client
 from ..testing import golden
-from . import int_option, scheduler_address, worker_count
+from . import int_option, output_file, scheduler_address, worker_count
 
 
 def register(sub, name, help_text):
@@ -43,7 +43,7 @@ def register(sub, name, help_text):
     p.add_argument("--accumulators", nargs="+", default=["hopper", "hopper-fast"], metavar="ACC",
                    help="--scaled-mm: accumulators to give expected outputs for (default: hopper hopper-fast; "
                         "also fp32, exact)")
-    p.add_argument("--out", required=True, help="output file; its extension picks the type")
+    p.add_argument("--out", required=True, type=output_file(), help="output file; its extension picks the type")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--workers", type=worker_count, metavar="N",
                        help=".rle float32 tables: encode all 2^32 inputs on a local Dask cluster of N processes")

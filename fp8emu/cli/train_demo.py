@@ -18,7 +18,8 @@ def register(sub, name, help_text):
     p.add_argument("--accumulator", default="fp32", choices=("fp32", "hopper"),
                    help="FP8 GEMM accumulation; hopper is emulated and slow")
     p.add_argument("--amax-history-len", type=int_option(1), default=16, help="delayed-scaling history (default 16)")
-    p.add_argument("--train-size", type=int_option(1), default=8192, help="synthetic training examples (default 8192)")
+    p.add_argument("--train-size", type=int_option(1, 1 << 20), default=8192,
+                   help="synthetic training examples (default 8192; at most 2**20)")
     p.add_argument("--seed", type=int_option(0), default=0, help="seed of data and initialization")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)

@@ -68,6 +68,7 @@ import numpy as np
 
 from ..codec import decode
 from ..formats import get_format
+from ..interop import code_array
 from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
@@ -155,6 +156,9 @@ def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
         if isinstance(fmt, str) and fmt == "nvfp4":
             if global_scale is None:
                 raise ValueError(f"NVFP4 {what} needs {what}_global_scale (S_enc)")
+            # One rule for a UE4M3 scale code in every GEMM, the instruction's: its sign bit is not
+            # read (MMA-Sim's truncate_e4m3_to_ue4m3, mmasim/arithmetic/helper.py; as mma() reads it).
+            scales = code_array(scales, 256, f"{what}_scales") & np.uint8(0x7F)
             t = nvfp4_from_codes(x, scales, global_scale, axis=k_axis)
         else:
             if global_scale is not None:
@@ -262,8 +266,10 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
         For raw codes: an MX element format (``"e4m3fn"``, ``"e5m2"``, ``"e2m3fn"``,
         ``"e3m2fn"``, ``"e2m1fn"``, ``"int8"``) or ``"nvfp4"``.
     a_scales, b_scales : ndarray of uint8, optional
-        For raw codes: E8M0 scale codes (MX, one per 32 along K) or e4m3fn codes
+        For raw codes: E8M0 scale codes (MX, one per 32 along K) or UE4M3 codes
         (NVFP4, one per 16), shaped like the codes with K replaced by the block count.
+        A UE4M3 code's bit 7 is not read, as the block-scaled instructions (and
+        :func:`fp8emu.gemm.mma`) read it: 0xB8 is 1.0 like 0x38.
     a_global_scale, b_global_scale : float, optional
         For raw NVFP4 codes: ``S_enc``.
     accumulator : {"blackwell", "exact", "fp32"}, BlockScaledAccumulator, or a block-scaled instruction

@@ -324,6 +324,7 @@ def assert_fp8_equal(actual, x, fmt, *, profile="ocp", max_examples=10, **encode
     ...     print(str(e).splitlines()[0])
     1 of 2 e4m3fn codes differ from fp8emu (profile 'ocp')
     """
+    __tracebackhide__ = True   # pytest shows the caller's line, not this helper's
     try:
         res = compare_codes(actual, x, fmt, profile=profile, max_examples=max_examples, **encode_options)
     except ValueError as exc:
@@ -518,6 +519,7 @@ def assert_close_ulp(actual, expected, dtype, max_ulp=0, *, n_worst=10):
     ...     print(str(e).splitlines()[0])
     1 of 2 bfloat16 elements differ by more than 0 ULP (largest distance: 32 ULP)
     """
+    __tracebackhide__ = True
     res = compare_ulp(actual, expected, dtype, max_ulp=max_ulp, n_worst=n_worst)
     if not res.ok:
         raise AssertionError(str(res))

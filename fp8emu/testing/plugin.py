@@ -14,6 +14,14 @@ the report of :func:`fp8emu.testing.compare_codes`.  ``pytest
 --fp8-update-golden`` rewrites the files; ``--fp8-golden-missing=fail``
 makes a missing file a failure (for CI, where new snapshots must be
 committed rather than created).
+
+A snapshot is only written (created or updated) when the result equals
+``fp8emu.encode(x, fmt, **options)`` for the encode options among
+``options`` (``profile``, ``rounding``, ``saturate``, ``via``, ``sr_bits``,
+``random_bits``), so a wrong kernel cannot be recorded; ``x`` is therefore
+required to record.  Options are stored exactly (arrays element by element;
+a value that cannot be is a TypeError), and each file records the test and
+name it belongs to: two names that map to one file name are an error.
 """
 
 from __future__ import annotations
@@ -51,6 +59,44 @@ def pytest_addoption(parser):
 
 def _safe(name):
     return re.sub(r"[^\w.-]", "_", str(name))
+
+
+#: Options of :func:`fp8emu.encode` that a snapshot's result is checked with before it is written.
+_ENCODE_OPTIONS = ("profile", "rounding", "saturate", "via", "sr_bits", "random_bits")
+
+
+def _exact(value, where):
+    """``value`` as JSON that reads back as exactly the same value, or a TypeError naming ``where``.
+
+    NumPy scalars become Python numbers; arrays become ``{"ndarray": dtype, "shape", "data"}`` with
+    every element (``json.dumps(default=str)`` stored NumPy's shortened repr, so a changed element
+    inside the ``...`` still matched)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, np.bool_):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        if f != value and not np.isnan(f):   # a float128 wider than a double: not stored exactly
+            raise TypeError(f"fp8_golden option {where}: {value!r} cannot be stored exactly as a double")
+        return f
+    if isinstance(value, (list, tuple)):
+        return [_exact(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"fp8_golden option {where}: dict keys must be strings")
+        return {k: _exact(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.dtype.itemsize <= 8:
+        return {"ndarray": value.dtype.name, "shape": list(value.shape),
+                "data": _raw(np.ascontiguousarray(value)).reshape(-1).tolist()}
+    raise TypeError(f"fp8_golden option {where}: a {type(value).__name__} cannot be stored exactly; pass "
+                    "strings, numbers, bools, None, lists/dicts of them or NumPy arrays of numbers")
+
+
+def _encode_kwargs(options):
+    return {k: options[k] for k in _ENCODE_OPTIONS if k in options}
 
 
 def _raw(a):
@@ -163,6 +209,7 @@ class FP8Golden:
         pathlib.Path
             The snapshot file.
         """
+        __tracebackhide__ = True
         f = get_format(fmt)
         path = self.path(name)
         if name is None:
@@ -171,15 +218,22 @@ class FP8Golden:
         xa = None if x is None else to_numpy(x, what="x")
         if xa is not None and xa.shape != codes.shape:
             raise ValueError(f"shape mismatch: result {codes.shape}, inputs x {xa.shape}")
-        opts = json.dumps(options, sort_keys=True, default=str)
+        opts = json.dumps({k: _exact(v, k) for k, v in options.items()}, sort_keys=True, allow_nan=True)
+        ident = f"{self._request.node.name}::{'#' + str(self._count) if name is None else 'name=' + str(name)}"
+        claimed = self._request.config.__dict__.setdefault("_fp8_golden_claimed", {})
+        if claimed.setdefault(path, ident) != ident:
+            pytest.fail(f"fp8_golden: {ident!r} and {claimed[path]!r} map to one file {path} (names that "
+                        "differ only in punctuation); give one of them another name", pytrace=False)
+        profile = str(options.get("profile", "ocp"))
         if self.update or not path.exists():
             if not path.exists() and not self.update and self.missing == "fail":
                 pytest.fail(f"fp8_golden file {path} is missing (--fp8-golden-missing=fail); create it with "
                             "--fp8-update-golden and commit it", pytrace=False)
+            self._verify(codes_or_values, xa, f, options, path)
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as fh:
                 np.savez(fh, format_version=np.array(FORMAT_VERSION), kind=np.array("fp8_golden"),
-                         format=np.array(f.name), profile=np.array(str(options.get("profile", "ocp"))),
+                         format=np.array(f.name), profile=np.array(profile), identity=np.array(ident),
                          options=np.array(opts), codes=codes, **_x_arrays(xa))
             if not self.update:
                 warnings.warn(f"fp8_golden: created {path}; commit it so later runs compare against it",
@@ -187,12 +241,16 @@ class FP8Golden:
             return path
         try:
             stored_fmt, stored_opts, stored, sx = _read_snapshot(path)
+            stored_ident = _stored_identity(path)
             problem = None
         except ValueError as exc:
             problem = str(exc)
         if problem is not None:     # failed outside the except block: no chained traceback in the report
             pytest.fail(f"fp8_golden: the snapshot cannot be used: {problem} (delete it, or rerun with "
                         "--fp8-update-golden to rewrite it)", pytrace=False)
+        if stored_ident is not None and stored_ident != ident:
+            pytest.fail(f"fp8_golden: {path} holds the snapshot of {stored_ident!r}, not of {ident!r} (names that "
+                        "differ only in punctuation share a file); give one of them another name", pytrace=False)
         hint = f"(golden file: {path}; rerun with --fp8-update-golden to accept the new result)"
         if stored_fmt != f.name or stored_opts != opts:
             pytest.fail(f"fp8_golden: the snapshot was recorded with format {stored_fmt} and options "
@@ -204,10 +262,42 @@ class FP8Golden:
             same = sx.shape == xa.shape and sx.dtype == xa.dtype and np.array_equal(_raw(sx), _raw(xa))
             if not same:
                 pytest.fail(f"fp8_golden: the inputs x differ from the snapshot's {hint}", pytrace=False)
-        res = compare_codes(codes_or_values, sx if xa is None else xa, f, expected=stored)
+        shown = {k: v for k, v in options.items() if k in ("rounding", "saturate", "via")}
+        res = compare_codes(codes_or_values, sx if xa is None else xa, f, expected=stored, profile=profile, **shown)
         if not res.ok:
-            pytest.fail(f"{res}\n{hint}", pytrace=False)
+            pytest.fail(f"{str(res).replace('from the expected codes', 'from the snapshot')}\n{hint}",
+                        pytrace=False)
         return path
+
+    def _verify(self, codes_or_values, xa, f, options, path):
+        """Refuse to record a result that is not ``encode(x, fmt, **options)``: a snapshot of a wrong
+        kernel would otherwise pass forever."""
+        __tracebackhide__ = True
+        if xa is None:
+            pytest.fail(f"fp8_golden: recording {path} needs the inputs x (the result is checked against "
+                        "fp8emu.encode(x, ...) before it is written)", pytrace=False)
+        enc = _encode_kwargs(options)
+        try:
+            res = compare_codes(codes_or_values, xa, f, **enc)
+        except (ValueError, TypeError) as exc:
+            problem = str(exc)
+        else:
+            problem = None
+        if problem is not None:
+            pytest.fail(f"fp8_golden: cannot check the result against fp8emu.encode(x, {f.name!r}, "
+                        f"{', '.join(f'{k}=...' for k in enc)}) before recording {path}: {problem}", pytrace=False)
+        if not res.ok:
+            pytest.fail(f"fp8_golden: not recorded: the result is not what fp8emu gives for these inputs and "
+                        f"options, so it would pass forever as a snapshot.\n{res}\n(golden file: {path})",
+                        pytrace=False)
+
+
+def _stored_identity(path):
+    """The test and name a snapshot was recorded for (None in files written before it was stored)."""
+    z = read_npz(path)
+    if "identity" not in z:
+        return None
+    return _text(z, "identity", path)
 
 
 @pytest.fixture
