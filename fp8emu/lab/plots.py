@@ -471,12 +471,14 @@ def figure_data_error_vs_range(data, *, checkpoint=None, formats=("e4m3fn", "e5m
     ax.set_yscale("log", base=2)
     scaled = "one scale per tensor" if recipe == "tensor" else "unscaled, saturating"
     _label(ax, "binade e of |x|  (|x| in [2^e, 2^(e+1)))", "relative error |q(x) - x| / |x|",
-           f"Rounding error vs magnitude, {label} ({scaled})", loc="upper right")
+           f"(a) relative error per binade ({scaled})", fontsize=7)
     exps, counts = np.unique(np.frexp(np.abs(x[x != 0]))[1] - 1, return_counts=True)
     ax2.bar(exps, counts, width=0.9, color="C7")
+    ax2.set_xlim(ax.get_xlim())
     ax2.set_xlabel("binade e of |x|")
     ax2.set_ylabel("non-zero elements")
-    ax2.set_title(f"Dynamic range of {label}: {x.size} elements, {int(np.count_nonzero(x == 0))} zeros")
+    ax2.set_title(f"(b) dynamic range: {x.size} elements, {int(np.count_nonzero(x == 0))} zeros")
+    fig.suptitle(f"Rounding error vs magnitude: {label}")
     return fig
 
 
@@ -514,8 +516,12 @@ def figure_data_sqnr_vs_scale(data, *, checkpoint=None, formats=("e4m3fn", "e5m2
                     label=f"{f} {'unscaled' if recipe == 'none' else 'per-tensor scaled'}")
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log", base=2)
-    _label(ax, "factor s multiplying the data (log2 axis; s = 1: as given)", "SQNR (dB)",
-           f"SQNR vs scale, {label} (saturating)", ncol=2)
+    ax.set_xlabel("factor s multiplying the data (log2 axis; s = 1: as given)")
+    ax.set_ylabel("SQNR (dB)")
+    ax.set_title(f"SQNR vs scale, {label} (saturating)")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.subplots_adjust(bottom=0.3)
+    fig.legend(handles, labels, ncol=min(4, len(labels)), loc="lower center", bbox_to_anchor=(0.5, 0.0))
     return fig
 
 
@@ -563,7 +569,8 @@ def figure_data_gemm_error(a, b, *, checkpoint=None, accumulators=("exact", "fp3
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     _label(ax, "inner dimension K (first K columns of A, rows of B)", "||C - R|| / ||R||  (Frobenius)",
-           f"{fmt} GEMM error vs K, {label} (1e-10: exact)", fontsize=7, ncol=2)
+           f"{fmt} GEMM error vs K, {label} (1e-10: exact)", fontsize=8, loc="upper left",
+           bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return fig
 
 
