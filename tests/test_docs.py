@@ -82,3 +82,12 @@ def test_lab_guide_training_table_reproduces():
     r = res["fp8"]
     assert counts == ["/".join(str(r[f"{k}_{what}"]) for k in "xwg").replace("/", " / ")
                       for what in ("overflow", "underflow", "count")]
+
+
+def test_lab_extra_installs_a_notebook_front_end_and_getting_started_names_it():
+    # After the documented install, `jupyter lab notebooks/` must exist (the dev extra only runs them headless).
+    import tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(req.startswith("jupyterlab") for req in extras["lab"])
+    text = (ROOT / "docs" / "getting-started.md").read_text()
+    assert "pip install -e '.[dev,lab]'\njupyter lab notebooks/\n" in text and "`[lab]`" in text
