@@ -91,3 +91,23 @@ def test_lab_extra_installs_a_notebook_front_end_and_getting_started_names_it():
     assert any(req.startswith("jupyterlab") for req in extras["lab"])
     text = (ROOT / "docs" / "getting-started.md").read_text()
     assert "pip install -e '.[dev,lab]'\njupyter lab notebooks/\n" in text and "`[lab]`" in text
+
+
+def test_ci_docs_refuses_to_pip_install_outside_a_virtual_environment(tmp_path):
+    # A python3 that is no venv (the base interpreter) and, run with -S, has no docs packages: .ci/docs must
+    # stop with one clear message before installing anything or touching the build folders.
+    import os
+    import subprocess
+    import sys
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    if not base.is_file():
+        pytest.skip(f"no base interpreter at {base}")
+    fake = tmp_path / "python3"
+    fake.write_text(f'#!/bin/sh\nexec {base} -S "$@"\n')
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "VIRTUAL_ENV")}
+    env["PATH"] = f"{tmp_path}:{env['PATH']}"
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "docs")], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "is not a virtual environment" in r.stderr and "python3 -m venv .venv" in r.stderr
+    assert "installing" not in r.stdout
