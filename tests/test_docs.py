@@ -111,3 +111,22 @@ def test_ci_docs_refuses_to_pip_install_outside_a_virtual_environment(tmp_path):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "is not a virtual environment" in r.stderr and "python3 -m venv .venv" in r.stderr
     assert "installing" not in r.stdout
+
+
+def test_validate_kernel_cpu_scaled_mm_note_holds():
+    # The guide's CPU snippet runs as written, and its claim that a non-power-of-two scale breaks the
+    # fp32 match is true on this machine (torch's CPU kernel, here and now).
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    text = (ROOT / "docs" / "guides" / "validate-kernel.md").read_text()
+    note = text.split("(validate-torch-cpu-scaled-mm)=", 1)[1]
+    block = re.search(r"```py\n# needs torch; runs on the CPU\n(.*?)```", note, re.S).group(1)
+    torch.manual_seed(0)
+    exec(compile(block, "validate-kernel.md", "exec"), {})
+    import fp8emu
+    a = torch.randn(32, 256).to(torch.float8_e4m3fn)
+    b = torch.randn(16, 256).to(torch.float8_e4m3fn).t()
+    got = torch._scaled_mm(a, b, scale_a=torch.tensor(0.3), scale_b=torch.tensor(1.0), out_dtype=torch.float32)
+    want = fp8emu.scaled_mm(a.view(torch.uint8).numpy(), b.contiguous().view(torch.uint8).numpy(),
+                            a_format="e4m3fn", b_format="e4m3fn", scale_a=0.3, accumulator="fp32")
+    assert np.mean(got.numpy() == np.asarray(want)) < 0.5
