@@ -27,6 +27,7 @@ extensions = [
     "sphinx.ext.mathjax",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
+    "sphinx_copybutton",
     "fp8emu_docs",
 ]
 
@@ -68,6 +69,10 @@ sphinx_gallery_conf = {
 html_theme = "pydata_sphinx_theme"
 html_title = f"fp8emu {release}"
 html_static_path = ["_static"]
+# Wide code blocks scroll sideways instead of being cut off; the copy button leaves out prompts and outputs.
+html_css_files = ["fp8emu.css"]
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,

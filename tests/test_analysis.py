@@ -151,3 +151,139 @@ def test_table_object():
         analysis.Table({"a": [1], "b": [1, 2]})
     with pytest.raises(TypeError):
         analysis.Table([1, 2])
+
+
+# ----------------------------------------------------------------------------- your own data
+# Expectations below come from ml_dtypes' own casts (round to nearest even, an independent
+# implementation) and NumPy formulas written here, never from fp8emu's codec.
+
+def _e4m3_tensorwise(x):
+    """ml_dtypes: one float32 scale 448/amax, RNE cast, dequantized in float32 with fl32(1/scale)."""
+    x32 = np.asarray(x, np.float32)
+    s = np.float32(448.0) / np.float32(np.max(np.abs(x32)))
+    y = (x32 * s).astype(np.float32).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    return (y * (np.float32(1.0) / s)).astype(np.float64)
+
+
+def _sqnr(x, q):
+    return 10 * np.log10(np.sum(x ** 2) / np.sum((q - x) ** 2))
+
+
+def test_granularity_sqnr_of_user_data_matches_ml_dtypes():
+    g = np.random.default_rng(3)
+    x = (g.standard_normal((64, 256)) * np.exp(g.standard_normal((64, 1)))).astype(np.float32).astype(np.float64)
+    t = analysis.granularity_sqnr(x)
+    assert list(t["recipe"]) == list(analysis.GRANULARITY_RECIPES)
+    got = dict(zip(t["recipe"], t["sqnr_db"]))
+    assert got["per-tensor"] == pytest.approx(_sqnr(x, _e4m3_tensorwise(x)), abs=1e-9)
+    rows = np.stack([_e4m3_tensorwise(r) for r in x])
+    assert got["row-wise"] == pytest.approx(_sqnr(x, rows), abs=1e-9)
+    # MX (OCP v1.0): scale 2^(floor(log2 amax) - 8) per 32 elements, elements cast saturating
+    b = x.reshape(64, 8, 32)
+    e = np.floor(np.log2(np.max(np.abs(b), axis=-1, keepdims=True))) - 8
+    y = np.clip(b / 2.0 ** e, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64) * 2.0 ** e
+    assert got["MX32 e4m3 floor"] == pytest.approx(_sqnr(x, y.reshape(x.shape)), abs=1e-9)
+
+
+def test_sweep_scale_takes_user_data_by_label():
+    x = np.random.default_rng(4).standard_t(3, 3000).astype(np.float32).astype(np.float64)
+    scales = [2.0 ** -10, 1.0, 2.0 ** 6]
+    t = analysis.sweep_scale(["e4m3fn"], {"my acts": x}, scales)
+    assert set(t["distribution"]) == {"my acts"}
+    for s, got in zip(scales, t["sqnr_db"]):
+        y = np.clip(x * s, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+        assert got == pytest.approx(_sqnr(x * s, y), abs=1e-9)
+
+
+def test_binade_errors_match_an_element_wise_computation():
+    x = np.random.default_rng(5).lognormal(0, 3, 5000).astype(np.float32).astype(np.float64)
+    t = analysis.binade_errors(x, "e4m3fn", recipe="tensor")
+    s = 448.0 / np.max(x)     # the lab's float64 "tensor" recipe, as in sweep_scale
+    q = (x * s).astype(ml_dtypes.float8_e4m3fn).astype(np.float64) / s
+    rel = np.abs(q - x) / x
+    e = np.floor(np.log2(x)).astype(int)
+    assert t["count"].sum() == x.size
+    for row in t.rows():
+        sel = e == row["exponent"]
+        assert row["count"] == np.count_nonzero(sel)
+        assert row["mean_rel_err"] == pytest.approx(np.mean(rel[sel]), rel=1e-12)
+        assert row["max_rel_err"] == pytest.approx(np.max(rel[sel]), rel=1e-12)
+        assert row["flushed"] == np.count_nonzero(q[sel] == 0)
+
+
+def test_gemm_error_vs_k_against_exact_and_float32_sums():
+    g = np.random.default_rng(6)
+    a = g.standard_normal((3, 512)).astype(np.float32)
+    b = g.uniform(0, 1, (512, 2)).astype(np.float32)
+    t = analysis.gemm_error_vs_k(a, b, accumulators=("exact", "fp32"), ks=(64, 512))
+    assert t["k"].tolist() == [64, 64, 512, 512]
+    sa = np.float32(448.0) / np.float32(np.max(np.abs(a)))
+    sb = np.float32(448.0) / np.float32(np.max(np.abs(b)))
+    qa = (a * sa).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    qb = (b * sb).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    inv = np.float64(np.float32(1) / sa) * np.float64(np.float32(1) / sb)
+    for k in (64, 512):
+        ref = a[:, :k].astype(np.float64) @ b[:k]
+        ref_q = qa[:, :k] @ qb[:k] * inv
+        acc = np.zeros((3, 2), np.float32)      # fp32: one float32 sum, products exact, in K order
+        for i in range(k):
+            acc = np.float32(acc + np.float32(qa[:, i:i + 1] * qb[i:i + 1, :]))
+        # epilogue as cuBLASLt's alpha: fl32(C * fl32(scale_a * scale_b))
+        fp32 = acc * np.float32((np.float32(1) / sa) * (np.float32(1) / sb))
+        row = {r["accumulator"]: r for r in t.where(k=k).rows()}
+        # exact: the sum rounded to float32 once, then times fl32(scale_a * scale_b)
+        assert 0 < row["exact"]["accumulation_error"] <= 3 * 2.0 ** -24
+        assert row["exact"]["total_error"] == pytest.approx(
+            np.linalg.norm(ref_q - ref) / np.linalg.norm(ref), rel=1e-5)
+        assert row["fp32"]["accumulation_error"] == pytest.approx(
+            np.linalg.norm(fp32 - ref_q) / np.linalg.norm(ref_q), rel=1e-9)
+        assert row["fp32"]["total_error"] == pytest.approx(
+            np.linalg.norm(fp32 - ref) / np.linalg.norm(ref), rel=1e-5)
+
+
+def test_user_data_from_a_checkpoint_by_name(tmp_path):
+    from fp8emu.lab.study import demo_checkpoint
+    name = "model.layers.0.mlp.up_proj.weight"
+    t = analysis.granularity_sqnr(name, checkpoint=demo_checkpoint())
+    st = pytest.importorskip("safetensors.numpy")
+    ref = np.asarray(st.load_file(str(demo_checkpoint()))[name], np.float64)
+    assert t["sqnr_db"][0] == pytest.approx(analysis.granularity_sqnr(ref)["sqnr_db"][0], abs=0)
+
+
+def test_user_data_from_torch_tensors():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(16, 64, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
+    got = analysis.granularity_sqnr(x)["sqnr_db"]
+    ref = analysis.granularity_sqnr(x.float().numpy())["sqnr_db"]
+    assert got.tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("call, err, match", [
+    (lambda: analysis.granularity_sqnr("w.safetensors"), TypeError, "pass checkpoint=PATH"),
+    (lambda: analysis.granularity_sqnr([1.0, np.inf]), ValueError, "1 NaN/Inf"),
+    (lambda: analysis.granularity_sqnr(np.array([True])), TypeError, "real numbers"),
+    (lambda: analysis.granularity_sqnr(np.zeros((0, 3))), ValueError, "empty"),
+    (lambda: analysis.gemm_error_vs_k(np.ones((2, 4)), np.ones((5, 2))), ValueError, r"\(M, K\) and \(K, N\)"),
+    (lambda: analysis.gemm_error_vs_k(np.ones((2, 4)), np.ones((4, 2)), ks=[8]), ValueError, "1..4"),
+    (lambda: analysis.gemm_error_vs_k(np.ones((2, 4)), np.ones((4, 2)), accumulators="fp32"), TypeError,
+     "sequence of names"),
+    (lambda: analysis.sweep_scale(["e4m3fn"], {"x": [1.0, np.nan]}, [1.0]), ValueError,
+     r"distributions\['x'\] holds 1 NaN"),
+])
+def test_user_data_bad_input_is_one_clear_error(call, err, match):
+    with pytest.raises(err, match=match):
+        call()
+
+
+def test_unknown_checkpoint_tensor_lists_the_names():
+    from fp8emu.lab.study import demo_checkpoint
+    with pytest.raises(ValueError, match="holds no floating-point tensor named 'nope'; it holds: activations"):
+        analysis.binade_errors("nope", "e4m3fn", checkpoint=demo_checkpoint())
+
+
+def test_user_data_is_not_modified():
+    x = np.linspace(-3, 3, 256).reshape(4, 64)
+    before = x.copy()
+    analysis.granularity_sqnr(x)
+    analysis.binade_errors(x, "e5m2")
+    assert np.array_equal(x, before)

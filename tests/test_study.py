@@ -7,6 +7,7 @@ quantizers applied to whole tensors, never from the study's own numbers.
 
 import base64
 import csv
+import html
 import math
 import re
 import tracemalloc
@@ -376,16 +377,87 @@ def test_report_renders_in_headless_chromium_with_every_figure(demo_run, tmp_pat
     import shutil
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
-    images = report.check_in_browser(demo_run / "report.html", screenshot=tmp_path / "shot.png")
+    from PIL import Image
+    images = report.check_in_browser(demo_run / "report.html", screenshot=tmp_path / "shot.png",
+                                     width=1280, height=1600)
     assert [i["id"] for i in images] == ["sqnr_heatmap", "sqnr_vs_dynamic_range"]
     assert all(i["complete"] and i["width"] > 300 and i["height"] > 200 for i in images)
-    assert (tmp_path / "shot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The screenshot is the page as drawn: the requested size, text and tables on a white page
+    # (many dark pixels, in many shades), not a blank or error page.
+    shot = Image.open(tmp_path / "shot.png").convert("L")
+    assert shot.size == (1280, 1600)
+    px = np.asarray(shot)
+    assert (px < 128).mean() > 0.01 and (px > 250).mean() > 0.5 and len(np.unique(px)) > 64
     # The probe does see a figure the browser cannot decode.
     page = (demo_run / "report.html").read_text()
     broken = tmp_path / "broken.html"
     broken.write_text(page.replace("base64,iVBOR", "base64,AAAAA", 1))
     widths = [i["width"] for i in report.check_in_browser(broken)]
     assert widths[0] == 0 and widths[1] > 0
+
+
+def _text(page):
+    return html.unescape(re.sub(r"<[^>]+>", " ", re.sub(r'src="data:[^"]+"', "", page)))
+
+
+def test_report_has_provenance_definitions_and_block_context(demo_run):
+    page = (demo_run / "report.html").read_text()
+    text = _text(page)
+    for needle in ("input", "demo.safetensors", "(30 tensors studied)", f"fp8emu {fp8emu.__version__}",
+                   f"numpy {np.__version__}", "ml_dtypes", "matplotlib", " UTC"):
+        assert needle in text, needle
+    assert f"fp8emu study --demo --out {demo_run}" in text
+    for column in ("overflow", "saturated", "flushed to 0", "subnormal", "SQNR (dB)", "dynamic range"):
+        assert re.search(rf"<dt>{re.escape(column)}</dt><dd>[^<]{{30,}}</dd>", page), column
+    # NVFP4's saturation carries its context next to the number, and the note explains it
+    nvfp4 = re.search(r"<tr><td>nvfp4</td>(.*?)</tr>", page).group(1)
+    assert re.search(r"<td>[0-9.]+ % †</td>", nvfp4)
+    assert "† by design" in text and "clipping is counted under overflow" in text
+    md = (demo_run / "report.md").read_text()
+    assert "| NVFP4: E4M3 scale per 16, FP32 per tensor | nvfp4 |" in md and "† by design" in md
+
+
+def test_report_conclusion_and_best_recipes_follow_from_the_rows(demo_run):
+    import statistics
+    rows = study.read_results(demo_run / "results.csv")
+    text = _text((demo_run / "report.html").read_text())
+    fp8 = {r["recipe"] for r in rows if r["format"] in ("e4m3fn", "e5m2")}
+    med = {n: statistics.median(r["sqnr_db"] for r in rows if r["recipe"] == n) for n in fp8}
+    top = max(med, key=med.get)
+    assert f"Highest median SQNR in 8 bits: {top} ({med[top]:.1f} dB median" in text
+    tensors = sorted({r["tensor"] for r in rows})
+    best = {t: max((r for r in rows if r["tensor"] == t and r["recipe"] in fp8), key=lambda r: r["sqnr_db"])
+            for t in tensors}
+    wins = statistics.mode(best[t]["recipe"] for t in tensors)
+    n = sum(best[t]["recipe"] == wins for t in tensors)
+    assert f"{wins} is the best 8-bit recipe for {n} of {len(tensors)} tensors." in text
+    table = dict((b["tensor"], b) for b in report.best_recipes(rows))
+    for t in tensors:
+        assert table[t]["best_8bit"][1] == best[t]["sqnr_db"]
+
+
+def test_heatmap_groups_recipes_by_family_with_labels_on_every_side(demo_run):
+    rows = study.read_results(demo_run / "results.csv")
+    fig = report.figure_heatmap(rows)
+    ax = fig.axes[0]
+    both = [t.get_text() for t in ax.get_yticklabels()]     # the left side's labels, then the right's
+    names = both[:len(both) // 2]
+    assert names == both[len(both) // 2:] and len(names) == len({r["recipe"] for r in rows})
+    families = [report.recipe_family(n) for n in names]
+    # each family is one contiguous run, in the FAMILIES order
+    runs = [f for i, f in enumerate(families) if i == 0 or families[i - 1] != f]
+    order = list(dict.fromkeys(title for _, title, _ in report.FAMILIES))
+    assert runs == sorted(set(runs), key=order.index)
+    assert names[-1] == "nvfp4" and names[0].startswith("cast-")
+    params = ax.xaxis.get_tick_params(), ax.yaxis.get_tick_params()
+    assert params[0]["labeltop"] and params[0]["labelbottom"] and params[1]["labelright"]
+    cell_sizes = {t.get_fontsize() for t in ax.texts}
+    assert min(cell_sizes) >= 7          # legible cell text
+    # one panel per family in the scatter figure, each with its own legend
+    fig = report.figure_sqnr_vs_range(rows)
+    shown = [a for a in fig.axes if a.get_visible()]
+    assert [a.get_title() for a in shown] == runs
+    assert all(a.get_legend() is not None for a in shown)
 
 
 def test_safetensors_read_without_the_safetensors_package(tmp_path):

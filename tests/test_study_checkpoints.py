@@ -214,19 +214,26 @@ def _synthetic_rows(names):
                  dynamic_range_log2=float(g.uniform(2, 20))) for n in names for j in range(2)]
 
 
-def test_every_recipe_has_a_distinct_colour_and_marker():
+def test_every_recipe_has_a_distinct_colour_and_marker_in_its_panel():
     names = list(recipe_matrix())
     styles = report.recipe_styles(names)
     assert len(set(styles.values())) == len(names)
     fig = report.figure_sqnr_vs_range(_synthetic_rows(names))
-    ax = fig.axes[0]
-    drawn = set()
-    for col in ax.collections:
-        colour = tuple(np.round(col.get_facecolor()[0][:3], 4))
-        shape = tuple(np.round(col.get_paths()[0].vertices.ravel(), 4))
-        drawn.add((colour, shape))
-    assert len(ax.collections) == len(names) and len(drawn) == len(names)
-    assert len(ax.get_legend().get_texts()) == len(names)
+    n, legends = 0, 0
+    for ax in fig.axes:       # one panel per recipe family; within a panel, colours and markers both differ
+        colours, shapes, pairs = set(), set(), set()
+        for col in ax.collections:
+            colour = tuple(np.round(col.get_facecolor()[0][:3], 4))
+            shape = tuple(np.round(col.get_paths()[0].vertices.ravel(), 4))
+            colours.add(colour)
+            shapes.add(shape)
+            pairs.add((colour, shape))
+        assert len(pairs) == len(ax.collections)
+        if len(ax.collections) <= 10:
+            assert len(colours) == len(shapes) == len(ax.collections)
+        n += len(ax.collections)
+        legends += len(ax.get_legend().get_texts()) if ax.get_legend() else 0
+    assert n == len(names) and legends == len(names)
 
 
 def test_all_recipes_render_without_matplotlib_warnings(tmp_path):

@@ -1,10 +1,13 @@
 """Render the demo study's report.html in headless Chromium: check every figure loaded, save the screenshot.
 
 Run: ``python3 tools/make_report_screenshot.py`` (needs ``chromium``; Debian: ``apt-get install chromium``).
-Writes ``figures/study_report.png`` (the top of the page: recipe summary and SQNR heat map),
-palette-quantized to keep the repository small.
+Writes ``figures/study_report.png`` (the top of the page: provenance, conclusion, recipe summary,
+column definitions and the start of the best-recipe table), palette-quantized to keep the
+repository small.  The study runs as ``fp8emu study --demo`` in a temporary folder, so the
+report's provenance shows that command.
 """
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -13,16 +16,24 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fp8emu.lab import report, study  # noqa: E402
+from fp8emu.cli import main as fp8emu_main  # noqa: E402
+from fp8emu.lab import report  # noqa: E402
 
 OUT = ROOT / "figures" / "study_report.png"
 
 
 def main():
     with tempfile.TemporaryDirectory() as d:
-        study.run_study([study.demo_checkpoint()], d, progress=False)
+        here = os.getcwd()
+        os.chdir(d)
+        try:
+            if fp8emu_main(["study", "--demo", "--quiet"]) != 0:
+                raise SystemExit("fp8emu study --demo failed")
+        finally:
+            os.chdir(here)
+        page = Path(d) / "fp8emu-study-demo" / "report.html"
         shot = Path(d) / "shot.png"
-        images = report.check_in_browser(Path(d) / "report.html", screenshot=shot, width=1100, height=1620)
+        images = report.check_in_browser(page, screenshot=shot, width=1280, height=2000)
         bad = [i for i in images if not (i["complete"] and i["width"] > 0)]
         if len(images) != 2 or bad:
             raise SystemExit(f"figures did not load in Chromium: {images}")

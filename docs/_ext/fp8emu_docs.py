@@ -43,7 +43,7 @@ API_SECTIONS = [
                                                  "fp8emu.validate_gpu", "fp8emu.data"]),
     ("FP8 attention", ["fp8emu.attention"]),
     ("Studies, metrics and the lab", ["fp8emu.metrics", "fp8emu.recipes", "fp8emu.dask",
-                                      "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
+                                      "fp8emu.lab.inputs", "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
                                       "fp8emu.lab.study", "fp8emu.lab.report", "fp8emu.lab.attention"]),
     ("Command line", ["fp8emu.cli"]),
 ]

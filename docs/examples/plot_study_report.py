@@ -2,8 +2,8 @@
 A study report, as Chromium renders it
 ======================================
 
-The top of ``report.html`` that ``fp8emu study --demo`` writes (recipe summary and SQNR heat map
-of the demo checkpoint), rendered by headless Chromium. A screenshot, so this page shows the
+The top of ``report.html`` that ``fp8emu study --demo`` writes for the demo checkpoint (provenance,
+conclusion, the recipes grouped by family, what each column means), rendered by headless Chromium. A screenshot, so this page shows the
 committed file; remake it with::
 
     python3 tools/make_report_screenshot.py    # runs the demo study, checks every figure loaded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -55,6 +56,20 @@ def _list_recipes() -> int:
     return 0
 
 
+def _command_line(args) -> str:
+    """The study's command as it can be typed again (for the reports' provenance)."""
+    parts = ["fp8emu", "study", *args.checkpoints] + (["--demo"] if args.demo else [])
+    for flag, value in (("--out", args.out), ("--chunk-mb", args.chunk_mb if args.chunk_mb != study.DEFAULT_CHUNK_MB
+                                                           else None),
+                        ("--workers", args.workers), ("--scheduler", args.scheduler)):
+        if value is not None:
+            parts += [flag, str(value)]
+    for flag, values in (("--recipes", args.recipes), ("--include", args.include), ("--exclude", args.exclude)):
+        for v in values or ():
+            parts += [flag, v]
+    return shlex.join(parts)
+
+
 def run(args) -> int:
     """Run the study and print where the results went."""
     if args.list_recipes:
@@ -76,7 +91,8 @@ def run(args) -> int:
                             chunk_mb=args.chunk_mb)
     workers, scheduler = (args.workers, args.scheduler) if plan.todo else (None, None)
     with study.dask_client(workers=workers, scheduler=scheduler) as client:
-        res = study.execute_study(plan, progress=not args.quiet, client=client, report=not args.no_report)
+        res = study.execute_study(plan, progress=not args.quiet, client=client, report=not args.no_report,
+                                  command=_command_line(args))
     if not args.quiet:
         out = Path(res["out"])
         print(f"{res['computed']} tensors studied, {res['skipped']} already in {out / 'results.csv'}"

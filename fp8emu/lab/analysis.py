@@ -26,14 +26,18 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .. import scaling
 from ..codec import decode, encode
 from ..formats import get_format
+from ..gemm import scaled_mm
 from ..tables import SOURCE_DTYPES
+from .inputs import load_data
 
 __all__ = [
     "DISTRIBUTIONS", "RECIPES", "Table", "sample", "quantize_values", "ulp", "error_metrics",
     "sqnr_db", "values_per_binade", "relative_error_curve", "sweep_scale", "rounding_bias",
-    "stochastic_variance", "overflow_threshold", "overflow_mask",
+    "stochastic_variance", "overflow_threshold", "overflow_mask", "binade_errors", "granularity_sqnr",
+    "GRANULARITY_RECIPES", "gemm_error_vs_k",
 ]
 
 #: Distributions understood by :func:`sample` (all with unit-order spread before scaling).
@@ -390,8 +394,13 @@ def sweep_scale(formats, distributions, scales, *, n=4096, roundings=("rne",), r
 
     Parameters
     ----------
-    formats, distributions : sequence of str
-        Formats (narrow, ``bfloat16`` or ``float16``) and names from :data:`DISTRIBUTIONS`.
+    formats : sequence of str
+        Formats (narrow, ``bfloat16`` or ``float16``).
+    distributions : sequence of str, or dict of str to array_like
+        Names from :data:`DISTRIBUTIONS`, or your own data: ``{label: values}`` with arrays,
+        framework tensors or lists (through :func:`fp8emu.lab.inputs.load_data`); each scale
+        then multiplies the values as given (``n`` and ``seed`` do not apply to them), and
+        the ``distribution`` column holds the label.
     scales : sequence of float
         Input scales (e.g. ``np.logspace(-8, 8, 33, base=2)``).
     n : int
@@ -423,10 +432,13 @@ def sweep_scale(formats, distributions, scales, *, n=4096, roundings=("rne",), r
         if isinstance(seq, str):   # would be iterated character by character
             raise TypeError(f"{what} must be a sequence of names, e.g. [{seq!r}], got the string {seq!r}")
     scales = _scales_arg(scales)
+    if isinstance(distributions, dict):
+        data = [(str(k), load_data(v, what=f"distributions[{k!r}]").ravel()) for k, v in distributions.items()]
+    else:
+        data = [(d, sample(d, n, rng=[seed, i])) for i, d in enumerate(distributions)]
     rows = {c: [] for c in ("format", "distribution", "rounding", "recipe", "scale", "sqnr_db",
                             "mse", "bias", "rel_err", "overflow", "underflow")}
-    for d_i, dist in enumerate(distributions):
-        z = sample(dist, n, rng=[seed, d_i])
+    for d_i, (dist, z) in enumerate(data):
         for fmt in formats:
             wide = isinstance(fmt, str) and fmt in _WIDE
             fmax = float(ml_dtypes.finfo(_WIDE[fmt]).max) if wide else get_format(fmt).max
@@ -510,3 +522,187 @@ def stochastic_variance(fmt, x, bits=(1, 2, 3, 4, 6, 8, 12, 16), *, draws=512, s
         rows["variance"].append(float(np.mean(q.var(0) / u ** 2)))
         rows["ideal_variance"].append(ideal)
     return Table(rows)
+
+
+def binade_errors(x, fmt, *, recipe="tensor", checkpoint=None) -> Table:
+    """Relative rounding error of your data, binade by binade of ``|x|`` (error vs dynamic range).
+
+    The data are quantized as a whole (``recipe`` ``"tensor"``: one scale mapping amax to the
+    format's max, as :func:`sweep_scale`; ``"none"``: as given, saturating) and each non-zero
+    element's ``|q - x| / |x|`` is grouped by the binade ``[2^e, 2^(e+1))`` of ``|x|``.
+
+    Parameters
+    ----------
+    x : array_like, tensor, or a tensor name with ``checkpoint``
+        The data (see :func:`fp8emu.lab.inputs.load_data`).
+    fmt : str
+        Narrow format, ``bfloat16`` or ``float16``.
+    recipe : {"tensor", "none"}, keyword-only
+    checkpoint : str or Path, optional, keyword-only
+
+    Returns
+    -------
+    Table
+        Columns ``exponent`` (e), ``count`` (non-zero elements in the binade), ``mean_rel_err``,
+        ``max_rel_err`` and ``flushed`` (elements of the binade that became 0); binades
+        without elements are left out.
+
+    Examples
+    --------
+    >>> t = binade_errors([1.0625, 1.5, 3.0, 0.0], "e4m3fn", recipe="none")
+    >>> t["exponent"].tolist(), t["count"].tolist(), t["max_rel_err"].tolist()
+    ([0, 1], [2, 1], [0.058823529411764705, 0.0])
+    """
+    x = load_data(x, checkpoint=checkpoint, what="x").ravel()
+    wide = isinstance(fmt, str) and fmt in _WIDE
+    fmax = float(ml_dtypes.finfo(_WIDE[fmt]).max) if wide else get_format(fmt).max
+    xs, scale = _apply_recipe(x, fmax, recipe)
+    q = quantize_values(xs, fmt) / scale if wide else quantize_values(xs, fmt, saturate=True) / scale
+    nz = x != 0
+    rel = np.abs(q[nz] - x[nz]) / np.abs(x[nz])
+    _, e = np.frexp(np.abs(x[nz]))
+    e = e - 1
+    exps = np.unique(e)
+    rows = {"exponent": exps.astype(int), "count": [], "mean_rel_err": [], "max_rel_err": [], "flushed": []}
+    for b in exps:
+        sel = e == b
+        rows["count"].append(int(np.count_nonzero(sel)))
+        rows["mean_rel_err"].append(float(np.mean(rel[sel])))
+        rows["max_rel_err"].append(float(np.max(rel[sel])))
+        rows["flushed"].append(int(np.count_nonzero(q[nz][sel] == 0)))
+    return Table(rows)
+
+
+def _granularity_recipes(fmt):
+    """(label, family, quantizer of a 2-D array) of :func:`granularity_sqnr`."""
+    out = [
+        ("per-tensor", "scale per tensor / row / block", lambda x: scaling.quantize_tensorwise(x, fmt)),
+        ("row-wise", "scale per tensor / row / block", lambda x: scaling.quantize_axiswise(x, fmt, axis=-1)),
+        ("1x128 (pow2 scales)", "scale per tensor / row / block",
+         lambda x: scaling.quantize_blockwise(x, fmt, block=(1, 128))),
+        ("128x128 (pow2 scales)", "scale per tensor / row / block",
+         lambda x: scaling.quantize_blockwise(x, fmt, block=(128, 128))),
+    ]
+    out += [(f"MX32 {fmt.removesuffix('fn')} {r}", "MX (E8M0 per 32)",
+             (lambda x, r=r: scaling.quantize_mx(x, fmt, block=32, scale_rule=r)))
+            for r in ("floor", "ceil", "even", "rceil")]
+    out += [("MX32 e2m1 floor", "MX FP4", lambda x: scaling.quantize_mx(x, "e2m1fn", block=32, scale_rule="floor")),
+            ("NVFP4 (e2m1, 16)", "NVFP4 (E4M3 per 16, fp32 per tensor)", lambda x: scaling.quantize_nvfp4(x))]
+    return out
+
+
+#: Labels of the recipes of :func:`granularity_sqnr` (with ``fmt="e4m3fn"``), in order.
+GRANULARITY_RECIPES = tuple(label for label, _, _ in _granularity_recipes("e4m3fn"))
+
+
+def granularity_sqnr(x, *, fmt="e4m3fn", checkpoint=None) -> Table:
+    """SQNR of your tensor under scaling recipes of growing granularity (tensor, row, block, MX, NVFP4).
+
+    An N-D tensor is taken as rows of its last axis (``(-1, shape[-1])``); a 1-D one as one row.
+
+    Parameters
+    ----------
+    x : array_like, tensor, or a tensor name with ``checkpoint``
+    fmt : str, keyword-only
+        The FP8 format of the per-tensor, row, block and MX recipes (the FP4 ones use e2m1fn).
+    checkpoint : str or Path, optional, keyword-only
+
+    Returns
+    -------
+    Table
+        Columns ``recipe``, ``family`` and ``sqnr_db`` (:func:`sqnr_db` of the dequantized tensor).
+
+    Examples
+    --------
+    >>> t = granularity_sqnr(np.random.default_rng(0).standard_normal((4, 64)))
+    >>> str(t["recipe"][0]), bool(t["sqnr_db"][0] > 25)
+    ('per-tensor', True)
+    """
+    x = load_data(x, checkpoint=checkpoint, what="x")
+    x = x.reshape(1, -1) if x.ndim < 2 else x.reshape(-1, x.shape[-1])
+    rows = {"recipe": [], "family": [], "sqnr_db": []}
+    for label, family, quantize in _granularity_recipes(get_format(fmt).name):
+        q = np.asarray(quantize(x).dequantize(np.float64), np.float64)
+        rows["recipe"].append(label)
+        rows["family"].append(family)
+        rows["sqnr_db"].append(sqnr_db(x, q))
+    return Table(rows)
+
+
+def _k_grid(k, ks):
+    if ks is None:
+        grid = [2 ** i for i in range(4, 40) if 2 ** i < k] + [k]
+        return grid[-8:]
+    ks = [int(v) for v in ks]
+    if not ks or any(v < 1 or v > k for v in ks):
+        raise ValueError(f"ks must be integers in 1..{k} (the operands' K), got {ks!r}")
+    return ks
+
+
+def gemm_error_vs_k(a, b, *, accumulators=("exact", "fp32", "hopper-fast", "hopper"), fmt="e4m3fn",
+                    ks=None, b_transposed=False, checkpoint=None) -> Table:
+    """GEMM error of your operands vs the inner dimension K, for accumulator presets.
+
+    ``a`` (M, K) and ``b`` (K, N) are quantized to ``fmt`` with one scale per tensor
+    (:func:`fp8emu.quantize_tensorwise`); for each K in ``ks`` the first K columns of A and
+    rows of B are multiplied by :func:`fp8emu.scaled_mm` with each accumulator.
+
+    Parameters
+    ----------
+    a, b : array_like, tensors, or tensor names with ``checkpoint``
+    accumulators : sequence of str, keyword-only
+        :func:`fp8emu.scaled_mm` accumulators: ``exact``, ``fp32``, ``hopper``, ``hopper-fast``,
+        or instruction presets (``ada-mma``, ``blackwell-mma``, ...; see the GEMM guide).
+    fmt : str, keyword-only
+        FP8 format of both operands.
+    ks : sequence of int, optional, keyword-only
+        Prefix lengths of K (default: powers of two from 16, the last 8 below K, and K).
+    b_transposed : bool, keyword-only
+        ``b`` is given as (N, K), as a ``torch.nn.Linear`` weight or a Hugging Face checkpoint's
+        ``*.weight`` is: the product is then ``a @ b.T``.
+    checkpoint : str or Path, optional, keyword-only
+
+    Returns
+    -------
+    Table
+        Columns ``k``, ``accumulator``, ``accumulation_error`` (``||C - R_q|| / ||R_q||``
+        against the float64 product ``R_q`` of the dequantized operands: the accumulator's
+        error alone) and ``total_error`` (against the float64 product of the given
+        operands: quantization and accumulation); norms are Frobenius norms.
+
+    Examples
+    --------
+    >>> g = np.random.default_rng(0)
+    >>> t = gemm_error_vs_k(g.uniform(0, 1, (4, 256)), g.uniform(0, 1, (256, 4)), accumulators=("exact",))
+    >>> t["k"].tolist()[-2:], bool(t["accumulation_error"].max() < 1e-7)
+    ([128, 256], True)
+    """
+    a = load_data(a, checkpoint=checkpoint, what="a")
+    b = load_data(b, checkpoint=checkpoint, what="b")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1 if b_transposed else 0]:
+        want = "(M, K) and (N, K) (b_transposed=True)" if b_transposed else "(M, K) and (K, N)"
+        raise ValueError(f"a and b must be matrices {want}, got shapes {a.shape} and {b.shape}")
+    b = b.T if b_transposed else b
+    if isinstance(accumulators, str):
+        raise TypeError(f"accumulators must be a sequence of names, e.g. [{accumulators!r}]")
+    ta, tb = scaling.quantize_tensorwise(a, fmt), scaling.quantize_tensorwise(b, fmt)
+    # the dequantized operands in float64 (codes times scale_inv, not rounded to float32 again)
+    da, db = (decode(t.codes, fmt, dtype=np.float64) * np.float64(t.scale_inv) for t in (ta, tb))
+    rows = {"k": [], "accumulator": [], "accumulation_error": [], "total_error": []}
+    for k in _k_grid(a.shape[1], ks):
+        exact_q = da[:, :k] @ db[:k]
+        exact = a[:, :k] @ b[:k]
+        for acc in accumulators:
+            out = np.asarray(scaled_mm(ta.codes[:, :k], tb.codes[:k], a_format=fmt, b_format=fmt,
+                                       scale_a=ta.scale_inv, scale_b=tb.scale_inv, accumulator=acc), np.float64)
+            rows["k"].append(int(k))
+            rows["accumulator"].append(str(acc))
+            rows["accumulation_error"].append(_rel_norm(out, exact_q))
+            rows["total_error"].append(_rel_norm(out, exact))
+    return Table(rows)
+
+
+def _rel_norm(out, ref):
+    den = float(np.linalg.norm(ref))
+    num = float(np.linalg.norm(out - ref))
+    return num / den if den > 0 else (0.0 if num == 0 else float("inf"))

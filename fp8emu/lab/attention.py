@@ -36,10 +36,11 @@ import sys
 
 import numpy as np
 
-from ..attention import attention, get_recipe
+from ..attention import RECIPES, attention, get_recipe
+from .inputs import load_data
 
 __all__ = ["attention_study", "make_qkv", "figure_attention", "EXPERIMENTS", "DISTRIBUTIONS",
-           "study_table"]
+           "study_table", "attention_error", "figure_data_attention"]
 
 EXPERIMENTS = ("context", "promotion", "prescale", "scales")
 DISTRIBUTIONS = ("gaussian", "outlier")
@@ -272,5 +273,110 @@ def figure_attention(size=1.0, rows=None, progress=False):
     for ax in axes:
         ax.grid(True, alpha=0.3)
     fig.suptitle("Emulated FP8 attention (fp8emu.attention): errors against float64 attention", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def _contexts_arg(contexts, nk):
+    if contexts is None:
+        grid = [2 ** i for i in range(6, 40) if 2 ** i < nk] + [nk]
+        return grid[-8:]
+    out = [int(c) for c in contexts]
+    if not out or any(c < 1 or c > nk for c in out):
+        raise ValueError(f"contexts must be key counts in 1..{nk} (the keys given), got {contexts!r}")
+    return out
+
+
+def attention_error(q, k, v, *, recipes=("fa3-fp8", "fa4-sm100-fp8", "flashinfer-fp8-prefill"), contexts=None,
+                    causal=False, checkpoint=None) -> list:
+    """Emulated FP8 attention error on your Q, K, V, per recipe and context length.
+
+    For each context ``n`` in ``contexts`` the first ``n`` keys and values attend
+    (:func:`fp8emu.attention.attention`), and the report's errors are taken: RMS and max
+    relative error of O against float64 attention of the given inputs, the kernel's RMS
+    error against float64 attention of the dequantized inputs, and P saturation/underflow.
+
+    Parameters
+    ----------
+    q : array_like, tensor, or name with ``checkpoint``; shape (H, Nq, d) or (Nq, d)
+    k, v : the same, shapes (H_kv, Nk, d) and (H_kv, Nk, dv) or (Nk, d), (Nk, dv)
+    recipes : sequence of str, keyword-only
+        Names of :data:`fp8emu.attention.RECIPES`.
+    contexts : sequence of int, optional, keyword-only
+        Key counts (default: powers of two from 64 below Nk, the last 8, and Nk).
+    causal : bool, keyword-only
+    checkpoint : str or Path, optional, keyword-only
+
+    Returns
+    -------
+    list of dict
+        Keys ``recipe``, ``context``, ``rms_rel_error``, ``max_rel_error``,
+        ``kernel_rms_rel_error`` (errors: the largest over heads), ``cosine`` (the smallest),
+        ``p_saturated``, ``p_underflow`` (summed).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((32, 16)) for _ in range(3))
+    >>> rows = attention_error(q, k, v, recipes=["fa3-fp8"], contexts=[16, 32])
+    >>> [r["context"] for r in rows], bool(rows[0]["rms_rel_error"] < 0.1)
+    ([16, 32], True)
+    """
+    q, k, v = (load_data(x, checkpoint=checkpoint, what=n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    if isinstance(recipes, str) or not recipes:
+        raise TypeError(f"recipes must be a non-empty sequence of recipe names, e.g. ['fa3-fp8'], got {recipes!r}")
+    unknown = [r for r in recipes if r not in RECIPES]
+    if unknown:
+        raise ValueError(f"unknown attention recipe {unknown[0]!r}; accepted: {', '.join(RECIPES)}")
+    if k.ndim not in (2, 3) or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"k and v must have shapes (H_kv, Nk, d) and (H_kv, Nk, dv) (or without H_kv), "
+                         f"got {k.shape} and {v.shape}")
+    rows = []
+    for name in recipes:
+        for n in _contexts_arg(contexts, k.shape[-2]):
+            rep = attention(q, k[..., :n, :], v[..., :n, :], name, causal=causal).report
+            rows.append({"recipe": name, "context": n, "rms_rel_error": float(np.max(rep.rms_rel_error)),
+                         "max_rel_error": float(np.max(rep.max_rel_error)),
+                         "kernel_rms_rel_error": float(np.max(rep.kernel_rms_rel_error)),
+                         "cosine": float(np.min(rep.cosine)), "p_saturated": int(rep.p_saturated.sum()),
+                         "p_underflow": int(rep.p_underflow.sum())})
+    return rows
+
+
+def figure_data_attention(q, k, v, *, recipes=("fa3-fp8", "fa4-sm100-fp8", "flashinfer-fp8-prefill"),
+                          contexts=None, causal=False, checkpoint=None, label="your Q, K, V"):
+    """Emulated FP8 attention error on your Q, K, V vs context, one line per recipe.
+
+    Numbers: :func:`attention_error`.  Left: RMS relative error of O against float64
+    attention of the inputs as given (quantization included); right: the kernel's own
+    error (against float64 attention of the dequantized inputs).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((8, 16)) for _ in range(3))
+    >>> fig = figure_data_attention(q, k, v, recipes=["fa3-fp8"], contexts=[8])
+    >>> fig.axes[1].get_ylabel()
+    'kernel RMS rel. error of O (vs dequantized inputs)'
+    """
+    from matplotlib.figure import Figure   # matplotlib is a core dependency; imported when drawing
+
+    rows = attention_error(q, k, v, recipes=recipes, contexts=contexts, causal=causal, checkpoint=checkpoint)
+    fig = Figure(figsize=(12, 4.6))
+    axes = fig.subplots(1, 2)
+    for i, name in enumerate(dict.fromkeys(r["recipe"] for r in rows)):
+        sel = [r for r in rows if r["recipe"] == name]
+        x = [r["context"] for r in sel]
+        for ax, key in zip(axes, ("rms_rel_error", "kernel_rms_rel_error")):
+            ax.plot(x, np.maximum([r[key] for r in sel], 1e-12), "o-", color=f"C{i}", label=name)
+    for ax, ylabel in zip(axes, ("RMS rel. error of O (vs float64 of the inputs)",
+                                 "kernel RMS rel. error of O (vs dequantized inputs)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set(xlabel="context length (first n keys)", ylabel=ylabel)
+        ax.grid(True, alpha=0.3)
+        _legend(ax)
+    axes[0].set_title(f"(a) total error, {label}")
+    axes[1].set_title("(b) the kernel's arithmetic alone")
     fig.tight_layout()
     return fig

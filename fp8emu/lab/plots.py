@@ -29,7 +29,8 @@ from ..formats import format_names, get_format
 from ..gemm import block_scaled_mm, scaled_mm
 from ..scaling import DelayedScaling, current_scale
 from . import analysis
-from .attention import figure_attention
+from .attention import figure_attention, figure_data_attention
+from .inputs import load_data
 from .train import compare
 
 __all__ = [
@@ -37,6 +38,8 @@ __all__ = [
     "figure_relative_error", "figure_sqnr_vs_scale", "figure_rounding_bias",
     "figure_delayed_scaling", "figure_granularity", "figure_gemm_accumulation",
     "figure_training", "figure_conformance", "figure_block_scaled_gemm",
+    "figure_data_error_vs_range", "figure_data_sqnr_vs_scale", "figure_data_granularity",
+    "figure_data_gemm_error", "figure_data_attention",
 ]
 
 _STYLE = {"figure.dpi": 100, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3,
@@ -228,28 +231,21 @@ def figure_granularity(size=1.0):
     x = g.standard_normal((rows, cols))
     x[:, g.choice(cols, 4, replace=False)] *= 100.0  # outlier channels, as in LLM activations
     x *= np.exp(g.standard_normal((rows, 1)))  # per-token magnitude spread
-    recipes = [
-        ("per-tensor", lambda: scaling.quantize_tensorwise(x, "e4m3fn")),
-        ("row-wise", lambda: scaling.quantize_axiswise(x, "e4m3fn", axis=-1)),
-        ("1x128 (pow2 scales)", lambda: scaling.quantize_blockwise(x, "e4m3fn", block=(1, 128))),
-        ("128x128 (pow2 scales)", lambda: scaling.quantize_blockwise(x, "e4m3fn", block=(128, 128))),
-    ] + [(f"MX32 e4m3 {r}", (lambda r=r: scaling.quantize_mx(x, "e4m3fn", block=32, scale_rule=r)))
-         for r in ("floor", "ceil", "even", "rceil")] + [
-        ("MX32 e2m1 floor", lambda: scaling.quantize_mx(x, "e2m1fn", block=32, scale_rule="floor")),
-        ("NVFP4 (e2m1, 16)", lambda: scaling.quantize_nvfp4(x)),
-    ]
-    names, vals = [], []
-    for name, fn in recipes:
-        q = np.asarray(fn().dequantize(np.float64), np.float64)
-        names.append(name)
-        vals.append(analysis.sqnr_db(x, q))
+    return _granularity_bars(analysis.granularity_sqnr(x),
+                             f"Scaling granularity vs SQNR: {rows}x{cols} activations with 4 outlier channels (x100)")
+
+
+def _granularity_bars(t, title):
+    """Horizontal SQNR bars of a :func:`analysis.granularity_sqnr` table, one colour per family."""
+    names, vals = list(t["recipe"]), [float(v) for v in t["sqnr_db"]]
+    family_colour = {f: f"C{i}" for i, f in enumerate(dict.fromkeys(t["family"]))}
+    colors = [family_colour[f] for f in t["family"]]
     fig, (ax,) = _new(width=9)
-    colors = ["C0"] * 4 + ["C1"] * 4 + ["C2", "C3"]
     ax.barh(names[::-1], vals[::-1], color=colors[::-1])
     for i, v in enumerate(vals[::-1]):
         ax.text(v + 0.3, i, f"{v:.1f}", va="center", fontsize=8)
     ax.set_xlabel("SQNR (dB), higher is better")
-    ax.set_title(f"Scaling granularity vs SQNR: {rows}x{cols} activations with 4 outlier channels (x100)")
+    ax.set_title(title)
     return fig
 
 
@@ -423,6 +419,158 @@ def figure_tensor_core_catalogue(size=1.0):
     ax.set_yscale("log")
     _label(ax, "inner dimension K", "max relative error vs exact product (M=N=8)",
            "FP8 GEMM error vs K, every tensor-core preset on the same E4M3 data", fontsize=7)
+    return fig
+
+
+# ----------------------------------------------------------------------------- your own data
+# One call each, same styling as the figures above; the numbers come from the sweeps of
+# :mod:`fp8emu.lab.analysis` (and :func:`fp8emu.lab.attention.attention_error`), which take the
+# same data and return the tables drawn.
+
+def _formats_arg(formats):
+    if isinstance(formats, str) or not formats:
+        raise TypeError(f"formats must be a non-empty sequence of format names, e.g. ['e4m3fn'], got {formats!r}")
+    return [str(f) for f in formats]
+
+
+def figure_data_error_vs_range(data, *, checkpoint=None, formats=("e4m3fn", "e5m2"), recipe="tensor",
+                               label="your data"):
+    """Relative rounding error of your tensor, binade by binade, with its histogram of magnitudes.
+
+    Parameters
+    ----------
+    data : array_like, framework tensor, or a tensor name with ``checkpoint``
+        See :func:`fp8emu.lab.inputs.load_data`.
+    checkpoint : str or Path, optional, keyword-only
+    formats : sequence of str, keyword-only
+    recipe : {"tensor", "none"}, keyword-only
+        One scale per tensor (amax to the format's max), or the values as given (saturating).
+    label : str, keyword-only
+        Name of the data in the title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Left: mean (solid) and max (dotted) relative error per binade of ``|x|``
+        (:func:`fp8emu.lab.analysis.binade_errors`); right: elements per binade.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).standard_normal(1000)
+    >>> fig = figure_data_error_vs_range(x, formats=["e4m3fn"])
+    >>> fig.axes[0].get_ylabel()
+    'relative error |q(x) - x| / |x|'
+    """
+    x = load_data(data, checkpoint=checkpoint)
+    fig, (ax, ax2) = _new(ncols=2, width=12)
+    for i, f in enumerate(_formats_arg(formats)):
+        t = analysis.binade_errors(x, f, recipe=recipe)
+        ax.plot(t["exponent"], np.maximum(t["mean_rel_err"], 2.0 ** -30), "o-", ms=3, color=f"C{i}",
+                label=f"{f} mean")
+        ax.plot(t["exponent"], np.maximum(t["max_rel_err"], 2.0 ** -30), ":", color=f"C{i}", label=f"{f} max")
+    ax.set_yscale("log", base=2)
+    scaled = "one scale per tensor" if recipe == "tensor" else "unscaled, saturating"
+    _label(ax, "binade e of |x|  (|x| in [2^e, 2^(e+1)))", "relative error |q(x) - x| / |x|",
+           f"(a) relative error per binade ({scaled})", fontsize=7)
+    exps, counts = np.unique(np.frexp(np.abs(x[x != 0]))[1] - 1, return_counts=True)
+    ax2.bar(exps, counts, width=0.9, color="C7")
+    ax2.set_xlim(ax.get_xlim())
+    ax2.set_xlabel("binade e of |x|")
+    ax2.set_ylabel("non-zero elements")
+    ax2.set_title(f"(b) dynamic range: {x.size} elements, {int(np.count_nonzero(x == 0))} zeros")
+    fig.suptitle(f"Rounding error vs magnitude: {label}")
+    return fig
+
+
+def figure_data_sqnr_vs_scale(data, *, checkpoint=None, formats=("e4m3fn", "e5m2", "e2m1fn", "bfloat16"),
+                              scales=None, label="your data"):
+    """SQNR of your tensor as a factor ``s`` multiplies it, unscaled vs one scale per tensor.
+
+    ``s = 1`` (a vertical line) is the data as given.  Numbers: :func:`fp8emu.lab.analysis.sweep_scale`
+    with ``distributions={label: data}``, saturating.
+
+    Parameters
+    ----------
+    data, checkpoint
+        As in :func:`figure_data_error_vs_range`.
+    formats : sequence of str, keyword-only
+    scales : sequence of float, optional, keyword-only
+        Factors (default ``2^-16 .. 2^16``, one per binade).
+    label : str, keyword-only
+
+    Examples
+    --------
+    >>> fig = figure_data_sqnr_vs_scale([0.5, -1.0, 2.0], formats=["e4m3fn"], scales=[0.5, 1.0, 2.0])
+    >>> len(fig.axes[0].lines)
+    3
+    """
+    x = load_data(data, checkpoint=checkpoint)
+    scales = np.logspace(-16, 16, 33, base=2) if scales is None else scales
+    fmts = _formats_arg(formats)
+    t = analysis.sweep_scale(fmts, {label: x}, scales, recipes=("none", "tensor"))
+    fig, (ax,) = _new(width=8)
+    for i, f in enumerate(fmts):
+        for recipe, ls in (("none", "-"), ("tensor", "--")):
+            r = t.where(format=f, recipe=recipe)
+            ax.plot(r["scale"], np.minimum(r["sqnr_db"], 80), ls, marker="o", ms=3, color=f"C{i}", lw=1.3,
+                    label=f"{f} {'unscaled' if recipe == 'none' else 'per-tensor scaled'}")
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("factor s multiplying the data (log2 axis; s = 1: as given)")
+    ax.set_ylabel("SQNR (dB)")
+    ax.set_title(f"SQNR vs scale, {label} (saturating)")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.subplots_adjust(bottom=0.3)
+    fig.legend(handles, labels, ncol=min(4, len(labels)), loc="lower center", bbox_to_anchor=(0.5, 0.0))
+    return fig
+
+
+def figure_data_granularity(data, *, checkpoint=None, fmt="e4m3fn", label="your data"):
+    """SQNR of your tensor under scaling recipes of growing granularity (tensor, row, block, MX, NVFP4).
+
+    Numbers: :func:`fp8emu.lab.analysis.granularity_sqnr` (an N-D tensor is taken as rows of its last axis).
+
+    Examples
+    --------
+    >>> fig = figure_data_granularity(np.random.default_rng(0).standard_normal((8, 128)))
+    >>> len(fig.axes[0].patches)
+    10
+    """
+    t = analysis.granularity_sqnr(data, fmt=fmt, checkpoint=checkpoint)
+    shape = load_data(data, checkpoint=checkpoint).shape
+    return _granularity_bars(t, f"Scaling granularity vs SQNR: {label}, shape {tuple(shape)}")
+
+
+def figure_data_gemm_error(a, b, *, checkpoint=None, accumulators=("exact", "fp32", "hopper-fast", "hopper"),
+                           fmt="e4m3fn", ks=None, b_transposed=False, label="your operands"):
+    """GEMM error of your operands vs K for accumulator presets (K prefixes of A and B).
+
+    Numbers: :func:`fp8emu.lab.analysis.gemm_error_vs_k`.  Solid lines: the accumulator's
+    error alone (against the float64 product of the quantized operands); dashed: the total
+    error (against the float64 product of the operands as given).  ``b_transposed=True`` takes
+    ``b`` as (N, K), a ``Linear`` weight as checkpoints store it.
+
+    Examples
+    --------
+    >>> g = np.random.default_rng(0)
+    >>> fig = figure_data_gemm_error(g.standard_normal((4, 128)), g.standard_normal((128, 4)),
+    ...                              accumulators=["exact", "fp32"])
+    >>> len(fig.axes[0].lines)
+    4
+    """
+    t = analysis.gemm_error_vs_k(a, b, accumulators=accumulators, fmt=fmt, ks=ks, b_transposed=b_transposed,
+                                 checkpoint=checkpoint)
+    fig, (ax,) = _new(width=9, height=5.2)
+    for i, acc in enumerate(dict.fromkeys(t["accumulator"])):
+        r = t.where(accumulator=acc)
+        ax.plot(r["k"], np.maximum(r["accumulation_error"], 1e-10), "o-", ms=4, color=f"C{i}",
+                label=f"{acc}: accumulation")
+        ax.plot(r["k"], np.maximum(r["total_error"], 1e-10), "--", color=f"C{i}", label=f"{acc}: total")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    _label(ax, "inner dimension K (first K columns of A, rows of B)", "||C - R|| / ||R||  (Frobenius)",
+           f"{fmt} GEMM error vs K, {label} (1e-10: exact)", fontsize=8, loc="upper left",
+           bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return fig
 
 

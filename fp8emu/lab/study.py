@@ -709,7 +709,7 @@ def plan_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb
 
 
 def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=DEFAULT_CHUNK_MB,
-              progress=True, client=None, report=True) -> dict:
+              progress=True, client=None, report=True, command=None) -> dict:
     """Study checkpoints and write ``out/results.csv`` (and the reports).
 
     Parameters
@@ -736,6 +736,8 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
         are the same.
     report : bool
         Also write ``report.md`` and ``report.html`` (:mod:`fp8emu.lab.report`).
+    command : str, optional
+        The command that ran the study, shown in the reports' provenance block.
 
     Returns
     -------
@@ -746,7 +748,7 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
         (identical duplicated rows dropped), ``out``.
     """
     plan = plan_study(paths, out, recipes=recipes, include=include, exclude=exclude, chunk_mb=chunk_mb)
-    return execute_study(plan, progress=progress, client=client, report=report)
+    return execute_study(plan, progress=progress, client=client, report=report, command=command)
 
 
 def _reports_current(out: Path) -> bool:
@@ -755,7 +757,19 @@ def _reports_current(out: Path) -> bool:
     return csv_path.exists() and all(f.exists() and f.stat().st_mtime >= csv_path.stat().st_mtime for f in files)
 
 
-def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True) -> dict:
+def _inputs(refs) -> list:
+    """The checkpoints of a study, for the reports' provenance: ``label: path (n tensors)``."""
+    files = {}
+    for r in refs:
+        files.setdefault(r.checkpoint, []).append(r.path)
+    out = []
+    for label, paths in files.items():
+        where = paths[0] if len(set(paths)) == 1 else os.path.commonpath(paths)
+        out.append(f"{label}: {where} ({len(paths)} tensors studied)")
+    return out
+
+
+def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True, command=None) -> dict:
     """Carry out a :func:`plan_study` plan (see :func:`run_study` for the options and the result).
 
     With nothing to do and a results.csv needing no repair, nothing is
@@ -794,7 +808,7 @@ def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True) -
               "non_float": plan.non_float, "duplicates": plan.duplicates, "out": out}
     if report:
         if changed or not _reports_current(out):
-            result["reports"] = report_mod.write_report(rows, out)
+            result["reports"] = report_mod.write_report(rows, out, inputs=_inputs(plan.refs), command=command)
         else:
             result["reports"] = [out / "report.md", out / "report.html"]
     return result
