@@ -88,6 +88,15 @@ SPECS = {s.name: s for s in [
     # NaN 0x80 (no -0), +Inf 0x7F, -Inf 0xFF.
     Spec(f"binary8p{p}", 8 - p, p - 1, 2 ** (7 - p), True, True, frozenset({0x80}), 0x7F, (0x80, 0x80))
     for p in range(1, 8)
+] + [
+    # UE5M3 (NVIDIA float8_e5m3fnu, PTX ISA 13.4 / ml_dtypes 0.7): unsigned, 5 exponent bits, 3 mantissa
+    # bits, finite; the constants max 114688 = 1.75 * 2**16 and smallest subnormal 2**-17 fix
+    # the bias at 15 (2**(1 - 15 - 3) = 2**-17); 0xFF, the all-ones code, is the only NaN.
+    Spec("e5m3fnu", 5, 3, 15, False, True, frozenset({0xFF}), None, (0xFF, 0xFF)),
+    # CUDA 13 __nv_fp4_e0m3: sign bit and 3 integral bits, +0 = 0x0, -0 = 0x8, the integers -7..7; no
+    # Inf/NaN.  With no exponent field every code is "subnormal", f * 2**(1 - bias - 3); the integers need
+    # that step to be 1, so bias = -2.  test_codec checks the values against the spec's integer list.
+    Spec("e0m3", 0, 3, -2, True, True, frozenset(), None, None),
 ]}
 
 #: Overflow policy (IEEE 754 section 7.4): whether a result beyond max becomes +-max rather than
@@ -368,7 +377,8 @@ class ValueOracle:
             out = np.where(signed, mag | self.sign_bit, mag)
         else:
             out = mag
-            isnan_res = isnan_res | (neg & ((mag != 0) | (not fmt.has_zero)))
+            # a negative non-zero input is NaN even where it would round to zero (there is no -0)
+            isnan_res = isnan_res | (neg & ((a != 0) | (not fmt.has_zero)))
             if not fmt.has_zero:
                 isnan_res |= (a == 0)
         out = np.where(isnan_res, self.nan_code(neg), out)
