@@ -10,16 +10,47 @@ from .hadamard import rht
 from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, code_array, axis_block, block_amax, blocked_view, \
     expand, pad_to_blocks, prepare, reciprocal, scaled_cast
 
-__all__ = ["quantize_nvfp4", "nvfp4_from_codes", "NVFP4_BLOCK"]
+__all__ = ["quantize_nvfp4", "nvfp4_from_codes", "NVFP4_BLOCK", "FP4_SCALE_FORMATS"]
 
 #: Elements per E4M3 block scale.
 NVFP4_BLOCK = 16
+#: Block-scale types of FP4 block scaling, with the block-scale targets (``scale_max``) each accepts:
+#: UE4M3 (NVFP4, Blackwell; 448, or 256 for Four Over Six) and UE5M3 (NVIDIA Rubin's FP4 block-scaled
+#: MMA, PTX ISA 13.4 / cuTile ``float8_e5m3fnu``: its max 114688, or 65536 so that 1.5x still fits).
+FP4_SCALE_FORMATS = {"e4m3fn": (448.0, 256.0), "e5m3fnu": (114688.0, 65536.0)}
+#: Elements per block scale that FP4 block scaling takes (Rubin kernels: UE5M3 x 16 and x 32, UE4M3 x 32).
+FP4_BLOCK_SIZES = (16, 32)
+
+
+def _scale_options(scale_format, scale_max, block_size):
+    """The checked (scale Format, scale_max, block size) of an FP4 block-scaled quantizer."""
+    if not isinstance(scale_format, str) or scale_format not in FP4_SCALE_FORMATS:
+        raise ValueError(f"scale_format must be one of {', '.join(map(repr, FP4_SCALE_FORMATS))} "
+                         f"(UE4M3, UE5M3), got {scale_format!r}")
+    accepted = FP4_SCALE_FORMATS[scale_format]
+    if scale_max is None:
+        scale_max = accepted[0]
+    if isinstance(scale_max, bool) or not isinstance(scale_max, (int, float, np.integer, np.floating)) \
+            or scale_max not in accepted:
+        raise ValueError(f"scale_max must be {' or '.join(f'{v:g}' for v in accepted)} for "
+                         f"{scale_format} block scales, got {scale_max!r}")
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) \
+            or block_size not in FP4_BLOCK_SIZES:
+        raise ValueError(f"block_size must be one of {FP4_BLOCK_SIZES}, got {block_size!r}")
+    return get_format(scale_format), float(scale_max), int(block_size)
+
+
+def _scale_fields(sfmt, bcodes):
+    """ScaledTensor fields holding the block-scale codes: UE4M3 where block_scale_codes holds them."""
+    if sfmt.name == "e4m3fn":
+        return {"block_scale_codes": bcodes}
+    return {"scale_format": sfmt, "scale_format_codes": bcodes}
 
 
 def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
                    fp4_2d_quantization=False, stochastic_rounding=False,
-                   random_hadamard_transform=False, four_over_six=False, scale_max=448.0,
-                   headroom=1.0) -> ScaledTensor:
+                   random_hadamard_transform=False, four_over_six=False, scale_max=None,
+                   headroom=1.0, scale_format="e4m3fn", block_size=NVFP4_BLOCK) -> ScaledTensor:
     """NVFP4 (Transformer Engine): E2M1 elements, an E4M3 scale per 16, a float32 tensor scale.
 
     In float32, following Transformer Engine's NVFP4 kernels
@@ -77,6 +108,17 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     * ``headroom``: scale-override factor >= 1 dividing the element target
       (amax maps to ``6 / headroom``); 1 is TE's recipe.
 
+    The block-scale type and block length of NVIDIA Rubin's FP4 block-scaled
+    MMA (PTX ISA 13.4; scale modes ``e5m3`` x 16 and x 32, ``e4m3`` x 32):
+
+    * ``scale_format``: ``"e4m3fn"`` (UE4M3, the default) or ``"e5m3fnu"``
+      (UE5M3: unsigned, max 114688, down to 2**-17).  Steps 1-3 are the same
+      with the scale cast (saturating RNE) into that format and ``scale_max``
+      its largest value unless given.  UE5M3 codes are returned in
+      ``scale_format_codes`` (``block_scale_codes`` holds UE4M3 only);
+    * ``block_size``: 16 (NVFP4) or 32 elements per block scale (16x16 or
+      32x32 tiles with ``fp4_2d_quantization``).
+
     Parameters
     ----------
     x : array_like
@@ -88,13 +130,17 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     global_amax : float, optional, keyword-only
         Per-tensor amax to use (default: ``max|x|``, after the transform).
     fp4_2d_quantization, stochastic_rounding, random_hadamard_transform, four_over_six : bool
-    scale_max : {448.0, 256.0}
+    scale_max : {448.0, 256.0} for e4m3fn, {114688.0, 65536.0} for e5m3fnu, optional
+        Default: the scale format's max (448, 114688).
     headroom : float >= 1
+    scale_format : {"e4m3fn", "e5m3fnu"}
+    block_size : {16, 32}
 
     Returns
     -------
     ScaledTensor
-        ``fmt`` e2m1fn, ``block_scale_codes`` (e4m3fn codes),
+        ``fmt`` e2m1fn, ``block_scale_codes`` (e4m3fn codes; with
+        ``scale_format="e5m3fnu"``: ``scale_format_codes`` instead),
         ``global_scale = S_enc``, ``global_amax``.
 
     Examples
@@ -106,6 +152,9 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     >>> t = fp8emu.quantize_nvfp4(np.array([4.0, 1.5, 3.0, 0.0]), four_over_six=True, scale_max=256)
     >>> t.dequantize().tolist()
     [4.0, 1.5, 3.0, 0.0]
+    >>> t = fp8emu.quantize_nvfp4(np.array([6.0, 1.0, -2.0, 0.5]), scale_format="e5m3fnu", block_size=32)
+    >>> float(t.global_scale), t.scale_format.name, t.scale_format_codes.tolist(), t.block
+    (114688.0, 'e5m3fnu', [254], (32,))
     """
     for name, flag in (("fp4_2d_quantization", fp4_2d_quantization), ("stochastic_rounding", stochastic_rounding),
                        ("random_hadamard_transform", random_hadamard_transform), ("four_over_six", four_over_six)):
@@ -119,19 +168,17 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
         raise ValueError(f"unknown rounding {rounding!r} for NVFP4; accepted: 'rne', 'stochastic'")
     if rounding != "stochastic" and rng is not None:
         raise ValueError("rng applies only to rounding='stochastic'")
-    if isinstance(scale_max, bool) or scale_max not in (448, 256):
-        raise ValueError(f"scale_max must be 448 or 256, got {scale_max!r}")
+    sfmt, scale_max, bsize = _scale_options(scale_format, scale_max, block_size)
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float, np.floating)) \
             or not np.isfinite(headroom) or headroom < 1:
         raise ValueError(f"headroom must be a finite number >= 1, got {headroom!r}")
     fmt = get_format("e2m1fn")
-    e4m3 = get_format("e4m3fn")
     fmt, xf = prepare(x, fmt, "quantize_nvfp4")
-    ax, blk = axis_block(xf.ndim, axis, NVFP4_BLOCK)
+    ax, blk = axis_block(xf.ndim, axis, bsize)
     if fp4_2d_quantization:
         if xf.ndim < 2:
             raise ValueError("fp4_2d_quantization needs an array with at least two dimensions")
-        blk = (1,) * (xf.ndim - 2) + (NVFP4_BLOCK, NVFP4_BLOCK)
+        blk = (1,) * (xf.ndim - 2) + (bsize, bsize)
     if random_hadamard_transform:
         xf = rht(xf, axis=ax)
 
@@ -158,8 +205,8 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
         factor = F32(s_enc * F32(F32(headroom) / F32(target)))
         with np.errstate(over="ignore"):
             s_dec = np.multiply(amax, factor, dtype=np.float32)
-        bcodes = encode(s_dec, e4m3, saturate=True)
-        s_dec_q = decode(bcodes, e4m3, dtype=np.float32)
+        bcodes = encode(s_dec, sfmt, saturate=True)
+        s_dec_q = decode(bcodes, sfmt, dtype=np.float32)
         inv = np.multiply(s_dec_q, F32(F32(1) / s_enc), dtype=np.float32)
         scale = np.fmin(reciprocal(inv), FLT_MAX).astype(np.float32)
         codes = scaled_cast(xf, scale, blk, fmt, **options)
@@ -175,10 +222,11 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
                               np.where(use4, scale4, scale))
         codes = np.where(expand(use4, blk, xf.shape), codes4, codes)
     recipe = "nvfp4" + ("-2d" if fp4_2d_quantization else "") + ("-rht" if random_hadamard_transform else "") \
-        + ("-4over6" if four_over_six else "")
+        + ("-4over6" if four_over_six else "") + ("" if sfmt.name == "e4m3fn" else "-ue5m3") \
+        + ("" if bsize == NVFP4_BLOCK else f"-b{bsize}")
     t = ScaledTensor(codes=codes, fmt=fmt, scale=scale, scale_inv=inv, block=blk, axis=ax,
-                     shape=xf.shape, block_scale_codes=bcodes, global_scale=s_enc, recipe=recipe,
-                     global_amax=gamax, scale_max=F32(scale_max))
+                     shape=xf.shape, global_scale=s_enc, recipe=recipe,
+                     global_amax=gamax, scale_max=F32(scale_max), **_scale_fields(sfmt, bcodes))
     return t
 
 
@@ -191,7 +239,7 @@ def _block_sq_error(xf, codes, inv, blk, fmt):
 
 
 def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_amax=None,
-                     scale_max=448.0) -> ScaledTensor:
+                     scale_max=None, scale_format="e4m3fn", block_size=NVFP4_BLOCK) -> ScaledTensor:
     """Rebuild an NVFP4 :class:`ScaledTensor` from E2M1 codes, E4M3 block-scale codes and ``S_enc``.
 
     ``scale_inv = fl32(e4m3(block code) * fl32(1 / S_enc))`` and
@@ -204,15 +252,18 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
         signed or float array is a TypeError (never wrapped).
     block_scale_codes : array of unsigned integers
         UE4M3 codes (e4m3fn with the sign bit 0, so below 0x80), one per 16
-        elements along ``axis``.
+        elements along ``axis`` (UE5M3 codes, below 0x100, with
+        ``scale_format="e5m3fnu"``; one per ``block_size``).
     global_scale : float
         The per-tensor encode multiplier ``S_enc`` (float32, > 0).
     axis : int, keyword-only
     global_amax : float, optional, keyword-only
         The tensor amax, if known (a block-scaled GEMM then forms its alpha as
         Transformer Engine does).
-    scale_max : {448.0, 256.0}, keyword-only
+    scale_max : float, optional, keyword-only
         The block-scale target ``S_enc`` was made for (see :func:`quantize_nvfp4`).
+    scale_format : {"e4m3fn", "e5m3fnu"}, keyword-only
+    block_size : {16, 32}, keyword-only
 
     Returns
     -------
@@ -228,24 +279,26 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
     """
     codes = code_array(codes, 16, "E2M1 codes", held="one code per element; unpack packed bytes with "
                        "fp8emu.layouts.unpack_fp4")
-    bcodes = code_array(block_scale_codes, 0x80, "block_scale_codes",
-                        held="UE4M3 block scales are positive: sign bit 0")
+    sfmt, scale_max, bsize = _scale_options(scale_format, scale_max, block_size)
+    if sfmt.name == "e4m3fn":
+        bcodes = code_array(block_scale_codes, 0x80, "block_scale_codes",
+                            held="UE4M3 block scales are positive: sign bit 0")
+    else:
+        bcodes = code_array(block_scale_codes, 1 << sfmt.bits, "block_scale_codes")
     if codes.ndim == 0:
         raise ValueError("codes need at least one dimension")
-    ax, blk = axis_block(codes.ndim, axis, NVFP4_BLOCK)
+    ax, blk = axis_block(codes.ndim, axis, bsize)
     expected = tuple(-(-s // b) for s, b in zip(codes.shape, blk))
     if bcodes.shape != expected:
         raise ValueError(f"block_scale_codes have shape {bcodes.shape}, expected {expected}")
     s_enc = F32(global_scale)
     if not np.isfinite(s_enc) or s_enc <= 0:
         raise ValueError(f"global_scale must be finite and > 0, got {global_scale!r}")
-    if isinstance(scale_max, bool) or scale_max not in (448, 256):
-        raise ValueError(f"scale_max must be 448 or 256, got {scale_max!r}")
-    s_dec_q = decode(bcodes, get_format("e4m3fn"), dtype=np.float32)
+    s_dec_q = decode(bcodes, sfmt, dtype=np.float32)
     inv = np.multiply(s_dec_q, F32(F32(1) / s_enc), dtype=np.float32)
     scale = np.fmin(reciprocal(inv), FLT_MAX).astype(np.float32)
     t = ScaledTensor(codes=codes.copy(), fmt=get_format("e2m1fn"), scale=scale, scale_inv=inv,
-                     block=blk, axis=ax, shape=codes.shape, block_scale_codes=bcodes.copy(),
-                     global_scale=s_enc, recipe="nvfp4-codes",
-                     global_amax=None if global_amax is None else F32(global_amax), scale_max=F32(scale_max))
+                     block=blk, axis=ax, shape=codes.shape, global_scale=s_enc, recipe="nvfp4-codes",
+                     global_amax=None if global_amax is None else F32(global_amax), scale_max=F32(scale_max),
+                     **_scale_fields(sfmt, bcodes.copy()))
     return t
