@@ -404,3 +404,79 @@ def round_f32(q) -> float:
     if v >= Fraction(2) ** 128:
         return math.copysign(math.inf, q)
     return math.copysign(float(v), q)
+
+
+# ----------------------------------------------------------------------------- HiFloat8
+# HiF8 (arXiv 2409.16626, its Table 1 and Fig. 1): after the sign, a prefix code "dot" gives the width D
+# of the exponent field; the exponent is sign-magnitude with the magnitude's top bit (always 1) not
+# stored; what is left of the 8 bits is mantissa.  Written as the paper lists the rows:
+#   dot "11" -> D = 4, "10" -> D = 3, "01" -> D = 2, "001" -> D = 1, "0001" -> D = 0 (E = 0),
+#   "0000" -> denormal: 2**(M - 23) for M = 1..7, M = 0 is zero (S = 0) or NaN (S = 1).
+# Specials from the paper: +-Inf is S.11.0111.1 (the code of 1.5 * 2**15); NaN is 1.0000.000; no -0.
+HIF8_DOTS = {"11": 4, "10": 3, "01": 2, "001": 1, "0001": 0}
+
+
+def hif8_code_value(code):
+    """Exact value of one HiF8 code from the paper's field definitions (None: NaN; +-inf as float)."""
+    bits = format(code, "08b")
+    neg, rest = bits[0] == "1", bits[1:]
+    if rest == "1101111":
+        return -math.inf if neg else math.inf
+    for dot, d in HIF8_DOTS.items():
+        if rest.startswith(dot):
+            field, mant = rest[len(dot):len(dot) + d], rest[len(dot) + d:]
+            e = 0 if d == 0 else (-1 if field[0] == "1" else 1) * int("1" + field[1:], 2)
+            v = (1 + Fraction(int(mant, 2), 2 ** len(mant))) * Fraction(2) ** e
+            break
+    else:
+        m = int(rest[4:], 2)
+        if m == 0:
+            return None if neg else Fraction(0)
+        v = Fraction(2) ** (m - 23)
+    return -v if neg else v
+
+
+def hif8_round(x, rounding, saturate):
+    """HiF8 code of a float64-exact input (Python float), by locating it between neighbours.
+
+    Policies: ties "rna" away from zero (the paper's TA), "rne" to the even code; beyond max the next
+    value is the Inf code's 1.5 * 2**15; overflow -> Inf (saturate: max); +-Inf -> Inf (saturate:
+    max); NaN -> 0x80 (saturate: 0x00, Ascend's saturating conversion); negative zero results -> 0x00.
+    """
+    if math.isnan(x):
+        return 0x00 if saturate else 0x80
+    table = _hif8_table()
+    neg = math.copysign(1, x) < 0
+    if math.isinf(x):
+        mag = table[-1][1] if saturate else 0x6F
+    else:
+        a = abs(Fraction(x))
+        i = bisect.bisect_right(_hif8_sorted_values(), a) - 1
+        lo, lo_c = table[i]
+        if lo == a:
+            mag = lo_c
+        else:
+            last = i == len(table) - 1
+            hi, hi_c = (Fraction(3, 2) * 2 ** 15, None) if last else table[i + 1]
+            mid = (lo + hi) / 2
+            away = {"rna": a >= mid, "rne": a > mid or (a == mid and lo_c % 2 == 1), "rtz": False,
+                    "rup": not neg, "rdn": neg}[rounding]
+            if not away:
+                mag = lo_c
+            elif hi_c is not None:
+                mag = hi_c
+            else:
+                to_max = saturate or rounding == "rtz" or (rounding == "rup" and neg) or (rounding == "rdn" and not neg)
+                mag = table[-1][1] if to_max else 0x6F
+    return mag | 0x80 if neg and mag != 0 else mag
+
+
+@functools.lru_cache(maxsize=None)
+def _hif8_table():
+    out = [(hif8_code_value(c), c) for c in range(0x80)]
+    return tuple(sorted((v, c) for v, c in out if isinstance(v, Fraction)))
+
+
+@functools.lru_cache(maxsize=None)
+def _hif8_sorted_values():
+    return [v for v, _ in _hif8_table()]
