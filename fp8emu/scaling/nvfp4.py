@@ -7,6 +7,7 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import get_format
 from .hadamard import rht
+from .ms_eden import ms_eden_nvfp4
 from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, code_array, axis_block, block_amax, blocked_view, \
     expand, pad_to_blocks, prepare, reciprocal, scaled_cast
 
@@ -50,7 +51,8 @@ def _scale_fields(sfmt, bcodes):
 def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
                    fp4_2d_quantization=False, stochastic_rounding=False,
                    random_hadamard_transform=False, four_over_six=False, scale_max=None,
-                   headroom=1.0, scale_format="e4m3fn", block_size=NVFP4_BLOCK) -> ScaledTensor:
+                   headroom=1.0, scale_format="e4m3fn", block_size=NVFP4_BLOCK,
+                   random_bits=None) -> ScaledTensor:
     """NVFP4 (Transformer Engine): E2M1 elements, an E4M3 scale per 16, a float32 tensor scale.
 
     In float32, following Transformer Engine's NVFP4 kernels
@@ -119,14 +121,28 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     * ``block_size``: 16 (NVFP4) or 32 elements per block scale (16x16 or
       32x32 tiles with ``fp4_2d_quantization``).
 
+    ``rounding="ms-eden"``: MS-EDEN (Quartet II, arXiv 2601.22813), unbiased
+    rounding with the randomness on the block scale: elements to nearest, the
+    E4M3 scale times the EDEN correction ``<x, x> / <x, q>`` rounded
+    stochastically (:mod:`fp8emu.scaling.ms_eden`, the reference kernel's
+    algorithm bit for bit given the same 16 random bits per block).  Its tensor
+    scale is the kernel's ``amax / 255.99 / (6 / headroom)`` (``headroom`` is
+    its ``scale_override``; ``global_scale`` holds ``fl32(1 / t)``,
+    ``scale_max`` 255.99); it takes 1x16 E4M3 blocks with no 2-D tiles or
+    Four Over Six, the blocked axis a multiple of 128 long and the size a
+    multiple of 256.
+
     Parameters
     ----------
     x : array_like
     axis : int, keyword-only
         Axis along which the 16-element blocks run.
-    rounding : {"rne", "stochastic"}, keyword-only
+    rounding : {"rne", "stochastic", "ms-eden"}, keyword-only
     rng : numpy.random.Generator or int, optional, keyword-only
-        Randomness for stochastic rounding.
+        Randomness for stochastic rounding and MS-EDEN.
+    random_bits : array of uint16, optional, keyword-only
+        MS-EDEN only: the 16 random bits of each block scale (block-scale
+        shape), instead of ``rng``.
     global_amax : float, optional, keyword-only
         Per-tensor amax to use (default: ``max|x|``, after the transform).
     fp4_2d_quantization, stochastic_rounding, random_hadamard_transform, four_over_six : bool
@@ -164,14 +180,21 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
         if rounding not in ("rne", "stochastic"):
             raise ValueError("stochastic_rounding=True conflicts with rounding=" + repr(rounding))
         rounding = "stochastic"
-    if rounding not in ("rne", "stochastic"):
-        raise ValueError(f"unknown rounding {rounding!r} for NVFP4; accepted: 'rne', 'stochastic'")
-    if rounding != "stochastic" and rng is not None:
-        raise ValueError("rng applies only to rounding='stochastic'")
+    if rounding not in ("rne", "stochastic", "ms-eden"):
+        raise ValueError(f"unknown rounding {rounding!r} for NVFP4; accepted: 'rne', 'stochastic', 'ms-eden'")
+    if rounding == "rne" and rng is not None:
+        raise ValueError("rng applies only to rounding='stochastic' or 'ms-eden'")
+    if rounding != "ms-eden" and random_bits is not None:
+        raise ValueError("random_bits applies only to rounding='ms-eden'")
+    if rounding == "ms-eden":
+        return _quantize_ms_eden(x, axis, rng, random_bits, global_amax, random_hadamard_transform, headroom,
+                                 bad=[n for n, v in (("fp4_2d_quantization", fp4_2d_quantization),
+                                                     ("four_over_six", four_over_six),
+                                                     ("scale_max", scale_max is not None),
+                                                     ("scale_format", scale_format != "e4m3fn"),
+                                                     ("block_size", block_size != NVFP4_BLOCK)) if v])
     sfmt, scale_max, bsize = _scale_options(scale_format, scale_max, block_size)
-    if isinstance(headroom, bool) or not isinstance(headroom, (int, float, np.floating)) \
-            or not np.isfinite(headroom) or headroom < 1:
-        raise ValueError(f"headroom must be a finite number >= 1, got {headroom!r}")
+    _headroom(headroom)
     fmt = get_format("e2m1fn")
     fmt, xf = prepare(x, fmt, "quantize_nvfp4")
     ax, blk = axis_block(xf.ndim, axis, bsize)
@@ -182,15 +205,7 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     if random_hadamard_transform:
         xf = rht(xf, axis=ax)
 
-    if global_amax is None:
-        gamax = F32(amax_nan_ignoring(xf, None))
-    else:
-        g = np.asarray(global_amax)
-        if g.shape != () or g.dtype.kind not in "iuf":
-            raise TypeError(f"global_amax must be a real scalar, got {global_amax!r}")
-        gamax = F32(g)
-        if np.isnan(gamax) or gamax < 0:
-            raise ValueError(f"global_amax must be >= 0 and not NaN, got {global_amax!r}")
+    gamax = _global_amax(xf, global_amax)
     with np.errstate(divide="ignore", over="ignore"):
         s_enc = F32(np.fmin(F32(F32(scale_max) * F32(6)) / gamax, FLT_MAX))
     if gamax == 0 or s_enc == 0:
@@ -228,6 +243,66 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
                      shape=xf.shape, global_scale=s_enc, recipe=recipe,
                      global_amax=gamax, scale_max=F32(scale_max), **_scale_fields(sfmt, bcodes))
     return t
+
+
+def _headroom(headroom):
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float, np.floating)) \
+            or not np.isfinite(headroom) or headroom < 1:
+        raise ValueError(f"headroom must be a finite number >= 1, got {headroom!r}")
+
+
+def _global_amax(xf, global_amax):
+    """The tensor amax: ``max|x|`` (NaN ignored) or the given scalar, checked, as float32."""
+    if global_amax is None:
+        return F32(amax_nan_ignoring(xf, None))
+    g = np.asarray(global_amax)
+    if g.shape != () or g.dtype.kind not in "iuf":
+        raise TypeError(f"global_amax must be a real scalar, got {global_amax!r}")
+    gamax = F32(g)
+    if np.isnan(gamax) or gamax < 0:
+        raise ValueError(f"global_amax must be >= 0 and not NaN, got {global_amax!r}")
+    return gamax
+
+
+def _quantize_ms_eden(x, axis, rng, random_bits, global_amax, transform, headroom, bad):
+    """``quantize_nvfp4(..., rounding="ms-eden")``: checks, then :func:`ms_eden_nvfp4` along ``axis``."""
+    if bad:
+        raise ValueError(f"rounding='ms-eden' takes 1x16 E4M3 blocks with its own tensor scale; "
+                         f"drop {', '.join(bad)}")
+    _headroom(headroom)
+    fmt, xf = prepare(x, get_format("e2m1fn"), "quantize_nvfp4")
+    ax, blk = axis_block(xf.ndim, axis, NVFP4_BLOCK)
+    if transform:
+        xf = rht(xf, axis=ax)
+    n = xf.shape[ax]
+    if n % 128 or xf.size % 256:
+        raise ValueError(f"rounding='ms-eden' needs the blocked axis a multiple of 128 long and the size a "
+                         f"multiple of 256 (the reference kernel's warps), got shape {xf.shape}")
+    gamax = _global_amax(xf, global_amax)
+    moved = np.ascontiguousarray(np.moveaxis(xf, ax, -1), dtype=F32)
+    nshape = moved.shape[:-1] + (n // NVFP4_BLOCK,)
+    if random_bits is not None and rng is not None:
+        raise ValueError("pass either rng or random_bits, not both")
+    if random_bits is not None:
+        noise = np.asarray(random_bits)
+        want = tuple(np.moveaxis(np.empty(nshape, np.uint8), -1, ax).shape)
+        if noise.dtype != np.uint16 or noise.shape != want:
+            raise ValueError(f"random_bits must be uint16 of the block-scale shape {want}, got "
+                             f"{noise.dtype} {noise.shape}")
+        noise = np.moveaxis(noise, ax, -1)
+    else:
+        if rng is None:
+            raise ValueError("rounding='ms-eden' needs rng (Generator or int seed) or random_bits")
+        gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        noise = gen.integers(0, 1 << 16, size=nshape, dtype=np.uint16)
+    codes, _, scodes, t = ms_eden_nvfp4(moved, gamax, float(headroom), noise)
+    codes, scodes = np.moveaxis(codes, -1, ax), np.moveaxis(scodes, -1, ax)
+    inv = np.multiply(decode(scodes, get_format("e4m3fn"), dtype=F32), t, dtype=F32)
+    scale = np.fmin(reciprocal(inv), FLT_MAX).astype(F32)
+    return ScaledTensor(codes=np.ascontiguousarray(codes), fmt=fmt, scale=scale, scale_inv=inv, block=blk,
+                        axis=ax, shape=xf.shape, global_scale=F32(F32(1) / t), recipe="nvfp4-ms-eden"
+                        + ("-rht" if transform else ""), global_amax=gamax, scale_max=F32(255.99),
+                        block_scale_codes=np.ascontiguousarray(scodes))
 
 
 def _block_sq_error(xf, codes, inv, blk, fmt):
