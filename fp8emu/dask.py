@@ -132,6 +132,8 @@ class DaskScaledTensor:
     recipe: str = ""
     global_amax: object = None
     scale_max: object = None
+    scale_format: object = None
+    scale_format_codes: object = None
 
     def dequantize(self, dtype=np.float32):
         """Lazy ``decode(codes) * scale_inv`` (per block), as :meth:`fp8emu.ScaledTensor.dequantize`."""

@@ -105,8 +105,13 @@ class Format:
             object.__setattr__(self, field, bool(v))
         if not isinstance(self.description, str):
             raise TypeError(f"Format.description must be a string, got {self.description!r}")
-        if not 1 <= self.ebits <= 8:
-            raise ValueError(f"Format.ebits must be in 1..8, got {self.ebits}")
+        if not 0 <= self.ebits <= 8:
+            raise ValueError(f"Format.ebits must be in 0..8, got {self.ebits}")
+        if self.ebits == 0 and (not self.subnormals or self.inf is not None or self.nan is not None):
+            # with no exponent field every code is a multiple of the one step 2**(emin - mbits):
+            # a scaled integer format (CUDA's E0M3), with no room for Inf/NaN codes
+            raise ValueError("a format with ebits=0 is a scaled integer format: it needs subnormals=True "
+                             "and no Inf or NaN")
         if not 0 <= self.mbits <= 7:
             raise ValueError(f"Format.mbits must be in 0..7, got {self.mbits}")
         if self.bits > 8:
@@ -302,7 +307,12 @@ class Format:
 
     @property
     def min_normal(self) -> float:
-        """Smallest positive normal value (``2**emin``)."""
+        """Smallest positive normal value (``2**emin``).
+
+        A format with no exponent field (``ebits=0``, E0M3) has no normal value;
+        ``2**emin`` is then the binade just above ``max`` (8 for E0M3), the scale
+        the integer codes are counted in.
+        """
         return float(2.0**self.emin)
 
     @property
@@ -336,7 +346,7 @@ _ML_DTYPES_NAMES = {
     "e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz",
     "e5m2fnuz": "float8_e5m2fnuz", "e4m3b11fnuz": "float8_e4m3b11fnuz", "e4m3": "float8_e4m3",
     "e3m4": "float8_e3m4", "e8m0fnu": "float8_e8m0fnu", "e2m3fn": "float6_e2m3fn",
-    "e3m2fn": "float6_e3m2fn", "e2m1fn": "float4_e2m1fn",
+    "e3m2fn": "float6_e3m2fn", "e2m1fn": "float4_e2m1fn", "e5m3fnu": "float8_e5m3fnu",
 }
 
 
@@ -415,7 +425,11 @@ _BUILTINS = [
     Format("e2m3fn", 2, 3, 1, description="OCP MX FP6 E2M3 (no Inf/NaN)"),
     Format("e3m2fn", 3, 2, 3, description="OCP MX FP6 E3M2 (no Inf/NaN)"),
     Format("e2m1fn", 2, 1, 1, description="OCP MX FP4 E2M1 (no Inf/NaN)"),
-] + [_p3109(p) for p in range(1, 8)]
+] + [_p3109(p) for p in range(1, 8)] + [
+    Format("e5m3fnu", 5, 3, 15, signed=False, nan="top",
+           description="UE5M3 block scale (NVIDIA Rubin FP4 MMA; unsigned, no Inf; NaN 0xFF)"),
+    Format("e0m3", 0, 3, -2, description="CUDA __nv_fp4_e0m3: sign + 3-bit integer -7..7 (no Inf/NaN)"),
+]
 _REGISTRY = Registry("format", Format, _BUILTINS)
 
 
@@ -497,5 +511,5 @@ def format_table() -> str:
     for f in _REGISTRY.values():
         inf, nan, nz = _special_text(f)
         rows.append(f"| {f.name} | {f.bits} | {f.ebits} | {f.mbits} | {f.bias} | {g(f.max)} | "
-                    f"{g(f.min_normal)} | {g(f.min_subnormal)} | {inf} | {nan} | {nz} |")
+                    f"{g(f.min_normal) if f.ebits else 'none'} | {g(f.min_subnormal)} | {inf} | {nan} | {nz} |")
     return "\n".join(rows)

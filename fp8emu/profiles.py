@@ -757,8 +757,8 @@ _ML_06 = VersionRange("ml_dtypes", "0.5.4", "0.7", ("0.5.4", "0.6.0"))
 _ML_07 = VersionRange("ml_dtypes", "0.7", "0.8", ("0.7.0",))
 
 
-def _ml_dtypes_rules(e8m0_fix):
-    rules = {f: _only("rne", False) for f in _ML_FORMATS if f not in _SUBBYTE}
+def _ml_dtypes_rules(e8m0_fix, added=()):
+    rules = {f: _only("rne", False) for f in (*_ML_FORMATS, *added) if f not in _SUBBYTE}
     rules.update({f: _only("rne", True, subbyte_nan_ml_dtypes) for f in _SUBBYTE})
     if e8m0_fix is not None:
         rules[_F["e8m0fnu"]] = _only("rne", False, e8m0_fix)
@@ -811,7 +811,8 @@ _BUILTIN += [
             "rounding), FP4/FP6 NaN -> -0 and -NaN -> +0, e8m0 (2**-127, 1.5*2**-127) -> 2**-126",
             _ml_dtypes_rules(e8m0_subnormal_round_up), "float32", versions=(_ML_06,)),
     Profile("ml_dtypes-0.7", "ml_dtypes 0.7 astype: the spec (RNE non-saturating, float64 rounded once) but "
-            "FP4/FP6 NaN -> -0 and -NaN -> +0", _ml_dtypes_rules(None), "float64", versions=(_ML_07,)),
+            "FP4/FP6 NaN -> -0 and -NaN -> +0; UE5M3 (float8_e5m3fnu, new in 0.7) as the spec",
+            _ml_dtypes_rules(None, added=(get_format("e5m3fnu"),)), "float64", versions=(_ML_07,)),
 ]
 for _sat, _sfx, _alt in ((True, "", "onnx-nosat"), (False, "-nosat", "onnx")):
     for _ml, _via in ((_ML_06, "float32"), (_ML_07, "float64")):

@@ -35,7 +35,7 @@ import numpy as np
 
 __all__ = ["read_json", "read_text", "NpyHeader", "npy_header", "read_npy", "npz_headers", "read_npz",
            "read_npz_member", "SafetensorsEntry", "safetensors_header", "read_safetensors",
-           "SAFETENSORS_DTYPES"]
+           "SAFETENSORS_DTYPES", "UNPACKED_DTYPES"]
 
 #: Largest .npy header accepted (NumPy's own default limit is 10000 bytes).
 _MAX_NPY_HEADER = 1 << 16
@@ -56,6 +56,10 @@ SAFETENSORS_DTYPES = {
     # packed sub-byte types: no one-element-per-item NumPy view
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
+#: Packed types read element-wise anyway, unpacked to one element per byte: F4 is FP4 E2M1 (OCP MX),
+#: two per byte, the first element in the low nibble (as torch's float4_e2m1fn_x2 and CUDA's
+#: __nv_fp4x2 hold them; safetensors writes the element count as the shape).
+UNPACKED_DTYPES = {"F4": np.dtype(ml_dtypes.float4_e2m1fn)}
 
 
 def _fail(path, what):
@@ -364,7 +368,8 @@ class SafetensorsEntry:
     """One tensor of a safetensors file, as its checked header describes it.
 
     ``begin``/``end`` are absolute byte offsets in the file; ``dtype`` is the
-    NumPy / ml_dtypes dtype (None for the packed sub-byte types).
+    NumPy / ml_dtypes dtype of the elements as read (``float4_e2m1fn``, one per
+    byte, for the packed ``F4``; None for the packed FP6 types, which are not read).
     """
 
     name: str
@@ -438,7 +443,7 @@ def safetensors_header(path) -> tuple:
             raise _fail(path, f"{what}: data_offsets {offs} fall outside the {data_len}-byte data section "
                               "(truncated or lying file)")
         kind = SAFETENSORS_DTYPES[st]
-        dtype, bits = (kind, 8 * kind.itemsize) if isinstance(kind, np.dtype) else (None, kind)
+        dtype, bits = (kind, 8 * kind.itemsize) if isinstance(kind, np.dtype) else (UNPACKED_DTYPES.get(st), kind)
         numel = math.prod(shape)
         if (numel * bits) % 8 or end - begin != numel * bits // 8:
             raise _fail(path, f"{what}: shape {list(shape)} of {st} needs {numel * bits / 8:g} bytes, "
@@ -467,16 +472,27 @@ def read_safetensors(path, entry: SafetensorsEntry, start=None, stop=None) -> np
     rows = shape[0] if shape else 1
     lo = 0 if start is None else max(0, min(int(start), rows))
     hi = rows if stop is None else max(lo, min(int(stop), rows))
-    nbytes = (hi - lo) * per_row * entry.dtype.itemsize
+    packed = entry.st_dtype in UNPACKED_DTYPES
+    if packed:
+        # elements [lo * per_row, hi * per_row) live in the bytes holding those nibbles
+        first, last = lo * per_row, hi * per_row
+        offset, nbytes = first // 2, (last + 1) // 2 - first // 2
+    else:
+        offset, nbytes = lo * per_row * entry.dtype.itemsize, (hi - lo) * per_row * entry.dtype.itemsize
     try:
         with open(path, "rb") as fh:
-            fh.seek(entry.begin + lo * per_row * entry.dtype.itemsize)
+            fh.seek(entry.begin + offset)
             buf = fh.read(nbytes)
     except OSError as exc:
         raise _fail(path, f"cannot be read ({exc})") from None
     if len(buf) != nbytes:
         raise _fail(path, f"tensor {entry.name!r} is truncated")
-    arr = np.frombuffer(buf, entry.dtype).copy()
+    if packed:
+        b = np.frombuffer(buf, np.uint8)
+        nib = np.stack([b & 0x0F, b >> 4], axis=-1).reshape(-1)
+        arr = nib[first % 2:first % 2 + last - first].copy().view(entry.dtype)
+    else:
+        arr = np.frombuffer(buf, entry.dtype).copy()
     if not shape:
         return arr.reshape(())
     if start is None and stop is None:

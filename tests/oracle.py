@@ -88,6 +88,15 @@ SPECS = {s.name: s for s in [
     # NaN 0x80 (no -0), +Inf 0x7F, -Inf 0xFF.
     Spec(f"binary8p{p}", 8 - p, p - 1, 2 ** (7 - p), True, True, frozenset({0x80}), 0x7F, (0x80, 0x80))
     for p in range(1, 8)
+] + [
+    # UE5M3 (NVIDIA float8_e5m3fnu, PTX ISA 13.4 / ml_dtypes 0.7): unsigned, 5 exponent bits, 3 mantissa
+    # bits, finite; the issue's constants max 114688 = 1.75 * 2**16 and smallest subnormal 2**-17 fix
+    # the bias at 15 (2**(1 - 15 - 3) = 2**-17); 0xFF, the all-ones code, is the only NaN.
+    Spec("e5m3fnu", 5, 3, 15, False, True, frozenset({0xFF}), None, (0xFF, 0xFF)),
+    # CUDA 13 __nv_fp4_e0m3: sign bit and 3 integral bits, +0 = 0x0, -0 = 0x8, the integers -7..7; no
+    # Inf/NaN.  With no exponent field every code is "subnormal", f * 2**(1 - bias - 3); the integers need
+    # that step to be 1, so bias = -2.  test_codec checks the values against the spec's integer list.
+    Spec("e0m3", 0, 3, -2, True, True, frozenset(), None, None),
 ]}
 
 #: Overflow policy (IEEE 754 section 7.4): whether a result beyond max becomes +-max rather than
@@ -368,7 +377,8 @@ class ValueOracle:
             out = np.where(signed, mag | self.sign_bit, mag)
         else:
             out = mag
-            isnan_res = isnan_res | (neg & ((mag != 0) | (not fmt.has_zero)))
+            # a negative non-zero input is NaN even where it would round to zero (there is no -0)
+            isnan_res = isnan_res | (neg & ((a != 0) | (not fmt.has_zero)))
             if not fmt.has_zero:
                 isnan_res |= (a == 0)
         out = np.where(isnan_res, self.nan_code(neg), out)
@@ -394,3 +404,79 @@ def round_f32(q) -> float:
     if v >= Fraction(2) ** 128:
         return math.copysign(math.inf, q)
     return math.copysign(float(v), q)
+
+
+# ----------------------------------------------------------------------------- HiFloat8
+# HiF8 (arXiv 2409.16626, its Table 1 and Fig. 1): after the sign, a prefix code "dot" gives the width D
+# of the exponent field; the exponent is sign-magnitude with the magnitude's top bit (always 1) not
+# stored; what is left of the 8 bits is mantissa.  Written as the paper lists the rows:
+#   dot "11" -> D = 4, "10" -> D = 3, "01" -> D = 2, "001" -> D = 1, "0001" -> D = 0 (E = 0),
+#   "0000" -> denormal: 2**(M - 23) for M = 1..7, M = 0 is zero (S = 0) or NaN (S = 1).
+# Specials from the paper: +-Inf is S.11.0111.1 (the code of 1.5 * 2**15); NaN is 1.0000.000; no -0.
+HIF8_DOTS = {"11": 4, "10": 3, "01": 2, "001": 1, "0001": 0}
+
+
+def hif8_code_value(code):
+    """Exact value of one HiF8 code from the paper's field definitions (None: NaN; +-inf as float)."""
+    bits = format(code, "08b")
+    neg, rest = bits[0] == "1", bits[1:]
+    if rest == "1101111":
+        return -math.inf if neg else math.inf
+    for dot, d in HIF8_DOTS.items():
+        if rest.startswith(dot):
+            field, mant = rest[len(dot):len(dot) + d], rest[len(dot) + d:]
+            e = 0 if d == 0 else (-1 if field[0] == "1" else 1) * int("1" + field[1:], 2)
+            v = (1 + Fraction(int(mant, 2), 2 ** len(mant))) * Fraction(2) ** e
+            break
+    else:
+        m = int(rest[4:], 2)
+        if m == 0:
+            return None if neg else Fraction(0)
+        v = Fraction(2) ** (m - 23)
+    return -v if neg else v
+
+
+def hif8_round(x, rounding, saturate):
+    """HiF8 code of a float64-exact input (Python float), by locating it between neighbours.
+
+    Policies: ties "rna" away from zero (the paper's TA), "rne" to the even code; beyond max the next
+    value is the Inf code's 1.5 * 2**15; overflow -> Inf (saturate: max); +-Inf -> Inf (saturate:
+    max); NaN -> 0x80 (saturate: 0x00, Ascend's saturating conversion); negative zero results -> 0x00.
+    """
+    if math.isnan(x):
+        return 0x00 if saturate else 0x80
+    table = _hif8_table()
+    neg = math.copysign(1, x) < 0
+    if math.isinf(x):
+        mag = table[-1][1] if saturate else 0x6F
+    else:
+        a = abs(Fraction(x))
+        i = bisect.bisect_right(_hif8_sorted_values(), a) - 1
+        lo, lo_c = table[i]
+        if lo == a:
+            mag = lo_c
+        else:
+            last = i == len(table) - 1
+            hi, hi_c = (Fraction(3, 2) * 2 ** 15, None) if last else table[i + 1]
+            mid = (lo + hi) / 2
+            away = {"rna": a >= mid, "rne": a > mid or (a == mid and lo_c % 2 == 1), "rtz": False,
+                    "rup": not neg, "rdn": neg}[rounding]
+            if not away:
+                mag = lo_c
+            elif hi_c is not None:
+                mag = hi_c
+            else:
+                to_max = saturate or rounding == "rtz" or (rounding == "rup" and neg) or (rounding == "rdn" and not neg)
+                mag = table[-1][1] if to_max else 0x6F
+    return mag | 0x80 if neg and mag != 0 else mag
+
+
+@functools.lru_cache(maxsize=None)
+def _hif8_table():
+    out = [(hif8_code_value(c), c) for c in range(0x80)]
+    return tuple(sorted((v, c) for v, c in out if isinstance(v, Fraction)))
+
+
+@functools.lru_cache(maxsize=None)
+def _hif8_sorted_values():
+    return [v for v, _ in _hif8_table()]

@@ -13,6 +13,7 @@ import pytest
 
 import fp8emu
 from fp8emu import conformance
+from fp8emu.hifloat import hif8_summary
 from fp8emu import testing as T
 from fp8emu import validate_gpu as V
 from fp8emu.cli import main
@@ -105,7 +106,7 @@ def test_decode_any_output_dtype(capsys):
 
 def test_formats_and_profiles_listings(capsys):
     assert main(["formats"]) == 0
-    assert capsys.readouterr().out.strip() == fp8emu.format_table()
+    assert capsys.readouterr().out.strip() == fp8emu.format_table() + "\n\nAlso: " + hif8_summary()
     assert main(["formats", "--names"]) == 0
     assert capsys.readouterr().out.split() == fp8emu.format_names()
     assert main(["profiles", "--names"]) == 0

@@ -91,7 +91,7 @@ def test_values_match_spec_formula(name):
 def test_registry_and_errors():
     assert fp8emu.format_names()[:len(SPECS)] == list(SPECS)   # every built-in has an oracle spec
     assert set(ML) == {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4",
-                       "e8m0fnu", "e2m3fn", "e3m2fn", "e2m1fn"}
+                       "e8m0fnu", "e2m3fn", "e3m2fn", "e2m1fn", "e5m3fnu"}
     f = fp8emu.get_format("e4m3fn")
     assert fp8emu.get_format(f) is f
     with pytest.raises(ValueError, match="e4m3fn"):
@@ -102,6 +102,21 @@ def test_registry_and_errors():
         fp8emu.Format("big", 5, 5, 15)
     with pytest.raises(ValueError):
         fp8emu.Format("x", 4, 3, 7, nan="weird")
+
+
+def test_e0m3_and_ue5m3_state_their_spec_text():
+    """The two 2026 formats, with the constants their sources state (not the oracle's field widths)."""
+    # CUDA 13 __nv_fp4_e0m3: +0 = 0x0, -0 = 0x8, the other codes the integers -7..7 (sign + magnitude)
+    e0m3 = fp8emu.get_format("e0m3")
+    want = [float(c) for c in range(8)] + [-float(c) for c in range(8)]
+    assert e0m3.values().tolist() == want and math.copysign(1, e0m3.values()[8]) < 0
+    assert (e0m3.bits, e0m3.max, e0m3.min_subnormal, e0m3.has_inf, e0m3.has_nan) == (4, 7.0, 1.0, False, False)
+    # UE5M3: max 114688, smallest subnormal 2**-17, unsigned, finite, one NaN code (0xFF)
+    u = fp8emu.get_format("e5m3fnu")
+    assert (u.bits, u.signed, u.max, u.min_subnormal, u.has_inf) == (8, False, 114688.0, 2.0**-17, False)
+    assert np.isnan(u.values()).nonzero()[0].tolist() == [0xFF]
+    with pytest.raises(ValueError, match="ebits=0"):
+        fp8emu.Format("e0m3x", 0, 3, -2, nan="fn")
 
 
 def test_unknown_format_lists_valid_names():
@@ -441,7 +456,7 @@ def test_special_values_spec_examples():
 
 
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("name", ["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("name", ["e4m3fn", "e5m2", "e5m3fnu"])
 def test_all_float32_vs_ml_dtypes(name):
     f = fp8emu.get_format(name)
     step = 1 << 24
@@ -455,3 +470,18 @@ def test_all_float32_vs_ml_dtypes(name):
         if bad.any():
             bad &= ~(np.isnan(x) & f.nan_mask(got) & f.nan_mask(ref))
         assert not bad.any(), (name, hex(int(bits[bad][0])), got[bad][:4], ref[bad][:4])
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", ["e0m3"])
+def test_all_float32_vs_oracle(name):
+    """Formats ml_dtypes lacks: every float32 input against the oracle, round to nearest even."""
+    f, o = fp8emu.get_format(name), ValueOracle(name)
+    step = 1 << 24
+    for start in range(0, 1 << 32, step):
+        x = np.arange(start, start + step, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        with np.errstate(all="ignore"):
+            ref = o(x.astype(np.float64), "rne", False)
+        got = fp8emu.encode(x, f)
+        bad = got != ref
+        assert not bad.any(), (name, hex(int(x[bad].view(np.uint32)[0])), got[bad][:4], ref[bad][:4])

@@ -65,9 +65,54 @@ def test_packed_sub_byte_sizes(tmp_path, st, shape, nbytes, ok):
             readers.safetensors_header(p)
         return
     e = readers.safetensors_header(p)[0]["t"]
-    assert e.dtype is None and e.end - e.begin == nbytes
+    assert e.end - e.begin == nbytes
+    if st == "F4":      # read as what it is: FP4 E2M1, one element per byte
+        assert e.dtype == np.dtype(ml_dtypes.float4_e2m1fn)
+        assert readers.read_safetensors(p, e).shape == tuple(shape)
+        return
+    assert e.dtype is None
     with pytest.raises(ValueError, match="packed"):
         readers.read_safetensors(p, e)
+
+
+# OCP MX v1.0 FP4 E2M1 values of the codes 0..15 (sign bit 3)
+_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (4, 2), (8,)])
+def test_f4_unpacks_low_nibble_first_with_row_ranges(tmp_path, shape):
+    n = int(np.prod(shape))
+    codes = np.random.default_rng(n).integers(0, 16, n)
+    packed = (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8).tobytes()    # first element: low nibble
+    head = json.dumps({"w": {"dtype": "F4", "shape": list(shape), "data_offsets": [0, len(packed)]}}).encode()
+    p = tmp_path / "f4.safetensors"
+    p.write_bytes(struct.pack("<Q", len(head)) + head + packed)
+    e = readers.safetensors_header(p)[0]["w"]
+    want = np.array([_E2M1[c] for c in codes]).reshape(shape)
+    got = readers.read_safetensors(p, e)
+    assert got.dtype == np.dtype(ml_dtypes.float4_e2m1fn)
+    np.testing.assert_array_equal(got.astype(np.float64), want)
+    if len(shape) > 1:                         # rows 1..2: an odd row length starts mid-byte
+        np.testing.assert_array_equal(readers.read_safetensors(p, e, 1, 3).astype(np.float64), want[1:3])
+
+
+def test_f4_and_e8m0_files_written_by_safetensors(tmp_path):
+    """Real files from the safetensors package (torch's float4_e2m1fn_x2 and float8_e8m0fnu tensors)."""
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip("this torch has no float4_e2m1fn_x2")
+    packed = torch.tensor([[0x21, 0x43], [0x65, 0xF7]], dtype=torch.uint8)
+    scales = torch.tensor([127, 128, 1, 255], dtype=torch.uint8)
+    p = tmp_path / "w.safetensors"
+    st_torch.save_file({"w": packed.view(torch.float4_e2m1fn_x2), "s": scales.view(torch.float8_e8m0fnu)}, str(p))
+    entries, _ = readers.safetensors_header(p)
+    w, s = entries["w"], entries["s"]
+    assert (w.st_dtype, w.shape, s.st_dtype, s.shape) == ("F4", (2, 4), "F8_E8M0", (4,))
+    np.testing.assert_array_equal(readers.read_safetensors(p, w).astype(np.float64),
+                                  [[_E2M1[1], _E2M1[2], _E2M1[3], _E2M1[4]], [_E2M1[5], _E2M1[6], _E2M1[7], _E2M1[15]]])
+    e8 = readers.read_safetensors(p, s).astype(np.float64)       # E8M0: 2**(code - 127), 0xFF NaN
+    assert e8[:3].tolist() == [1.0, 2.0, 2.0 ** -126] and np.isnan(e8[3])
 
 
 @pytest.mark.parametrize("arr", [

@@ -456,20 +456,31 @@ def test_mx_axis_and_errors():
 
 # ----------------------------------------------------------------- NVFP4
 
-def nvfp4_reference(x, global_amax):
-    s_enc = div32(448 * 6, global_amax) if global_amax > 0 else math.inf
+# UE5M3 (ml_dtypes 0.7 float8_e5m3fnu): unsigned, max 114688 = 1.75 * 2**16 (the issue's constant)
+UE5M3_MAX = 114688.0
+
+
+def ue5m3_cast_codes(y):
+    """Saturating RNE cast of non-negative values to UE5M3 through ml_dtypes."""
+    return np.minimum(np.asarray(y, np.float32), UE5M3_MAX).astype(ml_dtypes.float8_e5m3fnu).view(np.uint8)
+
+
+def nvfp4_reference(x, global_amax, scale="e4m3fn", block=16):
+    smax, cast, mltype = ((448.0, lambda v: ml_cast_codes(v, "e4m3fn"), ml_dtypes.float8_e4m3fn)
+                          if scale == "e4m3fn" else (UE5M3_MAX, ue5m3_cast_codes, ml_dtypes.float8_e5m3fnu))
+    s_enc = div32(smax * 6, global_amax) if global_amax > 0 else math.inf
     s_enc = min(s_enc, F32_MAX)
     if global_amax == 0 or s_enc == 0:
         s_enc = 1.0
     factor = mul32(s_enc, div32(1, 6))
     rcp_enc = div32(1, s_enc)
     out_codes, out_block = [], []
-    for j in range(0, x.shape[-1], 16):
-        blk = x[..., j:j + 16]
+    for j in range(0, x.shape[-1], block):
+        blk = x[..., j:j + block]
         bamax = np.max(np.abs(blk), axis=-1)
         s_dec = np.float32([mul32(float(a), factor) for a in bamax.ravel()]).reshape(bamax.shape)
-        bcode = ml_cast_codes(s_dec, "e4m3fn")
-        bval = bcode.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+        bcode = cast(s_dec)
+        bval = bcode.view(mltype).astype(np.float64)
         inv = np.float32([mul32(float(v), rcp_enc) for v in bval.ravel()]).reshape(bval.shape)
         scale = np.float32([min(div32(1, float(v)) if v else math.inf, F32_MAX) for v in inv.ravel()])
         scale = scale.reshape(inv.shape)
@@ -492,6 +503,52 @@ def test_nvfp4_matches_reference():
     assert t.block_scale_codes[1, 1] == 0 and t.scale[1, 1] == np.float32(F32_MAX)
     assert np.all(t.dequantize()[1, 16:32] == 0)
     check_roundtrip(t, x)
+
+
+@pytest.mark.parametrize("scale, block", [("e5m3fnu", 16), ("e5m3fnu", 32), ("e4m3fn", 32)])
+def test_fp4_block_scales_ue5m3_and_32(scale, block):
+    """Rubin's FP4 scale modes (UE5M3 x 16/32, UE4M3 x 32) against the same rule with ml_dtypes casts."""
+    rng = np.random.default_rng(12)
+    x = sample(rng, (3, 32 * 3 + 5), spread=5.0)      # wide spread: UE5M3's range matters
+    x[1, 32:64] = 0
+    x[2, 70] = 1e7
+    t = fp8emu.quantize_nvfp4(x, scale_format=scale, block_size=block)
+    s_enc, codes, bcodes = nvfp4_reference(x, float(np.max(np.abs(x))), scale, block)
+    assert t.block == (1, block) and float(t.global_scale) == s_enc
+    got_b = t.block_scale_codes if scale == "e4m3fn" else t.scale_format_codes
+    np.testing.assert_array_equal(got_b, bcodes)
+    np.testing.assert_array_equal(t.codes, codes)
+    if scale == "e5m3fnu":
+        assert t.block_scale_codes is None and t.scale_format.name == "e5m3fnu" and t.recipe.endswith("-ue5m3" + (
+            "-b32" if block == 32 else ""))
+        back = fp8emu.scaling.nvfp4_from_codes(t.codes, t.scale_format_codes, t.global_scale,
+                                               scale_format="e5m3fnu", block_size=block)
+        np.testing.assert_array_equal(back.dequantize(), t.dequantize())
+        # UE5M3 reaches 2**-17 * 114688 / amax below the tensor amax (E4M3: 2**-9 * 448): fewer zero blocks
+        small = np.full((1, 64), 1e-4, np.float32)
+        small[0, 0] = 1e3
+        assert fp8emu.quantize_nvfp4(small, scale_format="e5m3fnu").dequantize()[0, 16:].min() > 0
+        assert not fp8emu.quantize_nvfp4(small).dequantize()[0, 16:].any()
+    check_roundtrip(t, x)
+
+
+def test_fp4_block_scale_options_are_checked():
+    x = np.ones((1, 32), np.float32)
+    with pytest.raises(ValueError, match="scale_format must be one of 'e4m3fn', 'e5m3fnu'"):
+        fp8emu.quantize_nvfp4(x, scale_format="e8m0fnu")
+    with pytest.raises(ValueError, match="scale_max must be 114688 or 65536 for e5m3fnu"):
+        fp8emu.quantize_nvfp4(x, scale_format="e5m3fnu", scale_max=448)
+    with pytest.raises(ValueError, match=r"block_size must be one of \(16, 32\)"):
+        fp8emu.quantize_nvfp4(x, block_size=64)
+    with pytest.raises(ValueError, match="block_size"):
+        fp8emu.quantize_nvfp4(x, block_size=True)
+    t = fp8emu.quantize_nvfp4(x, scale_format="e5m3fnu")
+    # block_scaled_mm does not take UE5M3 scales yet: refused by name, never decoded as UE4M3
+    with pytest.raises(ValueError, match="not block-scaled"):
+        fp8emu.block_scaled_mm(t, fp8emu.quantize_nvfp4(np.ones((32, 1), np.float32), axis=0))
+    with pytest.raises(ValueError, match="scale_format and scale_format_codes"):
+        fp8emu.scaling.ScaledTensor(codes=t.codes, fmt="e2m1fn", scale=t.scale, scale_inv=t.scale_inv,
+                                    block=t.block, scale_format="e5m3fnu")
 
 
 def test_nvfp4_hand_example_and_global_amax():

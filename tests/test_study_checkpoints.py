@@ -129,6 +129,29 @@ def test_every_float8_safetensors_dtype_is_studied(tmp_path):
         assert row["amax"] == float(np.max(np.abs(want.astype(np.float64))))
 
 
+def test_f4_and_e8m0_checkpoint_is_studied_as_what_it_holds(tmp_path, capsys):
+    """A DeepSeek-V4-style file: packed FP4 weights (F4) and E8M0 scales, written by safetensors itself."""
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip("this torch has no float4_e2m1fn_x2")
+    codes = np.random.default_rng(4).integers(0, 16, (4, 32))
+    packed = torch.from_numpy((codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8))
+    scales = torch.tensor([[126, 127], [128, 129]], dtype=torch.uint8)
+    p = tmp_path / "ds.safetensors"
+    st_torch.save_file({"w": packed.view(torch.float4_e2m1fn_x2), "w_scale": scales.view(torch.float8_e8m0fnu)},
+                       str(p))
+    refs, skipped = study.discover([p])
+    assert skipped == [] and {r.name: (r.dtype, tuple(r.shape)) for r in refs} == {
+        "w": ("float4_e2m1fn", (4, 32)), "w_scale": ("float8_e8m0fnu", (2, 2))}
+    e2m1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]           # OCP MX FP4 E2M1, sign bit 3
+    want = np.array([[e2m1[c & 7] * (-1 if c & 8 else 1) for c in row] for row in codes])
+    w = next(r for r in refs if r.name == "w")
+    np.testing.assert_array_equal(w.read().astype(np.float64), want)
+    assert study.study_tensor(w, ["tensor-e4m3fn"])[0]["amax"] == float(np.max(np.abs(want)))
+    assert main(["study", str(p), "--out", str(tmp_path / "o"), "--recipes", "tensor-e4m3fn", "--quiet"]) == 0
+
+
 def test_a_missing_path_fails_before_any_cluster_starts(tmp_path, capsys):
     t0 = time.perf_counter()
     assert main(["study", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--workers", "4"]) == 2

@@ -21,6 +21,10 @@ The probes (made in the recording venv from ml_dtypes' own values, never from fp
 Usage::
 
     python tools/record_library_vectors.py 0.5.4 0.6.0 0.7.0
+    python tools/record_library_vectors.py 0.7.0 --python /path/to/venv/bin/python   # an installed release
+
+float8_e5m3fnu (UE5M3, new in 0.7.0) was added to the recording of 0.7.0 that way (the probe inputs kept,
+so its float64 probes hold no midpoints of its own; its float16/bfloat16 probes are every pattern).
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ import ml_dtypes
 
 out_inputs, out_codes, write_inputs = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 NAMES = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz",
-         "float8_e4m3", "float8_e3m4", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"]
+         "float8_e4m3", "float8_e3m4", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
+         "float8_e5m3fnu"]
 BITS = {n: (8 if n.startswith("float8") else int(n[5])) for n in NAMES}
 rng = np.random.default_rng(20261201)
 
@@ -98,8 +103,19 @@ print(f"ml_dtypes {ml_dtypes.__version__} (numpy {np.__version__}): {len(codes) 
 '''
 
 
-def record(version: str, out: Path, write_inputs: bool, quiet: bool) -> None:
+def record(version: str, out: Path, write_inputs: bool, quiet: bool, python: Path | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
+        if python is not None:
+            # an interpreter that already has this release (no package index needed); checked below
+            script = Path(tmp) / "record.py"
+            script.write_text(SCRIPT)
+            got = subprocess.run([python, "-c", "import ml_dtypes; print(ml_dtypes.__version__)"],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+            if got != version:
+                raise SystemExit(f"--python {python} has ml_dtypes {got}, not {version}")
+            subprocess.run([python, script, out / "inputs.npz", out / f"ml_dtypes-{version}.npz",
+                            "1" if write_inputs else "0"], check=True)
+            return
         env = Path(tmp) / "venv"
         venv.create(env, with_pip=True)
         py = env / "bin" / "python"
@@ -118,11 +134,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=OUT, help=f"folder of the vectors (default {OUT})")
     p.add_argument("--new-inputs", action="store_true", help="draw the probe inputs anew (default: reuse)")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--python", type=Path, default=None,
+                   help="record with this interpreter (which must have the one version given) instead of a "
+                        "fresh venv from the package index")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     write = args.new_inputs or not (args.out / "inputs.npz").exists()
     for v in args.versions:
-        record(v, args.out, write, args.quiet)
+        record(v, args.out, write, args.quiet, args.python)
         write = False
     return 0
 

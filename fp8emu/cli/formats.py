@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..formats import format_names, format_table
+from ..hifloat import hif8_summary
 
 
 def register(sub, name, help_text):
@@ -16,5 +17,5 @@ def register(sub, name, help_text):
 
 def run(args) -> int:
     """Print the table (or the names)."""
-    print("\n".join(format_names()) if args.names else format_table())
+    print("\n".join(format_names()) if args.names else format_table() + "\n\nAlso: " + hif8_summary())
     return 0

@@ -14,14 +14,15 @@ ValueError naming it; memory is bounded by the file, not by its header).
 * ``.safetensors`` files: the header is checked and a tensor's rows are read
   from its data offsets (no ``safetensors`` package needed); every float
   dtype, all float8 ones included (``F8_E4M3``, ``F8_E5M2``,
-  ``F8_E4M3FNUZ``, ``F8_E5M2FNUZ``, ``F8_E8M0``), as ``ml_dtypes`` types.
+  ``F8_E4M3FNUZ``, ``F8_E5M2FNUZ``, ``F8_E8M0``) and the packed FP4 ``F4``
+  (unpacked, low nibble first), as ``ml_dtypes`` types.
 * Folders: one model, from its ``*.safetensors`` shards (a Hugging Face
   checkpoint folder; ``model.safetensors.index.json``, when present, must
   agree with the shards) and ``.npy`` files (named by their path in the
   folder, ``/`` written ``.``); a tensor in two shards is an error.
 * ``.npz`` archives (members are read whole) and ``.npy`` files
   (memory-mapped).
-* Integer, boolean and packed sub-byte (``F4``, ``F6_*``) tensors are skipped.
+* Integer, boolean and packed FP6 (``F6_*``) tensors are skipped.
 
 Passes over a tensor (each chunk read afresh, so memory stays at a few
 times one chunk): statistics (amax, counts, exponent histogram); the
@@ -74,7 +75,8 @@ DEFAULT_CHUNK_MB = 16
 #: Float dtypes studied (every float8 safetensors dtype among them).
 _FLOAT_KINDS = {np.dtype(t) for t in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16,
                                       ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz,
-                                      ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e8m0fnu)}
+                                      ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e8m0fnu,
+                                      ml_dtypes.float4_e2m1fn)}
 
 
 def demo_checkpoint() -> Path:

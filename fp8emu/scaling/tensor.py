@@ -330,7 +330,15 @@ class ScaledTensor:
     global_amax : numpy.float32 or None
         NVFP4 only: the tensor amax ``S_enc`` came from (a GEMM's alpha uses it).
     scale_max : numpy.float32 or None
-        NVFP4 only: the E4M3 block-scale target of ``S_enc`` (448 or 256).
+        NVFP4 only: the block-scale target of ``S_enc`` (448 or 256 for E4M3).
+    scale_format : Format or None
+        The type of ``scale_format_codes`` (UE5M3, ``e5m3fnu``), for FP4 block
+        scales of a type neither ``scale_codes`` (E8M0) nor ``block_scale_codes``
+        (UE4M3) holds.
+    scale_format_codes : numpy.ndarray of uint8 or None
+        The block-scale codes in ``scale_format``.  ``block_scaled_mm`` and the
+        kernel buffers of :mod:`fp8emu.layouts` do not take them (they refuse
+        such a tensor as "not block-scaled"); ``dequantize()`` does.
     recipe : str
         Name of the quantizer that built it.
 
@@ -355,6 +363,8 @@ class ScaledTensor:
     recipe: str = ""
     global_amax: np.float32 | None = None
     scale_max: np.float32 | None = None
+    scale_format: Format | None = None
+    scale_format_codes: np.ndarray | None = None
 
     def __post_init__(self):
         self.fmt = as_format(self.fmt)
@@ -382,6 +392,12 @@ class ScaledTensor:
         if self.block_scale_codes is not None:
             self.block_scale_codes = code_array(self.block_scale_codes, 0x80, "block_scale_codes",
                                                 held="UE4M3 block scales are positive: sign bit 0")
+        if (self.scale_format is None) != (self.scale_format_codes is None):
+            raise ValueError("scale_format and scale_format_codes come together (both or neither)")
+        if self.scale_format is not None:
+            self.scale_format = get_format(self.scale_format)
+            self.scale_format_codes = code_array(self.scale_format_codes, 1 << self.scale_format.bits,
+                                                 "scale_format_codes")
 
     def dequantize(self, dtype=np.float32) -> np.ndarray:
         """Decoded values times ``scale_inv``, computed in float32.
