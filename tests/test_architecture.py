@@ -30,6 +30,7 @@ LAYERS = {
     "fp8emu.dask": 7, "fp8emu.attention": 7,
     "fp8emu.lab": 8,
     "fp8emu.cli": 9, "fp8emu.__main__": 9,
+    "fp8emu.torch": 9,
     "fp8emu": 10,   # the package's __init__ re-exports the public API
 }
 
