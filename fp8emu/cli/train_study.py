@@ -114,6 +114,18 @@ def study_config(args):
                             corpus=args.corpus, diagnostics=not args.no_diagnostics)
 
 
+def _argv(args) -> list:
+    """The command's options as given (those that differ from their defaults), for the provenance."""
+    words = ["train-study"]
+    for k, v in vars(args).items():
+        if k in ("func", "command") or v is None or v is False or (k == "infer_windows" and v == 32):
+            continue
+        words.append(f"--{k.replace('_', '-')}")
+        if v is not True:
+            words.append(str(v))
+    return words
+
+
 def _cpu_name():
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -155,7 +167,7 @@ def run(args) -> int:
     if _MISSING is not None:
         raise ValueError(f"train-study needs torch (the torch extra: pip install 'fp8emu[torch]'): {_MISSING}")
     t0 = time.perf_counter()
-    argv = sys.argv[1:] if sys.argv and sys.argv[0].endswith(("fp8emu", "__main__.py")) else ["train-study"]
+    argv = _argv(args)
     cfg = study_config(args)
     specs = runs.plan_runs(cfg)
     if args.list:
