@@ -1,0 +1,71 @@
+"""One GEMM pass of an emulated linear layer: quantized operands into the stack's GEMM model."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ..codec import decode
+from ..gemm import block_scaled_mm, scaled_mm
+from .recipes import Operand
+
+__all__ = ["run_gemm", "operand_stats"]
+
+
+def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None) -> np.ndarray:
+    """``A @ B`` (+ bias) of two quantized operands with the stack's accumulator.
+
+    FP8 operands (per-tensor, row-wise, 1x128 / 128x128 block scales) go to
+    :func:`fp8emu.gemm.scaled_mm`, MX / NVFP4 ScaledTensors to
+    :func:`fp8emu.gemm.block_scaled_mm`; high-precision operands are multiplied in float64
+    and rounded once to float32 (then to ``out_dtype``).
+    """
+    if a.kind == "hp":
+        with np.errstate(all="ignore"):
+            v = (a.hp.astype(np.float64) @ b.hp.astype(np.float64)).astype(np.float32)
+        if bias is not None:
+            v = (v + np.asarray(bias, np.float32)).astype(np.float32)
+        return v if out_dtype == "float32" else v.astype(_np_dtype(out_dtype))
+    if a.kind == "fp8":
+        return scaled_mm(a.codes, b.codes, a_format=a.fmt, b_format=b.fmt, scale_a=a.scale_inv,
+                         scale_b=b.scale_inv, bias=bias, out_dtype=out_dtype, accumulator=accumulator)
+    return block_scaled_mm(a.st, b.st, accumulator=accumulator, bias=bias, out_dtype=out_dtype)
+
+
+def _np_dtype(name):
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def operand_stats(arr: np.ndarray, op: Operand) -> dict:
+    """Per-operand diagnostics: amax, a representative scale, fractions of the elements.
+
+    ``scale``: the quantization multiplier (per-tensor recipes), NVFP4's global ``S_enc``,
+    or the median of the block / row scales.  ``frac_saturated``: elements whose code sits at
+    the format's largest magnitude; ``frac_underflow``: finite non-zero inputs whose code is
+    zero; ``frac_flushed``: non-zero codes in the format's subnormal range;
+    ``n_nonfinite``: NaN / Inf in the input.
+    """
+    x = np.asarray(arr, np.float32)
+    finite = np.isfinite(x)
+    with np.errstate(invalid="ignore"):
+        amax = float(np.max(np.abs(x[finite]))) if finite.any() else float("nan")
+    row = {"amax": amax, "n_nonfinite": int(x.size - finite.sum())}
+    if op.kind == "hp":
+        row.update(scale=1.0, frac_saturated=0.0, frac_underflow=0.0, frac_flushed=0.0)
+        return row
+    if op.kind == "fp8":
+        fmt, codes = op.fmt, op.codes
+        s = np.asarray(op.scale_inv, np.float64)
+        with np.errstate(divide="ignore"):
+            row["scale"] = float(1.0 / np.nanmedian(s)) if s.size else float("nan")
+    else:
+        st = op.st
+        fmt, codes = st.fmt, st.codes
+        g = st.global_scale if st.global_scale is not None else None
+        row["scale"] = float(np.median(g)) if g is not None else float(np.nanmedian(st.scale))
+    v = np.abs(decode(codes, fmt).astype(np.float64))
+    n = max(x.size, 1)
+    row["frac_saturated"] = float(np.sum(v == float(fmt.max)) / n)
+    row["frac_underflow"] = float(np.sum((v == 0) & finite & (x != 0)) / n)
+    row["frac_flushed"] = float(np.sum((v > 0) & (v < fmt.min_normal)) / n)
+    return row

@@ -1,0 +1,185 @@
+"""The emulated linear layer: an ``nn.Module`` whose three GEMMs run through fp8emu.
+
+Forward quantizes the input and the weight (and, as Transformer Engine does, their copies
+for the backward GEMMs, from the high-precision tensors) and runs fprop; backward quantizes
+the output gradient and runs dgrad and wgrad.  Every quantizer and GEMM is a NumPy call of
+:mod:`fp8emu.scaling` / :mod:`fp8emu.gemm`, so results depend neither on torch's thread
+count nor on the machine.  Delayed-scaling state (amax histories, scales) and the step
+counter that seeds stochastic rounding are buffers, so they are in the ``state_dict``.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import torch
+from torch import nn
+
+from .gemms import operand_stats, run_gemm
+from .recipes import Operand, TrainingRecipe
+from .stacks import Stack
+
+__all__ = ["EmulatedLinear"]
+
+_ROLES = ("input", "weight", "grad_output")
+_PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
+
+
+def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
+    """A tensor as a NumPy array in the stack's dtype (bfloat16 via ml_dtypes, or float32)."""
+    a = t.detach().to(torch.float32).contiguous().numpy()
+    return a.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else a
+
+
+def _torch(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(like.dtype)
+
+
+def _t(op: Operand) -> Operand:
+    """The transposed copy of a per-tensor FP8 operand (same codes, same scale)."""
+    return op._replace(codes=np.ascontiguousarray(op.codes.T))
+
+
+class EmulatedLinear(nn.Module):
+    """An ``nn.Linear`` whose fprop, dgrad and wgrad are emulated FP8 / FP4 GEMMs.
+
+    Built by :func:`fp8emu.torch.emulate`; shares the original layer's ``weight`` and
+    ``bias`` parameters (float32 master weights: an optimizer built before the swap keeps
+    working).
+
+    Attributes
+    ----------
+    recipe : TrainingRecipe
+    stack : Stack
+    layer_name : str
+    diagnostics_enabled : bool
+    diagnostic_rows : list of dict
+    """
+
+    def __init__(self, linear: nn.Linear, recipe: TrainingRecipe, stack: Stack, layer_name: str,
+                 index: int, *, diagnostics: bool = False, seed: int = 0, multiple: int = 1):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.bias = linear.bias
+        self.recipe, self.stack, self.layer_name = recipe, stack, layer_name
+        self.index, self.seed, self.multiple = index, int(seed), int(multiple)
+        self.diagnostics_enabled = bool(diagnostics)
+        self.diagnostic_rows = []
+        self.register_buffer("fp8emu_step", torch.zeros((), dtype=torch.int64))
+        if recipe.delayed():
+            for role in _ROLES:
+                self.register_buffer(f"amax_history_{role}",
+                                     torch.zeros(recipe.amax_history_len, dtype=torch.float32))
+                self.register_buffer(f"scale_{role}", torch.ones((), dtype=torch.float32))
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, recipe={self.recipe.name}, gpu={self.stack.name}")
+
+    # ------------------------------------------------------------------ pieces used by the Function
+    def rng(self, step: int, pass_: str) -> np.random.Generator:
+        """The stochastic-rounding generator of one pass of one step (same seed, same bits)."""
+        return np.random.default_rng([self.seed, self.index, step, _PASS_CODE[pass_]])
+
+    def delayed_operand(self, role: str, arr: np.ndarray) -> Operand:
+        """Quantize with the scale in force, record the amax, update (TE's order); state in buffers."""
+        hist, scale = getattr(self, f"amax_history_{role}"), getattr(self, f"scale_{role}")
+        ds = self.recipe.scaler(role)
+        ds.amax_history = hist.numpy().astype(np.float32).copy()
+        ds.scale = float(scale)
+        st = ds.quantize(arr)
+        with torch.no_grad():
+            hist.copy_(torch.from_numpy(ds.amax_history))
+            scale.fill_(float(ds.scale))
+        return Operand("fp8", st.codes, st.fmt, np.float32(st.scale_inv))
+
+    def operand(self, role, arr, k_axis, pass_, step):
+        if self.recipe.delayed():
+            return self.delayed_operand(role, arr)
+        return self.recipe.operand(role, arr, k_axis, pass_, rng=self.rng(step, pass_))
+
+    def accumulator(self, pass_):
+        fam = "hp" if self.recipe.high_precision(pass_) else self.recipe.family
+        return self.stack.accumulator(fam, self.recipe.split(pass_))
+
+    def record(self, pass_, step, pairs, out, a_hp, b_hp):
+        """Diagnostics rows of one pass: one per operand, with the GEMM's relative error."""
+        with np.errstate(all="ignore"):
+            ref = a_hp.astype(np.float64) @ b_hp.astype(np.float64)
+            o = np.asarray(out, np.float64)
+            den = np.linalg.norm(ref)
+            err = float(np.linalg.norm(o - ref) / den) if den > 0 else float("nan")
+        for tensor, arr, op in pairs:
+            row = {"layer": self.layer_name, "pass": pass_, "step": step, "tensor": tensor}
+            row.update(operand_stats(arr, op))
+            row["gemm_rel_err"] = err
+            self.diagnostic_rows.append(row)
+
+    def check_tokens(self, m):
+        mult = self.multiple
+        if m % mult:
+            raise ValueError(f"layer {self.layer_name!r}: {m} tokens (rows of the input) is not a multiple "
+                             f"of {mult}, which recipe {self.recipe.name!r} on "
+                             f"{self.stack.name!r} needs for its wgrad GEMM (K = tokens); pad the batch")
+
+    def forward(self, x):
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
+                             f"expected {self.in_features}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        self.check_tokens(x2.shape[0])
+        y = _LinearFunction.apply(x2, self.weight, self.bias, self)
+        return y.reshape(*lead, self.out_features)
+
+
+class _LinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer):
+        R, S = layer.recipe, layer.stack
+        step = int(layer.fp8emu_step)
+        with torch.no_grad():
+            layer.fp8emu_step += 1
+        xs = _np(x, S.dtype)
+        w = weight.detach().to(torch.float32).contiguous().numpy()
+        a = layer.operand("input", xs, 1, "fprop", step)
+        b = layer.operand("weight", w.T, 0, "fprop", step)
+        bias_np = None if bias is None else np.asarray(_np(bias, S.dtype), np.float32)
+        y = run_gemm(a, b, layer.accumulator("fprop"), S.dtype, bias_np)
+        shared = R.shared_copies()
+        # the backward GEMMs' copies, quantized now from the high-precision tensors (as TE)
+        if R.high_precision("wgrad"):
+            x_col = Operand("hp", hp=np.asarray(xs, np.float32))
+        else:
+            x_col = a if shared else R.operand("input", xs, 0, "wgrad", rng=layer.rng(step, "wgrad"))
+        w_col = _t(b) if shared else R.operand("weight", w, 0, "dgrad", rng=layer.rng(step, "dgrad"))
+        if layer.diagnostics_enabled:
+            layer.record("fprop", step, [("input", xs, a), ("weight", w.T, b)], y,
+                         np.asarray(xs, np.float32), w.T)
+        ctx.layer, ctx.step, ctx.x_col, ctx.w_col = layer, step, x_col, w_col
+        ctx.xs, ctx.w = (xs, w) if layer.diagnostics_enabled else (None, None)
+        ctx.has_bias = bias is not None
+        return _torch(y, x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        layer, step = ctx.layer, ctx.step
+        R, S = layer.recipe, layer.stack
+        dys = _np(dy, S.dtype)
+        shared = R.shared_copies()
+        a = layer.operand("grad_output", dys, 1, "dgrad", step)
+        dx = run_gemm(a, ctx.w_col, layer.accumulator("dgrad"), S.dtype)
+        if R.high_precision("wgrad"):
+            a2 = Operand("hp", hp=np.ascontiguousarray(np.asarray(dys, np.float32).T))
+        else:
+            a2 = _t(a) if shared else R.operand("grad_output", dys.T, 1, "wgrad", rng=layer.rng(step, "wgrad"))
+        dw = run_gemm(a2, ctx.x_col, layer.accumulator("wgrad"), "float32")
+        if layer.diagnostics_enabled:
+            dyf = np.asarray(dys, np.float32)
+            layer.record("dgrad", step, [("grad_output", dys, a), ("weight", ctx.w, ctx.w_col)], dx,
+                         dyf, ctx.w)
+            layer.record("wgrad", step, [("grad_output", dys.T, a2), ("input", ctx.xs, ctx.x_col)], dw,
+                         dyf.T, np.asarray(ctx.xs, np.float32))
+        db = _torch(np.asarray(dys, np.float32).sum(axis=0, dtype=np.float32), dy) if ctx.has_bias else None
+        return _torch(dx, dy), _torch(dw, layer.weight), db, None

@@ -1,0 +1,136 @@
+"""GPU stacks: which tensor-core model runs each GEMM pass of a linear layer, and in which dtype.
+
+A :class:`Stack` names, per kind of operand, the accumulator that
+:func:`fp8emu.gemm.scaled_mm` (per-tensor, row-wise and 1x128/128x128 block-scaled FP8)
+or :func:`fp8emu.gemm.block_scaled_mm` (MXFP8, NVFP4) is called with, and the dtype of
+the activations, gradients and GEMM outputs the stack computes in.  Per-tensor FP8 GEMMs
+choose between the split accumulator (``use_split_accumulator=True`` in Transformer
+Engine, ``use_fast_accum=False`` in torch) and fast accumulation per pass, as the recipe
+says (:meth:`fp8emu.torch.recipes.TrainingRecipe.split`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Stack", "STACKS", "stack_names", "get_stack", "CPU_ACCUMULATOR"]
+
+#: torch's CPU ``_scaled_mm`` path.  CHANGE HERE when the torch-parity presets land:
+#: "torch-cpu-onednn" (or "torch-cpu-emulated") replaces "fp32" in this one line.
+CPU_ACCUMULATOR = "fp32"
+
+#: Blackwell's FP8 GEMM instruction for per-tensor FP8 (cuBLASLt on sm_100 runs tcgen05).
+BLACKWELL_FP8 = "blackwell-tcgen05-f8f6f4"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stack:
+    """A GPU stack: the tensor-core model of each kind of GEMM and the dtype it computes in.
+
+    Attributes
+    ----------
+    name, description : str
+    split, fast : str or Accumulator
+        :func:`fp8emu.gemm.scaled_mm` accumulator of a per-tensor / row-wise FP8 GEMM with
+        the split accumulator (``use_split_accumulator=True``) and with fast accumulation.
+    block_fp8 : str, Accumulator or None
+        Accumulator of 1x128 / 128x128 block-scaled FP8 GEMMs (block scales applied as each
+        128-wide K block joins the FP32 accumulator); None: the stack does not run them.
+    mx, nvfp4 : str, BlockScaledAccumulator or None
+        :func:`fp8emu.gemm.block_scaled_mm` accumulator for MXFP8 / NVFP4 operands; None:
+        the stack has no such tensor cores.
+    dtype : {"bfloat16", "float32"}
+        Activations and output gradients are rounded to it before they are quantized, and
+        fprop / dgrad outputs are produced in it.  wgrad is always produced in float32 (fp32
+        master weights; torch's autograd accumulates ``.grad`` in float32).
+    refusals : tuple of (recipe family, reason)
+        One-line reasons for recipe families the stack refuses.
+    k_multiples : tuple of (recipe family, int)
+        What every GEMM's K must be a multiple of for the stack's instruction (whole
+        instructions along K: 64 for ``kind::mxf4nvf4``, 32 for ``kind::mxf8f6f4``).
+
+    Examples
+    --------
+    >>> get_stack("h100").split, get_stack("h100").fast
+    ('hopper', 'hopper-fast')
+    >>> get_stack("b200").nvfp4
+    'blackwell-tcgen05-mxf4nvf4'
+    """
+
+    name: str
+    description: str
+    split: object
+    fast: object
+    block_fp8: object = None
+    mx: object = None
+    nvfp4: object = None
+    dtype: str = "bfloat16"
+    refusals: tuple = ()
+    k_multiples: tuple = ()
+
+    def multiple(self, family: str) -> int:
+        """What K must be a multiple of for ``family``'s GEMMs on this stack (1: anything)."""
+        return dict(self.k_multiples).get(family, 1)
+
+    def accumulator(self, family: str, split: bool):
+        """The accumulator of one GEMM of a recipe family (``"fp8"``, ``"fp8-block"``, ``"mx"``,
+        ``"nvfp4"``, ``"hp"``), or ValueError with the stack's reason."""
+        if family == "hp":
+            return None
+        acc = {"fp8": self.split if split else self.fast, "fp8-block": self.block_fp8,
+               "mx": self.mx, "nvfp4": self.nvfp4}[family]
+        if acc is None:
+            reason = dict(self.refusals).get(family, f"stack {self.name!r} has no {family} GEMM")
+            raise ValueError(reason)
+        return acc
+
+
+_NO_BLOCK_TC = "needs Blackwell block-scaled tensor cores (sm_100); use gpu='b200', 'cpu' or 'exact'"
+
+STACKS = {
+    "h100": Stack(
+        "h100", "Hopper cuBLASLt: split accumulator (promotion every 128) or fast accumulation "
+        "per pass as the recipe chooses; bf16 activations and outputs",
+        "hopper", "hopper-fast", block_fp8="hopper",
+        refusals=(("mx", "MXFP8 " + _NO_BLOCK_TC), ("nvfp4", "NVFP4 " + _NO_BLOCK_TC))),
+    "h100-fast": Stack(
+        "h100-fast", "Hopper cuBLASLt with fast accumulation in every pass; bf16",
+        "hopper-fast", "hopper-fast",
+        refusals=(("fp8-block", "1x128/128x128 block scaling requires the split accumulator "
+                   "(TE's Float8BlockScaling asserts use_split_accumulator=True); use gpu='h100'"),
+                  ("mx", "MXFP8 " + _NO_BLOCK_TC), ("nvfp4", "NVFP4 " + _NO_BLOCK_TC))),
+    "b200": Stack(
+        "b200", "Blackwell tcgen05: kind::f8f6f4 for per-tensor FP8, kind::mxf8f6f4 / "
+        "kind::mxf4nvf4 block-scaled for MXFP8 / NVFP4; bf16",
+        BLACKWELL_FP8, BLACKWELL_FP8, mx="blackwell-tcgen05-mxf8f6f4", nvfp4="blackwell-tcgen05-mxf4nvf4",
+        k_multiples=(("fp8", 32), ("mx", 32), ("nvfp4", 64)),
+        refusals=(("fp8-block", "1x128/128x128 FP8 block scaling on Blackwell runs through kernels "
+                   "this stack does not model; use gpu='h100', 'cpu' or 'exact'"),)),
+    "cpu": Stack(
+        "cpu", f"torch's CPU path ({CPU_ACCUMULATOR} accumulation); float32",
+        CPU_ACCUMULATOR, CPU_ACCUMULATOR, block_fp8=CPU_ACCUMULATOR, mx="fp32", nvfp4="fp32",
+        dtype="float32"),
+    "exact": Stack(
+        "exact", "exact sums rounded once to float32 (reference); float32",
+        "exact", "exact", block_fp8="exact", mx="exact", nvfp4="exact", dtype="float32"),
+}
+
+
+def stack_names() -> list:
+    """Names accepted by ``gpu=``.
+
+    Examples
+    --------
+    >>> stack_names()
+    ['h100', 'h100-fast', 'b200', 'cpu', 'exact']
+    """
+    return list(STACKS)
+
+
+def get_stack(gpu) -> Stack:
+    """A :class:`Stack` from its name or itself."""
+    if isinstance(gpu, Stack):
+        return gpu
+    if isinstance(gpu, str) and gpu in STACKS:
+        return STACKS[gpu]
+    raise ValueError(f"unknown gpu {gpu!r}; accepted: {', '.join(STACKS)} or an fp8emu.torch.Stack")
