@@ -243,3 +243,39 @@ def test_quick_recipe_runs_swap_every_projection_and_are_deterministic(tmp_path)
     assert a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"]
     assert sorted(a["swapped"]) == ["blocks.0.attn.out", "blocks.0.attn.qkv", "blocks.0.mlp.fc", "blocks.0.mlp.proj"]
     assert a["diagnostics"], "the first seed records diagnostics"
+
+
+def test_pairs_option_refuses_bad_items_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["train-study", "--pairs", "te-delayed", "--out", str(out), *TINY[2:]]) == 2
+    assert "recipe@stack" in capsys.readouterr().err and not out.exists()
+    if HAS_EMULATE:
+        assert main(["train-study", "--pairs", "te-nvfp4@h100", "--out", str(out), *TINY[2:]]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "te-nvfp4@h100 cannot run" in err[0] and not out.exists()
+
+
+def test_a_study_grows_by_invocations_and_reports_every_run(tiny_study, tmp_path, capsys):
+    out = tmp_path / "grow"
+    shutil.copytree(tiny_study, out)
+    argv = [a for a in TINY if a != "--quiet"]
+    argv[argv.index("--seeds") + 1] = "3"
+    assert main(["train-study", "--quick", "--out", str(out), "--baselines", "bf16", *argv]) == 0
+    assert "1 runs trained, 2 already" in capsys.readouterr().out
+    ids = [r["run_id"] for r in _csv(out / "runs.csv")]
+    assert ids == ["fp32-s0", "fp32-s1", "bf16-s0", "bf16-s1", "bf16-s2"]
+
+
+def test_report_only_trains_nothing(tiny_study, tmp_path, capsys):
+    out = tmp_path / "ro"
+    shutil.copytree(tiny_study, out)
+    (out / "report.md").unlink()
+    argv = [a for a in TINY if a != "--quiet"]
+    argv[argv.index("--seeds") + 1] = "5"       # more seeds than were run: nothing is trained
+    assert main(["train-study", "--quick", "--out", str(out), "--report-only", *argv]) == 0
+    assert "0 runs trained" in capsys.readouterr().out and (out / "report.md").exists()
+    assert not (out / "runs" / "bf16-s4.json").exists()
+    prov = {r["item"]: r["value"] for r in _csv(out / "provenance.csv")}
+    assert prov["corpus"] == "pydoc_data.topics" and prov["torch"] == torch.__version__
+    assert main(["train-study", "--quick", "--out", str(tmp_path / "none"), "--report-only", *argv]) == 2
+    assert "holds no study" in capsys.readouterr().err

@@ -52,9 +52,10 @@ def register(sub, name, help_text):
                     "Needs the torch extra.")
     p.add_argument("--out", help=f"output folder (default ./{DEFAULT_OUT}, or ./{DEFAULT_OUT}-quick with --quick)")
     p.add_argument("--quick", action="store_true",
-                   help="a one-layer model, 24 steps, 2 seeds, te-delayed@h100 and te-mxfp8@b200 (CI)")
+                   help="a one-layer model, 24 steps, 2 seeds, te-delayed@h100 and te-nvfp4@b200 (CI; under 2 minutes)")
     p.add_argument("--recipes", help="comma-separated recipe names, 'all' (default) or 'none' (baselines only)")
     p.add_argument("--stacks", help="comma-separated GPU stacks or 'all' (default); invalid pairs are left out")
+    p.add_argument("--pairs", help="comma-separated recipe@stack pairs to run instead of recipes x stacks")
     p.add_argument("--baselines", help="comma-separated subset of fp32,bf16 (default both)")
     p.add_argument("--seeds", type=int_option(1, 30), help="number of seeds, 0..N-1 (default 3)")
     p.add_argument("--steps", type=int_option(1), help="training steps per run")
@@ -77,6 +78,8 @@ def register(sub, name, help_text):
                        help="run on an existing dask.distributed scheduler, e.g. tcp://127.0.0.1:8786")
     p.add_argument("--list", action="store_true", help="list the runs the study would make and exit")
     p.add_argument("--no-report", action="store_true", help="write the result files and CSV only")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: write the tables and report of the runs already in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=run)
 
@@ -104,14 +107,25 @@ def study_config(args):
     if "steps" in changes:
         changes["warmup"] = min(tc.warmup, max(1, changes["steps"] // 10))
     tc = dataclasses.replace(tc, **changes)
-    recipes = _names(args.recipes, runs.recipe_names, "recipe") if args.recipes or not args.quick \
-        else base["recipes"]
-    stacks = () if not recipes else _names(args.stacks, runs.stack_names, "stack") \
-        if args.stacks or not args.quick else base["stacks"]
+    quick_pairs = args.quick and not (args.recipes or args.stacks or args.pairs)
+    recipes = tuple(dict.fromkeys(r for r, _ in base["pairs"])) if quick_pairs \
+        else _names(args.recipes, runs.recipe_names, "recipe")
+    stacks = tuple(dict.fromkeys(st for _, st in base["pairs"])) if quick_pairs \
+        else () if not recipes else _names(args.stacks, runs.stack_names, "stack")
     baselines = _names(args.baselines, lambda: BASELINES, "baseline") if args.baselines else BASELINES
     seeds = tuple(range(args.seeds)) if args.seeds else base.get("seeds", (0, 1, 2))
+    pairs = base["pairs"] if quick_pairs else ()
+    if args.pairs:
+        if args.recipes or args.stacks:
+            raise ValueError("give --pairs or --recipes/--stacks, not both")
+        words = [w.strip() for w in args.pairs.split(",") if w.strip()]
+        if not words or any(w.count("@") != 1 for w in words):
+            raise ValueError(f"--pairs takes recipe@stack items separated by commas, got {args.pairs!r}")
+        pairs = tuple(tuple(w.split("@")) for w in words)
+        recipes = _names(",".join(dict.fromkeys(r for r, _ in pairs)), runs.recipe_names, "recipe")
+        stacks = _names(",".join(dict.fromkeys(st for _, st in pairs)), runs.stack_names, "stack")
     return runs.StudyConfig(model=mc, train=tc, recipes=recipes, stacks=stacks, seeds=seeds, baselines=baselines,
-                            corpus=args.corpus, diagnostics=not args.no_diagnostics)
+                            corpus=args.corpus, diagnostics=not args.no_diagnostics, pairs=pairs)
 
 
 def _argv(args) -> list:
@@ -178,8 +192,16 @@ def run(args) -> int:
         return 0
     out = Path(args.out or (DEFAULT_OUT + ("-quick" if args.quick else "")))
     workers, scheduler = args.workers, args.scheduler
-    with dask_client(workers=workers, scheduler=scheduler) as client:
-        res = runs.execute(out, cfg, specs, client=client, progress=not args.quiet)
+    if args.report_only:
+        if not (out / "study.json").exists():
+            raise ValueError(f"--report-only: {out} holds no study (no study.json)")
+        runs.check_study_file(out, cfg)
+        res = {"done": runs.all_results(out, cfg), "computed": 0, "skipped": 0}
+        if not res["done"]:
+            raise ValueError(f"--report-only: {out} holds no finished runs")
+    else:
+        with dask_client(workers=workers, scheduler=scheduler) as client:
+            res = runs.execute(out, cfg, specs, client=client, progress=not args.quiet)
     if not args.no_report:
         rows = _inference(out, res["done"], cfg, args)
         prov = provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1)

@@ -284,6 +284,7 @@ def write_report(results, out, provenance: dict, inference_rows=None) -> list:
     for name, data in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(data)
     prov = [["item", "value"]] + [[k, str(v)] for k, v in provenance.items()]
+    _write_csv(out / "provenance.csv", [{"item": k, "value": v} for k, v in provenance.items()])
     tables = [("Provenance", prov), ("Final gap to bf16 per recipe x stack", _gap_table(gaps))]
     if inference_rows:
         tables.append(("Inference: perplexity of the trained bf16 model", _infer_table(inference_rows)))
@@ -310,3 +311,39 @@ def _infer_table(rows):
         t.append([r["config"], r["weights"], r["activations"], r["attention"], _cell(r["val_loss"]),
                   _cell(r["perplexity"], 3), _cell(r["ppl_ratio_to_bf16"], 4)])
     return t
+
+
+# --------------------------------------------------------------------------- the guide's tables
+
+def _read_csv(path) -> list:
+    def conv(k, v):
+        if k in ("recipe", "stack", "label", "config", "weights", "activations", "attention", "run_id"):
+            return v
+        if v == "":
+            return math.nan
+        try:
+            return int(v)
+        except ValueError:
+            return float(v)
+    with open(path, newline="", encoding="utf-8") as f:
+        return [{k: conv(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def guide_tables(folder) -> str:
+    """The Markdown tables the guide shows, made from ``gaps.csv`` and ``inference.csv`` in ``folder``.
+
+    ``docs/guides/lm-study.md`` holds this text between its ``lm-study:tables`` markers; a test
+    regenerates it from the committed CSV and compares.
+    """
+    folder = Path(folder)
+    runs_ = _read_csv(folder / "runs.csv")
+    fp8 = [r for r in runs_ if r["stack"] != ""]
+    parts = [f"{len(runs_)} runs ({len(runs_) - len(fp8)} baseline, {len(fp8)} emulated); the runs' wall times "
+             f"add up to {sum(r['wall_s'] for r in runs_) / 60:.1f} min "
+             f"({sum(r['wall_s'] for r in fp8) / 60:.1f} min in emulated runs), one thread each.", "",
+             "Final validation loss and gap to bf16 (paired by seed; 95 % t interval):", "",
+             _md_table(_gap_table(_read_csv(folder / "gaps.csv")))]
+    if (folder / "inference.csv").exists():
+        parts += ["", "Inference of the trained bf16 model (seed 0), validation perplexity:", "",
+                  _md_table(_infer_table(_read_csv(folder / "inference.csv")))]
+    return "\n".join(parts) + "\n"

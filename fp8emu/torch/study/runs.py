@@ -46,7 +46,7 @@ from .model import ModelConfig, check_config
 from .train import BASELINES, RunSpec, TrainConfig, train_run
 
 __all__ = ["recipe_names", "stack_names", "StudyConfig", "plan_runs", "valid_pairs", "digest", "write_result", "read_result",
-           "load_results", "execute", "QUICK"]
+           "load_results", "check_study_file", "execute", "all_results", "QUICK"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,18 +61,22 @@ class StudyConfig:
     baselines: tuple = BASELINES
     corpus: str | None = None
     diagnostics: bool = True
+    #: (recipe, stack) pairs to run instead of the valid pairs of recipes x stacks.
+    pairs: tuple = ()
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         for k in ("recipes", "stacks", "seeds", "baselines"):
             d[k] = list(d[k])
+        d["pairs"] = [f"{r}@{s}" for r, s in self.pairs]
         return d
 
 
-#: ``--quick``: a one-layer model, 32-byte windows, 24 steps, two seeds, two recipes on two stacks.
+#: ``--quick``: a one-layer model, 32-byte windows, 24 steps, two seeds, TE delayed scaling on Hopper
+#: and NVFP4 on Blackwell.
 QUICK = dict(model=ModelConfig(n_layer=1, d_model=128, n_head=4, seq_len=32, batch=4),
              train=TrainConfig(steps=24, warmup=4, eval_every=6, eval_windows=4, final_windows=8),
-             recipes=("te-delayed", "te-mxfp8"), stacks=("h100", "b200"), seeds=(0, 1))
+             pairs=(("te-delayed", "h100"), ("te-nvfp4", "b200")), seeds=(0, 1))
 
 
 def _api(name):
@@ -134,8 +138,15 @@ def plan_runs(cfg: StudyConfig) -> list:
     bad = [b for b in cfg.baselines if b not in BASELINES]
     if bad:
         raise ValueError(f"unknown baseline {bad[0]!r}; the baselines are: {', '.join(BASELINES)}")
-    pairs, _ = valid_pairs(cfg.recipes, cfg.stacks) if cfg.recipes else ([], {})
-    if cfg.recipes and not pairs:
+    if cfg.pairs:
+        pairs = list(dict.fromkeys(cfg.pairs))
+        for r, st in pairs:
+            _, refused = valid_pairs([r], [st])
+            if refused:
+                raise ValueError(f"{r}@{st} cannot run: {refused[(r, st)]}")
+    else:
+        pairs, _ = valid_pairs(cfg.recipes, cfg.stacks) if cfg.recipes else ([], {})
+    if cfg.recipes and not cfg.pairs and not pairs:
         raise ValueError(f"no valid recipe x stack pair among recipes {list(cfg.recipes)} "
                          f"and stacks {list(cfg.stacks)}")
     common = dict(model=cfg.model, train=cfg.train, corpus=cfg.corpus)
@@ -225,7 +236,7 @@ def read_result(path, expected: RunSpec | None = None) -> dict:
     return {"spec": spec_d, **_unclean(result)}
 
 
-def _check_study_file(out: Path, cfg: StudyConfig):
+def check_study_file(out: Path, cfg: StudyConfig):
     """``study.json`` must match ``cfg`` (written when the folder is new)."""
     path = out / "study.json"
     mine = _clean(cfg.as_dict())
@@ -288,7 +299,7 @@ def execute(out, cfg: StudyConfig, specs, *, client=None, progress=True) -> dict
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _check_study_file(out, cfg)
+    check_study_file(out, cfg)
     done, todo = load_results(out, specs)
     bar = _Progress(len(todo), progress)
     results = list(done)
@@ -310,6 +321,32 @@ def execute(out, cfg: StudyConfig, specs, *, client=None, progress=True) -> dict
                 finish(futures[fut], fut.result())
     finally:
         bar.close()
-    order = {s.run_id: i for i, s in enumerate(specs)}
-    results.sort(key=lambda r: order[RunSpec.from_dict(r["spec"]).run_id])
-    return {"done": results, "computed": len(todo), "skipped": len(done)}
+    return {"done": all_results(out, cfg), "computed": len(todo), "skipped": len(done)}
+
+
+def all_results(out, cfg: StudyConfig) -> list:
+    """Every run file in ``out/runs`` (hash-checked), baselines first, then recipes in
+    :func:`recipe_names` order, stacks in :func:`stack_names` order, seeds ascending.
+
+    Runs of earlier invocations with other recipes, stacks or seeds (same model, schedule and
+    corpus, which ``study.json`` guarantees) are included: a study can be grown run by run.
+    """
+    res = []
+    for path in sorted((Path(out) / "runs").glob("*.json")):
+        r = read_result(path)
+        s = r["spec"]
+        if [s["model"], s["train"], s["corpus"]] != _clean([cfg.as_dict()["model"], cfg.as_dict()["train"],
+                                                           cfg.corpus]):
+            raise ValueError(f"result file {path} belongs to a different study configuration; "
+                             "use another --out or delete the folder")
+        res.append(r)
+    rn = {n: i for i, n in enumerate(BASELINES)}
+    try:
+        rn.update({n: i + 10 for i, n in enumerate(recipe_names())})
+        sn = {n: i for i, n in enumerate(stack_names())}
+    except ValueError:
+        sn = {}
+    res.sort(key=lambda r: (rn.get(r["spec"]["recipe"], 999), r["spec"]["recipe"],
+                            sn.get(r["spec"]["stack"], -1 if r["spec"]["stack"] is None else 999),
+                            str(r["spec"]["stack"]), r["spec"]["seed"]))
+    return res

@@ -123,7 +123,9 @@ def _lr_at(step, tc: TrainConfig):
 @torch.no_grad()
 def evaluate(model, recipe, data, n_windows, seq_len, batch) -> float:
     """Mean cross-entropy (nats/byte) over fixed windows of ``data``, in ``batch``-sized pieces."""
-    x, y = eval_windows(data, n_windows, seq_len)
+    # whole batches only: an emulated GEMM's token count is a multiple of what the recipe needs
+    x, y = eval_windows(data, max(batch, n_windows // batch * batch), seq_len)
+    x, y = x[:x.shape[0] // batch * batch], y[:y.shape[0] // batch * batch]
     total, count = 0.0, 0
     with precision_context(recipe):
         for i in range(0, x.shape[0], batch):
@@ -147,7 +149,7 @@ def _diag_bins(rows, bounds):
     for r in rows:
         step = int(r.get("step", 0))
         b = int(np.searchsorted(bounds, step, side="left"))
-        key = (str(r["layer"]), str(r["pass"]), min(b, len(bounds) - 1))
+        key = (str(r["layer"]), f'{r["pass"]}.{r.get("tensor", "")}'.rstrip("."), min(b, len(bounds) - 1))
         cells.setdefault(key, []).append(r)
     out = []
     for (layer, pss, b), rs in sorted(cells.items()):
@@ -170,7 +172,8 @@ def _setup(spec):
     model = GPT(spec.model, seed=spec.seed)
     swapped, skipped = [], {}
     if spec.recipe not in BASELINES:
-        report = fp8torch.emulate(model, recipe=spec.recipe, gpu=spec.stack, diagnostics=spec.diagnostics)
+        report = fp8torch.emulate(model, recipe=spec.recipe, gpu=spec.stack, diagnostics=spec.diagnostics,
+                                  seed=spec.seed)
         swapped, skipped = sorted(report.swapped), {str(k): str(v) for k, v in report.skipped.items()}
     return corpus, model, swapped, skipped
 
