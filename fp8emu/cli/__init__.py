@@ -53,6 +53,7 @@ COMMANDS = {
     "train-demo": ("train_demo", "train a NumPy MLP in float32 and emulated FP8; compare"),
     "study": ("study", "study a checkpoint's tensors under FP8/MX/NVFP4 recipes; results.csv and reports"),
     "attention-study": ("attention_study", "emulated FP8 attention error vs context, promotion, P pre-scale, scales"),
+    "train-study": ("train_study", "train a byte-level GPT under every fp8emu.torch recipe x stack; CSV and reports"),
 }
 
 

@@ -1,0 +1,220 @@
+"""``fp8emu train-study``: a byte-level GPT trained under every recipe x stack of fp8emu.torch; CSV and reports.
+
+Needs the ``torch`` extra; without torch the command says so in one line.
+Every input (names, sizes, corpus, earlier result files) is checked before
+a run starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..lab.study import dask_client
+from ..version import __version__
+from . import int_option, positive_float, scheduler_address, worker_count
+
+try:   # torch is an optional extra: a missing torch is reported by run(), not at import
+    import torch
+
+    from ..torch.study import infer, report, runs
+    from ..torch.study.corpus import load_corpus
+    from ..torch.study.model import ModelConfig
+    from ..torch.study.train import BASELINES, TrainConfig
+    _MISSING = None
+except ModuleNotFoundError as exc:   # pragma: no cover - the torch leg has torch
+    if not (exc.name or "").split(".")[0] == "torch":
+        raise
+    _MISSING = exc
+
+#: Output folder when ``--out`` is not given.
+DEFAULT_OUT = "fp8emu-train-study"
+_SIZES = ("n_layer", "d_model", "n_head", "seq_len", "batch")
+
+
+def register(sub, name, help_text):
+    """Add the ``train-study`` subcommand."""
+    p = sub.add_parser(
+        name, help=help_text,
+        description="Train a small byte-level GPT on Python's pydoc_data documentation text (or --corpus) "
+                    "in fp32, bf16 and every valid recipe x stack of fp8emu.torch, several seeds each; write "
+                    "one hashed result file per run (a rerun into the same --out resumes), runs.csv, "
+                    "curves.csv, gaps.csv, diagnostics.csv, inference.csv, figures and report.md/report.html. "
+                    "Needs the torch extra.")
+    p.add_argument("--out", help=f"output folder (default ./{DEFAULT_OUT}, or ./{DEFAULT_OUT}-quick with --quick)")
+    p.add_argument("--quick", action="store_true",
+                   help="a one-layer model, 24 steps, 2 seeds, te-delayed@h100 and te-nvfp4@b200 (CI; under 2 minutes)")
+    p.add_argument("--recipes", help="comma-separated recipe names, 'all' (default) or 'none' (baselines only)")
+    p.add_argument("--stacks", help="comma-separated GPU stacks or 'all' (default); invalid pairs are left out")
+    p.add_argument("--pairs", help="comma-separated recipe@stack pairs to run instead of recipes x stacks")
+    p.add_argument("--baselines", help="comma-separated subset of fp32,bf16 (default both)")
+    p.add_argument("--seeds", type=int_option(1, 30), help="number of seeds, 0..N-1 (default 3)")
+    p.add_argument("--steps", type=int_option(1), help="training steps per run")
+    p.add_argument("--n-layer", type=int_option(1), help="decoder blocks")
+    p.add_argument("--d-model", type=int_option(1), help="model width")
+    p.add_argument("--n-head", type=int_option(1), help="attention heads")
+    p.add_argument("--seq-len", type=int_option(1), help="bytes per training window")
+    p.add_argument("--batch", type=int_option(1), help="windows per step")
+    p.add_argument("--eval-every", type=int_option(1), help="steps between validation evaluations")
+    p.add_argument("--lr", type=positive_float, help="peak learning rate")
+    p.add_argument("--corpus", help="a UTF-8 text file instead of Python's pydoc_data topics")
+    p.add_argument("--no-diagnostics", action="store_true", help="do not record fp8emu.torch.diagnostics")
+    p.add_argument("--no-inference", action="store_true", help="skip the inference perplexity table")
+    p.add_argument("--infer-windows", type=int_option(1), default=32,
+                   help="validation windows for the inference table (default 32)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--workers", type=worker_count, metavar="N",
+                       help="start a local Dask cluster of N worker processes, one run per task")
+    group.add_argument("--scheduler", type=scheduler_address, metavar="ADDRESS",
+                       help="run on an existing dask.distributed scheduler, e.g. tcp://127.0.0.1:8786")
+    p.add_argument("--list", action="store_true", help="list the runs the study would make and exit")
+    p.add_argument("--no-report", action="store_true", help="write the result files and CSV only")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: write the tables and report of the runs already in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    p.set_defaults(func=run)
+
+
+def _names(text, known, what):
+    if text is not None and text.strip() == "none":
+        return ()
+    known = list(known())
+    if text is None or text.strip() == "all":
+        return tuple(known)
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise ValueError(f"unknown {what} {bad[0] if bad else text!r}; the {what}s are: {', '.join(known)}")
+    return names
+
+
+def study_config(args):
+    """The :class:`~fp8emu.torch.study.runs.StudyConfig` of the command's options."""
+    base = dict(runs.QUICK) if args.quick else {}
+    mc = dataclasses.replace(base.get("model", ModelConfig()),
+                             **{k: getattr(args, k) for k in _SIZES if getattr(args, k) is not None})
+    tc = base.get("train", TrainConfig())
+    changes = {k: getattr(args, k) for k in ("steps", "eval_every", "lr") if getattr(args, k) is not None}
+    if "steps" in changes:
+        changes["warmup"] = min(tc.warmup, max(1, changes["steps"] // 10))
+    tc = dataclasses.replace(tc, **changes)
+    quick_pairs = args.quick and not (args.recipes or args.stacks or args.pairs)
+    recipes = tuple(dict.fromkeys(r for r, _ in base["pairs"])) if quick_pairs \
+        else _names(args.recipes, runs.recipe_names, "recipe")
+    stacks = tuple(dict.fromkeys(st for _, st in base["pairs"])) if quick_pairs \
+        else () if not recipes else _names(args.stacks, runs.stack_names, "stack")
+    baselines = _names(args.baselines, lambda: BASELINES, "baseline") if args.baselines else BASELINES
+    seeds = tuple(range(args.seeds)) if args.seeds else base.get("seeds", (0, 1, 2))
+    pairs = base["pairs"] if quick_pairs else ()
+    if args.pairs:
+        if args.recipes or args.stacks:
+            raise ValueError("give --pairs or --recipes/--stacks, not both")
+        words = [w.strip() for w in args.pairs.split(",") if w.strip()]
+        if not words or any(w.count("@") != 1 for w in words):
+            raise ValueError(f"--pairs takes recipe@stack items separated by commas, got {args.pairs!r}")
+        pairs = tuple(tuple(w.split("@")) for w in words)
+        recipes = _names(",".join(dict.fromkeys(r for r, _ in pairs)), runs.recipe_names, "recipe")
+        stacks = _names(",".join(dict.fromkeys(st for _, st in pairs)), runs.stack_names, "stack")
+    return runs.StudyConfig(model=mc, train=tc, recipes=recipes, stacks=stacks, seeds=seeds, baselines=baselines,
+                            corpus=args.corpus, diagnostics=not args.no_diagnostics, pairs=pairs)
+
+
+def _argv(args) -> list:
+    """The command's options as given (those that differ from their defaults), for the provenance."""
+    words = ["train-study"]
+    for k, v in vars(args).items():
+        if k in ("func", "command") or v is None or v is False or (k == "infer_windows" and v == 32):
+            continue
+        words.append(f"--{k.replace('_', '-')}")
+        if v is not True:
+            words.append(str(v))
+    return words
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "cpu")
+    except OSError:
+        return platform.processor() or "cpu"
+
+
+def provenance(cfg, argv, wall_s, workers) -> dict:
+    c = load_corpus(cfg.corpus)
+    prov = {"command": "fp8emu " + shlex.join(argv), "date_utc": datetime.datetime.now(datetime.timezone.utc)
+            .strftime("%Y-%m-%d %H:%M:%S"), "fp8emu": __version__, "torch": torch.__version__,
+            "numpy": np.__version__, "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {_cpu_name()}, {os.cpu_count()} logical cores",
+            "workers": workers, "wall_s_this_invocation": round(wall_s, 1)}
+    prov.update(c.provenance())
+    prov.update({f"model.{k}": v for k, v in dataclasses.asdict(cfg.model).items()})
+    prov.update({f"train.{k}": v for k, v in dataclasses.asdict(cfg.train).items()})
+    prov["n_params"] = cfg.model.n_params
+    return prov
+
+
+def _inference(out: Path, results, cfg, args):
+    first = next((r for r in results if r["spec"]["recipe"] == "bf16" and r.get("weights_sha256")), None)
+    if first is None or args.no_inference:
+        return None
+    path = out / "models" / f"{first['run_id']}.pt"
+    data = path.read_bytes() if path.exists() else b""
+    if hashlib.sha256(data).hexdigest() != first["weights_sha256"]:
+        raise ValueError(f"{path} is missing or was modified (its SHA-256 is not the one its run recorded); "
+                         f"delete {out / 'runs' / (first['run_id'] + '.json')} to retrain it")
+    rows = infer.perplexity_table(data, cfg.model, cfg.corpus, n_windows=args.infer_windows)
+    report._write_csv(out / "inference.csv", rows)
+    return rows
+
+
+def run(args) -> int:
+    """Plan (checking every input), run what is missing, write the tables and the report."""
+    if _MISSING is not None:
+        raise ValueError(f"train-study needs torch (the torch extra: pip install 'fp8emu[torch]'): {_MISSING}")
+    t0 = time.perf_counter()
+    argv = _argv(args)
+    cfg = study_config(args)
+    specs = runs.plan_runs(cfg)
+    if args.list:
+        for s in specs:
+            print(s.run_id + ("  (diagnostics)" if s.diagnostics else "") + ("  (weights kept)" if s.keep_weights
+                                                                             else ""))
+        print(f"{len(specs)} runs")
+        return 0
+    out = Path(args.out or (DEFAULT_OUT + ("-quick" if args.quick else "")))
+    workers, scheduler = args.workers, args.scheduler
+    if args.report_only:
+        if not (out / "study.json").exists():
+            raise ValueError(f"--report-only: {out} holds no study (no study.json)")
+        runs.check_study_file(out, cfg)
+        res = {"done": runs.all_results(out, cfg), "computed": 0, "skipped": 0}
+        if not res["done"]:
+            raise ValueError(f"--report-only: {out} holds no finished runs")
+    else:
+        with dask_client(workers=workers, scheduler=scheduler) as client:
+            res = runs.execute(out, cfg, specs, client=client, progress=not args.quiet)
+    if not args.no_report:
+        rows = _inference(out, res["done"], cfg, args)
+        prov = provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1)
+        report.write_report(res["done"], out, prov, rows)
+    else:
+        report.write_tables(res["done"], out)
+    if not args.quiet:
+        print(f"{res['computed']} runs trained, {res['skipped']} already in {out / 'runs'}; "
+              f"{time.perf_counter() - t0:.1f} s")
+        for g in report.gap_rows(res["done"]):
+            gap = "" if g["gap_to_bf16"] != g["gap_to_bf16"] else f"  gap to bf16 {g['gap_to_bf16']:+.4f}"
+            print(f"  {g['label']:32s} final val loss {g['mean_final_val_loss']:.4f}{gap}")
+        print(f"tables: {out}/runs.csv curves.csv gaps.csv diagnostics.csv"
+              + ("" if args.no_report else f"\nreport: {out / 'report.md'}  {out / 'report.html'}"))
+        sys.stdout.flush()
+    return 0

@@ -1,0 +1,352 @@
+"""The study's runs: the matrix, one hashed result file per run, resume, and Dask execution.
+
+A study lives in an output folder:
+
+* ``study.json``: the configuration (shapes, schedule, corpus and its hash);
+  a rerun into the same folder must have the same one (else ValueError);
+* ``runs/RUN_ID.json``: one file per finished run, written atomically
+  (a temporary file, then ``os.replace``) by the process that drives the
+  study, holding the run's spec, its result and the SHA-256 of both
+  (canonical JSON).  On a rerun a file whose hash does not match, whose spec is
+  not the planned one or that cannot be read is refused with one error line (it
+  is not merged); the runs with a valid file are skipped, the others run.  A run
+  is written once, when it finishes, so an interruption loses only the runs in
+  flight and never duplicates one;
+* ``models/RUN_ID.pt``: the trained weights of the baselines' first seed,
+  for :mod:`fp8emu.torch.study.infer`.
+
+With a Dask client each run is one task (``client.submit``); the driver writes
+the files as results arrive.
+
+Examples
+--------
+>>> payload = {"spec": {"recipe": "fp32"}, "result": {"final_val_loss": 1.5}}
+>>> len(digest(payload))
+64
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import fp8emu.torch as fp8torch
+
+from .corpus import load_corpus
+from .model import ModelConfig, check_config
+from .train import BASELINES, RunSpec, TrainConfig, train_run
+
+__all__ = ["recipe_names", "stack_names", "StudyConfig", "plan_runs", "valid_pairs", "digest", "write_result", "read_result",
+           "load_results", "check_study_file", "execute", "all_results", "QUICK"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyConfig:
+    """What every run of a study shares, and the matrix it covers."""
+
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    recipes: tuple = ()
+    stacks: tuple = ()
+    seeds: tuple = (0, 1, 2)
+    baselines: tuple = BASELINES
+    corpus: str | None = None
+    diagnostics: bool = True
+    #: (recipe, stack) pairs to run instead of the valid pairs of recipes x stacks.
+    pairs: tuple = ()
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        for k in ("recipes", "stacks", "seeds", "baselines"):
+            d[k] = list(d[k])
+        d["pairs"] = [f"{r}@{s}" for r, s in self.pairs]
+        return d
+
+
+#: ``--quick``: a one-layer model, 32-byte windows, 24 steps, two seeds, TE delayed scaling on Hopper
+#: and NVFP4 on Blackwell.
+QUICK = dict(model=ModelConfig(n_layer=1, d_model=128, n_head=4, seq_len=32, batch=4),
+             train=TrainConfig(steps=24, warmup=4, eval_every=6, eval_windows=4, final_windows=8),
+             pairs=(("te-delayed", "h100"), ("te-nvfp4", "b200")), seeds=(0, 1))
+
+
+def _api(name):
+    """A function of fp8emu.torch, or a ValueError saying the emulation layer is not there."""
+    fn = getattr(fp8torch, name, None)
+    if fn is None:
+        raise ValueError(f"fp8emu.torch.{name} is not available in this installation, so only the fp32/bf16 "
+                         "baselines can run (use --recipes none)")
+    return fn
+
+
+def recipe_names() -> list:
+    """The recipes of :func:`fp8emu.torch.recipe_names`."""
+    return list(_api("recipe_names")())
+
+
+def stack_names() -> list:
+    """The GPU stacks of :func:`fp8emu.torch.stack_names`."""
+    return list(_api("stack_names")())
+
+
+def _probe_model():
+    return nn.Sequential(nn.Linear(128, 128))
+
+
+def valid_pairs(recipes, stacks) -> tuple:
+    """(pairs fp8emu.torch accepts, {pair: reason} it refuses), each pair tried on a 128x128 layer.
+
+    A recipe or stack name fp8emu.torch does not know is a ValueError naming the accepted ones.
+    """
+    known_r, known_s = recipe_names(), stack_names()
+    for what, names, known in (("recipe", recipes, known_r), ("stack", stacks, known_s)):
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise ValueError(f"unknown {what} {bad[0]!r}; the {what}s are: {', '.join(known)}")
+    ok, refused = [], {}
+    for r in recipes:
+        for s in stacks:
+            try:
+                _api("emulate")(_probe_model(), recipe=r, gpu=s)
+            except (ValueError, NotImplementedError) as exc:
+                refused[(r, s)] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            else:
+                ok.append((r, s))
+    return ok, refused
+
+
+def plan_runs(cfg: StudyConfig) -> list:
+    """Every RunSpec of the study (baselines first), every input checked; nothing runs.
+
+    The recipes' first seed records diagnostics (``cfg.diagnostics``); the
+    baselines' first seed keeps its weights for inference.
+    """
+    check_config(cfg.model)
+    cfg.train.check()
+    load_corpus(cfg.corpus, min_split_bytes=cfg.model.seq_len + 1)
+    if not cfg.seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in cfg.seeds):
+        raise ValueError(f"seeds must be non-negative integers, got {list(cfg.seeds)}")
+    bad = [b for b in cfg.baselines if b not in BASELINES]
+    if bad:
+        raise ValueError(f"unknown baseline {bad[0]!r}; the baselines are: {', '.join(BASELINES)}")
+    if cfg.pairs:
+        pairs = list(dict.fromkeys(cfg.pairs))
+        for r, st in pairs:
+            _, refused = valid_pairs([r], [st])
+            if refused:
+                raise ValueError(f"{r}@{st} cannot run: {refused[(r, st)]}")
+    else:
+        pairs, _ = valid_pairs(cfg.recipes, cfg.stacks) if cfg.recipes else ([], {})
+    if cfg.recipes and not cfg.pairs and not pairs:
+        raise ValueError(f"no valid recipe x stack pair among recipes {list(cfg.recipes)} "
+                         f"and stacks {list(cfg.stacks)}")
+    common = dict(model=cfg.model, train=cfg.train, corpus=cfg.corpus)
+    specs = [RunSpec(b, None, s, keep_weights=(i == 0), **common)
+             for b in cfg.baselines for i, s in enumerate(cfg.seeds)]
+    specs += [RunSpec(r, st, s, diagnostics=cfg.diagnostics and i == 0, **common)
+              for r, st in pairs for i, s in enumerate(cfg.seeds)]
+    return specs
+
+
+def _clean(obj):
+    """JSON-safe copy: NaN/inf as strings (json's NaN is not standard JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else repr(obj)
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def digest(payload: dict) -> str:
+    """SHA-256 of the canonical JSON of ``payload`` (sorted keys, no spaces)."""
+    text = json.dumps(_clean(payload), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_result(out, spec: RunSpec, result: dict) -> Path:
+    """Write ``runs/RUN_ID.json`` (and ``models/RUN_ID.pt`` when the result carries weights) atomically."""
+    out = Path(out)
+    result = dict(result)
+    weights = result.pop("weights", None)
+    if weights is not None:
+        _atomic_write(out / "models" / f"{spec.run_id}.pt", weights)
+        result["weights_sha256"] = hashlib.sha256(weights).hexdigest()
+    payload = {"spec": spec.as_dict(), "result": result}
+    payload = _clean(payload)
+    payload["sha256"] = digest({"spec": payload["spec"], "result": payload["result"]})
+    path = out / "runs" / f"{spec.run_id}.json"
+    _atomic_write(path, json.dumps(payload, sort_keys=True, indent=1).encode("utf-8"))
+    return path
+
+
+def _unclean(obj):
+    if isinstance(obj, str) and obj in ("nan", "inf", "-inf"):
+        return float(obj)
+    if isinstance(obj, dict):
+        return {k: _unclean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_unclean(v) for v in obj]
+    return obj
+
+
+def read_result(path, expected: RunSpec | None = None) -> dict:
+    """The result in ``path``, after checking its hash (and its spec against ``expected``).
+
+    A file that cannot be parsed, whose hash does not match its contents, or
+    whose spec is not ``expected`` is a ValueError naming the file.
+    """
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        spec_d, result, stored = payload["spec"], payload["result"], payload["sha256"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"result file {path} is unreadable ({type(exc).__name__}); delete it to rerun its run") \
+            from None
+    if digest({"spec": spec_d, "result": result}) != stored:
+        raise ValueError(f"result file {path} was modified (its SHA-256 does not match its contents); "
+                         "it is refused, not merged: delete it to rerun its run")
+    if expected is not None and spec_d != _clean(expected.as_dict()):
+        raise ValueError(f"result file {path} belongs to a different study configuration; "
+                         "use another --out or delete the folder")
+    return {"spec": spec_d, **_unclean(result)}
+
+
+def check_study_file(out: Path, cfg: StudyConfig):
+    """``study.json`` must match ``cfg`` (written when the folder is new)."""
+    path = out / "study.json"
+    mine = _clean(cfg.as_dict())
+    mine["corpus_sha256"] = load_corpus(cfg.corpus).sha256
+    if path.exists():
+        try:
+            theirs = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            raise ValueError(f"{path} is not valid JSON; use another --out or delete the folder") from None
+        keep = ("model", "train", "corpus", "corpus_sha256")
+        if {k: theirs.get(k) for k in keep} != {k: mine.get(k) for k in keep}:
+            raise ValueError(f"{out} holds a study with another model, schedule or corpus; "
+                             "use another --out or delete the folder")
+    else:
+        _atomic_write(path, json.dumps(mine, sort_keys=True, indent=1).encode("utf-8"))
+
+
+def load_results(out, specs) -> tuple:
+    """(results of the finished runs, specs still to run); a bad file is a ValueError (see :func:`read_result`)."""
+    out = Path(out)
+    done, todo = [], []
+    for spec in specs:
+        path = out / "runs" / f"{spec.run_id}.json"
+        if path.exists():
+            done.append(read_result(path, spec))
+        else:
+            todo.append(spec)
+    return done, todo
+
+
+class _Progress:
+    def __init__(self, total, enabled):
+        self.bar = None
+        if enabled and total:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:   # pragma: no cover - tqdm is a dependency of the extras
+                return
+            self.bar = tqdm(total=total, unit="run", desc="fp8emu train-study", file=sys.stderr)
+
+    def update(self, text):
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _run_task(spec_dict):
+    """A Dask task: one run from its spec's dict (picklable everywhere)."""
+    return train_run(RunSpec.from_dict(spec_dict))
+
+
+def execute(out, cfg: StudyConfig, specs, *, client=None, progress=True) -> dict:
+    """Run the specs without a valid result file in ``out``; returns {"done": [...], "computed": n}.
+
+    Every file is checked before the first run starts.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    check_study_file(out, cfg)
+    done, todo = load_results(out, specs)
+    bar = _Progress(len(todo), progress)
+    results = list(done)
+
+    def finish(spec, res):
+        write_result(out, spec, res)
+        results.append(read_result(out / "runs" / f"{spec.run_id}.json", spec))
+        bar.update(f"{spec.run_id} {res['final_val_loss']:.4f}")
+
+    try:
+        if client is None:
+            for spec in todo:
+                finish(spec, train_run(spec))
+        else:
+            from distributed import as_completed
+            futures = {client.submit(_run_task, s.as_dict(), key=f"train-study-{s.run_id}-{id(s)}",
+                                     pure=False): s for s in todo}
+            for fut in as_completed(futures):
+                finish(futures[fut], fut.result())
+    finally:
+        bar.close()
+    return {"done": all_results(out, cfg), "computed": len(todo), "skipped": len(done)}
+
+
+def all_results(out, cfg: StudyConfig) -> list:
+    """Every run file in ``out/runs`` (hash-checked), baselines first, then recipes in
+    :func:`recipe_names` order, stacks in :func:`stack_names` order, seeds ascending.
+
+    Runs of earlier invocations with other recipes, stacks or seeds (same model, schedule and
+    corpus, which ``study.json`` guarantees) are included: a study can be grown run by run.
+    """
+    res = []
+    for path in sorted((Path(out) / "runs").glob("*.json")):
+        r = read_result(path)
+        s = r["spec"]
+        if [s["model"], s["train"], s["corpus"]] != _clean([cfg.as_dict()["model"], cfg.as_dict()["train"],
+                                                           cfg.corpus]):
+            raise ValueError(f"result file {path} belongs to a different study configuration; "
+                             "use another --out or delete the folder")
+        res.append(r)
+    rn = {n: i for i, n in enumerate(BASELINES)}
+    try:
+        rn.update({n: i + 10 for i, n in enumerate(recipe_names())})
+        sn = {n: i for i, n in enumerate(stack_names())}
+    except ValueError:
+        sn = {}
+    res.sort(key=lambda r: (rn.get(r["spec"]["recipe"], 999), r["spec"]["recipe"],
+                            sn.get(r["spec"]["stack"], -1 if r["spec"]["stack"] is None else 999),
+                            str(r["spec"]["stack"]), r["spec"]["seed"]))
+    return res
