@@ -105,7 +105,7 @@ def rows(n, seed=0):
     out.append(("f32->e4m3fn stochastic k=8 (rng)", lambda: fp8emu.encode(
         x32, "e4m3fn", rounding="stochastic", rng=np.random.default_rng(1), sr_bits=8), ml4, gsr, 1.0))
     # Every profile of the profiles issue, against ml_dtypes' plain cast of the same source.
-    for prof in ("ml_dtypes", "torch-cuda", "cuda-satfinite", "cuda-nosat", "triton-rtne", "jax-gpu"):
+    for prof in ("ml_dtypes", "torch-cuda-2.11", "cuda-satfinite", "cuda-nosat", "triton-rtne", "jax-gpu"):
         out.append((f"f32->e4m3fn profile={prof}", lambda prof=prof: fp8emu.encode(x32, "e4m3fn", profile=prof),
                     ml4, None, 1.0))
     out.append(("f32->e5m2 profile=triton-rtz", lambda: fp8emu.encode(x32, "e5m2", profile="triton-rtz"),
@@ -113,7 +113,7 @@ def rows(n, seed=0):
     out.append(("f32->e8m0fnu profile=cuda-satfinite rtz",
                 lambda: fp8emu.encode(x32, "e8m0fnu", profile="cuda-satfinite", rounding="rtz"),
                 lambda: x32.astype(ml_dtypes.float8_e8m0fnu), None, 1.0))
-    out.append(("f64->e4m3fn profile=torch-cuda", lambda: fp8emu.encode(x64, "e4m3fn", profile="torch-cuda"),
+    out.append(("f64->e4m3fn profile=torch-cuda-2.11", lambda: fp8emu.encode(x64, "e4m3fn", profile="torch-cuda-2.11"),
                 lambda: x64.astype(E4), None, 1.0))
     out.append(("decode e4m3fn->f32", lambda: fp8emu.decode(c4, "e4m3fn"),
                 lambda: c4.view(E4).astype(np.float32),

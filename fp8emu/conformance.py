@@ -222,7 +222,7 @@ def recorded_tables(folder=None):
                 if p[0] == "triton":
                     prof, rnd = f"triton-{p[3]}", _RND[p[3]]
                 else:
-                    prof, rnd = {"torch": "torch-cuda", "jax": "jax-gpu"}[p[0]], "rne"
+                    prof, rnd = {"torch": "torch-cuda-2.11", "jax": "jax-gpu"}[p[0]], "rne"
                 out.append(RecordedTable(name, path, "cast", _SRC[p[1]], _FMT[p[2]], prof, rnd))
             elif fn == "torch_tables.npz":
                 for k in sorted(npz_headers(path)):
@@ -236,10 +236,10 @@ def recorded_tables(folder=None):
                         raise ValueError(f"{path}[{k}]: not a recorded table key (decode type {other!r}; known: "
                                          f"{', '.join(_DTYPE_NAMES)})")
                     if a in _SRC:
-                        out.append(RecordedTable(f"torch_{k}", path, "cast16", _SRC[a], b, "torch-cuda",
+                        out.append(RecordedTable(f"torch_{k}", path, "cast16", _SRC[a], b, "torch-cuda-2.11",
                                                  key=k))
                     else:
-                        out.append(RecordedTable(f"torch_{k}", path, "decode", a, a, "torch-cuda",
+                        out.append(RecordedTable(f"torch_{k}", path, "decode", a, a, "torch-cuda-2.11",
                                                  key=k, dtype=b))
             elif fn == "torch_f64_midpoints.npz":
                 for k in sorted(npz_headers(path)):
@@ -250,7 +250,7 @@ def recorded_tables(folder=None):
                         except (ValueError, TypeError):
                             raise ValueError(f"{path}[{k}]: not a recorded probe key (format {fmt!r})") from None
                         out.append(RecordedTable(f"torch_f64_midpoints[{fmt}]", path, "probe", "float64",
-                                                 fmt, "torch-cuda", key=fmt))
+                                                 fmt, "torch-cuda-2.11", key=fmt))
         except (IndexError, KeyError) as exc:
             raise ValueError(f"{path}: not named as the recorded tables are (cannot read its format, "
                              f"source or profile from the name: {exc!r})") from None

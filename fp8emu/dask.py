@@ -438,7 +438,7 @@ def float32_mismatches(recorded, fmt, *, lo=0, hi=_ALL, task_size=1 << 24, **opt
     Examples
     --------
     >>> from fp8emu.data import golden_path
-    >>> float32_mismatches(golden_path("torch_f32_e4m3fn.rle"), "e4m3fn", profile="torch-cuda",
+    >>> float32_mismatches(golden_path("torch_f32_e4m3fn.rle"), "e4m3fn", profile="torch-cuda-2.11",
     ...                    lo=0x43000000, hi=0x44000000, task_size=1 << 22)
     0
     """

@@ -74,9 +74,24 @@ proven against casts recorded from each release
 * ``jax-cpu``: XLA on the CPU rounds float64 once (no float32 step) and
   follows the spec except E5M2 NaN from 16-bit sources (0x7F), FP4 NaN
   (0x8) and E8M0 near 2**-127 (:func:`jax_cpu_e8m0`).
-* ``torch-cpu``: E4M3FN *saturates* overflow and Inf to +-448 (torch's CUDA
-  cast gives NaN); E5M2 NaN 0x7F|sign from every source; E8M0 as torch CUDA;
+* ``torch-cpu``: E4M3FN *saturates* overflow and Inf to +-448 (torch 2.11's
+  CUDA cast gave NaN); E5M2 NaN 0x7F|sign from every source; E8M0 as torch CUDA;
   float64 through float32.
+
+Version-scoped GPU profiles
+---------------------------
+``torch-cuda`` means the installed torch: ``torch-cuda-2.11`` (torch 2.1 to 2.11; the H200
+recordings, made with torch 2.11) or ``torch-cuda-2.12`` (2.12 to 2.15).  The second is *from
+source, not recorded*: pytorch#178817 (merged 2026-04-17, in 2.12) makes the ``C10_HOST_DEVICE``
+float -> E4M3FN conversion (``torch/headeronly/util/Float8_e4m3fn.h``; the 2.13 header is on disk
+with torch) saturate finite overflow *and* Inf to +-448 with NaN -> 0x7F|sign, and ``Copy.cu``
+(the snapshot read: CUDA >= 13.0 on sm_89+) converts float32/float16/bfloat16 to E4M3FN with
+``__nv_cvt_*_to_fp8(..., __NV_SATFINITE, __NV_E4M3)`` (NaN -> 0x7F, sign dropped) and to E5M2, off
+Blackwell, with the c10 conversion (RNE, overflow -> Inf, NaN -> 0x7F|sign from every source).
+The one code the sources read do not settle across 2.12-2.15 is E4M3FN's -NaN (0xFF where a build
+still takes the c10 path).  Without torch the plain name refuses to guess
+(:class:`UndecidedVersionError` names both variants).  ``triton-rtne``/``triton-rtz`` (Triton
+3.6) and ``jax-gpu`` (jaxlib 0.11) carry the version ranges of their recordings.
 """
 
 from __future__ import annotations
@@ -96,7 +111,8 @@ from .registry import Registry
 from .rounding import DETERMINISTIC_MODES
 from .tables import SOURCE_DTYPES, encode_table, decode_table, lookup, source_name, table_inputs
 
-__all__ = ["Rule", "Profile", "VersionRange", "UnprovenVersionWarning", "profile_names", "get_profile",
+__all__ = ["Rule", "Profile", "VersionRange", "UnprovenVersionWarning", "UndecidedVersionError",
+           "profile_names", "get_profile",
            "register_profile", "resolve_versioned", "versioned_names", "installed_version", "PROFILE_NAMES"]
 
 _FLOAT16 = SOURCE_DTYPES["float16"]
@@ -107,6 +123,10 @@ _TABLE_SOURCES = ("float32", "float16", "bfloat16")
 
 class UnprovenVersionWarning(UserWarning):
     """An installed library's version lies outside every range a versioned profile is proven for."""
+
+
+class UndecidedVersionError(ValueError):
+    """A plain profile name depends on a library that is not installed, so no variant can be chosen."""
 
 
 def _version_key(version: str) -> Version:
@@ -725,14 +745,29 @@ def _cuda_rules(sat):
     return rules
 
 
+# The GPU recordings (fp8emu/data/golden, an H200) name the library versions they were made with; the
+# torch >= 2.12 rules are read from torch's source (see the module docstring), not recorded.
+_TORCH_CUDA_OLD = VersionRange("torch", "2.1", "2.12", ("2.11",))
+_TORCH_CUDA_NEW = VersionRange("torch", "2.12", "2.16")
+_TRITON = VersionRange("triton", "3.6", "3.7", ("3.6",))
+_JAX_GPU = VersionRange("jaxlib", "0.11", "0.12", ("0.11",))
+
 _BUILTIN = [
     Profile("ocp", "OCP OFP8 / OCP MX spec: exact single rounding, every option of encode (the default)",
             None, None),
-    Profile("torch-cuda", "torch 2.11 tensor.to(float8_*) on CUDA 13.0: RNE non-saturating, "
-            "E5M2 NaN 0x7F, f16 NaN unsigned, e8m0 ties-up rule, float64 via float32",
+    # torch on CUDA, one profile per behaviour; the plain name "torch-cuda" picks one by the installed torch
+    Profile("torch-cuda-2.11", "torch <= 2.11 tensor.to(float8_*) on CUDA 13.0 (recorded on an H200 with "
+            "torch 2.11): RNE non-saturating, E5M2 NaN 0x7F, f16 NaN unsigned, e8m0 ties-up rule, float64 "
+            "via float32",
             {**{f: _only("rne", False, torch_nan) for f in _FP8}, **{f: _only("rne", False) for f in _FNUZ},
              _F["e8m0fnu"]: _only("rne", False, e8m0_torch)},
-            "float32", torch_decode_nan),
+            "float32", torch_decode_nan, versions=(_TORCH_CUDA_OLD,)),
+    Profile("torch-cuda-2.12", "torch >= 2.12 tensor.to(float8_*) on CUDA 13 (from source, not recorded: "
+            "pytorch#178817 and Copy.cu): E4M3FN saturates overflow and Inf to +-448, NaN 0x7F; E5M2 RNE "
+            "non-saturating, NaN 0x7F|sign; e8m0 ties-up rule, float64 via float32",
+            {_E4M3FN: _only("rne", True, nan_7f), _E5M2: _only("rne", False, nan_7f_signed),
+             **{f: _only("rne", False) for f in _FNUZ}, _F["e8m0fnu"]: _only("rne", False, e8m0_torch)},
+            "float32", torch_decode_nan, versions=(_TORCH_CUDA_NEW,)),
     Profile("cuda-satfinite", "cuda_fp8/fp6/fp4.h intrinsics with __NV_SATFINITE: overflow and Inf -> max, "
             "NaN 0x7F; e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(True), "float32", gpu_decode_nan,
             saturation_alternative="cuda-nosat"),
@@ -740,12 +775,15 @@ _BUILTIN = [
             "e8m0 rz/rp; FP6/FP4 rn/rz", _cuda_rules(False), "float32", gpu_decode_nan,
             saturation_alternative="cuda-satfinite"),
     Profile("triton-rtne", "Triton 3.6 fp_downcast_rounding='rtne' (e4m3fn, e5m2): saturates overflow and "
-            "Inf to max, NaN 0x7F", {f: _only("rne", True, nan_7f) for f in _FP8}, "float32", gpu_decode_nan),
+            "Inf to max, NaN 0x7F", {f: _only("rne", True, nan_7f) for f in _FP8}, "float32", gpu_decode_nan,
+            versions=(_TRITON,)),
     Profile("triton-rtz", "Triton 3.6 fp_downcast_rounding='rtz' (e5m2 only): overflow -> max, Inf kept, "
-            "NaN 0x7F", {_E5M2: _only("rtz", False, nan_7f_keep_inf)}, "float32", gpu_decode_nan),
+            "NaN 0x7F", {_E5M2: _only("rtz", False, nan_7f_keep_inf)}, "float32", gpu_decode_nan,
+            versions=(_TRITON,)),
     Profile("jax-gpu", "JAX 0.11 astype under jit on the GPU (XLA): RNE non-saturating, NaN 0x7F for "
             "e4m3fn/e5m2", {**{f: _only("rne", False, nan_7f) for f in _FP8},
-                            **{f: _only("rne", False) for f in _FNUZ}}, "float32", gpu_decode_nan),
+                            **{f: _only("rne", False) for f in _FNUZ}}, "float32", gpu_decode_nan,
+            versions=(_JAX_GPU,)),
 ]
 
 # ml_dtypes: its astype casts, per behaviour.  Recorded from each version by
@@ -834,9 +872,13 @@ class _Versioned:
     name: str
     what: str
     variants: tuple
+    #: A distribution without which no variant is chosen (the name refuses to guess), or None.
+    required: str | None = None
 
 
 _VERSIONED = {v.name: v for v in (
+    _Versioned("torch-cuda", "torch tensor.to(float8_*) on CUDA", ("torch-cuda-2.11", "torch-cuda-2.12"),
+               required="torch"),
     _Versioned("ml_dtypes", "ml_dtypes NumPy astype casts", ("ml_dtypes-0.6", "ml_dtypes-0.7")),
     _Versioned("onnx", "ONNX Cast/QuantizeLinear (reference evaluator) with saturate=1",
                ("onnx-ml_dtypes-0.6", "onnx-ml_dtypes-0.7")),
@@ -929,6 +971,12 @@ def _resolve_installed(name):
 
 def _resolve(name, installed):
     variants = [_PROFILES[v] for v in _VERSIONED[name].variants]
+    need = _VERSIONED[name].required
+    if need is not None and installed.get(need) is None:
+        raise UndecidedVersionError(
+            f"profile {name!r} depends on the {need} version and {need} is not installed here; name the "
+            "variant you mean: " + "; ".join(f"{p.name!r} ({', '.join(str(r) for r in p.versions)})"
+                                             for p in variants))
 
     def agree(p):
         return sum(installed.get(r.distribution) is None or r.contains(installed[r.distribution])
@@ -972,8 +1020,11 @@ def profile_names() -> dict:
     for n in PROFILE_NAMES + tuple(n for n in _PROFILES if n not in PROFILE_NAMES):
         if n in _VERSIONED:
             v = _VERSIONED[n]
-            out[n] = f"{v.what} of the installed version: here {resolve_versioned(n).name} " \
-                     f"(variants: {', '.join(v.variants)})"
+            try:
+                here = resolve_versioned(n).name
+            except UndecidedVersionError:
+                here = f"none ({v.required} is not installed)"
+            out[n] = f"{v.what} of the installed version: here {here} (variants: {', '.join(v.variants)})"
         else:
             out[n] = _PROFILES[n].description
     return out

@@ -45,7 +45,7 @@ import numpy as np
 
 from .codec import decode, encode
 from .metrics import CALIB_BINS
-from .profiles import get_profile, profile_names
+from .profiles import UndecidedVersionError, get_profile, profile_names
 from .scaling import (
     MX_ELEMENT_FORMATS, MX_SCALE_RULES, ScaledTensor, current_scale, quantize_axiswise,
     quantize_blockwise, quantize_mx, quantize_nvfp4, quantize_tensorwise,
@@ -413,7 +413,10 @@ def recipe_matrix() -> dict:
         out[r.name] = r
 
     for prof in profile_names():
-        rules = get_profile(prof).rules
+        try:
+            rules = get_profile(prof).rules
+        except UndecidedVersionError:     # "torch-cuda" without torch: its variants are listed by name
+            continue
         covered = None if not rules else {getattr(k, "name", k) for k in rules}
         for fmt in _CAST_FORMATS:
             if covered is not None and fmt not in covered:

@@ -100,7 +100,7 @@ def test_decode_any_output_dtype(capsys):
     assert rows[2][4] == "-0.001953125"
     assert main(["decode", "0x7f", "-f", "e5m2", "--dtype", "float64"]) == 0
     assert _rows(capsys)[0].split()[4:] == ["nan", "0x7ff8000000000000"]
-    assert main(["decode", "0xff", "-f", "e4m3fn", "--profile", "torch-cuda"]) == 0
+    assert main(["decode", "0xff", "-f", "e4m3fn", "--profile", "torch-cuda-2.11"]) == 0
     assert _rows(capsys)[0].split()[5] == "0xfff00000"   # torch's float32 NaN for E4M3FN keeps the sign
 
 
@@ -146,10 +146,10 @@ def test_help(cmd, capsys):
 # ----------------------------------------------------------------------------- golden
 def test_golden_outputs(tmp_path, capsys):
     out = tmp_path / "V.NPZ"
-    assert main(["golden", "--format", "e4m3fn", "--profile", "torch-cuda", "--out", str(out)]) == 0
+    assert main(["golden", "--format", "e4m3fn", "--profile", "torch-cuda-2.11", "--out", str(out)]) == 0
     assert out.exists() and not (tmp_path / "V.NPZ.npz").exists()
     g = T.load_golden(out)
-    np.testing.assert_array_equal(g["codes"], fp8emu.encode(g["x"], "e4m3fn", profile="torch-cuda"))
+    np.testing.assert_array_equal(g["codes"], fp8emu.encode(g["x"], "e4m3fn", profile="torch-cuda-2.11"))
     j = tmp_path / "sr.json"
     assert main(["golden", "--format", "e5m2", "--rounding", "stochastic", "--seed", "2", "--sr-bits", "3",
                  "--out", str(j)]) == 0
@@ -158,7 +158,7 @@ def test_golden_outputs(tmp_path, capsys):
     assert max(int(r, 16) for r in d["random_bits"]) <= 7
     e = tmp_path / "all.npz"
     assert main(["golden", "--format", "e4m3fn", "--source-dtype", "float16", "--exhaustive", "--profile",
-                 "torch-cuda", "--out", str(e)]) == 0
+                 "torch-cuda-2.11", "--out", str(e)]) == 0
     with np.load(golden_path("torch_tables.npz")) as z:
         np.testing.assert_array_equal(T.load_golden(e)["codes"], z["f16_to_e4m3fn"])   # the H200 recording
     r = tmp_path / "t.rle"
@@ -255,7 +255,7 @@ def test_check_cast_counts_and_reports_mismatches():
                        limit=1000)
     assert (f32.status, f32.inputs) == ("ok", 1000)
     # torch CUDA's E5M2 NaN is 0x7F; ml_dtypes' is the spec's 0x7E: every NaN input differs
-    nan = V.check_cast(V.CastCase("ml_dtypes", "e5m2", "torch-cuda", "rne", "float16", _ml_cast("e5m2")))
+    nan = V.check_cast(V.CastCase("ml_dtypes", "e5m2", "torch-cuda-2.11", "rne", "float16", _ml_cast("e5m2")))
     assert nan.mismatches == 2 * 1023 and nan.examples[0]["expected"] == "0x7f"
     failed = V.check_cast(V.CastCase("mine", "e4m3fn", "ocp", "rne", "float16", lambda x: x[:3].astype(np.uint8)))
     assert failed.status == "failed" and "shape" in failed.message
@@ -323,7 +323,7 @@ def test_torch_calls_run_with_cpu_kernels():
     torch = pytest.importorskip("torch")
     for src in ("float32", "float16", "bfloat16"):
         # FNUZ casts on the CPU agree with the H200-recorded CUDA behaviour (the torch-cuda profile)
-        r = V.check_cast(V.CastCase("torch", "e4m3fnuz", "torch-cuda", "rne", src,
+        r = V.check_cast(V.CastCase("torch", "e4m3fnuz", "torch-cuda-2.11", "rne", src,
                                     V._torch_cast(torch, "e4m3fnuz", device="cpu")), limit=1 << 16)
         assert (r.status, r.mismatches) == ("ok", 0), r
     res = V.check_scaled_mm(V._torch_mm(torch, device="cpu"), shapes=((16, 16, 32),))

@@ -92,7 +92,7 @@ def test_docs_conformance_page_has_the_generated_table():
     assert "# Conformance" in text and "```{include} ../_generated/conformance.md\n```" in text
     table = fp8emu_docs.TABLES["conformance.md"]()
     assert table == C.markdown_table()
-    assert len(table.splitlines()) == 2 + 75 and "| `torch_f32_e4m3fn` | torch-cuda | 2^32 | 0 |" in table
+    assert len(table.splitlines()) == 2 + 75 and "| `torch_f32_e4m3fn` | torch-cuda-2.11 | 2^32 | 0 |" in table
 
 
 def test_cli_conformance(capsys):

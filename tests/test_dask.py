@@ -77,7 +77,7 @@ def test_scaling_recipes_are_bit_identical_to_numpy(x, name, lazy, eager, chunks
 
 def test_encode_decode_quantize_are_bit_identical(x):
     d = da.from_array(x, chunks=(64, 64))
-    for prof in (None, "torch-cuda", "cuda-satfinite"):
+    for prof in (None, "torch-cuda-2.11", "cuda-satfinite"):
         assert _same(fd.encode(d, "e4m3fn", profile=prof).compute(), fp8emu.encode(x, "e4m3fn", profile=prof))
     codes = fp8emu.encode(x, "e5m2")
     assert _same(fd.decode(da.from_array(codes, chunks=50), "e5m2", dtype=np.float16).compute(),
@@ -219,7 +219,7 @@ def _same_function_on(lo, hi, a, b):
     return np.array_equal(conformance.rle_at(*a, pts), conformance.rle_at(*b, pts))
 
 
-@pytest.mark.parametrize("fmt, profile", [("e4m3fn", "ocp"), ("e5m2", "torch-cuda"), ("e2m1fn", "cuda-satfinite")])
+@pytest.mark.parametrize("fmt, profile", [("e4m3fn", "ocp"), ("e5m2", "torch-cuda-2.11"), ("e2m1fn", "cuda-satfinite")])
 def test_float32_runs_sweep_every_input_and_match_the_table_runs(fmt, profile):
     lo, hi = 0x7F000000, 0x80400000   # the top binades, Inf, every positive NaN, -0 and the first negatives
     swept = fd.float32_runs(fmt, profile=profile, lo=lo, hi=hi, task_size=1 << 22)
@@ -230,7 +230,7 @@ def test_float32_runs_sweep_every_input_and_match_the_table_runs(fmt, profile):
 def test_float32_mismatches_against_a_recording(client):
     rec = golden_path("torch_f32_e5m2.rle")
     lo, hi = 0x7F700000, 0x80100000   # big values, Inf and NaNs: where torch and the spec differ
-    assert fd.float32_mismatches(rec, "e5m2", profile="torch-cuda", lo=lo, hi=hi, task_size=1 << 21) == 0
+    assert fd.float32_mismatches(rec, "e5m2", profile="torch-cuda-2.11", lo=lo, hi=hi, task_size=1 << 21) == 0
     # The spec's E5M2 NaN is 0x7E; torch's is 0x7F: every positive NaN input differs.
     assert fd.float32_mismatches(rec, "e5m2", lo=lo, hi=hi, task_size=1 << 21) == 0x7FFFFF
     with pytest.raises(ValueError, match="lo < hi"):
@@ -239,7 +239,7 @@ def test_float32_mismatches_against_a_recording(client):
 
 @pytest.mark.exhaustive
 def test_all_2_32_inputs_on_the_cluster_reproduce_the_recording(client):
-    assert fd.float32_mismatches(golden_path("torch_f32_e4m3fn.rle"), "e4m3fn", profile="torch-cuda") == 0
+    assert fd.float32_mismatches(golden_path("torch_f32_e4m3fn.rle"), "e4m3fn", profile="torch-cuda-2.11") == 0
 
 
 def test_attention_study_on_the_cluster_equals_in_process(client):

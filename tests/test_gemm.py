@@ -414,3 +414,43 @@ def test_with_fp8emu_scaling_quantizers():
     assert ra.scale_inv.shape == (40, 1) and rb.scale_inv.shape == (1, 24)
     out = scaled_mm(ra, rb, out_dtype="bfloat16")
     assert out.dtype == ml_dtypes.bfloat16
+
+
+# ----------------------------------------------------------------------------- torch-shaped inputs (no torch)
+def test_formats_from_ml_dtypes_arrays_and_a_disagreeing_one_is_refused():
+    import ml_dtypes
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((4, 32)) * 8).astype(ml_dtypes.float8_e4m3fn)
+    b = (rng.standard_normal((32, 3)) * 8).astype(ml_dtypes.float8_e5m2)
+    want = scaled_mm(a.view(np.uint8), b.view(np.uint8), a_format=E4, b_format="e5m2")
+    assert np.array_equal(scaled_mm(a, b), want)
+    with pytest.raises(ValueError, match="b_format is e4m3fn but b holds e5m2 codes"):
+        scaled_mm(a, b, b_format=E4)
+
+
+def test_bfloat16_bias_and_out_dtype_names():
+    import ml_dtypes
+    a = np.full((2, 32), 0x38, np.uint8)
+    b = np.full((32, 2), 0x38, np.uint8)
+    bias16 = np.array([0.5, -1.25], ml_dtypes.bfloat16)
+    got = scaled_mm(a, b, a_format=E4, b_format=E4, bias=bias16, out_dtype="bfloat16")
+    # 32 products of 1 plus an exact bias: 32.5 and 30.75, both bfloat16 values
+    assert got.dtype == np.dtype(ml_dtypes.bfloat16) and got.astype(np.float32).tolist() == [[32.5, 30.75]] * 2
+    with pytest.raises(TypeError, match="bias must be float32, float16 or bfloat16"):
+        scaled_mm(a, b, a_format=E4, b_format=E4, bias=np.array([1, 2], np.complex64))
+
+
+def test_batched_operands_are_a_batch_of_gemms():
+    rng = np.random.default_rng(6)
+    a = rng.integers(0, 0x70, (3, 4, 32)).astype(np.uint8)
+    b = rng.integers(0, 0x70, (3, 32, 5)).astype(np.uint8)
+    sa = np.float32([[[0.5]], [[2.0]], [[1.5]]]) * np.ones((3, 4, 1), np.float32)
+    out = scaled_mm(a, b, a_format=E4, b_format=E4, scale_a=sa, scale_b=np.ones((1, 5), np.float32))
+    assert out.shape == (3, 4, 5)
+    for i in range(3):
+        assert np.array_equal(out[i], scaled_mm(a[i], b[i], a_format=E4, b_format=E4, scale_a=sa[i],
+                                                scale_b=np.ones((1, 5), np.float32)))
+    shared = scaled_mm(a, b[0], a_format=E4, b_format=E4)          # a 2-D b is shared by the batch
+    assert np.array_equal(shared[2], scaled_mm(a[2], b[0], a_format=E4, b_format=E4))
+    with pytest.raises(ValueError, match="batch sizes differ"):
+        scaled_mm(a, b[:2], a_format=E4, b_format=E4)

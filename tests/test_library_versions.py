@@ -272,6 +272,13 @@ def test_resolve_outside_the_ranges_names_everything(name, installed, variant, h
 
 
 def test_resolve_without_a_mapping_reads_the_installed_versions():
+    from fp8emu.profiles import UndecidedVersionError, installed_version
+    torch_version = installed_version("torch")
     for name in versioned_names():
+        if name == "torch-cuda" and torch_version is None:     # refuses to guess without torch
+            with pytest.raises(UndecidedVersionError):
+                resolve_versioned(name)
+            continue
         assert resolve_versioned(name) is get_profile(name)
-        assert resolve_versioned(name, {"ml_dtypes": ml_dtypes.__version__, "onnx": None}) is get_profile(name)
+        assert resolve_versioned(name, {"ml_dtypes": ml_dtypes.__version__, "onnx": None,
+                                        "torch": torch_version}) is get_profile(name)

@@ -82,10 +82,10 @@ MID_FMTS = ["e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e8m0fnu"]
 def test_float64_midpoints_double_rounding(fmt):
     with np.load(GOLDEN / "torch_f64_midpoints.npz") as z:
         x, from64, from32 = z[f"{fmt}_x"], z[f"{fmt}_from_f64"], z[f"{fmt}_from_f32"]
-    np.testing.assert_array_equal(fp8emu.encode(x, fmt, profile="torch-cuda"), from64)
+    np.testing.assert_array_equal(fp8emu.encode(x, fmt, profile="torch-cuda-2.11"), from64)
     with np.errstate(over="ignore"):
         x32 = x.astype(np.float32)
-    np.testing.assert_array_equal(fp8emu.encode(x32, fmt, profile="torch-cuda"), from32)
+    np.testing.assert_array_equal(fp8emu.encode(x32, fmt, profile="torch-cuda-2.11"), from32)
     # ocp rounds once from the exact float64 value: it agrees with the independent oracle
     ocp = fp8emu.encode(x, fmt)
     if fmt != "e8m0fnu":
@@ -127,11 +127,11 @@ def test_issue_examples():
     x = np.array([464.33], np.float32)
     assert fp8emu.encode(x, "e4m3fn", profile="cuda-satfinite")[0] == 0x7E
     assert fp8emu.encode(x, "e4m3fn", profile="triton-rtne")[0] == 0x7E
-    assert fp8emu.encode(x, "e4m3fn", profile="torch-cuda")[0] == 0x7F
+    assert fp8emu.encode(x, "e4m3fn", profile="torch-cuda-2.11")[0] == 0x7F
     assert fp8emu.encode(x, "e4m3fn", profile="ml_dtypes")[0] == 0x7F
     nan = np.array([-np.nan], np.float32)
     assert fp8emu.encode(nan, "e5m2", profile="cuda-nosat")[0] == 0x7F
-    assert fp8emu.encode(nan, "e5m2", profile="torch-cuda")[0] == 0xFF
+    assert fp8emu.encode(nan, "e5m2", profile="torch-cuda-2.11")[0] == 0xFF
     assert fp8emu.encode(nan, "e5m2")[0] == 0xFE
     # quantize passes the profile through
     q = fp8emu.quantize(np.array([1e6], np.float32), "e5m2", profile="cuda-satfinite")
@@ -142,7 +142,7 @@ def test_e8m0_rules_hand_worked():
     x = np.array([0.0, -1.0, 1.5, 2.5, 1.0000001, 3.0 * 2.0**-128, 2.0**-127], np.float32)
     # torch: float32 significand rounded to nearest, ties up (1.5 -> 2); in the float32 subnormal
     # range the significand 0.75 (3*2^-128) rounds up to 2^-126, 0.5 (2^-127) stays
-    assert fp8emu.encode(x, "e8m0fnu", profile="torch-cuda").tolist() == [0, 127, 128, 128, 127, 1, 0]
+    assert fp8emu.encode(x, "e8m0fnu", profile="torch-cuda-2.11").tolist() == [0, 127, 128, 128, 127, 1, 0]
     assert fp8emu.encode(x, "e8m0fnu", profile="cuda-nosat", rounding="rtz").tolist() == \
         [0, 127, 127, 128, 127, 0, 0]
     assert fp8emu.encode(x, "e8m0fnu", profile="cuda-nosat", rounding="rup").tolist() == \
@@ -154,9 +154,9 @@ def test_e8m0_rules_hand_worked():
     ("triton-rtne", "e4m3fnuz", {}, "cannot express"),
     ("cuda-nosat", "e8m0fnu", {}, "offers: rtz, rup"),
     ("cuda-satfinite", "e4m3fn", {"rounding": "rtz"}, "no rounding 'rtz'"),
-    ("torch-cuda", "e4m3fn", {"saturate": True}, "fixes saturation"),
+    ("torch-cuda-2.11", "e4m3fn", {"saturate": True}, "fixes saturation"),
     ("jax-gpu", "e4m3fn", {"rounding": "stochastic", "rng": 1}, "deterministic"),
-    ("torch-cuda", "e4m3fn", {"via": "float16"}, "intermediate"),
+    ("torch-cuda-2.11", "e4m3fn", {"via": "float16"}, "intermediate"),
     ("nvidia", "e4m3fn", {}, "unknown profile"),
 ])
 def test_profile_errors(profile, fmt, kw, msg):
@@ -206,7 +206,7 @@ def test_contradicting_saturation_names_the_counterpart(profile, given, alternat
 
 def test_saturation_without_a_counterpart_points_to_ocp():
     x = np.array([1000.0], np.float32)
-    for profile in ("ml_dtypes", "torch-cuda", "triton-rtne"):
+    for profile in ("ml_dtypes", "torch-cuda-2.11", "triton-rtne"):
         given = profile != "triton-rtne"      # triton-rtne saturates: only False contradicts it
         with pytest.raises(ValueError, match=rf"no other setting; use profile='ocp' with saturate={given}"):
             fp8emu.encode(x, "e4m3fn", profile=profile, saturate=given)
@@ -309,3 +309,64 @@ def test_built_in_and_plain_library_names_cannot_be_registered(name):
         with pytest.raises(ValueError, match=f"a profile named '{name}' is already registered"):
             register_profile(Profile(name, "user", OK_RULES), replace=replace)
     assert get_profile(name).description != "user"
+
+
+# ----------------------------------------------------------------------------- torch-cuda by torch version
+def _torch_minor():
+    v = fp8emu.profiles.installed_version("torch").split("+")[0].split(".")
+    return int(v[0]), int(v[1])
+
+
+def test_torch_cuda_resolves_by_the_torch_version():
+    from fp8emu.profiles import UndecidedVersionError, resolve_versioned
+    assert resolve_versioned("torch-cuda", {"torch": "2.11.0"}).name == "torch-cuda-2.11"
+    assert resolve_versioned("torch-cuda", {"torch": "2.8.0+cu128"}).name == "torch-cuda-2.11"
+    assert resolve_versioned("torch-cuda", {"torch": "2.12.0"}).name == "torch-cuda-2.12"
+    assert resolve_versioned("torch-cuda", {"torch": "2.15.1+cu130"}).name == "torch-cuda-2.12"
+    with pytest.raises(UndecidedVersionError, match="'torch-cuda-2.11' .*'torch-cuda-2.12'"):
+        resolve_versioned("torch-cuda", {"torch": None})
+    with pytest.warns(fp8emu.profiles.UnprovenVersionWarning):
+        assert resolve_versioned("torch-cuda", {"torch": "2.16.0"}).name == "torch-cuda-2.12"
+    assert "from source, not recorded" in get_profile("torch-cuda-2.12").description
+    assert get_profile("torch-cuda-2.11").versions[0].proven == ("2.11",)
+    assert get_profile("torch-cuda-2.12").versions[0].proven == ()
+
+
+def test_torch_cuda_from_source_rules():
+    # expectations from torch's source (module docstring): E4M3FN saturates finite overflow and Inf
+    # (SATFINITE / the c10 header), NaN 0x7F; E5M2 RNE non-saturating, NaN 0x7F|sign from every source
+    x = np.array([500.0, 470.0, 464.0, np.inf, -np.inf, np.nan, -np.nan, -1e6], np.float32)
+    for src in (np.float32, np.float16):
+        with np.errstate(over="ignore"):
+            xs = x.astype(src)
+        assert fp8emu.encode(xs, "e4m3fn", profile="torch-cuda-2.12").tolist() == \
+            [0x7E, 0x7E, 0x7E, 0x7E, 0xFE, 0x7F, 0x7F, 0xFE]
+        y = np.array([57344.0, 60000.0, 61440.0, np.inf, np.nan, -np.nan], np.float32).astype(src)
+        assert fp8emu.encode(y, "e5m2", profile="torch-cuda-2.12").tolist() == [0x7B, 0x7B, 0x7C, 0x7C, 0x7F, 0xFF]
+    # the recorded 2.11 behaviour it replaces: E4M3FN overflow gives NaN
+    assert fp8emu.encode(x[:2], "e4m3fn", profile="torch-cuda-2.11").tolist() == [0x7F, 0x7F]
+
+
+def test_torch_cuda_e4m3fn_equals_torchs_own_c10_conversion():
+    # the CPU runs the same C10_HOST_DEVICE conversion (torch >= 2.12): every finite and infinite float32
+    # of a sweep must agree with it (NaN's sign is where the CUDA intrinsic differs)
+    torch = pytest.importorskip("torch")
+    if _torch_minor() < (2, 12):
+        pytest.skip("torch < 2.12 has the old conversion")
+    bits = np.arange(0, 1 << 32, 4099, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32)
+    x = x[~np.isnan(x)]
+    want = torch.from_numpy(x).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    assert np.array_equal(fp8emu.encode(x, "e4m3fn", profile="torch-cuda-2.12"), want)
+
+
+def test_plain_torch_cuda_follows_the_installed_torch():
+    pytest.importorskip("torch")
+    want = "torch-cuda-2.12" if _torch_minor() >= (2, 12) else "torch-cuda-2.11"
+    assert get_profile("torch-cuda").name == want
+
+
+def test_every_gpu_profile_names_its_versions():
+    for name, dist in (("triton-rtne", "triton"), ("triton-rtz", "triton"), ("jax-gpu", "jaxlib"),
+                       ("torch-cuda-2.11", "torch"), ("torch-cuda-2.12", "torch")):
+        assert [r.distribution for r in get_profile(name).versions] == [dist], name

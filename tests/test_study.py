@@ -242,7 +242,7 @@ def test_recipe_matrix_offers_the_issue_families():
             assert f"mx-{fmt}-{rule}" in m
     for method in ("amax", "p99.9", "p99.99", "mse", "kl"):
         assert f"calib-{method}-e4m3fn" in m
-    assert {"cast-e4m3fn-torch-cuda", "cast-e5m2-triton-rtz", "nvfp4", "block128x128-e4m3fn"} <= set(m)
+    assert {"cast-e4m3fn-torch-cuda-2.11", "cast-e5m2-triton-rtz", "nvfp4", "block128x128-e4m3fn"} <= set(m)
     assert "cast-e4m3fn-triton-rtz" not in m   # the profile cannot express it
     assert [r.name for r in select_recipes()] == [n for n in DEFAULT_RECIPES if n in m]
 

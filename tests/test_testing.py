@@ -223,7 +223,7 @@ def test_golden_vectors_ocp_match_oracle(fmt, src):
 
 @pytest.mark.parametrize("src,fmt", [("float16", "e4m3fn"), ("bfloat16", "e5m2"), ("bfloat16", "e8m0fnu")])
 def test_exhaustive_vectors_match_recorded_torch_table(src, fmt):
-    g = T.golden_vectors(fmt, source_dtype=src, profile="torch-cuda", exhaustive=True)
+    g = T.golden_vectors(fmt, source_dtype=src, profile="torch-cuda-2.11", exhaustive=True)
     np.testing.assert_array_equal(g["bits"], np.arange(1 << 16))
     key = {"float16": "f16", "bfloat16": "bf16"}[src] + "_to_" + fmt
     with np.load(golden_path("torch_tables.npz")) as z:
@@ -255,9 +255,9 @@ def test_stochastic_vectors():
 
 def test_golden_files_round_trip(tmp_path):
     pj = tmp_path / "v.json"
-    g = T.save_golden(pj, "e5m2", profile="torch-cuda")
+    g = T.save_golden(pj, "e5m2", profile="torch-cuda-2.11")
     d = json.loads(pj.read_text())        # plain JSON, no fp8emu needed
-    assert d["profile"] == "torch-cuda" and d["format"] == "e5m2" and d["format_version"] == 1
+    assert d["profile"] == "torch-cuda-2.11" and d["format"] == "e5m2" and d["format_version"] == 1
     np.testing.assert_array_equal(np.array([int(b, 16) for b in d["bits"]], np.uint32), g["bits"])
     pn = tmp_path / "V.NPZ"                # written exactly where asked
     T.save_golden(pn, "e5m2", source_dtype="float16", rounding="stochastic", seed=3, sr_bits=5)
@@ -347,7 +347,7 @@ def test_c_header_compiles_and_holds_the_vectors(tmp_path, compiler, lang):
 
 
 def test_rle_tables_reproduce_recordings(tmp_path):
-    for name, fmt, src, prof, rnd in [("torch_f32_e4m3fn", "e4m3fn", "float32", "torch-cuda", "rne"),
+    for name, fmt, src, prof, rnd in [("torch_f32_e4m3fn", "e4m3fn", "float32", "torch-cuda-2.11", "rne"),
                                       ("cuda_bf16_e5m2_satfinite", "e5m2", "bfloat16", "cuda-satfinite", "rne"),
                                       ("triton_f32_e5m2_rtz", "e5m2", "float32", "triton-rtz", "rtz")]:
         p = tmp_path / f"{name}.RLE"

@@ -170,3 +170,18 @@ def test_live_torch(path):
             assert np.array_equal(want, got), spec
     finally:
         torch.set_num_threads(threads)
+
+
+def test_fp32_accumulator_is_the_onednn_path_for_power_of_two_scales():
+    # per-product scaling by powers of two is exact, so the sequential float32 sum then one exact scaling
+    # gives torch's bits; the recorded hashes decide
+    cs = [c for c in VECTORS["cases"] if c["path"] == "onednn" and c["scales"] in ("unit", "pow2")
+          and c["out"] == "float32" and c["bias"] is None and not c.get("specials")]
+    assert len(cs) >= 3
+    for c in cs:
+        a, b, sa, sb, _, _ = cases.inputs(c)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)        # K = 100: not a cuBLASLt shape
+            got = fp8emu.scaled_mm(a, b, a_format=c["a"], b_format=c["b"], scale_a=sa, scale_b=sb,
+                                   accumulator="fp32")
+        assert cases.digest(cases.output_bits(got, "float32")) == c["sha256"], c["seed"]

@@ -16,6 +16,7 @@ name has an entry and an example.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 from pathlib import Path
@@ -36,7 +37,7 @@ API_SECTIONS = [
     ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
                                   "fp8emu.gemm.instructions", "fp8emu.gemm.catalogue", "fp8emu.tc_questions",
                                   "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
-                                  "fp8emu.gemm.block_scaled", "fp8emu.layouts"]),
+                                  "fp8emu.gemm.block_scaled", "fp8emu.gemm.torch_cpu", "fp8emu.layouts"]),
     ("Validation kit, conformance and engines", ["fp8emu.testing", "fp8emu.testing.compare",
                                                  "fp8emu.testing.golden", "fp8emu.testing.plugin",
                                                  "fp8emu.conformance", "fp8emu.engines",
@@ -47,6 +48,9 @@ API_SECTIONS = [
                                       "fp8emu.lab.study", "fp8emu.lab.report", "fp8emu.lab.attention"]),
     ("Command line", ["fp8emu.cli"]),
 ]
+# The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.
+if importlib.util.find_spec("torch") is not None:
+    API_SECTIONS.append(("torch adapter", ["fp8emu.torch", "fp8emu.torch.tensors", "fp8emu.torch.ops"]))
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).
@@ -64,6 +68,8 @@ def modules_with_all() -> list:
     out = ["fp8emu"]
     for info in pkgutil.walk_packages(fp8emu.__path__, prefix="fp8emu."):
         if info.name == "fp8emu.__main__":
+            continue
+        if info.name.startswith("fp8emu.torch") and importlib.util.find_spec("torch") is None:
             continue
         if hasattr(importlib.import_module(info.name), "__all__"):
             out.append(info.name)
@@ -178,8 +184,14 @@ def _md_escape(text: str) -> str:
 def profiles_table() -> str:
     """Markdown table of the registered profiles and their descriptions."""
     import fp8emu
-    rows = ["| profile | what it reproduces |", "|---|---|"]
-    rows += [f"| `{n}` | {_md_escape(d)} |" for n, d in fp8emu.profile_names().items()]
+    from fp8emu.profiles import versioned_names
+
+    def versions(n):
+        if n in versioned_names():
+            return "the installed release picks a variant"
+        return "; ".join(map(str, fp8emu.get_profile(n).versions)) or "-"
+    rows = ["| profile | what it reproduces | versions |", "|---|---|---|"]
+    rows += [f"| `{n}` | {_md_escape(d)} | {_md_escape(versions(n))} |" for n, d in fp8emu.profile_names().items()]
     return "\n".join(rows)
 
 
@@ -196,6 +208,11 @@ def accumulators_table() -> str:
         for name, acc in presets.items():
             out.append(f"| `{name}` | " + " | ".join(f"`{getattr(acc, f)!r}`" for f in fields) + " |")
         out.append("")
+    from fp8emu.gemm.torch_cpu import TORCH_CPU_PATHS
+    out += ["**torch's own CPU `_scaled_mm` (`fp8emu.gemm.torch_cpu`)**", "", "| preset | path and evidence |",
+            "|---|---|"]
+    out += [f"| `{name}` | {_md_escape(text)} |" for name, text in TORCH_CPU_PATHS.items()]
+    out.append("")
     return "\n".join(out)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..profiles import profile_names
+from ..profiles import get_profile, profile_names, versioned_names
 
 
 def register(sub, name, help_text):
@@ -21,5 +21,13 @@ def run(args) -> int:
         print("\n".join(profiles))
     else:
         width = max(map(len, profiles))
-        print("\n".join(f"{n:<{width}}  {d}" for n, d in profiles.items()))
+        print("\n".join(f"{n:<{width}}  {d}{_versions(n)}" for n, d in profiles.items()))
     return 0
+
+
+def _versions(name) -> str:
+    """`` [versions: ...]``: the library versions a profile is scoped to (its variants name theirs)."""
+    if name in versioned_names():
+        return ""
+    ranges = get_profile(name).versions
+    return f"  [versions: {'; '.join(map(str, ranges))}]" if ranges else ""

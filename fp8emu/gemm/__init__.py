@@ -15,6 +15,16 @@ chosen by an *accumulator*:
     ``use_fast_accum=False``: the same steps, with the partial sum promoted
     (added with float32 round-to-nearest-even) into an FP32 accumulator every
     4 steps (K = 128), after which the tensor-core partial sum restarts at zero.
+``"torch-cpu-onednn"``, ``"torch-cpu-emulated"``
+    torch's own CPU ``_scaled_mm``, one preset per path, each with its own scaling, bias and
+    output conversion; bit for bit against torch 2.13.0+cpu (oneDNN: any shape, K <= 4096;
+    emulated: M, N >= 2 and K <= 768; 1 or 2 threads).  Which path torch takes when, and the
+    evidence: :mod:`fp8emu.gemm.torch_cpu`.  With unit or power-of-two scales the oneDNN path's
+    per-product scaling is exact, so ``"fp32"`` gives its float32 results too (tested on the
+    recorded cases); with other scales it does not.
+
+``use_fast_accum=True`` / ``False`` (torch's flag) selects ``"hopper-fast"`` / ``"hopper"``; the
+CPU ignores the flag, so the ``torch-cpu-*`` presets accept both.
 
 One tensor-core step (model fitted to, and bit-exact on, 170 ``torch._scaled_mm``
 outputs recorded on an H200; see ``tests/test_gemm.py``):

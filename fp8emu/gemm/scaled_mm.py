@@ -51,9 +51,12 @@ def _operand(x, fmt, what):
         fmt = own
         scale = getattr(x, "scale_inv", None)
         x = x.codes
+    said = _dtype_format(x)         # a torch float8 tensor or an ml_dtypes float8 array says its format
+    if fmt is not None and said is not None and get_format(fmt) != said:
+        raise ValueError(f"{what}_format is {get_format(fmt).name} but {what} holds {said.name} codes (its "
+                         f"dtype says so); omit {what}_format or pass {said.name!r}")
     if fmt is None:
-        # a torch float8 tensor or an ml_dtypes float8 array says its format; uint8 codes do not
-        fmt = _dtype_format(x)
+        fmt = said
     if fmt is None:
         raise TypeError(f"{what}_format is required when {what} is an array of uint8 codes (a torch "
                         f"float8 tensor or an ml_dtypes float8 array says its own format)")

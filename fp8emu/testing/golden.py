@@ -277,7 +277,7 @@ def save_golden(path, fmt, *, name=None, **options):
     --------
     >>> import json, os, tempfile, fp8emu
     >>> p = os.path.join(tempfile.mkdtemp(), "v.json")
-    >>> _ = fp8emu.save_golden(p, "e5m2", profile="torch-cuda")
+    >>> _ = fp8emu.save_golden(p, "e5m2", profile="torch-cuda-2.11")
     >>> d = json.load(open(p)); d["format"], d["format_version"], d["bits"][0][:2]
     ('e5m2', 1, '0x')
     """
@@ -528,9 +528,9 @@ def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", sat
 
     Examples
     --------
-    >>> t = rle_table("e4m3fn", profile="torch-cuda").splitlines()
+    >>> t = rle_table("e4m3fn", profile="torch-cuda-2.11").splitlines()
     >>> t[0].split()[:3], t[1], t[2]
-    (['#', 'fp8emu_f32_e4m3fn_torch-cuda_rne', 'inputs=4294967296'], '0 0', '3a800001 1')
+    (['#', 'fp8emu_f32_e4m3fn_torch-cuda-2.11_rne', 'inputs=4294967296'], '0 0', '3a800001 1')
     """
     f = get_format(fmt)
     if source_dtype not in ("float32", "float16", "bfloat16"):
