@@ -113,6 +113,29 @@ def test_torchao_rceil_is_one_lower_above_max_times_pow2(recording):
         assert tested > 200 and lower > 0.8 * tested, (fmt, lower, tested)
 
 
+def test_guide_numbers_match_the_recording(recording):
+    """The counts docs/guides/scaling.md quotes come from the recorded vectors."""
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "scaling.md").read_text()
+    x = recording["mx/x"]
+    assert f"{x.shape[0]:,} blocks of 32 per mode and type" in guide
+    nv = sum(recording[k].size for k in recording if k.startswith("nvfp4/") and k.endswith("/x"))
+    assert f"{nv // 16:,} blocks of 16 per mode" in guide
+    f8 = sum(recording[k].size for k in recording if k.startswith("float8/") and k.endswith("/x"))
+    assert f"{f8:,} values per case" in guide
+    amax = np.abs(x).max(axis=1)
+    tested = lower = 0
+    for k in range(-150, 128):
+        a = np.ldexp(448.0, k)
+        if not 0 < a < np.finfo(F32).max or F32(a) == 0:
+            continue
+        rows = np.nonzero(amax == rec._bump(F32(a), 1))[0]
+        if rows.size:
+            tested += 1
+            ao = int(recording["mx/e4m3fn/rceil/scale"][rows[0], 0])
+            lower += ao != int(fp8emu.quantize_mx(x[rows[:1]], "e4m3fn", scale_rule="rceil-div").scale_codes[0, 0])
+    assert f"for e4m3: {lower} of the {tested} binades" in guide
+
+
 # ---- NVFP4: two-level and single-level ----
 
 NVFP4_CASES = ("adversarial", "normal", "claim", "zeros", "nan", "negnan", "inf", "neginf")
