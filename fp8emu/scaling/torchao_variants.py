@@ -9,6 +9,14 @@ torchao versions in :data:`TORCHAO_PROVEN` (live tests, and vectors recorded by
 ``tools/record_torchao.py`` into ``tests/data/torchao/``), on torch's CPU eager
 path (the ``torch.compile`` / Triton / CUDA paths can differ; see each function).
 
+Versions: only 0.18.0 is proven.  From torchao's history: RCEIL and its eager
+``torch.log2`` fallback came with pytorch/ao#1835 (merged March 2025), the
+FLOOR/CEIL/EVEN modes with pytorch/ao#516 (2024); pytorch/ao#4001 (open)
+plans to fold RCEIL into ``to_mx``, so later releases may differ.  On sm_100
+under ``torch.compile`` torchao's RCEIL uses ``cvt.rp.satfinite.ue8m0x2.f32``,
+whose codes for finite blocks are fp8emu's ``scale_rule="rceil-div"`` (not
+proven here: no GPU).
+
 Examples
 --------
 >>> TORCHAO_PROVEN
