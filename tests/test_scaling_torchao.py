@@ -54,6 +54,22 @@ def test_mx_torchao_matches_recording(recording, fmt, rule):
     assert got == (0, 0), f"{fmt} {rule}: (scale, element) mismatches {got} of {x.shape[0]} blocks"
 
 
+@pytest.mark.parametrize("fmt", rec.MX_FORMATS)
+def test_mx_default_variant_agrees_with_torchao_where_its_docstring_says(recording, fmt):
+    """floor/ceil/even: torchao's scale codes on finite blocks, its elements where the code is not 0."""
+    x = recording["mx/x"]
+    finite = np.isfinite(x).all(axis=1)
+    for rule in ("floor", "ceil", "even"):
+        t = fp8emu.quantize_mx(x[finite], fmt, scale_rule=rule)
+        scale, codes = recording[f"mx/{fmt}/{rule}/scale"][finite], recording[f"mx/{fmt}/{rule}/codes"][finite]
+        assert np.array_equal(t.scale_codes, scale)
+        nonzero = scale[:, 0] != 0
+        assert np.array_equal(t.codes[nonzero], codes[nonzero])
+        assert not np.array_equal(t.codes[~nonzero], codes[~nonzero])      # code 0: 2**127 vs / 2**-126
+    rceil = fp8emu.quantize_mx(x[finite], fmt, scale_rule="rceil").scale_codes
+    assert (rceil != recording[f"mx/{fmt}/rceil/scale"][finite]).sum() > 100
+
+
 def _rows(x, predicate):
     return [i for i in range(x.shape[0]) if predicate(x[i])]
 
