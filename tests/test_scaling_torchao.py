@@ -205,6 +205,16 @@ def test_float8_torchao_matches_recording(recording, case, fmt, gran, pow2):
     assert np.array_equal(t.codes, recording[key + "/codes"])
 
 
+@pytest.mark.parametrize("case", [c for c in FLOAT8_CASES if "nan" not in c])
+def test_current_scale_torchao_matches_recorded_tensorwise_scale(recording, case):
+    x = recording[f"float8/{case}/x"]
+    for fmt in ("e4m3fn", "e5m2"):
+        for pow2, tag in ((False, "plain"), (True, "pow2")):
+            want = recording[f"float8/{case}/{fmt}/tensorwise/{tag}/scale"].astype(F32)
+            got = fp8emu.current_scale(np.abs(x).max(), fmt, pow2=pow2, variant="torchao")
+            assert np.float32(got).view(np.uint32) == want.reshape(()).view(np.uint32)
+
+
 def test_float8_pow2_rounds_up_below_a_power_of_two(recording):
     """torchao's exp2(floor(log2 s)) gives 2**k for s just below 2**k, where TE's bit mask gives 2**(k-1)."""
     checked = 0
@@ -279,6 +289,8 @@ def test_nki_scale_is_twice_the_ocp_scale():
     (lambda: fp8emu.quantize_nvfp4(np.ones(16), variant="torchao", single_level=True, global_amax=2.0),
      "global_amax must be None"),
     (lambda: fp8emu.quantize_tensorwise(np.ones(4), "e4m3fn", variant="ao"), "accepted: te, torchao"),
+    (lambda: fp8emu.current_scale(1.0, "e4m3fn", variant=None), "accepted: te, torchao"),
+    (lambda: fp8emu.current_scale(1.0, "e4m3fn", eps=1e-6, variant="torchao"), "no margin or eps"),
     (lambda: fp8emu.quantize_tensorwise(np.ones(4), "e4m3fn", margin=1, variant="torchao"), "no margin or eps"),
     (lambda: fp8emu.quantize_axiswise(np.ones((2, 4)), "e4m3fnuz", variant="torchao"), "e4m3fn, e5m2"),
 ])
