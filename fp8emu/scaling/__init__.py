@@ -12,7 +12,7 @@ and in float32, so that its codes match the GPU's bit for bit:
 * :func:`quantize_blockwise` -- Transformer Engine ``Float8BlockScaling``
   (1x128 and 128x128 blocks, the DeepSeek-V3 recipe);
 * :func:`quantize_mx` -- OCP Microscaling (MX) v1.0, with the scale rules of
-  the spec, torchao and Transformer Engine ``MXFP8BlockScaling``;
+  the spec, torchao and Transformer Engine ``MXFP8BlockScaling`` (``variant="torchao"``: torchao's own steps);
 * :func:`quantize_nvfp4` -- Transformer Engine NVFP4 (E2M1 elements, an E4M3
   scale per 16 elements and a float32 per-tensor scale);
 * :func:`quantize_nvfp4_te` with :class:`NVFP4Quantizer` -- Transformer

@@ -55,7 +55,7 @@ def compute_scale(amax, scaled_max, pow2, eps, value_for_inf=FLT_MAX) -> np.ndar
     return scale
 
 
-def current_scale(amax, fmt, *, margin=0, pow2=False, eps=0.0) -> np.float32:
+def current_scale(amax, fmt, *, margin=0, pow2=False, eps=0.0, variant="te") -> np.float32:
     """The current-scaling factor for one amax (Transformer Engine recipe).
 
     Reproduces ``compute_scale_from_amax`` of Transformer Engine
@@ -80,6 +80,10 @@ def current_scale(amax, fmt, *, margin=0, pow2=False, eps=0.0) -> np.float32:
         Round the scale down to a power of two.
     eps : float, keyword-only
         Lower bound on amax (Transformer Engine's ``amax_epsilon``).
+    variant : {"te", "torchao"}, keyword-only
+        ``"torchao"``: torchao.float8's ``amax_to_scale`` instead
+        (``fl32(fmax / max(amax, 1e-12))`` in float64; ``pow2`` as its
+        ``round_scales_to_power_of_2``; see :func:`quantize_tensorwise`).
 
     Returns
     -------
@@ -94,13 +98,18 @@ def current_scale(amax, fmt, *, margin=0, pow2=False, eps=0.0) -> np.float32:
     128.0
     >>> float(fp8emu.current_scale(0.0, "e4m3fn")), float(fp8emu.current_scale(1e-45, "e5m2"))
     (1.0, 3.4028234663852886e+38)
+    >>> float(fp8emu.current_scale(448 / 16383.999, "e4m3fn", pow2=True, variant="torchao"))
+    16384.0
     """
     fmt = as_format(fmt)
-    margin = int_arg(margin, "margin")
-    eps = eps_arg(eps)
     a = np.asarray(amax)
     if a.shape != () or a.dtype.kind not in "iuf":
         raise TypeError(f"amax must be a real scalar, got {amax!r}")
+    if _variant_arg(variant, fmt, margin, eps) == "torchao":
+        # torchao.float8 amax_to_scale (see quantize_tensorwise); a NaN amax gives a NaN scale
+        return F32(torchao.float8_scale(np.abs(a.astype(np.float32)), fmt, bool_arg(pow2, "pow2"))[()])
+    margin = int_arg(margin, "margin")
+    eps = eps_arg(eps)
     return F32(compute_scale(np.abs(a.astype(np.float32)), scaled_max(fmt, margin),
                                bool_arg(pow2, "pow2"), eps)[()])
 

@@ -147,6 +147,9 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
     Inf (code 0xFE); those are not reproduced.  Partial blocks are padded
     with zeros.
 
+    On blocks of finite values the default variant's ``floor``, ``ceil`` and
+    ``even`` scale codes are torchao's, and so are the elements wherever the
+    code is not 0; its ``rceil`` is Transformer Engine's, not torchao's.
     ``variant="torchao"`` is torchao's ``to_mx`` (eager, CPU) bit for bit,
     proven on torchao :data:`fp8emu.scaling.torchao_variants.TORCHAO_PROVEN` with the
     four ``scale_rule`` of its ``ScaleCalculationMode`` and ``rounding="rne"``:

@@ -9,6 +9,14 @@ torchao versions in :data:`TORCHAO_PROVEN` (live tests, and vectors recorded by
 ``tools/record_torchao.py`` into ``tests/data/torchao/``), on torch's CPU eager
 path (the ``torch.compile`` / Triton / CUDA paths can differ; see each function).
 
+Versions: only 0.18.0 is proven.  From torchao's history: RCEIL and its eager
+``torch.log2`` fallback came with pytorch/ao#1835 (merged March 2025), the
+FLOOR/CEIL/EVEN modes with pytorch/ao#516 (2024); pytorch/ao#4001 (open)
+plans to fold RCEIL into ``to_mx``, so later releases may differ.  On sm_100
+under ``torch.compile`` torchao's RCEIL uses ``cvt.rp.satfinite.ue8m0x2.f32``,
+whose codes for finite blocks are fp8emu's ``scale_rule="rceil-div"`` (not
+proven here: no GPU).
+
 Examples
 --------
 >>> TORCHAO_PROVEN
@@ -28,6 +36,7 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import Format, get_format
+from .tensor import expand
 
 __all__ = ["TORCHAO_PROVEN", "mx_scales", "subbyte_cast", "fp8_cast", "nvfp4_chain", "float8_scale", "nan_bits",
            "float8_quantize", "FLOAT8_FORMATS"]
@@ -209,11 +218,7 @@ def float8_quantize(xf: np.ndarray, fmt: Format, block, amax, pow2: bool, given=
     (NaN to 0x7F/0xFF by its sign; a NaN scale's NaN wins over the element's).
     """
     scale = float8_scale(amax, fmt, pow2) if given is None else np.asarray(given, F32)
-    full = scale
-    for d, b in enumerate(block):
-        if b > 1:
-            full = np.repeat(full, b, axis=d)
-    full = full[tuple(slice(0, n) for n in xf.shape)] if block else full
+    full = expand(scale, block, xf.shape) if block else scale
     with np.errstate(invalid="ignore", over="ignore", under="ignore"):
         y = np.multiply(xf, full, dtype=F32)
     y = np.where(np.isnan(full), full, y).astype(F32)
