@@ -14,7 +14,7 @@ import pytest
 import fp8emu
 from fp8emu import conformance
 from fp8emu import testing as T
-from fp8emu import validate_gpu as V
+from fp8emu.gpu import validate as V
 from fp8emu.cli import main
 from fp8emu.data import golden_path
 from oracle import ValueOracle

@@ -51,7 +51,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import metrics, parallel, readers
-from ..recipes import recipe_matrix, select_recipes, tensor_params, threshold
+from .recipes import recipe_matrix, select_recipes, tensor_params, threshold
 from . import report as report_mod
 
 __all__ = [
