@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fp8emu.lab import study  # noqa: E402
-from fp8emu.recipes import select_recipes  # noqa: E402
+from fp8emu.lab.recipes import select_recipes  # noqa: E402
 
 
 def make_checkpoint(path, tensors, rows, cols, seed=0):

@@ -44,7 +44,7 @@ import numpy as np
 
 from . import codec, conformance, metrics, scaling
 from .formats import get_format
-from .recipes import select_recipes, tensor_params, threshold
+from .lab.recipes import select_recipes, tensor_params, threshold
 from .scaling.tensor import axis_arg, block_arg, expand, int_arg, reciprocal
 
 __all__ = [

@@ -24,13 +24,13 @@ LAYERS = {
     "fp8emu.formats": 1, "fp8emu.rounding": 2, "fp8emu.tables": 3, "fp8emu.profiles": 4,
     "fp8emu.codec": 5, "fp8emu.hifloat": 5,
     "fp8emu.scaling": 6, "fp8emu.gemm": 6, "fp8emu.describe": 6, "fp8emu.testing": 6,
-    "fp8emu.conformance": 6, "fp8emu.layouts": 6, "fp8emu.validate_gpu": 6, "fp8emu.engines": 6,
-    "fp8emu.metrics": 6, "fp8emu.recipes": 6,
-    "fp8emu.tc_questions": 6,
+    "fp8emu.conformance": 6, "fp8emu.layouts": 6, "fp8emu.gpu": 6, "fp8emu.engines": 6,
+    "fp8emu.metrics": 6,
+    "fp8emu.lab.recipes": 6,   # the study's recipe matrix sits with the study, below dask, which runs it
     "fp8emu.dask": 7, "fp8emu.attention": 7,
     "fp8emu.lab": 8,
     "fp8emu.cli": 9, "fp8emu.__main__": 9,
-    "fp8emu.torch": 9,
+    "fp8emu.torch": 9,   # the torch adapter, at the top with the command line
     "fp8emu": 10,   # the package's __init__ re-exports the public API
 }
 

@@ -15,7 +15,7 @@ import fp8emu
 from fp8emu import conformance
 from fp8emu.hifloat import hif8_summary
 from fp8emu import testing as T
-from fp8emu import validate_gpu as V
+from fp8emu.gpu import validate as V
 from fp8emu.cli import main
 from fp8emu.data import golden_path
 from oracle import ValueOracle

@@ -144,7 +144,7 @@ def test_every_generated_table_is_included_by_a_page():
 
 def test_generated_tables_come_from_the_code():
     from fp8emu.gemm import ACCUMULATORS, BLOCK_ACCUMULATORS
-    from fp8emu.recipes import recipe_names
+    from fp8emu.lab.recipes import recipe_names
 
     profiles = fp8emu_docs.profiles_table().splitlines()[2:]
     assert [r.split("|")[1].strip(" `") for r in profiles] == list(fp8emu.profile_names())

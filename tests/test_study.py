@@ -21,7 +21,7 @@ import fp8emu
 from fp8emu import metrics
 from fp8emu.cli import main
 from fp8emu.lab import analysis, report, study
-from fp8emu.recipes import (
+from fp8emu.lab.recipes import (
     DEFAULT_RECIPES, calibrate, recipe_matrix, select_recipes, tensor_params,
 )
 

@@ -18,7 +18,7 @@ from safetensors import numpy as st_numpy
 
 from fp8emu.cli import main
 from fp8emu.lab import report, study
-from fp8emu.recipes import recipe_matrix
+from fp8emu.lab.recipes import recipe_matrix
 
 F32 = np.float32
 RECIPES = ["tensor-e4m3fn", "mx-e4m3fn-floor", "nvfp4"]

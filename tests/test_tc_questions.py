@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from fp8emu import tc_questions
-from fp8emu.tc_questions import QUESTIONS, blocked_scale_layout, candidate_outputs, judge, load_vectors
+from fp8emu.gpu import tc_questions
+from fp8emu.gpu.tc_questions import QUESTIONS, blocked_scale_layout, candidate_outputs, judge, load_vectors
 
 
 @pytest.mark.parametrize("name", sorted(QUESTIONS))

@@ -339,7 +339,7 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("name, kwargs", [("nvfp4-rowscaled", {"row_scaled": True}),
                                           ("nvfp4-4over6-te", {"use_4over6": True, "e4m3_max": 256})])
 def test_study_recipes_are_te_exact(name, kwargs):
-    from fp8emu.recipes import recipe_matrix, tensor_params
+    from fp8emu.lab.recipes import recipe_matrix, tensor_params
     x = randn((48, 96), F32, 5)
     out = recipe_matrix()[name].quantize(x, tensor_params(float(np.abs(x).max()), 0, None))
     codes, scodes, _ = oracle.quantize(x, **kwargs)

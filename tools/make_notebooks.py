@@ -100,7 +100,7 @@ NOTEBOOKS = {
         "MXFP4, NVFP4 and calibrated scales? `fp8emu study` answers it for real checkpoints; here we walk through a "
         "study of the small demo checkpoint that ships with fp8emu (the training demo's learned weights plus "
         "synthetic LLM-like tensors with outlier channels and heavy tails).",
-        PARAM, SETUP + "\nimport pathlib, tempfile\nfrom fp8emu.lab import report, study\nfrom fp8emu.recipes import recipe_matrix",
+        PARAM, SETUP + "\nimport pathlib, tempfile\nfrom fp8emu.lab import report, study\nfrom fp8emu.lab.recipes import recipe_matrix",
         "ckpt = study.demo_checkpoint()\nrefs, skipped = study.discover([ckpt])\nprint(len(refs), 'tensors')\n"
         "for r in refs[:6]:\n    print(f'{r.name:45s} {str(r.shape):12s} {r.dtype}')",
         "## The recipe matrix\nEvery recipe is a small named object; `fp8emu study --list-recipes` lists them. "

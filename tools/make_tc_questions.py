@@ -1,4 +1,4 @@
-"""Make the discriminating test vectors of fp8emu.tc_questions (fp8emu/data/tc_questions/*.npz).
+"""Make the discriminating test vectors of fp8emu.gpu.tc_questions (fp8emu/data/tc_questions/*.npz).
 
 For each question, random inputs are drawn (wide exponents, mixed signs, zeros, extreme block
 scales) and kept only where the candidate models' outputs differ (all of them pairwise where
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fp8emu.tc_questions import DATA, QUESTIONS, candidate_outputs
+from fp8emu.gpu.tc_questions import DATA, QUESTIONS, candidate_outputs
 
 
 def draw(q, rng, rows):

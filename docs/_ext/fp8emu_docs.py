@@ -35,15 +35,15 @@ API_SECTIONS = [
                          "fp8emu.scaling.delayed", "fp8emu.scaling.mx", "fp8emu.scaling.nvfp4",
                          "fp8emu.scaling.hadamard", "fp8emu.scaling.nvfp4_te"]),
     ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
-                                  "fp8emu.gemm.instructions", "fp8emu.gemm.catalogue", "fp8emu.tc_questions",
+                                  "fp8emu.gemm.instructions", "fp8emu.gemm.catalogue", "fp8emu.gpu.tc_questions",
                                   "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
                                   "fp8emu.gemm.block_scaled", "fp8emu.gemm.torch_cpu", "fp8emu.layouts"]),
     ("Validation kit, conformance and engines", ["fp8emu.testing", "fp8emu.testing.compare",
                                                  "fp8emu.testing.golden", "fp8emu.testing.plugin",
                                                  "fp8emu.conformance", "fp8emu.engines",
-                                                 "fp8emu.validate_gpu", "fp8emu.data"]),
-    ("FP8 attention", ["fp8emu.attention"]),
-    ("Studies, metrics and the lab", ["fp8emu.metrics", "fp8emu.recipes", "fp8emu.dask",
+                                                 "fp8emu.gpu.validate", "fp8emu.data"]),
+    ("FP8 attention", ["fp8emu.attention", "fp8emu.attention.emulate"]),
+    ("Studies, metrics and the lab", ["fp8emu.metrics", "fp8emu.lab.recipes", "fp8emu.dask",
                                       "fp8emu.lab.inputs", "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
                                       "fp8emu.lab.study", "fp8emu.lab.report", "fp8emu.lab.attention"]),
     ("Command line", ["fp8emu.cli"]),
@@ -218,7 +218,7 @@ def accumulators_table() -> str:
 
 def recipes_table() -> str:
     """Markdown table of every study recipe; the default ones are marked."""
-    from fp8emu.recipes import DEFAULT_RECIPES, recipe_matrix
+    from fp8emu.lab.recipes import DEFAULT_RECIPES, recipe_matrix
     rows = ["| recipe | format | default | what it does |", "|---|---|---|---|"]
     for name, r in recipe_matrix().items():
         rows.append(f"| `{name}` | {r.fmt} | {'yes' if name in DEFAULT_RECIPES else ''} | "

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..lab import study
-from ..recipes import DEFAULT_RECIPES, recipe_matrix
+from ..lab.recipes import DEFAULT_RECIPES, recipe_matrix
 from . import positive_float, scheduler_address, worker_count
 
 #: Output folder of ``fp8emu study --demo`` when ``--out`` is not given.

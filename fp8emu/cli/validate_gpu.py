@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from .. import tc_questions, validate_gpu
+from ..gpu import tc_questions, validate as validate_gpu
 from . import output_file
 
 
@@ -35,7 +35,7 @@ def register(sub, name, help_text):
     p.add_argument("--require-gpu", action="store_true", help="exit 1 instead of 3 when there is no GPU/torch")
     p.add_argument("--no-scaled-mm", action="store_true", help="skip the torch._scaled_mm checks")
     p.add_argument("--tc-questions", action="store_true",
-                   help="run only the discriminating tensor-core vectors (fp8emu.tc_questions: B200 FP8 width and "
+                   help="run only the discriminating tensor-core vectors (fp8emu.gpu.tc_questions: B200 FP8 width and "
                         "rounding, NVFP4 accumulation, MXFP8 scale alignment) and print which model reproduces them")
     p.add_argument("--json", metavar="PATH", default=None, type=output_file(), help="write a machine-readable report to PATH")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -69,7 +69,9 @@ but were not recorded on the GPU.
 
 Matrix instructions of other GPUs (Ada, Hopper ``wgmma``, Blackwell ``mma.sync`` and ``tcgen05``,
 RTX Blackwell, CDNA3), one tile at a time or chained through a GEMM, with the evidence behind
-each: :mod:`fp8emu.gemm.instructions` (:func:`mma`, :func:`presets`).
+each: :mod:`fp8emu.gemm.instructions` (:func:`mma`, :func:`presets`).  The instructions as data are
+:mod:`fp8emu.gemm.catalogue`; what each datapath computes, :mod:`fp8emu.gemm.datapaths`; the fast
+routes that give the same bits, :mod:`fp8emu.gemm.routes`.
 
 Block-scaled GEMMs (MX, NVFP4, mixed) are in :mod:`fp8emu.gemm.block_scaled`
 (:func:`block_scaled_mm`; ``scaled_mm`` hands MX / NVFP4 ScaledTensors to it).

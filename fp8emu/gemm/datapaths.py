@@ -40,10 +40,21 @@ The reference works on whole arrays of decoded values (float64, exact: a product
 FP8/FP6/FP4 values has at most 8 significant bits, and so on) one K step at a time; nothing in it
 is there for speed.  The fast routes of :mod:`fp8emu.gemm.routes` compute the same bits on the
 inputs their contracts name, and tests/test_gemm_routes.py holds every one of them to this module
-on every preset.  The accumulation schedules of whole GEMMs (promotion to float32 every N
-products, split-K) are the :class:`~fp8emu.gemm.accumulator.Accumulator` models of
-:mod:`fp8emu.gemm.accumulator`; a GEMM through an instruction is this module's chain of steps
-along K (:func:`fp8emu.gemm.instructions.gemm`).
+on every preset.  A GEMM through an instruction is this module's chain of steps along K
+(:func:`fp8emu.gemm.instructions.gemm`).
+
+The schedules of whole GEMMs in ``scaled_mm`` and ``block_scaled_mm`` are the
+:class:`~fp8emu.gemm.accumulator.Accumulator` models (their code: :mod:`fp8emu.gemm.kernels`, whose
+dense step ``_mma_piece`` is their reference and whose fast path is tested against it):
+
+promotion (``promote = n``, Hopper's FP8 GEMMs: ``n = 4`` steps of 32 products)
+    Each step sums ``group`` products and the running partial sum, every term truncated to
+    ``frac_bits`` fraction bits below the largest exponent, and rounds the result to ``sum_bits``
+    significant bits (``rtz`` or ``rne``); every ``n`` steps the partial sum is added into a
+    float32 accumulator, rounded to nearest even, and restarted from zero.
+split-K (``split_k = s``, or ``"cublas"``: the count cuBLAS's heuristic picks for the shape)
+    K is cut into ``s`` contiguous pieces of whole 128-wide K-tiles, each reduced from zero as
+    above, and the pieces' float32 results are added in order with float32 additions.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ import numpy as np
 from ..codec import decode
 from ..formats import get_format
 from .catalogue import _OUT
+
 
 # ----------------------------------------------------------------------------- operands
 def _sig_exp(fmt):
@@ -185,6 +197,7 @@ def _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format):
         raise ValueError(f"{ins.name} takes no block scales")
     return sa, sb, block
 
+
 # ----------------------------------------------------------------------------- rounding
 def _kept_bits(ins):
     """Fraction bits the instruction's output rounding keeps (13 for ``"rz-e8m13"``)."""
@@ -232,6 +245,7 @@ def _trunc_sum(ps, f):
     np.multiply(ps, f, out=ps)
     np.trunc(ps, out=ps)
     return np.add.reduce(ps, axis=0, dtype=np.float64)
+
 
 # ----------------------------------------------------------------------------- the steps
 def _fused_step(terms, exps, c, ec, F):
@@ -331,6 +345,7 @@ def _grouped_terms(ins, p, scl, block, k0):
     e = qa + qb
     zero = allzero | (sa == 0) | (sb == 0)
     return t, np.where(zero, ins.zero_exp, np.broadcast_to(e, t.shape))
+
 
 # ----------------------------------------------------------------------------- the reference
 def reference(ins, a, b, c, a_format, b_format, a_scales=None, b_scales=None, scale_format=None):

@@ -2,7 +2,7 @@
 
 :func:`run_study` reads checkpoints lazily (one tensor, and of a large
 tensor one chunk of rows, at a time), runs the recipe matrix of
-:mod:`fp8emu.recipes` and writes one row per tensor x recipe to
+:mod:`fp8emu.lab.recipes` and writes one row per tensor x recipe to
 ``results.csv`` (columns: :data:`COLUMNS`, documented in the study guide, ``docs/guides/study.md``).
 
 Inputs
@@ -52,7 +52,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import metrics, parallel, readers
-from ..recipes import recipe_matrix, select_recipes, tensor_params, threshold
+from .recipes import recipe_matrix, select_recipes, tensor_params, threshold
 from . import report as report_mod
 
 __all__ = [
@@ -457,7 +457,7 @@ def _pipeline(ref, recipes, chunk_elems, submit, gather):
 
 
 def study_tensor(ref: TensorRef, recipes=None, *, chunk_mb=DEFAULT_CHUNK_MB) -> list:
-    """Rows of one tensor under ``recipes`` (names, globs or :class:`~fp8emu.recipes.Recipe`), in-process.
+    """Rows of one tensor under ``recipes`` (names, globs or :class:`~fp8emu.lab.recipes.Recipe`), in-process.
 
     Examples
     --------
@@ -725,7 +725,7 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
         :func:`plan_study`).
     recipes : sequence of str, optional
         Recipe names or globs (``"all"`` for the whole matrix); default
-        :data:`fp8emu.recipes.DEFAULT_RECIPES`.
+        :data:`fp8emu.lab.recipes.DEFAULT_RECIPES`.
     include, exclude : sequence of str, optional
         Tensor name filters (see :func:`discover`).
     chunk_mb : float

@@ -34,11 +34,11 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
-from .codec import encode
-from .formats import get_format
-from .interop import narrow_codes, to_numpy
-from .tables import SOURCE_DTYPES
-from .testing import scaled_mm_cases
+from ..codec import encode
+from ..formats import get_format
+from ..interop import narrow_codes, to_numpy
+from ..tables import SOURCE_DTYPES
+from ..testing import scaled_mm_cases
 
 __all__ = ["validate", "gpu_available", "check_cast", "check_scaled_mm", "run", "exit_status", "CastCase",
            "CaseResult", "report_dict", "EXIT_OK", "EXIT_MISMATCH", "EXIT_NO_GPU", "CASES"]
@@ -107,7 +107,7 @@ def gpu_available():
 
     Examples
     --------
-    >>> from fp8emu.validate_gpu import gpu_available
+    >>> from fp8emu.gpu.validate import gpu_available
     >>> ok, why = gpu_available()
     >>> isinstance(ok, bool)
     True

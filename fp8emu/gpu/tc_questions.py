@@ -28,16 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
-from .gemm.instructions import INSTRUCTIONS
-from .scaling.mx import mx_from_codes
-from .scaling.nvfp4 import nvfp4_from_codes
-from .validate_gpu import gpu_available
+from ..gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
+from ..gemm.instructions import INSTRUCTIONS
+from ..scaling.mx import mx_from_codes
+from ..scaling.nvfp4 import nvfp4_from_codes
+from .validate import gpu_available
 
 __all__ = ["Question", "QUESTIONS", "candidate_outputs", "load_vectors", "judge", "gpu_outputs", "validate",
            "blocked_scale_layout", "DATA"]
 
-DATA = Path(__file__).parent / "data" / "tc_questions"
+DATA = Path(__file__).parents[1] / "data" / "tc_questions"
 
 
 @dataclasses.dataclass(frozen=True)

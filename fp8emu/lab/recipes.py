@@ -43,15 +43,15 @@ from typing import Callable
 
 import numpy as np
 
-from .codec import decode, encode
-from .metrics import CALIB_BINS
-from .profiles import UndecidedVersionError, get_profile, profile_names
-from .scaling import (
+from ..codec import decode, encode
+from ..metrics import CALIB_BINS
+from ..profiles import UndecidedVersionError, get_profile, profile_names
+from ..scaling import (
     MX_ELEMENT_FORMATS, MX_SCALE_RULES, ScaledTensor, current_scale, quantize_axiswise,
     quantize_blockwise, quantize_mx, quantize_nvfp4, quantize_tensorwise,
 )
-from .scaling.nvfp4_te import NVFP4Quantizer, quantize_nvfp4_te
-from .scaling.tensor import expand, scale_times
+from ..scaling.nvfp4_te import NVFP4Quantizer, quantize_nvfp4_te
+from ..scaling.tensor import expand, scale_times
 
 __all__ = [
     "Recipe", "Quantized", "recipe_matrix", "recipe_names", "select_recipes", "DEFAULT_RECIPES",

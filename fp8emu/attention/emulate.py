@@ -87,13 +87,13 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
-from .codec import decode, encode
-from .formats import Format, get_format
-from .registry import named
-from .gemm import Accumulator, get_accumulator
-from .gemm.fparith import add_scaled_f32
-from .gemm.kernels import exact_dot, mma_dot, special_masks, values_and_exponents
-from .scaling import current_scale
+from ..codec import decode, encode
+from ..formats import Format, get_format
+from ..registry import named
+from ..gemm import Accumulator, get_accumulator
+from ..gemm.fparith import add_scaled_f32
+from ..gemm.kernels import exact_dot, mma_dot, special_masks, values_and_exponents
+from ..scaling import current_scale
 
 __all__ = ["AttentionRecipe", "AttentionResult", "AttentionReport", "RECIPES", "get_recipe", "attention",
            "reference_attention", "exp2_f32", "quantize_qkv", "off_recipe", "fa3_fp8", "fa4_sm100_fp8",
