@@ -114,11 +114,13 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
         amax times the reciprocal).  torchao ``RCEIL`` differs (it divides, and
         on the CPU rounds ``log2`` to float32 first): ``variant="torchao"``.
     ``"rceil-div"``: ``E = ceil(log2(fl32(amax / elem_max)))``, exactly
-        The rule of NVIDIA's MXFP8 pre-training recipe (arXiv 2506.08027) and
-        cuBLAS's UE8M0 scale computation (``cvt.rp.satfinite.ue8m0x2.f32`` of
-        the quotient), also torchao ``RCEIL`` compiled for sm_100 (not proven
-        here: no GPU).  It differs from ``"rceil"`` where the quotient and
-        the product by the rounded reciprocal straddle a power of two.
+        The rule of NVIDIA's MXFP8 pre-training recipe (arXiv 2506.08027:
+        the scale is ``amax / destmax`` rounded up to a power of two), with
+        the quotient taken in float32 as cuBLAS's UE8M0 conversion
+        (``cvt.rp.satfinite.ue8m0x2.f32``) and torchao ``RCEIL`` compiled
+        for sm_100 take it (not proven here: no GPU).  It differs from
+        ``"rceil"`` where the quotient and the product by the rounded
+        reciprocal straddle a power of two.
     ``"ceil"``: ``E = ceil(log2 amax) - emax_elem``
         torchao ``CEIL``; *not* the papers' "ceil".
     ``"even"``: the floor rule on amax first rounded to the element's mantissa
