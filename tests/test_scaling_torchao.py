@@ -2,7 +2,8 @@
 
 Expectations come from torchao itself: vectors recorded by ``tools/record_torchao.py`` (every file in
 ``tests/data/torchao/``, so the default suite needs neither torch nor torchao), and live torchao where it
-is installed.  The ``rceil-div`` and ``nki`` rules are checked against exact arithmetic and ml_dtypes.
+is installed.  The MXFP8 paper's RCEIL (fp8emu's ``rceil``) and Trainium3's ``nki`` rule are checked against
+exact arithmetic and ml_dtypes.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def test_torchao_rceil_is_one_lower_above_max_times_pow2(recording):
             got = int(recording[f"mx/{fmt}/rceil/scale"][rows[0], 0])
             assert got in (exact, exact - 1)
             lower += got == exact - 1
-            assert int(fp8emu.quantize_mx(x[rows[:1]], fmt, scale_rule="rceil-div").scale_codes[0, 0]) == exact
+            assert int(fp8emu.quantize_mx(x[rows[:1]], fmt, scale_rule="rceil").scale_codes[0, 0]) == exact
         assert tested > 200 and lower > 0.8 * tested, (fmt, lower, tested)
 
 
@@ -148,7 +149,7 @@ def test_guide_numbers_match_the_recording(recording):
         if rows.size:
             tested += 1
             ao = int(recording["mx/e4m3fn/rceil/scale"][rows[0], 0])
-            lower += ao != int(fp8emu.quantize_mx(x[rows[:1]], "e4m3fn", scale_rule="rceil-div").scale_codes[0, 0])
+            lower += ao != int(fp8emu.quantize_mx(x[rows[:1]], "e4m3fn", scale_rule="rceil").scale_codes[0, 0])
     assert f"for e4m3: {lower} of the {tested} binades" in guide
 
 
@@ -252,8 +253,8 @@ def _oracle_exponent(amax: float, fmt: str, rule: str) -> int:
     return max(-127, min(127, e))
 
 
-@pytest.mark.parametrize("rule,fmt", [("rceil-div", f) for f in rec.MX_FORMATS] + [("nki", "e4m3fn"), ("nki", "e5m2")])
-def test_rceil_div_and_nki_against_exact_arithmetic(rule, fmt):
+@pytest.mark.parametrize("rule,fmt", [("rceil", f) for f in rec.MX_FORMATS] + [("nki", "e4m3fn"), ("nki", "e5m2")])
+def test_papers_rceil_and_nki_against_exact_arithmetic(rule, fmt):
     x = rec.mx_inputs(seed=7)
     x = x[np.isfinite(x).all(axis=1)]
     t = fp8emu.quantize_mx(x, fmt, scale_rule=rule)
@@ -264,6 +265,24 @@ def test_rceil_div_and_nki_against_exact_arithmetic(rule, fmt):
     want = y.astype(ML[fmt]).view(np.uint8)
     got = fp8emu.decode(t.codes, fmt).astype(ML[fmt]).view(np.uint8)
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("fmt", rec.MX_FORMATS)
+def test_rceil_is_the_papers_quotient_rule_for_every_amax(fmt):
+    """TE's amax * fl32(1 / max) and the paper's fl32(amax / max), both rounded up: one code for every amax.
+
+    Two float32 roundings of amax / max can only fall on either side of a power of two when amax is within
+    a few ulps of max * 2**k; every amax within 256 ulps of each such point is checked.
+    """
+    fmax = rec.MX_MAX[fmt]
+    points = np.array([np.ldexp(fmax, k) for k in range(-150, 128) if 1e-45 < np.ldexp(fmax, k) < 3.4e38], F32)
+    bits = points.view(np.uint32).astype(np.int64)[:, None] + np.arange(-256, 257)
+    amax = bits[(bits > 0) & (bits < 0x7F800000)].astype(np.uint32).view(F32)
+    q = (amax.astype(np.float64) / fmax).astype(F32).astype(np.float64)       # one rounding (53 >= 2*24+2)
+    m, e = np.frexp(q)
+    want = np.where(q == 0, -127, np.clip(np.where(m == 0.5, e - 1, e), -127, 127)) + 127
+    got = fp8emu.quantize_mx(amax[:, None], fmt, block=1, scale_rule="rceil").scale_codes[:, 0]
+    assert np.array_equal(got, want.astype(np.uint8))
 
 
 def test_nki_scale_is_twice_the_ocp_scale():
@@ -278,7 +297,7 @@ def test_nki_scale_is_twice_the_ocp_scale():
 
 @pytest.mark.parametrize("call,match", [
     (lambda: fp8emu.quantize_mx(np.ones(32), "e4m3fn", variant="tao"), "accepted: ocp, torchao"),
-    (lambda: fp8emu.quantize_mx(np.ones(32), "e4m3fn", scale_rule="up"), "accepted: floor, ceil, even, rceil, rceil-div, nki"),
+    (lambda: fp8emu.quantize_mx(np.ones(32), "e4m3fn", scale_rule="up"), "accepted: floor, ceil, even, rceil, nki"),
     (lambda: fp8emu.quantize_mx(np.ones(32), "e2m1fn", scale_rule="nki"), "MXFP8 only"),
     (lambda: fp8emu.quantize_mx(np.ones(32), "e4m3fn", scale_rule="nki", variant="torchao"), "ScaleCalculationMode"),
     (lambda: fp8emu.quantize_mx(np.ones(32), "e4m3fn", rounding="rtz", variant="torchao"), "rounding must be 'rne'"),

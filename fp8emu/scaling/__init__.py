@@ -38,11 +38,11 @@ Common conventions
 
 from __future__ import annotations
 
-from .current import current_scale, quantize_axiswise, quantize_blockwise, quantize_tensorwise
+from .current import CURRENT_VARIANTS, current_scale, quantize_axiswise, quantize_blockwise, quantize_tensorwise
 from .delayed import HYBRID, DelayedScaling, recipe_formats
 from .hadamard import inverse_rht, rht
-from .mx import MX_ELEMENT_FORMATS, MX_SCALE_RULES, MXINT8, mx_from_codes, quantize_mx
-from .nvfp4 import nvfp4_from_codes, quantize_nvfp4
+from .mx import MX_ALL_SCALE_RULES, MX_ELEMENT_FORMATS, MX_SCALE_RULES, MX_VARIANTS, MXINT8, mx_from_codes, quantize_mx
+from .nvfp4 import NVFP4_VARIANTS, nvfp4_from_codes, quantize_nvfp4
 from .nvfp4_te import NVFP4Quantizer, quantize_nvfp4_te
 from .tensor import ScaledTensor
 
@@ -52,4 +52,5 @@ __all__ = [
     "MX_SCALE_RULES", "MX_ELEMENT_FORMATS", "MXINT8", "mx_from_codes", "quantize_nvfp4",
     "nvfp4_from_codes", "rht", "inverse_rht",
     "NVFP4Quantizer", "quantize_nvfp4_te",
+    "MX_ALL_SCALE_RULES", "MX_VARIANTS", "NVFP4_VARIANTS", "CURRENT_VARIANTS",
 ]

@@ -5,7 +5,7 @@ Examples
 >>> MX_SCALE_RULES
 ('floor', 'ceil', 'even', 'rceil')
 >>> MX_ALL_SCALE_RULES[4:], MX_VARIANTS
-(('rceil-div', 'nki'), ('ocp', 'torchao'))
+(('nki',), ('ocp', 'torchao'))
 >>> MX_ELEMENT_FORMATS[-1], MXINT8.max          # MXFP4's element; MXINT8's largest value 127/64
 ('e2m1fn', 1.984375)
 """
@@ -28,9 +28,9 @@ __all__ = ["quantize_mx", "mx_from_codes", "MX_SCALE_RULES", "MX_ALL_SCALE_RULES
 #: The MX scale rules of torchao's ``ScaleCalculationMode`` (the recipe catalogue's MX rules).
 MX_SCALE_RULES = ("floor", "ceil", "even", "rceil")
 
-#: Every scale rule :func:`quantize_mx` accepts: torchao's four, the MXFP8 recipe paper's
-#: ``"rceil-div"`` and AWS Trainium3's ``"nki"`` (``nki.isa.quantize_mx``).
-MX_ALL_SCALE_RULES = MX_SCALE_RULES + ("rceil-div", "nki")
+#: Every scale rule :func:`quantize_mx` accepts: torchao's four and AWS Trainium3's ``"nki"``
+#: (``nki.isa.quantize_mx``).
+MX_ALL_SCALE_RULES = MX_SCALE_RULES + ("nki",)
 
 #: Edge-block behaviours of :func:`quantize_mx`: the OCP spec's and torchao's (``to_mx``).
 MX_VARIANTS = ("ocp", "torchao")
@@ -82,14 +82,10 @@ def _mx_exponent(amax: np.ndarray, fmt: Format, rule: str) -> np.ndarray:
     if rule == "nki":
         # Trainium3: a block scale twice the OCP rule's
         return _floor_log2_f32(amax) - emax + 1
+    # rceil (Transformer Engine float_to_e8m0): ceil to a power of two of fl32(amax * fl32(1 / max_elem));
+    # the quotient fl32(amax / max_elem) gives the same code for every float32 amax
     with np.errstate(over="ignore", under="ignore"):
-        if rule == "rceil-div":
-            # arXiv 2506.08027 / cuBLAS: fl32(amax / max_elem), rounded up to a power of two
-            v = np.divide(amax, F32(fmt.max), dtype=np.float32)
-        else:
-            # rceil (Transformer Engine float_to_e8m0): ceil to a power of two of
-            # fl32(amax * fl32(1 / max_elem))
-            v = np.multiply(amax, F32(F32(1) / F32(fmt.max)), dtype=np.float32)
+        v = np.multiply(amax, F32(F32(1) / F32(fmt.max)), dtype=np.float32)
     fl = _floor_log2_f32(np.where(v > 0, v, F32(1)))
     exact_pow2 = np.ldexp(np.float64(1), fl) == v.astype(np.float64)
     e = fl + (~exact_pow2)
@@ -111,14 +107,15 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
         OCP MX v1.0 section 6.3 and microxcaling's default.
     ``"rceil"``: ``E = ceil(log2(fl32(amax * fl32(1 / elem_max))))``, exactly
         Transformer Engine ``MXFP8BlockScaling`` (``float_to_e8m0`` of the
-        amax times the reciprocal).  torchao ``RCEIL`` differs (it divides, and
-        on the CPU rounds ``log2`` to float32 first): ``variant="torchao"``.
-    ``"rceil-div"``: ``E = ceil(log2(fl32(amax / elem_max)))``, exactly
-        The rule of NVIDIA's MXFP8 pre-training recipe (arXiv 2506.08027) and
-        cuBLAS's UE8M0 scale computation (``cvt.rp.satfinite.ue8m0x2.f32`` of
-        the quotient), also torchao ``RCEIL`` compiled for sm_100 (not proven
-        here: no GPU).  It differs from ``"rceil"`` where the quotient and
-        the product by the rounded reciprocal straddle a power of two.
+        amax times the reciprocal).  The rule of NVIDIA's MXFP8 pre-training
+        recipe (arXiv 2506.08027: ``amax / destmax`` rounded up to a power of
+        two), with the quotient in float32 as cuBLAS's UE8M0 conversion
+        (``cvt.rp.satfinite.ue8m0x2.f32``) and torchao ``RCEIL`` compiled for
+        sm_100 take it, gives the same code for every float32 amax (the two
+        can only part within a few ulps of ``elem_max * 2**k``; every such
+        amax is checked), so it has no name of its own.  torchao's eager
+        ``RCEIL`` differs (it rounds ``log2`` to float32 first):
+        ``variant="torchao"``.
     ``"ceil"``: ``E = ceil(log2 amax) - emax_elem``
         torchao ``CEIL``; *not* the papers' "ceil".
     ``"even"``: the floor rule on amax first rounded to the element's mantissa
@@ -186,7 +183,7 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor", roundi
         Elements per scale along ``axis`` (32 in the spec), or a 2-D block
         shape such as ``(32, 32)`` over the last two dimensions.
     axis : int, keyword-only
-    scale_rule : {"floor", "ceil", "even", "rceil", "rceil-div", "nki"}, keyword-only
+    scale_rule : {"floor", "ceil", "even", "rceil", "nki"}, keyword-only
     rounding : str, keyword-only
         Element rounding (any :data:`fp8emu.ROUNDING_MODES` entry).  ``"rne"``
         as the spec and Transformer Engine; microxcaling's default

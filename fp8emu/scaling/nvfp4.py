@@ -210,19 +210,13 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
     >>> float(t.global_scale), t.scale_format.name, t.scale_format_codes.tolist(), t.block
     (114688.0, 'e5m3fnu', [254], (32,))
     """
-    if not isinstance(variant, str) or variant not in NVFP4_VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; accepted: " + ", ".join(NVFP4_VARIANTS))
-    if not isinstance(single_level, (bool, np.bool_)):
-        raise TypeError(f"single_level must be a bool, got {single_level!r}")
-    if variant == "torchao":
+    if _variant_arg(variant, single_level) == "torchao":
         return _quantize_nvfp4_torchao(x, axis, rounding, rng, global_amax, single_level, {
             "fp4_2d_quantization": fp4_2d_quantization, "stochastic_rounding": stochastic_rounding,
             "random_hadamard_transform": random_hadamard_transform, "four_over_six": four_over_six,
             "scale_max": scale_max is not None, "headroom": headroom != 1,
             "scale_format": scale_format != "e4m3fn", "block_size": block_size != NVFP4_BLOCK,
             "random_bits": random_bits is not None})
-    if single_level:
-        raise ValueError("single_level=True is torchao's mode: use it with variant='torchao'")
     for name, flag in (("fp4_2d_quantization", fp4_2d_quantization), ("stochastic_rounding", stochastic_rounding),
                        ("random_hadamard_transform", random_hadamard_transform), ("four_over_six", four_over_six)):
         if not isinstance(flag, (bool, np.bool_)):
@@ -294,6 +288,16 @@ def quantize_nvfp4(x, *, axis=-1, rounding="rne", rng=None, global_amax=None,
                      shape=xf.shape, global_scale=s_enc, recipe=recipe,
                      global_amax=gamax, scale_max=F32(scale_max), **_scale_fields(sfmt, bcodes))
     return t
+
+
+def _variant_arg(variant, single_level) -> str:
+    if not isinstance(variant, str) or variant not in NVFP4_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; accepted: " + ", ".join(NVFP4_VARIANTS))
+    if not isinstance(single_level, (bool, np.bool_)):
+        raise TypeError(f"single_level must be a bool, got {single_level!r}")
+    if single_level and variant != "torchao":
+        raise ValueError("single_level=True is torchao's mode: use it with variant='torchao'")
+    return variant
 
 
 def _headroom(headroom):

@@ -14,7 +14,7 @@ Versions: only 0.18.0 is proven.  From torchao's history: RCEIL and its eager
 FLOOR/CEIL/EVEN modes with pytorch/ao#516 (2024); pytorch/ao#4001 (open)
 plans to fold RCEIL into ``to_mx``, so later releases may differ.  On sm_100
 under ``torch.compile`` torchao's RCEIL uses ``cvt.rp.satfinite.ue8m0x2.f32``,
-whose codes for finite blocks are fp8emu's ``scale_rule="rceil-div"`` (not
+whose codes for finite blocks are fp8emu's default ``scale_rule="rceil"`` (not
 proven here: no GPU).
 
 Examples
