@@ -215,3 +215,9 @@ def test_live_use_fast_accum_changes_nothing_on_the_cpu():
         r = [torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=f)
              for f in (False, True)]
         assert torch.equal(r[0], r[1])
+
+
+def test_readme_states_the_recorded_count():
+    total = sum(c["M"] * c["N"] for c in VECTORS["cases"])
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert f"on {total:,} recorded outputs" in readme
