@@ -161,7 +161,8 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         reproduced bit for bit).
     scale_result : float, optional
         Narrow output only: the float32 result is multiplied by it before the
-        (round-to-nearest-even, saturating) conversion.
+        (round-to-nearest-even, saturating) conversion.  The ``torch-cpu-*``
+        accumulators divide by it and convert as torch's CPU paths do.
     use_fast_accum : bool, optional
         torch's flag, mapped to an accumulator: ``True`` -> ``"hopper-fast"``,
         ``False`` -> ``"hopper"`` (cuBLASLt on Hopper).  With a ``torch-cpu-*``
