@@ -117,3 +117,12 @@ def test_batched_and_block_scaled():
     got = ft.block_scaled_mm(ma, mb, out_dtype=torch.float16)
     assert got.dtype == torch.float16
     assert np.array_equal(got.numpy(), fp8emu.block_scaled_mm(ma.scaled, mb.scaled, out_dtype="float16"))
+
+
+def test_block_scaled_mm_takes_a_bfloat16_bias():
+    ma = ft.quantize_mx(torch.randn(4, 64), "e4m3fn")
+    mb = ft.quantize_mx(torch.randn(64, 8), "e4m3fn", axis=0)
+    bias = torch.linspace(-2, 2, 8).to(torch.bfloat16)
+    got = ft.block_scaled_mm(ma, mb, bias=bias)
+    want = fp8emu.block_scaled_mm(ma.scaled, mb.scaled, bias=bias.float().numpy())
+    assert np.array_equal(got.numpy(), want)

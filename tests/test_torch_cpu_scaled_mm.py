@@ -25,6 +25,13 @@ E4 = "e4m3fn"
 
 def _emulate(spec, **extra):
     a, b, sa, sb, bias, sr = cases.inputs(spec)
+    with warnings.catch_warnings():
+        # K > 768 on the emulated path: reproduced on one thread, which is how the vectors were recorded
+        warnings.filterwarnings("ignore", "torch-cpu-emulated reproduces", RuntimeWarning)
+        return _scaled_mm(spec, a, b, sa, sb, bias, sr, **extra)
+
+
+def _scaled_mm(spec, a, b, sa, sb, bias, sr, **extra):
     return fp8emu.scaled_mm(a, b, a_format=spec["a"], b_format=spec["b"], scale_a=sa, scale_b=sb, bias=bias,
                             out_dtype=spec["out"], scale_result=sr, accumulator="torch-cpu-" + spec["path"],
                             **extra)
@@ -56,7 +63,8 @@ def test_the_recording_covers_what_the_range_promises():
     assert sum(c["M"] * c["N"] for c in cs) > 200_000
     one = [c for c in cs if c["path"] == "onednn"]
     emu = [c for c in cs if c["path"] == "emulated"]
-    assert max(c["K"] for c in one) == 4096 and max(c["K"] for c in emu) == 768
+    assert max(c["K"] for c in one) == 4096 and max(c["K"] for c in emu) == 4096
+    assert VECTORS["meta"]["threads"] == 1
     for group in (one, emu):
         assert {c["scales"] for c in group} >= {"unit", "pow2", "arbitrary"}
         assert {c["out"] for c in group} == {"float32", "bfloat16", "float16", "e4m3fn", "e5m2"}
@@ -127,10 +135,19 @@ def test_preset_errors_name_the_other_path():
         fp8emu.scaled_mm(a, b, a_format="e4m3fnuz", b_format=E4, accumulator="torch-cpu-emulated")
 
 
+def test_sgemm_k_blocks():
+    # measured with live torch (module docstring of fp8emu.gemm.torch_cpu): blocks of 384 while more than
+    # 768 remain, then one block or two halves
+    from fp8emu.gemm.torch_cpu import sgemm_k_blocks
+    assert sgemm_k_blocks(384) == [0, 384] and sgemm_k_blocks(385) == [0, 193, 385]
+    assert sgemm_k_blocks(768) == [0, 384, 768] and sgemm_k_blocks(769) == [0, 384, 577, 769]
+    assert sgemm_k_blocks(4096)[:4] == [0, 384, 768, 1152] and sgemm_k_blocks(4096)[-3:] == [3456, 3776, 4096]
+
+
 def test_emulated_path_warns_outside_the_reproduced_range():
     a = np.zeros((1, 800), np.uint8)
     b = np.zeros((800, 2), np.uint8)
-    with pytest.warns(RuntimeWarning, match="K <= 768"):
+    with pytest.warns(RuntimeWarning, match=r"K <= 768 \(K <= 4096 with torch.set_num_threads\(1\)\)"):
         fp8emu.scaled_mm(a, b, a_format=E4, b_format="e5m2", accumulator="torch-cpu-emulated")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -141,7 +158,7 @@ def test_emulated_path_warns_outside_the_reproduced_range():
 # ----------------------------------------------------------------------------- live torch
 def _live_spec(rng, path):
     M, N = (int(x) for x in rng.integers(2, 40, 2))
-    K = int(rng.choice([16, 200, 384, 500, 768] + ([2048, 4096] if path == "onednn" else [])))
+    K = int(rng.choice([16, 200, 384, 500, 768, 1024, 2048] + ([4096] if path == "onednn" else [])))
     fa, fb = (E4, E4) if path == "onednn" else (E4, "e5m2")
     out = str(rng.choice(["float32", "bfloat16", "float16", "e4m3fn", "e5m2"]))
     return {"path": path, "seed": int(rng.integers(1 << 30)), "M": M, "K": K, "N": N, "a": fa, "b": fb,
@@ -185,3 +202,22 @@ def test_fp32_accumulator_is_the_onednn_path_for_power_of_two_scales():
             got = fp8emu.scaled_mm(a, b, a_format=c["a"], b_format=c["b"], scale_a=sa, scale_b=sb,
                                    accumulator="fp32")
         assert cases.digest(cases.output_bits(got, "float32")) == c["sha256"], c["seed"]
+
+
+def test_live_use_fast_accum_changes_nothing_on_the_cpu():
+    # why both use_fast_accum settings map to the same torch-cpu-* preset
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(41)
+    one = torch.tensor(1.37)
+    for fb in (torch.float8_e4m3fn, torch.float8_e5m2):
+        a = torch.from_numpy(rng.standard_normal((16, 512)).astype(np.float32)).to(torch.float8_e4m3fn)
+        b = torch.from_numpy(rng.standard_normal((24, 512)).astype(np.float32)).to(fb).t()
+        r = [torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=f)
+             for f in (False, True)]
+        assert torch.equal(r[0], r[1])
+
+
+def test_readme_states_the_recorded_count():
+    total = sum(c["M"] * c["N"] for c in VECTORS["cases"])
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert f"on {total:,} recorded outputs" in readme

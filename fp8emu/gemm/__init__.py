@@ -17,8 +17,8 @@ chosen by an *accumulator*:
     4 steps (K = 128), after which the tensor-core partial sum restarts at zero.
 ``"torch-cpu-onednn"``, ``"torch-cpu-emulated"``
     torch's own CPU ``_scaled_mm``, one preset per path, each with its own scaling, bias and
-    output conversion; bit for bit against torch 2.13.0+cpu (oneDNN: any shape, K <= 4096;
-    emulated: M, N >= 2 and K <= 768; 1 or 2 threads).  Which path torch takes when, and the
+    output conversion; bit for bit against torch 2.13.0+cpu (oneDNN: any shape, K <= 4096, 1-2 threads;
+    emulated: M, N >= 2 and K <= 4096 on one thread, K <= 768 on two).  Which path torch takes when, and the
     evidence: :mod:`fp8emu.gemm.torch_cpu`.  With unit or power-of-two scales the oneDNN path's
     per-product scaling is exact, so ``"fp32"`` gives its float32 results too (tested on the
     recorded cases); with other scales it does not.

@@ -7,11 +7,12 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
+from ..interop import to_numpy
 from ..tables import SOURCE_DTYPES
 from .fparith import round_hi_lo, two_sum
 from .kernels import any_nonfinite, special_masks
 
-__all__ = ["as_scale", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
+__all__ = ["as_scale", "bias_values", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
 
 OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
 
@@ -22,6 +23,25 @@ def real_array(x, what, accepted="a float or an array of floats"):
     if arr.dtype.kind not in "iuf":
         raise TypeError(f"{what} must be {accepted} (integer or float dtype), got "
                         f"{type(x).__name__} of dtype {arr.dtype}")
+    return arr
+
+
+def bias_values(bias):
+    """A bias as a NumPy array of its values: torch / ml_dtypes bfloat16 widened exactly to float32.
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> bias_values(np.array([1.5], ml_dtypes.bfloat16)).dtype.name
+    'float32'
+    """
+    if bias is None:
+        return None
+    arr = to_numpy(bias, what="bias")
+    if arr.dtype.kind not in "iuf":
+        if arr.dtype.name != "bfloat16":
+            raise TypeError(f"bias must be float32, float16 or bfloat16 values, got dtype {arr.dtype}")
+        arr = arr.astype(np.float32)
     return arr
 
 
@@ -92,7 +112,7 @@ def to_output(v, bias, odt, ofmt, scale_result):
     target = odt if odt is not None else np.dtype(np.float32)
     N = v.shape[1]
     if bias is not None:
-        bias = real_array(bias, "bias", "an array of floats").astype(np.float64)
+        bias = real_array(bias_values(bias), "bias", "an array of floats").astype(np.float64)
         if bias.shape not in ((N,), (1, N)):
             raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
         bias = bias.reshape(1, N).astype(target).astype(np.float64)

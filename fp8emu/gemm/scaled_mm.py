@@ -15,7 +15,7 @@ from ..interop import ML_NARROW_DTYPES, to_numpy
 from ..tables import as_codes
 from .accumulator import ACCUMULATORS, HW_K_MULTIPLE, get_accumulator
 from .block_scaled import block_scaled_mm
-from .epilogue import as_scale, ieee_specials, output_type, result_scale, to_output
+from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_scale, to_output
 from .fparith import add_scaled_f32
 from .instructions import as_instruction, gemm as instruction_gemm
 from .kernels import accumulate, mma_dot, values_and_exponents
@@ -161,7 +161,8 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         reproduced bit for bit).
     scale_result : float, optional
         Narrow output only: the float32 result is multiplied by it before the
-        (round-to-nearest-even, saturating) conversion.
+        (round-to-nearest-even, saturating) conversion.  The ``torch-cpu-*``
+        accumulators divide by it and convert as torch's CPU paths do.
     use_fast_accum : bool, optional
         torch's flag, mapped to an accumulator: ``True`` -> ``"hopper-fast"``,
         ``False`` -> ``"hopper"`` (cuBLASLt on Hopper).  With a ``torch-cpu-*``
@@ -187,7 +188,7 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         return _batched(a, b, dict(a_format=a_format, b_format=b_format, scale_a=scale_a, scale_b=scale_b,
                                    bias=bias, out_dtype=out_dtype, accumulator=accumulator,
                                    scale_result=scale_result, use_fast_accum=use_fast_accum))
-    bias = _bias_values(bias)
+    bias = bias_values(bias)
     if _block_scaled(a) or _block_scaled(b):
         if use_fast_accum is not None:
             raise ValueError("use_fast_accum applies to FP8 GEMMs; MX / NVFP4 operands take a "
@@ -261,18 +262,6 @@ def _torch_cpu(path, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_re
                         sb.values if tensorwise else None, None if tensorwise else sb.values, bias,
                         odt if odt is not None else np.dtype(np.float32), ofmt,
                         None if scale_result is None else float(scale_result))
-
-
-def _bias_values(bias):
-    """A bias as a float NumPy array (torch / ml_dtypes bfloat16 and float16 widened exactly to float32)."""
-    if bias is None:
-        return None
-    arr = to_numpy(bias, what="bias")
-    if arr.dtype.kind not in "iuf":
-        if arr.dtype.name != "bfloat16":
-            raise TypeError(f"bias must be float32, float16 or bfloat16 values, got dtype {arr.dtype}")
-        arr = arr.astype(np.float32)
-    return arr
 
 
 def _is_batched(x):

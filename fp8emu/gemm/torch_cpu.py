@@ -6,8 +6,8 @@ one of two paths:
 ``"torch-cpu-onednn"``
     Runs when mkldnn is enabled (``torch.backends.mkldnn``), both scales are tensor-wise (one
     element), and the operands share one FP8 dtype on a CPU with AMX-INT8 (mixed dtypes need
-    AMX-FP16).  oneDNN scales every product before it is summed, in K order, in float32 without
-    FMA: ``acc = fl(acc + fl(fl(a_k * b_k * 1) * sa) * sb)`` (``a_k * b_k`` is exact).  A bias is
+    AMX-FP16; without AMX-INT8 every call takes the emulated path).  oneDNN scales every product before it is summed, in K order, in float32 without
+    FMA: ``acc = fl(acc + fl(fl(a_k * b_k * sa) * sb))`` (the product ``a_k * b_k`` is exact).  A bias is
     added in float32 (``fl(acc + bias)``), ``scale_result`` divides (``fl(d / scale_result)``),
     and an FP8 output is converted float32 -> float16 -> FP8 without saturating (480 becomes NaN
     in E4M3FN; 30.998046875 becomes 32 by double rounding).
@@ -18,16 +18,21 @@ one of two paths:
     in float32, multiplies an FP8 output by ``fl(1 / scale_result)`` and casts with torch's own
     CPU cast (E4M3FN saturates overflow and Inf to 448; E5M2 overflows to Inf).
 
-The sgemm's summation order, found with live torch (2.13.0+cpu, MKL 2024.2, AVX-512):
-one float32 FMA chain per output in K order for ``K <= 384``; for ``384 < K <= 768`` two
-chains over ``[0, ceil(K/2))`` and ``[ceil(K/2), K)``, added.  This holds for ``M >= 2`` and
-``N >= 2`` (a single row or column goes to MKL's gemv, whose order differs) on one or two
-threads.  Outside that range (``K > 768``, ``M == 1`` or ``N == 1``) the emulation keeps the
-same model but torch's order is not reproduced; a RuntimeWarning says so.  The oneDNN path's
+The sgemm's summation order, found with live torch (2.13.0+cpu, MKL 2024.2, AVX-512, one
+thread): K is cut into blocks, each summed by one float32 FMA chain per output in K order
+(``c = fl(c + x_k y_k)``), and the block sums are added in order: blocks of 384 while more than
+768 remain, then the rest in one block (at most 384) or two halves (``ceil`` first).  So
+``K <= 384`` is one chain, ``K = 500`` two of 250, ``K = 1024`` blocks of 384, 320, 320.
+Reproduced range: ``M >= 2`` and ``N >= 2`` (a single row or column goes to MKL's gemv, whose
+order differs); ``K <= 4096`` on one thread (``torch.set_num_threads(1)``); ``K <= 768`` on two
+threads (beyond, MKL may give each thread half of K, each half cut as above, and most outputs
+of a 32x1024x32 GEMM then differ).  Outside it the emulation keeps the one-thread model and a RuntimeWarning says that
+torch may differ.  NaN results are NaN, but their sign bit (which operand's NaN an instruction
+passes on, or x86's negative default NaN) is not reproduced, on either path.  The oneDNN path's
 order is the same for every shape, K (checked up to 4096) and thread count (1, 2).
 
-``use_fast_accum`` changes nothing on the CPU (no output of 1.33M changes), so both settings map
-to the same preset.  Evidence: ``tests/test_torch_cpu_scaled_mm.py`` (vectors recorded from torch
+``use_fast_accum`` changes nothing on the CPU (0 of 104,448 outputs over both paths, K up to 4096,
+float32 / bfloat16 / E4M3 outputs, torch 2.13.0+cpu), so both settings map to the same preset.  Evidence: ``tests/test_torch_cpu_scaled_mm.py`` (vectors recorded from torch
 by ``tools/record_torch_cpu_scaled_mm.py`` into ``tests/data/torch_cpu/``, and live torch).
 
 Examples
@@ -52,7 +57,7 @@ from ..codec import decode, encode
 from .fparith import round_hi_lo, two_sum
 
 __all__ = ["TORCH_CPU_PATHS", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
-           "EMULATED_MAX_K"]
+           "sgemm_k_blocks", "EMULATED_MAX_K"]
 
 #: The two CPU paths and what selects each (see the module docstring).
 TORCH_CPU_PATHS = {
@@ -62,12 +67,15 @@ TORCH_CPU_PATHS = {
                         "(torch 2.13.0+cpu)",
     "torch-cpu-emulated": "torch._scaled_mm on the CPU through _scaled_mm_out_cpu_emulated (row-wise scales, "
                           "mixed FP8 dtypes, or mkldnn off): pre-scaled float32 operands, MKL sgemm (FMA "
-                          "chains; two halves for K > 384), x fl(1/scale_result), torch's CPU cast. Bit-exact "
-                          "for M, N >= 2, K <= 768, 1-2 threads (torch 2.13.0+cpu, MKL 2024.2)",
+                          "chains over K blocks of 384, the last two halved), x fl(1/scale_result), torch's CPU "
+                          "cast. Bit-exact for M, N >= 2 and K <= 4096 on 1 thread, K <= 768 on 2 threads "
+                          "(torch 2.13.0+cpu, MKL 2024.2)",
 }
-#: Largest K whose MKL sgemm order the emulated preset reproduces; the K that starts a second chain.
+#: Largest K whose MKL sgemm order the emulated preset reproduces on any thread count (one thread: 4096).
 EMULATED_MAX_K = 768
-_ONE_CHAIN_K = 384
+#: MKL's K block (kc) of its AVX-512 sgemm kernel on one thread, as measured.
+_KC = 384
+_ONE_THREAD_MAX_K = 4096
 #: Rows of the (rows, K, N) product block the oneDNN path forms at once.
 _ROW_ELEMS = 1 << 22
 
@@ -141,16 +149,33 @@ def _emulated_sum(va, vb, sa_rows, sb_cols):
     N = vb.shape[1]
     if K > EMULATED_MAX_K or M == 1 or N == 1:
         warnings.warn(f"torch-cpu-emulated reproduces MKL's sgemm order for M, N >= 2 and K <= "
-                      f"{EMULATED_MAX_K}; this GEMM is {M}x{K}x{N}, so torch may differ in the last bits",
-                      RuntimeWarning, stacklevel=4)
+                      f"{EMULATED_MAX_K} (K <= {_ONE_THREAD_MAX_K} with torch.set_num_threads(1)); this GEMM "
+                      f"is {M}x{K}x{N}, so torch may differ in the last bits", RuntimeWarning, stacklevel=5)
     with np.errstate(all="ignore"):
         x = (va * sa_rows).astype(np.float32)
         y = (vb * sb_cols).astype(np.float32)
-    if K <= _ONE_CHAIN_K:
-        return _fma_chain(x, y, 0, K)
-    half = -(-K // 2)
-    with np.errstate(all="ignore"):
-        return _fma_chain(x, y, 0, half) + _fma_chain(x, y, half, K)
+        bounds = sgemm_k_blocks(K)
+        total = _fma_chain(x, y, bounds[0], bounds[1])
+        for k0, k1 in zip(bounds[1:-1], bounds[2:]):
+            total = total + _fma_chain(x, y, k0, k1)
+    return total
+
+
+def sgemm_k_blocks(K):
+    """Bounds of the K blocks MKL's sgemm sums separately (one thread), as measured.
+
+    Examples
+    --------
+    >>> sgemm_k_blocks(300), sgemm_k_blocks(500), sgemm_k_blocks(1024)
+    ([0, 300], [0, 250, 500], [0, 384, 704, 1024])
+    """
+    bounds = [0]
+    while K - bounds[-1] > 2 * _KC:
+        bounds.append(bounds[-1] + _KC)
+    rest = K - bounds[-1]
+    if rest > _KC:
+        bounds.append(bounds[-1] + -(-rest // 2))
+    return bounds + [K] if K > 0 else [0, 0]
 
 
 def torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result):

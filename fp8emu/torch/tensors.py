@@ -30,7 +30,12 @@ import dataclasses
 
 import ml_dtypes
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError as _e:          # one clear error naming the way to install it
+    raise ImportError("fp8emu.torch needs torch, which is not installed in this Python: pip install "
+                      "'fp8emu[torch]' (the CPU wheel is enough)") from _e
 
 from ..formats import Format, get_format
 from ..interop import to_numpy
