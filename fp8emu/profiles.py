@@ -412,7 +412,7 @@ class Profile:
         --------
         >>> from fp8emu.profiles import get_profile
         >>> from fp8emu.formats import get_format
-        >>> t = get_profile("torch-cuda").encode_table(get_format("e5m2"), "float32")
+        >>> t = get_profile("torch-cuda-2.11").encode_table(get_format("e5m2"), "float32")
         >>> hex(t[0xFFC0]), hex(t[0x7FC0])      # NaN keeps its sign in torch's float32 path
         ('0xff', '0x7f')
         """
@@ -426,7 +426,7 @@ class Profile:
         >>> import numpy as np
         >>> from fp8emu.profiles import get_profile
         >>> from fp8emu.formats import get_format
-        >>> t = get_profile("torch-cuda").decode_table(get_format("e4m3fn"), np.float32)
+        >>> t = get_profile("torch-cuda-2.11").decode_table(get_format("e4m3fn"), np.float32)
         >>> hex(t.view(np.uint32)[0xFF])
         '0xfff00000'
         """
