@@ -445,6 +445,7 @@ _BUILTINS = [
     Format("e5m3fnu", 5, 3, 15, signed=False, nan="top",
            description="UE5M3 block scale (NVIDIA Rubin FP4 MMA; unsigned, no Inf; NaN 0xFF)"),
     Format("e0m3", 0, 3, -2, description="CUDA __nv_fp4_e0m3: sign + 3-bit integer -7..7 (no Inf/NaN)"),
+    Format("e1m2", 1, 2, 1, description="FP4 E1M2 (Ascend FLOAT4_E1M2, HiFloat4's elements; no Inf/NaN)"),
 ]
 _REGISTRY = Registry("format", Format, _BUILTINS)
 
