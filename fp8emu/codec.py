@@ -474,10 +474,10 @@ def encode(x, fmt, *, rounding="rne", saturate=None, rng=None, sr_bits=None,
         stochastic mode (``"stochastic"``, ``"stochastic_p3109"``,
         ``"stochastic_odd"``, ``"stochastic_fast"``); see
         :data:`fp8emu.rounding.ROUNDING_MODES`.
-    saturate : bool or {"satfinite", "satpropagate", "ovfinf"}, keyword-only
+    saturate : bool or {"satfinite", "satpropagate", "satnone", "ovfinf"}, keyword-only
         Not given (None) means False, or the profile's own saturation.
         If True (``"satfinite"``), overflows and +-Inf become +-max (NaN stays
-        NaN).  If False (``"ovfinf"``; OCP non-saturating mode with IEEE 754
+        NaN).  If False (``"satnone"``, P3109 v3's ``"ovfinf"``; OCP non-saturating mode with IEEE 754
         section 7.4), overflow gives +-Inf, or NaN where the format has no Inf,
         except that ``rtz``/``rto``, ``rdn`` for positive and ``rup`` for
         negative values give +-max (for the P3109 formats ``rto`` gives Inf,

@@ -358,14 +358,21 @@ def _p3109(p: int) -> Format:
     )
 
 
-def p3109_format(p: int, *, signed: bool = True) -> Format:
-    """The IEEE P3109 8-bit extended format of precision ``p`` (1..7 signed, 1..8 unsigned).
+def p3109_format(p: int, *, signed: bool = True, domain: str = "extended") -> Format:
+    """The IEEE P3109 8-bit format of precision ``p`` (1..7 signed, 1..8 unsigned).
 
-    Signed: ``binary8p{p}``, the registered built-in.  Unsigned (``binary8p{p}u``,
-    not registered; pass it to :func:`register_format` to use it by name): no sign
-    bit, ``9 - p`` exponent bits, bias ``2**(8 - p)``, zero at 0x00, +Inf at 0xFE
-    and NaN at 0xFF (as gfloat's ``format_info_p3109(8, p, Unsigned)``); negative
-    inputs give NaN.
+    fp8emu follows the P3109 interim report v4.0 (2026-06-28, arXiv 2606.04028),
+    whose value tables for the 8-bit formats (``Binary8p{p}se``, ``sf``, ``ue``,
+    ``uf``) ``tests/test_p3109.py`` checks every code against.
+
+    Signed extended: ``binary8p{p}``, the registered built-in (NaN 0x80, Inf
+    0x7F/0xFF, no -0).  Unsigned extended (``binary8p{p}u``): no sign bit,
+    ``9 - p`` exponent bits, bias ``2**(8 - p)``, zero at 0x00, +Inf at 0xFE and
+    NaN at 0xFF (as gfloat's ``format_info_p3109(8, p, Unsigned)``); negative
+    inputs give NaN.  ``domain="finite"``: the same without Inf, the Inf code a
+    finite value (``binary8p{p}f``: max at 0x7F; ``binary8p{p}uf``: max at 0xFE).
+    Only the signed extended formats are registered; pass another to
+    :func:`register_format` to use it by name.
 
     Examples
     --------
@@ -373,17 +380,26 @@ def p3109_format(p: int, *, signed: bool = True) -> Format:
     >>> f = p3109_format(3, signed=False)
     >>> f.bits, f.bias, f.max, f.inf_code, f.nan_code
     (8, 32, 2684354560.0, 254, 255)
+    >>> p3109_format(3, domain="finite").max
+    57344.0
     """
     if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
         raise TypeError(f"p must be an int, got {p!r}")
+    if domain not in ("extended", "finite"):
+        raise ValueError(f"domain must be 'extended' or 'finite', got {domain!r}")
+    finite = domain == "finite"
     if signed:
         if not 1 <= p <= 7:
             raise ValueError(f"signed P3109 8-bit formats have p in 1..7, got {p}")
-        return _REGISTRY[f"binary8p{p}"]
+        if not finite:
+            return _REGISTRY[f"binary8p{p}"]
+        return Format(f"binary8p{p}f", ebits=8 - p, mbits=p - 1, bias=2 ** (7 - p), nan="negzero",
+                      description=f"IEEE P3109 binary8p{p} (signed, finite)")
     if not 1 <= p <= 8:
         raise ValueError(f"unsigned P3109 8-bit formats have p in 1..8, got {p}")
-    return Format(f"binary8p{p}u", ebits=9 - p, mbits=p - 1, bias=2 ** (8 - p), signed=False,
-                  inf="top", nan="top", description=f"IEEE P3109 binary8p{p} (unsigned, extended)")
+    return Format(f"binary8p{p}u" + ("f" if finite else ""), ebits=9 - p, mbits=p - 1, bias=2 ** (8 - p),
+                  signed=False, inf=None if finite else "top", nan="top",
+                  description=f"IEEE P3109 binary8p{p} (unsigned, {domain})")
 
 
 def register_format(fmt: Format, *, replace: bool = False) -> Format:
@@ -429,6 +445,7 @@ _BUILTINS = [
     Format("e5m3fnu", 5, 3, 15, signed=False, nan="top",
            description="UE5M3 block scale (NVIDIA Rubin FP4 MMA; unsigned, no Inf; NaN 0xFF)"),
     Format("e0m3", 0, 3, -2, description="CUDA __nv_fp4_e0m3: sign + 3-bit integer -7..7 (no Inf/NaN)"),
+    Format("e1m2", 1, 2, 1, description="FP4 E1M2 (Ascend FLOAT4_E1M2, HiFloat4's elements; no Inf/NaN)"),
 ]
 _REGISTRY = Registry("format", Format, _BUILTINS)
 

@@ -24,7 +24,7 @@ import numpy as np
 from .formats import Format
 
 __all__ = ["ROUNDING_MODES", "DETERMINISTIC_MODES", "STOCHASTIC_MODES", "SATURATION_MODES",
-           "check_rounding", "check_saturation"]
+           "P3109_ROUNDING_NAMES", "check_rounding", "check_saturation"]
 
 #: Rounding modes understood by :func:`fp8emu.encode`.
 ROUNDING_MODES = {
@@ -44,9 +44,19 @@ ROUNDING_MODES = {
 STOCHASTIC_MODES = ("stochastic", "stochastic_p3109", "stochastic_odd", "stochastic_fast")
 DETERMINISTIC_MODES = tuple(m for m in ROUNDING_MODES if m not in STOCHASTIC_MODES)
 #: Overflow behaviours accepted as ``encode(..., saturate=...)`` besides True/False (IEEE P3109
-#: interim report's saturation modes): "satfinite" = True, "ovfinf" = False, "satpropagate":
-#: finite overflow saturates to +-max, +-Inf inputs stay +-Inf.
-SATURATION_MODES = ("satfinite", "satpropagate", "ovfinf")
+#: interim report's saturation modes): "satfinite" = True, "satnone" (the name in report v4.0) and
+#: "ovfinf" (its name in v3.x) = False, "satpropagate": finite overflow saturates to +-max, +-Inf
+#: inputs stay +-Inf.
+SATURATION_MODES = ("satfinite", "satpropagate", "ovfinf", "satnone")
+#: The IEEE P3109 interim report v4.0's rounding modes (section 4.7.4) by the names fp8emu gives them.
+#: Its stochastic variants, with fraction d of the way to the upper neighbour and N random bits R:
+#: A rounds away iff floor(d 2^N) + R >= 2^N, B iff floor(d 2^(N+1)) + 2R + 1 >= 2^(N+1), C iff
+#: RNITE(d 2^N) + R >= 2^N.
+P3109_ROUNDING_NAMES = {
+    "NearestTiesToEven": "rne", "NearestTiesToAway": "rna", "ToOdd": "rto", "TowardPositive": "rup",
+    "TowardNegative": "rdn", "TowardZero": "rtz", "StochasticA": "stochastic", "StochasticB": "stochastic_fast",
+    "StochasticC": "stochastic_p3109",
+}
 
 _U64 = np.uint64
 
@@ -90,7 +100,7 @@ def check_saturation(saturate):
     if isinstance(saturate, (bool, np.bool_)):
         return bool(saturate)
     if isinstance(saturate, str) and saturate in SATURATION_MODES:
-        return {"satfinite": True, "ovfinf": False}.get(saturate, saturate)
+        return {"satfinite": True, "ovfinf": False, "satnone": False}.get(saturate, saturate)
     raise TypeError(f"saturate must be a bool or one of {', '.join(SATURATION_MODES)}, "
                     f"got {saturate!r}")
 

@@ -97,6 +97,9 @@ SPECS = {s.name: s for s in [
     # Inf/NaN.  With no exponent field every code is "subnormal", f * 2**(1 - bias - 3); the integers need
     # that step to be 1, so bias = -2.  test_codec checks the values against the spec's integer list.
     Spec("e0m3", 0, 3, -2, True, True, frozenset(), None, None),
+    # FP4 E1M2 (Ascend's FLOAT4_E1M2 and CANN's HiFloat4 element: 1 sign, 1 exponent, 2 mantissa bits,
+    # bias 1; subnormals 0.25, 0.5, 0.75, normals 1 .. 1.75; every code a number, no Inf/NaN).
+    Spec("e1m2", 1, 2, 1, True, True, frozenset(), None, None),
 ]}
 
 #: Overflow policy (IEEE 754 section 7.4): whether a result beyond max becomes +-max rather than

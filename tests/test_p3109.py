@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gfloat import round_ndarray
@@ -154,3 +156,69 @@ def test_stochastic_modes_every_random_value_matches_gfloat(name, k, fmt_name, f
     else:   # f + (2r + 1) / 2**(k+1) >= 1  <=>  r >= 2**k - f * 2**k - 1/2
         want_ups = np.where(f > 0, 2 ** k - np.maximum(0, np.ceil(2 ** k - fk - 0.5)), 0)
     assert np.array_equal(ups, want_ups.astype(int))
+
+
+# ----------------------------------------------------------------------------- the interim report v4.0
+_TABLES = Path(__file__).resolve().parent / "data" / "p3109" / "value_tables_K8.npz"
+
+
+def test_every_code_matches_the_v4_value_tables():
+    """The P3109 interim report v4.0's own value tables (github.com/P3109/Public 26df0d0, recorded by
+    tools/record_p3109_tables.py): every code of every 8-bit format, signed/unsigned, extended/finite."""
+    with np.load(_TABLES) as z:
+        assert str(z["version"]) == "4.0" and str(z["commit"]).startswith("26df0d048ac2")
+        names = [k for k in z.files if k.startswith("Binary8p")]
+        assert len(names) == 30
+        for name in names:
+            p, signed, domain = int(name[8]), name[9] == "s", {"e": "extended", "f": "finite"}[name[10]]
+            f = p3109_format(p, signed=signed, domain=domain)
+            np.testing.assert_array_equal(f.values(), z[name], err_msg=name)
+            assert f.has_inf == (domain == "extended") and not f.has_negative_zero
+
+
+@pytest.mark.parametrize("p", range(1, 8))
+def test_finite_formats_match_gfloat(p):
+    from gfloat.types import Domain
+    for signed in (True, False):
+        fi = format_info_p3109(8, p, Signedness.Signed if signed else Signedness.Unsigned, Domain.Finite)
+        f = p3109_format(p, signed=signed, domain="finite")
+        assert f.max == fi.max and f.min_subnormal == fi.smallest_subnormal
+        v = _values(np.random.default_rng(p), f, signed)
+        with np.errstate(all="ignore"):
+            for mode, gm in MODES.items():
+                for sat in (True, False):
+                    want = round_ndarray(fi, v, gm, sat)
+                    got = fp8emu.decode(fp8emu.encode(v, f, rounding=mode, saturate=sat), f, dtype=np.float64)
+                    np.testing.assert_array_equal(got, want, err_msg=f"{f.name} {mode} sat={sat}")
+
+
+def test_p3109_domain_errors():
+    with pytest.raises(ValueError, match="domain must be 'extended' or 'finite'"):
+        p3109_format(3, domain="finit")
+    assert p3109_format(3, signed=False, domain="finite").name == "binary8p3uf"
+
+
+def test_v4_names_satnone_and_the_three_stochastic_variants():
+    """Report v4.0 section 4.7.4/4.7.5: SatNone (v3's OvfInf), and StochasticA/B/C by its formulas, written
+    here with Python integers on a value d of the way between two neighbouring codes of binary8p4."""
+    from fp8emu.rounding import P3109_ROUNDING_NAMES
+    x = np.array([224.1, -1e9, np.inf], np.float64)
+    assert fp8emu.encode(x, "binary8p4", saturate="satnone").tolist() == fp8emu.encode(x, "binary8p4").tolist()
+    lo, step = 1.0, 2.0 ** -3                        # binary8p4 neighbours 1 and 1.125 (0x40, 0x41)
+    rng = np.random.default_rng(4109)
+    n_bits = 4
+    for _ in range(200):
+        num = int(rng.integers(1, 1 << 12))         # d = num / 2**12, exact
+        r = int(rng.integers(0, 1 << n_bits))
+        v = np.array([lo + step * num / 2 ** 12])
+        d_scaled_a = (num << n_bits) >> 12                       # floor(d 2^N)
+        d_scaled_b = (num << (n_bits + 1)) >> 12                 # floor(d 2^(N+1))
+        q, rem = divmod(num << n_bits, 1 << 12)                  # RNITE(d 2^N)
+        rnite = q + (1 if rem > 1 << 11 or (rem == 1 << 11 and q % 2) else 0)
+        away = {"StochasticA": d_scaled_a + r >= 1 << n_bits,
+                "StochasticB": d_scaled_b + 2 * r + 1 >= 1 << (n_bits + 1),
+                "StochasticC": rnite + r >= 1 << n_bits}
+        for name, up in away.items():
+            got = fp8emu.encode(v, "binary8p4", rounding=P3109_ROUNDING_NAMES[name],
+                                random_bits=np.array([r], np.uint8), sr_bits=n_bits).item()
+            assert got == (0x41 if up else 0x40), (name, num, r)
