@@ -625,7 +625,9 @@ def _html(parts, figures, pngs):
     body_html += ['<h2 id="best">Best recipe per tensor</h2>', _html_table(*parts["best"], cls="best")]
     for name, (title, _) in figures.items():
         data = base64.b64encode(pngs[name]).decode("ascii")
-        body_html.append(f'<h2>{html.escape(title)}</h2><div class="wide"><img id="{name}" '
+        # the heat map keeps its size (legible cells) and scrolls sideways; other figures fit the page
+        box = "wide" if name == "sqnr_heatmap" else "fit"
+        body_html.append(f'<h2>{html.escape(title)}</h2><div class="{box}"><img id="{name}" '
                          f'alt="{html.escape(title)}" src="data:image/png;base64,{data}"></div>')
     body_html += ["<h2>Lowest-SQNR tensors per recipe</h2>", _html_table(*parts["worst"], cls="worst")]
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>fp8emu study report</title>"
