@@ -633,10 +633,11 @@ def _k_grid(k, ks):
     if ks is None:
         grid = [2 ** i for i in range(4, 40) if 2 ** i < k] + [k]
         return grid[-8:]
-    ks = [int(v) for v in ks]
-    if not ks or any(v < 1 or v > k for v in ks):
-        raise ValueError(f"ks must be integers in 1..{k} (the operands' K), got {ks!r}")
-    return ks
+    vals = list(ks) if not isinstance(ks, (str, bytes)) and np.ndim(ks) == 1 else None
+    if (not vals or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in vals)
+            or any(v < 1 or v > k for v in vals)):
+        raise ValueError(f"ks must be a sequence of integers in 1..{k} (the operands' K), got {ks!r}")
+    return [int(v) for v in vals]
 
 
 def gemm_error_vs_k(a, b, *, accumulators=("exact", "fp32", "hopper-fast", "hopper"), fmt="e4m3fn",

@@ -536,9 +536,9 @@ def figure_data_granularity(data, *, checkpoint=None, fmt="e4m3fn", label="your 
     >>> len(fig.axes[0].patches)
     10
     """
-    t = analysis.granularity_sqnr(data, fmt=fmt, checkpoint=checkpoint)
-    shape = load_data(data, checkpoint=checkpoint).shape
-    return _granularity_bars(t, f"Scaling granularity vs SQNR: {label}, shape {tuple(shape)}")
+    x = load_data(data, checkpoint=checkpoint)
+    return _granularity_bars(analysis.granularity_sqnr(x, fmt=fmt),
+                             f"Scaling granularity vs SQNR: {label}, shape {tuple(x.shape)}")
 
 
 def figure_data_gemm_error(a, b, *, checkpoint=None, accumulators=("exact", "fp32", "hopper-fast", "hopper"),
