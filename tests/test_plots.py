@@ -183,3 +183,11 @@ def test_data_block_scaled_gemm_matches_an_ocp_mx_computation():
         plots.figure_data_block_scaled_gemm(a, b, ks=[48])
     with pytest.raises(ValueError, match="unknown block-scaled recipe 'mxfp9'"):
         plots.figure_data_block_scaled_gemm(a, b, recipes=["mxfp9"])
+
+
+def test_data_figures_take_jax_arrays_as_their_numpy_values():
+    jnp = pytest.importorskip("jax.numpy")
+    x = np.random.default_rng(6).standard_normal((8, 64)).astype(np.float32)
+    got = plots.figure_data_granularity(jnp.asarray(x, dtype=jnp.bfloat16))
+    want = plots.figure_data_granularity(x.astype(ml_dtypes.bfloat16))
+    assert [p.get_width() for p in got.axes[0].patches] == [p.get_width() for p in want.axes[0].patches]
