@@ -32,8 +32,8 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "_generated", "evidence", "examples/README.rst", "**.ipynb_checkpoints",
-                    "gallery/*.ipynb", "gallery/*.py", "gallery/*.zip", "gallery/*.json"]
+exclude_patterns = ["_build", "_generated", "evidence", "examples/README.rst", "examples/*/README.rst",
+                    "**.ipynb_checkpoints", "gallery/*.ipynb", "gallery/*.py", "gallery/*.zip", "gallery/*.json"]
 root_doc = "index"
 
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]

@@ -159,3 +159,35 @@ def test_data_figures_take_torch_tensors():
 def test_data_figures_reject_bad_input(call, err, match):
     with pytest.raises(err, match=match):
         call()
+
+
+def test_data_block_scaled_gemm_matches_an_ocp_mx_computation():
+    # MXFP8 per OCP MX v1.0 with ml_dtypes: per 32 along K, scale 2^(floor(log2 amax) - 8), elements cast
+    # (saturating) to e4m3fn; the 'exact' accumulator rounds the exact sum to float32 once.
+    g = np.random.default_rng(5)
+    a, b = g.standard_normal((3, 128)), g.standard_normal((128, 2))
+    fig = plots.figure_data_block_scaled_gemm(a, b, recipes=["mxfp8"], ks=[64, 128])
+    _labels_and_data(fig)
+    line = fig.axes[0].lines[0]
+
+    def mx(x):          # blocks along the last axis
+        blk = x.reshape(x.shape[0], -1, 32)
+        e = np.floor(np.log2(np.max(np.abs(blk), axis=-1, keepdims=True))) - 8
+        q = np.clip(blk / 2.0 ** e, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64) * 2.0 ** e
+        return q.reshape(x.shape)
+    for i, k in enumerate((64, 128)):
+        ref = a[:, :k] @ b[:k]
+        out = (mx(a[:, :k]) @ mx(b[:k].T).T).astype(np.float32).astype(np.float64)
+        assert line.get_ydata()[i] == pytest.approx(np.linalg.norm(out - ref) / np.linalg.norm(ref), rel=1e-9)
+    with pytest.raises(ValueError, match="multiples of 32"):
+        plots.figure_data_block_scaled_gemm(a, b, ks=[48])
+    with pytest.raises(ValueError, match="unknown block-scaled recipe 'mxfp9'"):
+        plots.figure_data_block_scaled_gemm(a, b, recipes=["mxfp9"])
+
+
+def test_data_figures_take_jax_arrays_as_their_numpy_values():
+    jnp = pytest.importorskip("jax.numpy")
+    x = np.random.default_rng(6).standard_normal((8, 64)).astype(np.float32)
+    got = plots.figure_data_granularity(jnp.asarray(x, dtype=jnp.bfloat16))
+    want = plots.figure_data_granularity(x.astype(ml_dtypes.bfloat16))
+    assert [p.get_width() for p in got.axes[0].patches] == [p.get_width() for p in want.axes[0].patches]

@@ -29,7 +29,7 @@ import numpy as np
 from .. import scaling
 from ..codec import decode, encode
 from ..formats import get_format
-from ..gemm import scaled_mm
+from ..gemm import block_scaled_mm, scaled_mm
 from ..tables import SOURCE_DTYPES
 from .inputs import load_data
 
@@ -37,7 +37,7 @@ __all__ = [
     "DISTRIBUTIONS", "RECIPES", "Table", "sample", "quantize_values", "ulp", "error_metrics",
     "sqnr_db", "values_per_binade", "relative_error_curve", "sweep_scale", "rounding_bias",
     "stochastic_variance", "overflow_threshold", "overflow_mask", "binade_errors", "granularity_sqnr",
-    "GRANULARITY_RECIPES", "gemm_error_vs_k",
+    "GRANULARITY_RECIPES", "gemm_error_vs_k", "BLOCK_GEMM_RECIPES", "block_gemm_error_vs_k",
 ]
 
 #: Distributions understood by :func:`sample` (all with unit-order spread before scaling).
@@ -633,10 +633,11 @@ def _k_grid(k, ks):
     if ks is None:
         grid = [2 ** i for i in range(4, 40) if 2 ** i < k] + [k]
         return grid[-8:]
-    ks = [int(v) for v in ks]
-    if not ks or any(v < 1 or v > k for v in ks):
-        raise ValueError(f"ks must be integers in 1..{k} (the operands' K), got {ks!r}")
-    return ks
+    vals = list(ks) if not isinstance(ks, (str, bytes)) and np.ndim(ks) == 1 else None
+    if (not vals or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in vals)
+            or any(v < 1 or v > k for v in vals)):
+        raise ValueError(f"ks must be a sequence of integers in 1..{k} (the operands' K), got {ks!r}")
+    return [int(v) for v in vals]
 
 
 def gemm_error_vs_k(a, b, *, accumulators=("exact", "fp32", "hopper-fast", "hopper"), fmt="e4m3fn",
@@ -677,12 +678,7 @@ def gemm_error_vs_k(a, b, *, accumulators=("exact", "fp32", "hopper-fast", "hopp
     >>> t["k"].tolist()[-2:], bool(t["accumulation_error"].max() < 1e-7)
     ([128, 256], True)
     """
-    a = load_data(a, checkpoint=checkpoint, what="a")
-    b = load_data(b, checkpoint=checkpoint, what="b")
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1 if b_transposed else 0]:
-        want = "(M, K) and (N, K) (b_transposed=True)" if b_transposed else "(M, K) and (K, N)"
-        raise ValueError(f"a and b must be matrices {want}, got shapes {a.shape} and {b.shape}")
-    b = b.T if b_transposed else b
+    a, b = _operands(a, b, b_transposed, checkpoint)
     if isinstance(accumulators, str):
         raise TypeError(f"accumulators must be a sequence of names, e.g. [{accumulators!r}]")
     ta, tb = scaling.quantize_tensorwise(a, fmt), scaling.quantize_tensorwise(b, fmt)
@@ -699,6 +695,93 @@ def gemm_error_vs_k(a, b, *, accumulators=("exact", "fp32", "hopper-fast", "hopp
             rows["accumulator"].append(str(acc))
             rows["accumulation_error"].append(_rel_norm(out, exact_q))
             rows["total_error"].append(_rel_norm(out, exact))
+    return Table(rows)
+
+
+def _operands(a, b, b_transposed, checkpoint):
+    """GEMM operands as float64 (M, K) and (K, N) matrices."""
+    a = load_data(a, checkpoint=checkpoint, what="a")
+    b = load_data(b, checkpoint=checkpoint, what="b")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1 if b_transposed else 0]:
+        want = "(M, K) and (N, K) (b_transposed=True)" if b_transposed else "(M, K) and (K, N)"
+        raise ValueError(f"a and b must be matrices {want}, got shapes {a.shape} and {b.shape}")
+    return a, (b.T if b_transposed else b)
+
+
+def _mx(fmt):
+    return lambda x, axis: scaling.quantize_mx(x, fmt, axis=axis)
+
+
+#: Block-scaled GEMM recipes of :func:`block_gemm_error_vs_k`: name -> (label, quantizer(x, axis)),
+#: blocks along K (axis 1 of A, axis 0 of B).
+BLOCK_GEMM_RECIPES = {
+    "mxfp8": ("MXFP8 (e4m3, E8M0 / 32)", _mx("e4m3fn")),
+    "mxfp6": ("MXFP6 (e2m3, E8M0 / 32)", _mx("e2m3fn")),
+    "mxfp4": ("MXFP4 (e2m1, E8M0 / 32)", _mx("e2m1fn")),
+    "nvfp4": ("NVFP4 (e2m1, E4M3 / 16 + fp32)", lambda x, axis: scaling.quantize_nvfp4(x, axis=axis)),
+    "nvfp4-rht": ("NVFP4 + random Hadamard",
+                  lambda x, axis: scaling.quantize_nvfp4(x, axis=axis, random_hadamard_transform=True)),
+}
+
+
+def block_gemm_error_vs_k(a, b, *, recipes=("mxfp8", "mxfp6", "mxfp4", "nvfp4"), accumulator="exact", ks=None,
+                          b_transposed=False, checkpoint=None) -> Table:
+    """Block-scaled (MX, NVFP4) GEMM error of your operands vs K.
+
+    For each K in ``ks``, the first K columns of A and rows of B are quantized with the recipe
+    (blocks along K) and multiplied by :func:`fp8emu.block_scaled_mm` with ``accumulator``.
+
+    Parameters
+    ----------
+    a, b : array_like, tensors, or tensor names with ``checkpoint``
+        (M, K) and (K, N), or (N, K) with ``b_transposed=True``.
+    recipes : sequence of str, keyword-only
+        Names of :data:`BLOCK_GEMM_RECIPES`.
+    accumulator : str, keyword-only
+        ``"exact"``, ``"fp32"``, ``"blackwell"`` or a block-scaled instruction preset.
+    ks : sequence of int, optional, keyword-only
+        Multiples of 32 up to K (default: powers of two from 32 below K, the last 8, and K
+        when it is a multiple of 32).
+    b_transposed : bool, keyword-only
+    checkpoint : str or Path, optional, keyword-only
+
+    Returns
+    -------
+    Table
+        Columns ``k``, ``recipe`` and ``error`` (``||C - R|| / ||R||``, R the float64 product
+        of the operands as given: quantization and accumulation together).
+
+    Examples
+    --------
+    >>> g = np.random.default_rng(0)
+    >>> t = block_gemm_error_vs_k(g.standard_normal((4, 64)), g.standard_normal((64, 4)), recipes=["mxfp8"])
+    >>> t["k"].tolist(), bool(t["error"].max() < 0.1)
+    ([32, 64], True)
+    """
+    a, b = _operands(a, b, b_transposed, checkpoint)
+    if isinstance(recipes, str) or not len(recipes):
+        raise TypeError(f"recipes must be a non-empty sequence of names, e.g. ['nvfp4'], got {recipes!r}")
+    unknown = [r for r in recipes if r not in BLOCK_GEMM_RECIPES]
+    if unknown:
+        raise ValueError(f"unknown block-scaled recipe {unknown[0]!r}; accepted: {', '.join(BLOCK_GEMM_RECIPES)}")
+    k_all = a.shape[1]
+    if k_all < 32:
+        raise ValueError(f"block-scaled GEMMs need K of at least 32 (the MX block), got K = {k_all}")
+    if ks is None:
+        ks = ([2 ** i for i in range(5, 40) if 2 ** i < k_all] + ([k_all] if k_all % 32 == 0 else []))[-8:]
+    ks = _k_grid(k_all, ks)
+    if not ks or any(k % 32 for k in ks):
+        raise ValueError(f"block-scaled GEMMs need K in multiples of 32 (the MX block), got {ks!r} "
+                         f"for operands of K = {k_all}")
+    rows = {"k": [], "recipe": [], "error": []}
+    for k in ks:
+        exact = a[:, :k] @ b[:k]
+        for name in recipes:
+            quantize = BLOCK_GEMM_RECIPES[name][1]
+            out = block_scaled_mm(quantize(a[:, :k], -1), quantize(b[:k], 0), accumulator=accumulator)
+            rows["k"].append(int(k))
+            rows["recipe"].append(name)
+            rows["error"].append(_rel_norm(np.asarray(out, np.float64), exact))
     return Table(rows)
 
 

@@ -281,10 +281,11 @@ def _contexts_arg(contexts, nk):
     if contexts is None:
         grid = [2 ** i for i in range(6, 40) if 2 ** i < nk] + [nk]
         return grid[-8:]
-    out = [int(c) for c in contexts]
-    if not out or any(c < 1 or c > nk for c in out):
-        raise ValueError(f"contexts must be key counts in 1..{nk} (the keys given), got {contexts!r}")
-    return out
+    vals = list(contexts) if not isinstance(contexts, (str, bytes)) and np.ndim(contexts) == 1 else None
+    if (not vals or any(isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) for c in vals)
+            or any(c < 1 or c > nk for c in vals)):
+        raise ValueError(f"contexts must be a sequence of key counts in 1..{nk} (the keys given), got {contexts!r}")
+    return [int(c) for c in vals]
 
 
 def attention_error(q, k, v, *, recipes=("fa3-fp8", "fa4-sm100-fp8", "flashinfer-fp8-prefill"), contexts=None,

@@ -39,7 +39,7 @@ __all__ = [
     "figure_delayed_scaling", "figure_granularity", "figure_gemm_accumulation",
     "figure_training", "figure_conformance", "figure_block_scaled_gemm",
     "figure_data_error_vs_range", "figure_data_sqnr_vs_scale", "figure_data_granularity",
-    "figure_data_gemm_error", "figure_data_attention",
+    "figure_data_gemm_error", "figure_data_block_scaled_gemm", "figure_data_attention",
 ]
 
 _STYLE = {"figure.dpi": 100, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3,
@@ -536,9 +536,9 @@ def figure_data_granularity(data, *, checkpoint=None, fmt="e4m3fn", label="your 
     >>> len(fig.axes[0].patches)
     10
     """
-    t = analysis.granularity_sqnr(data, fmt=fmt, checkpoint=checkpoint)
-    shape = load_data(data, checkpoint=checkpoint).shape
-    return _granularity_bars(t, f"Scaling granularity vs SQNR: {label}, shape {tuple(shape)}")
+    x = load_data(data, checkpoint=checkpoint)
+    return _granularity_bars(analysis.granularity_sqnr(x, fmt=fmt),
+                             f"Scaling granularity vs SQNR: {label}, shape {tuple(x.shape)}")
 
 
 def figure_data_gemm_error(a, b, *, checkpoint=None, accumulators=("exact", "fp32", "hopper-fast", "hopper"),
@@ -571,6 +571,34 @@ def figure_data_gemm_error(a, b, *, checkpoint=None, accumulators=("exact", "fp3
     _label(ax, "inner dimension K (first K columns of A, rows of B)", "||C - R|| / ||R||  (Frobenius)",
            f"{fmt} GEMM error vs K, {label} (1e-10: exact)", fontsize=8, loc="upper left",
            bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return fig
+
+
+def figure_data_block_scaled_gemm(a, b, *, checkpoint=None, recipes=("mxfp8", "mxfp6", "mxfp4", "nvfp4"),
+                                  accumulator="exact", ks=None, b_transposed=False, label="your operands"):
+    """Block-scaled (MX, NVFP4) GEMM error of your operands vs K, one line per recipe.
+
+    Numbers: :func:`fp8emu.lab.analysis.block_gemm_error_vs_k` (error against the float64
+    product of the operands as given; K prefixes in multiples of 32).
+
+    Examples
+    --------
+    >>> g = np.random.default_rng(0)
+    >>> fig = figure_data_block_scaled_gemm(g.standard_normal((4, 64)), g.standard_normal((64, 4)),
+    ...                                     recipes=["mxfp8", "nvfp4"])
+    >>> [ln.get_label() for ln in fig.axes[0].lines]
+    ['MXFP8 (e4m3, E8M0 / 32)', 'NVFP4 (e2m1, E4M3 / 16 + fp32)']
+    """
+    t = analysis.block_gemm_error_vs_k(a, b, recipes=recipes, accumulator=accumulator, ks=ks,
+                                       b_transposed=b_transposed, checkpoint=checkpoint)
+    fig, (ax,) = _new(width=8)
+    for i, name in enumerate(dict.fromkeys(t["recipe"])):
+        r = t.where(recipe=name)
+        ax.plot(r["k"], r["error"], "o-", color=f"C{i}", label=analysis.BLOCK_GEMM_RECIPES[name][0])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    _label(ax, "inner dimension K (first K columns of A, rows of B)", "||C - R|| / ||R||  (R: float64 product)",
+           f"Block-scaled GEMM error vs K, {label} ({accumulator} accumulator)", fontsize=8)
     return fig
 
 

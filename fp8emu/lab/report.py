@@ -28,6 +28,7 @@ import html
 import io
 import json
 import math
+import os
 import platform
 import re
 import shutil
@@ -43,7 +44,7 @@ from ..version import __version__
 
 __all__ = ["summarize", "worst_tensors", "figure_heatmap", "figure_sqnr_vs_range", "write_report",
            "MAX_HEATMAP_TENSORS", "check_in_browser", "recipe_family", "FAMILIES", "DEFINITIONS",
-           "best_recipes", "conclusions", "provenance", "recipe_styles"]
+           "best_recipes", "conclusions", "provenance", "inputs_of", "recipe_styles"]
 
 #: The heat map shows at most this many tensors (the worst by median SQNR).
 MAX_HEATMAP_TENSORS = 60
@@ -258,6 +259,25 @@ def conclusions(rows) -> list:
     if broken:
         out.append("Inf/NaN outputs from finite inputs under: "
                    + ", ".join(f"{s['recipe']} ({s['nonfinite']} tensors)" for s in broken) + ".")
+    return out
+
+
+def inputs_of(refs) -> list:
+    """The checkpoints of a study's tensors (:class:`fp8emu.lab.study.TensorRef`), for :func:`provenance`.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as T
+    >>> inputs_of([T(checkpoint="m", path="/d/m/a.safetensors"), T(checkpoint="m", path="/d/m/b.safetensors")])
+    ['m: /d/m (2 tensors studied)']
+    """
+    files = {}
+    for r in refs:
+        files.setdefault(r.checkpoint, []).append(str(r.path))
+    out = []
+    for label, paths in files.items():
+        where = paths[0] if len(set(paths)) == 1 else os.path.commonpath(paths)
+        out.append(f"{label}: {where} ({len(paths)} tensors studied)")
     return out
 
 
@@ -605,7 +625,9 @@ def _html(parts, figures, pngs):
     body_html += ['<h2 id="best">Best recipe per tensor</h2>', _html_table(*parts["best"], cls="best")]
     for name, (title, _) in figures.items():
         data = base64.b64encode(pngs[name]).decode("ascii")
-        body_html.append(f'<h2>{html.escape(title)}</h2><div class="wide"><img id="{name}" '
+        # the heat map keeps its size (legible cells) and scrolls sideways; other figures fit the page
+        box = "wide" if name == "sqnr_heatmap" else "fit"
+        body_html.append(f'<h2>{html.escape(title)}</h2><div class="{box}"><img id="{name}" '
                          f'alt="{html.escape(title)}" src="data:image/png;base64,{data}"></div>')
     body_html += ["<h2>Lowest-SQNR tensors per recipe</h2>", _html_table(*parts["worst"], cls="worst")]
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>fp8emu study report</title>"

@@ -759,18 +759,6 @@ def _reports_current(out: Path) -> bool:
     return csv_path.exists() and all(f.exists() and f.stat().st_mtime >= csv_path.stat().st_mtime for f in files)
 
 
-def _inputs(refs) -> list:
-    """The checkpoints of a study, for the reports' provenance: ``label: path (n tensors)``."""
-    files = {}
-    for r in refs:
-        files.setdefault(r.checkpoint, []).append(r.path)
-    out = []
-    for label, paths in files.items():
-        where = paths[0] if len(set(paths)) == 1 else os.path.commonpath(paths)
-        out.append(f"{label}: {where} ({len(paths)} tensors studied)")
-    return out
-
-
 def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True, command=None) -> dict:
     """Carry out a :func:`plan_study` plan (see :func:`run_study` for the options and the result).
 
@@ -810,7 +798,8 @@ def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True, c
               "non_float": plan.non_float, "duplicates": plan.duplicates, "out": out}
     if report:
         if changed or not _reports_current(out):
-            result["reports"] = report_mod.write_report(rows, out, inputs=_inputs(plan.refs), command=command)
+            result["reports"] = report_mod.write_report(rows, out, inputs=report_mod.inputs_of(plan.refs),
+                                                        command=command)
         else:
             result["reports"] = [out / "report.md", out / "report.html"]
     return result
