@@ -117,8 +117,8 @@ def test_ci_docs_refuses_to_pip_install_outside_a_virtual_environment(tmp_path):
 
 
 def test_validate_kernel_cpu_scaled_mm_note_holds():
-    # The guide's CPU snippet runs as written, and its claim that a non-power-of-two scale breaks the
-    # fp32 match is true on this machine (torch's CPU kernel, here and now).
+    # The guide's CPU snippet runs as written (the exact preset, scale 0.3, 0 ulp), and its claim that a
+    # non-power-of-two scale breaks the fp32 match is true on this machine (torch's CPU kernel, here and now).
     torch = pytest.importorskip("torch")
     import numpy as np
     text = (ROOT / "docs" / "guides" / "validate-kernel.md").read_text()

@@ -56,7 +56,7 @@ import numpy as np
 from ..codec import decode, encode
 from .fparith import round_hi_lo, two_sum
 
-__all__ = ["TORCH_CPU_PATHS", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
+__all__ = ["TORCH_CPU_PATHS", "cpu_path", "cpu_flags", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
            "sgemm_k_blocks", "EMULATED_MAX_K"]
 
 #: The two CPU paths and what selects each (see the module docstring).
@@ -78,6 +78,56 @@ _KC = 384
 _ONE_THREAD_MAX_K = 4096
 #: Rows of the (rows, K, N) product block the oneDNN path forms at once.
 _ROW_ELEMS = 1 << 22
+
+
+def cpu_flags() -> frozenset:
+    """This machine's CPU feature flags (``/proc/cpuinfo``; empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_path(a_format, b_format, *, tensorwise, mkldnn=True, flags=None) -> str:
+    """Which preset describes torch's CPU ``_scaled_mm`` for these operands on this CPU.
+
+    torch takes oneDNN when mkldnn is on, both scales are tensor-wise and the CPU has AMX-INT8
+    (operands of two FP8 dtypes also need AMX-FP16); every other call is the emulated path
+    (``aten/src/ATen/native/Blas.cpp``).  The mixed-dtype oneDNN case (AMX-FP16 CPUs) was not
+    recorded here.
+
+    Parameters
+    ----------
+    a_format, b_format : str
+        The operands' FP8 formats (``"e4m3fn"``, ``"e5m2"``).
+    tensorwise : bool, keyword-only
+        Both scales are single elements.
+    mkldnn : bool, keyword-only
+        ``torch.backends.mkldnn.enabled`` (and available).
+    flags : iterable of str, optional, keyword-only
+        CPU flags; default: this machine's (:func:`cpu_flags`).
+
+    Examples
+    --------
+    >>> cpu_path("e4m3fn", "e4m3fn", tensorwise=True, flags={"amx_int8"})
+    'torch-cpu-onednn'
+    >>> cpu_path("e4m3fn", "e5m2", tensorwise=True, flags={"amx_int8"})
+    'torch-cpu-emulated'
+    >>> cpu_path("e4m3fn", "e4m3fn", tensorwise=False, flags={"amx_int8"})
+    'torch-cpu-emulated'
+    """
+    for name, v in (("tensorwise", tensorwise), ("mkldnn", mkldnn)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, got {v!r}")
+    have = cpu_flags() if flags is None else frozenset(flags)
+    same = str(a_format) == str(b_format)
+    if mkldnn and tensorwise and "amx_int8" in have and (same or "amx_fp16" in have):
+        return "torch-cpu-onednn"
+    return "torch-cpu-emulated"
 
 
 def fast_accum_accumulator(use_fast_accum, accumulator):
