@@ -440,7 +440,17 @@ def _rows(ref, recipes, stats, params, errors):
 
 
 def _pipeline(ref, recipes, chunk_elems, submit, gather):
-    """The three passes of one tensor; ``submit`` runs or schedules a stage, ``gather`` waits."""
+    """The three passes of one tensor; ``submit`` runs or schedules a stage, ``gather`` waits.
+
+    A failure names the checkpoint and the tensor (one bad tensor must not read as a bare NumPy message)."""
+    try:
+        return _passes(ref, recipes, chunk_elems, submit, gather)
+    except (ValueError, TypeError, MemoryError) as exc:
+        raise ValueError(f"{ref.checkpoint}: tensor {ref.name!r} {list(ref.shape)}: "
+                         f"{type(exc).__name__}: {exc}") from None
+
+
+def _passes(ref, recipes, chunk_elems, submit, gather):
     ranges = chunk_ranges(ref, chunk_elems)
     stats = metrics.combine(gather([submit(stage_stats, ref, a, b) for a, b in ranges]))
     hist = None

@@ -113,6 +113,7 @@ Option combinations TE rejects are rejected with TE's message (see
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import ml_dtypes
 import numpy as np
@@ -469,7 +470,7 @@ def quantize_nvfp4_te(x, quantizer: NVFP4Quantizer | None = None, *, axis=-1, gl
         raise ValueError("rng and random_bits apply only to stochastic_rounding=True")
     moved = np.moveaxis(xf, ax, -1)
     lead, n = moved.shape[:-1], moved.shape[-1]
-    x2 = np.ascontiguousarray(moved).reshape(-1, n)
+    x2 = np.ascontiguousarray(moved).reshape(math.prod(lead), n)   # -1 cannot be inferred when n == 0
     if q.with_rht:
         x2 = _te_rht(x2, src_dtype, q.with_random_sign_mask)
     m = x2.shape[0]
