@@ -378,6 +378,8 @@ def test_fold_none_checks_the_product_with_the_k_descale():
     assert np.isfinite(attention(q, k, v, r, descales=(1.0, 1e30, 1.0), softmax_scale=1e-3, reference=False).out).all()
     with pytest.raises(ValueError, match="folded"):
         attention(q, k, v, r, descales=(1.0, 1e30, 1.0), softmax_scale=1e10)
+    with pytest.raises(ValueError, match="folded"):        # and with the q descale (1e10 * 1e30 overflows)
+        attention(q, k, v, r, descales=(1e30, 1.0, 1.0), softmax_scale=1e10)
 
 
 def test_non_saturating_p_with_wide_v_gives_signed_inf_not_nan():
@@ -399,3 +401,49 @@ def test_cosine_of_outputs_with_a_norm_below_one():
     q, k, v = (rng.standard_normal((1, 32, 16)).astype(np.float32) for _ in range(3))
     rep = attention(q, k, v * np.float32(1e-3), "fa3-fp8").report
     assert 0.99 < float(rep.cosine[0]) <= 1.0
+
+
+# ----------------------------------------------------------------------------- issue 40: second sample (seed 41)
+def test_max_offset_range_is_0_to_64():
+    from fp8emu.attention import AttentionRecipe
+    assert AttentionRecipe(max_offset=64).max_offset == 64 and AttentionRecipe(max_offset=0).max_offset == 0
+    for bad in (65, -1):
+        with pytest.raises(ValueError, match=r"max_offset must be an integer in \[0, 64\]"):
+            AttentionRecipe(max_offset=bad)
+
+
+def test_triton_fold_has_no_descales():
+    """fold='triton' folds no descales: 8-bit Q/K need scale_rule='none'; wide Q/K may keep any rule."""
+    from fp8emu.attention import AttentionRecipe
+    with pytest.raises(ValueError, match="fold='triton' has no descales"):
+        AttentionRecipe(fold="triton", scale_rule="amax")
+    assert AttentionRecipe(fold="triton", scale_rule="none").fold == "triton"
+    assert AttentionRecipe(fold="triton", scale_rule="amax", q_format="bfloat16", k_format="bfloat16",
+                           qk_accumulator="fp32").fold == "triton"
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m4", "e4m3"])
+def test_p_saturation_counts_exactly_the_values_a_non_saturating_cast_overflows(fmt):
+    """The P saturation count against the cast itself: every float32 from max to twice max (step 1/16 of
+    an ulp at max) is counted iff encode(saturate=False) makes it non-finite (the midpoint above max
+    included or not by its tie)."""
+    from fp8emu.attention import AttentionRecipe, _cast_p
+    from fp8emu import get_format
+    f = get_format(fmt)
+    ulp = 2.0 ** (math.floor(math.log2(f.max)) - f.mbits)
+    p = (f.max + np.arange(0, 2 * 16 + 1) * ulp / 16).astype(np.float32)[None, :]
+    want = int((~np.isfinite(decode(encode(p, fmt, saturate=False), fmt))).sum())
+    counts = {"p_saturated": np.zeros(1, np.int64), "p_underflow": np.zeros(1, np.int64)}
+    _cast_p(p, AttentionRecipe(p_format=fmt), counts)
+    assert 0 < want < p.size and int(counts["p_saturated"][0]) == want
+
+
+def test_errors_of_a_zero_reference_are_zero_not_nan():
+    """No keys (kv_len=0): output 0 and lse -inf, exactly as the reference; every error is 0 and the
+    report is ok (a 0/0 would be NaN, and a NaN error is never ok)."""
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((2, 8, 16)).astype(np.float32) for _ in range(3))
+    rep = attention(q, k, v, "fa3-fp8", kv_len=0).report
+    for e in (rep.rms_rel_error, rep.max_rel_error, rep.lse_max_abs_error, rep.kernel_rms_rel_error):
+        assert e.tolist() == [0.0, 0.0]
+    assert rep.cosine.tolist() == [1.0, 1.0] and rep.ok
