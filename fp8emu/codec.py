@@ -574,6 +574,10 @@ def _encode_into(flat, out, fmt, rounding="rne", saturate=True):
 
 def _encode_profile(arr, fmt, prof, rounding, threads=None):
     """Encode under a fixed code path: one look-up in the profile's table."""
+    if prof.versions and fmt.ml_dtype is not None and arr.dtype == fmt.ml_dtype:
+        # A library's cast of an array to its own type is the identity: ml_dtypes' astype (and ONNX's
+        # Cast, torch's .to, JAX's astype) keep every code, NaN payloads included.
+        return arr.view(np.uint8).copy()
     arr = prof.source(arr, fmt, rounding)
     table = prof.encode_table(fmt, source_name(arr.dtype), rounding)
     flat = np.ascontiguousarray(arr).reshape(-1)

@@ -78,7 +78,8 @@ def as_matrix(x) -> np.ndarray:
         a = a.astype(np.float32)
     if a.ndim == 0:
         return a.reshape(1, 1)
-    return a.reshape(-1, a.shape[-1]) if a.ndim > 1 else a.reshape(1, -1)
+    # explicit row count: reshape(-1, 0) cannot infer the rows of a (5, 0) tensor
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1]) if a.ndim > 1 else a.reshape(1, -1)
 
 
 def exponent_histogram(v) -> np.ndarray:

@@ -164,6 +164,15 @@ def _shape(value, path, what):
     return tuple(dims)
 
 
+def _fits_numpy(shape, itemsize, path, what):
+    """NumPy refuses a shape whose non-zero dimensions times the item size exceed its index range,
+    even when another dimension is 0 (``(2**62, 0)``): refuse it here, naming the file."""
+    size = math.prod(d for d in shape if d) * max(itemsize, 1)
+    if size > np.iinfo(np.intp).max:
+        raise _fail(path, f"{what} {list(shape)} is too large for a NumPy array (its non-zero dimensions "
+                          f"times the {itemsize}-byte element exceed {np.iinfo(np.intp).max})")
+
+
 def _npy_header_from(fh, path, data_size):
     """Parse a .npy header from an open binary stream holding ``data_size`` bytes in all."""
     magic = fh.read(8)
@@ -201,6 +210,7 @@ def _npy_header_from(fh, path, data_size):
         raise _fail(path, "holds Python objects (pickled data is never loaded)")
     if dtype.itemsize == 0 and math.prod(shape):
         raise _fail(path, f"has a zero-size dtype {dtype}")
+    _fits_numpy(shape, dtype.itemsize, path, ".npy shape")
     h = NpyHeader(shape, dtype, d["fortran_order"], offset)
     if h.nbytes != data_size - offset:
         raise _fail(path, f"shape {shape} of {dtype} needs {h.nbytes} bytes of data; the file holds "
@@ -445,6 +455,7 @@ def safetensors_header(path) -> tuple:
         kind = SAFETENSORS_DTYPES[st]
         dtype, bits = (kind, 8 * kind.itemsize) if isinstance(kind, np.dtype) else (UNPACKED_DTYPES.get(st), kind)
         numel = math.prod(shape)
+        _fits_numpy(shape, max(1, bits // 8), path, f"{what}: shape")
         if (numel * bits) % 8 or end - begin != numel * bits // 8:
             raise _fail(path, f"{what}: shape {list(shape)} of {st} needs {numel * bits / 8:g} bytes, "
                               f"data_offsets {offs} cover {end - begin}")

@@ -285,7 +285,7 @@ def test_inputs_are_never_modified():
     (dict(softmax_scale=-1.0), ValueError, "softmax_scale"),
     (dict(reference="float32"), ValueError, "reference"),
     (dict(descales=(1.0, 1.0, 1.0)), ValueError, "scale_rule"),
-    (dict(recipe=off_recipe("hopper")), ValueError, "8-bit operands"),
+    (dict(recipe=lambda: off_recipe("hopper")), ValueError, "8-bit operands"),   # refused when built
     (dict(q=np.zeros((2, 0, 8))), ValueError, "at least one head, token"),       # no query tokens
     (dict(q=np.zeros((0, 4, 8))), ValueError, "at least one head, token"),       # no query heads
     (dict(q=np.zeros((2, 4, 0)), k=np.zeros((2, 10, 0))), ValueError, "head-dim"),
@@ -296,7 +296,7 @@ def test_bad_arguments_raise_clear_errors(bad, exc, match):
     args.update(bad)
     q, k, v, recipe = args.pop("q"), args.pop("k"), args.pop("v"), args.pop("recipe")
     with pytest.raises(exc, match=match):
-        attention(q, k, v, recipe, **args)
+        attention(q, k, v, recipe() if callable(recipe) else recipe, **args)
 
 
 @pytest.mark.parametrize("field, value, match", [
@@ -324,3 +324,126 @@ def test_given_scale_rule_needs_descales():
            for x, d in zip((q, k, v), (0.5, 0.25, 1.0))]
     ref, _ = reference_attention(*deq)
     assert np.abs(rg.out - ref).max() / np.abs(ref).max() == pytest.approx(rg.report.max_rel_error[0])
+
+
+# ----------------------------------------------------------------------------- issue 40: mutation sample (seed 40)
+def test_default_recipe_is_fa3_with_one_descale_per_tensor():
+    """The documented defaults: FA3's recipe (max_offset 8, ...) with granularity 'tensor'."""
+    import dataclasses
+    from fp8emu.attention import AttentionRecipe, fa3_fp8
+    assert dataclasses.replace(AttentionRecipe(), name="fa3-fp8", granularity="kv-head") == fa3_fp8()
+    assert AttentionRecipe().max_offset == 8 and AttentionRecipe().granularity == "tensor"
+
+
+@pytest.mark.parametrize("gran", ["kv-head", "head"])
+def test_given_descales_with_gqa(gran):
+    """Given descales with 4 query heads over 2 KV heads: per KV head, the query heads of a group share
+    their group's descale; per head, each query head has its own (shapes from the definition)."""
+    from fp8emu.attention import AttentionRecipe
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    k, v = (rng.standard_normal((2, 8, 16)).astype(np.float32) for _ in range(2))
+    qd = [0.5, 0.25] if gran == "kv-head" else [0.5, 0.25, 0.125, 1.0]
+    r = AttentionRecipe(scale_rule="given", granularity=gran)
+    res = attention(q, k, v, r, descales=(qd, [0.5, 0.25], [1.0, 2.0]), reference=False)
+    want_q = np.repeat(qd, 2) if gran == "kv-head" else qd
+    assert res.descales[0].tolist() == np.float32(want_q).tolist()
+    assert res.descales[1].tolist() == [0.5, 0.25] and res.descales[2].tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match=r"shape \(2,\)" if gran == "kv-head" else r"shape \(4,\)"):
+        attention(q, k, v, r, descales=([1.0] * (4 if gran == "kv-head" else 2), 1.0, 1.0))
+
+
+def test_quantize_qkv_saturates():
+    """Given descales can put x / descale past the format's max: the cast saturates (448), never NaN."""
+    from fp8emu.attention import quantize_qkv
+    c = quantize_qkv(np.float32([[[1000.0, -1000.0, 3.0]]]), "e4m3fn", np.float32([1.0]))
+    assert decode(c, "e4m3fn").tolist() == [[[448.0, -448.0, 3.0]]]
+
+
+def test_report_text_shows_errors_only_when_measured():
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((2, 16, 16)).astype(np.float32) for _ in range(3))
+    with_ref = str(attention(q, k, v, "fa3-fp8").report)
+    without = str(attention(q, k, v, "fa3-fp8", reference=False).report)
+    assert "error vs float64" in with_ref and "error vs float64" not in without
+    assert without.splitlines()[-1].strip() == "no failure modes flagged"
+
+
+def test_fold_none_checks_the_product_with_the_k_descale():
+    """fold='none' scales S by softmax_scale, qd and kd in turn: a kd that overflows the product is refused."""
+    from fp8emu.attention import AttentionRecipe
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 8, 16)).astype(np.float32) for _ in range(3))
+    r = AttentionRecipe(fold="none", scale_rule="given")
+    assert np.isfinite(attention(q, k, v, r, descales=(1.0, 1e30, 1.0), softmax_scale=1e-3, reference=False).out).all()
+    with pytest.raises(ValueError, match="folded"):
+        attention(q, k, v, r, descales=(1.0, 1e30, 1.0), softmax_scale=1e10)
+    with pytest.raises(ValueError, match="folded"):        # and with the q descale (1e10 * 1e30 overflows)
+        attention(q, k, v, r, descales=(1e30, 1.0, 1.0), softmax_scale=1e10)
+
+
+def test_non_saturating_p_with_wide_v_gives_signed_inf_not_nan():
+    """A non-saturating e5m2 cast of P past its max (max_offset 16: 2**16 > 61440) gives +Inf codes, and
+    +Inf x a positive V is +Inf by IEEE rules, not NaN, in every row (V in float32, fp32 accumulation)."""
+    from fp8emu.attention import AttentionRecipe
+    rng = np.random.default_rng(6)
+    q, k = (rng.standard_normal((1, 32, 4)).astype(np.float32) for _ in range(2))
+    v = np.abs(rng.standard_normal((1, 32, 4))).astype(np.float32) + 0.5       # every value positive
+    r = AttentionRecipe(v_format=None, pv_accumulator="fp32", p_format="e5m2", p_saturate=False, max_offset=16,
+                        block_n=8)
+    out = attention(q, k, v, r, reference=False).out
+    assert np.all(out == np.inf)
+
+
+def test_cosine_of_outputs_with_a_norm_below_one():
+    """The cosine of small outputs (norms below 1) is still the cosine, near 1 for a good kernel."""
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((1, 32, 16)).astype(np.float32) for _ in range(3))
+    rep = attention(q, k, v * np.float32(1e-3), "fa3-fp8").report
+    assert 0.99 < float(rep.cosine[0]) <= 1.0
+
+
+# ----------------------------------------------------------------------------- issue 40: second sample (seed 41)
+def test_max_offset_range_is_0_to_64():
+    from fp8emu.attention import AttentionRecipe
+    assert AttentionRecipe(max_offset=64).max_offset == 64 and AttentionRecipe(max_offset=0).max_offset == 0
+    for bad in (65, -1):
+        with pytest.raises(ValueError, match=r"max_offset must be an integer in \[0, 64\]"):
+            AttentionRecipe(max_offset=bad)
+
+
+def test_triton_fold_has_no_descales():
+    """fold='triton' folds no descales: 8-bit Q/K need scale_rule='none'; wide Q/K may keep any rule."""
+    from fp8emu.attention import AttentionRecipe
+    with pytest.raises(ValueError, match="fold='triton' has no descales"):
+        AttentionRecipe(fold="triton", scale_rule="amax")
+    assert AttentionRecipe(fold="triton", scale_rule="none").fold == "triton"
+    assert AttentionRecipe(fold="triton", scale_rule="amax", q_format="bfloat16", k_format="bfloat16",
+                           qk_accumulator="fp32").fold == "triton"
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m4", "e4m3"])
+def test_p_saturation_counts_exactly_the_values_a_non_saturating_cast_overflows(fmt):
+    """The P saturation count against the cast itself: every float32 from max to twice max (step 1/16 of
+    an ulp at max) is counted iff encode(saturate=False) makes it non-finite (the midpoint above max
+    included or not by its tie)."""
+    from fp8emu.attention import AttentionRecipe, _cast_p
+    from fp8emu import get_format
+    f = get_format(fmt)
+    ulp = 2.0 ** (math.floor(math.log2(f.max)) - f.mbits)
+    p = (f.max + np.arange(0, 2 * 16 + 1) * ulp / 16).astype(np.float32)[None, :]
+    want = int((~np.isfinite(decode(encode(p, fmt, saturate=False), fmt))).sum())
+    counts = {"p_saturated": np.zeros(1, np.int64), "p_underflow": np.zeros(1, np.int64)}
+    _cast_p(p, AttentionRecipe(p_format=fmt), counts)
+    assert 0 < want < p.size and int(counts["p_saturated"][0]) == want
+
+
+def test_errors_of_a_zero_reference_are_zero_not_nan():
+    """No keys (kv_len=0): output 0 and lse -inf, exactly as the reference; every error is 0 and the
+    report is ok (a 0/0 would be NaN, and a NaN error is never ok)."""
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((2, 8, 16)).astype(np.float32) for _ in range(3))
+    rep = attention(q, k, v, "fa3-fp8", kv_len=0).report
+    for e in (rep.rms_rel_error, rep.max_rel_error, rep.lse_max_abs_error, rep.kernel_rms_rel_error):
+        assert e.tolist() == [0.0, 0.0]
+    assert rep.cosine.tolist() == [1.0, 1.0] and rep.ok

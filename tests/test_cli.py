@@ -368,6 +368,7 @@ _BAD_LINES = {
     "attention-study seed": ["attention-study", "--seed", "-3"],
     "attention-study folder": ["attention-study", "--figure", "."],
     "attention-study svg": ["attention-study", "--figure", "fig.svg"],
+    "study chunk": ["study", "--demo", "--out", "o", "--chunk-mb", "1e308"],   # was an OverflowError traceback
 }
 
 

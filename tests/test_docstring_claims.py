@@ -82,3 +82,19 @@ def test_golden_out_lists_every_accepted_extension(tmp_path, capsys):
     for ext in (".npz", ".json", ".h", ".hpp", ".cuh", ".rle"):
         assert ext in err[0]
     assert "--out" in err[0] and "save_golden" not in err[0]
+
+
+def test_te_nvfp4_rht_rounding_is_as_documented():
+    """Issue 40: nvfp4_te's step 6 promised one rounding of the exact block sum; its float64 sum gives
+    that only while a block's terms span at most 25 binades.  Within: the correctly rounded exact sum;
+    outside (the block above): two roundings, as the docstring now says."""
+    from fp8emu.scaling.nvfp4_te import _te_rht
+    f32 = np.dtype(np.float32)
+    rng = np.random.default_rng(40)
+    for _ in range(40):
+        x = (rng.choice([-1, 1], 16) * rng.uniform(1, 2, 16) * 2.0 ** rng.integers(-12, 13, 16)).astype(np.float32)
+        assert _te_rht(x[None], f32, True)[0].tolist() == [round_f32(q) for q in _exact_rht(x)]
+    x = np.zeros(16, np.float32)
+    x[0], x[1], x[2] = 4.0, 2.0 ** -22, 2.0 ** -78
+    exact = _exact_rht(x)[0]
+    assert float(_te_rht(x[None], f32, True)[0, 0]) == round_f32(Fraction(float(exact))) != round_f32(exact)

@@ -292,3 +292,83 @@ def test_scaled_mm_case_operands_are_not_wrapped():
         scaled_mm_cases(operands=[(a.astype(np.int32), np.zeros((4, 2), np.uint8))], accumulators=["fp32"])
     with pytest.raises(TypeError):
         scaled_mm_cases(operands=[(a.astype(np.float32) + 0.5, np.zeros((4, 2), np.uint8))], accumulators=["fp32"])
+
+
+# ----------------------------------------------------------------------------- issue 40, class 8
+def test_a_tensor_with_a_zero_last_dimension_is_studied(tmp_path):
+    """An F32 [5, 0] tensor aborted the whole study with NumPy's "cannot reshape array of size 0 into
+    shape (0)" (reshape(-1, 0) in as_matrix and in the TE NVFP4 recipe), naming neither file nor tensor."""
+    p = _st_file(tmp_path / "z.safetensors",
+                 {"b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                  "w": {"dtype": "F32", "shape": [5, 0], "data_offsets": [8, 8]}}, F32([1, 2]).tobytes())
+    res = study.run_study([p], tmp_path / "out", recipes=["all"], progress=False)
+    rows = [r for r in res["rows"] if r["tensor"] == "w"]
+    assert len(rows) == len(fp8emu.recipes.select_recipes(["all"])) and all(r["shape"] == "5x0" for r in rows)
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "npz", "npy"])
+def test_a_shape_numpy_cannot_hold_names_the_file(tmp_path, kind):
+    """(2**62, 0) holds no data, but NumPy refuses the shape (its non-zero dimensions times 4 bytes pass
+    2**63): the reader raised NumPy's message without the file's path."""
+    shape = [2 ** 62, 0]
+    if kind == "safetensors":
+        p = _st_file(tmp_path / "w.safetensors", {"w": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}})
+    elif kind == "npy":
+        p = _npy_with_header(tmp_path / "w.npy", {"descr": "<f4", "fortran_order": False, "shape": tuple(shape)})
+    else:
+        m = _npy_with_header(tmp_path / "m.npy", {"descr": "<f4", "fortran_order": False, "shape": tuple(shape)})
+        p = tmp_path / "w.npz"
+        with zipfile.ZipFile(p, "w") as zf:
+            zf.writestr("w.npy", m.read_bytes())
+    with pytest.raises(ValueError, match=rf"{p.name}.*too large for a NumPy array"):
+        study.run_study([p], tmp_path / "out", progress=False)
+    with pytest.raises(ValueError, match=p.name):
+        if kind == "safetensors":
+            readers.safetensors_header(p)
+        elif kind == "npy":
+            readers.read_npy(p)
+        else:
+            readers.read_npz(p)
+
+
+def test_a_failing_tensor_is_named_with_its_checkpoint(tmp_path, monkeypatch):
+    """Any error inside one tensor's passes names the checkpoint and the tensor."""
+    p = _good_st(tmp_path)
+
+    def boom(*a):
+        raise ValueError("inner failure")
+    monkeypatch.setattr(study, "stage_stats", boom)
+    with pytest.raises(ValueError, match=r"good\.safetensors: tensor 'w' \[3, 4\]: ValueError: inner failure"):
+        study.run_study([p], tmp_path / "out", progress=False)
+
+
+@pytest.mark.parametrize("recipes", [[""], ["", ","], [" , "]])
+def test_an_empty_recipe_selection_is_refused(tmp_path, capsys, recipes):
+    """`--recipes ''` exited 0 with an empty results.csv."""
+    p = _good_st(tmp_path)
+    argv = ["study", str(p), "--out", str(tmp_path / "out"), "--quiet"]
+    for r in recipes:
+        argv += ["--recipes", r]
+    assert main(argv) == 2
+    assert "names no recipe" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="no recipe named"):
+        fp8emu.recipes.select_recipes([])
+    with pytest.raises(ValueError, match="no recipe named"):
+        study.run_study([p], tmp_path / "out2", recipes="", progress=False)
+
+
+_ML = {"e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz", "e5m2fnuz": "float8_e5m2fnuz",
+       "e4m3b11fnuz": "float8_e4m3b11fnuz", "e4m3": "float8_e4m3", "e3m4": "float8_e3m4", "e8m0fnu": "float8_e8m0fnu",
+       "e2m3fn": "float6_e2m3fn", "e3m2fn": "float6_e3m2fn", "e2m1fn": "float4_e2m1fn"}
+
+
+@pytest.mark.parametrize("src", list(_ML))
+def test_ml_dtypes_profile_casts_narrow_arrays_as_astype(src):
+    """The ml_dtypes profile rewrote NaN codes (e5m2 0x7D, e4m3 0x79, e3m4 0x71...) of an array already
+    of the target type, which ml_dtypes' astype keeps: every code of every narrow source, every target."""
+    f = fp8emu.get_format(src)
+    x = np.arange(1 << f.bits, dtype=np.uint8).view(getattr(ml_dtypes, _ML[src]))
+    for dst, ml in _ML.items():
+        with np.errstate(all="ignore"):
+            want = x.astype(getattr(ml_dtypes, ml)).view(np.uint8)
+        np.testing.assert_array_equal(fp8emu.encode(x, dst, profile="ml_dtypes"), want, err_msg=f"{src}->{dst}")

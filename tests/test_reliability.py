@@ -537,3 +537,14 @@ def test_threads_limit_holds_on_the_small_call_path():
     for _ in range(2):
         with pytest.raises(ValueError, match="threads must be in 1.."):
             fp8emu.encode(x, E4, threads=10 ** 6)
+
+
+@pytest.mark.parametrize("amax", [1e39, -1.0, float("nan"), "x", True])
+def test_nvfp4_alpha_checks_its_amaxes_as_float32(amax):
+    """Class 1, another instance: nvfp4_alpha(1e39, 1) returned Inf (1e39 is Inf in float32), unchecked."""
+    from fp8emu.gemm import nvfp4_alpha
+    with pytest.raises(ValueError, match="a_amax must be finite and >= 0 in float32"):
+        nvfp4_alpha(amax, 1.0)
+    with pytest.raises(ValueError, match="b_e4m3_max must be 448 or 256"):
+        nvfp4_alpha(1.0, 1.0, 448, 300)
+    assert float(nvfp4_alpha(2688.0, 2688.0)) == 1.0          # 2688 = 6 * 448: alpha 1 exactly

@@ -44,7 +44,14 @@ NOTEBOOKS = {
         "for d in analysis.DISTRIBUTIONS:\n    r = t.where(format='e4m3fn', distribution=d)\n"
         "    best = r.where(recipe='none')['sqnr_db'].max()\n    scaled = r.where(recipe='tensor')['sqnr_db'][0]\n"
         "    print(f'{d:10s} best unscaled {best:5.1f} dB   per-tensor scaled {scaled:5.1f} dB')",
-        "Outliers cost the per-tensor scale its precision: one huge value sets the scale for everyone.",
+        "SQNR weighs each error by the signal's energy, so a distribution with outliers is judged mostly on its "
+        "largest values. The next cell computes what the table says about the per-tensor scale, rather than asserting it.",
+        "scaled = {d: t.where(format='e4m3fn', distribution=d).where(recipe='tensor')['sqnr_db'][0] for d in analysis.DISTRIBUTIONS}\n"
+        "lo, hi = min(scaled.values()), max(scaled.values())\n"
+        "print(f'one per-tensor scale puts every distribution at {lo:.1f}-{hi:.1f} dB (E4M3 keeps 3 fraction bits)')\n"
+        "worse = [d for d in analysis.DISTRIBUTIONS if scaled[d] < t.where(format='e4m3fn', distribution=d)"
+        ".where(recipe='none')['sqnr_db'].max() - 1]\n"
+        "print('more than 1 dB below the best unscaled placement:', ', '.join(worse) or 'none')",
         "fig = plots.figure_sqnr_vs_scale(size=SIZE)\nfig",
         "fig = plots.figure_relative_error(size=SIZE)\nfig",
     ],
@@ -81,10 +88,13 @@ NOTEBOOKS = {
         "behind it: public GPU recordings reproduced, or random MMAs equal to MMA-Sim.",
         "from fp8emu.gemm import instructions\nfor p in instructions.presets():\n"
         "    print(f\"{p['name']:30s} {p['evidence'][0]}\")",
-        "one = np.ones((1, 32))\nx = fp8emu.encode(np.concatenate([[[1.0]], np.full((1, 31), 2.0 ** -9)], axis=1), 'e4m3fn')\n"
-        "for name in ['ada-mma', 'hopper-wgmma', 'blackwell-mma', 'blackwell-tcgen05-f8f6f4', 'rtx-blackwell-mma']:\n"
+        "# one large product and 31 small ones, 15 binades below: where the presets' alignment differs\n"
+        "one = np.ones((1, 32))\nx = fp8emu.encode(np.concatenate([[[256.0]], np.full((1, 31), 2.0 ** -7)], axis=1), 'e4m3fn')\n"
+        "got = {}\nfor name in ['ada-mma', 'hopper-wgmma', 'blackwell-mma', 'blackwell-tcgen05-f8f6f4', 'rtx-blackwell-mma']:\n"
         "    d = instructions.mma(x, fp8emu.encode(one.T, 'e4m3fn'), instruction=name, a_format='e4m3fn')\n"
-        "    print(f'{name:26s} 1 + 31 * 2**-9 -> {float(d[0, 0]):.9f}')",
+        "    got[name] = float(d[0, 0])\n"
+        "    print(f'{name:26s} 256 + 31 * 2**-7 -> {got[name]:.9f}   (exact {256 + 31 * 2.0 ** -7})')\n"
+        "assert len(set(got.values())) > 1, 'inputs where the presets differ'",
         "fig = plots.figure_tensor_core_catalogue(size=SIZE)\nfig",
     ],
     "06_fp8_training": [

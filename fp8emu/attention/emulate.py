@@ -138,7 +138,6 @@ def _f32_number(v, what, *, positive, reciprocal=False):
         raise ValueError(f"{what} must be a finite number {want} as float32 (the type it is used in)"
                          + (", with a finite float32 reciprocal" if reciprocal else "")
                          + f"; got {v!r}, which is {float(v32)!r} in float32")
-    return v32
 
 
 def _fmt_or_wide(name, what, allow_none=True):
@@ -207,6 +206,8 @@ class AttentionRecipe:
     query_chunk : int
         Query rows processed together (memory bound; no effect on the numbers).
 
+    The defaults are FA3's (:func:`fa3_fp8`) with one descale per tensor.
+
     Examples
     --------
     >>> r = get_recipe("fa3-fp8")
@@ -248,8 +249,13 @@ class AttentionRecipe:
         for f, ok in choices.items():
             if getattr(self, f) not in ok:
                 raise ValueError(f"AttentionRecipe {f} must be one of {ok}, got {getattr(self, f)!r}")
-        for f in ("qk_accumulator", "pv_accumulator"):
-            get_accumulator(getattr(self, f))   # raises on an unknown name
+        for f, ops in (("qk_accumulator", ("q_format", "k_format")), ("pv_accumulator", ("p_format", "v_format"))):
+            acc = get_accumulator(getattr(self, f))   # raises on an unknown name
+            wide = [o for o in ops if getattr(self, o) is None or getattr(self, o) in _WIDE]
+            if acc.kind == "mma" and wide:   # refused here, not after the Q·K pass has run
+                raise ValueError(f"AttentionRecipe {f}={acc.name!r} is a tensor-core model that needs 8-bit "
+                                 f"operands, but {', '.join(wide)} {'is' if len(wide) == 1 else 'are'} not; use "
+                                 "'fp32' or 'exact'")
         for f in ("block_n", "query_chunk"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -273,7 +279,6 @@ class AttentionRecipe:
 
 
 # ----------------------------------------------------------------------------- named kernels
-_FA = "Dao-AILab/flash-attention"
 
 
 def fa3_fp8() -> AttentionRecipe:
@@ -507,9 +512,7 @@ def _descales(x32, fmt, recipe, given, what, group=1):
                                                                    f" or shape ({n},)") + f", got {d.shape}")
         elif gran == "kv-head":
             d = np.repeat(d, group)
-        if not np.all(np.isfinite(d)) or np.any(d <= 0):
-            raise ValueError(f"{what} descales must be finite and positive")
-        with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        with np.errstate(over="ignore", divide="ignore", under="ignore", invalid="ignore"):
             d32 = d.astype(F32)   # checked again as the float32 the kernel receives, with its reciprocal
             s32 = np.divide(F32(1), d32, dtype=F32)
         if not (np.all(np.isfinite(d32)) and np.all(d32 > 0) and np.all(np.isfinite(s32)) and np.all(s32 > 0)):

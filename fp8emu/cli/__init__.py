@@ -220,7 +220,7 @@ def main(argv=None) -> int:
         # The reader (e.g. `| head`) stopped early: not an error of ours.
         sys.stdout = open(os.devnull, "w")
         return 0
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, OSError, ArithmeticError) as exc:
         if os.environ.get("FP8EMU_TRACEBACK", "") not in ("", "0"):
             raise
         print(f"fp8emu {command}: error: {exc}", file=sys.stderr)

@@ -85,6 +85,8 @@ def run(args) -> int:
     recipes = None
     if args.recipes:
         recipes = [n.strip() for spec in args.recipes for n in spec.split(",") if n.strip()]
+        if not recipes:
+            raise ValueError(f"--recipes {' '.join(map(repr, args.recipes))} names no recipe (see --list-recipes)")
     # Every input is checked (paths, files, recipes, results.csv) before a cluster starts, and a
     # study with nothing left to do starts none.
     plan = study.plan_study(paths, out, recipes=recipes, include=args.include, exclude=args.exclude,

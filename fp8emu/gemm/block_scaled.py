@@ -210,7 +210,20 @@ def nvfp4_alpha(a_amax, b_amax, a_e4m3_max=448, b_e4m3_max=448):
     >>> float(nvfp4_alpha(1536.0, 1536.0, 256, 256))
     1.0
     """
-    p = np.multiply(np.float32(a_amax), np.float32(b_amax), dtype=np.float32)
+    amax = []
+    for name, v in (("a_amax", a_amax), ("b_amax", b_amax)):   # checked as the float32 TE computes with
+        try:
+            with np.errstate(over="ignore"):
+                v32 = np.asarray(v, dtype=np.float32)
+        except (TypeError, ValueError):
+            v32 = np.float32(np.nan)
+        if isinstance(v, (bool, str, bytes)) or not np.all(np.isfinite(v32)) or np.any(v32 < 0):
+            raise ValueError(f"{name} must be finite and >= 0 in float32 (the type alpha is computed in), got {v!r}")
+        amax.append(v32)
+    for name, e in (("a_e4m3_max", a_e4m3_max), ("b_e4m3_max", b_e4m3_max)):
+        if isinstance(e, bool) or e not in (448, 256):
+            raise ValueError(f"{name} must be 448 or 256 (TE's E4M3 bounds), got {e!r}")
+    p = np.multiply(amax[0], amax[1], dtype=np.float32)
     if a_e4m3_max == 448 and b_e4m3_max == 448:
         inv = _TE_FACTOR_INV
     else:

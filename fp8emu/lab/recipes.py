@@ -465,7 +465,7 @@ def select_recipes(patterns=None) -> list:
     """Recipes by name or glob, in matrix order; ``None`` gives :data:`DEFAULT_RECIPES`.
 
     ``"all"`` selects every recipe.  A pattern that matches nothing is an
-    error naming the available recipes.
+    error naming the available recipes, and so is an empty selection.
 
     Examples
     --------
@@ -477,6 +477,9 @@ def select_recipes(patterns=None) -> list:
         return [matrix[n] for n in DEFAULT_RECIPES if n in matrix]
     if isinstance(patterns, str):
         patterns = [p for p in patterns.split(",") if p]
+    if not patterns:   # '' or []: a study of nothing would write an empty results.csv and say ok
+        raise ValueError("no recipe named (an empty selection); give recipe names or globs, 'all', or "
+                         "None for the default selection")
     chosen = set()
     for pat in patterns:
         if pat == "all":

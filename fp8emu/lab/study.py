@@ -69,6 +69,8 @@ COLUMNS = (
     "frac_subnormal", "n_nonfinite_out", "clip_threshold", "exp_hist_in", "exp_hist_out",
 )
 
+#: Largest chunk size accepted (MiB; 1 TiB: a chunk is held in memory several times over).
+MAX_CHUNK_MB = 1 << 20
 #: Default chunk size (MiB of float32) of a large tensor.
 DEFAULT_CHUNK_MB = 16
 
@@ -442,7 +444,17 @@ def _rows(ref, recipes, stats, params, errors):
 
 
 def _pipeline(ref, recipes, chunk_elems, submit, gather):
-    """The three passes of one tensor; ``submit`` runs or schedules a stage, ``gather`` waits."""
+    """The three passes of one tensor; ``submit`` runs or schedules a stage, ``gather`` waits.
+
+    A failure names the checkpoint and the tensor (one bad tensor must not read as a bare NumPy message)."""
+    try:
+        return _passes(ref, recipes, chunk_elems, submit, gather)
+    except (ValueError, TypeError, MemoryError) as exc:
+        raise ValueError(f"{ref.checkpoint}: tensor {ref.name!r} {list(ref.shape)}: "
+                         f"{type(exc).__name__}: {exc}") from None
+
+
+def _passes(ref, recipes, chunk_elems, submit, gather):
     ranges = chunk_ranges(ref, chunk_elems)
     stats = metrics.combine(gather([submit(stage_stats, ref, a, b) for a, b in ranges]))
     hist = None
@@ -482,8 +494,9 @@ def _as_recipes(recipes):
 
 
 def _chunk_elems(chunk_mb):
-    if not (isinstance(chunk_mb, (int, float)) and math.isfinite(chunk_mb) and chunk_mb > 0):
-        raise ValueError(f"chunk size must be a positive number of MiB, got {chunk_mb!r}")
+    if isinstance(chunk_mb, bool) or not (isinstance(chunk_mb, (int, float)) and math.isfinite(chunk_mb)
+                                          and 0 < chunk_mb <= MAX_CHUNK_MB):
+        raise ValueError(f"chunk size must be a number of MiB in (0, {MAX_CHUNK_MB}], got {chunk_mb!r}")
     return max(1, int(chunk_mb * 2 ** 20) // 4)
 
 

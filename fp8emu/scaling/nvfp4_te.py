@@ -46,9 +46,14 @@ global amax (one per tensor, or one per row with ``row_scaled_nvfp4``) and
    (``with_random_sign_mask``, default) -- a matmul in the input's dtype.  For
    bfloat16 (and float16) inputs the product is formed as a GPU matmul does it,
    with float32 accumulation and one rounding of the result to the input dtype:
-   ``bf16(fl32(sum))`` (``sum`` exact; an fp32 accumulator is exact whenever
-   the 16 terms span at most 24 bits, as on TE's test data -- see
-   ``tests/test_te_nvfp4_parity.py``).  float32 inputs give ``fl32(sum)``.
+   ``bf16(fl32(sum))``.  fp8emu forms ``sum`` in float64 and rounds it once to
+   float32; that is one rounding of the *exact* sum when the block's 16 terms
+   span at most 25 binades (their 24-bit significands and 4 carry bits fit in
+   float64's 53), as on TE's test data (``tests/test_te_nvfp4_parity.py``).  A
+   block spanning more (``1e30`` beside ``1e-30``) may be rounded twice, in
+   float64 and then in float32 (``tests/test_docstring_claims.py`` shows such a
+   block); an fp32 accumulator itself is exact only when the terms span at most
+   24 bits.  float32 inputs give ``fl32(sum)`` under the same bound.
 7. ``row_scaled_nvfp4`` (TE PR #2931/#3206): ``A`` is the amax of each row
    (each line along ``axis``) instead of the whole tensor.
 8. ``stochastic_rounding``: step 4 rounds stochastically.  TE's kernels draw
@@ -113,6 +118,7 @@ Option combinations TE rejects are rejected with TE's message (see
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import ml_dtypes
 import numpy as np
@@ -276,8 +282,8 @@ def _te_rht(x2, src_dtype, with_sign_mask):
     signs = np.asarray(TE_WGRAD_SIGNS if with_sign_mask else (1,) * RHT_SIZE, dtype=np.float64)
     r = signs[:, None] * hadamard_matrix(RHT_SIZE) * 0.25
     blocks = x2.astype(np.float64).reshape(x2.shape[0], n // RHT_SIZE, RHT_SIZE)
-    # each output is 16 terms +-u/4 of a bfloat16/float32 u: exact in float64 for these
-    # inputs' exponent spans; one float32 rounding models the fp32 accumulator
+    # each output is 16 terms +-u/4 of a bfloat16/float32 u: exact in float64 while a block's terms
+    # span at most 25 binades (module docstring, step 6); one float32 rounding models the fp32 accumulator
     y = (blocks @ r).reshape(x2.shape).astype(np.float32)
     if src_dtype in (_BF16, np.dtype(np.float16)):
         y = y.astype(src_dtype).astype(np.float32)
@@ -469,7 +475,7 @@ def quantize_nvfp4_te(x, quantizer: NVFP4Quantizer | None = None, *, axis=-1, gl
         raise ValueError("rng and random_bits apply only to stochastic_rounding=True")
     moved = np.moveaxis(xf, ax, -1)
     lead, n = moved.shape[:-1], moved.shape[-1]
-    x2 = np.ascontiguousarray(moved).reshape(-1, n)
+    x2 = np.ascontiguousarray(moved).reshape(math.prod(lead), n)   # -1 cannot be inferred when n == 0
     if q.with_rht:
         x2 = _te_rht(x2, src_dtype, q.with_random_sign_mask)
     m = x2.shape[0]
