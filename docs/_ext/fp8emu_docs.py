@@ -16,6 +16,7 @@ name has an entry and an example.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 from pathlib import Path
@@ -47,6 +48,9 @@ API_SECTIONS = [
                                       "fp8emu.lab.study", "fp8emu.lab.report", "fp8emu.lab.attention"]),
     ("Command line", ["fp8emu.cli"]),
 ]
+if importlib.util.find_spec("torch") is not None:    # the optional torch adapter imports torch
+    API_SECTIONS.append(("Torch models", ["fp8emu.torch", "fp8emu.torch.swap", "fp8emu.torch.recipes",
+                                          "fp8emu.torch.stacks", "fp8emu.torch.linear", "fp8emu.torch.gemms"]))
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).
@@ -65,6 +69,8 @@ def modules_with_all() -> list:
     for info in pkgutil.walk_packages(fp8emu.__path__, prefix="fp8emu."):
         if info.name == "fp8emu.__main__":
             continue
+        if info.name.startswith("fp8emu.torch") and importlib.util.find_spec("torch") is None:
+            continue    # the optional torch adapter: documented where torch is installed
         if hasattr(importlib.import_module(info.name), "__all__"):
             out.append(info.name)
     return out
