@@ -384,3 +384,40 @@ def test_recipe_objects_are_frozen_and_configurable():
     m = torch.nn.Sequential(torch.nn.Linear(16, 16))
     ft.emulate(m, r, ft.get_stack("cpu"))
     assert m[0].amax_history_input.shape == (16,)
+
+
+# ----------------------------------------------------------------------------- torchao, live
+def _torchao_operand(t, fmt, granularity, dim, pow2):
+    ao = pytest.importorskip("torchao.float8.float8_scaling_utils")
+    cfg = pytest.importorskip("torchao.float8.config")
+    tt = pytest.importorskip("torchao.float8.float8_training_tensor")
+    mm = tt.ScaledMMConfig(True, False, False, False)
+    lin = tt.LinearMMConfig(mm, mm, mm)
+    gran = cfg.ScalingGranularity.TENSORWISE if granularity == "tensorwise" else cfg.ScalingGranularity.AXISWISE
+    dtype = torch.float8_e4m3fn if fmt == "e4m3fn" else torch.float8_e5m2
+    f8 = ao.hp_tensor_to_float8_dynamic(t, dtype, lin, scaling_granularity=gran, axiswise_dim=dim,
+                                        round_scales_to_power_of_2=pow2)
+    return f8._data.view(torch.uint8).numpy(), torch.reciprocal(f8._scale).numpy()
+
+
+@pytest.mark.parametrize("granularity", ["tensorwise", "rowwise"])
+def test_torchao_operands_equal_torchao_float8_bit_for_bit(granularity):
+    """The torchao recipes' quantized operands equal torchao's own Float8TrainingTensor (codes and
+    1/scale) for every tensor and usage: x, w and dy, row-wise along K of each GEMM."""
+    recipe = ft.get_recipe(f"torchao-{granularity}")
+    r = np.random.default_rng(3)
+    x = (r.standard_normal((64, 32)) * r.lognormal(0, 2, (64, 1))).astype(np.float32)
+    x[0, :4] = [3e-39, -1e-41, 0.0, 7e5]              # subnormal input, a value past E4M3's max
+    w = (r.standard_normal((48, 32)) * 0.05).astype(np.float32)
+    dy = (r.standard_normal((64, 48)) * 1e-5).astype(np.float32)
+    pow2 = granularity == "rowwise"
+    # (role, GEMM-layout array, K axis, pass, torchao's axiswise_dim on the same array)
+    cases = [("input", x, 1, "fprop", -1), ("weight", w.T, 0, "fprop", 0), ("grad_output", dy, 1, "dgrad", -1),
+             ("weight", w, 0, "dgrad", 0), ("grad_output", dy.T, 1, "wgrad", -1), ("input", x, 0, "wgrad", 0)]
+    for role, arr, k_axis, pass_, dim in cases:
+        op = recipe.operand(role, np.ascontiguousarray(arr), k_axis, pass_)
+        codes, sinv = _torchao_operand(torch.from_numpy(np.ascontiguousarray(arr)), recipe.formats()[role],
+                                       granularity, dim if granularity == "rowwise" else None, pow2)
+        assert np.array_equal(op.codes, codes), (role, pass_)
+        assert np.array_equal(np.asarray(op.scale_inv, np.float32).reshape(sinv.shape).view(np.uint32),
+                              sinv.astype(np.float32).view(np.uint32)), (role, pass_)
