@@ -4,7 +4,8 @@ One pre-norm transformer block (d_model 256, 4 heads, sequence 256, batch 8: 204
 attention by ``torch.nn.functional.scaled_dot_product_attention``, causal; MLP 256-1024-256
 with GELU), forward and backward of ``mean(y**2)``.  Its four ``nn.Linear`` layers are
 swapped by :func:`fp8emu.torch.emulate`; everything else runs in torch, as in the plain step.
-Both steps run in this process, alternately, and the median of ``--repeats`` is taken;
+After one untimed step of each, both steps run in this process, alternately, and the
+median of ``--repeats`` is taken;
 wall time and process CPU time are reported.
 
 Usage::
@@ -25,8 +26,10 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-if "--threads" in sys.argv:      # NumPy's BLAS on as many threads as the rest (set before numpy loads)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", sys.argv[sys.argv.index("--threads") + 1])
+# NumPy's BLAS on one thread (set before numpy loads): the GEMM models make many small matrix
+# products, which OpenBLAS on two threads ran 10x slower here (block_scaled_mm kind::mxf8f6f4,
+# 2048x256x768: 9.6 s against 0.8 s wall); fp8emu parallelises with its own threads instead.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -107,6 +110,8 @@ def main():
         ref = Block()
         ref.load_state_dict(base.state_dict())
         step(ref, x)                       # warm torch's kernels
+        step(model, x)   # and delayed scaling's scales: its first step quantizes with scale 1, which
+        #                  leaves the weights' codes in E4M3's subnormals (a slower path of the GEMM model)
         em, pl = [], []
         for _ in range(args.repeats):      # alternate the two, take medians
             em.append(timed(lambda: step(model, x)))
