@@ -421,3 +421,22 @@ def test_torchao_operands_equal_torchao_float8_bit_for_bit(granularity):
         assert np.array_equal(op.codes, codes), (role, pass_)
         assert np.array_equal(np.asarray(op.scale_inv, np.float32).reshape(sinv.shape).view(np.uint32),
                               sinv.astype(np.float32).view(np.uint32)), (role, pass_)
+
+
+def test_an_inf_gradient_saturates_as_te_current_scaling_does_and_is_counted():
+    # TE's current scaling: an Inf makes the amax Inf, so the scale is 1 and the Inf saturates to
+    # +-57344 (E5M2's max): dgrad stays finite, the Inf is counted
+    x, w, b, dy = _data(M=64, K=64, N=64)
+    dy[2, 7] = np.inf
+    model, y, dx, dw = _run("te-current", "exact", x, w, b, dy, diagnostics=True)
+    g = [r for r in ft.diagnostics(model) if r["pass"] == "dgrad" and r["tensor"] == "grad_output"][0]
+    assert g["n_nonfinite"] == 1 and g["scale"] == 1.0
+    assert np.isfinite(dx).all()
+    q = quantize_tensorwise(dy, "e5m2")
+    assert float(q.scale) == 1.0 and q.dequantize()[2, 7] == 57344.0
+
+
+def test_an_old_torch_is_refused_with_the_version_needed(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "2.3.1")
+    with pytest.raises(RuntimeError, match=r"^fp8emu.torch needs torch >= 2.4; this is torch 2.3.1$"):
+        ft.emulate(torch.nn.Sequential(torch.nn.Linear(16, 16)), "te-current")
