@@ -440,3 +440,23 @@ def test_an_old_torch_is_refused_with_the_version_needed(monkeypatch):
     monkeypatch.setattr(torch, "__version__", "2.3.1")
     with pytest.raises(RuntimeError, match=r"^fp8emu.torch needs torch >= 2.4; this is torch 2.3.1$"):
         ft.emulate(torch.nn.Sequential(torch.nn.Linear(16, 16)), "te-current")
+
+
+# ----------------------------------------------------------------------------- FP8 attention (inference)
+def test_fp8_sdpa_is_fp8emu_attention_per_batch_element():
+    from fp8emu.attention import attention
+    r = np.random.default_rng(5)
+    q, k, v = (r.standard_normal((2, 4, 64, 32)).astype(np.float32) for _ in range(3))
+    sdpa = ft.fp8_sdpa("fa3-fp8")
+    with torch.no_grad():
+        out = sdpa(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), is_causal=True).numpy()
+    for b in range(2):
+        exp = attention(q[b], k[b], v[b], "fa3-fp8", causal=True, reference=False).out
+        assert np.array_equal(_bits(out[b]), _bits(exp))
+    ref = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(t) for t in (q, k, v)), is_causal=True)
+    assert 0 < np.abs(out - ref.numpy()).max() < 0.2          # FP8, not float32, and close to it
+    with pytest.raises(RuntimeError, match="forward only"):
+        sdpa(torch.from_numpy(q).requires_grad_(True), torch.from_numpy(k), torch.from_numpy(v))
+    with pytest.raises(ValueError, match="no attn_mask"):
+        with torch.no_grad():
+            sdpa(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), attn_mask=torch.ones(64, 64))

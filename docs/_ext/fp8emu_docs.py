@@ -50,7 +50,8 @@ API_SECTIONS = [
 ]
 if importlib.util.find_spec("torch") is not None:    # the optional torch adapter imports torch
     API_SECTIONS.append(("Torch models", ["fp8emu.torch", "fp8emu.torch.swap", "fp8emu.torch.recipes",
-                                          "fp8emu.torch.stacks", "fp8emu.torch.linear", "fp8emu.torch.gemms"]))
+                                          "fp8emu.torch.stacks", "fp8emu.torch.linear", "fp8emu.torch.gemms",
+                                          "fp8emu.torch.attention"]))
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).
