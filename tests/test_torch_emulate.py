@@ -301,6 +301,7 @@ def test_diagnostics_rows_count_nan_saturation_and_error():
         ("fprop", "input"), ("fprop", "weight"), ("dgrad", "grad_output"), ("dgrad", "weight"),
         ("wgrad", "grad_output"), ("wgrad", "input")]
     fin = rows[0]
+    assert tuple(fin) == ft.swap.ROW_KEYS
     assert fin["n_nonfinite"] == 1 and fin["layer"] == "0" and fin["step"] == 0
     xf = np.delete(x.ravel(), 3 * 64 + 5)
     assert fin["amax"] == np.abs(xf).max()

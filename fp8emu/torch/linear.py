@@ -111,10 +111,12 @@ class EmulatedLinear(nn.Module):
             den = np.linalg.norm(ref)
             err = float(np.linalg.norm(o - ref) / den) if den > 0 else float("nan")
         for tensor, arr, op in pairs:
-            row = {"layer": self.layer_name, "pass": pass_, "step": step, "tensor": tensor}
-            row.update(operand_stats(arr, op))
-            row["gemm_rel_err"] = err
-            self.diagnostic_rows.append(row)
+            stats = operand_stats(arr, op)
+            self.diagnostic_rows.append({
+                "layer": self.layer_name, "pass": pass_, "step": step, "tensor": tensor,
+                **{k: stats[k] for k in ("amax", "scale", "frac_saturated", "frac_underflow", "frac_flushed",
+                                         "n_nonfinite")},
+                "gemm_rel_err": err})
 
     def check_tokens(self, m):
         mult = self.multiple
