@@ -371,6 +371,10 @@ def test_unknown_names_and_bad_objects():
         ft.emulate(m, "te-current", "a100")
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         ft.emulate([1, 2], "te-current")
+    with pytest.raises(ValueError, match="seed must be an int >= 0, got -1"):
+        ft.emulate(m, "te-current", seed=-1)
+    with pytest.raises(TypeError, match="diagnostics must be True or False"):
+        ft.emulate(m, "te-current", diagnostics="yes")
     with pytest.raises(ValueError, match="wrap a bare nn.Linear"):
         ft.emulate(torch.nn.Linear(16, 16), "te-current")
     assert type(m[0]) is torch.nn.Linear            # nothing was swapped by the failed calls
