@@ -465,3 +465,22 @@ def test_fp8_sdpa_is_fp8emu_attention_per_batch_element():
     with pytest.raises(ValueError, match="no attn_mask"):
         with torch.no_grad():
             sdpa(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), attn_mask=torch.ones(64, 64))
+
+
+@pytest.mark.parametrize("granularity", ["tensorwise", "rowwise"])
+def test_torchao_operands_equal_the_recorded_torchao_vectors(granularity):
+    """The same proof without torchao installed: vectors recorded by tools/record_torchao_operands.py."""
+    from pathlib import Path
+    rec = np.load(Path(__file__).parent / "data" / "torch_emulate" / "torchao_operands.npz")
+    assert str(rec["torchao_version"]) == "0.18.0"
+    recipe = ft.get_recipe(f"torchao-{granularity}")
+    usages = [("input", "x", False, 1, "fprop"), ("weight", "w", True, 0, "fprop"),
+              ("grad_output", "dy", False, 1, "dgrad"), ("weight", "w", False, 0, "dgrad"),
+              ("grad_output", "dy", True, 1, "wgrad"), ("input", "x", False, 0, "wgrad")]
+    for i, (role, name, tr, k_axis, pass_) in enumerate(usages):
+        arr = np.ascontiguousarray(rec[name].T if tr else rec[name])
+        op = recipe.operand(role, arr, k_axis, pass_)
+        codes, sinv = rec[f"{granularity}_{i}_codes"], rec[f"{granularity}_{i}_scale_inv"]
+        assert np.array_equal(op.codes, codes), (role, pass_)
+        assert np.array_equal(np.asarray(op.scale_inv, np.float32).reshape(sinv.shape).view(np.uint32),
+                              sinv.view(np.uint32)), (role, pass_)
