@@ -55,7 +55,8 @@ def main():
             e5m2 = gran == "tensorwise" and role == "grad_output"
             f8 = hp_tensor_to_float8_dynamic(
                 torch.from_numpy(arr), torch.float8_e5m2 if e5m2 else torch.float8_e4m3fn, lin,
-                scaling_granularity=ScalingGranularity.TENSORWISE if gran == "tensorwise" else ScalingGranularity.AXISWISE,
+                scaling_granularity=(ScalingGranularity.TENSORWISE if gran == "tensorwise"
+                                     else ScalingGranularity.AXISWISE),
                 axiswise_dim=None if gran == "tensorwise" else (-1 if k_axis == 1 else 0),
                 round_scales_to_power_of_2=gran == "rowwise")
             out[f"{gran}_{i}_codes"] = f8._data.view(torch.uint8).numpy()
