@@ -55,7 +55,7 @@ def _modules():
         if info.name == "fp8emu.__main__":   # importing it runs the command line
             continue
         if info.name.startswith("fp8emu.torch") and importlib.util.find_spec("torch") is None:
-            continue                         # the optional torch adapter needs torch
+            continue                           # the optional torch adapter needs torch
         yield importlib.import_module(info.name)
 
 

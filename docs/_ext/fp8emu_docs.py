@@ -48,7 +48,8 @@ API_SECTIONS = [
                                       "fp8emu.lab.study", "fp8emu.lab.report", "fp8emu.lab.attention"]),
     ("Command line", ["fp8emu.cli"]),
 ]
-if importlib.util.find_spec("torch") is not None:    # the optional torch adapter imports torch
+# The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.
+if importlib.util.find_spec("torch") is not None:
     API_SECTIONS.append(("Torch models", ["fp8emu.torch", "fp8emu.torch.swap", "fp8emu.torch.recipes",
                                           "fp8emu.torch.stacks", "fp8emu.torch.linear", "fp8emu.torch.gemms",
                                           "fp8emu.torch.attention"]))
@@ -71,7 +72,7 @@ def modules_with_all() -> list:
         if info.name == "fp8emu.__main__":
             continue
         if info.name.startswith("fp8emu.torch") and importlib.util.find_spec("torch") is None:
-            continue    # the optional torch adapter: documented where torch is installed
+            continue
         if hasattr(importlib.import_module(info.name), "__all__"):
             out.append(info.name)
     return out
