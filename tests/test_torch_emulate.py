@@ -489,3 +489,11 @@ def test_torchao_operands_equal_the_recorded_torchao_vectors(granularity):
         assert np.array_equal(op.codes, codes), (role, pass_)
         assert np.array_equal(np.asarray(op.scale_inv, np.float32).reshape(sinv.shape).view(np.uint32),
                               sinv.view(np.uint32)), (role, pass_)
+
+
+def test_delayed_state_converted_to_bfloat16_is_refused():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, "te-delayed", "h100")
+    model.to(torch.bfloat16)
+    with pytest.raises(TypeError, match=r"^layer '0': delayed scaling's state was converted to torch.bfloat16"):
+        model(torch.ones(16, 16, dtype=torch.bfloat16))
