@@ -369,6 +369,8 @@ _BAD_LINES = {
     "attention-study folder": ["attention-study", "--figure", "."],
     "attention-study svg": ["attention-study", "--figure", "fig.svg"],
     "study chunk": ["study", "--demo", "--out", "o", "--chunk-mb", "1e308"],   # was an OverflowError traceback
+    "train-study": ["train-study", "--steps", "0"],
+    "train-study recipe": ["train-study", "--recipes", "no-such-recipe"],
 }
 
 

@@ -55,7 +55,7 @@ def test_scaled_mm_takes_ml_dtypes_and_jax_fp8_operands():
 
 def test_scaled_mm_refuses_an_operand_of_another_format():
     a, b = _operands()
-    with pytest.raises(ValueError, match="not e4m3fn codes"):
+    with pytest.raises(ValueError, match="a_format is e4m3fn but a holds e5m2 codes"):
         fp8emu.scaled_mm(a.view(ml_dtypes.float8_e5m2), b, a_format="e4m3fn", b_format="e4m3fn")
 
 

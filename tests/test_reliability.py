@@ -253,8 +253,8 @@ def test_bad_block_is_a_clear_error(block):
     ({"bias": -2000}, r"Format.bias must be in -1008\.\.1020"),
     ({"bias": 1021}, r"Format.bias must be in"),
     ({"bias": -1009}, r"Format.bias must be in"),
-    ({"ebits": 9, "mbits": 0}, r"Format.ebits must be in 1\.\.8"),
-    ({"ebits": 0}, r"Format.ebits must be in 1\.\.8"),
+    ({"ebits": 9, "mbits": 0}, r"Format.ebits must be in 0\.\.8"),      # 0: scaled integers (FP4 E0M3)
+    ({"ebits": -1}, r"Format.ebits must be in 0\.\.8"),
     ({"mbits": -1}, r"Format.mbits must be in 0\.\.7"),
     ({"ebits": 5, "mbits": 3}, r"at most 8 bits"),
     ({"name": ""}, r"Format.name"),

@@ -273,9 +273,11 @@ def test_same_seed_same_bits_and_another_seed_other_bits():
     assert np.array_equal(r1[1], r3[1])              # fprop has no stochastic rounding
 
 
-@pytest.mark.parametrize("recipe,gpu", [("te-mxfp8", "b200"), ("torchao-rowwise", "h100"), ("te-block", "h100")])
-def test_any_thread_count_and_batch_split(recipe, gpu):
-    x, w, b, dy = _data(M=128, K=256, N=64)
+@pytest.mark.parametrize("recipe,gpu,splits", [("te-mxfp8", "b200", True), ("torchao-rowwise", "h100", True),
+                                               ("te-block", "h100", True), ("te-nvfp4", "b200", False)])
+def test_any_thread_count_and_batch_split(recipe, gpu, splits):
+    x, w, b, dy = _data(M=1024, K=256, N=256)     # 2**18 elements: fp8emu's threads split the work
+    torch_threads = torch.get_num_threads()
     try:
         set_threads(1)
         one = _run(recipe, gpu, x, w, b, dy)
@@ -284,10 +286,13 @@ def test_any_thread_count_and_batch_split(recipe, gpu):
         two = _run(recipe, gpu, x, w, b, dy)
     finally:
         set_threads(None)
+        torch.set_num_threads(torch_threads)
     for a, c in zip(one[1:], two[1:]):
         assert np.array_equal(_bits(a), _bits(c))
+    if not splits:       # NVFP4's per-tensor scale comes from the whole batch's amax
+        return
     # row-wise / block-wise scaling along K: the forward of two half batches is the whole batch's
-    halves = np.concatenate([_run(recipe, gpu, h, w, b, dy[:64])[1] for h in (x[:64], x[64:])])
+    halves = np.concatenate([_run(recipe, gpu, h, w, b, dy[:512])[1] for h in (x[:512], x[512:])])
     assert np.array_equal(_bits(halves), _bits(one[1]))
 
 
@@ -301,6 +306,7 @@ def test_diagnostics_rows_count_nan_saturation_and_error():
         ("fprop", "input"), ("fprop", "weight"), ("dgrad", "grad_output"), ("dgrad", "weight"),
         ("wgrad", "grad_output"), ("wgrad", "input")]
     fin = rows[0]
+    assert tuple(fin) == ft.swap.ROW_KEYS
     assert fin["n_nonfinite"] == 1 and fin["layer"] == "0" and fin["step"] == 0
     xf = np.delete(x.ravel(), 3 * 64 + 5)
     assert fin["amax"] == np.abs(xf).max()
@@ -370,6 +376,10 @@ def test_unknown_names_and_bad_objects():
         ft.emulate(m, "te-current", "a100")
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         ft.emulate([1, 2], "te-current")
+    with pytest.raises(ValueError, match="seed must be an int >= 0, got -1"):
+        ft.emulate(m, "te-current", seed=-1)
+    with pytest.raises(TypeError, match="diagnostics must be True or False"):
+        ft.emulate(m, "te-current", diagnostics="yes")
     with pytest.raises(ValueError, match="wrap a bare nn.Linear"):
         ft.emulate(torch.nn.Linear(16, 16), "te-current")
     assert type(m[0]) is torch.nn.Linear            # nothing was swapped by the failed calls
@@ -384,3 +394,106 @@ def test_recipe_objects_are_frozen_and_configurable():
     m = torch.nn.Sequential(torch.nn.Linear(16, 16))
     ft.emulate(m, r, ft.get_stack("cpu"))
     assert m[0].amax_history_input.shape == (16,)
+
+
+# ----------------------------------------------------------------------------- torchao, live
+def _torchao_operand(t, fmt, granularity, dim, pow2):
+    ao = pytest.importorskip("torchao.float8.float8_scaling_utils")
+    cfg = pytest.importorskip("torchao.float8.config")
+    tt = pytest.importorskip("torchao.float8.float8_training_tensor")
+    mm = tt.ScaledMMConfig(True, False, False, False)
+    lin = tt.LinearMMConfig(mm, mm, mm)
+    gran = cfg.ScalingGranularity.TENSORWISE if granularity == "tensorwise" else cfg.ScalingGranularity.AXISWISE
+    dtype = torch.float8_e4m3fn if fmt == "e4m3fn" else torch.float8_e5m2
+    f8 = ao.hp_tensor_to_float8_dynamic(t, dtype, lin, scaling_granularity=gran, axiswise_dim=dim,
+                                        round_scales_to_power_of_2=pow2)
+    return f8._data.view(torch.uint8).numpy(), torch.reciprocal(f8._scale).numpy()
+
+
+@pytest.mark.parametrize("granularity", ["tensorwise", "rowwise"])
+def test_torchao_operands_equal_torchao_float8_bit_for_bit(granularity):
+    """The torchao recipes' quantized operands equal torchao's own Float8TrainingTensor (codes and
+    1/scale) for every tensor and usage: x, w and dy, row-wise along K of each GEMM."""
+    recipe = ft.get_recipe(f"torchao-{granularity}")
+    r = np.random.default_rng(3)
+    x = (r.standard_normal((64, 32)) * r.lognormal(0, 2, (64, 1))).astype(np.float32)
+    x[0, :4] = [3e-39, -1e-41, 0.0, 7e5]              # subnormal input, a value past E4M3's max
+    w = (r.standard_normal((48, 32)) * 0.05).astype(np.float32)
+    dy = (r.standard_normal((64, 48)) * 1e-5).astype(np.float32)
+    pow2 = granularity == "rowwise"
+    # (role, GEMM-layout array, K axis, pass, torchao's axiswise_dim on the same array)
+    cases = [("input", x, 1, "fprop", -1), ("weight", w.T, 0, "fprop", 0), ("grad_output", dy, 1, "dgrad", -1),
+             ("weight", w, 0, "dgrad", 0), ("grad_output", dy.T, 1, "wgrad", -1), ("input", x, 0, "wgrad", 0)]
+    for role, arr, k_axis, pass_, dim in cases:
+        op = recipe.operand(role, np.ascontiguousarray(arr), k_axis, pass_)
+        codes, sinv = _torchao_operand(torch.from_numpy(np.ascontiguousarray(arr)), recipe.formats()[role],
+                                       granularity, dim if granularity == "rowwise" else None, pow2)
+        assert np.array_equal(op.codes, codes), (role, pass_)
+        assert np.array_equal(np.asarray(op.scale_inv, np.float32).reshape(sinv.shape).view(np.uint32),
+                              sinv.astype(np.float32).view(np.uint32)), (role, pass_)
+
+
+def test_an_inf_gradient_saturates_as_te_current_scaling_does_and_is_counted():
+    # TE's current scaling: an Inf makes the amax Inf, so the scale is 1 and the Inf saturates to
+    # +-57344 (E5M2's max): dgrad stays finite, the Inf is counted
+    x, w, b, dy = _data(M=64, K=64, N=64)
+    dy[2, 7] = np.inf
+    model, y, dx, dw = _run("te-current", "exact", x, w, b, dy, diagnostics=True)
+    g = [r for r in ft.diagnostics(model) if r["pass"] == "dgrad" and r["tensor"] == "grad_output"][0]
+    assert g["n_nonfinite"] == 1 and g["scale"] == 1.0
+    assert np.isfinite(dx).all()
+    q = quantize_tensorwise(dy, "e5m2")
+    assert float(q.scale) == 1.0 and q.dequantize()[2, 7] == 57344.0
+
+
+def test_an_old_torch_is_refused_with_the_version_needed(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "2.3.1")
+    with pytest.raises(RuntimeError, match=r"^fp8emu.torch needs torch >= 2.4; this is torch 2.3.1$"):
+        ft.emulate(torch.nn.Sequential(torch.nn.Linear(16, 16)), "te-current")
+
+
+# ----------------------------------------------------------------------------- FP8 attention (inference)
+def test_fp8_sdpa_is_fp8emu_attention_per_batch_element():
+    from fp8emu.attention import attention
+    r = np.random.default_rng(5)
+    q, k, v = (r.standard_normal((2, 4, 64, 32)).astype(np.float32) for _ in range(3))
+    sdpa = ft.fp8_sdpa("fa3-fp8")
+    with torch.no_grad():
+        out = sdpa(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), is_causal=True).numpy()
+    for b in range(2):
+        exp = attention(q[b], k[b], v[b], "fa3-fp8", causal=True, reference=False).out
+        assert np.array_equal(_bits(out[b]), _bits(exp))
+    ref = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(t) for t in (q, k, v)), is_causal=True)
+    assert 0 < np.abs(out - ref.numpy()).max() < 0.2          # FP8, not float32, and close to it
+    with pytest.raises(RuntimeError, match="forward only"):
+        sdpa(torch.from_numpy(q).requires_grad_(True), torch.from_numpy(k), torch.from_numpy(v))
+    with pytest.raises(ValueError, match="no attn_mask"):
+        with torch.no_grad():
+            sdpa(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), attn_mask=torch.ones(64, 64))
+
+
+@pytest.mark.parametrize("granularity", ["tensorwise", "rowwise"])
+def test_torchao_operands_equal_the_recorded_torchao_vectors(granularity):
+    """The same proof without torchao installed: vectors recorded by tools/record_torchao_operands.py."""
+    from pathlib import Path
+    rec = np.load(Path(__file__).parent / "data" / "torch_emulate" / "torchao_operands.npz")
+    assert str(rec["torchao_version"]) == "0.18.0"
+    recipe = ft.get_recipe(f"torchao-{granularity}")
+    usages = [("input", "x", False, 1, "fprop"), ("weight", "w", True, 0, "fprop"),
+              ("grad_output", "dy", False, 1, "dgrad"), ("weight", "w", False, 0, "dgrad"),
+              ("grad_output", "dy", True, 1, "wgrad"), ("input", "x", False, 0, "wgrad")]
+    for i, (role, name, tr, k_axis, pass_) in enumerate(usages):
+        arr = np.ascontiguousarray(rec[name].T if tr else rec[name])
+        op = recipe.operand(role, arr, k_axis, pass_)
+        codes, sinv = rec[f"{granularity}_{i}_codes"], rec[f"{granularity}_{i}_scale_inv"]
+        assert np.array_equal(op.codes, codes), (role, pass_)
+        assert np.array_equal(np.asarray(op.scale_inv, np.float32).reshape(sinv.shape).view(np.uint32),
+                              sinv.view(np.uint32)), (role, pass_)
+
+
+def test_delayed_state_converted_to_bfloat16_is_refused():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, "te-delayed", "h100")
+    model.to(torch.bfloat16)
+    with pytest.raises(TypeError, match=r"^layer '0': delayed scaling's state was converted to torch.bfloat16"):
+        model(torch.ones(16, 16, dtype=torch.bfloat16))

@@ -15,6 +15,7 @@ Two things live here:
 from .tensors import TorchScaled, device_of, from_torch, scaled_to_torch, to_torch, torch_dtype
 from .ops import (block_scaled_mm, decode, encode, quantize, quantize_axiswise, quantize_blockwise,
                   quantize_mx, quantize_nvfp4, quantize_tensorwise, scaled_mm)
+from .attention import fp8_sdpa
 from .linear import EmulatedLinear
 from .recipes import (
     DeepSeekV3, TEBlockScaling, TECurrentScaling, TEDelayedScaling, TEMXFP8BlockScaling,
@@ -29,4 +30,4 @@ __all__ = ["TorchScaled", "device_of", "from_torch", "scaled_to_torch", "to_torc
            "emulate", "EmulationReport", "diagnostics", "reset_diagnostics", "recipe_names", "stack_names",
            "get_recipe", "get_stack", "Stack", "EmulatedLinear", "TrainingRecipe", "TEDelayedScaling",
            "TECurrentScaling", "TEBlockScaling", "DeepSeekV3", "TEMXFP8BlockScaling", "TENVFP4BlockScaling",
-           "TorchaoFloat8"]
+           "TorchaoFloat8", "fp8_sdpa"]
