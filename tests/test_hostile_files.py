@@ -303,7 +303,7 @@ def test_a_tensor_with_a_zero_last_dimension_is_studied(tmp_path):
                   "w": {"dtype": "F32", "shape": [5, 0], "data_offsets": [8, 8]}}, F32([1, 2]).tobytes())
     res = study.run_study([p], tmp_path / "out", recipes=["all"], progress=False)
     rows = [r for r in res["rows"] if r["tensor"] == "w"]
-    assert len(rows) == len(fp8emu.recipes.select_recipes(["all"])) and all(r["shape"] == "5x0" for r in rows)
+    assert len(rows) == len(fp8emu.lab.recipes.select_recipes(["all"])) and all(r["shape"] == "5x0" for r in rows)
 
 
 @pytest.mark.parametrize("kind", ["safetensors", "npz", "npy"])
@@ -352,7 +352,7 @@ def test_an_empty_recipe_selection_is_refused(tmp_path, capsys, recipes):
     assert main(argv) == 2
     assert "names no recipe" in capsys.readouterr().err and not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="no recipe named"):
-        fp8emu.recipes.select_recipes([])
+        fp8emu.lab.recipes.select_recipes([])
     with pytest.raises(ValueError, match="no recipe named"):
         study.run_study([p], tmp_path / "out2", recipes="", progress=False)
 
