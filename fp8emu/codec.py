@@ -40,7 +40,7 @@ from .formats import get_format
 from .profiles import get_profile
 from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation, finish_codes
 from .tables import (
-    CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table,
+    CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table, decode_dtype,
     decode_take, encode_exact, encode_table, encoder_plan, lookup, source_name, sticky16_ok, table_ok,
 )
 
@@ -680,12 +680,7 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None, threads=None) -> np.nd
     """
     fmt = get_format(fmt)
     prof = get_profile(profile)
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in DECODE_DTYPES:
-        raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
+    dt = decode_dtype(dtype)
     if isinstance(codes, (list, tuple)) and np.size(codes) == 0:
         codes = np.zeros(np.shape(codes), np.uint8)   # NumPy would make an empty list float64
     c = as_codes(codes, fmt)

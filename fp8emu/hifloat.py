@@ -50,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 from .codec import _random_source
-from .tables import DECODE_DTYPES, as_array
+from .tables import as_array, decode_dtype
 
 __all__ = ["HIF8_MAX", "HIF8_MIN_SUBNORMAL", "HIF8_INF_CODE", "HIF8_NAN_CODE", "HIF8_ROUNDING",
            "hif8_values", "hif8_decode", "hif8_encode", "hif8_summary"]
@@ -143,12 +143,7 @@ def hif8_decode(codes, dtype=np.float32) -> np.ndarray:
         raise TypeError(f"HiF8 codes must be an integer array, got dtype {c.dtype}")
     if c.size and (int(c.min()) < 0 or int(c.max()) > 0xFF):
         raise ValueError("HiF8 codes must lie in 0..255")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in DECODE_DTYPES:
-        raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
+    dt = decode_dtype(dtype)
     return _VALUES.astype(dt)[c.astype(np.intp)]
 
 

@@ -44,7 +44,7 @@ from .interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
 from .rounding import check_saturation, finish_codes, nan_codes, round_exact
 
 __all__ = [
-    "SOURCE_DTYPES", "DECODE_DTYPES", "source_name", "as_array", "as_codes", "encode_exact",
+    "SOURCE_DTYPES", "DECODE_DTYPES", "decode_dtype", "source_name", "as_array", "as_codes", "encode_exact",
     "table_ok", "table_inputs", "encode_table", "cached_encode_table", "lookup", "decode_table", "decode_take", "CHUNK",
 ]
 
@@ -64,6 +64,23 @@ _SOURCE_NAMES = {dt: name for name, dt in SOURCE_DTYPES.items()}
 SOURCE_SHORT_NAMES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
 #: dtypes that decode can produce (the same four types).
 DECODE_DTYPES = tuple(SOURCE_DTYPES.values())
+
+
+def decode_dtype(dtype) -> np.dtype:
+    """``dtype`` as one of :data:`DECODE_DTYPES`, or one TypeError naming the accepted ones.
+
+    Examples
+    --------
+    >>> decode_dtype("float32")
+    dtype('float32')
+    """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt not in DECODE_DTYPES:
+        raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
+    return dt
 # (uint view, exponent bits, mantissa bits) of the IEEE-style source types.
 _FLOAT_LAYOUT = {
     SOURCE_DTYPES["float16"]: (np.uint16, 5, 10),
