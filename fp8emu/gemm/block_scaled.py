@@ -282,8 +282,11 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     accumulator : {"blackwell", "exact", "fp32"}, BlockScaledAccumulator, or a block-scaled instruction
         See :mod:`fp8emu.gemm.block_scaled`.  A block-scaled matrix instruction of
         :data:`fp8emu.gemm.INSTRUCTIONS` (``"blackwell-tcgen05-mxf8f6f4"``, ``"...-mxf4nvf4"``,
-        the RTX Blackwell ``mma.block_scale`` kinds) chains that instruction along K (K a
-        multiple of its k) with the scales as it applies them, C as its accumulator input.
+        the RTX Blackwell ``mma.block_scale`` kinds, Rubin's ``"rubin-tcgen05-mxf4nvf4"``, a
+        model only) chains that instruction along K (K a multiple of its k) with the scales as
+        it applies them, C as its accumulator input.  FP4 operands with UE5M3 block scales
+        (``quantize_nvfp4(..., scale_format="e5m3fnu", block_size=16 or 32)``) are taken by
+        every accumulator here; through an instruction, both operands need one scale type.
     c : array_like of float32, shape (M, N) (or broadcastable), optional
         The accumulator input of an MMA, ``D = A @ B + C`` as ``mma.sync`` and
         ``tcgen05.mma`` (with the input accumulator enabled) take it: C joins the
