@@ -4,7 +4,7 @@ Each :class:`Question` names candidate models (fp8emu accumulators or catalogue 
 and ships inputs whose outputs differ between them (package data
 ``fp8emu/data/tc_questions/<name>.npz``, made by ``tools/make_tc_questions.py``).  Running the
 inputs through the GPU (``fp8emu validate-gpu --tc-questions``: ``torch._scaled_mm`` on CUDA,
-C = 0) and counting which candidate reproduces every output answers the question.
+C = 0; ``cuda.tile.mma_scaled`` for the Rubin UE5M3 questions) and counting which candidate reproduces every output answers the question.
 
 ``tcgen05-f8f6f4-fp8``
     What does a Blackwell (B200) FP8 GEMM (``tcgen05.mma`` ``kind::f8f6f4``, as cuBLASLt issues
@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..codec import decode
 from ..gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
 from ..gemm.instructions import INSTRUCTIONS
 from ..scaling.mx import mx_from_codes
@@ -197,16 +198,16 @@ def _cutile_outputs(q: Question, z, torch, device):
 
     R, K, nb, T = len(z["a"]), q.K, q.K // q.block, 16
     dev = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(device)          # noqa: E731
-    a, b = dev(z["a"].astype(np.float32)), dev(z["b"].astype(np.float32))
+    # the E2M1 elements as their float32 values (cast exactly in the kernel), the UE5M3 scales as bytes
+    a, b = (dev(decode(z[k], "e2m1fn", dtype=np.float32)) for k in ("a", "b"))
     sa, sb = dev(z["a_scales"]), dev(z["b_scales"])
     out = torch.zeros((R, T), dtype=torch.float32, device=device)
 
     @ct.kernel
     def kernel(a, sa, b, sb, out):
         i = ct.bid(0)
-        # E2M1 codes carried as small floats and reinterpreted: FP4 code c is its own 4-bit pattern
-        x = ct.bitcast(ct.astype(ct.load(a, index=(i, 0), shape=(T, K)), ct.uint8), ct.float4_e2m1fn)
-        y = ct.bitcast(ct.astype(ct.load(b, index=(i, 0), shape=(T, K)), ct.uint8), ct.float4_e2m1fn)
+        x = ct.astype(ct.load(a, index=(i, 0), shape=(T, K)), ct.float4_e2m1fn)
+        y = ct.astype(ct.load(b, index=(i, 0), shape=(T, K)), ct.float4_e2m1fn)
         xs = ct.bitcast(ct.load(sa, index=(i, 0), shape=(T, nb)), ct.float8_e5m3fnu)
         ys = ct.bitcast(ct.load(sb, index=(i, 0), shape=(T, nb)), ct.float8_e5m3fnu)
         acc = ct.zeros((T, T), dtype=ct.float32)
