@@ -390,3 +390,20 @@ def test_rubin_scale_modes_and_errors():
     A16 = fp8emu.quantize_mx(np.ones((2, 64)), "e2m1fn", block=16)
     B16 = fp8emu.quantize_mx(np.ones((64, 2)), "e2m1fn", block=16, axis=0)
     assert block_scaled_mm(A16, B16, accumulator="rubin-tcgen05-mxf4nvf4").tolist() == [[64.0, 64.0]] * 2
+
+
+@pytest.mark.parametrize("kind,block", [("ue8m0", 16), ("ue8m0", 32), ("ue4m3", 16)])
+def test_rubin_model_is_blackwell_mxf4nvf4_on_blackwells_modes(kind, block):
+    # the accumulation model stated in the row: on the scale modes both take, the two presets agree bit
+    # for bit (codes over every E2M1 code, scales over the whole code range, NaN included, C random)
+    rng = np.random.default_rng(zlib.crc32(f"{kind}{block}".encode()))
+    a = rng.integers(0, 16, (3, 16, 128), dtype=np.uint8)
+    b = rng.integers(0, 16, (3, 128, 8), dtype=np.uint8)
+    hi = 256 if kind == "ue8m0" else 128
+    sa = rng.integers(0, hi, (3, 16, 128 // block), dtype=np.uint8)
+    sb = rng.integers(0, hi, (3, 128 // block, 8), dtype=np.uint8)
+    c = rng.standard_normal((3, 16, 8)).astype(np.float32)
+    kw = dict(a_format="e2m1fn", a_scales=sa, b_scales=sb, scale_format=kind)
+    rubin = fp8emu.gemm.mma(a, b, c, instruction="rubin-tcgen05-mxf4nvf4", **kw)
+    blackwell = fp8emu.gemm.mma(a, b, c, instruction="blackwell-tcgen05-mxf4nvf4", **kw)
+    np.testing.assert_array_equal(rubin.view(np.uint32), blackwell.view(np.uint32))
