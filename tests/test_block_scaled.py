@@ -11,6 +11,7 @@ import pytest
 import fp8emu
 from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
 from fp8emu.scaling import MXINT8
+from fp8emu.scaling.nvfp4 import nvfp4_from_codes
 from oracle import floor_log2, round_f32
 
 def frac_values(codes, fmt):
@@ -258,3 +259,151 @@ def test_accumulator_input_c_is_checked():
         block_scaled_mm(a, b, c=np.inf)
     with pytest.raises(TypeError, match="c must be"):
         block_scaled_mm(a, b, c="1")
+
+
+# ----------------------------------------------------------------------------- Rubin: UE5M3 block scales
+E2M1 = [Fraction(v) for v in (0, 0.5, 1, 1.5, 2, 3, 4, 6)]
+
+
+def e2m1_value(code):
+    """E2M1 from its bits (OCP MX spec): sign bit 3, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6."""
+    code = int(code)
+    return -E2M1[code & 7] if code & 8 else E2M1[code & 7]
+
+
+def ue5m3_value(code):
+    """UE5M3 from its bits: unsigned, 5 exponent bits (bias 15), 3 mantissa bits, 0xFF NaN, no Inf."""
+    code = int(code)
+    if code == 0xFF:
+        return None
+    e, m = code >> 3, code & 7
+    return Fraction(m, 8) * Fraction(2) ** -14 if e == 0 else (1 + Fraction(m, 8)) * Fraction(2) ** (e - 15)
+
+
+def rz_f32(x: Fraction) -> float:
+    """``x`` truncated toward zero to float32 (x exact in float64 here)."""
+    f = float(x)
+    assert Fraction(f) == x
+    r = np.float32(f)
+    if abs(float(r)) > abs(f):
+        r = np.nextafter(r, np.float32(0))
+    return float(r)
+
+
+def test_ue5m3_scale_decode_is_ml_dtypes_float8_e5m3fnu():
+    # the one rule for a UE5M3 scale code in every instruction, all 256 codes: ml_dtypes 0.7's
+    # float8_e5m3fnu and the bit layout, and the exponent floor(log2 v), at least -14 (its emin)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if not hasattr(ml_dtypes, "float8_e5m3fnu"):
+        pytest.skip("ml_dtypes without float8_e5m3fnu (0.7 added it)")
+    from fp8emu.gemm import datapaths
+    codes = np.arange(256, dtype=np.uint8)
+    v, e = datapaths._scale_values(codes, "ue5m3")
+    peer = codes.view(ml_dtypes.float8_e5m3fnu).astype(np.float64)
+    np.testing.assert_array_equal(v, peer)            # NaN where the peer has NaN (0xFF only)
+    assert np.isnan(v).tolist() == [c == 0xFF for c in range(256)]
+    for c in range(255):
+        want = ue5m3_value(c)
+        assert Fraction(float(v[c])) == want, c
+        if want:
+            assert e[c] == max(floor_log2(want), -14), c
+    assert float(v[254]) == 114688.0 and float(v[1]) == 2.0 ** -17
+    # and through the instruction: scale code k times 1 * 1 under a unit scale (code 0x78 = 1.0)
+    a = np.zeros((256, 64), np.uint8)
+    a[:, 0] = 2                                      # E2M1 1.0
+    d = fp8emu.gemm.dot(a, a, instruction="rubin-tcgen05-mxf4nvf4", a_format="e2m1fn",
+                        a_scales=np.stack([codes, np.full(256, 0x78, np.uint8)], axis=1),
+                        b_scales=np.full((256, 2), 0x78, np.uint8), scale_format="ue5m3")
+    np.testing.assert_array_equal(d.astype(np.float64), np.where(codes == 0, 0.0, peer))
+
+
+@pytest.mark.parametrize("block", [16, 32])
+def test_rubin_ue5m3_gemm_is_the_exact_sum_truncated(block):
+    # one instruction (K = 64): with the scales' exponents within 27 binades of each other the 35-bit
+    # alignment of the model cuts nothing, so D is the exact rational sum truncated to float32 (the
+    # model's result rounding); subnormal UE5M3 scales (2**-17 ...) against large ones included
+    rng = np.random.default_rng(zlib.crc32(f"rubin{block}".encode()))
+    M, N, K = 12, 9, 64
+    a = rng.integers(0, 16, (M, K), dtype=np.uint8)
+    b = rng.integers(0, 16, (K, N), dtype=np.uint8)
+    sub = rng.random((M, K // block)) < 0.3
+    sa = np.where(sub, rng.integers(1, 8, (M, K // block)), rng.integers(100, 161, (M, K // block))).astype(np.uint8)
+    sb = rng.integers(100, 161, (K // block, N)).astype(np.uint8)
+    d = fp8emu.gemm.mma(a, b, instruction="rubin-tcgen05-mxf4nvf4", a_format="e2m1fn", a_scales=sa, b_scales=sb,
+                        scale_format="ue5m3")
+    exact = {}
+    for i in range(M):
+        for j in range(N):
+            x = sum(e2m1_value(a[i, k]) * ue5m3_value(sa[i, k // block]) * e2m1_value(b[k, j])
+                    * ue5m3_value(sb[k // block, j]) for k in range(K))
+            assert float(d[i, j]) == rz_f32(x), (i, j)
+            exact[i, j] = x
+    # the truncation is seen, not only sums that float32 holds exactly
+    assert sum(Fraction(float(np.float32(float(x)))) != x for x in exact.values()) > 10
+    # block_scaled_mm through the instruction, from UE5M3 ScaledTensors (unit tensor scales)
+    one = np.float32(1)
+    A = nvfp4_from_codes(a, sa, one, scale_format="e5m3fnu", block_size=block)
+    B = nvfp4_from_codes(b, sb, one, axis=0, scale_format="e5m3fnu", block_size=block)
+    got = block_scaled_mm(A, B, accumulator="rubin-tcgen05-mxf4nvf4")
+    np.testing.assert_array_equal(got.view(np.uint32), d.view(np.uint32))
+    # and the "exact" accumulator of the same operands: the exact sum rounded once, to nearest
+    ex = block_scaled_mm(A, B, accumulator="exact")
+    assert all(float(ex[i, j]) == float(np.float32(float(x))) for (i, j), x in exact.items())
+
+
+def test_rubin_preset_is_listed_as_model_only_with_its_sources():
+    from fp8emu.gemm.catalogue import get_instruction
+    p = {q["name"]: q for q in fp8emu.gemm.presets()}["rubin-tcgen05-mxf4nvf4"]
+    assert p["arch"] == "Rubin" and "sm_107" in p["ptx"]
+    [ev] = p["evidence"]
+    assert ev.startswith("model only: ")
+    for source in ("CUDA Tile IR 13.4.0", "cuTile Python 1.6.0", "float8_e5m3fnu", "UE5M3 = 2",
+                   "flashinfer-ai/flashinfer#4601", "Blackwell's kind::mxf4nvf4"):
+        assert source in ev, source
+    assert "Blackwell's tcgen05 kind::mxf4nvf4 datapath" in p["model"]
+    ins, bw = get_instruction("rubin-tcgen05-mxf4nvf4"), get_instruction("blackwell-tcgen05-mxf4nvf4")
+    assert sorted(ins.scale_modes) == [(k, b) for k in ("ue4m3", "ue5m3", "ue8m0") for b in (16, 32)]
+    assert (ins.datapath, ins.step, ins.frac_bits, ins.rounding, ins.group, ins.zero_exp) == \
+        (bw.datapath, bw.step, bw.frac_bits, bw.rounding, bw.group, bw.zero_exp)
+
+
+def test_rubin_scale_modes_and_errors():
+    a, b = np.zeros((2, 64), np.uint8), np.zeros((64, 2), np.uint8)
+    s32, s16 = np.full((2, 2), 0x38, np.uint8), np.full((2, 4), 0x38, np.uint8)
+    # UE4M3 per 32: a Rubin mode, not a Blackwell one
+    d = fp8emu.gemm.mma(a, b, instruction="rubin-tcgen05-mxf4nvf4", a_format="e2m1fn", a_scales=s32,
+                        b_scales=s32.T, scale_format="ue4m3")
+    assert d.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    with pytest.raises(ValueError, match="takes ue4m3 scales with blocks of 16 along K, got 32"):
+        fp8emu.gemm.mma(a, b, instruction="blackwell-tcgen05-mxf4nvf4", a_format="e2m1fn", a_scales=s32,
+                        b_scales=s32.T, scale_format="ue4m3")
+    with pytest.raises(ValueError, match="takes ue8m0, ue4m3 scales, not 'ue5m3'"):
+        fp8emu.gemm.mma(a, b, instruction="blackwell-tcgen05-mxf4nvf4", a_format="e2m1fn", a_scales=s16,
+                        b_scales=s16.T, scale_format="ue5m3")
+    # one scale type for both operands through an instruction
+    one = np.float32(1)
+    A = nvfp4_from_codes(a, s16, one, scale_format="e5m3fnu")
+    B = nvfp4_from_codes(b, s16.T, one, axis=0)
+    with pytest.raises(ValueError, match="one scale type for both operands, got ue5m3 and ue4m3"):
+        block_scaled_mm(A, B, accumulator="rubin-tcgen05-mxf4nvf4")
+    # UE8M0 per 16 (MXFP4-like vectors of 16) is a Rubin mode too
+    A16 = fp8emu.quantize_mx(np.ones((2, 64)), "e2m1fn", block=16)
+    B16 = fp8emu.quantize_mx(np.ones((64, 2)), "e2m1fn", block=16, axis=0)
+    assert block_scaled_mm(A16, B16, accumulator="rubin-tcgen05-mxf4nvf4").tolist() == [[64.0, 64.0]] * 2
+
+
+@pytest.mark.parametrize("kind,block", [("ue8m0", 16), ("ue8m0", 32), ("ue4m3", 16)])
+def test_rubin_model_is_blackwell_mxf4nvf4_on_blackwells_modes(kind, block):
+    # the accumulation model stated in the row: on the scale modes both take, the two presets agree bit
+    # for bit (codes over every E2M1 code, scales over the whole code range, NaN included, C random)
+    rng = np.random.default_rng(zlib.crc32(f"{kind}{block}".encode()))
+    a = rng.integers(0, 16, (3, 16, 128), dtype=np.uint8)
+    b = rng.integers(0, 16, (3, 128, 8), dtype=np.uint8)
+    hi = 256 if kind == "ue8m0" else 128
+    sa = rng.integers(0, hi, (3, 16, 128 // block), dtype=np.uint8)
+    sb = rng.integers(0, hi, (3, 128 // block, 8), dtype=np.uint8)
+    c = rng.standard_normal((3, 16, 8)).astype(np.float32)
+    kw = dict(a_format="e2m1fn", a_scales=sa, b_scales=sb, scale_format=kind)
+    rubin = fp8emu.gemm.mma(a, b, c, instruction="rubin-tcgen05-mxf4nvf4", **kw)
+    blackwell = fp8emu.gemm.mma(a, b, c, instruction="blackwell-tcgen05-mxf4nvf4", **kw)
+    np.testing.assert_array_equal(rubin.view(np.uint32), blackwell.view(np.uint32))

@@ -89,13 +89,14 @@ def _c(rng, ins, shape, specials):
 
 def _scale_codes(rng, kind, shape, extremes):
     """Scale codes: ue8m0 moderate (2**-9 ... 2**9), with ``extremes`` also 2**-127, 2**-126, 2**127
-    and NaN; ue4m3 every code (zero, subnormals and NaN included)."""
+    and NaN; ue4m3 every code (zero, subnormals and NaN included); ue5m3 every code (zero, the
+    subnormals 2**-17 ..., 114688 and NaN included)."""
     if kind == "ue8m0":
         s = rng.integers(118, 137, shape, dtype=np.uint8)
         odd = rng.random(shape) < (0.08 if extremes else 0)
         s[odd] = rng.choice(np.array([0, 1, 254, 255], np.uint8), int(odd.sum()))
         return s
-    return rng.integers(0, 128, shape, dtype=np.uint8)
+    return rng.integers(0, 256 if kind == "ue5m3" else 128, shape, dtype=np.uint8)
 
 
 def _cases(preset):
@@ -103,7 +104,7 @@ def _cases(preset):
     ins = INSTRUCTIONS[preset]
     f = ins.formats
     pairs = sorted({(f[0], f[0]), (f[-1], f[0]), (f[min(1, len(f) - 1)], f[-1])})
-    scales = [(k, b) for k in ins.scales for b in ins.blocks if k != "ue4m3" or b == 16] or [(None, None)]
+    scales = list(ins.scale_modes) or [(None, None)]
     return [(fa, fb, kind, sk, blk) for fa, fb in pairs for kind in TILES for sk, blk in scales]
 
 

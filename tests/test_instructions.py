@@ -222,7 +222,7 @@ def test_exact_gemm_route_equals_live_mmasim(preset, exact_route):
 TABLE_PRESETS = sorted(n for n, i in INSTRUCTIONS.items() if i.formats[0] not in ("float16", "bfloat16", "tf32"))
 # presets without MMA-Sim vectors borrow the case generator of one with the same operand and output types
 _CASES_OF = {"hopper-mma": "hopper-wgmma", "hopper-mma-f16": "hopper-wgmma-f16", "blackwell-mma": "ada-mma",
-             "blackwell-mma-f16": "ada-mma-f16"}
+             "blackwell-mma-f16": "ada-mma-f16", "rubin-tcgen05-mxf4nvf4": "blackwell-tcgen05-mxf4nvf4"}
 
 
 def _decoded(ins, a, b, c, g, a_scales=None, b_scales=None):
@@ -886,7 +886,7 @@ def test_mma_argument_errors():
     with pytest.raises(ValueError, match="blocks of 16, 32"):
         mma(np.zeros((2, 64), np.uint8), np.zeros((64, 2), np.uint8), instruction="blackwell-tcgen05-mxf4nvf4",
             a_format="e2m1fn", a_scales=np.full((2, 1), 127, np.uint8), b_scales=np.full((1, 2), 127, np.uint8))
-    with pytest.raises(ValueError, match="ue4m3 scales go with blocks of 16"):
+    with pytest.raises(ValueError, match="takes ue4m3 scales with blocks of 16 along K, got 32"):
         mma(np.zeros((2, 64), np.uint8), np.zeros((64, 2), np.uint8), instruction="blackwell-tcgen05-mxf4nvf4",
             a_format="e2m1fn", a_scales=s, b_scales=s.T, scale_format="ue4m3")
     # scales of the wrong rows or columns (or none) are refused, 2-D as batched (before: taken)

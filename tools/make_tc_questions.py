@@ -26,6 +26,27 @@ def draw(q, rng, rows):
                                  rng.integers(40, 80, pick.shape)])
         sa, sb = codes[0].astype(np.uint8), codes[1].astype(np.uint8)
         return dict(a=a, b=b, a_scales=sa, b_scales=sb)
+    if q.kind == "fp4-ue5m3":
+        a = rng.integers(0, 16, (rows, K)).astype(np.uint8)
+        b = rng.integers(0, 16, (rows, K)).astype(np.uint8)
+        # per block a UE5M3 scale: subnormal or tiny (2**-17 ...), huge (up to 114688) or middling, so the
+        # blocks span most of UE5M3's 2**-17 ... 2**16 and the 35-bit alignment cuts bits
+        pick = rng.integers(0, 3, (2, rows, K // q.block))
+        # some blocks cancel exactly (in each group of 16 the second 8 products are the first 8 negated)
+        # under huge scales: a zero group sum still carries its scales' exponent, so such a block sets
+        # the alignment and the result is what the other blocks keep of their bits (where the candidates
+        # part)
+        cancel_blocks = rng.random((rows, K // q.block)) < 0.3
+        pick[:, cancel_blocks] = 1
+        codes = np.choose(pick, [rng.integers(1, 40, pick.shape), rng.integers(200, 255, pick.shape),
+                                 rng.integers(100, 140, pick.shape)])
+        cancel = np.repeat(cancel_blocks, q.block // 16, axis=1)
+        for g in range(K // 16):
+            lo, hi = slice(16 * g, 16 * g + 8), slice(16 * g + 8, 16 * g + 16)
+            r = cancel[:, g]
+            a[r, hi] = a[r, lo]
+            b[r, hi] = b[r, lo] ^ np.uint8(8)
+        return dict(a=a, b=b, a_scales=codes[0].astype(np.uint8), b_scales=codes[1].astype(np.uint8))
     sign = lambda: (rng.integers(0, 2, (rows, K)) << 7)                       # noqa: E731
     a = (rng.integers(0, 0x7F, (rows, K)) | sign()).astype(np.uint8)
     b = (rng.integers(0, 0x7F, (rows, K)) | sign()).astype(np.uint8)
@@ -39,6 +60,27 @@ def draw(q, rng, rows):
     return out
 
 
+def spread(bits, n):
+    """``n`` row indices chosen greedily so that every pair of candidates differs on many rows: each
+    pick is a row that parts the pair parted least so far, and most of the other pairs still short."""
+    C = len(bits)
+    pairs = [(i, j) for i in range(C) for j in range(i + 1, C)]
+    differ = np.array([bits[i] != bits[j] for i, j in pairs])          # (pairs, rows)
+    counts = np.zeros(len(pairs), int)
+    free = np.ones(bits.shape[1], bool)
+    chosen = []
+    for _ in range(min(n, bits.shape[1])):
+        weakest = int(np.argmin(counts))
+        short = counts < n // 4
+        score = (differ & short[:, None]).sum(axis=0) + 1000 * differ[weakest]
+        score = np.where(free, score, -1)
+        r = int(np.argmax(score))
+        chosen.append(r)
+        free[r] = False
+        counts += differ[:, r]
+    return np.array(chosen)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=256)
@@ -48,7 +90,11 @@ def main(argv=None):
     rng = np.random.default_rng(args.seed)
     for name, q in QUESTIONS.items():
         keep = None
-        for _ in range(20):
+        if q.kind == "fp4-ue5m3":     # many candidates: rows picked so that every pair parts often
+            z = draw(q, rng, 2048)
+            bits = np.array([v.view(np.uint32) for v in candidate_outputs(q, z).values()])
+            keep = {k: v[spread(bits, args.n)] for k, v in z.items()}
+        for _ in range(0 if keep is not None else 20):
             z = draw(q, rng, 1024)
             outs = candidate_outputs(q, z)
             bits = np.array([v.view(np.uint32) for v in outs.values()])

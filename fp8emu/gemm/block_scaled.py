@@ -81,6 +81,8 @@ from .kernels import (_ZERO_EXP, _ZERO_LOW, accumulate, exact_dot, low_bits, mma
 
 __all__ = ["block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS", "nvfp4_alpha"]
 
+#: The instructions' names of the scale formats a ScaledTensor's ``scale_format`` may name.
+_SCALE_KINDS = {"e5m3fnu": "ue5m3", "e4m3fn": "ue4m3"}
 #: float32(1 / (6 * 6 * 448 * 448)), Transformer Engine's ``factor_inv``.
 _TE_FACTOR_INV = np.float32(1.0 / (6.0 * 6.0 * 448.0 * 448.0))
 
@@ -142,6 +144,7 @@ class _Operand(NamedTuple):
     decode_global: np.float32 | None   # NVFP4: fl32(1 / S_enc)
     amax: np.float32 | None             # NVFP4: tensor amax, if known
     scale_max: np.float32 | None
+    scale_kind: str                     # "ue8m0", "ue4m3" or "ue5m3": the instructions' name of the scale type
 
 
 def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
@@ -164,7 +167,7 @@ def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
             if global_scale is not None:
                 raise ValueError(f"{what}_global_scale applies to NVFP4 operands only")
             t = mx_from_codes(x, scales, fmt, axis=k_axis)
-    if t.scale_codes is None and t.block_scale_codes is None:
+    if t.scale_codes is None and t.block_scale_codes is None and t.scale_format_codes is None:
         raise ValueError(f"{what} is not block-scaled (MX or NVFP4); use scaled_mm for "
                          f"per-tensor/row-wise/1x128 scales")
     if len(t.shape) != 2:
@@ -174,10 +177,14 @@ def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
         raise ValueError(f"{what}'s blocks run along axis {t.axis}, but K is axis {k_axis} "
                          f"({hint})")
     other = 1 - k_axis
-    nvfp4 = t.block_scale_codes is not None
-    sc_codes = t.block_scale_codes if nvfp4 else t.scale_codes
+    # FP4 with a tensor scale: UE4M3 block scales (NVFP4), or UE5M3 ones (Rubin) in scale_format_codes
+    nvfp4 = t.block_scale_codes is not None or t.scale_format_codes is not None
+    if t.scale_format_codes is not None:
+        sc_codes, kind = t.scale_format_codes, _SCALE_KINDS[t.scale_format.name]
+    else:
+        sc_codes, kind = (t.block_scale_codes, "ue4m3") if nvfp4 else (t.scale_codes, "ue8m0")
     if nvfp4:
-        sval = decode(sc_codes, get_format("e4m3fn"), dtype=np.float64)
+        sval = decode(sc_codes, t.scale_format or get_format("e4m3fn"), dtype=np.float64)
     else:
         e = sc_codes.astype(np.float64) - 127
         sval = np.where(sc_codes == 255, np.nan, np.ldexp(1.0, np.where(sc_codes == 255, 0, e).astype(int)))
@@ -191,7 +198,7 @@ def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
     if nvfp4:
         dg = np.float32(np.float32(1) / np.float32(t.global_scale))
     return _Operand(np.ascontiguousarray(codes), t.fmt, np.ascontiguousarray(sval), t.block[k_axis], dg,
-                    t.global_amax if nvfp4 else None, t.scale_max if nvfp4 else None)
+                    t.global_amax if nvfp4 else None, t.scale_max if nvfp4 else None, kind)
 
 
 def nvfp4_alpha(a_amax, b_amax, a_e4m3_max=448, b_e4m3_max=448):
@@ -288,8 +295,11 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     accumulator : {"blackwell", "exact", "fp32"}, BlockScaledAccumulator, or a block-scaled instruction
         See :mod:`fp8emu.gemm.block_scaled`.  A block-scaled matrix instruction of
         :data:`fp8emu.gemm.INSTRUCTIONS` (``"blackwell-tcgen05-mxf8f6f4"``, ``"...-mxf4nvf4"``,
-        the RTX Blackwell ``mma.block_scale`` kinds) chains that instruction along K (K a
-        multiple of its k) with the scales as it applies them, C as its accumulator input.
+        the RTX Blackwell ``mma.block_scale`` kinds, Rubin's ``"rubin-tcgen05-mxf4nvf4"``, a
+        model only) chains that instruction along K (K a multiple of its k) with the scales as
+        it applies them, C as its accumulator input.  FP4 operands with UE5M3 block scales
+        (``quantize_nvfp4(..., scale_format="e5m3fnu", block_size=16 or 32)``) are taken by
+        every accumulator here; through an instruction, both operands need one scale type.
     c : array_like of float32, shape (M, N) (or broadcastable), optional
         The accumulator input of an MMA, ``D = A @ B + C`` as ``mma.sync`` and
         ``tcgen05.mma`` (with the input accumulator enabled) take it: C joins the
@@ -369,15 +379,13 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
 
 def _through_instruction(A: _Operand, B: _Operand, ins, c):
     """float32 A @ B (+ C) as a chain of a block-scaled matrix instruction (its own Inf/NaN results)."""
-    nvfp4 = A.decode_global is not None or B.decode_global is not None
-    if nvfp4 and (A.decode_global is None or B.decode_global is None):
-        raise ValueError(f"{ins.name} takes one scale type for both operands; mixed MX x NVFP4 is not an "
-                         "instruction kind")
+    if A.scale_kind != B.scale_kind:
+        raise ValueError(f"{ins.name} takes one scale type for both operands, got {A.scale_kind} and "
+                         f"{B.scale_kind} (mixed scale types are not an instruction kind)")
     if A.block != B.block:
         raise ValueError(f"{ins.name} needs the same block along K for both operands, got {A.block} and {B.block}")
     return block_scaled_gemm(A.codes, A.fmt, A.scales, np.ascontiguousarray(B.codes.T), B.fmt,
-                             np.ascontiguousarray(B.scales.T), instruction=ins,
-                             scale_format="ue4m3" if nvfp4 else "ue8m0", c=c)
+                             np.ascontiguousarray(B.scales.T), instruction=ins, scale_format=A.scale_kind, c=c)
 
 
 def _exponents(v):

@@ -23,6 +23,8 @@ __all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_ins
 
 _DATAPATHS = ("fused", "scaled", "grouped", "paired")
 _ROUNDINGS = ("rz-e8m13", "rz", "rne")
+#: Block-scale types (their decode: :func:`fp8emu.gemm.datapaths._scale_values`).
+_SCALES = ("ue8m0", "ue4m3", "ue5m3")
 _FP8 = ("e4m3fn", "e5m2")
 _F8F6F4 = ("e4m3fn", "e5m2", "e3m2fn", "e2m3fn", "e2m1fn")
 _OUT = {"float32": (np.float32, np.uint32, -126, 23, 0x7FFFFFFF),
@@ -61,9 +63,13 @@ class Instruction:
     pair_bits : int
         ``"paired"``: significant bits of the floored sum.
     scales : tuple of str
-        Block-scaled kinds: accepted scale formats (``"ue8m0"``, ``"ue4m3"``).
+        Block-scaled kinds: accepted scale formats (``"ue8m0"``, ``"ue4m3"``, ``"ue5m3"``).
     blocks : tuple of int
         Block-scaled kinds: accepted K blocks per scale.
+    modes : tuple of (str, int)
+        Block-scaled kinds: the (scale format, block) pairs the instruction takes, where not every
+        pairing of ``scales`` and ``blocks`` is one (Blackwell's ``kind::mxf4nvf4``: UE4M3 with
+        blocks of 16 only); empty: every pairing.
     model : str
         Where the description comes from.
 
@@ -88,6 +94,7 @@ class Instruction:
     pair_bits: int = 31
     scales: tuple = ()
     blocks: tuple = ()
+    modes: tuple = ()
     model: str = ""
 
     def __post_init__(self):
@@ -111,6 +118,25 @@ class Instruction:
             raise ValueError("block scales go with the 'scaled' and 'grouped' datapaths only")
         if self.datapath == "grouped" and any(b % self.group for b in self.blocks):
             raise ValueError("a 'grouped' instruction's blocks must be multiples of its group")
+        for kind in self.scales:
+            if kind not in _SCALES:
+                raise ValueError(f"Instruction scales must be among {_SCALES}, got {kind!r}")
+        for mode in self.modes:
+            if not (isinstance(mode, tuple) and len(mode) == 2 and mode[0] in self.scales and mode[1] in self.blocks):
+                raise ValueError(f"Instruction modes must be (scale, block) pairs of its scales {self.scales} and "
+                                 f"blocks {self.blocks}, got {mode!r}")
+
+    @property
+    def scale_modes(self) -> tuple:
+        """The (scale format, block) pairs a block-scaled instruction takes (``modes``, or every
+        pairing of ``scales`` and ``blocks``).
+
+        Examples
+        --------
+        >>> get_instruction("blackwell-tcgen05-mxf4nvf4").scale_modes
+        (('ue8m0', 16), ('ue8m0', 32), ('ue4m3', 16))
+        """
+        return self.modes or tuple((k, b) for k in self.scales for b in self.blocks)
 
     @property
     def block_scaled(self) -> bool:
@@ -150,6 +176,15 @@ def _sixteen_bit():
                               step, F, "rne", z16, model=_MMASIM))
     return out
 _FIT = "fitted to the B200 recordings"
+#: Blackwell ``kind::mxf4nvf4``: ``scale_vec::2X`` (UE8M0 per 32) and ``scale_vec::4X`` (UE8M0 or UE4M3
+#: per 16).
+_NVF4_MODES = (("ue8m0", 16), ("ue8m0", 32), ("ue4m3", 16))
+#: Rubin's FP4 block-scaled MMA: every scale type with vectors of 16 and of 32.
+_RUBIN_MODES = tuple((k, b) for k in ("ue5m3", "ue4m3", "ue8m0") for b in (16, 32))
+_RUBIN = ("model only: Blackwell's tcgen05 kind::mxf4nvf4 datapath (MMA-Sim 2.1.1's model, the closest recorded "
+          "one: products summed exactly in groups of 16, each group sum times its two scales aligned on the "
+          "scales' exponents with 35 fraction bits, result truncated), with UE5M3 scales decoded as ml_dtypes "
+          "0.7's float8_e5m3fnu; no public Rubin recording or description of the accumulation")
 #: The catalogue: every instruction modelled, keyed by name.
 INSTRUCTIONS = {i.name: i for i in [
     _i("ada-mma", "Ada Lovelace", "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32", (16, 8, 32), _FP8,
@@ -178,7 +213,7 @@ INSTRUCTIONS = {i.name: i for i in [
     _i("blackwell-tcgen05-mxf4nvf4", "Blackwell",
        "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block{16,32} (m128n{n}k64, ue8m0/ue4m3)",
        (128, 8, 64), ("e2m1fn",), "float32", "grouped", 64, 35, "rz", -139, group=16,
-       scales=("ue8m0", "ue4m3"), blocks=(16, 32), model=_MMASIM),
+       scales=("ue8m0", "ue4m3"), blocks=(16, 32), modes=_NVF4_MODES, model=_MMASIM),
     _i("rtx-blackwell-mma", "RTX Blackwell", "mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.{a}.{b}.f32",
        (16, 8, 32), _F8F6F4, "float32", "fused", 32, 25, "rz", -133, model=_MMASIM),
     _i("rtx-blackwell-mma-f16", "RTX Blackwell",
@@ -191,7 +226,11 @@ INSTRUCTIONS = {i.name: i for i in [
     _i("rtx-blackwell-mma-mxf4nvf4", "RTX Blackwell",
        "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.f32.e2m1.e2m1.f32.{ue8m0,ue4m3}",
        (16, 8, 64), ("e2m1fn",), "float32", "grouped", 64, 35, "rz", -139, group=16,
-       scales=("ue8m0", "ue4m3"), blocks=(16, 32), model=_MMASIM),
+       scales=("ue8m0", "ue4m3"), blocks=(16, 32), modes=_NVF4_MODES, model=_MMASIM),
+    _i("rubin-tcgen05-mxf4nvf4", "Rubin",
+       "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block{16,32} (sm_107, m128n{n}k64, ue5m3/ue4m3/ue8m0)",
+       (128, 8, 64), ("e2m1fn",), "float32", "grouped", 64, 35, "rz", -139, group=16,
+       scales=("ue5m3", "ue4m3", "ue8m0"), blocks=(16, 32), modes=_RUBIN_MODES, model=_RUBIN),
     *_sixteen_bit(),
     _i("cdna3-mfma-fp8", "CDNA3", "v_mfma_f32_16x16x32_{a}_{b} / v_mfma_f32_32x32x16_{a}_{b}", (16, 16, 32),
        ("e4m3fnuz", "e5m2fnuz"), "float32", "paired", 16, 24, "rne", -999, pair_bits=31, model=_MMASIM),
@@ -224,11 +263,21 @@ def as_instruction(acc):
 
 # ----------------------------------------------------------------------------- evidence
 _REC = "MATLAB-tensor-core model_validation"
+#: What the Rubin row follows: the scale types and vector lengths, from public sources; its
+#: accumulation is Blackwell's (no public source describes Rubin's).
+_RUBIN_SOURCES = (
+    "scale types and vectors from CUDA Tile IR 13.4.0 (NVIDIA/cuda-tile release notes: f8E5M3FNU, a block-scale "
+    "type for cuda_tile.mmaf_scaled with f4E2M1FN, sm_107), cuTile Python 1.6.0 (float8_e5m3fnu scale dtype for "
+    "FP4 block-scaled MMA on Rubin), CUTLASS 4.8 CuTe DSL (tcgen05 MX instruction descriptor scale_format "
+    "UE4M3 = 0, E8M0 = 1, UE5M3 = 2) and the public Rubin kernel configs of flashinfer-ai/flashinfer#4601 "
+    "(e5m3 x 16 / x 32, e4m3 x 16 / x 32, e8m0 x 16 / x 32) and NVIDIA/cudnn-frontend#545; accumulation "
+    "assumed Blackwell's kind::mxf4nvf4 (fp8emu.gpu.tc_questions 'rubin-fp4-*' settle it on a Rubin GPU)")
 #: Evidence behind each instruction, as data: ``("recordings", file, array, rows reproduced, rows,
 #: note)`` for public GPU recordings (tests/data/tc_recordings), ``("mmasim", version, cases)`` for
 #: random MMAs equal to MMA-Sim's model (tests/data/mmasim), ``("disagrees", ...)`` for recordings of
-#: another instruction that the model does not reproduce.  tests/test_instructions.py checks every
-#: number against the data.
+#: another instruction that the model does not reproduce, ``("model", sources)`` for a model that no
+#: recording or simulator checks (the public sources it follows).  tests/test_instructions.py checks
+#: every number against the data.
 EVIDENCE = {
     "ada-mma": [("recordings", "ada_e4m3", "d_bits", 5000, 5000, ""),
                 ("recordings", "ada_e5m2", "d_bits", 5000, 5000, ""),
@@ -263,6 +312,7 @@ EVIDENCE = {
     "rtx-blackwell-mma-mxf8f6f4": [("mmasim", "2.1.1", 200000)],
     "rtx-blackwell-mma-mxf4nvf4": [("mmasim", "2.1.1", 200000)],
     "cdna3-mfma-fp8": [("mmasim", "2.1.1", 200000)],
+    "rubin-tcgen05-mxf4nvf4": [("model", _RUBIN_SOURCES)],
 }
 
 
@@ -280,6 +330,8 @@ for _gen, _gpus in _WIDE_FILES.items():
 
 
 def _evidence_text(e):
+    if e[0] == "model":
+        return f"model only: {e[1]}"
     if e[0] == "mmasim":
         return f"equals MMA-Sim {e[1]} on {e[2]:,} random MMAs"
     kind, file, arr, ok, n, note = e

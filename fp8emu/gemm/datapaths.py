@@ -137,15 +137,21 @@ def _decode_scales(codes, kind, what):
 
 
 def _scale_values(codes, kind):
+    """Values (float64, NaN for NaN codes) and exponents of block-scale codes: the one rule for a
+    scale code in every instruction.  ``"ue8m0"``: ``2**(code - 127)``, 0xFF NaN; ``"ue4m3"``: an
+    E4M3 code read without its sign bit (as the instruction does); ``"ue5m3"``: the unsigned UE5M3
+    code (fp8emu's ``e5m3fnu``, ml_dtypes' ``float8_e5m3fnu``: bias 15, 0xFF NaN).  A UE4M3 / UE5M3
+    exponent is ``floor(log2 v)``, at least the format's minimum normal exponent (a subnormal scale
+    carries that, as a subnormal operand does)."""
     if kind == "ue8m0":
         e = codes.astype(np.int64) - 127
         v = np.where(codes == 255, np.nan, np.ldexp(1.0, np.minimum(e, 127)))
         return v, e
-    # ue4m3: an E4M3 code read without its sign bit (as the instruction does)
-    v = decode(codes & np.uint8(0x7F), get_format("e4m3fn"), dtype=np.float64)
+    fmt = get_format("e4m3fn" if kind == "ue4m3" else "e5m3fnu")
+    v = decode(codes & np.uint8(0x7F) if kind == "ue4m3" else codes, fmt, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(np.where(np.isfinite(v), v, 1.0))
-    return v, np.maximum(e.astype(np.int64) - 1, -6)
+    return v, np.maximum(e.astype(np.int64) - 1, int(np.log2(fmt.min_normal)))
 
 
 def _c_exponent(c, out):
@@ -189,8 +195,9 @@ def _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format):
         if block not in ins.blocks:
             raise ValueError(f"{ins.name} takes blocks of {', '.join(map(str, ins.blocks))} along K, "
                              f"got {block}")
-        if kind == "ue4m3" and block != 16:
-            raise ValueError("ue4m3 scales go with blocks of 16 (NVFP4)")
+        if (kind, block) not in ins.scale_modes:
+            raise ValueError(f"{ins.name} takes {kind} scales with blocks of "
+                             f"{', '.join(str(b) for k, b in ins.scale_modes if k == kind)} along K, got {block}")
         sa = _decode_scales(_kmajor(a_scales), kind, "a_scales")
         sb = _decode_scales(_kmajor(b_scales), kind, "b_scales")
     elif a_scales is not None or b_scales is not None or scale_format is not None:

@@ -43,7 +43,7 @@ def dot(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
         Element formats (``b_format`` defaults to ``a_format``).
     a_scales, b_scales : ndarray of uint8, shape (n, K // block), optional
         Block-scaled instructions: scale codes.
-    scale_format : {"ue8m0", "ue4m3"}, optional
+    scale_format : {"ue8m0", "ue4m3", "ue5m3"}, optional
         Block-scaled instructions: scale type (default the instruction's first).
 
     Returns
@@ -103,7 +103,7 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
         Block-scaled instructions: A's scale codes along K.
     b_scales : ndarray of uint8, shape (..., K // block, N), optional
         Block-scaled instructions: B's scale codes along K.
-    scale_format : {"ue8m0", "ue4m3"}, optional
+    scale_format : {"ue8m0", "ue4m3", "ue5m3"}, optional
         Block-scaled instructions: the scale type (default the instruction's first).
 
     Returns
@@ -265,12 +265,12 @@ def gemm(a, b, *, instruction, a_format, b_format, c=None):
 
 
 def _scale_codes(values, kind):
-    """Scale codes of decoded block-scale values (E8M0 powers of two, or E4M3 values)."""
+    """Scale codes of decoded block-scale values (E8M0 powers of two, E4M3 or UE5M3 values)."""
     if kind == "ue8m0":
         with np.errstate(divide="ignore", invalid="ignore"):
             e = np.where(np.isnan(values), 128, np.round(np.log2(np.where(np.isnan(values), 1.0, values))))
         return (e + 127).astype(np.uint8)
-    return encode(values, "e4m3fn")
+    return encode(values, "e5m3fnu" if kind == "ue5m3" else "e4m3fn")
 
 
 def block_scaled_gemm(a, a_format, a_scales, b, b_format, b_scales, *, instruction, scale_format, c=None):

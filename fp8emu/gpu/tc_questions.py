@@ -4,7 +4,7 @@ Each :class:`Question` names candidate models (fp8emu accumulators or catalogue 
 and ships inputs whose outputs differ between them (package data
 ``fp8emu/data/tc_questions/<name>.npz``, made by ``tools/make_tc_questions.py``).  Running the
 inputs through the GPU (``fp8emu validate-gpu --tc-questions``: ``torch._scaled_mm`` on CUDA,
-C = 0) and counting which candidate reproduces every output answers the question.
+C = 0; ``cuda.tile.mma_scaled`` for the Rubin UE5M3 questions) and counting which candidate reproduces every output answers the question.
 
 ``tcgen05-f8f6f4-fp8``
     What does a Blackwell (B200) FP8 GEMM (``tcgen05.mma`` ``kind::f8f6f4``, as cuBLASLt issues
@@ -19,6 +19,15 @@ C = 0) and counting which candidate reproduces every output answers the question
     Where do MXFP8 block scales enter?  MMA-Sim: their exponents join each product's before
     alignment (so a zero product's fixed exponent can swallow tiny scaled products); or each
     32-block's unscaled sum is scaled and added into float32 (software block scaling).
+``rubin-fp4-ue5m3x16``, ``rubin-fp4-ue5m3x32``
+    How does Rubin (sm_107) accumulate FP4 with UE5M3 block scales (vectors of 16, of 32)?  The
+    catalogue's ``rubin-tcgen05-mxf4nvf4`` (model only) is Blackwell's ``kind::mxf4nvf4``: exact
+    sums of 16, aligned on the scales' exponents with 35 fraction bits, result truncated.  The
+    other candidates: 25 fraction bits (result truncated, or rounded to nearest even), one exact sum
+    per 32-vector (x32), every scaled product aligned with 25 bits, or the exact sum rounded once.
+    The scales span UE5M3's range (subnormals 2**-17 ... and 114688 included), so the alignment
+    cuts bits.  The GPU side runs ``cuda.tile.mma_scaled`` with ``float8_e5m3fnu`` scales
+    (cuTile >= 1.6 on an sm_107 device; PyTorch has no UE5M3 dtype).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..codec import decode
 from ..gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
 from ..gemm.instructions import INSTRUCTIONS
 from ..scaling.mx import mx_from_codes
@@ -46,9 +56,26 @@ class Question:
 
     name: str
     text: str
-    kind: str            # "fp8", "mxfp8" or "nvfp4"
+    kind: str            # "fp8", "mxfp8", "nvfp4" or "fp4-ue5m3"
     K: int
     candidates: tuple    # ((label, accumulator), ...)
+    block: int = 16      # "fp4-ue5m3": elements per block scale along K
+
+
+def _rubin_candidates(block):
+    """The plausible models of Rubin's FP4 MMA with UE5M3 scales per ``block`` (the catalogue's first)."""
+    ins = INSTRUCTIONS["rubin-tcgen05-mxf4nvf4"]
+    out = [("Blackwell mxf4nvf4 model (sums of 16, 35 bits, truncated)", ins.name),
+           ("sums of 16, 25 bits, truncated", dataclasses.replace(ins, name="rubin-f25", frac_bits=25)),
+           ("sums of 16, 25 bits, nearest even",
+            dataclasses.replace(ins, name="rubin-f25-rne", frac_bits=25, rounding="rne"))]
+    if block == 32:
+        out.append(("sums of 32 (one per scale vector), 35 bits, truncated",
+                    dataclasses.replace(ins, name="rubin-g32", group=32, scales=("ue5m3",), blocks=(32,),
+                                        modes=(("ue5m3", 32),))))
+    return tuple(out + [("scaled products aligned, 25 bits, truncated",
+                         BlockScaledAccumulator(64, 25, 24, "rtz", "product")),
+                        ("exact sum, rounded once", "exact")])
 
 
 QUESTIONS = {q.name: q for q in [
@@ -65,6 +92,8 @@ QUESTIONS = {q.name: q for q in [
              (("MMA-Sim mxf8f6f4 (scale exponents join the products')", "blackwell-tcgen05-mxf8f6f4"),
               ("block sums scaled into float32 (25 bits, truncated steps)",
                BlockScaledAccumulator(32, 25, 24, "rtz", "block")))),
+    *(Question(f"rubin-fp4-ue5m3x{blk}", f"Rubin FP4 GEMM, UE5M3 scales per {blk}: how the scaled groups accumulate",
+               "fp4-ue5m3", 64, _rubin_candidates(blk), blk) for blk in (16, 32)),
 ]}
 
 
@@ -76,8 +105,10 @@ def _operands(q: Question, z):
         return (mx_from_codes(z["a"], z["a_scales"], "e4m3fn", axis=1),
                 mx_from_codes(np.ascontiguousarray(z["b"].T), np.ascontiguousarray(z["b_scales"].T), "e4m3fn", axis=0))
     one = np.float32(1.0)
-    return (nvfp4_from_codes(z["a"], z["a_scales"], one, axis=1),
-            nvfp4_from_codes(np.ascontiguousarray(z["b"].T), np.ascontiguousarray(z["b_scales"].T), one, axis=0))
+    kw = {} if q.kind == "nvfp4" else {"scale_format": "e5m3fnu", "block_size": q.block}
+    return (nvfp4_from_codes(z["a"], z["a_scales"], one, axis=1, **kw),
+            nvfp4_from_codes(np.ascontiguousarray(z["b"].T), np.ascontiguousarray(z["b_scales"].T), one, axis=0,
+                             **kw))
 
 
 def candidate_outputs(q: Question, z):
@@ -147,6 +178,8 @@ def gpu_outputs(q: Question, z, torch, device="cuda"):
         sb = t(blocked_scale_layout(z["b_scales"]), torch.float8_e8m0fnu)
         d = torch._scaled_mm(t(z["a"], torch.float8_e4m3fn), t(z["b"], torch.float8_e4m3fn).t(), sa, sb,
                              out_dtype=torch.float32)
+    elif q.kind == "fp4-ue5m3":
+        return _cutile_outputs(q, z, torch, device)
     else:
         def packed(codes):      # two E2M1 per byte, element 2i in the low nibble
             return t((codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8), torch.float4_e2m1fn_x2)
@@ -154,6 +187,35 @@ def gpu_outputs(q: Question, z, torch, device="cuda"):
         sb = t(blocked_scale_layout(z["b_scales"]), torch.float8_e4m3fn)
         d = torch._scaled_mm(packed(z["a"]), packed(z["b"]).t(), sa, sb, out_dtype=torch.float32)
     return np.ascontiguousarray(torch.diagonal(d).float().cpu().numpy()).view(np.uint32)
+
+
+def _cutile_outputs(q: Question, z, torch, device):
+    """float32 bits of the row-wise dot products through ``cuda.tile.mma_scaled`` with UE5M3 scales (one
+    tile per 16 rows: the diagonal of its 16 x 16 result).  Written against cuTile 1.6's documented API
+    (``mma_scaled(x, x_scale, y, y_scale, acc)``; ``float8_e5m3fnu`` needs sm_107); not yet run on a
+    Rubin GPU."""
+    import cuda.tile as ct              # optional: only on a GPU machine with cuTile
+
+    R, K, nb, T = len(z["a"]), q.K, q.K // q.block, 16
+    dev = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(device)          # noqa: E731
+    # the E2M1 elements as their float32 values (cast exactly in the kernel), the UE5M3 scales as bytes
+    a, b = (dev(decode(z[k], "e2m1fn", dtype=np.float32)) for k in ("a", "b"))
+    sa, sb = dev(z["a_scales"]), dev(z["b_scales"])
+    out = torch.zeros((R, T), dtype=torch.float32, device=device)
+
+    @ct.kernel
+    def kernel(a, sa, b, sb, out):
+        i = ct.bid(0)
+        x = ct.astype(ct.load(a, index=(i, 0), shape=(T, K)), ct.float4_e2m1fn)
+        y = ct.astype(ct.load(b, index=(i, 0), shape=(T, K)), ct.float4_e2m1fn)
+        xs = ct.bitcast(ct.load(sa, index=(i, 0), shape=(T, nb)), ct.float8_e5m3fnu)
+        ys = ct.bitcast(ct.load(sb, index=(i, 0), shape=(T, nb)), ct.float8_e5m3fnu)
+        acc = ct.zeros((T, T), dtype=ct.float32)
+        ct.store(out, index=(i, 0), tile=ct.mma_scaled(x, xs, ct.transpose(y), ct.transpose(ys), acc))
+
+    ct.launch(torch.cuda.current_stream(), (R // T, 1, 1), kernel, (a, sa, b, sb, out))
+    d = out.cpu().numpy().reshape(R // T, T, T)
+    return np.ascontiguousarray(np.concatenate([np.diagonal(t) for t in d])).view(np.uint32)
 
 
 def validate(out=print):

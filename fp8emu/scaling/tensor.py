@@ -336,9 +336,9 @@ class ScaledTensor:
         scales of a type neither ``scale_codes`` (E8M0) nor ``block_scale_codes``
         (UE4M3) holds.
     scale_format_codes : numpy.ndarray of uint8 or None
-        The block-scale codes in ``scale_format``.  ``block_scaled_mm`` and the
-        kernel buffers of :mod:`fp8emu.layouts` do not take them (they refuse
-        such a tensor as "not block-scaled"); ``dequantize()`` does.
+        The block-scale codes in ``scale_format``.  ``block_scaled_mm`` and
+        ``dequantize()`` take them; the kernel buffers of :mod:`fp8emu.layouts`
+        do not (they refuse such a tensor as "not block-scaled").
     recipe : str
         Name of the quantizer that built it.
 
