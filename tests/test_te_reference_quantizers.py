@@ -116,6 +116,12 @@ def test_vectors_come_from_the_te_commit_we_follow():
     assert len(FINITE) > 250 and len(NONFINITE) == 2 * 2 * (2 * 2 * 5 + 3)
 
 
+def test_the_scaling_guide_states_these_counts():
+    guide = (HERE.parent / "docs" / "guides" / "scaling.md").read_text()
+    assert f"outputs of {len(CASES)} cases" in guide
+    assert f"\n{len(NONFINITE)} cases with an Inf or a NaN" in guide
+
+
 @pytest.mark.parametrize("cid", FINITE)
 def test_finite_inputs_match_te_reference(cid):
     assert fp8emu_digests(cid) == VECTORS["cases"][cid]
