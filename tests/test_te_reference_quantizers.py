@@ -7,7 +7,8 @@
 reference (``tests/pytorch/test_mxfp8_2d_quantize.py``), run as written on CPU
 PyTorch by ``tools/record_te_reference_quantizers.py`` at TE commit
 :data:`fp8emu.scaling.nvfp4_te.TE_COMMIT`, over normal and adversarial inputs
-(zeros, subnormal amax, amax at and one ulp around ``fp8_max / 2**k``, amax
+(zeros, subnormal amax, amax at and one ulp around ``fp8_max / 2**k`` for
+E4M3 and E5M2 -- per row, and per tensor in the ``current-sweep`` cases --, amax
 under eps, Inf, NaN), float32 and bfloat16.  This file recomputes them with
 fp8emu's quantizers, without torch:
 
@@ -83,6 +84,10 @@ NONFINITE = sorted(c for c, (_, x, _) in CASES.items() if nonfinite(x))
 
 def fp8emu_outputs(recipe, x, opts, scale=None):
     """fp8emu's outputs laid out as TE's reference returns them."""
+    if recipe == "current_sweep":        # one tensor per slice
+        runs = [fp8emu_outputs("current", x[i], opts) for i in range(x.shape[0])]
+        return {"codes": np.stack([r["codes"] for r in runs]),
+                "scale_inv": np.concatenate([r["scale_inv"] for r in runs])}
     if recipe == "current":
         t = fp8emu.quantize_tensorwise(x, opts["fmt"], pow2=opts["pow2"], eps=opts["eps"], scale=scale)
         s = np.asarray(t.scale_inv, np.float32).reshape(1)
@@ -112,7 +117,7 @@ def test_vectors_come_from_the_te_commit_we_follow():
     assert VECTORS["te_commit"] == TE_COMMIT
     assert set(VECTORS["cases"]) == set(CASES)
     recipes = {c.split("/")[0] for c in CASES}
-    assert recipes == {"current", "block1x128", "block128x128", "mxfp8-1x32", "mxfp8-32x32"}
+    assert recipes == {"current", "current-sweep", "block1x128", "block128x128", "mxfp8-1x32", "mxfp8-32x32"}
     assert len(FINITE) > 250 and len(NONFINITE) == 2 * 2 * (2 * 2 * 5 + 3)
 
 
@@ -120,6 +125,9 @@ def test_the_scaling_guide_states_these_counts():
     guide = (HERE.parent / "docs" / "guides" / "scaling.md").read_text()
     assert f"outputs of {len(CASES)} cases" in guide
     assert f"\n{len(NONFINITE)} cases with an Inf or a NaN" in guide
+    edges = R.amax_edges()
+    assert f"per tensor in {edges.size} small tensors" in guide
+    assert {np.float32(448 * 2.0**-12), np.float32(57344 * 2.0**11), np.nextafter(np.float32(448), np.float32(0))} <= set(edges)
 
 
 @pytest.mark.parametrize("cid", FINITE)

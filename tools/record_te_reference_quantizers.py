@@ -80,19 +80,32 @@ def make_input(kind, shape, dtype, seed=0):
     elif kind == "tiny":               # subnormal-range amax: 448/amax overflows float32 in places
         x = (x * np.float32(1e-39 if dtype == F32 else 1e-38)).astype(np.float32)
         x[-1] *= np.float32(1e-6)
-    elif kind == "pow2_edges":         # amax exactly at, one ulp below and above fp8_max / 2**k
+    elif kind == "pow2_edges":         # each row's amax exactly at, or one ulp around, fp8_max / 2**k
         x = (x * np.float32(0.01)).astype(np.float32)
-        edges = np.float32(448) * np.exp2(np.arange(-12, 12, dtype=np.float32))
-        edges = np.concatenate([edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf),
-                                np.float32(57344) * np.exp2(np.arange(-12, 12, dtype=np.float32))])
-        flat = x.reshape(-1)
-        flat[rng.choice(flat.size, min(flat.size, edges.size), replace=False)] = edges[: flat.size]
+        edges = amax_edges()
+        rows = np.arange(shape[0])
+        x[rows, (rows * 37) % shape[1]] = edges[(rows + seed) % edges.size] * np.where(rows % 2, -1, 1)
     elif kind in ("inf", "nan"):
         bad = np.float32(np.inf if kind == "inf" else np.nan)
         x[0, 1], x[-1, -1] = bad, -bad if kind == "inf" else bad
     elif kind == "below_eps":          # amax under eps (the cases with eps use 1e-3)
         x = (x * np.float32(1e-5)).astype(np.float32)
     return x.astype(dtype)
+
+
+def amax_sweep(dtype):
+    """(144, 4, 16): slice i holds small normals and one element equal to ``amax_edges()[i]``."""
+    rng = np.random.default_rng(144)
+    edges = amax_edges()
+    x = (rng.standard_normal((edges.size, 4, 16), dtype=np.float32) * np.float32(0.01)).astype(np.float32)
+    x[np.arange(edges.size), np.arange(edges.size) % 4, np.arange(edges.size) % 16] = edges
+    return x.astype(dtype)
+
+
+def amax_edges():
+    """``fp8_max * 2**k`` for E4M3 and E5M2, k in [-12, 12), each with its float32 neighbours (144 values)."""
+    base = np.concatenate([np.float32(m) * np.exp2(np.arange(-12, 12, dtype=np.float32)) for m in (448, 57344)])
+    return np.concatenate([base, np.nextafter(base, np.float32(0)), np.nextafter(base, np.float32(np.inf))])
 
 
 def nonfinite_grid(x, block):
@@ -131,6 +144,11 @@ def all_cases():
                             yield (f"block{tile[0]}x{tile[1]}/{kind}-{shape[0]}x{shape[1]}-{dn}-{fmt}-"
                                    f"{'pow2' if pow2 else 'fp32'}", "block", make_input(kind, shape, dtype),
                                    dict(fmt=fmt, pow2=pow2, eps=eps, tile=tile))
+        for fmt in ("e4m3fn", "e5m2"):     # one small tensor per amax edge: the tensor's amax is the edge
+            for pow2 in (False, True):
+                yield (f"current-sweep/{dn}-{fmt}-{'pow2' if pow2 else 'fp32'}", "current_sweep",
+                       amax_sweep(dtype), dict(fmt=fmt, pow2=pow2, eps=0.0))
+        for kind in KINDS:
             for tile, shape in (((1, 32), (64, 96)), ((32, 32), (64, 96)), ((32, 32), (128, 160))):
                 if kind == "below_eps":
                     continue                   # MXFP8 has no eps
@@ -230,6 +248,10 @@ def run_reference(refs, recipe, x, opts):
         data, e8m0 = mxfp8_1d(ref, t)
         data_t, e8m0_t = mxfp8_1d(ref, t.t().contiguous())
         return {"codes": _u8(data), "scale_codes": _u8(e8m0), "codes_t": _u8(data_t), "scale_codes_t": _u8(e8m0_t)}
+    if recipe == "current_sweep":        # each slice quantized on its own; codes and scales stacked
+        runs = [run_reference(refs, "current", x[i], opts) for i in range(x.shape[0])]
+        return {"codes": np.stack([r["codes"] for r in runs]),
+                "scale_inv": np.concatenate([r["scale_inv"] for r in runs])}
     qdtype = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[opts["fmt"]]
     if recipe == "current":
         q = refs["current"].CurrentScalingQuantizerRef(dtype=qdtype, rowwise=True, columnwise=True,
@@ -249,7 +271,7 @@ def digest(a) -> str:
 
 def block_of(recipe, opts):
     """The quantization block of a case's row-wise codes (None: the whole tensor)."""
-    return None if recipe == "current" else tuple(opts["tile"])
+    return None if recipe.startswith("current") else tuple(opts["tile"])
 
 
 def finite_parts(outputs, x, recipe, opts) -> dict:
