@@ -159,8 +159,10 @@ def all_cases():
 # ----------------------------------------------------------------------------- loading TE
 def load_current(checkout):
     """TE's ``reference_current_scaling`` module (stand-ins as for the NVFP4 reference)."""
-    record_te_vectors.load_reference(checkout)          # installs the stand-ins, loads gemm and utils
     recipes = Path(checkout) / "transformer_engine" / "pytorch" / "custom_recipes"
+    if not (recipes / "reference_current_scaling.py").is_file():
+        raise FileNotFoundError(f"{recipes / 'reference_current_scaling.py'} not found: not a TransformerEngine checkout")
+    record_te_vectors.load_reference(checkout)          # installs the stand-ins, loads gemm and utils
     return _load("transformer_engine.pytorch.custom_recipes.reference_current_scaling",
                  recipes / "reference_current_scaling.py")
 
@@ -169,7 +171,8 @@ def load_block(checkout):
     """TE's ``references.blockwise_quantizer_reference`` module (imports only torch)."""
     refs = Path(checkout) / "tests" / "pytorch" / "references"
     if not (refs / "blockwise_quantizer_reference.py").is_file():
-        raise FileNotFoundError(f"{refs / 'blockwise_quantizer_reference.py'} not found: not a TransformerEngine checkout")
+        raise FileNotFoundError(f"{refs / 'blockwise_quantizer_reference.py'} not found: "
+                                "not a TransformerEngine checkout")
     pkg = types.ModuleType("references")
     pkg.__path__ = [str(refs)]
     sys.modules["references"] = pkg
