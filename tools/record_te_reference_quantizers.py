@@ -161,7 +161,8 @@ def load_current(checkout):
     """TE's ``reference_current_scaling`` module (stand-ins as for the NVFP4 reference)."""
     recipes = Path(checkout) / "transformer_engine" / "pytorch" / "custom_recipes"
     if not (recipes / "reference_current_scaling.py").is_file():
-        raise FileNotFoundError(f"{recipes / 'reference_current_scaling.py'} not found: not a TransformerEngine checkout")
+        raise FileNotFoundError(f"{recipes / 'reference_current_scaling.py'} not found: "
+                                "not a TransformerEngine checkout")
     record_te_vectors.load_reference(checkout)          # installs the stand-ins, loads gemm and utils
     return _load("transformer_engine.pytorch.custom_recipes.reference_current_scaling",
                  recipes / "reference_current_scaling.py")
