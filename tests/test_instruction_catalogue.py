@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8emu.gemm.instructions import EVIDENCE, INSTRUCTIONS, get_instruction
+from fp8emu.gemm.instructions import EVIDENCE, INSTRUCTIONS, dot, get_instruction, mma
 
 MMASIM = Path(__file__).parent / "data" / "mmasim"
 
@@ -68,3 +68,17 @@ def test_positive_integer_fields_accept_one_and_refuse_zero(field):
     assert getattr(dataclasses.replace(base, **{field: 1}), field) == 1
     with pytest.raises(ValueError, match=f"{field} must be a positive integer"):
         dataclasses.replace(base, **{field: 0})
+
+
+@pytest.mark.parametrize("na,nb", [(2, 4), (4, 2), (3, 3)])
+def test_scales_must_give_both_operands_one_block_length(na, nb):
+    # K = 64: a_scales and b_scales must hold the same count of entries along K, and K must be a
+    # multiple of it (2 entries: blocks of 32; 4: blocks of 16). Unequal counts would give A and B
+    # blocks of different lengths, which no block-scaled instruction has; 3 does not divide 64.
+    a, b = np.zeros((2, 64), np.uint8), np.zeros((64, 2), np.uint8)
+    kw = dict(instruction="blackwell-tcgen05-mxf4nvf4", a_format="e2m1fn")
+    msg = f"scales must hold K / block entries along K for both operands, got {na} and {nb} for K = 64"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        mma(a, b, a_scales=np.full((2, na), 127, np.uint8), b_scales=np.full((nb, 2), 127, np.uint8), **kw)
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        dot(a, b.T, a_scales=np.full((2, na), 127, np.uint8), b_scales=np.full((2, nb), 127, np.uint8), **kw)
