@@ -8,6 +8,7 @@ written by tools/record_mmasim.py, not by fp8emu).
 """
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -82,3 +83,34 @@ def test_scales_must_give_both_operands_one_block_length(na, nb):
         mma(a, b, a_scales=np.full((2, na), 127, np.uint8), b_scales=np.full((nb, 2), 127, np.uint8), **kw)
     with pytest.raises(ValueError, match=re.escape(msg)):
         dot(a, b.T, a_scales=np.full((2, na), 127, np.uint8), b_scales=np.full((2, nb), 127, np.uint8), **kw)
+
+
+def _trunc13(x):
+    """x (a float) truncated to 13 fraction bits at its own exponent (exact: float64 holds it)."""
+    m, e = math.frexp(x)
+    return math.ldexp(math.trunc(m * 2 ** 14), e - 14)
+
+
+@pytest.mark.parametrize("instruction", ["ada-mma", "hopper-mma", "hopper-wgmma"])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+def test_zero_products_leave_c_truncated_to_13_bits_at_its_own_exponent(instruction, fmt):
+    # every product zero: the exact sum is C, and the "rz-e8m13" accumulator keeps its 13 leading
+    # fraction bits, whatever C's exponent, also below the smallest non-zero product (2**-18 for
+    # e4m3 x e4m3, 2**-32 for e5m2 x e5m2) and down to float32's normals
+    c = np.array([[2.0 ** -20 * (1 + 2 ** -13 + 2 ** -15 + 2 ** -23), -(2.0 ** -30) * (1 + 2 ** -5 + 2 ** -17)],
+                  [2.0 ** -100 * (1 + 2 ** -22), 3.0 * 2 ** -19], [-(2.0 ** -126) * (1 + 2 ** -12 + 2 ** -14), 0.0]],
+                 np.float32)
+    want = np.array([[_trunc13(float(v)) for v in r] for r in c], np.float32)
+    a, b = np.zeros((3, 64), np.uint8), np.zeros((64, 2), np.uint8)
+    # a tile (the code-pair tables), a batch of tiles (the operand path) and rows
+    got = mma(a, b, c, instruction=instruction, a_format=fmt)
+    assert (got.view(np.uint32) == want.view(np.uint32)).all()
+    got = mma(np.stack([a, a]), np.stack([b, b]), np.stack([c, c[::-1]]), instruction=instruction, a_format=fmt)
+    assert (got.view(np.uint32) == np.stack([want, want[::-1]]).view(np.uint32)).all()
+    rows = dot(a, a, c[:, 0], instruction=instruction, a_format=fmt)
+    assert (rows.view(np.uint32) == want[:, 0].view(np.uint32)).all()
+    # a GEMM tile of 32 x 32 outputs (the exact route, or the operand path where it declines)
+    big_c = np.resize(c, (32, 32))
+    big_want = np.resize(want, (32, 32))
+    got = mma(np.zeros((32, 64), np.uint8), np.zeros((64, 32), np.uint8), big_c, instruction=instruction, a_format=fmt)
+    assert (got.view(np.uint32) == big_want.view(np.uint32)).all()
