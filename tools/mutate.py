@@ -108,6 +108,20 @@ GROUPS = {
     "attention": (["fp8emu/attention.py"],
                   ["tests/test_attention.py", "tests/test_reliability.py", "tests/test_attention_lab.py",
                    "tests/test_docs.py::test_docstring_examples[fp8emu.attention]"]),
+    # the instruction catalogue, split out of gemm/instructions.py (same bits): the catalogue as data,
+    # each datapath's reference step, the fast routes, the public API.  The live-MMA-Sim tests are
+    # left out (a minute a run, and the recorded MMA-Sim vectors of test_instructions.py hold the
+    # same comparison); the fast files run first so that -x stops a killed mutant early.
+    "instructions": (["fp8emu/gemm/catalogue.py", "fp8emu/gemm/datapaths.py", "fp8emu/gemm/instructions.py",
+                      *(f"fp8emu/gemm/routes/{m}.py" for m in ("__init__", "codes", "steps", "tables",
+                                                                "operands", "exact", "groups"))],
+                     ["tests/test_accumulator_semantics.py", "tests/test_instruction_catalogue.py",
+                      "tests/test_gemm_routes.py",
+                      "tests/test_instructions.py", "tests/test_tc_recordings.py",
+                      "tests/test_gemm_exact_paths.py", "tests/test_block_scaled.py",
+                      *(f"tests/test_docs.py::test_docstring_examples[fp8emu.gemm.{m}]"
+                        for m in ("catalogue", "datapaths", "instructions")),
+                      "-k", "not live_mmasim"]),
 }
 
 _BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
