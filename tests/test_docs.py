@@ -49,10 +49,13 @@ def test_readme_python_blocks_run():
 
 def _modules():
     import importlib
+    import importlib.util
     import pkgutil
     for info in pkgutil.walk_packages(fp8emu.__path__, prefix="fp8emu."):
         if info.name == "fp8emu.__main__":   # importing it runs the command line
             continue
+        if info.name.startswith("fp8emu.torch") and importlib.util.find_spec("torch") is None:
+            continue                           # the optional torch adapter needs torch
         yield importlib.import_module(info.name)
 
 

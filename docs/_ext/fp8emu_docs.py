@@ -16,6 +16,7 @@ name has an entry and an example.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 from pathlib import Path
@@ -47,6 +48,11 @@ API_SECTIONS = [
                                       "fp8emu.lab.study", "fp8emu.lab.report", "fp8emu.lab.attention"]),
     ("Command line", ["fp8emu.cli"]),
 ]
+# The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.
+if importlib.util.find_spec("torch") is not None:
+    API_SECTIONS.append(("Torch models", ["fp8emu.torch", "fp8emu.torch.swap", "fp8emu.torch.recipes",
+                                          "fp8emu.torch.stacks", "fp8emu.torch.linear", "fp8emu.torch.gemms",
+                                          "fp8emu.torch.attention"]))
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).
@@ -64,6 +70,8 @@ def modules_with_all() -> list:
     out = ["fp8emu"]
     for info in pkgutil.walk_packages(fp8emu.__path__, prefix="fp8emu."):
         if info.name == "fp8emu.__main__":
+            continue
+        if info.name.startswith("fp8emu.torch") and importlib.util.find_spec("torch") is None:
             continue
         if hasattr(importlib.import_module(info.name), "__all__"):
             out.append(info.name)

@@ -6,6 +6,7 @@ whose fprop, dgrad and wgrad GEMMs run through :mod:`fp8emu.scaling` and :mod:`f
 (``pip install 'fp8emu[torch]'``); the rest of fp8emu never imports it.
 """
 
+from .attention import fp8_sdpa
 from .linear import EmulatedLinear
 from .recipes import (
     DeepSeekV3, TEBlockScaling, TECurrentScaling, TEDelayedScaling, TEMXFP8BlockScaling,
@@ -17,4 +18,4 @@ from .swap import EmulationReport, diagnostics, emulate, reset_diagnostics
 __all__ = ["emulate", "EmulationReport", "diagnostics", "reset_diagnostics", "recipe_names", "stack_names",
            "get_recipe", "get_stack", "Stack", "EmulatedLinear", "TrainingRecipe", "TEDelayedScaling",
            "TECurrentScaling", "TEBlockScaling", "DeepSeekV3", "TEMXFP8BlockScaling", "TENVFP4BlockScaling",
-           "TorchaoFloat8"]
+           "TorchaoFloat8", "fp8_sdpa"]

@@ -43,7 +43,9 @@ def operand_stats(arr: np.ndarray, op: Operand) -> dict:
     or the median of the block / row scales.  ``frac_saturated``: elements whose code sits at
     the format's largest magnitude; ``frac_underflow``: finite non-zero inputs whose code is
     zero; ``frac_flushed``: non-zero codes in the format's subnormal range;
-    ``n_nonfinite``: NaN / Inf in the input.
+    ``n_nonfinite``: NaN / Inf in the input.  For an operand quantized after a random Hadamard
+    transform (NVFP4's wgrad copies) the codes are those of the transformed values; ``amax`` and
+    ``n_nonfinite`` are of the input.
     """
     x = np.asarray(arr, np.float32)
     finite = np.isfinite(x)

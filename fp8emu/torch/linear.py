@@ -85,6 +85,10 @@ class EmulatedLinear(nn.Module):
     def delayed_operand(self, role: str, arr: np.ndarray) -> Operand:
         """Quantize with the scale in force, record the amax, update (TE's order); state in buffers."""
         hist, scale = getattr(self, f"amax_history_{role}"), getattr(self, f"scale_{role}")
+        if hist.dtype != torch.float32 or scale.dtype != torch.float32:
+            raise TypeError(f"layer {self.layer_name!r}: delayed scaling's state was converted to {scale.dtype} "
+                            "(model.to(dtype)?); keep the model in float32 (fp32 master weights): the stack "
+                            "already runs activations in its own dtype")
         ds = self.recipe.scaler(role)
         ds.amax_history = hist.numpy().astype(np.float32).copy()
         ds.scale = float(scale)
@@ -111,10 +115,12 @@ class EmulatedLinear(nn.Module):
             den = np.linalg.norm(ref)
             err = float(np.linalg.norm(o - ref) / den) if den > 0 else float("nan")
         for tensor, arr, op in pairs:
-            row = {"layer": self.layer_name, "pass": pass_, "step": step, "tensor": tensor}
-            row.update(operand_stats(arr, op))
-            row["gemm_rel_err"] = err
-            self.diagnostic_rows.append(row)
+            stats = operand_stats(arr, op)
+            self.diagnostic_rows.append({
+                "layer": self.layer_name, "pass": pass_, "step": step, "tensor": tensor,
+                **{k: stats[k] for k in ("amax", "scale", "frac_saturated", "frac_underflow", "frac_flushed",
+                                         "n_nonfinite")},
+                "gemm_rel_err": err})
 
     def check_tokens(self, m):
         mult = self.multiple

@@ -271,8 +271,9 @@ class TENVFP4BlockScaling(TrainingRecipe):
     Examples
     --------
     >>> r = TENVFP4BlockScaling(disable_rht=True)
-    >>> r.quantizer("grad_output", "wgrad"), r.quantizer("weight", "fprop").with_2d_quantization
-    (NVFP4Quantizer(with_2d_quantization=False, stochastic_rounding=True, with_rht=False, with_random_sign_mask=True, row_scaled_nvfp4=False, nvfp4_use_4over6=False, nvfp4_e4m3_max=448, nvfp4_4over6_err_mode='MAE', nvfp4_4over6_err_use_fast_math=False, scale_override=1.0), True)
+    >>> q = r.quantizer("grad_output", "wgrad")
+    >>> q.stochastic_rounding, q.with_rht, r.quantizer("weight", "fprop").with_2d_quantization
+    (True, False, True)
     """
 
     disable_rht: bool = False

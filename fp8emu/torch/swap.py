@@ -94,6 +94,10 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
                            f"this is torch {torch.__version__}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    if not isinstance(diagnostics, bool):
+        raise TypeError(f"diagnostics must be True or False, got {diagnostics!r}")
     R, S = get_recipe(recipe), get_stack(gpu)
     check_combination(R, S)
     for name, mod in model.named_modules():
