@@ -284,3 +284,16 @@ def test_report_only_trains_nothing(tiny_study, tmp_path, capsys):
     assert prov["corpus"] == "pydoc_data.topics" and prov["torch"] == torch.__version__
     assert main(["train-study", "--quick", "--out", str(tmp_path / "none"), "--report-only", *argv]) == 2
     assert "holds no study" in capsys.readouterr().err
+
+
+def test_scheduler_address_runs_on_an_existing_cluster(tiny_study, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    out = tmp_path / "sched"
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        assert main(["train-study", "--quick", "--out", str(out), "--scheduler", cluster.scheduler_address,
+                     "--no-report", *TINY]) == 0
+    drop = {"s_per_step", "wall_s"}
+    a = [{k: v for k, v in r.items() if k not in drop} for r in _csv(tiny_study / "runs.csv")]
+    b = [{k: v for k, v in r.items() if k not in drop} for r in _csv(out / "runs.csv")]
+    assert a == b
