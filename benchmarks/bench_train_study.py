@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 import fp8emu.torch as fp8torch
+from fp8emu import parallel
 from fp8emu.torch.study.corpus import load_corpus, sample_batch
 from fp8emu.torch.study.model import GPT, ModelConfig
 from fp8emu.torch.study.runs import valid_pairs
@@ -63,15 +64,26 @@ def _profile(mc, pair):
     prof.disable()
     st = pstats.Stats(prof)
     total = max(v[3] for v in st.stats.values())
-    by_file = {}
-    for (file, _, name), (_, _, tt, _, _) in st.stats.items():
-        key = "fp8emu.gemm" if "/fp8emu/gemm/" in file else "fp8emu.scaling/codec" \
-            if ("/fp8emu/scaling/" in file or "/fp8emu/codec" in file or "/fp8emu/rounding" in file) \
-            else "fp8emu.torch" if "/fp8emu/torch/" in file and "/study/" not in file else "torch + numpy + rest"
-        by_file[key] = by_file.get(key, 0.0) + tt
-    print(f"profile of one {pair} step ({total:.2f} s under cProfile), own time by where the code lives:")
-    for k, v in sorted(by_file.items(), key=lambda kv: -kv[1]):
-        print(f"  {k:24s} {v:7.2f} s  {100 * v / total:5.1f} %")
+
+    def where(file):
+        for part, label in (("/fp8emu/gemm/", "fp8emu GEMM models (fp8emu.gemm)"),
+                            ("/fp8emu/scaling/", "fp8emu quantizers (scaling, codec)"),
+                            ("/fp8emu/codec", "fp8emu quantizers (scaling, codec)"),
+                            ):
+            if part in file:
+                return label
+        return None
+
+    # cumulative time of each area's entry points (functions of the area called from outside it)
+    share = {}
+    for (file, _, _), (_, _, _, ct, callers) in st.stats.items():
+        area = where(file)
+        if area and all(where(c[0]) != area for c in callers):
+            share[area] = share.get(area, 0.0) + ct
+    share["the rest (torch, fp8emu.torch glue, optimizer)"] = total - sum(share.values())
+    print(f"profile of one {pair} step ({total:.2f} s under cProfile), cumulative time by area:")
+    for k, v in sorted(share.items(), key=lambda kv: -kv[1]):
+        print(f"  {k:44s} {v:7.2f} s  {100 * v / total:5.1f} %")
     st.sort_stats("tottime").print_stats(8)
 
 
@@ -86,8 +98,9 @@ def main():
     p.add_argument("--profile", help="recipe@stack to profile instead")
     a = p.parse_args()
     torch.set_num_threads(1)
+    parallel.set_threads(1)     # fp8emu's own pool too: cProfile sees only the calling thread
     mc = ModelConfig(a.n_layer, a.d_model, 4, a.seq_len, a.batch)
-    print(f"torch {torch.__version__}, numpy {np.__version__}, 1 thread; model {mc}")
+    print(f"torch {torch.__version__}, numpy {np.__version__}, 1 thread (torch and fp8emu); model {mc}")
     if a.profile:
         return _profile(mc, a.profile)
     if a.pairs:

@@ -234,15 +234,20 @@ def test_inference_table_has_every_configuration(tiny_study):
 
 @pytest.mark.skipif(not HAS_EMULATE, reason="fp8emu.torch.emulate is not merged in this tree")
 def test_quick_recipe_runs_swap_every_projection_and_are_deterministic(tmp_path):
-    argv = ["train-study", "--quick", "--recipes", "te-delayed", "--stacks", "h100", "--baselines", "bf16",
-            "--seeds", "1", "--steps", "4", "--eval-every", "2", "--no-report", "--quiet"]
+    # --quick's two pairs (NVFP4 with its stochastic rounding included), shortened to 4 steps
+    argv = ["train-study", "--quick", "--baselines", "bf16", "--seeds", "1", "--steps", "4", "--eval-every", "2",
+            "--no-report", "--quiet"]
     assert main([*argv, "--out", str(tmp_path / "a")]) == 0
     assert main([*argv, "--out", str(tmp_path / "b")]) == 0
-    a = json.loads((tmp_path / "a" / "runs" / "te-delayed@h100-s0.json").read_text())["result"]
-    b = json.loads((tmp_path / "b" / "runs" / "te-delayed@h100-s0.json").read_text())["result"]
-    assert a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"]
-    assert sorted(a["swapped"]) == ["blocks.0.attn.out", "blocks.0.attn.qkv", "blocks.0.mlp.fc", "blocks.0.mlp.proj"]
-    assert a["diagnostics"], "the first seed records diagnostics"
+    for run in ("te-delayed@h100-s0", "te-nvfp4@b200-s0"):
+        a = json.loads((tmp_path / "a" / "runs" / f"{run}.json").read_text())["result"]
+        b = json.loads((tmp_path / "b" / "runs" / f"{run}.json").read_text())["result"]
+        assert a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"]
+        assert a["swapped"] == ["blocks.0.attn.out", "blocks.0.attn.qkv", "blocks.0.mlp.fc", "blocks.0.mlp.proj"]
+        assert a["diagnostics"], "the first seed records diagnostics"
+    bf16 = json.loads((tmp_path / "a" / "runs" / "bf16-s0.json").read_text())["result"]
+    assert a["train_loss"][0] == pytest.approx(bf16["train_loss"][0], abs=0.05)   # same init and batch
+    assert a["train_loss"] != bf16["train_loss"]                                    # but emulated
 
 
 def test_pairs_option_refuses_bad_items_before_anything_runs(tmp_path, capsys):
@@ -279,3 +284,16 @@ def test_report_only_trains_nothing(tiny_study, tmp_path, capsys):
     assert prov["corpus"] == "pydoc_data.topics" and prov["torch"] == torch.__version__
     assert main(["train-study", "--quick", "--out", str(tmp_path / "none"), "--report-only", *argv]) == 2
     assert "holds no study" in capsys.readouterr().err
+
+
+def test_scheduler_address_runs_on_an_existing_cluster(tiny_study, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    out = tmp_path / "sched"
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        assert main(["train-study", "--quick", "--out", str(out), "--scheduler", cluster.scheduler_address,
+                     "--no-report", *TINY]) == 0
+    drop = {"s_per_step", "wall_s"}
+    a = [{k: v for k, v in r.items() if k not in drop} for r in _csv(tiny_study / "runs.csv")]
+    b = [{k: v for k, v in r.items() if k not in drop} for r in _csv(out / "runs.csv")]
+    assert a == b

@@ -172,7 +172,7 @@ def _inference(out: Path, results, cfg, args):
         raise ValueError(f"{path} is missing or was modified (its SHA-256 is not the one its run recorded); "
                          f"delete {out / 'runs' / (first['run_id'] + '.json')} to retrain it")
     rows = infer.perplexity_table(data, cfg.model, cfg.corpus, n_windows=args.infer_windows)
-    report._write_csv(out / "inference.csv", rows)
+    report.write_csv(out / "inference.csv", rows)
     return rows
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["gap_stats", "run_rows", "gap_rows", "write_tables", "write_report", "T975"]
+__all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "guide_tables", "T975"]
 
 #: Two-sided 95 % Student-t quantiles t(0.975, df) for df = 1..30 (standard tables); beyond, 1.96.
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -111,7 +111,8 @@ def _fmt(v):
     return "" if v is None else str(v)
 
 
-def _write_csv(path, rows, columns=None):
+def write_csv(path, rows, columns=None):
+    """Write dict rows as CSV (columns: ``columns`` or the first row's keys; NaN as ``nan``)."""
     rows = list(rows)
     columns = columns or (list(rows[0]) if rows else [])
     with open(path, "w", newline="", encoding="utf-8") as f:
@@ -128,7 +129,7 @@ def write_tables(results, out) -> dict:
     for name, rows in (("runs", run_rows(results)), ("curves", _curve_rows(results)),
                        ("gaps", gap_rows(results)), ("diagnostics", _diag_rows(results))):
         paths[name] = out / f"{name}.csv"
-        _write_csv(paths[name], rows)
+        write_csv(paths[name], rows)
     return paths
 
 
@@ -284,7 +285,7 @@ def write_report(results, out, provenance: dict, inference_rows=None) -> list:
     for name, data in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(data)
     prov = [["item", "value"]] + [[k, str(v)] for k, v in provenance.items()]
-    _write_csv(out / "provenance.csv", [{"item": k, "value": v} for k, v in provenance.items()])
+    write_csv(out / "provenance.csv", [{"item": k, "value": v} for k, v in provenance.items()])
     tables = [("Provenance", prov), ("Final gap to bf16 per recipe x stack", _gap_table(gaps))]
     if inference_rows:
         tables.append(("Inference: perplexity of the trained bf16 model", _infer_table(inference_rows)))

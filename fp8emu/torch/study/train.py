@@ -13,7 +13,7 @@
 * **Determinism**: the weights come from ``seed``, the training batches from
   ``numpy.random.default_rng(seed)`` (the same batches for every precision
   at a seed, so gaps are paired), validation uses fixed windows; torch runs
-  on ``threads`` threads (1 by default).  The same spec gives the same
+  and fp8emu's GEMMs (:func:`fp8emu.parallel.set_threads`) run on ``threads`` threads (1 by default).  The same spec gives the same
   losses bit for bit.
 
 Examples
@@ -37,6 +37,8 @@ import numpy as np
 import torch
 
 import fp8emu.torch as fp8torch
+
+from ... import parallel
 
 from .corpus import eval_windows, load_corpus, sample_batch
 from .model import GPT, ModelConfig, check_config
@@ -180,12 +182,14 @@ def _setup(spec):
 
 def train_run(spec: RunSpec) -> dict:
     """Train one run; returns its losses, timing, swapped layers and (binned) diagnostics."""
-    old_threads = torch.get_num_threads()
+    old_threads, old_fp8 = torch.get_num_threads(), parallel.get_threads()
     torch.set_num_threads(spec.train.threads)
+    parallel.set_threads(spec.train.threads)
     try:
         return _train(spec)
     finally:
         torch.set_num_threads(old_threads)
+        parallel.set_threads(old_fp8)
 
 
 def _train(spec):
