@@ -55,6 +55,10 @@ if importlib.util.find_spec("torch") is not None:
                          ["fp8emu.torch", "fp8emu.torch.tensors", "fp8emu.torch.ops", "fp8emu.torch.swap",
                           "fp8emu.torch.recipes", "fp8emu.torch.stacks", "fp8emu.torch.linear",
                           "fp8emu.torch.gemms", "fp8emu.torch.attention"]))
+    API_SECTIONS.append(("The language-model study", ["fp8emu.torch.study.corpus",
+                                                       "fp8emu.torch.study.model", "fp8emu.torch.study.train",
+                                                       "fp8emu.torch.study.runs", "fp8emu.torch.study.infer",
+                                                       "fp8emu.torch.study.report"]))
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).
