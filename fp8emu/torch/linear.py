@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..gemm.torch_cpu import TORCHAO_EMULATE
 from .gemms import operand_stats, run_gemm
 from .recipes import Operand, TrainingRecipe
 from .stacks import Stack
@@ -104,8 +105,11 @@ class EmulatedLinear(nn.Module):
         return self.recipe.operand(role, arr, k_axis, pass_, rng=self.rng(step, pass_))
 
     def accumulator(self, pass_):
-        fam = "hp" if self.recipe.high_precision(pass_) else self.recipe.family
-        return self.stack.accumulator(fam, self.recipe.split(pass_))
+        return self.stack.accumulator(self.recipe.gemm_family(pass_), self.recipe.split(pass_))
+
+    def torchao_emulate(self) -> bool:
+        """Whether the GEMMs are torchao ``Float8Linear(emulate=True)``'s (its output dtype and bias rules)."""
+        return self.accumulator("fprop") == TORCHAO_EMULATE
 
     def record(self, pass_, step, pairs, out, a_hp, b_hp):
         """Diagnostics rows of one pass: one per operand, with the GEMM's relative error."""
@@ -136,7 +140,14 @@ class EmulatedLinear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         self.check_tokens(x2.shape[0])
-        y = _LinearFunction.apply(x2, self.weight, self.bias, self)
+        if self.torchao_emulate():
+            # Float8Linear: the GEMM's output in the input's dtype, then ``output + bias.to(output.dtype)``
+            # in torch (so the bias and its gradient are torch's own arithmetic)
+            y = _LinearFunction.apply(x2, self.weight, None, self)
+            if self.bias is not None:
+                y = y + self.bias.to(y.dtype)
+        else:
+            y = _LinearFunction.apply(x2, self.weight, self.bias, self)
         return y.reshape(*lead, self.out_features)
 
 
@@ -188,4 +199,6 @@ class _LinearFunction(torch.autograd.Function):
             layer.record("wgrad", step, [("grad_output", dys.T, a2), ("input", ctx.xs, ctx.x_col)], dw,
                          dyf.T, np.asarray(ctx.xs, np.float32))
         db = _torch(np.asarray(dys, np.float32).sum(axis=0, dtype=np.float32), dy) if ctx.has_bias else None
-        return _torch(dx, dy), _torch(dw, layer.weight), db, None
+        # torchao returns grad_weight in the gradient's dtype; autograd converts it to the weight's
+        dw_t = _torch(dw, dy).to(layer.weight.dtype) if layer.torchao_emulate() else _torch(dw, layer.weight)
+        return _torch(dx, dy), dw_t, db, None
