@@ -202,12 +202,14 @@ def _emulated_sum(va, vb, sa_rows, sb_cols):
     return sgemm(x, y, name="torch-cpu-emulated", stacklevel=6)
 
 
-def sgemm(x, y, *, name="sgemm", stacklevel=2):
+def sgemm(x, y, *, threads=None, name="sgemm", stacklevel=2):
     """``torch.mm`` of two float32 matrices on the CPU: MKL's sgemm in the order measured.
 
     One float32 FMA chain per output over each K block of :func:`sgemm_k_blocks`, the block
     sums added in order (module docstring).  Outside the reproduced range (``M, N >= 2``,
     ``K <= 768``; ``K <= 4096`` on one thread) a RuntimeWarning says torch may differ.
+    ``threads``: torch's thread count where the caller knows it (``torch.get_num_threads()``);
+    None: unknown, so the warning starts above ``K = 768``.
 
     Examples
     --------
@@ -218,7 +220,7 @@ def sgemm(x, y, *, name="sgemm", stacklevel=2):
     x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
     M, K = x.shape
     N = y.shape[1]
-    if K > EMULATED_MAX_K or M == 1 or N == 1:
+    if K > (_ONE_THREAD_MAX_K if threads == 1 else EMULATED_MAX_K) or M == 1 or N == 1:
         warnings.warn(f"{name} reproduces MKL's sgemm order for M, N >= 2 and K <= "
                       f"{EMULATED_MAX_K} (K <= {_ONE_THREAD_MAX_K} with torch.set_num_threads(1)); this GEMM "
                       f"is {M}x{K}x{N}, so torch may differ in the last bits", RuntimeWarning, stacklevel=stacklevel)
@@ -301,7 +303,7 @@ def torch_cpu_mm(path, ca, fa, cb, fb, sa, sa_row, sb, sb_col, bias=None, odt=np
 TORCHAO_EMULATE = "torchao-emulate"
 
 
-def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, bias=None):
+def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, bias=None, threads=None):
     """torchao ``Float8Linear(emulate=True)``'s GEMM on the CPU: ``torch.mm(a / sa, b / sb)``.
 
     torchao 0.18.0 (``torchao/float8/float8_ops.py``, ``float8_mm`` / ``float8_addmm``, the
@@ -326,6 +328,8 @@ def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, b
         float32 or ml_dtypes.bfloat16 (float16 also accepted).
     bias : array of (N,), optional, keyword-only
         Added after the conversion, as ``Float8Linear``'s ``output + bias.to(output.dtype)``.
+    threads : int, optional, keyword-only
+        torch's thread count, where known (:func:`sgemm`).
 
     Examples
     --------
@@ -345,7 +349,7 @@ def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, b
     with np.errstate(all="ignore"):
         x = (_f32_values(ca, fa) / np.asarray(div_a, np.float32)).astype(np.float32)
         y = (_f32_values(cb, fb) / np.asarray(div_b, np.float32)).astype(np.float32)
-        out = sgemm(x, y, name=TORCHAO_EMULATE, stacklevel=3).astype(odt)
+        out = sgemm(x, y, threads=threads, name=TORCHAO_EMULATE, stacklevel=3).astype(odt)
         if bias is not None:
             b = np.asarray(bias).reshape(1, -1).astype(odt).astype(np.float32)
             out = (out.astype(np.float32) + b).astype(odt)

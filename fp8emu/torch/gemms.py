@@ -34,9 +34,10 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None) -> np.nd
     if accumulator == TORCHAO_EMULATE:
         if bias is not None:
             raise ValueError("torchao-emulate: Float8Linear adds the bias after its GEMM; pass bias=None")
+        threads = torch.get_num_threads()       # the sgemm order torch would take depends on it
         if a.kind == "hp":
-            return sgemm(a.hp, b.hp, name=TORCHAO_EMULATE, stacklevel=3)
-        return torchao_emulated_mm(a.codes, a.fmt, a.divisor, b.codes, b.fmt, b.divisor)
+            return sgemm(a.hp, b.hp, threads=threads, name=TORCHAO_EMULATE, stacklevel=3)
+        return torchao_emulated_mm(a.codes, a.fmt, a.divisor, b.codes, b.fmt, b.divisor, threads=threads)
     if accumulator == "torch-cpu" and a.kind == "fp8":
         return _torch_cpu(a, b, out_dtype, bias)
     if a.kind == "hp":

@@ -10,6 +10,8 @@ counter that seeds stochastic rounding are buffers, so they are in the ``state_d
 
 from __future__ import annotations
 
+import warnings
+
 import ml_dtypes
 import numpy as np
 import torch
@@ -188,6 +190,11 @@ class _LinearFunction(torch.autograd.Function):
         a = layer.operand("grad_output", dys, 1, "dgrad", step)
         dx = run_gemm(a, ctx.w_col, layer.accumulator("dgrad"), S.dtype)
         if R.high_precision("wgrad"):
+            if dy.dtype != torch.float32 and layer.torchao_emulate():
+                warnings.warn(f"layer {layer.layer_name!r}: torchao's high-precision wgrad of {dy.dtype} tensors is "
+                              "torch's own low-precision mm (oneDNN), emulated here as a float32 sgemm of the "
+                              "same values: a few outputs may differ from torchao's in the last bit",
+                              RuntimeWarning, stacklevel=2)
             a2 = Operand("hp", hp=np.ascontiguousarray(np.asarray(dys, np.float32).T))
         else:
             a2 = _t(a) if shared else R.operand("grad_output", dys.T, 1, "wgrad", rng=layer.rng(step, "wgrad"))
