@@ -10,6 +10,8 @@ counter that seeds stochastic rounding are buffers, so they are in the ``state_d
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
 
 import ml_dtypes
@@ -25,6 +27,9 @@ from .stacks import Stack
 __all__ = ["EmulatedLinear"]
 
 _ROLES = ("input", "weight", "grad_output")
+#: The innermost :func:`fp8emu.torch.autocast` block's state (None outside every block): ``enabled``
+#: and ``resolve(layer) -> (recipe, stack, multiple)``.  A ContextVar: each thread / task has its own.
+AUTOCAST = contextvars.ContextVar("fp8emu_torch_autocast", default=None)
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 
 
@@ -139,6 +144,15 @@ class EmulatedLinear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
                              f"expected {self.in_features}")
+        state = AUTOCAST.get()
+        if state is None:
+            return self._forward(x)
+        if not state.enabled:               # outside FP8, as TE's modules outside fp8_autocast
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        with _acting_as(self, *state.resolve(self)):
+            return self._forward(x)
+
+    def _forward(self, x):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         self.check_tokens(x2.shape[0])
@@ -151,6 +165,17 @@ class EmulatedLinear(nn.Module):
         else:
             y = _LinearFunction.apply(x2, self.weight, self.bias, self)
         return y.reshape(*lead, self.out_features)
+
+
+@contextlib.contextmanager
+def _acting_as(layer, recipe, stack, multiple):
+    """The layer runs ``recipe`` on ``stack`` for one call (an :func:`fp8emu.torch.autocast` override)."""
+    saved = layer.recipe, layer.stack, layer.multiple
+    layer.recipe, layer.stack, layer.multiple = recipe, stack, multiple
+    try:
+        yield
+    finally:
+        layer.recipe, layer.stack, layer.multiple = saved
 
 
 class _LinearFunction(torch.autograd.Function):
@@ -177,12 +202,19 @@ class _LinearFunction(torch.autograd.Function):
             layer.record("fprop", step, [("input", xs, a), ("weight", w.T, b)], y,
                          np.asarray(xs, np.float32), w.T)
         ctx.layer, ctx.step, ctx.x_col, ctx.w_col = layer, step, x_col, w_col
+        ctx.acting = (layer.recipe, layer.stack, layer.multiple)
         ctx.xs, ctx.w = (xs, w) if layer.diagnostics_enabled else (None, None)
         ctx.has_bias = bias is not None
         return _torch(y, x)
 
     @staticmethod
     def backward(ctx, dy):
+        # the recipe and stack the forward ran with (an autocast block may have ended since)
+        with _acting_as(ctx.layer, *ctx.acting):
+            return _LinearFunction._backward(ctx, dy)
+
+    @staticmethod
+    def _backward(ctx, dy):
         layer, step = ctx.layer, ctx.step
         R, S = layer.recipe, layer.stack
         dys = _np(dy, S.dtype)
