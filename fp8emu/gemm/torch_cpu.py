@@ -31,6 +31,11 @@ torch may differ.  NaN results are NaN, but their sign bit (which operand's NaN 
 passes on, or x86's negative default NaN) is not reproduced, on either path.  The oneDNN path's
 order is the same for every shape, K (checked up to 4096) and thread count (1, 2).
 
+``"torchao-emulate"`` (:func:`torchao_emulated_mm`, not a ``scaled_mm`` accumulator: it takes torchao's
+scales, which it divides by) is torchao ``Float8Linear(emulate=True)``'s GEMM, which never calls
+``_scaled_mm``: ``torch.mm(fl(a / sa), fl(b / sb))``, the same sgemm, then the output dtype and the bias
+(``tests/test_torchao_float8linear.py``, live torchao 0.18.0 and recorded vectors).
+
 ``use_fast_accum`` changes nothing on the CPU (0 of 104,448 outputs over both paths, K up to 4096,
 float32 / bfloat16 / E4M3 outputs, torch 2.13.0+cpu), so both settings map to the same preset.  Evidence: ``tests/test_torch_cpu_scaled_mm.py`` (vectors recorded from torch
 by ``tools/record_torch_cpu_scaled_mm.py`` into ``tests/data/torch_cpu/``, and live torch).
