@@ -534,3 +534,41 @@ def test_delayed_state_converted_to_bfloat16_is_refused():
     model.to(torch.bfloat16)
     with pytest.raises(TypeError, match=r"^layer '0': delayed scaling's state was converted to torch.bfloat16"):
         model(torch.ones(16, 16, dtype=torch.bfloat16))
+
+
+# ----------------------------------------------------------------------------- the cpu stack against torch
+def test_cpu_stack_equals_torch_scaled_mm_on_the_cpu():
+    """te-current on the cpu stack: each GEMM equals torch's own CPU torch._scaled_mm run on the same
+    FP8 operands (whichever path torch takes for it), bit for bit, fprop with its bias."""
+    x, w, b, dy = _data(M=128, K=256, N=64)
+    _, y, dx, dw = _run("te-current", "cpu", x, w, b, dy)
+    qx, qw, qg = (quantize_tensorwise(x, "e4m3fn"), quantize_tensorwise(w, "e4m3fn"),
+                  quantize_tensorwise(dy, "e5m2"))
+
+    def f8(codes, fmt, col_major=False):
+        dt = torch.float8_e4m3fn if fmt == "e4m3fn" else torch.float8_e5m2
+        if col_major:               # torch's B operand: column-major
+            return torch.from_numpy(np.ascontiguousarray(codes.T)).view(dt).t()
+        return torch.from_numpy(np.ascontiguousarray(codes)).view(dt)
+
+    def s(q):
+        return torch.tensor(float(q.scale_inv), dtype=torch.float32)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                  # K <= 768: any thread count would do; one is the plainest
+    try:
+        ty, tdx, tdw = _torch_gemms(f8, s, qx, qw, qg, b)
+    finally:
+        torch.set_num_threads(threads)
+    for got, exp, what in ((y, ty, "fprop"), (dx, tdx, "dgrad"), (dw, tdw, "wgrad")):
+        assert np.array_equal(_bits(got), _bits(exp.numpy())), what
+
+
+def _torch_gemms(f8, s, qx, qw, qg, b):
+    ty = torch._scaled_mm(f8(qx.codes, "e4m3fn"), f8(qw.codes.T, "e4m3fn", True), scale_a=s(qx), scale_b=s(qw),
+                          bias=torch.from_numpy(b), out_dtype=torch.float32)
+    tdx = torch._scaled_mm(f8(qg.codes, "e5m2"), f8(qw.codes, "e4m3fn", True), scale_a=s(qg), scale_b=s(qw),
+                           out_dtype=torch.float32)
+    tdw = torch._scaled_mm(f8(qg.codes.T, "e5m2"), f8(qx.codes, "e4m3fn", True), scale_a=s(qg), scale_b=s(qx),
+                           out_dtype=torch.float32)
+    return ty, tdx, tdw
