@@ -9,7 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 ft = pytest.importorskip("fp8emu.torch")
 
+from fp8emu.codec import decode  # noqa: E402
 from fp8emu.gemm import block_scaled_mm, scaled_mm  # noqa: E402
+from fp8emu.gemm.torch_cpu import sgemm  # noqa: E402
 from fp8emu.parallel import set_threads  # noqa: E402
 from fp8emu.scaling import (  # noqa: E402
     NVFP4Quantizer, quantize_axiswise, quantize_blockwise, quantize_mx, quantize_nvfp4_te,
@@ -24,13 +26,23 @@ PER_TENSOR = {
     "h100": {"fprop": "hopper-fast", "dgrad": "hopper", "wgrad": "hopper"},
     "h100-fast": {"fprop": "hopper-fast", "dgrad": "hopper-fast", "wgrad": "hopper-fast"},
     "b200": dict.fromkeys(("fprop", "dgrad", "wgrad"), "blackwell-tcgen05-f8f6f4"),
-    "cpu": dict.fromkeys(("fprop", "dgrad", "wgrad"), "fp32"),
+    "cpu": dict.fromkeys(("fprop", "dgrad", "wgrad"), "torch-cpu"),       # resolved by _cpu_path below
     "exact": dict.fromkeys(("fprop", "dgrad", "wgrad"), "exact"),
 }
 BLOCK_FP8 = {"h100": "hopper", "cpu": "fp32", "exact": "exact"}
 MX = {"b200": "blackwell-tcgen05-mxf8f6f4", "cpu": "fp32", "exact": "exact"}
 NVFP4 = {"b200": "blackwell-tcgen05-mxf4nvf4", "cpu": "fp32", "exact": "exact"}
 DTYPE = {"h100": "bfloat16", "h100-fast": "bfloat16", "b200": "bfloat16", "cpu": "float32", "exact": "float32"}
+
+
+def _cpu_path(fa, fb, tensorwise):
+    """The path torch's CPU _scaled_mm takes (aten/src/ATen/native/Blas.cpp, written out here): oneDNN
+    when mkldnn is on, both scales are tensor-wise and the CPU has AMX-INT8 (mixed FP8 dtypes also need
+    AMX-FP16); the emulated path otherwise."""
+    flags = open("/proc/cpuinfo").read().split()
+    onednn = (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled and tensorwise
+              and "amx_int8" in flags and (fa == fb or "amx_fp16" in flags))
+    return "torch-cpu-onednn" if onednn else "torch-cpu-emulated"
 
 
 def _q_tensor(fmt, scale=None):
@@ -48,7 +60,15 @@ def _torchao(arr, fmt, axis, pow2):
     if pow2:
         s = np.ldexp(np.float32(1), np.frexp(s)[1] - 1).astype(np.float32)   # round down to 2**k
     st = quantize_tensorwise(a, fmt, scale=s[()]) if axis is None else quantize_axiswise(a, fmt, axis=axis, scale=s)
-    return st.codes, st.fmt, st.scale_inv
+    return st.codes, st.fmt, st.scale_inv, s[()]
+
+
+def _ao_mm(qa, qb, bias=None):
+    """torchao Float8Linear(emulate=True)'s GEMM written out: torch.mm(a / sa, b / sb), float32 inputs."""
+    x = (decode(qa[0], qa[1]).astype(np.float32) / qa[3]).astype(np.float32)
+    y = (decode(qb[0], qb[1]).astype(np.float32) / qb[3]).astype(np.float32)
+    v = sgemm(x, y)
+    return v if bias is None else (v + bias.astype(np.float32)).astype(np.float32)
 
 
 def hand(recipe, gpu, x, w, b, dy, seed=0):
@@ -61,9 +81,26 @@ def hand(recipe, gpu, x, w, b, dy, seed=0):
     def rng(p):
         return np.random.default_rng([seed, 0, 0, {"fprop": 0, "dgrad": 1, "wgrad": 2}[p]])
 
+    if recipe.startswith("torchao") and gpu == "cpu":       # torchao's own emulated GEMM
+        gran, pow2 = recipe[len("torchao-"):], recipe != "torchao-tensorwise"
+        go = "e5m2" if gran == "tensorwise" else "e4m3fn"
+        ax = None if gran == "tensorwise" else 1
+        qx, qw = _torchao(xs, "e4m3fn", ax, pow2), _torchao(w.T, "e4m3fn", None if ax is None else 0, pow2)
+        qg = _torchao(dys, go, ax, pow2)
+        qw2 = _torchao(w, "e4m3fn", None if gran != "rowwise" else 0, pow2)
+        y = _ao_mm(qx, qw, bias)
+        dx = _ao_mm(qg, qw2)
+        if gran == "rowwise-gw-hp":
+            dw = sgemm(np.asarray(dys, np.float32).T, np.asarray(xs, np.float32))
+        else:
+            dw = _ao_mm(_torchao(dys.T, go, ax, pow2), _torchao(xs, "e4m3fn", None if ax is None else 0, pow2))
+        return y, dx, dw
     if recipe in ("te-current", "te-delayed", "torchao-tensorwise"):
         fmt = {"input": "e4m3fn", "weight": "e4m3fn", "grad_output": "e5m2"}
         acc = PER_TENSOR[gpu]
+        if gpu == "cpu":
+            acc = {"fprop": _cpu_path("e4m3fn", "e4m3fn", True), "dgrad": _cpu_path("e5m2", "e4m3fn", True),
+                   "wgrad": _cpu_path("e5m2", "e4m3fn", True)}
         if recipe == "torchao-tensorwise":
             qx, qw, qg = _torchao(xs, "e4m3fn", None, False), _torchao(w, "e4m3fn", None, False), \
                 _torchao(dys, "e5m2", None, False)
@@ -81,15 +118,15 @@ def hand(recipe, gpu, x, w, b, dy, seed=0):
         return y, dx, dw
     if recipe.startswith("torchao-rowwise"):
         acc = PER_TENSOR[gpu]
-        ax = _torchao(xs, "e4m3fn", 1, recipe == "torchao-rowwise")
-        bw = _torchao(w.T, "e4m3fn", 0, recipe == "torchao-rowwise")
+        ax = _torchao(xs, "e4m3fn", 1, True)       # both rowwise recipes: power-of-two scales
+        bw = _torchao(w.T, "e4m3fn", 0, True)
         y = scaled_mm(ax[0], bw[0], a_format="e4m3fn", b_format="e4m3fn", scale_a=ax[2], scale_b=bw[2], bias=bias,
                       out_dtype=dt, accumulator=acc["fprop"])
-        ag = _torchao(dys, "e4m3fn", 1, recipe == "torchao-rowwise")
+        ag = _torchao(dys, "e4m3fn", 1, True)
         if recipe == "torchao-rowwise":
             bw2 = _torchao(w, "e4m3fn", 0, True)
         else:
-            bw2 = _torchao(w, "e4m3fn", None, False)       # gw_hp: the weight for grad_input is tensorwise
+            bw2 = _torchao(w, "e4m3fn", None, True)        # gw_hp: the weight for grad_input is tensorwise
         dx = scaled_mm(ag[0], bw2[0], a_format="e4m3fn", b_format="e4m3fn", scale_a=ag[2], scale_b=bw2[2],
                        out_dtype=dt, accumulator=acc["dgrad"])
         if recipe == "torchao-rowwise":
@@ -497,3 +534,41 @@ def test_delayed_state_converted_to_bfloat16_is_refused():
     model.to(torch.bfloat16)
     with pytest.raises(TypeError, match=r"^layer '0': delayed scaling's state was converted to torch.bfloat16"):
         model(torch.ones(16, 16, dtype=torch.bfloat16))
+
+
+# ----------------------------------------------------------------------------- the cpu stack against torch
+def test_cpu_stack_equals_torch_scaled_mm_on_the_cpu():
+    """te-current on the cpu stack: each GEMM equals torch's own CPU torch._scaled_mm run on the same
+    FP8 operands (whichever path torch takes for it), bit for bit, fprop with its bias."""
+    x, w, b, dy = _data(M=128, K=256, N=64)
+    _, y, dx, dw = _run("te-current", "cpu", x, w, b, dy)
+    qx, qw, qg = (quantize_tensorwise(x, "e4m3fn"), quantize_tensorwise(w, "e4m3fn"),
+                  quantize_tensorwise(dy, "e5m2"))
+
+    def f8(codes, fmt, col_major=False):
+        dt = torch.float8_e4m3fn if fmt == "e4m3fn" else torch.float8_e5m2
+        if col_major:               # torch's B operand: column-major
+            return torch.from_numpy(np.ascontiguousarray(codes.T)).view(dt).t()
+        return torch.from_numpy(np.ascontiguousarray(codes)).view(dt)
+
+    def s(q):
+        return torch.tensor(float(q.scale_inv), dtype=torch.float32)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                  # K <= 768: any thread count would do; one is the plainest
+    try:
+        ty, tdx, tdw = _torch_gemms(f8, s, qx, qw, qg, b)
+    finally:
+        torch.set_num_threads(threads)
+    for got, exp, what in ((y, ty, "fprop"), (dx, tdx, "dgrad"), (dw, tdw, "wgrad")):
+        assert np.array_equal(_bits(got), _bits(exp.numpy())), what
+
+
+def _torch_gemms(f8, s, qx, qw, qg, b):
+    ty = torch._scaled_mm(f8(qx.codes, "e4m3fn"), f8(qw.codes.T, "e4m3fn", True), scale_a=s(qx), scale_b=s(qw),
+                          bias=torch.from_numpy(b), out_dtype=torch.float32)
+    tdx = torch._scaled_mm(f8(qg.codes, "e5m2"), f8(qw.codes, "e4m3fn", True), scale_a=s(qg), scale_b=s(qw),
+                           out_dtype=torch.float32)
+    tdw = torch._scaled_mm(f8(qg.codes.T, "e5m2"), f8(qx.codes, "e4m3fn", True), scale_a=s(qg), scale_b=s(qx),
+                           out_dtype=torch.float32)
+    return ty, tdx, tdw

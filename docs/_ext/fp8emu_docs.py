@@ -54,7 +54,7 @@ if importlib.util.find_spec("torch") is not None:
     API_SECTIONS.append(("torch adapter and model emulation",
                          ["fp8emu.torch", "fp8emu.torch.tensors", "fp8emu.torch.ops", "fp8emu.torch.swap",
                           "fp8emu.torch.recipes", "fp8emu.torch.stacks", "fp8emu.torch.linear",
-                          "fp8emu.torch.gemms", "fp8emu.torch.attention"]))
+                          "fp8emu.torch.gemms", "fp8emu.torch.attention", "fp8emu.torch.autocast"]))
     API_SECTIONS.append(("The language-model study", ["fp8emu.torch.study.corpus",
                                                        "fp8emu.torch.study.model", "fp8emu.torch.study.train",
                                                        "fp8emu.torch.study.runs", "fp8emu.torch.study.infer",

@@ -31,6 +31,11 @@ torch may differ.  NaN results are NaN, but their sign bit (which operand's NaN 
 passes on, or x86's negative default NaN) is not reproduced, on either path.  The oneDNN path's
 order is the same for every shape, K (checked up to 4096) and thread count (1, 2).
 
+``"torchao-emulate"`` (:func:`torchao_emulated_mm`, not a ``scaled_mm`` accumulator: it takes torchao's
+scales, which it divides by) is torchao ``Float8Linear(emulate=True)``'s GEMM, which never calls
+``_scaled_mm``: ``torch.mm(fl(a / sa), fl(b / sb))``, the same sgemm, then the output dtype and the bias
+(``tests/test_torchao_float8linear.py``, live torchao 0.18.0 and recorded vectors).
+
 ``use_fast_accum`` changes nothing on the CPU (0 of 104,448 outputs over both paths, K up to 4096,
 float32 / bfloat16 / E4M3 outputs, torch 2.13.0+cpu), so both settings map to the same preset.  Evidence: ``tests/test_torch_cpu_scaled_mm.py`` (vectors recorded from torch
 by ``tools/record_torch_cpu_scaled_mm.py`` into ``tests/data/torch_cpu/``, and live torch).
@@ -57,6 +62,7 @@ from ..codec import decode, encode
 from .fparith import round_hi_lo, two_sum
 
 __all__ = ["TORCH_CPU_PATHS", "cpu_path", "cpu_flags", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
+           "sgemm", "torchao_emulated_mm", "TORCHAO_EMULATE",
            "sgemm_k_blocks", "EMULATED_MAX_K"]
 
 #: The two CPU paths and what selects each (see the module docstring).
@@ -195,15 +201,35 @@ def _fma_chain(x, y, k0, k1):
 
 def _emulated_sum(va, vb, sa_rows, sb_cols):
     """MKL sgemm of the pre-scaled float32 operands, in the order measured (module docstring)."""
-    M, K = va.shape
-    N = vb.shape[1]
-    if K > EMULATED_MAX_K or M == 1 or N == 1:
-        warnings.warn(f"torch-cpu-emulated reproduces MKL's sgemm order for M, N >= 2 and K <= "
-                      f"{EMULATED_MAX_K} (K <= {_ONE_THREAD_MAX_K} with torch.set_num_threads(1)); this GEMM "
-                      f"is {M}x{K}x{N}, so torch may differ in the last bits", RuntimeWarning, stacklevel=5)
     with np.errstate(all="ignore"):
         x = (va * sa_rows).astype(np.float32)
         y = (vb * sb_cols).astype(np.float32)
+    return sgemm(x, y, name="torch-cpu-emulated", stacklevel=6)
+
+
+def sgemm(x, y, *, threads=None, name="sgemm", stacklevel=2):
+    """``torch.mm`` of two float32 matrices on the CPU: MKL's sgemm in the order measured.
+
+    One float32 FMA chain per output over each K block of :func:`sgemm_k_blocks`, the block
+    sums added in order (module docstring).  Outside the reproduced range (``M, N >= 2``,
+    ``K <= 768``; ``K <= 4096`` on one thread) a RuntimeWarning says torch may differ.
+    ``threads``: torch's thread count where the caller knows it (``torch.get_num_threads()``);
+    None: unknown, so the warning starts above ``K = 768``.
+
+    Examples
+    --------
+    >>> x = np.array([[1.0, 2.0**-24], [3.0, 0.5]], np.float32)
+    >>> sgemm(x, np.array([[1.0, 0.0], [1.0, 1.0]], np.float32)).tolist()
+    [[1.0, 5.960464477539063e-08], [3.5, 0.5]]
+    """
+    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    M, K = x.shape
+    N = y.shape[1]
+    if K > (_ONE_THREAD_MAX_K if threads == 1 else EMULATED_MAX_K) or M == 1 or N == 1:
+        warnings.warn(f"{name} reproduces MKL's sgemm order for M, N >= 2 and K <= "
+                      f"{EMULATED_MAX_K} (K <= {_ONE_THREAD_MAX_K} with torch.set_num_threads(1)); this GEMM "
+                      f"is {M}x{K}x{N}, so torch may differ in the last bits", RuntimeWarning, stacklevel=stacklevel)
+    with np.errstate(all="ignore"):
         bounds = sgemm_k_blocks(K)
         total = _fma_chain(x, y, bounds[0], bounds[1])
         for k0, k1 in zip(bounds[1:-1], bounds[2:]):
@@ -276,3 +302,60 @@ def torch_cpu_mm(path, ca, fa, cb, fb, sa, sa_row, sb, sb_col, bias=None, odt=np
         cols = np.float32(sb) if sb is not None else sb_col.reshape(1, -1).astype(np.float32)
         v = _emulated_sum(va, vb, rows, cols)
     return torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result)
+
+
+#: torchao ``Float8Linear(emulate=True)``'s matmul (see :func:`torchao_emulated_mm`).
+TORCHAO_EMULATE = "torchao-emulate"
+
+
+def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, bias=None, threads=None):
+    """torchao ``Float8Linear(emulate=True)``'s GEMM on the CPU: ``torch.mm(a / sa, b / sb)``.
+
+    torchao 0.18.0 (``torchao/float8/float8_ops.py``, ``float8_mm`` / ``float8_addmm``, the
+    ``emulate`` branch) dequantizes each operand by *dividing* its codes by its scale,
+    ``X = fl32(a / sa)`` (per row of A / column of B for row-wise scales), multiplies the
+    float32 matrices with ``torch.mm`` (MKL's sgemm: :func:`sgemm`, same order and range as
+    ``"torch-cpu-emulated"``), converts to the output dtype (the input's dtype in
+    ``Float8Linear``) and only then adds a bias, in that dtype (``out + bias``: float32 sum,
+    rounded once to ``out_dtype``).  Division differs from fp8emu's multiplication by
+    ``fl(1/s)`` in the last bit of many outputs.
+
+    Parameters
+    ----------
+    ca, cb : numpy.ndarray of uint8
+        Codes, A (M, K) and B (K, N).
+    fa, fb : Format
+        E4M3FN or E5M2.
+    div_a, div_b : float or numpy.ndarray of float32
+        torchao's scales (the quantization multipliers, ``fp8_max / amax``): a scalar, or
+        (M, 1) for A and (1, N) for B.
+    out_dtype : numpy dtype, keyword-only
+        float32 or ml_dtypes.bfloat16 (float16 also accepted).
+    bias : array of (N,), optional, keyword-only
+        Added after the conversion, as ``Float8Linear``'s ``output + bias.to(output.dtype)``.
+    threads : int, optional, keyword-only
+        torch's thread count, where known (:func:`sgemm`).
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> e4 = get_format("e4m3fn")
+    >>> a = np.full((2, 1), 0x4B, np.uint8); b = np.full((1, 2), 0x38, np.uint8)   # 5.5 and 1
+    >>> torchao_emulated_mm(a, e4, np.float32(3), b, e4, np.float32(1))[0, 0]     # fl(5.5 / 3)
+    np.float32(1.8333334)
+    """
+    odt = np.dtype(out_dtype)
+    if odt.name not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"{TORCHAO_EMULATE}: out_dtype must be float32, bfloat16 or float16, got {odt.name}")
+    for f in (fa, fb):
+        if f.name not in ("e4m3fn", "e5m2"):
+            raise ValueError(f"{TORCHAO_EMULATE}: torchao's Float8Linear takes float8_e4m3fn / float8_e5m2 "
+                             f"operands, got {f.name}")
+    with np.errstate(all="ignore"):
+        x = (_f32_values(ca, fa) / np.asarray(div_a, np.float32)).astype(np.float32)
+        y = (_f32_values(cb, fb) / np.asarray(div_b, np.float32)).astype(np.float32)
+        out = sgemm(x, y, threads=threads, name=TORCHAO_EMULATE, stacklevel=3).astype(odt)
+        if bias is not None:
+            b = np.asarray(bias).reshape(1, -1).astype(odt).astype(np.float32)
+            out = (out.astype(np.float32) + b).astype(odt)
+    return out

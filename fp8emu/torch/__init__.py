@@ -23,6 +23,7 @@ from .recipes import (
 )
 from .stacks import Stack, get_stack, stack_names
 from .swap import EmulationReport, diagnostics, emulate, reset_diagnostics
+from .autocast import autocast
 
 __all__ = ["TorchScaled", "device_of", "from_torch", "scaled_to_torch", "to_torch", "torch_dtype",
            "encode", "decode", "quantize", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise",
@@ -30,4 +31,4 @@ __all__ = ["TorchScaled", "device_of", "from_torch", "scaled_to_torch", "to_torc
            "emulate", "EmulationReport", "diagnostics", "reset_diagnostics", "recipe_names", "stack_names",
            "get_recipe", "get_stack", "Stack", "EmulatedLinear", "TrainingRecipe", "TEDelayedScaling",
            "TECurrentScaling", "TEBlockScaling", "DeepSeekV3", "TEMXFP8BlockScaling", "TENVFP4BlockScaling",
-           "TorchaoFloat8", "fp8_sdpa"]
+           "TorchaoFloat8", "fp8_sdpa", "autocast"]

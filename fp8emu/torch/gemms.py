@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import torch
 
 from ..codec import decode
 from ..gemm import block_scaled_mm, scaled_mm
+from ..gemm.torch_cpu import TORCHAO_EMULATE, cpu_path, sgemm, torchao_emulated_mm
 from .recipes import Operand
 
 __all__ = ["run_gemm", "operand_stats"]
@@ -19,7 +21,25 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None) -> np.nd
     :func:`fp8emu.gemm.scaled_mm`, MX / NVFP4 ScaledTensors to
     :func:`fp8emu.gemm.block_scaled_mm`; high-precision operands are multiplied in float64
     and rounded once to float32 (then to ``out_dtype``).
+
+    ``accumulator="torch-cpu"`` (the ``cpu`` stack) is resolved here to the path torch's CPU
+    ``_scaled_mm`` takes for these operands (:func:`fp8emu.gemm.torch_cpu.cpu_path`); a
+    tensor-wise scale against a row-wise one is repeated along its axis first, as torchao's
+    ``preprocess_addmm`` does before it calls ``torch._scaled_mm``.
+    ``accumulator="torchao-emulate"``: torchao's ``Float8Linear(emulate=True)`` GEMM
+    (:func:`fp8emu.gemm.torch_cpu.torchao_emulated_mm`, operands divided by ``divisor``;
+    high-precision operands: float32 ``torch.mm``, :func:`fp8emu.gemm.torch_cpu.sgemm`), in
+    float32 (the caller converts and adds the bias as ``Float8Linear`` does).
     """
+    if accumulator == TORCHAO_EMULATE:
+        if bias is not None:
+            raise ValueError("torchao-emulate: Float8Linear adds the bias after its GEMM; pass bias=None")
+        threads = torch.get_num_threads()       # the sgemm order torch would take depends on it
+        if a.kind == "hp":
+            return sgemm(a.hp, b.hp, threads=threads, name=TORCHAO_EMULATE, stacklevel=3)
+        return torchao_emulated_mm(a.codes, a.fmt, a.divisor, b.codes, b.fmt, b.divisor, threads=threads)
+    if accumulator == "torch-cpu" and a.kind == "fp8":
+        return _torch_cpu(a, b, out_dtype, bias)
     if a.kind == "hp":
         with np.errstate(all="ignore"):
             v = (a.hp.astype(np.float64) @ b.hp.astype(np.float64)).astype(np.float32)
@@ -30,6 +50,19 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None) -> np.nd
         return scaled_mm(a.codes, b.codes, a_format=a.fmt, b_format=b.fmt, scale_a=a.scale_inv,
                          scale_b=b.scale_inv, bias=bias, out_dtype=out_dtype, accumulator=accumulator)
     return block_scaled_mm(a.st, b.st, accumulator=accumulator, bias=bias, out_dtype=out_dtype)
+
+
+def _torch_cpu(a, b, out_dtype, bias):
+    sa, sb = np.asarray(a.scale_inv, np.float32), np.asarray(b.scale_inv, np.float32)
+    M, N = a.codes.shape[0], b.codes.shape[1]
+    if sa.size == 1 and sb.size != 1:
+        sa = np.full((M, 1), sa.reshape(()), np.float32)
+    elif sb.size == 1 and sa.size != 1:
+        sb = np.full((1, N), sb.reshape(()), np.float32)
+    mkldnn = bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
+    path = cpu_path(a.fmt.name, b.fmt.name, tensorwise=sa.size == 1 and sb.size == 1, mkldnn=mkldnn)
+    return scaled_mm(a.codes, b.codes, a_format=a.fmt, b_format=b.fmt, scale_a=sa, scale_b=sb, bias=bias,
+                     out_dtype=out_dtype, accumulator=path)
 
 
 def _np_dtype(name):

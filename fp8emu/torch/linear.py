@@ -10,11 +10,16 @@ counter that seeds stochastic rounding are buffers, so they are in the ``state_d
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import warnings
+
 import ml_dtypes
 import numpy as np
 import torch
 from torch import nn
 
+from ..gemm.torch_cpu import TORCHAO_EMULATE
 from .gemms import operand_stats, run_gemm
 from .recipes import Operand, TrainingRecipe
 from .stacks import Stack
@@ -22,6 +27,9 @@ from .stacks import Stack
 __all__ = ["EmulatedLinear"]
 
 _ROLES = ("input", "weight", "grad_output")
+#: The innermost :func:`fp8emu.torch.autocast` block's state (None outside every block): ``enabled``
+#: and ``resolve(layer) -> (recipe, stack, multiple)``.  A ContextVar: each thread / task has its own.
+AUTOCAST = contextvars.ContextVar("fp8emu_torch_autocast", default=None)
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 
 
@@ -104,8 +112,11 @@ class EmulatedLinear(nn.Module):
         return self.recipe.operand(role, arr, k_axis, pass_, rng=self.rng(step, pass_))
 
     def accumulator(self, pass_):
-        fam = "hp" if self.recipe.high_precision(pass_) else self.recipe.family
-        return self.stack.accumulator(fam, self.recipe.split(pass_))
+        return self.stack.accumulator(self.recipe.gemm_family(pass_), self.recipe.split(pass_))
+
+    def torchao_emulate(self) -> bool:
+        """Whether the GEMMs are torchao ``Float8Linear(emulate=True)``'s (its output dtype and bias rules)."""
+        return self.accumulator("fprop") == TORCHAO_EMULATE
 
     def record(self, pass_, step, pairs, out, a_hp, b_hp):
         """Diagnostics rows of one pass: one per operand, with the GEMM's relative error."""
@@ -133,11 +144,38 @@ class EmulatedLinear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
                              f"expected {self.in_features}")
+        state = AUTOCAST.get()
+        if state is None:
+            return self._forward(x)
+        if not state.enabled:               # outside FP8, as TE's modules outside fp8_autocast
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        with _acting_as(self, *state.resolve(self)):
+            return self._forward(x)
+
+    def _forward(self, x):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         self.check_tokens(x2.shape[0])
-        y = _LinearFunction.apply(x2, self.weight, self.bias, self)
+        if self.torchao_emulate():
+            # Float8Linear: the GEMM's output in the input's dtype, then ``output + bias.to(output.dtype)``
+            # in torch (so the bias and its gradient are torch's own arithmetic)
+            y = _LinearFunction.apply(x2, self.weight, None, self)
+            if self.bias is not None:
+                y = y + self.bias.to(y.dtype)
+        else:
+            y = _LinearFunction.apply(x2, self.weight, self.bias, self)
         return y.reshape(*lead, self.out_features)
+
+
+@contextlib.contextmanager
+def _acting_as(layer, recipe, stack, multiple):
+    """The layer runs ``recipe`` on ``stack`` for one call (an :func:`fp8emu.torch.autocast` override)."""
+    saved = layer.recipe, layer.stack, layer.multiple
+    layer.recipe, layer.stack, layer.multiple = recipe, stack, multiple
+    try:
+        yield
+    finally:
+        layer.recipe, layer.stack, layer.multiple = saved
 
 
 class _LinearFunction(torch.autograd.Function):
@@ -164,12 +202,19 @@ class _LinearFunction(torch.autograd.Function):
             layer.record("fprop", step, [("input", xs, a), ("weight", w.T, b)], y,
                          np.asarray(xs, np.float32), w.T)
         ctx.layer, ctx.step, ctx.x_col, ctx.w_col = layer, step, x_col, w_col
+        ctx.acting = (layer.recipe, layer.stack, layer.multiple)
         ctx.xs, ctx.w = (xs, w) if layer.diagnostics_enabled else (None, None)
         ctx.has_bias = bias is not None
         return _torch(y, x)
 
     @staticmethod
     def backward(ctx, dy):
+        # the recipe and stack the forward ran with (an autocast block may have ended since)
+        with _acting_as(ctx.layer, *ctx.acting):
+            return _LinearFunction._backward(ctx, dy)
+
+    @staticmethod
+    def _backward(ctx, dy):
         layer, step = ctx.layer, ctx.step
         R, S = layer.recipe, layer.stack
         dys = _np(dy, S.dtype)
@@ -177,6 +222,11 @@ class _LinearFunction(torch.autograd.Function):
         a = layer.operand("grad_output", dys, 1, "dgrad", step)
         dx = run_gemm(a, ctx.w_col, layer.accumulator("dgrad"), S.dtype)
         if R.high_precision("wgrad"):
+            if dy.dtype != torch.float32 and layer.torchao_emulate():
+                warnings.warn(f"layer {layer.layer_name!r}: torchao's high-precision wgrad of {dy.dtype} tensors is "
+                              "torch's own low-precision mm (oneDNN), emulated here as a float32 sgemm of the "
+                              "same values: a few outputs may differ from torchao's in the last bit",
+                              RuntimeWarning, stacklevel=2)
             a2 = Operand("hp", hp=np.ascontiguousarray(np.asarray(dys, np.float32).T))
         else:
             a2 = _t(a) if shared else R.operand("grad_output", dys.T, 1, "wgrad", rng=layer.rng(step, "wgrad"))
@@ -188,4 +238,6 @@ class _LinearFunction(torch.autograd.Function):
             layer.record("wgrad", step, [("grad_output", dys.T, a2), ("input", ctx.xs, ctx.x_col)], dw,
                          dyf.T, np.asarray(ctx.xs, np.float32))
         db = _torch(np.asarray(dys, np.float32).sum(axis=0, dtype=np.float32), dy) if ctx.has_bias else None
-        return _torch(dx, dy), _torch(dw, layer.weight), db, None
+        # torchao returns grad_weight in the gradient's dtype; autograd converts it to the weight's
+        dw_t = _torch(dw, dy).to(layer.weight.dtype) if layer.torchao_emulate() else _torch(dw, layer.weight)
+        return _torch(dx, dy), dw_t, db, None

@@ -40,7 +40,9 @@ class Operand(NamedTuple):
     """One quantized GEMM operand, laid out as the GEMM reads it (A: rows x K, B: K x cols).
 
     ``kind``: "fp8" (``codes``, ``fmt``, ``scale_inv`` shaped for ``scaled_mm``), "block"
-    (``st``, a ScaledTensor for ``block_scaled_mm``) or "hp" (``hp``, float32 values)."""
+    (``st``, a ScaledTensor for ``block_scaled_mm``) or "hp" (``hp``, float32 values).
+    ``divisor``: torchao recipes only, the quantization scale torchao divides the codes by
+    (``fp8_max / amax``, float32, shaped as ``scale_inv``), for the ``"torchao-emulate"`` GEMM."""
 
     kind: str
     codes: object = None
@@ -48,6 +50,7 @@ class Operand(NamedTuple):
     scale_inv: object = None
     st: object = None
     hp: object = None
+    divisor: object = None
 
     def values(self) -> np.ndarray:
         """Element values before the scales (decoded codes), for diagnostics."""
@@ -86,6 +89,10 @@ class TrainingRecipe:
         """Whether a tensor's row-wise and column-wise copies have the same codes (one scale
         per tensor: the backward GEMMs read the forward's FP8 data transposed)."""
         return False
+
+    def gemm_family(self, pass_: str) -> str:
+        """The family :meth:`fp8emu.torch.Stack.accumulator` is asked for one pass's GEMM."""
+        return "hp" if self.high_precision(pass_) else self.family
 
     def high_precision(self, pass_: str) -> bool:
         """Whether the pass runs unquantized."""
@@ -306,7 +313,7 @@ class TorchaoFloat8(TrainingRecipe):
 
     ``"tensorwise"``: per-tensor scales, E4M3 input/weight, E5M2 grad_output.
     ``"rowwise"``: one scale per row along each GEMM's K, E4M3 everywhere, scales rounded
-    down to powers of two.  ``"rowwise_with_gw_hp"``: as rowwise, but dgrad's weight is
+    down to powers of two.  ``"rowwise_with_gw_hp"``: as rowwise (power-of-two scales too), but dgrad's weight is
     scaled per tensor and wgrad runs in high precision.  GEMMs: ``use_fast_accum`` True for
     the output, False for grad_input and grad_weight.  Scales as torchao's
     ``amax_to_scale``: ``fl32(fp8_max / max(float64(amax), 1e-12))``; torchao's amax is
@@ -339,16 +346,23 @@ class TorchaoFloat8(TrainingRecipe):
     def shared_copies(self):
         return self.granularity == "tensorwise"
 
+    def gemm_family(self, pass_):
+        return "torchao-hp" if self.high_precision(pass_) else "torchao"
+
     def operand(self, role, arr, k_axis, pass_, *, scale=None, rng=None):
         fmt = get_format(self.formats()[role])
         tensorwise = self.granularity == "tensorwise" or (
             self.granularity == "rowwise_with_gw_hp" and role == "weight" and pass_ == "dgrad")
-        pow2 = self.granularity == "rowwise"
-        return Operand("fp8", *_torchao_quantize(arr, fmt, None if tensorwise else k_axis, pow2))
+        pow2 = self.granularity != "tensorwise"      # config.py: both rowwise recipes round scales to 2**k
+        codes, fmt, sinv, div = _torchao_quantize(arr, fmt, None if tensorwise else k_axis, pow2)
+        return Operand("fp8", codes, fmt, sinv, divisor=div)
 
 
 def _torchao_quantize(arr, fmt, axis, pow2):
-    """torchao's cast: scale from amax in float64, ``fl32(x * scale)``, saturate, RNE."""
+    """torchao's cast: scale from amax in float64, ``fl32(x * scale)``, saturate, RNE.
+
+    Returns the codes, the format, ``1/scale`` (for ``scaled_mm``) and the scale itself (NaN
+    where the amax is not finite)."""
     a = np.asarray(arr, np.float32)
     with np.errstate(invalid="ignore"):
         amax = np.max(np.abs(a)) if axis is None else np.max(np.abs(a), axis=axis, keepdims=True)
@@ -364,7 +378,8 @@ def _torchao_quantize(arr, fmt, axis, pow2):
     else:
         st = quantize_axiswise(a, fmt, axis=axis, scale=good_s)
     sinv = np.where(bad, np.float32(np.nan), np.asarray(st.scale_inv, np.float32)).astype(np.float32)
-    return st.codes, st.fmt, (sinv[()] if axis is None else sinv)
+    div = np.where(bad, np.float32(np.nan), s).astype(np.float32)
+    return st.codes, st.fmt, (sinv[()] if axis is None else sinv), (div[()] if axis is None else div)
 
 
 RECIPES = {

@@ -15,9 +15,10 @@ import dataclasses
 
 __all__ = ["Stack", "STACKS", "stack_names", "get_stack", "CPU_ACCUMULATOR"]
 
-#: torch's CPU ``_scaled_mm`` path.  CHANGE HERE when the torch-parity presets land:
-#: "torch-cpu-onednn" (or "torch-cpu-emulated") replaces "fp32" in this one line.
-CPU_ACCUMULATOR = "fp32"
+#: torch's CPU ``_scaled_mm``: resolved per GEMM, as torch chooses, to ``"torch-cpu-onednn"`` or
+#: ``"torch-cpu-emulated"`` (:func:`fp8emu.gemm.torch_cpu.cpu_path`, from the operands' dtypes, their
+#: scale kinds, ``torch.backends.mkldnn`` and this CPU's flags) by :func:`fp8emu.torch.gemms.run_gemm`.
+CPU_ACCUMULATOR = "torch-cpu"
 
 #: Blackwell's FP8 GEMM instruction for per-tensor FP8 (cuBLASLt on sm_100 runs tcgen05).
 BLACKWELL_FP8 = "blackwell-tcgen05-f8f6f4"
@@ -43,6 +44,12 @@ class Stack:
         Activations and output gradients are rounded to it before they are quantized, and
         fprop / dgrad outputs are produced in it.  wgrad is always produced in float32 (fp32
         master weights; torch's autograd accumulates ``.grad`` in float32).
+    torchao : str or None
+        The GEMM of torchao's recipes (``"torchao-emulate"``: ``Float8Linear(emulate=True)``'s
+        ``torch.mm(a / sa, b / sb)``, see :func:`fp8emu.gemm.torch_cpu.torchao_emulated_mm`;
+        its high-precision GEMMs are float32 ``torch.mm``).  None: torchao's GEMMs are the
+        stack's ``split`` / ``fast`` ones (``Float8Linear`` without ``emulate`` calls
+        ``torch._scaled_mm``).
     refusals : tuple of (recipe family, reason)
         One-line reasons for recipe families the stack refuses.
     k_multiples : tuple of (recipe family, int)
@@ -67,6 +74,7 @@ class Stack:
     dtype: str = "bfloat16"
     refusals: tuple = ()
     k_multiples: tuple = ()
+    torchao: object = None
 
     def multiple(self, family: str) -> int:
         """What K must be a multiple of for ``family``'s GEMMs on this stack (1: anything)."""
@@ -74,7 +82,12 @@ class Stack:
 
     def accumulator(self, family: str, split: bool):
         """The accumulator of one GEMM of a recipe family (``"fp8"``, ``"fp8-block"``, ``"mx"``,
-        ``"nvfp4"``, ``"hp"``), or ValueError with the stack's reason."""
+        ``"nvfp4"``, ``"hp"``; torchao's ``"torchao"`` / ``"torchao-hp"``), or ValueError with
+        the stack's reason."""
+        if family in ("torchao", "torchao-hp"):
+            if self.torchao is not None:
+                return self.torchao
+            family = "fp8" if family == "torchao" else "hp"
         if family == "hp":
             return None
         acc = {"fp8": self.split if split else self.fast, "fp8-block": self.block_fp8,
@@ -107,9 +120,11 @@ STACKS = {
         refusals=(("fp8-block", "1x128/128x128 FP8 block scaling on Blackwell runs through kernels "
                    "this stack does not model; use gpu='h100', 'cpu' or 'exact'"),)),
     "cpu": Stack(
-        "cpu", f"torch's CPU path ({CPU_ACCUMULATOR} accumulation); float32",
-        CPU_ACCUMULATOR, CPU_ACCUMULATOR, block_fp8=CPU_ACCUMULATOR, mx="fp32", nvfp4="fp32",
-        dtype="float32"),
+        "cpu", "torch's CPU _scaled_mm for per-tensor / row-wise FP8 (its oneDNN or emulated path, "
+        "as torch chooses); torchao recipes as Float8Linear(emulate=True); block-scaled FP8, MXFP8 "
+        "and NVFP4 (no CPU _scaled_mm) with fp32 accumulation; float32",
+        CPU_ACCUMULATOR, CPU_ACCUMULATOR, block_fp8="fp32", mx="fp32", nvfp4="fp32",
+        dtype="float32", torchao="torchao-emulate"),
     "exact": Stack(
         "exact", "exact sums rounded once to float32 (reference); float32",
         "exact", "exact", block_fp8="exact", mx="exact", nvfp4="exact", dtype="float32"),

@@ -49,9 +49,8 @@ def _torch_version():
 def check_combination(recipe, stack) -> None:
     """Raise one-line ValueError if ``stack`` cannot run one of ``recipe``'s passes."""
     for p in PASSES:
-        fam = "hp" if recipe.high_precision(p) else recipe.family
         try:
-            stack.accumulator(fam, recipe.split(p))
+            stack.accumulator(recipe.gemm_family(p), recipe.split(p))
         except ValueError as exc:
             raise ValueError(f"recipe {recipe.name!r} on gpu {stack.name!r}: {exc}") from None
 
@@ -141,8 +140,7 @@ def _multiple(R, S) -> int:
 def _describe(R, S) -> str:
     accs = []
     for p in PASSES:
-        fam = "hp" if R.high_precision(p) else R.family
-        acc = S.accumulator(fam, R.split(p))
+        acc = S.accumulator(R.gemm_family(p), R.split(p))
         accs.append(f"{p} {getattr(acc, 'name', acc) if acc is not None else 'high precision'}")
     return f"{R.describe()}; {S.name}: {', '.join(accs)}; {S.dtype} activations, fp32 wgrad"
 
