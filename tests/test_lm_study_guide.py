@@ -100,7 +100,7 @@ def test_readme_findings_are_the_committed_csv():
             f"{float(fp32['gap_ci95_high']):+.4f}])") in block
     assert f"(`te-delayed`, `h100`): {float(gaps[('te-delayed', 'h100')]['gap_to_bf16']):.4f};" in block
     assert f"block recipe {gap('deepseek-v3', 'h100')};" in block
-    assert f"MXFP8 on Blackwell {gap('te-mxfp8', 'b200')}." in block
+    assert f"MXFP8 on Blackwell {gap('te-mxfp8', 'b200')} (with two seeds" in block
     assert f"Hopper {gap('te-current', 'h100', ci=True)}," in block
     assert f"weight scaling {gap('te-nvfp4-no-2d', 'b200', ci=True)};" in block
     lo, hi = gaps[("te-delayed", "h100-fast")]["gap_ci95_low"], gaps[("te-delayed", "h100-fast")]["gap_ci95_high"]
