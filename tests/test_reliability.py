@@ -548,3 +548,21 @@ def test_nvfp4_alpha_checks_its_amaxes_as_float32(amax):
     with pytest.raises(ValueError, match="b_e4m3_max must be 448 or 256"):
         nvfp4_alpha(1.0, 1.0, 448, 300)
     assert float(nvfp4_alpha(2688.0, 2688.0)) == 1.0          # 2688 = 6 * 448: alpha 1 exactly
+
+
+@pytest.mark.parametrize("args, match", [
+    (("e4m3fn", [1.0]), "scale must be 2 finite"), (("e4m3fn", [1.0, np.inf]), "scale must be 2 finite"),
+    (("e4m3fn", [1.0, -2.0]), "scale must be 2 finite"), (("e4m3fn", [1e39, 1.0]), "scale must be 2 finite"),
+    (("bfloat16", [1.0, 1.0]), "8-bit format"), (("int4", [1.0, 1.0]), "fmt_name"),
+])
+def test_quantize_qkv_has_attentions_contract(args, match):
+    """Class 3, another instance: the public quantize_qkv accepted Inf and negative scales (saturated or
+    sign-flipped codes) and broadcast a wrong number of scales, which attention() never passes."""
+    from fp8emu.attention import quantize_qkv
+    x = np.ones((2, 3, 4), np.float32)
+    with pytest.raises(ValueError, match=match):
+        quantize_qkv(x, *args)
+    with pytest.raises(ValueError, match="finite"):
+        quantize_qkv(np.full((2, 3, 4), np.nan), "e4m3fn", [1.0, 1.0])
+    assert quantize_qkv(x, "e4m3fn", [1.0, 2.0]).tolist() == fp8emu.encode(
+        np.concatenate([x[:1], 2 * x[1:]]), "e4m3fn").tolist()

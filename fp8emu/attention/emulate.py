@@ -532,7 +532,9 @@ def quantize_qkv(x, fmt_name, scale):
     """Codes of ``x`` (H, N, d) as ``encode(fl32(x * scale[h]), saturate=True)`` (uint8).
 
     ``scale`` is float32 of shape (H,): Transformer Engine's ``fl32(fmax / amax)`` for
-    ``scale_rule="amax"``, ``fl32(1 / descale)`` for given descales.
+    ``scale_rule="amax"``, ``fl32(1 / descale)`` for given descales.  ``x`` is checked as
+    :func:`attention` checks its operands (finite, (H, N, d) or (N, d)), ``scale`` as float32
+    values that are finite and > 0, and ``fmt_name`` must be an 8-bit format.
 
     Examples
     --------
@@ -540,6 +542,19 @@ def quantize_qkv(x, fmt_name, scale):
     >>> decode(c, "e4m3fn").tolist()
     [[[6.0, 6.0]]]
     """
+    x = _as_heads(x, "x")
+    fmt = _fmt_or_wide(fmt_name, "fmt_name", allow_none=False)
+    if fmt in _WIDE:
+        raise ValueError(f"fmt_name must be an 8-bit format (codes), got {fmt_name!r}")
+    with np.errstate(over="ignore"):
+        s = np.asarray(scale, dtype=np.float64).astype(F32).reshape(-1) if not isinstance(scale, str) else None
+    if s is None or s.shape != (x.shape[0],) or not (np.all(np.isfinite(s)) and np.all(s > 0)):
+        raise ValueError(f"scale must be {x.shape[0]} finite float32 values > 0 (one per head), got {scale!r}")
+    return _quantize_qkv(x, fmt, s)
+
+
+def _quantize_qkv(x, fmt_name, scale):
+    """:func:`quantize_qkv` without the checks, for operands :func:`attention` has checked."""
     return encode(np.multiply(np.asarray(x, F32), np.asarray(scale, F32)[:, None, None], dtype=F32), fmt_name,
                   saturate=True)
 
@@ -882,7 +897,7 @@ def _invalid_lse(lse, Nq, Nk, kv_len, causal):
 def _operand_for(x, fmt_name, scale):
     if fmt_name is None or fmt_name in _WIDE:
         return _wide_operand(x[0], fmt_name)
-    return _quantized_operand(quantize_qkv(x, fmt_name, scale)[0], fmt_name)
+    return _quantized_operand(_quantize_qkv(x, fmt_name, scale)[0], fmt_name)
 
 
 def _slice(op: _Operand, a, b):
