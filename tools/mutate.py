@@ -105,9 +105,11 @@ GROUPS = {
                  *("tests/test_study.py::" + t for t in (
                      "test_safetensors_reader_returns_exact_values_and_dtypes", "test_npz_and_npy_folder_readers",
                      "test_bad_inputs_are_clear_errors", "test_safetensors_read_without_the_safetensors_package"))]),
-    "attention": (["fp8emu/attention.py"],
+    "attention": (["fp8emu/attention/emulate.py", "fp8emu/attention/recipes.py", "fp8emu/attention/operands.py",
+                   "fp8emu/attention/report.py", "fp8emu/attention/reference.py", "fp8emu/attention/inputs.py"],
                   ["tests/test_attention.py", "tests/test_reliability.py", "tests/test_attention_lab.py",
-                   "tests/test_docs.py::test_docstring_examples[fp8emu.attention]"]),
+                   *(f"tests/test_docs.py::test_docstring_examples[fp8emu.attention{m}]"
+                     for m in ("", ".emulate", ".recipes", ".operands", ".report", ".reference"))]),
 }
 
 _BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
