@@ -28,7 +28,8 @@ DOCS = Path(__file__).resolve().parents[1]
 API_SECTIONS = [
     ("The package", ["fp8emu", "fp8emu.version"]),
     ("Formats, rounding and the codec", ["fp8emu.formats", "fp8emu.rounding", "fp8emu.tables",
-                                         "fp8emu.profiles", "fp8emu.codec", "fp8emu.parallel",
+                                         "fp8emu.profiles", "fp8emu.profiles.profile",
+                                         "fp8emu.profiles.versions", "fp8emu.codec", "fp8emu.parallel",
                                          "fp8emu.registry", "fp8emu.interop", "fp8emu.describe",
                                          "fp8emu.readers", "fp8emu.hifloat"]),
     ("Scaling recipes", ["fp8emu.scaling", "fp8emu.scaling.tensor", "fp8emu.scaling.current",
