@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..formats import Format, get_format
+from ..formats import Format
 from ..rounding import DETERMINISTIC_MODES
 from ..tables import SOURCE_DTYPES, encode_table, decode_table, table_inputs
 from .versions import VersionRange
