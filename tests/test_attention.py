@@ -427,7 +427,8 @@ def test_p_saturation_counts_exactly_the_values_a_non_saturating_cast_overflows(
     """The P saturation count against the cast itself: every float32 from max to twice max (step 1/16 of
     an ulp at max) is counted iff encode(saturate=False) makes it non-finite (the midpoint above max
     included or not by its tie)."""
-    from fp8emu.attention import AttentionRecipe, _cast_p
+    from fp8emu.attention import AttentionRecipe
+    from fp8emu.attention.emulate import _cast_p
     from fp8emu import get_format
     f = get_format(fmt)
     ulp = 2.0 ** (math.floor(math.log2(f.max)) - f.mbits)

@@ -75,12 +75,14 @@ GROUPS = {
                _CODEC + "test_bad_inputs", _CODEC + "test_input_not_modified_and_shapes",
                _CODEC + "test_array_protocol_and_quantize_dtypes", _CODEC + "test_decode_errors",
                _CODEC + "test_via_float32_reproduces_ml_dtypes_double_rounding", _CODEC + "test_random_f32_vs_ml_dtypes"]),
-    "profiles": (["fp8emu/profiles.py"],
+    "profiles": (["fp8emu/profiles/__init__.py", "fp8emu/profiles/profile.py", "fp8emu/profiles/versions.py",
+                  "fp8emu/profiles/fixes.py"],
                  ["tests/test_profiles.py", "tests/test_mutation_kills.py", "tests/test_engines.py",
                   # the whole file but its demo-checkpoint rebuild (8 s, no profile in it)
                   "tests/test_library_versions.py",
                   "--deselect=tests/test_library_versions.py::test_demo_checkpoint_reproduces_byte_for_byte",
-                  "tests/test_docs.py::test_docstring_examples[fp8emu.profiles]",
+                  *(f"tests/test_docs.py::test_docstring_examples[fp8emu.profiles{m}]"
+                    for m in ("", ".profile", ".versions", ".fixes")),
                   *("tests/test_architecture.py::" + t for t in (
                       "test_user_profile_named_like_a_builtin_uses_its_own_rules",
                       "test_user_profile_fix_and_decode_fix_are_called", "test_lookalike_format_is_not_the_builtin",
@@ -105,9 +107,11 @@ GROUPS = {
                  *("tests/test_study.py::" + t for t in (
                      "test_safetensors_reader_returns_exact_values_and_dtypes", "test_npz_and_npy_folder_readers",
                      "test_bad_inputs_are_clear_errors", "test_safetensors_read_without_the_safetensors_package"))]),
-    "attention": (["fp8emu/attention.py"],
+    "attention": (["fp8emu/attention/emulate.py", "fp8emu/attention/recipes.py", "fp8emu/attention/operands.py",
+                   "fp8emu/attention/report.py", "fp8emu/attention/reference.py", "fp8emu/attention/inputs.py"],
                   ["tests/test_attention.py", "tests/test_reliability.py", "tests/test_attention_lab.py",
-                   "tests/test_docs.py::test_docstring_examples[fp8emu.attention]"]),
+                   *(f"tests/test_docs.py::test_docstring_examples[fp8emu.attention{m}]"
+                     for m in ("", ".emulate", ".recipes", ".operands", ".report", ".reference"))]),
     # the instruction catalogue, split out of gemm/instructions.py (same bits): the catalogue as data,
     # each datapath's reference step, the fast routes, the public API.  The live-MMA-Sim tests are
     # left out (a minute a run, and the recorded MMA-Sim vectors of test_instructions.py hold the

@@ -28,7 +28,8 @@ DOCS = Path(__file__).resolve().parents[1]
 API_SECTIONS = [
     ("The package", ["fp8emu", "fp8emu.version"]),
     ("Formats, rounding and the codec", ["fp8emu.formats", "fp8emu.rounding", "fp8emu.tables",
-                                         "fp8emu.profiles", "fp8emu.codec", "fp8emu.parallel",
+                                         "fp8emu.profiles", "fp8emu.profiles.profile",
+                                         "fp8emu.profiles.versions", "fp8emu.codec", "fp8emu.parallel",
                                          "fp8emu.registry", "fp8emu.interop", "fp8emu.describe",
                                          "fp8emu.readers", "fp8emu.hifloat"]),
     ("Scaling recipes", ["fp8emu.scaling", "fp8emu.scaling.tensor", "fp8emu.scaling.current",
@@ -43,10 +44,12 @@ API_SECTIONS = [
                                                  "fp8emu.testing.golden", "fp8emu.testing.plugin",
                                                  "fp8emu.conformance", "fp8emu.engines",
                                                  "fp8emu.gpu.validate", "fp8emu.data"]),
-    ("FP8 attention", ["fp8emu.attention", "fp8emu.attention.emulate"]),
+    ("FP8 attention", ["fp8emu.attention", "fp8emu.attention.emulate", "fp8emu.attention.recipes",
+                       "fp8emu.attention.operands", "fp8emu.attention.report", "fp8emu.attention.reference"]),
     ("Studies, metrics and the lab", ["fp8emu.metrics", "fp8emu.lab.recipes", "fp8emu.dask",
                                       "fp8emu.lab.inputs", "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
-                                      "fp8emu.lab.study", "fp8emu.lab.report", "fp8emu.lab.attention"]),
+                                      "fp8emu.lab.study", "fp8emu.lab.tensors", "fp8emu.lab.results",
+                                      "fp8emu.lab.report", "fp8emu.lab.attention"]),
     ("Command line", ["fp8emu.cli"]),
 ]
 # The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.
