@@ -15,6 +15,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from fp8emu.profiles import UndecidedVersionError
+
 import fp8emu
 from fp8emu.profiles import (UnprovenVersionWarning, VersionRange, get_profile, resolve_versioned,
                              versioned_names)
@@ -228,7 +230,11 @@ def test_version_range_checks_and_text():
 
 def test_built_in_ranges_hold_their_minimum_and_proven_versions_but_not_their_bound():
     for name in fp8emu.profile_names():
-        for r in get_profile(name).versions:
+        try:
+            prof = get_profile(name)
+        except UndecidedVersionError:       # "torch-cuda" without torch: its variants are listed by name
+            continue
+        for r in prof.versions:
             assert r.contains(r.minimum) and all(r.contains(v) for v in r.proven), (name, str(r))
             assert r.below is not None and not r.contains(r.below), (name, str(r))
 

@@ -8,6 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from fp8emu.profiles import UndecidedVersionError
+
 import fp8emu
 from fp8emu.data import golden_dir
 from fp8emu.conformance import read_rle, recorded_tables, rle_at
@@ -238,7 +240,10 @@ def test_cli_profile_saturation(capsys):
 def test_every_profile_table_is_read_only():
     """The tables are cached and shared: a caller writing into one would change every later encode."""
     for name in fp8emu.profile_names():
-        prof = fp8emu.get_profile(name)
+        try:
+            prof = fp8emu.get_profile(name)
+        except UndecidedVersionError:       # "torch-cuda" without torch: its variants are listed by name
+            continue
         fmts = [fp8emu.get_format("e4m3fn")] if prof.is_spec else list(prof.rules)
         for fmt in fmts:
             for src in ("float16", "bfloat16"):
@@ -308,7 +313,10 @@ def test_built_in_and_plain_library_names_cannot_be_registered(name):
     for replace in (False, True):
         with pytest.raises(ValueError, match=f"a profile named '{name}' is already registered"):
             register_profile(Profile(name, "user", OK_RULES), replace=replace)
-    assert get_profile(name).description != "user"
+    try:
+        assert get_profile(name).description != "user"
+    except UndecidedVersionError:           # "torch-cuda" without torch: still refused, still not the user's
+        assert name == "torch-cuda"
 
 
 # ----------------------------------------------------------------------------- torch-cuda by torch version

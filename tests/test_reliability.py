@@ -545,7 +545,7 @@ def test_nvfp4_alpha_checks_its_amaxes_as_float32(amax):
     from fp8emu.gemm import nvfp4_alpha
     with pytest.raises(ValueError, match="a_amax must be finite and >= 0 in float32"):
         nvfp4_alpha(amax, 1.0)
-    with pytest.raises(ValueError, match="b_e4m3_max must be 448 or 256"):
+    with pytest.raises(ValueError, match="b_e4m3_max must be one of 256, 448, 65536, 114688"):
         nvfp4_alpha(1.0, 1.0, 448, 300)
     assert float(nvfp4_alpha(2688.0, 2688.0)) == 1.0          # 2688 = 6 * 448: alpha 1 exactly
 

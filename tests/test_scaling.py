@@ -543,9 +543,12 @@ def test_fp4_block_scale_options_are_checked():
     with pytest.raises(ValueError, match="block_size"):
         fp8emu.quantize_nvfp4(x, block_size=True)
     t = fp8emu.quantize_nvfp4(x, scale_format="e5m3fnu")
-    # block_scaled_mm does not take UE5M3 scales yet: refused by name, never decoded as UE4M3
-    with pytest.raises(ValueError, match="not block-scaled"):
-        fp8emu.block_scaled_mm(t, fp8emu.quantize_nvfp4(np.ones((32, 1), np.float32), axis=0))
+    # block_scaled_mm takes UE5M3 scales (decoded as UE5M3, never as UE4M3): x times a column of ones
+    # is each row's dequantized sum, whatever the scale type, within the FP32 accumulation
+    ones = fp8emu.quantize_nvfp4(np.ones((32, 1), np.float32), axis=0, scale_format="e5m3fnu")
+    got = fp8emu.block_scaled_mm(t, ones, accumulator="exact")
+    want = t.dequantize().astype(np.float64) @ ones.dequantize().astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=2 ** -22)
     with pytest.raises(ValueError, match="scale_format and scale_format_codes"):
         fp8emu.scaling.ScaledTensor(codes=t.codes, fmt="e2m1fn", scale=t.scale, scale_inv=t.scale_inv,
                                     block=t.block, scale_format="e5m3fnu")

@@ -13,6 +13,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from fp8emu.profiles import UndecidedVersionError
+
 import fp8emu
 
 THREADS = 16
@@ -49,7 +51,10 @@ def _jobs():
             jobs.append((f"decode {fmt} {np.dtype(dt)}", functools.partial(fp8emu.decode, codes, fmt, dtype=dt)))
         jobs.append((f"quantize {fmt}", functools.partial(fp8emu.quantize, xs["float16"], fmt, rounding="rne")))
     for prof in fp8emu.profile_names():
-        p = fp8emu.get_profile(prof)
+        try:
+            p = fp8emu.get_profile(prof)
+        except UndecidedVersionError:       # "torch-cuda" without torch: its variants are listed by name
+            continue
         for fmt in ("e4m3fn", "e5m2"):
             for src in ("float32", "bfloat16", "float16"):
                 try:

@@ -70,7 +70,7 @@ from ..codec import decode
 from ..formats import get_format
 from ..interop import code_array
 from ..scaling.mx import mx_from_codes
-from ..scaling.nvfp4 import nvfp4_from_codes
+from ..scaling.nvfp4 import FP4_SCALE_FORMATS, nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
 from .accumulator import Accumulator
 from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
@@ -204,7 +204,8 @@ def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
 def nvfp4_alpha(a_amax, b_amax, a_e4m3_max=448, b_e4m3_max=448):
     """Transformer Engine's NVFP4 GEMM alpha: ``fl32(fl32(amax_A * amax_B) * fl32(1/(6*6*E_A*E_B)))``.
 
-    ``E`` is an operand's E4M3 bound (448, or 256 for TE's 4over6 tensors), as TE's
+    ``E`` is an operand's block-scale bound (``scale_max``: UE4M3 448, or 256 for TE's 4over6
+    tensors; UE5M3 114688 or 65536 for FP4 tensors with UE5M3 scales, by the same rule), as TE's
     ``compute_nvfp4_per_tensor_scale_kernel`` (``transformer_engine/common/recipe/nvfp4.cu``)
     and its reference ``NVFP4QuantizerRef.qgemm`` on a GPU (PyTorch divides a CUDA tensor
     by a Python float as a product with the float32 reciprocal) compute it.  Row-scaled
@@ -227,9 +228,11 @@ def nvfp4_alpha(a_amax, b_amax, a_e4m3_max=448, b_e4m3_max=448):
         if isinstance(v, (bool, str, bytes)) or not np.all(np.isfinite(v32)) or np.any(v32 < 0):
             raise ValueError(f"{name} must be finite and >= 0 in float32 (the type alpha is computed in), got {v!r}")
         amax.append(v32)
+    bounds = sorted({b for pair in FP4_SCALE_FORMATS.values() for b in pair})
     for name, e in (("a_e4m3_max", a_e4m3_max), ("b_e4m3_max", b_e4m3_max)):
-        if isinstance(e, bool) or e not in (448, 256):
-            raise ValueError(f"{name} must be 448 or 256 (TE's E4M3 bounds), got {e!r}")
+        if isinstance(e, bool) or e not in bounds:
+            raise ValueError(f"{name} must be one of {', '.join(f'{b:g}' for b in bounds)} (the block-scale "
+                             f"bounds of UE4M3 and UE5M3), got {e!r}")
     p = np.multiply(amax[0], amax[1], dtype=np.float32)
     if a_e4m3_max == 448 and b_e4m3_max == 448:
         inv = _TE_FACTOR_INV

@@ -34,8 +34,10 @@ import numpy as np
 try:
     import torch
 except ImportError as _e:          # one clear error naming the way to install it
-    raise ImportError("fp8emu.torch needs torch, which is not installed in this Python: pip install "
-                      "'fp8emu[torch]' (the CPU wheel is enough)") from _e
+    # a ModuleNotFoundError naming torch, so that pytest.importorskip("fp8emu.torch") and callers that
+    # test for a missing optional module treat it as what it is
+    raise ModuleNotFoundError("fp8emu.torch needs torch, which is not installed in this Python: pip install "
+                              "'fp8emu[torch]' (the CPU wheel is enough)", name="torch") from _e
 
 from ..formats import Format, get_format
 from ..interop import to_numpy
