@@ -38,7 +38,7 @@ class _State(NamedTuple):
             raise ValueError(f"layer {layer.layer_name!r}: autocast cannot switch to {R.name!r}: delayed scaling "
                              f"keeps its state in buffers that emulate() creates; emulate the model with it")
         try:
-            check_combination(R, S)
+            R = check_combination(R, S)
         except ValueError as exc:
             raise ValueError(f"layer {layer.layer_name!r}: {exc}") from None
         mult = _multiple(R, S)
