@@ -652,3 +652,24 @@ def test_block_fp8_refusals_name_their_source():
         with pytest.raises(ValueError, match="asserts use_split_accumulator=True"):
             ft.emulate(lin, r, "h100-fast")
     assert "does not model" not in " ".join(reason for s in ft.stacks.STACKS.values() for _, reason in s.refusals)
+
+
+def test_autocast_moves_deepseek_v3_between_its_hopper_and_blackwell_scales():
+    x, w, b, dy = _data()
+    ref = {g: _run("deepseek-v3", g, x, w, b, dy)[1] for g in ("h100", "b200")}
+    assert not np.array_equal(_bits(ref["h100"]), _bits(ref["b200"]))
+    for home, other in (("b200", "h100"), ("h100", "b200")):
+        model, *_ = _run("deepseek-v3", home, x, w, b, dy)
+        with ft.autocast(gpu=other):
+            y = model(torch.from_numpy(x.copy())).detach().numpy()
+        assert np.array_equal(_bits(y), _bits(ref[other])), f"{home} -> {other}"
+
+
+def test_block_fp8_with_scales_that_are_not_powers_of_two_is_refused_on_the_mx_instruction():
+    from fp8emu.torch.gemms import run_gemm
+    from fp8emu.torch.recipes import Operand
+    st = quantize_blockwise(np.linspace(-1, 1, 64 * 128).reshape(64, 128), "e4m3fn", pow2=False)
+    a = Operand("fp8", st.codes, st.fmt, np.asarray(st.scale_inv, np.float32))
+    b = Operand("fp8", st.codes.T.copy(), st.fmt, np.asarray(st.scale_inv, np.float32).T.copy())
+    with pytest.raises(ValueError, match="needs power-of-two \\(UE8M0\\) block scales"):
+        run_gemm(a, b, "blackwell-tcgen05-mxf8f6f4", "float32")
