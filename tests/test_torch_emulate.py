@@ -673,3 +673,15 @@ def test_block_fp8_with_scales_that_are_not_powers_of_two_is_refused_on_the_mx_i
     b = Operand("fp8", st.codes.T.copy(), st.fmt, np.asarray(st.scale_inv, np.float32).T.copy())
     with pytest.raises(ValueError, match="needs power-of-two \\(UE8M0\\) block scales"):
         run_gemm(a, b, "blackwell-tcgen05-mxf8f6f4", "float32")
+
+
+def test_deepseek_v3_scale_kind_follows_the_stack_and_a_contradiction_is_refused():
+    from fp8emu.torch.recipes import DeepSeekV3
+    from fp8emu.torch.stacks import get_stack
+    assert DeepSeekV3().on(get_stack("b200")).ue8m0_scales is True
+    assert DeepSeekV3().on(get_stack("h100")).ue8m0_scales is False
+    assert DeepSeekV3(ue8m0_scales=True).on(get_stack("b200")).ue8m0_scales is True
+    with pytest.raises(ValueError, match="contradicts gpu='h100'"):
+        DeepSeekV3(ue8m0_scales=True).on(get_stack("h100"))
+    with pytest.raises(ValueError, match="contradicts gpu='b200'"):
+        DeepSeekV3(ue8m0_scales=False).on(get_stack("b200"))

@@ -108,6 +108,10 @@ class TrainingRecipe:
         scales), or ValueError saying why the stack cannot run it."""
         return self
 
+    def unbound(self) -> "TrainingRecipe":
+        """The recipe without what :meth:`on` set for a stack (itself, unless a field follows the stack)."""
+        return self
+
     def describe(self) -> str:
         f = self.formats()
         return f"{self.name}: input {f['input']}, weight {f['weight']}, grad_output {f['grad_output']}"
@@ -277,7 +281,8 @@ class DeepSeekV3(TEBlockScaling):
     :meth:`on` sets ``ue8m0_scales``: DeepGEMM's sm_100 kernels
     (``deep_gemm/include/deep_gemm/impls/sm100_fp8_gemm_1d1d.cuh`` at cfe29c4) take UE8M0
     scales, so the operands are quantized with :func:`ue8m0_block_scales` (the power of two
-    at or above ``amax / 448``) instead of ``amax / 448``.  The field follows the stack.
+    at or above ``amax / 448``) instead of ``amax / 448``.  The field follows the stack: left
+    unset (None) it is set by :meth:`on`; a value given that contradicts the stack is an error.
 
     Examples
     --------
@@ -287,11 +292,19 @@ class DeepSeekV3(TEBlockScaling):
 
     fp8_format: str = "E4M3"
     use_f32_scales: bool = True
-    ue8m0_scales: bool = False
+    ue8m0_scales: bool | None = None
     name: str = "deepseek-v3"
 
+    def unbound(self):
+        return dataclasses.replace(self, ue8m0_scales=None)
+
     def on(self, stack):
-        return dataclasses.replace(self, ue8m0_scales=bool(stack.block_fp8_mx))
+        want = bool(stack.block_fp8_mx)
+        if self.ue8m0_scales is not None and bool(self.ue8m0_scales) != want:
+            raise ValueError(f"deepseek-v3: ue8m0_scales={self.ue8m0_scales!r} contradicts gpu={stack.name!r}, "
+                             f"whose block FP8 GEMM takes {'UE8M0' if want else 'float32'} scales; leave "
+                             "ue8m0_scales unset (it follows the stack)")
+        return dataclasses.replace(self, ue8m0_scales=want)
 
     def operand(self, role, arr, k_axis, pass_, *, scale=None, rng=None):
         if not self.ue8m0_scales:
