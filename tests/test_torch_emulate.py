@@ -136,6 +136,8 @@ def hand(recipe, gpu, x, w, b, dy, seed=0):
         else:
             dw = (np.asarray(dys, np.float64).T @ np.asarray(xs, np.float64)).astype(np.float32)
         return y, dx, dw
+    if recipe in ("te-block", "deepseek-v3") and gpu == "b200":
+        return _b200_block(recipe, xs, w, dys, bias, dt)
     if recipe in ("te-block", "deepseek-v3"):
         acc, pow2 = BLOCK_FP8[gpu], recipe == "te-block"
 
@@ -175,6 +177,49 @@ def hand(recipe, gpu, x, w, b, dy, seed=0):
                            rng=rng("wgrad") if sr else None)
     xt = quantize_nvfp4_te(xs, NVFP4Quantizer(with_rht=rht), axis=0)
     dw = block_scaled_mm(gt, xt, accumulator=acc)
+    return y, dx, dw
+
+
+def _deepgemm_sf(amax):
+    """DeepGEMM's sm_100 UE8M0 scale written out: the power of two at or above
+    fl32(max(amax, 1e-4) / 448) (deep_gemm/utils/math.py, ceil_to_ue8m0), from math.frexp."""
+    v = float(np.float32(max(float(amax), float(np.float32(1e-4)))) / np.float32(448))
+    m, e = __import__("math").frexp(v)
+    return 2.0 ** (e - 1) if m == 0.5 else 2.0 ** e
+
+
+def _b200_block(recipe, xs, w, dys, bias, dt):
+    """1x128 / 128x128 block FP8 on Blackwell, as TE's MXFP8 conversion and DeepGEMM's sm_100 kernels
+    run it: the recipe's codes, each block's power-of-two scale as its E8M0 code in every 32-element
+    slot along K, through the kind::mxf8f6f4 preset."""
+    def q(a, block):
+        a32 = np.asarray(a, np.float32)
+        if recipe == "te-block":
+            st = quantize_blockwise(a, "e4m3fn", block=block, pow2=True)
+        else:
+            nb = (-(-a32.shape[0] // block[0]), -(-a32.shape[1] // block[1]))
+            sc = np.empty(nb, np.float32)
+            for i in range(nb[0]):
+                for j in range(nb[1]):
+                    blk = a32[i * block[0]:(i + 1) * block[0], j * block[1]:(j + 1) * block[1]]
+                    sc[i, j] = 1.0 / _deepgemm_sf(np.abs(blk).max())
+            st = quantize_blockwise(a, "e4m3fn", block=block, scale=sc)
+        full = np.repeat(np.repeat(np.asarray(st.scale_inv, np.float64), block[0], 0), block[1], 1)
+        full = full[:a32.shape[0], :a32.shape[1]]
+        m, e = np.frexp(full)
+        assert np.all(m == 0.5), "block scales must be powers of two"
+        return st.codes, (e - 1 + 127).astype(np.uint8)     # per-element E8M0 code of its block's scale
+
+    def mm(qa, qb, **kw):   # qa: (M, K) codes and codes map, K along axis 1; qb: (K, N), K along axis 0
+        return block_scaled_mm(qa[0], qb[0], a_format="e4m3fn", b_format="e4m3fn", a_scales=qa[1][:, ::32],
+                               b_scales=qb[1][::32, :], accumulator="blackwell-tcgen05-mxf8f6f4", **kw)
+
+    def t(qa):
+        return qa[0].T, qa[1].T
+    qw = q(w, (128, 128))
+    y = mm(q(xs, (1, 128)), t(qw), bias=bias, out_dtype=dt)
+    dx = mm(q(dys, (1, 128)), qw, out_dtype=dt)
+    dw = mm(t(q(dys, (128, 1))), q(xs, (128, 1)))
     return y, dx, dw
 
 
@@ -227,7 +272,8 @@ def test_every_pass_equals_the_hand_composition(recipe, gpu):
 def test_the_combinations_cover_every_recipe_on_hopper_or_blackwell():
     names = set(ft.recipe_names())
     assert {r for r, g in COMBOS if g in ("h100", "b200")} == names
-    assert len(COMBOS) == 46      # 60 pairs less 14 refused: block FP8 off h100-fast/b200, MX/NVFP4 off Hopper
+    assert len(COMBOS) == 48      # 60 pairs less 12 refused: block FP8 off h100-fast, MX/NVFP4 off Hopper
+    assert {("te-block", "b200"), ("deepseek-v3", "b200")} <= set(COMBOS)
     with pytest.raises(ValueError, match="^recipe 'te-nvfp4' on gpu 'h100': NVFP4 needs Blackwell"):
         ft.emulate(torch.nn.Sequential(torch.nn.Linear(64, 64)), "te-nvfp4", "h100")
 
@@ -572,3 +618,70 @@ def _torch_gemms(f8, s, qx, qw, qg, b):
     tdw = torch._scaled_mm(f8(qg.codes.T, "e5m2"), f8(qx.codes, "e4m3fn", True), scale_a=s(qg), scale_b=s(qx),
                            out_dtype=torch.float32)
     return ty, tdx, tdw
+
+
+# ----------------------------------------------------------------------------- block FP8 on Blackwell
+@pytest.mark.parametrize("recipe", ["te-block", "deepseek-v3"])
+def test_block_fp8_on_b200_with_a_partial_k_block(recipe):
+    x, w, b, dy = _data(K=160)          # fprop K = 160: one whole 128-block and a zero-padded one
+    _, y, dx, dw = _run(recipe, "b200", x, w, b, dy)
+    for got, exp, what in zip((y, dx, dw), _b200_block(recipe, x.astype(BF16), w, dy.astype(BF16),
+                                                       np.asarray(b.astype(BF16), np.float32), "bfloat16"),
+                              ("fprop", "dgrad", "wgrad")):
+        assert np.array_equal(_bits(got), _bits(np.asarray(exp, np.float32))), f"{recipe} {what}"
+
+
+def test_deepseek_v3_on_b200_quantizes_with_deepgemm_ue8m0_scales():
+    from fp8emu.torch.recipes import ue8m0_block_scales
+    amax = [448.0, 449.0, 448.0 * 2.0 ** -20, 448.0 * 2.0 ** -20 * 1.0000001, 0.0, 1e-30, 3e38]
+    x = np.zeros((1, 128 * len(amax)), np.float32)
+    x[0, ::128] = amax
+    got = 1.0 / ue8m0_block_scales(x, (1, 128)).astype(np.float64)
+    assert got.tolist() == [[_deepgemm_sf(a) for a in np.float32(amax)]]
+    assert got[0, :4].tolist() == [1.0, 2.0, 2.0 ** -20, 2.0 ** -19]
+    r = ft.get_recipe("deepseek-v3")
+    assert not r.ue8m0_scales and ft.swap.check_combination(r, ft.get_stack("b200")).ue8m0_scales
+    assert not ft.swap.check_combination(r, ft.get_stack("h100")).ue8m0_scales
+
+
+def test_block_fp8_refusals_name_their_source():
+    lin = torch.nn.Sequential(torch.nn.Linear(128, 128))
+    with pytest.raises(ValueError, match="only power-of-two scales .*fp8_blockwise_scaling.rst at e087141"):
+        ft.emulate(lin, ft.recipes.TEBlockScaling(use_f32_scales=True), "b200")
+    for r in ("te-block", "deepseek-v3"):
+        with pytest.raises(ValueError, match="asserts use_split_accumulator=True"):
+            ft.emulate(lin, r, "h100-fast")
+    assert "does not model" not in " ".join(reason for s in ft.stacks.STACKS.values() for _, reason in s.refusals)
+
+
+def test_autocast_moves_deepseek_v3_between_its_hopper_and_blackwell_scales():
+    x, w, b, dy = _data()
+    ref = {g: _run("deepseek-v3", g, x, w, b, dy)[1] for g in ("h100", "b200")}
+    assert not np.array_equal(_bits(ref["h100"]), _bits(ref["b200"]))
+    for home, other in (("b200", "h100"), ("h100", "b200")):
+        model, *_ = _run("deepseek-v3", home, x, w, b, dy)
+        with ft.autocast(gpu=other):
+            y = model(torch.from_numpy(x.copy())).detach().numpy()
+        assert np.array_equal(_bits(y), _bits(ref[other])), f"{home} -> {other}"
+
+
+def test_block_fp8_with_scales_that_are_not_powers_of_two_is_refused_on_the_mx_instruction():
+    from fp8emu.torch.gemms import run_gemm
+    from fp8emu.torch.recipes import Operand
+    st = quantize_blockwise(np.linspace(-1, 1, 64 * 128).reshape(64, 128), "e4m3fn", pow2=False)
+    a = Operand("fp8", st.codes, st.fmt, np.asarray(st.scale_inv, np.float32))
+    b = Operand("fp8", st.codes.T.copy(), st.fmt, np.asarray(st.scale_inv, np.float32).T.copy())
+    with pytest.raises(ValueError, match="needs power-of-two \\(UE8M0\\) block scales"):
+        run_gemm(a, b, "blackwell-tcgen05-mxf8f6f4", "float32")
+
+
+def test_deepseek_v3_scale_kind_follows_the_stack_and_a_contradiction_is_refused():
+    from fp8emu.torch.recipes import DeepSeekV3
+    from fp8emu.torch.stacks import get_stack
+    assert DeepSeekV3().on(get_stack("b200")).ue8m0_scales is True
+    assert DeepSeekV3().on(get_stack("h100")).ue8m0_scales is False
+    assert DeepSeekV3(ue8m0_scales=True).on(get_stack("b200")).ue8m0_scales is True
+    with pytest.raises(ValueError, match="contradicts gpu='h100'"):
+        DeepSeekV3(ue8m0_scales=True).on(get_stack("h100"))
+    with pytest.raises(ValueError, match="contradicts gpu='b200'"):
+        DeepSeekV3(ue8m0_scales=False).on(get_stack("b200"))

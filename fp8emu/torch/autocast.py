@@ -34,11 +34,13 @@ class _State(NamedTuple):
         S = self.stack if self.stack is not None else layer.stack
         if (R, S) == (layer.recipe, layer.stack):
             return R, S, layer.multiple
+        if self.recipe is None:
+            R = R.unbound()     # the layer's recipe as the user gave it, before its old stack bound it
         if R.delayed() and R != layer.recipe:
             raise ValueError(f"layer {layer.layer_name!r}: autocast cannot switch to {R.name!r}: delayed scaling "
                              f"keeps its state in buffers that emulate() creates; emulate the model with it")
         try:
-            check_combination(R, S)
+            R = check_combination(R, S)
         except ValueError as exc:
             raise ValueError(f"layer {layer.layer_name!r}: {exc}") from None
         mult = _multiple(R, S)

@@ -10,6 +10,7 @@ from ..codec import decode
 from ..gemm import block_scaled_mm, scaled_mm
 from ..gemm.torch_cpu import TORCHAO_EMULATE, cpu_path, sgemm, torchao_emulated_mm
 from .recipes import Operand
+from .stacks import BLACKWELL_MXF8
 
 __all__ = ["run_gemm", "operand_stats"]
 
@@ -46,10 +47,44 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None) -> np.nd
         if bias is not None:
             v = (v + np.asarray(bias, np.float32)).astype(np.float32)
         return v if out_dtype == "float32" else v.astype(_np_dtype(out_dtype))
+    if a.kind == "fp8" and accumulator == BLACKWELL_MXF8:
+        return _block_fp8_as_mx(a, b, bias, out_dtype)
     if a.kind == "fp8":
         return scaled_mm(a.codes, b.codes, a_format=a.fmt, b_format=b.fmt, scale_a=a.scale_inv,
                          scale_b=b.scale_inv, bias=bias, out_dtype=out_dtype, accumulator=accumulator)
     return block_scaled_mm(a.st, b.st, accumulator=accumulator, bias=bias, out_dtype=out_dtype)
+
+
+def _block_fp8_as_mx(a, b, bias, out_dtype):
+    """A 1x128 / 128x128 block-scaled FP8 GEMM on Blackwell's ``kind::mxf8f6f4``: the codes as
+    they are, each block's float32 scale as its UE8M0 code (the exponent byte, as TE's
+    ``swizzle_block_scaling.cu`` takes it) in every 32-element scale slot the block covers."""
+    M, K = a.codes.shape
+    N = b.codes.shape[1]
+    sa = _e8m0_slots(a.scale_inv, (M, K), k_axis=1)
+    sb = _e8m0_slots(b.scale_inv, (K, N), k_axis=0)
+    return block_scaled_mm(a.codes, b.codes, a_format=a.fmt, b_format=b.fmt, a_scales=sa, b_scales=sb,
+                           accumulator=BLACKWELL_MXF8, bias=bias, out_dtype=out_dtype)
+
+
+def _e8m0_slots(scale_inv, shape, k_axis):
+    """UE8M0 scale codes, one per 32 along K, of an operand of ``shape`` whose float32 scales
+    cover 128 along K and 1 or 128 across (zero-padded partial blocks are cut off)."""
+    s = np.asarray(scale_inv, np.float32)
+    bits = s.view(np.uint32)
+    pow2 = ((bits & 0x807FFFFF) == 0) | (bits == 0x00400000)     # 2**e, e in [-127, 127]; 2**-127 subnormal
+    if s.ndim != 2 or not pow2.all():
+        raise ValueError("block FP8 on Blackwell's MXFP8 instruction needs power-of-two (UE8M0) "
+                         "block scales; quantize with power-of-two scales")
+    codes = ((bits >> 23) & 0xFF).astype(np.uint8)
+    other = 1 - k_axis
+    reps = [0, 0]
+    reps[k_axis] = 4                                                 # one 128-block: four 32-element slots
+    reps[other] = 1 if codes.shape[other] == shape[other] else 128  # 1x128 or 128x128 blocks
+    out = np.repeat(np.repeat(codes, reps[0], axis=0), reps[1], axis=1)
+    want = list(shape)
+    want[k_axis] = -(-shape[k_axis] // 32)
+    return np.ascontiguousarray(out[:want[0], :want[1]])
 
 
 def _torch_cpu(a, b, out_dtype, bias):

@@ -27,10 +27,11 @@ from ..scaling import (
     DelayedScaling, NVFP4Quantizer, quantize_axiswise, quantize_blockwise, quantize_mx,
     quantize_nvfp4_te, quantize_tensorwise, recipe_formats,
 )
+from ..scaling.tensor import block_amax
 
 __all__ = ["TrainingRecipe", "TEDelayedScaling", "TECurrentScaling", "TEBlockScaling", "DeepSeekV3",
            "TEMXFP8BlockScaling", "TENVFP4BlockScaling", "TorchaoFloat8", "Operand", "RECIPES",
-           "recipe_names", "get_recipe", "PASSES"]
+           "recipe_names", "get_recipe", "PASSES", "ue8m0_block_scales"]
 
 #: The three GEMMs of a linear layer, in the order they run.
 PASSES = ("fprop", "dgrad", "wgrad")
@@ -101,6 +102,15 @@ class TrainingRecipe:
     def operand(self, role, arr, k_axis, pass_, *, scale=None, rng=None) -> Operand:
         """Quantize ``arr`` (in GEMM layout, K along ``k_axis``) as ``role`` in ``pass_``."""
         raise NotImplementedError
+
+    def on(self, stack) -> "TrainingRecipe":
+        """The recipe as it runs on ``stack`` (itself, unless the stack's kernels need other
+        scales), or ValueError saying why the stack cannot run it."""
+        return self
+
+    def unbound(self) -> "TrainingRecipe":
+        """The recipe without what :meth:`on` set for a stack (itself, unless a field follows the stack)."""
+        return self
 
     def describe(self) -> str:
         f = self.formats()
@@ -212,13 +222,51 @@ class TEBlockScaling(TrainingRecipe):
     def split(self, pass_):
         return True
 
+    def on(self, stack):
+        if stack.block_fp8_mx and self.use_f32_scales:
+            raise ValueError("Float8BlockScaling on Blackwell is emulated with MXFP8 and takes only "
+                             "power-of-two scales (TE docs/features/low_precision_training/"
+                             "fp8_blockwise_scaling/fp8_blockwise_scaling.rst at e087141); "
+                             "use use_f32_scales=False or gpu='h100'")
+        return self
+
     def operand(self, role, arr, k_axis, pass_, *, scale=None, rng=None):
-        if role == "weight":
-            block = (128, 128)
-        else:
-            block = (1, 128) if k_axis == 1 else (128, 1)
+        block = _block(role, k_axis)
         st = quantize_blockwise(arr, self.formats()[role], block=block, pow2=not self.use_f32_scales)
         return Operand("fp8", st.codes, st.fmt, np.asarray(st.scale_inv, np.float32))
+
+
+def _block(role, k_axis):
+    """1x128 along K for inputs and gradients (128x1 for column-wise copies), 128x128 weights."""
+    if role == "weight":
+        return (128, 128)
+    return (1, 128) if k_axis == 1 else (128, 1)
+
+
+def ue8m0_block_scales(arr, block) -> np.ndarray:
+    """DeepGEMM's UE8M0 block scales for sm_100: ``sf = ceil_to_ue8m0(max(amax, 1e-4) / 448)``
+    per block (``deep_gemm/utils/math.py``, ``per_token_cast_to_fp8`` / ``per_block_cast_to_fp8``
+    with ``use_ue8m0=True``, deepseek-ai/DeepGEMM at ab02dd5810b29a127b5af09f9a7e06822f74697e),
+    returned as the quantization multipliers ``1 / sf`` (exact: powers of two).
+
+    ``ceil_to_ue8m0`` is taken as the power of two at or above its argument, computed on the
+    float32 bits (exponent, plus one when any fraction bit is set), as DeepGEMM's later
+    ``ceil_to_ue8m0_with_byte`` does; the ``pow(2, ceil(log2(x)))`` form of that commit can
+    differ from it only where a float32 ``log2`` rounds to an integer.  amax ignores NaN (as
+    :func:`fp8emu.scaling.quantize_blockwise`); an Inf amax gives ``sf = 2**127``.
+
+    Examples
+    --------
+    >>> x = np.zeros((1, 256), np.float32); x[0, 0], x[0, 128] = 448.0, 449.0
+    >>> (1 / ue8m0_block_scales(x, (1, 128))).tolist()
+    [[1.0, 2.0]]
+    """
+    amax = block_amax(np.asarray(arr, np.float32), block)
+    sf = (np.maximum(amax, np.float32(1e-4)) / np.float32(448)).astype(np.float32)
+    bits = sf.view(np.uint32)
+    e = ((bits >> 23) & 0xFF).astype(np.int64) + ((bits & 0x7FFFFF) != 0)
+    e = np.clip(e, 1, 254)
+    return np.ldexp(np.float32(1), 127 - e).astype(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,6 +277,13 @@ class DeepSeekV3(TEBlockScaling):
     to FP32 every 128 elements of K with the block scales (DeepGEMM's scheme, the
     ``"hopper"`` accumulator with block scales).
 
+    On a stack whose block FP8 GEMM is Blackwell's MXFP8 instruction (``gpu="b200"``),
+    :meth:`on` sets ``ue8m0_scales``: DeepGEMM's sm_100 kernels
+    (``deep_gemm/include/deep_gemm/impls/sm100_fp8_gemm_1d1d.cuh`` at cfe29c4) take UE8M0
+    scales, so the operands are quantized with :func:`ue8m0_block_scales` (the power of two
+    at or above ``amax / 448``) instead of ``amax / 448``.  The field follows the stack: left
+    unset (None) it is set by :meth:`on`; a value given that contradicts the stack is an error.
+
     Examples
     --------
     >>> DeepSeekV3().use_f32_scales
@@ -237,7 +292,26 @@ class DeepSeekV3(TEBlockScaling):
 
     fp8_format: str = "E4M3"
     use_f32_scales: bool = True
+    ue8m0_scales: bool | None = None
     name: str = "deepseek-v3"
+
+    def unbound(self):
+        return dataclasses.replace(self, ue8m0_scales=None)
+
+    def on(self, stack):
+        want = bool(stack.block_fp8_mx)
+        if self.ue8m0_scales is not None and bool(self.ue8m0_scales) != want:
+            raise ValueError(f"deepseek-v3: ue8m0_scales={self.ue8m0_scales!r} contradicts gpu={stack.name!r}, "
+                             f"whose block FP8 GEMM takes {'UE8M0' if want else 'float32'} scales; leave "
+                             "ue8m0_scales unset (it follows the stack)")
+        return dataclasses.replace(self, ue8m0_scales=want)
+
+    def operand(self, role, arr, k_axis, pass_, *, scale=None, rng=None):
+        if not self.ue8m0_scales:
+            return super().operand(role, arr, k_axis, pass_)
+        block = _block(role, k_axis)
+        st = quantize_blockwise(arr, self.formats()[role], block=block, scale=ue8m0_block_scales(arr, block))
+        return Operand("fp8", st.codes, st.fmt, np.asarray(st.scale_inv, np.float32))
 
 
 @dataclasses.dataclass(frozen=True)

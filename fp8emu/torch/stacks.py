@@ -23,6 +23,17 @@ CPU_ACCUMULATOR = "torch-cpu"
 #: Blackwell's FP8 GEMM instruction for per-tensor FP8 (cuBLASLt on sm_100 runs tcgen05).
 BLACKWELL_FP8 = "blackwell-tcgen05-f8f6f4"
 
+#: Blackwell's MXFP8 instruction, which also runs 1x128 / 128x128 block FP8 on sm_100: Transformer
+#: Engine converts ``Float8BlockScaling`` tensors to MXFP8 for its GEMM ("Blackwell and later (SM >=
+#: 10.0) - the recipe is emulated with MXFP8 ... Only scaling factors that are powers of 2 are
+#: supported": ``docs/features/low_precision_training/fp8_blockwise_scaling/fp8_blockwise_scaling.rst``
+#: at e087141f0e001e6d319f111e8bcfea2bf5d0f346; ``transformer_engine/common/swizzle/swizzle_block_scaling.cu``
+#: takes each float32 scale's exponent byte as its E8M0 code and writes it to the four 1x32 slots of its
+#: 1x128 block, or to every slot of its 128x128 block); DeepGEMM's ``sm100_fp8_gemm_1d1d.cuh`` (at
+#: cfe29c47913ede8d1b9213063728489d35c882c6, deepseek-ai/DeepGEMM) reads one UE8M0 scale per 128 of K
+#: (``BLOCK_K == 128``, four packed per uint32) for its ``tcgen05`` block-scaled MMAs of K = 32.
+BLACKWELL_MXF8 = "blackwell-tcgen05-mxf8f6f4"
+
 
 @dataclasses.dataclass(frozen=True)
 class Stack:
@@ -52,6 +63,12 @@ class Stack:
         ``torch._scaled_mm``).
     refusals : tuple of (recipe family, reason)
         One-line reasons for recipe families the stack refuses.
+    block_fp8_mx : bool
+        The stack runs 1x128 / 128x128 block-scaled FP8 GEMMs on the MXFP8 instruction
+        (``block_fp8`` names it): each float32 128-block scale, a power of two, becomes its
+        UE8M0 code (the float's exponent byte) repeated over the four 32-element scale slots
+        of the block, so the recipe must quantize with power-of-two scales
+        (:meth:`fp8emu.torch.recipes.TrainingRecipe.on`).
     k_multiples : tuple of (recipe family, int)
         What every GEMM's K must be a multiple of for the stack's instruction (whole
         instructions along K: 64 for ``kind::mxf4nvf4``, 32 for ``kind::mxf8f6f4``).
@@ -75,6 +92,7 @@ class Stack:
     refusals: tuple = ()
     k_multiples: tuple = ()
     torchao: object = None
+    block_fp8_mx: bool = False
 
     def multiple(self, family: str) -> int:
         """What K must be a multiple of for ``family``'s GEMMs on this stack (1: anything)."""
@@ -114,11 +132,11 @@ STACKS = {
                   ("mx", "MXFP8 " + _NO_BLOCK_TC), ("nvfp4", "NVFP4 " + _NO_BLOCK_TC))),
     "b200": Stack(
         "b200", "Blackwell tcgen05: kind::f8f6f4 for per-tensor FP8, kind::mxf8f6f4 / "
-        "kind::mxf4nvf4 block-scaled for MXFP8 / NVFP4; bf16",
-        BLACKWELL_FP8, BLACKWELL_FP8, mx="blackwell-tcgen05-mxf8f6f4", nvfp4="blackwell-tcgen05-mxf4nvf4",
-        k_multiples=(("fp8", 32), ("mx", 32), ("nvfp4", 64)),
-        refusals=(("fp8-block", "1x128/128x128 FP8 block scaling on Blackwell runs through kernels "
-                   "this stack does not model; use gpu='h100', 'cpu' or 'exact'"),)),
+        "kind::mxf4nvf4 block-scaled for MXFP8 / NVFP4, and for 1x128 / 128x128 block FP8 "
+        "(power-of-two scales as UE8M0, each 128-block scale in four 32-element slots); bf16",
+        BLACKWELL_FP8, BLACKWELL_FP8, block_fp8=BLACKWELL_MXF8, mx=BLACKWELL_MXF8,
+        nvfp4="blackwell-tcgen05-mxf4nvf4", block_fp8_mx=True,
+        k_multiples=(("fp8", 32), ("fp8-block", 32), ("mx", 32), ("nvfp4", 64))),
     "cpu": Stack(
         "cpu", "torch's CPU _scaled_mm for per-tensor / row-wise FP8 (its oneDNN or emulated path, "
         "as torch chooses); torchao recipes as Float8Linear(emulate=True); block-scaled FP8, MXFP8 "

@@ -46,13 +46,15 @@ def _torch_version():
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def check_combination(recipe, stack) -> None:
-    """Raise one-line ValueError if ``stack`` cannot run one of ``recipe``'s passes."""
-    for p in PASSES:
-        try:
+def check_combination(recipe, stack):
+    """The recipe as it runs on ``stack`` (:meth:`~fp8emu.torch.recipes.TrainingRecipe.on`), or
+    one-line ValueError if ``stack`` cannot run one of ``recipe``'s passes."""
+    try:
+        for p in PASSES:
             stack.accumulator(recipe.gemm_family(p), recipe.split(p))
-        except ValueError as exc:
-            raise ValueError(f"recipe {recipe.name!r} on gpu {stack.name!r}: {exc}") from None
+        return recipe.on(stack)
+    except ValueError as exc:
+        raise ValueError(f"recipe {recipe.name!r} on gpu {stack.name!r}: {exc}") from None
 
 
 def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0) -> EmulationReport:
@@ -98,7 +100,7 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
     if not isinstance(diagnostics, bool):
         raise TypeError(f"diagnostics must be True or False, got {diagnostics!r}")
     R, S = get_recipe(recipe), get_stack(gpu)
-    check_combination(R, S)
+    R = check_combination(R, S)
     for name, mod in model.named_modules():
         if isinstance(mod, EmulatedLinear):
             raise ValueError(f"layer {name!r} is already emulated ({mod.recipe.name} on {mod.stack.name}); "
