@@ -191,3 +191,15 @@ def test_data_figures_take_jax_arrays_as_their_numpy_values():
     got = plots.figure_data_granularity(jnp.asarray(x, dtype=jnp.bfloat16))
     want = plots.figure_data_granularity(x.astype(ml_dtypes.bfloat16))
     assert [p.get_width() for p in got.axes[0].patches] == [p.get_width() for p in want.axes[0].patches]
+
+
+def test_panel_titles_do_not_overlap():
+    """Issue 40: fig 5's two panel titles ran into each other. Every pair of panels in a figure keeps its
+    titles' drawn boxes apart (checked on the rendered figure, not on the strings)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    fig = plots.figure_delayed_scaling(size=0.15)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
+    assert len(boxes) == 2
+    assert not boxes[0].overlaps(boxes[1]), (boxes[0], boxes[1])

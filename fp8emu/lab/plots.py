@@ -210,7 +210,7 @@ def figure_delayed_scaling(size=1.0):
     ax1.plot(t, fmax / np.asarray(rec["d_scale"]), label="delayed: amax implied by scale (history 16)")
     ax1.plot(t, fmax / np.asarray(rec["c_scale"]), "--", label="current: amax of this tensor")
     ax1.set_yscale("log")
-    _label(ax1, "training step", "amax (absolute value)", "Amax trace: drift and spikes (e4m3fn, margin 0)")
+    _label(ax1, "training step", "amax (absolute value)", "Amax trace: drift and spikes\n(e4m3fn, margin 0)")
     ax2.plot(t, rec["d_over"], label=f"delayed: overflows (total {sum(rec['d_over'])})")
     ax2.plot(t, rec["c_over"], "--", label=f"current: overflows (total {sum(rec['c_over'])})")
     ax2.plot(t, rec["d_under"], label=f"delayed: underflows to 0 (total {sum(rec['d_under'])})")
@@ -218,7 +218,8 @@ def figure_delayed_scaling(size=1.0):
     ax2.set_xlabel("training step")
     ax2.set_yscale("symlog", linthresh=1)
     ax2.set_ylabel("elements per step (of 4096, symlog axis)")
-    ax2.set_title("Overflow (rounds beyond 448, i.e. > 464, after scaling) and underflow counts")
+    # two lines: on one line this title ran into the left panel's (issue 40)
+    ax2.set_title("Overflows (beyond 448: > 464 after scaling)\nand underflows to zero, per step")
     ax2.legend()
     return fig
 
