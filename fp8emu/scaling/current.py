@@ -163,6 +163,7 @@ def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None, va
     (torchao's ``emulate=True`` GEMM then divides each operand by its scale
     in float32 and runs an fp32 ``torch.mm``; fp8emu's GEMMs multiply the
     accumulator by ``fl32(1 / scale)`` instead.)
+
     Examples
     --------
     >>> import numpy as np, fp8emu
@@ -239,6 +240,7 @@ def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0,
     (torchao's ``emulate=True`` GEMM then divides each operand by its scale
     in float32 and runs an fp32 ``torch.mm``; fp8emu's GEMMs multiply the
     accumulator by ``fl32(1 / scale)`` instead.)
+
     Examples
     --------
     >>> import numpy as np, fp8emu
