@@ -226,20 +226,9 @@ def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0,
     ScaledTensor
         ``scale`` and ``scale_inv`` with ``axis`` reduced to 1; ``axis`` set.
 
-    ``variant="torchao"`` is torchao.float8's ``Float8Linear`` cast
-    (``hp_tensor_to_float8_dynamic``, eager CPU) bit for bit, proven on torchao
-    :data:`fp8emu.scaling.torchao_variants.TORCHAO_PROVEN`: ``amax`` with NaN
-    propagating (a NaN anywhere makes the scale NaN and every code NaN),
-    ``scale = fl32(fmax / max(amax, 1e-12))`` computed in float64 (a zero
-    amax gives ``fmax * 1e12``, not 1; an Inf amax gives 0, so finite values
-    become 0 and Inf NaN), ``pow2`` as torchao's
-    ``round_scales_to_power_of_2``: ``exp2(floor(log2 scale))`` with log2
-    rounded to float32 (a scale just below ``2**k`` becomes ``2**k``, where
-    TE's bit mask gives ``2**(k-1)``); codes ``cast(clamp(fl32(x * scale)))``.
-    ``margin`` and ``eps`` are TE's and refused with it; formats e4m3fn, e5m2.
-    (torchao's ``emulate=True`` GEMM then divides each operand by its scale
-    in float32 and runs an fp32 ``torch.mm``; fp8emu's GEMMs multiply the
-    accumulator by ``fl32(1 / scale)`` instead.)
+    ``variant="torchao"`` is torchao.float8's rowwise ``Float8Linear`` cast: the rules of
+    :func:`quantize_tensorwise`'s ``variant="torchao"`` with one amax and scale per slice along
+    ``axis`` (torchao's ``axiswise_dim``), proven on the same torchao versions.
 
     Examples
     --------
