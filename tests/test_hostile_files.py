@@ -370,5 +370,8 @@ def test_ml_dtypes_profile_casts_narrow_arrays_as_astype(src):
     x = np.arange(1 << f.bits, dtype=np.uint8).view(getattr(ml_dtypes, _ML[src]))
     for dst, ml in _ML.items():
         with np.errstate(all="ignore"):
-            want = x.astype(getattr(ml_dtypes, ml)).view(np.uint8)
+            try:
+                want = x.astype(getattr(ml_dtypes, ml)).view(np.uint8)
+            except TypeError:       # ml_dtypes < 0.7 has no cast between these two types: nothing to match
+                continue
         np.testing.assert_array_equal(fp8emu.encode(x, dst, profile="ml_dtypes"), want, err_msg=f"{src}->{dst}")

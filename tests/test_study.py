@@ -449,8 +449,9 @@ def test_heatmap_groups_recipes_by_family_with_labels_on_every_side(demo_run):
     order = list(dict.fromkeys(title for _, title, _ in report.FAMILIES))
     assert runs == sorted(set(runs), key=order.index)
     assert names[-1] == "nvfp4" and names[0].startswith("cast-")
-    params = ax.xaxis.get_tick_params(), ax.yaxis.get_tick_params()
-    assert params[0]["labeltop"] and params[0]["labelbottom"] and params[1]["labelright"]
+    xt, yt = ax.xaxis.get_major_ticks(), ax.yaxis.get_major_ticks()   # label1: bottom/left, label2: top/right
+    assert all(t.label1.get_visible() and t.label2.get_visible() for t in xt)
+    assert all(t.label1.get_visible() and t.label2.get_visible() for t in yt)
     cell_sizes = {t.get_fontsize() for t in ax.texts}
     assert min(cell_sizes) >= 7          # legible cell text
     # one panel per family in the scatter figure, each with its own legend
