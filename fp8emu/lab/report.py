@@ -492,9 +492,10 @@ def figure_sqnr_vs_range(rows):
     return fig
 
 
-def _png(fig) -> bytes:
+def _png(fig, dpi=100) -> bytes:
+    """The figure as PNG bytes, reproducibly (no software stamp), cropped to what is drawn."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
     return buf.getvalue()
 
 

@@ -23,11 +23,12 @@ from __future__ import annotations
 import base64
 import csv
 import html
-import io
 import math
 from pathlib import Path
 
 import numpy as np
+
+from ...lab.report import _png
 
 __all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "guide_tables", "T975"]
 
@@ -224,12 +225,6 @@ def figure_diagnostics(result):
     return fig
 
 
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-    return buf.getvalue()
-
-
 # --------------------------------------------------------------------------- report
 
 def _cell(v, digits=4):
@@ -281,7 +276,7 @@ def write_report(results, out, provenance: dict, inference_rows=None) -> list:
             ("gap_to_bf16", "Final gap to bf16 (paired by seed, 95 % t interval)", figure_gaps(gaps))]
     figs += [(f"diagnostics_{r['run_id'].replace('@', '_at_')}", f"Per-layer diagnostics: {r['run_id']}",
               figure_diagnostics(r)) for r in results if r.get("diagnostics")]
-    pngs = {name: _png(fig) for name, _, fig in figs}
+    pngs = {name: _png(fig, dpi=90) for name, _, fig in figs}
     for name, data in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(data)
     prov = [["item", "value"]] + [[k, str(v)] for k, v in provenance.items()]
