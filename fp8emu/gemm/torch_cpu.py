@@ -84,6 +84,11 @@ _KC = 384
 _ONE_THREAD_MAX_K = 4096
 #: Rows of the (rows, K, N) product block the oneDNN path forms at once.
 _ROW_ELEMS = 1 << 22
+#: Output elements (at most columns) of the block one sgemm FMA chain runs over (it stays in cache).
+_CHAIN_ELEMS, _CHAIN_COLS = 1 << 15, 1024
+#: A float64's low 29 bits where it lies halfway between two float32 neighbours (normal range).
+_LOW29, _MIDPOINT = np.int64(0x1FFFFFFF), np.int64(0x10000000)
+_TINY32 = 2.0 ** -126
 
 
 def cpu_flags() -> frozenset:
@@ -189,14 +194,73 @@ def _onednn_sum(va, vb, sa, sb):
 
 
 def _fma_chain(x, y, k0, k1):
-    """One float32 FMA chain per output over K in ``[k0, k1)``: ``c = fl(c + x_k y_k)``."""
-    x64, y64 = x.astype(np.float64), y.astype(np.float64)
-    c = np.zeros((x.shape[0], y.shape[1]), np.float32)
+    """One float32 FMA chain per output over K in ``[k0, k1)``: ``c = fl(c + x_k y_k)``.
+
+    ``s = c + x_k y_k`` in float64 (the product is exact) rounded once more to float32 is the
+    FMA's single rounding except where that second rounding meets a tie it did not see: ``s``
+    exactly halfway between two float32 neighbours (the float64 rounding may have moved the sum
+    onto the midpoint; its low 29 bits are then ``1 << 28``), or ``s`` in float32's subnormal range
+    (where a midpoint has fewer significant bits; checked only when such a sum is possible at all:
+    :func:`_may_reach_subnormals`).  Nowhere else can the double rounding differ (a float32 midpoint is a float64, so rounding to
+    float64 cannot carry a sum across one).  Those few elements are redone error-free
+    (:func:`_fma_exact`).  The chain runs over cache-sized blocks of the output.
+    """
+    M, N = x.shape[0], y.shape[1]
+    xt = np.ascontiguousarray(x[:, k0:k1].T, dtype=np.float64)      # (K, M): row k is x_k
+    yk = y[k0:k1].astype(np.float64)
+    out = np.zeros((M, N), np.float32)
+    tiny = _may_reach_subnormals(x[:, k0:k1], yk)
+    cols = min(N, _CHAIN_COLS)
+    rows = max(1, _CHAIN_ELEMS // max(1, cols))
     with np.errstate(all="ignore"):
-        for k in range(k0, k1):
-            hi, lo = two_sum(c.astype(np.float64), x64[:, k, None] * y64[None, k, :])  # product exact
-            c = round_hi_lo(hi, np.where(np.isfinite(hi), lo, 0.0))
-    return c
+        for r0 in range(0, M, rows):
+            for c0 in range(0, N, cols):
+                _fma_chain_block(out[r0:r0 + rows, c0:c0 + cols], xt[:, r0:r0 + rows, None],
+                                 yk[:, None, c0:c0 + cols], tiny)
+    return out
+
+
+def _fma_chain_block(c, xs, ys, tiny):
+    """Run the chain of :func:`_fma_chain` over one block ``c`` (float32, updated in place)."""
+    s = np.empty(c.shape)
+    low = np.empty(c.shape, np.int64)
+    redo = np.empty(c.shape, bool)
+    for k in range(xs.shape[0]):
+        np.multiply(xs[k], ys[k], out=s)
+        np.add(c, s, out=s)                          # c first: a NaN's bits are c's, as in two_sum(c, p)
+        np.bitwise_and(s.view(np.int64), _LOW29, out=low)
+        np.equal(low, _MIDPOINT, out=redo)             # s is a float32 midpoint (normal range, or at overflow)
+        if tiny:
+            redo |= (np.abs(s) < _TINY32) & (s != 0)
+        if redo.any():
+            i, j = np.nonzero(redo)
+            fixed = _fma_exact(c[i, j], xs[k, i, 0] * ys[k, 0, j])
+            np.copyto(c, s, casting="unsafe")
+            c[i, j] = fixed
+        else:
+            np.copyto(c, s, casting="unsafe")
+
+
+def _fma_exact(c, p):
+    """``fl32(c + p)`` rounded once, error-free (``c`` float32, ``p`` an exact float64 product)."""
+    hi, lo = two_sum(c.astype(np.float64), p)
+    return round_hi_lo(hi, np.where(np.isfinite(hi), lo, 0.0))
+
+
+def _may_reach_subnormals(x, y):
+    """Whether a nonzero chain sum of these operands can be smaller than float32's least normal.
+
+    Every product is a multiple of ``q = spacing(min |x|) * spacing(min |y|)`` (nonzero finite
+    values), and so is every rounded running sum (rounding to float32 keeps the sum, or moves it
+    to a neighbour on a coarser grid), so with ``q >= 2**-126`` no nonzero sum is subnormal.
+    """
+    q = 1.0
+    for v in (x, y):
+        a = np.abs(v[np.isfinite(v) & (v != 0)])
+        if a.size == 0:
+            return False
+        q *= float(np.spacing(np.float32(a.min())))
+    return q < _TINY32
 
 
 def _emulated_sum(va, vb, sa_rows, sb_cols):
