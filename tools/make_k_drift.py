@@ -1,9 +1,10 @@
 """Measure FP8 GEMM accumulation error vs K for the study's GPU models; write the CSV and the figure.
 
-Run: ``python3 tools/make_k_drift.py`` (NumPy only; about a minute on one core).  Writes
-``docs/data/lm-study/k_drift.csv`` (:func:`fp8emu.lab.drift.k_drift` with its defaults: K = 64 to
-16384, M = N = 32, seeds 0-2, both GEMMs' formats, Gaussian, all-positive and mixed operands,
-every model) and ``figures/lm_study_k_drift.png``.  The section "Fast accumulation and K" of
+Run: ``python3 tools/make_k_drift.py`` (NumPy only; 141 s of wall time on this project's shared
+2-core machine on 2026-12-04).  Writes ``docs/data/lm-study/k_drift.csv``
+(:func:`fp8emu.lab.drift.k_drift` with its defaults: K = 64 to 16384, M = N = 32, seeds 0-2, both
+GEMMs' formats, Gaussian, all-positive and mixed operands, every model) and
+``figures/lm_study_k_drift.png``.  The section "Fast accumulation and K" of
 ``docs/guides/lm-study.md`` states numbers from that CSV; ``tests/test_k_drift.py`` checks them.
 ``--out DIR`` writes both files into DIR instead.
 """

@@ -387,8 +387,8 @@ def guide_block(table) -> str:
     Examples
     --------
     >>> t = k_drift(ks=(64, 128), m=2, n=2, seeds=(0,), gemms=("fprop",))
-    >>> print(guide_block(t).splitlines()[2])
-    | K | hopper-fast (pos.) | hopper (pos.) | blackwell (pos.) | bf16-output (pos.) | hopper-fast (gau.) | hopper (gau.) | blackwell (gau.) | bf16-output (gau.) |
+    >>> guide_block(t).splitlines()[2].split(" | ")[1:3]
+    ['hopper-fast (pos.)', 'hopper (pos.)']
     """
     models = ("hopper-fast", "hopper", "blackwell", "bf16-output")
     dists = [d for d in ("positive", "gaussian") if d in table["distribution"]]
