@@ -122,7 +122,8 @@ def test_exact_model_is_one_float32_rounding(committed):
 
 def test_committed_csv_is_what_the_code_computes(committed):
     t = drift.k_drift(ks=(64, 1024), gemms=("fprop",), distributions=("positive",))
-    for r in t.rows():
+    t2 = drift.k_drift(ks=(2048,), gemms=("dgrad/wgrad",), distributions=("mixed",))
+    for r in t.rows() + t2.rows():
         row = committed.where(gemm=r["gemm"], distribution=r["distribution"], k=r["k"], model=r["model"]).rows()
         assert row == [r]
     full = drift.k_drift.__kwdefaults__
@@ -195,7 +196,8 @@ def test_section_names_the_committed_figure_and_tool():
     (dict(models="exact"), TypeError, "sequence of names"),
     (dict(gemms=("wgrad",)), ValueError, "accepted: fprop, dgrad/wgrad"),
     (dict(distributions=("uniform",)), ValueError, "accepted: gaussian, positive"),
-    (dict(m=0), ValueError, "m must be"),
+    (dict(m=0), ValueError, "m must be a positive integer, got 0"),
+    (dict(n=2.0), ValueError, "n must be a positive integer, got 2.0"),
     (dict(seeds=(-1,)), ValueError, "seeds must be"),
 ])
 def test_bad_input_is_one_clear_error(kw, err, words):
@@ -207,6 +209,11 @@ def test_read_csv_refuses_another_file(tmp_path):
     p = tmp_path / "x.csv"
     p.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="not a k_drift CSV"):
+        drift.read_csv(p)
+    bad = CSV.read_text().splitlines()
+    bad[3] = bad[3].rsplit(",", 1)[0] + ",oops"
+    p.write_text("\n".join(bad) + "\n")
+    with pytest.raises(ValueError, match=r"x.csv: line 4: norm_rel_error = 'oops' is not float"):
         drift.read_csv(p)
     with pytest.raises(ValueError, match="not a k_drift table"):
         drift.write_csv(Table({"k": [1]}), p)

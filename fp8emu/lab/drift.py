@@ -231,7 +231,9 @@ def k_drift(ks=DEFAULT_KS, *, models=tuple(DRIFT_MODELS), gemms=tuple(DRIFT_GEMM
     models = _names(models, tuple(DRIFT_MODELS), "models")
     gemms = _names(gemms, tuple(DRIFT_GEMMS), "gemms")
     distributions = _names(distributions, DRIFT_DISTRIBUTIONS, "distributions")
-    (m,), (n,) = _ints(m, "m", minimum=1), _ints(n, "n", minimum=1)
+    for v, what in ((m, "m"), (n, "n")):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{what} must be a positive integer, got {v!r}")
     seeds = _ints(seeds, "seeds", minimum=0)
     chosen = {k: v for k, v in drift_models(split_k).items() if k in models}
     rows = {c: [] for c in COLUMNS}
@@ -293,7 +295,15 @@ def read_csv(path) -> Table:
     if not rows or tuple(rows[0]) != COLUMNS:
         raise ValueError(f"{path}: not a k_drift CSV (expected the columns {', '.join(COLUMNS)})")
     conv = {c: int for c in _INT_COLUMNS} | {c: float for c in _FLOAT_COLUMNS}
-    return Table({c: [conv.get(c, str)(r[c]) for r in rows] for c in COLUMNS})
+    cols = {c: [] for c in COLUMNS}
+    for i, r in enumerate(rows, start=2):
+        for c in COLUMNS:
+            try:
+                cols[c].append(conv.get(c, str)(r[c]))
+            except (TypeError, ValueError):   # a short row gives None: not text either
+                kind = conv[c].__name__ if c in conv else "text"
+                raise ValueError(f"{path}: line {i}: {c} = {r[c]!r} is not {kind}") from None
+    return Table(cols)
 
 
 _COLOURS = {"hopper-fast": "tab:red", "hopper": "tab:blue", "blackwell": "tab:green", "exact": "black",
