@@ -88,9 +88,9 @@ DRIFT_GEMMS = {
 }
 
 #: Operand distributions: ``gaussian``, both operands N(0, 1), whose products have random signs, so
-#: the sum stays near sqrt(K) and truncation errors partly cancel; ``positive``, both |N(0, 1)|
+#: the sum stays near sqrt(K) and truncation errors partly cancel; ``positive``, both ``abs(N(0, 1))``
 #: (half-normal, as after ReLU), where every product is positive, the sum grows as K and no
-#: truncation cancels (the worst case); ``mixed``, A all-positive |N(0, 1)| and B N(0, 1), as
+#: truncation cancels (the worst case); ``mixed``, A all-positive ``abs(N(0, 1))`` and B N(0, 1), as
 #: post-ReLU/GELU activations times weights, softmax probabilities times values, or a wgrad's
 #: gradients times post-activation inputs.
 DRIFT_DISTRIBUTIONS = ("gaussian", "positive", "mixed")
