@@ -49,7 +49,8 @@ API_SECTIONS = [
     ("Studies, metrics and the lab", ["fp8emu.metrics", "fp8emu.lab.recipes", "fp8emu.dask",
                                       "fp8emu.lab.inputs", "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
                                       "fp8emu.lab.study", "fp8emu.lab.tensors", "fp8emu.lab.results",
-                                      "fp8emu.lab.report", "fp8emu.lab.attention"]),
+                                      "fp8emu.lab.report", "fp8emu.lab.attention",
+                                      "fp8emu.lab.drift"]),
     ("Command line", ["fp8emu.cli"]),
 ]
 # The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.
