@@ -441,6 +441,10 @@ else:
         "95 % interval contains zero; with few seeds the intervals are wide.",
         """\
 def interval(g):
+    if g['diverged']:
+        return f"{int(g['diverged'])} of {int(g['seeds'])} seeds diverged"
+    if math.isnan(g['gap_to_bf16']):
+        return 'no bf16 run at its seeds'
     if math.isnan(g['gap_ci95_low']):
         return 'no interval (one seed)'
     return f"95 % interval [{g['gap_ci95_low']:+.4f}, {g['gap_ci95_high']:+.4f}]"
@@ -466,7 +470,7 @@ seed_counts = sorted({int(g['seeds']) for g in pairs})
 facts = [f"**The study.** {len(study_runs)} runs of {', '.join(sorted({str(r['steps']) for r in study_runs}))} "
          f"steps: fp32 and bf16 with {int(base['bf16']['seeds'])} seeds each, {len(pairs)} recipe x stack pairs "
          f"on {len({g['stack'] for g in pairs})} stacks with {' or '.join(map(str, seed_counts))} seeds each; "
-         f"{sum(r['diverged'] for r in study_runs)} runs diverged."]
+         f"diverged runs: {sum(r['diverged'] for r in study_runs)}."]
 if 'fp32' in base:
     facts.append(f"**The noise floor.** fp32 ends {base['fp32']['gap_to_bf16']:+.4f} nats/byte from bf16 "
                  f"({interval(base['fp32'])}): read every recipe's gap against that spread.")
@@ -476,26 +480,38 @@ for g in pairs:
 for name, gs in groups.items():
     gs = sorted(gs, key=lambda g: g['gap_to_bf16'])
     facts.append(f"**{len(gs)} of {len(pairs)} pairs {name}:** " + '; '.join(
-        f"{g['label']} {g['gap_to_bf16']:+.4f}" for g in gs) + '.')
+        g['label'] + ('' if math.isnan(g['gap_to_bf16']) else f" {g['gap_to_bf16']:+.4f}") for g in gs) + '.')
 finite = [g for g in pairs if not math.isnan(g['gap_to_bf16'])]
 if finite:
     lo = min(finite, key=lambda g: g['gap_to_bf16'])
     hi = max(finite, key=lambda g: g['gap_to_bf16'])
     facts.append(f"**Extremes.** The lowest mean gap: {lo['label']}, {lo['gap_to_bf16']:+.4f} ({interval(lo)}); "
                  f"the highest: {hi['label']}, {hi['gap_to_bf16']:+.4f} ({interval(hi)}).")
+final = {(r['recipe'], r['stack'], r['seed']): r['final_val_loss'] for r in study_runs}
+
+
+def compare(head, a, b, b_name):
+    \"\"\"One finding: pair a's final loss minus pair b's, paired by seed (report.gap_stats), or why none.\"\"\"
+    seeds = sorted(s for (r, st, s) in final if (r, st) == (a['recipe'], a['stack'])
+                   and (b['recipe'], b['stack'], s) in final)
+    d = report.gap_stats([final[(a['recipe'], a['stack'], s)] - final[(b['recipe'], b['stack'], s)]
+                          for s in seeds])
+    if math.isnan(d['mean']):
+        return f"{head}: no paired number ({a['label']}: {interval(a)}; {b['label']}: {interval(b)})."
+    ci = 'no interval' if math.isnan(d['ci_low']) else f"95 % interval [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]"
+    return (f"{head} ends {d['mean']:+.4f} nats/byte from {b_name}, paired over {d['n']} seeds ({ci}); "
+            f"to bf16: {a['gap_to_bf16']:+.4f} against {b['gap_to_bf16']:+.4f}.")
+
+
 for (recipe, stack), g in by_pair.items():
-    fast = by_pair.get((recipe, stack + '-fast'))
-    if fast is not None:
-        facts.append(f"**Fast accumulation, {recipe}.** On {stack}-fast its gap to bf16 is "
-                     f"{fast['gap_to_bf16']:+.4f} against {g['gap_to_bf16']:+.4f} on {stack} "
-                     f"(difference {fast['gap_to_bf16'] - g['gap_to_bf16']:+.4f} nats/byte).")
+    if (recipe, stack + '-fast') in by_pair:
+        facts.append(compare(f"**Fast accumulation in every pass, {recipe}.** On {stack}-fast it",
+                             by_pair[(recipe, stack + '-fast')], g, stack))
 for (recipe, stack), g in by_pair.items():
     for (other, ostack), a in by_pair.items():
         if ostack == stack and other.startswith(recipe + '-no-'):
-            part = other[len(recipe) + 4:]
-            facts.append(f"**{recipe} without {part}** ({stack}) ends {a['gap_to_bf16'] - g['gap_to_bf16']:+.4f} "
-                         f"nats/byte from {recipe} with it ({a['gap_to_bf16']:+.4f} against "
-                         f"{g['gap_to_bf16']:+.4f} to bf16; {interval(a)}).")
+            facts.append(compare(f"**{recipe} without {other[len(recipe) + 4:]}** ({stack})", a, g,
+                                 f"{recipe} with it"))
 if emulated:
     cost = [g['slowdown_vs_fp32'] for g in pairs]
     facts.append(f"**Cost.** An emulated training step took {min(cost):.0f}x to {max(cost):.0f}x an fp32 "
