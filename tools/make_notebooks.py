@@ -232,6 +232,300 @@ NOTEBOOKS = {
         "(`--figure`, `--csv`, `--workers` for Dask).",
         "fig = al.figure_attention(size=SIZE)\nfig",
     ],
+    "10_lm_study": [
+        "# The language-model study: FP8/FP4 training of a small GPT, recipe by recipe\n"
+        "`fp8emu train-study` trains a byte-level GPT on Python's `pydoc_data` documentation text in fp32, "
+        "bf16 and every recipe x GPU stack of `fp8emu.torch`, several seeds each, and reports validation-loss "
+        "curves, the gap to bf16 with a confidence interval, per-layer diagnostics and the perplexity of the "
+        "trained model at inference (the guide: `docs/guides/lm-study.md`). Part (a) runs a tiny study live "
+        "through the library calls behind the command (it needs torch); part (b) draws the committed study "
+        "from `docs/data/lm-study/*.csv` with the report's own figure functions, and every finding below is "
+        "computed from those files: the notebook reads whichever recipe x stack pairs they hold.",
+        PARAM,
+        SETUP + "\n" + """\
+import csv
+import importlib.util
+import math
+import tempfile
+from pathlib import Path
+
+import matplotlib.image
+from matplotlib.figure import Figure
+from IPython.display import Markdown, display
+
+ROOT = Path.cwd()
+while not (ROOT / 'docs' / 'data' / 'lm-study').is_dir() and ROOT != ROOT.parent:
+    ROOT = ROOT.parent
+# The committed study; a `fp8emu train-study --out` folder works too (it also holds diagnostics.csv).
+DATA = ROOT / 'docs' / 'data' / 'lm-study'
+
+try:
+    import torch
+    HAVE_TORCH = True
+except ModuleNotFoundError:
+    HAVE_TORCH = False
+if HAVE_TORCH:
+    from fp8emu.torch.study import report, runs
+    from fp8emu.torch.study.model import ModelConfig
+    from fp8emu.torch.study.train import TrainConfig
+else:
+    # fp8emu.torch needs torch, but its report module (tables and figures) needs only NumPy and
+    # matplotlib: load it from its file so that part (b) draws the same figures without torch.
+    spec = importlib.util.spec_from_file_location(
+        'fp8emu.torch.study.report', Path(fp8emu.__file__).parent / 'torch' / 'study' / 'report.py')
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)""",
+        "## (a) A tiny study, live\n"
+        "`runs.plan_runs` checks every input and lists the runs (baselines first; the first seed of each "
+        "recipe x stack records diagnostics); `runs.execute` trains them and writes one hashed result file "
+        "per run, so a rerun into the same folder resumes; `report` makes the tables and figures. These are "
+        "the calls behind `fp8emu train-study`. The model is one layer, wide enough for NVFP4's block sizes "
+        "(a layer a recipe cannot take stays unswapped, so each run prints how many it swapped); SIZE sets "
+        "the steps, the seeds and whether NVFP4 on b200 runs beside TE's delayed scaling on h100 (recording "
+        "diagnostics makes a step several times slower).",
+        """\
+live = None
+if not HAVE_TORCH:
+    print('torch is not installed, so part (a) is skipped (pip install "fp8emu[torch]"); '
+          'part (b) reads the committed study.')
+else:
+    steps = max(6, int(120 * SIZE))
+    cfg = runs.StudyConfig(
+        model=ModelConfig(n_layer=1, d_model=64, n_head=2, seq_len=16, batch=4),
+        train=TrainConfig(steps=steps, warmup=max(1, steps // 10), eval_every=max(2, steps // 6),
+                          eval_windows=4, final_windows=8),
+        pairs=(('te-delayed', 'h100'),) if SIZE < 1 else (('te-delayed', 'h100'), ('te-nvfp4', 'b200')),
+        seeds=(0, 1) if SIZE < 1 else (0, 1, 2))
+    specs = runs.plan_runs(cfg)
+    with tempfile.TemporaryDirectory(prefix='lm-study-') as out:
+        live = runs.execute(out, cfg, specs, progress=False)['done']
+        report.write_tables(live, out)
+        live_tables = report.guide_tables(out)
+    for r in live:
+        print(f"{r['run_id']:20s} {len(r['swapped'])} layers emulated, final validation loss "
+              f"{r['final_val_loss']:.4f} nats/byte, {1e3 * r['s_per_step']:.0f} ms/step")""",
+        "### The live study's tables and figures\nIts tables (`gaps.csv` as the guide prints it: paired by "
+        "seed, 95 % t interval), its validation loss (mean over seeds, band from the lowest to the highest "
+        "seed), its gap to bf16 and "
+        "the per-layer diagnostics of the first emulated run. With so few steps and seeds the gaps are noise; "
+        "the point is the pipeline.",
+        """\
+if live:
+    display(Markdown(live_tables))
+    display(report.figure_curves(live))
+    display(report.figure_gaps(report.gap_rows(live)))
+    display(report.figure_diagnostics(next(r for r in live if r.get('diagnostics'))))""",
+        "## (b) The committed study\n"
+        "`docs/data/lm-study` holds the CSV tables of the study in the guide; `provenance.csv` names the "
+        "command, corpus, versions and date. The curves are rebuilt from `curves.csv` into the shape "
+        "`report.figure_curves` draws.",
+        """\
+TEXT = {'run_id', 'recipe', 'stack', 'label', 'config', 'weights', 'activations', 'attention', 'layer',
+        'pass', 'item', 'value'}
+
+
+def read(name, folder=DATA):
+    \"\"\"Rows of folder/name.csv: numbers as int or float (empty: NaN), the text columns as text.\"\"\"
+    def conv(key, v):
+        if key in TEXT:
+            return v
+        if v == '':
+            return math.nan
+        for kind in (int, float):
+            try:
+                return kind(v)
+            except ValueError:
+                pass
+        return v
+    with open(Path(folder) / f'{name}.csv', newline='', encoding='utf-8') as f:
+        return [{k: conv(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def curve_results(rows):
+    \"\"\"curves.csv as the per-run dicts report.figure_curves takes (runs in the file's order).\"\"\"
+    by = {}
+    for c in rows:
+        r = by.setdefault(c['run_id'], {'run_id': c['run_id'], 'points': [], 'spec': {
+            'recipe': c['recipe'], 'stack': c['stack'] or None, 'seed': c['seed']}})
+        r['points'].append((c['step'], c['val_loss']))
+    for r in by.values():
+        r['eval_steps'], r['val_loss'] = (list(t) for t in zip(*sorted(r.pop('points'))))
+    return list(by.values())
+
+
+study_runs, gaps, inference = read('runs'), read('gaps'), read('inference')
+study = curve_results(read('curves'))
+prov = {r['item']: r['value'] for r in read('provenance')}
+for key in ('command', 'date_utc', 'fp8emu', 'torch', 'corpus'):
+    if key in prov:
+        print(f'{key:9s} {prov[key]}')
+print(f"{len(study_runs)} runs, {sum(g['stack'] != '' for g in gaps)} recipe x stack pairs in {DATA.name}")""",
+        "### Validation loss, one figure per GPU stack\n"
+        "Mean over seeds with a band from the lowest to the highest seed; the fp32 (dotted) and bf16 (dashed) "
+        "baselines are in every panel.",
+        """\
+stacks = list(dict.fromkeys(r['spec']['stack'] for r in study if r['spec']['stack'] is not None))
+for stack in stacks:
+    display(report.figure_curves([r for r in study if r['spec']['stack'] in (None, stack)]))""",
+        "### Final gap to bf16\n"
+        "Final validation loss minus bf16's at the same seed, averaged over seeds, with its 95 % Student-t "
+        "interval (none where a pair ran one seed).",
+        "fig = report.figure_gaps(gaps)\nfig",
+        "### The tables: gap to bf16 and inference perplexity\n"
+        "The guide's tables, made by `report.guide_tables` from `runs.csv`, `gaps.csv` and `inference.csv`.",
+        "display(Markdown(report.guide_tables(DATA)))",
+        "### Per-layer diagnostics over training\n"
+        "For each emulated layer, pass and operand: the GEMM's relative error against float64, the fractions "
+        "underflowed and saturated, and the amax, averaged over each evaluation interval of a pair's first "
+        "seed. `diagnostics.csv` is written into the study's output folder; where `DATA` has none, the "
+        "committed figure (drawn by the same function when the study ran) is shown.",
+        """\
+DIAG_RUN = 'te-delayed@h100-s0'   # any run_id of diagnostics.csv
+if (DATA / 'diagnostics.csv').exists():
+    diag = read('diagnostics')
+    ids = list(dict.fromkeys(d['run_id'] for d in diag))
+    run_id = DIAG_RUN if DIAG_RUN in ids else ids[0]
+    print(f'diagnostics.csv: {len(ids)} runs; drawing {run_id}')
+    fig = report.figure_diagnostics({'run_id': run_id, 'diagnostics': [d for d in diag if d['run_id'] == run_id]})
+else:
+    png_path = ROOT / 'figures' / 'lm_study_diagnostics.png'
+    print(f'{DATA.name} has no diagnostics.csv: showing {png_path.relative_to(ROOT)}')
+    png = matplotlib.image.imread(png_path)
+    fig = Figure(figsize=(png.shape[1] / 100, png.shape[0] / 100))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.imshow(png)
+    ax.set_axis_off()
+fig""",
+        "### Accumulation length (`k_drift.csv`)\n"
+        "Where the study folder holds `k_drift.csv` (how far fast accumulation drifts as the GEMM's K grows), "
+        "it is shown here: its rows as a table and, when it has a `k` column, each numeric column against K "
+        "with one line per combination of its text columns. Without the file this part is skipped.",
+        """\
+def markdown_table(rows, limit=40):
+    cols = list(rows[0])
+    cell = lambda v: f'{v:.6g}' if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+    lines += ['| ' + ' | '.join(cell(r[c]) for c in cols) + ' |' for r in rows[:limit]]
+    more = f'\\n\\n({len(rows) - limit} more rows in the file)' if len(rows) > limit else ''
+    return '\\n'.join(lines) + more
+
+
+if not (DATA / 'k_drift.csv').exists():
+    print(f'{DATA.name} has no k_drift.csv: skipped')
+else:
+    kd = read('k_drift')
+    print(f'k_drift.csv: {len(kd)} rows')
+    if kd:
+        display(Markdown(markdown_table(kd)))
+        kcol = next((c for c in kd[0] if c.lower() == 'k'), None)
+        texts = [c for c in kd[0] if isinstance(kd[0][c], str)]
+        nums = [c for c in kd[0] if c != kcol and c not in texts and c != 'seed'
+                and all(isinstance(r[c], (int, float)) for r in kd)
+                and not all(isinstance(r[c], float) and math.isnan(r[c]) for r in kd)]
+        if kcol and nums:
+            kfig = Figure(figsize=(5 * len(nums), 3.8))
+            for ax, col in zip(kfig.subplots(1, len(nums), squeeze=False)[0], nums):
+                for key in dict.fromkeys(tuple(r[c] for c in texts) for r in kd):
+                    pts = sorted((r[kcol], r[col]) for r in kd if tuple(r[c] for c in texts) == key)
+                    ax.plot(*zip(*pts), marker='o', ms=3, label=' '.join(map(str, key)) or col)
+                ax.set_xscale('log', base=2)
+                ax.set_xlabel(kcol)
+                ax.set_title(col, fontsize=9)
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=6)
+            kfig.tight_layout()
+            display(kfig)""",
+        "## Findings, computed from the CSV\n"
+        "Every number below is read from the files above when this cell runs (nothing is typed in), so "
+        "they follow the study as it is regenerated. A pair is \"not distinguishable from bf16\" when its "
+        "95 % interval contains zero; with few seeds the intervals are wide.",
+        """\
+def interval(g):
+    if g['diverged']:
+        return f"{int(g['diverged'])} of {int(g['seeds'])} seeds diverged"
+    if math.isnan(g['gap_to_bf16']):
+        return 'no bf16 run at its seeds'
+    if math.isnan(g['gap_ci95_low']):
+        return 'no interval (one seed)'
+    return f"95 % interval [{g['gap_ci95_low']:+.4f}, {g['gap_ci95_high']:+.4f}]"
+
+
+def verdict(g):
+    if g['diverged']:
+        return 'with a diverged seed'
+    if math.isnan(g['gap_to_bf16']):
+        return 'without a bf16 run at their seeds'
+    if math.isnan(g['gap_ci95_low']):
+        return 'run with one seed (no interval)'
+    if g['gap_ci95_low'] > 0:
+        return 'worse than bf16'
+    return 'better than bf16' if g['gap_ci95_high'] < 0 else 'not distinguishable from bf16'
+
+
+base = {g['recipe']: g for g in gaps if g['stack'] == ''}
+pairs = [g for g in gaps if g['stack'] != '']
+by_pair = {(g['recipe'], g['stack']): g for g in pairs}
+emulated = [r for r in study_runs if r['stack'] != '']
+seed_counts = sorted({int(g['seeds']) for g in pairs})
+facts = [f"**The study.** {len(study_runs)} runs of {', '.join(sorted({str(r['steps']) for r in study_runs}))} "
+         f"steps: fp32 and bf16 with {int(base['bf16']['seeds'])} seeds each, {len(pairs)} recipe x stack pairs "
+         f"on {len({g['stack'] for g in pairs})} stacks with {' or '.join(map(str, seed_counts))} seeds each; "
+         f"diverged runs: {sum(r['diverged'] for r in study_runs)}."]
+if 'fp32' in base:
+    facts.append(f"**The noise floor.** fp32 ends {base['fp32']['gap_to_bf16']:+.4f} nats/byte from bf16 "
+                 f"({interval(base['fp32'])}): read every recipe's gap against that spread.")
+groups = {}
+for g in pairs:
+    groups.setdefault(verdict(g), []).append(g)
+for name, gs in groups.items():
+    gs = sorted(gs, key=lambda g: g['gap_to_bf16'])
+    facts.append(f"**{len(gs)} of {len(pairs)} pairs {name}:** " + '; '.join(
+        g['label'] + ('' if math.isnan(g['gap_to_bf16']) else f" {g['gap_to_bf16']:+.4f}") for g in gs) + '.')
+finite = [g for g in pairs if not math.isnan(g['gap_to_bf16'])]
+if finite:
+    lo = min(finite, key=lambda g: g['gap_to_bf16'])
+    hi = max(finite, key=lambda g: g['gap_to_bf16'])
+    facts.append(f"**Extremes.** The lowest mean gap: {lo['label']}, {lo['gap_to_bf16']:+.4f} ({interval(lo)}); "
+                 f"the highest: {hi['label']}, {hi['gap_to_bf16']:+.4f} ({interval(hi)}).")
+final = {(r['recipe'], r['stack'], r['seed']): r['final_val_loss'] for r in study_runs}
+
+
+def compare(head, a, b, b_name):
+    \"\"\"One finding: pair a's final loss minus pair b's, paired by seed (report.gap_stats), or why none.\"\"\"
+    seeds = sorted(s for (r, st, s) in final if (r, st) == (a['recipe'], a['stack'])
+                   and (b['recipe'], b['stack'], s) in final)
+    d = report.gap_stats([final[(a['recipe'], a['stack'], s)] - final[(b['recipe'], b['stack'], s)]
+                          for s in seeds])
+    if math.isnan(d['mean']):
+        return f"{head}: no paired number ({a['label']}: {interval(a)}; {b['label']}: {interval(b)})."
+    ci = 'no interval' if math.isnan(d['ci_low']) else f"95 % interval [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]"
+    return (f"{head} ends {d['mean']:+.4f} nats/byte from {b_name}, paired over {d['n']} seeds ({ci}); "
+            f"to bf16: {a['gap_to_bf16']:+.4f} against {b['gap_to_bf16']:+.4f}.")
+
+
+for (recipe, stack), g in by_pair.items():
+    if (recipe, stack + '-fast') in by_pair:
+        facts.append(compare(f"**Fast accumulation in every pass, {recipe}.** On {stack}-fast it",
+                             by_pair[(recipe, stack + '-fast')], g, stack))
+for (recipe, stack), g in by_pair.items():
+    for (other, ostack), a in by_pair.items():
+        if ostack == stack and other.startswith(recipe + '-no-'):
+            facts.append(compare(f"**{recipe} without {other[len(recipe) + 4:]}** ({stack})", a, g,
+                                 f"{recipe} with it"))
+if emulated:
+    cost = [g['slowdown_vs_fp32'] for g in pairs]
+    facts.append(f"**Cost.** An emulated training step took {min(cost):.0f}x to {max(cost):.0f}x an fp32 "
+                 f"step ({sum(r['wall_s'] for r in emulated) / 60:.1f} min of emulated runs in all).")
+quant = [r for r in inference if r['config'] not in ('bf16', 'fp32')]
+if quant:
+    worst = max(quant, key=lambda r: abs(r['ppl_ratio_to_bf16'] - 1))
+    facts.append(f"**Inference.** The bf16 model's validation perplexity is "
+                 f"{next(r['perplexity'] for r in inference if r['config'] == 'bf16'):.3f}; its {len(quant)} "
+                 f"quantized configurations give {min(r['ppl_ratio_to_bf16'] for r in quant):.4f}x to "
+                 f"{max(r['ppl_ratio_to_bf16'] for r in quant):.4f}x that, the furthest being "
+                 f"{worst['config']} ({worst['perplexity']:.3f}).")
+display(Markdown('\\n'.join(f'- {f}' for f in facts)))""",
+    ],
 }
 
 
