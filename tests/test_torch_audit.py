@@ -115,3 +115,25 @@ def test_block_scaled_mm_refuses_a_dtype_that_contradicts_the_format_or_the_scal
         ft.block_scaled_mm(qa.codes, qb.codes, a_scales=qa.scale_codes.float(), b_scales=qb.scale_codes)
     with pytest.raises(TypeError, match=r"a as uint8 codes needs a_format"):
         ft.block_scaled_mm(qa.codes.view(torch.uint8), qb.codes, a_scales=qa.scale_codes, b_scales=qb.scale_codes)
+
+
+# ----------------------------------------------------------------------------- diagnostics
+@pytest.mark.parametrize("recipe", ["te-current", "te-mxfp8"])
+def test_the_fprop_error_of_a_layer_with_a_bias_compares_like_with_like(recipe):
+    """The fprop GEMM adds the bias, but its reference was the product alone: a layer with a bias of 10
+    reported gemm_rel_err 16.7 for an output 0.2 % off."""
+    torch = pytest.importorskip("torch")
+    ft = pytest.importorskip("fp8emu.torch")
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 64)
+    with torch.no_grad():
+        lin.bias.fill_(10.0)
+    model = torch.nn.Sequential(lin)
+    ft.emulate(model, recipe, "exact", diagnostics=True)
+    x = torch.randn(32, 64)
+    y = model(x).detach().double()
+    ref = x.double() @ lin.weight.detach().double().t() + lin.bias.detach().double()
+    want = (torch.linalg.norm(y - ref) / torch.linalg.norm(ref)).item()
+    rows = [r for r in ft.diagnostics(model) if r["pass"] == "fprop"]
+    assert len(rows) == 2 and 0 < want < 0.05
+    assert all(r["gemm_rel_err"] == pytest.approx(want, rel=1e-12) for r in rows)
