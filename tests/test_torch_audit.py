@@ -137,3 +137,45 @@ def test_the_fprop_error_of_a_layer_with_a_bias_compares_like_with_like(recipe):
     rows = [r for r in ft.diagnostics(model) if r["pass"] == "fprop"]
     assert len(rows) == 2 and 0 < want < 0.05
     assert all(r["gemm_rel_err"] == pytest.approx(want, rel=1e-12) for r in rows)
+
+
+# ----------------------------------------------------------------------------- dtypes and flags of the layers
+def test_an_integer_input_is_refused_not_truncated():
+    """An int64 input ran the FP8 GEMMs and came back as int64, every value truncated toward zero
+    (nn.Linear refuses it)."""
+    torch = pytest.importorskip("torch")
+    ft = pytest.importorskip("fp8emu.torch")
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32))
+    ft.emulate(model, "te-current", "exact")
+    with pytest.raises(TypeError, match=r"layer '0': input must be a float32, .* got torch.int64"):
+        model(torch.ones(16, 32, dtype=torch.int64))
+    sdpa = ft.fp8_sdpa("fa3-fp8")
+    q = torch.ones(1, 2, 16, 32, dtype=torch.int64)
+    with torch.no_grad(), pytest.raises(TypeError, match=r"query must be a float32, .* got torch.int64"):
+        sdpa(q, q, q)
+
+
+def test_fp8_sdpa_reads_is_causal_and_enable_gqa_as_torch_does():
+    """``is_causal="no"`` ran causal attention (bool("no") is True); ``enable_gqa`` was ignored, so two KV
+    heads for four query heads ran GQA where torch refuses; a batch mismatch raised an IndexError and
+    an empty batch numpy's 'need at least one array to stack'."""
+    torch = pytest.importorskip("torch")
+    ft = pytest.importorskip("fp8emu.torch")
+    F = torch.nn.functional
+    sdpa = ft.fp8_sdpa("fa3-fp8")
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 4, 16, 32), torch.randn(1, 2, 16, 32)
+    with torch.no_grad():
+        with pytest.raises(RuntimeError):
+            F.scaled_dot_product_attention(q, k, k)                     # torch: GQA must be asked for
+        with pytest.raises(ValueError, match=r"pass enable_gqa=True"):
+            sdpa(q, k, k)
+        out = sdpa(q, k, k, enable_gqa=True)
+        ref = F.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+        assert out.shape == ref.shape and 0 < float((out - ref).abs().max()) < 0.2
+        with pytest.raises(TypeError, match=r"is_causal must be True or False, got 'no'"):
+            sdpa(q, q, q, is_causal="no")
+        with pytest.raises(ValueError, match=r"share their leading \(batch\) dimensions"):
+            sdpa(torch.randn(2, 4, 16, 32), q, q)
+        empty = torch.randn(0, 4, 16, 32)
+        assert sdpa(empty, empty, empty).shape == F.scaled_dot_product_attention(empty, empty, empty).shape

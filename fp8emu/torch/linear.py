@@ -31,6 +31,7 @@ _ROLES = ("input", "weight", "grad_output")
 #: and ``resolve(layer) -> (recipe, stack, multiple)``.  A ContextVar: each thread / task has its own.
 AUTOCAST = contextvars.ContextVar("fp8emu_torch_autocast", default=None)
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
@@ -146,6 +147,11 @@ class EmulatedLinear(nn.Module):
                              f"{self.stack.name!r} needs for its wgrad GEMM (K = tokens); pad the batch")
 
     def forward(self, x):
+        if not isinstance(x, torch.Tensor) or x.dtype not in _FLOATS:
+            # the output is cast to the input's dtype: an integer input would come back truncated
+            got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"layer {self.layer_name!r}: input must be a float32, bfloat16, float16 or float64 "
+                            f"tensor, got {got}")
         if x.shape[-1] != self.in_features:
             raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
                              f"expected {self.in_features}")
