@@ -179,3 +179,29 @@ def test_fp8_sdpa_reads_is_causal_and_enable_gqa_as_torch_does():
             sdpa(torch.randn(2, 4, 16, 32), q, q)
         empty = torch.randn(0, 4, 16, 32)
         assert sdpa(empty, empty, empty).shape == F.scaled_dot_product_attention(empty, empty, empty).shape
+
+
+# ----------------------------------------------------------------------------- recipe and stack fields
+def test_recipe_and_stack_fields_are_checked_as_they_are_used():
+    """``TEBlockScaling(use_f32_scales="no")`` quantized with float32 scales and
+    ``TENVFP4BlockScaling(disable_rht="x")`` without the RHT (truthy strings); E5M2 was refused by
+    TEDelayedScaling only, although TE's Float8CurrentScaling, Float8BlockScaling and MXFP8BlockScaling
+    assert "Pure E5M2 training is not supported" too; a bad format name waited for the first forward;
+    ``Stack(dtype="float16")`` ran float32 activations with float16 outputs."""
+    pytest.importorskip("torch")
+    ft = pytest.importorskip("fp8emu.torch")
+    for cls, field in ((ft.TEBlockScaling, "use_f32_scales"), (ft.TENVFP4BlockScaling, "disable_rht"),
+                       (ft.TECurrentScaling, "use_power_2_scales"), (ft.DeepSeekV3, "ue8m0_scales")):
+        with pytest.raises(TypeError, match=rf"{cls.__name__}: {field} must be True or False"):
+            cls(**{field: "no"})
+    for cls in (ft.TEDelayedScaling, ft.TECurrentScaling, ft.TEBlockScaling, ft.TEMXFP8BlockScaling):
+        with pytest.raises(ValueError, match=r"TE refuses pure E5M2"):
+            cls(fp8_format="E5M2")
+        with pytest.raises(ValueError, match=r"unknown fp8_format 'E9'"):
+            cls(fp8_format="E9")
+        assert cls(fp8_format="HYBRID").formats()["grad_output"] == "e5m2"
+    with pytest.raises(TypeError, match=r"name must be a non-empty string"):
+        ft.TECurrentScaling(name="")
+    assert ft.TorchaoFloat8("rowwise").name == "torchao-rowwise"
+    with pytest.raises(ValueError, match=r"dtype must be 'bfloat16' or 'float32', got 'float16'"):
+        ft.Stack("s", "d", "hopper", "hopper", dtype="float16")
