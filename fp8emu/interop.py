@@ -73,6 +73,8 @@ def _from_torch(t, torch, what):
     t = t.detach()
     if t.is_complex():
         raise TypeError(f"{what}: complex tensors are not supported (got {t.dtype})")
+    if t.device.type == "meta":
+        raise TypeError(f"{what} is a meta tensor: it has shapes but no values to read")
     if t.device.type != "cpu":
         t = t.cpu()
     t = t.resolve_conj().resolve_neg()

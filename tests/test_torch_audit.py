@@ -205,3 +205,22 @@ def test_recipe_and_stack_fields_are_checked_as_they_are_used():
     assert ft.TorchaoFloat8("rowwise").name == "torchao-rowwise"
     with pytest.raises(ValueError, match=r"dtype must be 'bfloat16' or 'float32', got 'float16'"):
         ft.Stack("s", "d", "hopper", "hopper", dtype="float16")
+
+
+# ----------------------------------------------------------------------------- conversions and devices
+def test_to_torch_range_checks_codes_and_names_a_device_it_cannot_use():
+    """``to_torch(np.array([0xFF]), fmt="e2m3fn")`` returned a uint8 tensor holding a code FP6 does not
+    have; ``device="cuda"`` without CUDA raised torch's AssertionError, ``device="gpu"`` its RuntimeError;
+    a meta tensor raised 'Cannot copy out of meta tensor'."""
+    torch = pytest.importorskip("torch")
+    ft = pytest.importorskip("fp8emu.torch")
+    with pytest.raises(ValueError, match=r"codes out of range: must lie in 0\.\.63"):
+        ft.to_torch(np.array([0xFF], np.uint8), fmt="e2m3fn")
+    assert ft.to_torch(np.array([0x3F], np.uint8), fmt="e2m3fn").tolist() == [63]
+    with pytest.raises(ValueError, match=r"device 'gpu' is not a torch device"):
+        ft.to_torch(np.ones(2, np.float32), device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"device 'cuda': this torch .* has no CUDA device"):
+            ft.to_torch(np.ones(2, np.float32), device="cuda")
+    with pytest.raises(TypeError, match=r"x is a meta tensor"):
+        ft.encode(torch.ones(4, device="meta"), "e4m3fn")
