@@ -224,3 +224,22 @@ def test_to_torch_range_checks_codes_and_names_a_device_it_cannot_use():
             ft.to_torch(np.ones(2, np.float32), device="cuda")
     with pytest.raises(TypeError, match=r"x is a meta tensor"):
         ft.encode(torch.ones(4, device="meta"), "e4m3fn")
+
+
+def test_a_nan_input_gives_nan_diagnostics_without_numpy_warnings():
+    """torchao's tensor-wise scale of a tensor holding a NaN is NaN; its diagnostics row leaked numpy's
+    'All-NaN slice encountered' RuntimeWarning twice per pass."""
+    torch = pytest.importorskip("torch")
+    ft = pytest.importorskip("fp8emu.torch")
+    import warnings
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    ft.emulate(model, "torchao-tensorwise", "cpu", diagnostics=True)
+    x = torch.randn(32, 64)
+    x[0, 0] = float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(x).sum().backward()
+    row = ft.diagnostics(model)[0]
+    assert (row["pass"], row["tensor"], row["n_nonfinite"]) == ("fprop", "input", 1)
+    assert np.isnan(row["scale"]) and np.isnan(row["gemm_rel_err"])
