@@ -36,7 +36,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
-__all__ = ["to_numpy", "narrow_codes", "code_array", "unpack_nibbles", "ML_NARROW_DTYPES"]
+__all__ = ["to_numpy", "narrow_codes", "code_array", "real_values", "unpack_nibbles", "ML_NARROW_DTYPES"]
 
 #: Every ml_dtypes type of 8 bits or fewer (FP8, FP6, FP4, E8M0), as NumPy dtypes.
 ML_NARROW_DTYPES = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
@@ -73,6 +73,8 @@ def _from_torch(t, torch, what):
     t = t.detach()
     if t.is_complex():
         raise TypeError(f"{what}: complex tensors are not supported (got {t.dtype})")
+    if t.device.type == "meta":
+        raise TypeError(f"{what} is a meta tensor: it has shapes but no values to read")
     if t.device.type != "cpu":
         t = t.cpu()
     t = t.resolve_conj().resolve_neg()
@@ -209,6 +211,30 @@ def code_array(x, limit: int, what: str, *, held="", typed=None, also="") -> np.
                              + (f"; {held}" if held else "") + f"), got {v}" + (f" ({v:#x})" if v >= 0 else "")
                              + f" at index {i}")
     return arr if arr.dtype == np.uint8 else arr.astype(np.uint8)
+
+
+def real_values(x, what: str, accepted: str = "a float or an array of floats") -> np.ndarray:
+    """``x`` as an integer or float NumPy array; bfloat16 (torch or ml_dtypes) is widened to float32.
+
+    The one rule for real numbers handed in (GEMM and quantizer scales, a bias, ``S_enc``): every
+    integer and float dtype torch and ml_dtypes have, bfloat16 included (widened exactly); strings,
+    bools, complex and narrow floats are a TypeError naming ``what`` and ``accepted``.
+
+    Examples
+    --------
+    >>> real_values(np.array([1.5], ml_dtypes.bfloat16), "scale").dtype.name
+    'float32'
+    >>> real_values(np.array([True]), "scale")
+    Traceback (most recent call last):
+    ...
+    TypeError: scale must be a float or an array of floats (an integer, float or bfloat16 dtype), got dtype bool
+    """
+    arr = to_numpy(x, what=what)
+    if arr.dtype == np.dtype(ml_dtypes.bfloat16):
+        return arr.astype(np.float32)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{what} must be {accepted} (an integer, float or bfloat16 dtype), got dtype {arr.dtype}")
+    return arr
 
 
 def narrow_codes(arr, fmt, *, what="codes") -> np.ndarray:

@@ -64,11 +64,12 @@ import math
 import warnings
 from typing import NamedTuple
 
+import ml_dtypes
 import numpy as np
 
 from ..codec import decode
-from ..formats import get_format
-from ..interop import code_array
+from ..formats import format_names, get_format
+from ..interop import ML_NARROW_DTYPES, code_array, to_numpy
 from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import FP4_SCALE_FORMATS, nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
@@ -147,6 +148,56 @@ class _Operand(NamedTuple):
     scale_kind: str                     # "ue8m0", "ue4m3" or "ue5m3": the instructions' name of the scale type
 
 
+#: The typed scale arrays each kind of raw operand takes (torch tensors of these dtypes arrive as them).
+_SCALE_DTYPES = {"mx": np.dtype(ml_dtypes.float8_e8m0fnu), "nvfp4": np.dtype(ml_dtypes.float8_e4m3fn)}
+
+
+def _narrow_format(arr):
+    """The built-in Format of an ml_dtypes narrow-float array's dtype, or None (uint8 codes say nothing)."""
+    if arr.dtype not in ML_NARROW_DTYPES:
+        return None
+    return next((f for f in map(get_format, format_names())
+                 if f.ml_dtype is not None and np.dtype(f.ml_dtype) == arr.dtype), None)
+
+
+def _raw_codes(x, fmt, scales, global_scale, what):
+    """(format, uint8 element codes, uint8 scale codes) of a raw operand.
+
+    The one rule ``scaled_mm`` has for its operands: a typed array (a torch ``float8_*`` /
+    ``float4_e2m1fn_x2`` tensor, an ml_dtypes array) says its element format, and a format given
+    that disagrees with it is an error.  Scales: uint8 codes, or a ``float8_e8m0fnu`` (MX) /
+    ``float8_e4m3fn`` (NVFP4) array whose bits are the codes.  FP4 codes with E4M3 scales or a
+    global scale are NVFP4.
+    """
+    codes = to_numpy(x, what=what)
+    said = _narrow_format(codes)
+    if scales is None:
+        raise TypeError(f"{what} as raw codes needs {what}_scales (scale codes)")
+    sc = to_numpy(scales, what=f"{what}_scales")
+    if fmt is None:
+        if said is None:
+            raise TypeError(f"{what} as uint8 codes needs {what}_format (a torch float8_* / float4_e2m1fn_x2 "
+                            "tensor or an ml_dtypes array says its own format)")
+        nv = said.name == "e2m1fn" and (global_scale is not None or sc.dtype == _SCALE_DTYPES["nvfp4"])
+        fmt = "nvfp4" if nv else said.name
+    nvfp4 = isinstance(fmt, str) and fmt == "nvfp4"
+    if said is not None:
+        elem = "e2m1fn" if nvfp4 else (fmt.name if hasattr(fmt, "name") else str(fmt))
+        if elem != said.name:
+            raise ValueError(f"{what}_format is {fmt if isinstance(fmt, str) else elem} but {what} holds "
+                             f"{said.name} codes (its dtype says so); omit {what}_format or pass a matching one")
+        codes = codes.view(np.uint8)
+    if sc.dtype in ML_NARROW_DTYPES:
+        want = _SCALE_DTYPES["nvfp4" if nvfp4 else "mx"]
+        if sc.dtype != want:
+            raise ValueError(f"{what}_scales of dtype {sc.dtype.name} are not {'NVFP4' if nvfp4 else 'MX'} scale "
+                             f"codes; pass {want.name} scales or uint8 codes")
+        sc = sc.view(np.uint8)
+    sc = code_array(sc, 256, f"{what}_scales", typed=True,
+                    also=" or a float8_e8m0fnu (MX) / float8_e4m3fn (NVFP4) array of scale codes")
+    return fmt, codes, sc
+
+
 def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
     if isinstance(x, ScaledTensor):
         if fmt is not None or scales is not None or global_scale is not None:
@@ -154,8 +205,7 @@ def _operand(x, fmt, scales, global_scale, k_axis, what) -> _Operand:
                              f"{what}_scales, not both")
         t = x
     else:
-        if fmt is None or scales is None:
-            raise TypeError(f"{what} as raw codes needs {what}_format and {what}_scales (scale codes)")
+        fmt, x, scales = _raw_codes(x, fmt, scales, global_scale, what)
         if isinstance(fmt, str) and fmt == "nvfp4":
             if global_scale is None:
                 raise ValueError(f"NVFP4 {what} needs {what}_global_scale (S_enc)")
@@ -287,10 +337,15 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
         Blocks along K, i.e. axis 0 (``quantize_mx(b, fmt, axis=0)``).
     a_format, b_format : str or Format, optional
         For raw codes: an MX element format (``"e4m3fn"``, ``"e5m2"``, ``"e2m3fn"``,
-        ``"e3m2fn"``, ``"e2m1fn"``, ``"int8"``) or ``"nvfp4"``.
+        ``"e3m2fn"``, ``"e2m1fn"``, ``"int8"``) or ``"nvfp4"``.  Not needed when the codes'
+        dtype says it (a torch ``float8_*`` / ``float4_e2m1fn_x2`` tensor, an ml_dtypes array;
+        FP4 codes with ``float8_e4m3fn`` scales or a global scale are NVFP4); a format that
+        disagrees with the dtype is an error, as in :func:`fp8emu.scaled_mm`.
     a_scales, b_scales : ndarray of uint8, optional
         For raw codes: E8M0 scale codes (MX, one per 32 along K) or UE4M3 codes
-        (NVFP4, one per 16), shaped like the codes with K replaced by the block count.
+        (NVFP4, one per 16), shaped like the codes with K replaced by the block count;
+        uint8, or a ``float8_e8m0fnu`` (MX) / ``float8_e4m3fn`` (NVFP4) array or torch
+        tensor whose bits are the codes.
         A UE4M3 code's bit 7 is not read, as the block-scaled instructions (and
         :func:`fp8emu.gemm.mma`) read it: 0xB8 is 1.0 like 0x38.
     a_global_scale, b_global_scale : float, optional

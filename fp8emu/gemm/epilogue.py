@@ -7,7 +7,7 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
-from ..interop import to_numpy
+from ..interop import real_values, to_numpy
 from ..tables import SOURCE_DTYPES
 from .fparith import round_hi_lo, two_sum
 from .kernels import any_nonfinite, special_masks
@@ -18,12 +18,9 @@ OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
 
 
 def real_array(x, what, accepted="a float or an array of floats"):
-    """``x`` as an integer or float array; strings, bools, complex and objects are refused."""
-    arr = np.asarray(x)
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{what} must be {accepted} (integer or float dtype), got "
-                        f"{type(x).__name__} of dtype {arr.dtype}")
-    return arr
+    """``x`` as an integer or float array (bfloat16 widened exactly, as torch's CPU takes a bfloat16
+    scale); strings, bools, complex and objects are refused (:func:`fp8emu.interop.real_values`)."""
+    return real_values(x, what, accepted)
 
 
 def bias_values(bias):

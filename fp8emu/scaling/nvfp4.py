@@ -6,6 +6,7 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
+from ..interop import real_values
 from . import torchao_variants as torchao
 from .hadamard import rht
 from .ms_eden import ms_eden_nvfp4
@@ -461,9 +462,14 @@ def nvfp4_from_codes(codes, block_scale_codes, global_scale, *, axis=-1, global_
     expected = tuple(-(-s // b) for s, b in zip(codes.shape, blk))
     if bcodes.shape != expected:
         raise ValueError(f"block_scale_codes have shape {bcodes.shape}, expected {expected}")
-    s_enc = F32(global_scale)
+    g = real_values(global_scale, "global_scale", "one positive number (S_enc)")
+    if g.size != 1:
+        raise ValueError(f"global_scale must be one number (the tensor's S_enc), got shape {g.shape}")
+    with np.errstate(over="ignore"):
+        s_enc = F32(g.reshape(()))
     if not np.isfinite(s_enc) or s_enc <= 0:
-        raise ValueError(f"global_scale must be finite and > 0, got {global_scale!r}")
+        raise ValueError(f"global_scale must be finite and > 0 in float32 (the type it is used in), "
+                         f"got {g.reshape(()).item()!r}")
     s_dec_q = decode(bcodes, sfmt, dtype=np.float32)
     inv = np.multiply(s_dec_q, F32(F32(1) / s_enc), dtype=np.float32)
     scale = np.fmin(reciprocal(inv), FLT_MAX).astype(np.float32)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import parallel
 from ..codec import _encode_into, decode, encode
 from ..formats import Format, get_format
-from ..interop import code_array
+from ..interop import code_array, real_values
 from ..rounding import DETERMINISTIC_MODES, check_rounding
 from ..tables import DECODE_DTYPES, as_array
 
@@ -278,9 +278,7 @@ def scale_times(x: np.ndarray, scale_full: np.ndarray) -> np.ndarray:
 
 def given_scale(scale, expected_shape, what="scale") -> np.ndarray:
     """Validate a caller-supplied scale: finite, > 0, the right shape."""
-    s = np.asarray(scale)
-    if s.dtype.kind not in "iuf":
-        raise TypeError(f"{what} must be a real numeric array, got dtype {s.dtype}")
+    s = real_values(scale, what, "a positive number or an array of them")
     with np.errstate(over="ignore"):     # overflow to Inf is reported below
         s = s.astype(np.float32)
     if s.shape != tuple(expected_shape):

@@ -3,6 +3,8 @@ that runs :func:`fp8emu.attention.attention` (FA3 FP8, FlashInfer, vLLM FP8 KV c
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -15,8 +17,9 @@ def fp8_sdpa(recipe="fa3-fp8"):
     """A function with ``scaled_dot_product_attention``'s signature that emulates ``recipe``.
 
     Forward only (inference): calling it on tensors that require grad with grad enabled is an
-    error.  Query / key / value are ``(..., heads, tokens, head_dim)``; each leading index runs
-    :func:`fp8emu.attention.attention` on its heads (keys and values may have fewer heads, GQA).
+    error.  Query / key / value are float tensors ``(..., heads, tokens, head_dim)`` with the same
+    leading dimensions; each leading index runs :func:`fp8emu.attention.attention` on its heads
+    (keys and values may have fewer heads with ``enable_gqa=True``, as torch's).
     No ``attn_mask`` and no dropout (the recipes model causal and padding masks only).
 
     Parameters
@@ -43,12 +46,41 @@ def fp8_sdpa(recipe="fa3-fp8"):
         if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
             raise RuntimeError(f"fp8 attention ({rec.name}) is forward only (inference): run it under "
                                "torch.no_grad()")
-        lead = query.shape[:-3]
+        lead = _check(rec.name, query, key, value, is_causal, enable_gqa)
+        if math.prod(lead) == 0:            # an empty batch: nothing to attend, as torch returns it
+            return query.new_zeros((*lead, *query.shape[-3:-1], value.shape[-1]))
         q, k, v = (t.detach().to(torch.float32).reshape(-1, *t.shape[-3:]).numpy() for t in (query, key, value))
-        outs = [_attention.attention(q[i], k[i], v[i], rec, causal=bool(is_causal), softmax_scale=scale,
+        outs = [_attention.attention(q[i], k[i], v[i], rec, causal=is_causal, softmax_scale=scale,
                                      reference=False).out for i in range(q.shape[0])]
         out = np.stack(outs).reshape(*lead, *outs[0].shape)
         return torch.from_numpy(np.ascontiguousarray(out, np.float32)).to(query.dtype)
 
     sdpa.recipe = rec
     return sdpa
+
+
+_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _check(name, query, key, value, is_causal, enable_gqa):
+    """The leading (batch) shape of the call, or one error naming what ``scaled_dot_product_attention``
+    accepts that this call is not."""
+    for what, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor) or t.dtype not in _FLOATS:
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"fp8 attention ({name}): {what} must be a float32, float64, float16 or bfloat16 "
+                            f"tensor, got {got}")
+        if t.ndim < 3:
+            raise ValueError(f"fp8 attention ({name}): {what} must be (..., heads, tokens, head_dim), got shape "
+                             f"{tuple(t.shape)}")
+    for what, v in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
+        if not isinstance(v, bool):
+            raise TypeError(f"fp8 attention ({name}): {what} must be True or False, got {v!r}")
+    lead = tuple(query.shape[:-3])
+    if tuple(key.shape[:-3]) != lead or tuple(value.shape[:-3]) != lead:
+        raise ValueError(f"fp8 attention ({name}): query, key and value must share their leading (batch) "
+                         f"dimensions, got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+    if not enable_gqa and (key.shape[-3] != query.shape[-3] or value.shape[-3] != query.shape[-3]):
+        raise ValueError(f"fp8 attention ({name}): key/value have {key.shape[-3]}/{value.shape[-3]} heads and "
+                         f"query {query.shape[-3]}; pass enable_gqa=True for grouped-query attention")
+    return lead

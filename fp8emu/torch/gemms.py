@@ -125,17 +125,23 @@ def operand_stats(arr: np.ndarray, op: Operand) -> dict:
         return row
     if op.kind == "fp8":
         fmt, codes = op.fmt, op.codes
-        s = np.asarray(op.scale_inv, np.float64)
         with np.errstate(divide="ignore"):
-            row["scale"] = float(1.0 / np.nanmedian(s)) if s.size else float("nan")
+            row["scale"] = float(1.0 / _median_of_numbers(op.scale_inv))
     else:
         st = op.st
         fmt, codes = st.fmt, st.codes
         g = st.global_scale if st.global_scale is not None else None
-        row["scale"] = float(np.median(g)) if g is not None else float(np.nanmedian(st.scale))
+        row["scale"] = float(np.median(g)) if g is not None else _median_of_numbers(st.scale)
     v = np.abs(decode(codes, fmt).astype(np.float64))
     n = max(x.size, 1)
     row["frac_saturated"] = float(np.sum(v == float(fmt.max)) / n)
     row["frac_underflow"] = float(np.sum((v == 0) & finite & (x != 0)) / n)
     row["frac_flushed"] = float(np.sum((v > 0) & (v < fmt.min_normal)) / n)
     return row
+
+
+def _median_of_numbers(a) -> float:
+    """The median of the non-NaN entries, NaN when there are none (np.nanmedian warns 'All-NaN slice')."""
+    v = np.asarray(a, np.float64).reshape(-1)
+    v = v[~np.isnan(v)]
+    return float(np.median(v)) if v.size else float("nan")

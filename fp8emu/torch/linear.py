@@ -31,6 +31,7 @@ _ROLES = ("input", "weight", "grad_output")
 #: and ``resolve(layer) -> (recipe, stack, multiple)``.  A ContextVar: each thread / task has its own.
 AUTOCAST = contextvars.ContextVar("fp8emu_torch_autocast", default=None)
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
@@ -118,10 +119,15 @@ class EmulatedLinear(nn.Module):
         """Whether the GEMMs are torchao ``Float8Linear(emulate=True)``'s (its output dtype and bias rules)."""
         return self.accumulator("fprop") == TORCHAO_EMULATE
 
-    def record(self, pass_, step, pairs, out, a_hp, b_hp):
-        """Diagnostics rows of one pass: one per operand, with the GEMM's relative error."""
+    def record(self, pass_, step, pairs, out, a_hp, b_hp, bias=None):
+        """Diagnostics rows of one pass: one per operand, with the GEMM's relative error.
+
+        ``bias``: the bias the GEMM added to ``out`` in its epilogue (fprop), added to the
+        reference too (compared with the product alone, a bias counted as error)."""
         with np.errstate(all="ignore"):
             ref = a_hp.astype(np.float64) @ b_hp.astype(np.float64)
+            if bias is not None:
+                ref = ref + np.asarray(bias, np.float64).reshape(1, -1)
             o = np.asarray(out, np.float64)
             den = np.linalg.norm(ref)
             err = float(np.linalg.norm(o - ref) / den) if den > 0 else float("nan")
@@ -141,6 +147,11 @@ class EmulatedLinear(nn.Module):
                              f"{self.stack.name!r} needs for its wgrad GEMM (K = tokens); pad the batch")
 
     def forward(self, x):
+        if not isinstance(x, torch.Tensor) or x.dtype not in _FLOATS:
+            # the output is cast to the input's dtype: an integer input would come back truncated
+            got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"layer {self.layer_name!r}: input must be a float32, bfloat16, float16 or float64 "
+                            f"tensor, got {got}")
         if x.shape[-1] != self.in_features:
             raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
                              f"expected {self.in_features}")
@@ -200,7 +211,7 @@ class _LinearFunction(torch.autograd.Function):
         w_col = _t(b) if shared else R.operand("weight", w, 0, "dgrad", rng=layer.rng(step, "dgrad"))
         if layer.diagnostics_enabled:
             layer.record("fprop", step, [("input", xs, a), ("weight", w.T, b)], y,
-                         np.asarray(xs, np.float32), w.T)
+                         np.asarray(xs, np.float32), w.T, bias_np)
         ctx.layer, ctx.step, ctx.x_col, ctx.w_col = layer, step, x_col, w_col
         ctx.acting = (layer.recipe, layer.stack, layer.multiple)
         ctx.xs, ctx.w = (xs, w) if layer.diagnostics_enabled else (None, None)

@@ -135,6 +135,9 @@ def _gemm_out(arr, out_dtype, device):
 def scaled_mm(a, b, **options):
     """:func:`fp8emu.scaled_mm` of tensors (torch float8 operands say their format).
 
+    ``out_dtype`` defaults to float32, as :func:`fp8emu.scaled_mm`'s does; ``torch._scaled_mm``
+    without ``out_dtype`` returns the first operand's float8 dtype: pass ``out_dtype=a.dtype`` for that.
+
     Examples
     --------
     >>> a = torch.tensor([[5.5, 3.0] + [0.0] * 14]).to(torch.float8_e4m3fn)
@@ -149,6 +152,8 @@ def scaled_mm(a, b, **options):
 
 
 def block_scaled_mm(a, b, **options):
-    """:func:`fp8emu.block_scaled_mm` of TorchScaled operands (or codes with scales as tensors)."""
+    """:func:`fp8emu.block_scaled_mm` of TorchScaled operands, or of codes with their scales as tensors:
+    ``float8_*`` / ``float4_e2m1fn_x2`` codes (their dtype says the format) with ``float8_e8m0fnu``
+    (MX) or ``float8_e4m3fn`` (NVFP4, with ``a_global_scale``) scales, as the quantizers return them."""
     out = gemm.block_scaled_mm(_host(a, "a"), _host(b, "b"), **_host_kwargs(options))
     return _gemm_out(out, options.get("out_dtype", "float32"), device_of(a, b))

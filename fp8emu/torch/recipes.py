@@ -73,6 +73,23 @@ class TrainingRecipe:
     family = "fp8"
     multiple = 16
 
+    def __post_init__(self):
+        """Every field checked as it is used: a bool field is True or False (a truthy string such as
+        ``"no"`` would switch its option on), ``fp8_format`` one the followed class accepts (each TE
+        class with the field asserts "Pure E5M2 training is not supported"), ``name`` a non-empty string."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("bool", "bool | None") and not (isinstance(v, bool) or (v is None and "None" in f.type)):
+                raise TypeError(f"{type(self).__name__}: {f.name} must be True or False"
+                                f"{' (or None)' if 'None' in f.type else ''}, got {v!r}")
+        if hasattr(self, "fp8_format"):
+            recipe_formats(self.fp8_format)             # a string naming E4M3, E5M2 or HYBRID
+            if self.fp8_format.upper() == "E5M2":
+                raise ValueError(f"{type(self).__name__}: fp8_format must be 'HYBRID' or 'E4M3' (TE refuses "
+                                 f"pure E5M2), got {self.fp8_format!r}")
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"{type(self).__name__}: name must be a non-empty string, got {self.name!r}")
+
     def formats(self) -> dict:
         """Element format of each tensor role ("input", "weight", "grad_output")."""
         raise NotImplementedError
@@ -140,9 +157,7 @@ class TEDelayedScaling(TrainingRecipe):
     name: str = "te-delayed"
 
     def __post_init__(self):
-        if str(self.fp8_format).upper() not in ("HYBRID", "E4M3"):
-            raise ValueError(f"fp8_format must be 'HYBRID' or 'E4M3' (TE refuses pure E5M2), "
-                             f"got {self.fp8_format!r}")
+        super().__post_init__()
         DelayedScaling("e4m3fn", amax_history_len=self.amax_history_len,
                        amax_compute_algo=self.amax_compute_algo, margin=self.margin)
 
@@ -406,9 +421,10 @@ class TorchaoFloat8(TrainingRecipe):
         if self.granularity not in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
             raise ValueError(f"granularity must be 'tensorwise', 'rowwise' or 'rowwise_with_gw_hp', "
                              f"got {self.granularity!r}")
-        if not self.name:
+        if isinstance(self.name, str) and not self.name:
             object.__setattr__(self, "name", "torchao-" + self.granularity.replace("_with_", "-")
                                .replace("_", "-"))
+        super().__post_init__()
 
     def formats(self):
         go = "e5m2" if self.granularity == "tensorwise" else "e4m3fn"

@@ -94,6 +94,14 @@ class Stack:
     torchao: object = None
     block_fp8_mx: bool = False
 
+    def __post_init__(self):
+        # the activations are rounded to ``dtype`` and the outputs produced in it: another dtype (float16)
+        # was half honoured (float32 activations, float16 outputs)
+        if self.dtype not in ("bfloat16", "float32"):
+            raise ValueError(f"Stack {self.name!r}: dtype must be 'bfloat16' or 'float32', got {self.dtype!r}")
+        if not isinstance(self.block_fp8_mx, bool):
+            raise TypeError(f"Stack {self.name!r}: block_fp8_mx must be True or False, got {self.block_fp8_mx!r}")
+
     def multiple(self, family: str) -> int:
         """What K must be a multiple of for ``family``'s GEMMs on this stack (1: anything)."""
         return dict(self.k_multiples).get(family, 1)

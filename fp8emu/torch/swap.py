@@ -160,7 +160,8 @@ def diagnostics(model) -> list:
     "input", "weight" or "grad_output"), with the keys of :data:`ROW_KEYS`: amax, scale,
     frac_saturated, frac_underflow, frac_flushed, n_nonfinite (see
     :func:`fp8emu.torch.gemms.operand_stats`) and gemm_rel_err (relative Frobenius error of
-    the emulated GEMM against the float64 product of the unquantized operands).
+    the emulated GEMM against the float64 product of the unquantized operands, plus the bias
+    where the GEMM adds one: fprop, except torchao's, which adds it after its GEMM).
     """
     return [dict(r) for m in _layers(model) for r in m.diagnostic_rows]
 

@@ -40,7 +40,7 @@ except ImportError as _e:          # one clear error naming the way to install i
                               "'fp8emu[torch]' (the CPU wheel is enough)", name="torch") from _e
 
 from ..formats import Format, get_format
-from ..interop import to_numpy
+from ..interop import code_array, to_numpy
 from ..layouts import pack_fp4
 from ..scaling import ScaledTensor
 
@@ -122,6 +122,8 @@ def to_torch(arr, *, fmt=None, device=None):
         fmt = fmt if isinstance(fmt, Format) else get_format(fmt)
         if arr.dtype != np.uint8:
             raise TypeError(f"codes of {fmt.name} must be uint8 to become a torch tensor, got {arr.dtype}")
+        # codes the format cannot hold (0xFF as FP6) would be passed on as they are
+        arr = code_array(arr, 1 << fmt.bits, "codes", held=f"{fmt.bits}-bit {fmt.name} codes")
         dt = torch_dtype(fmt)
         if dt == torch.uint8:
             t = torch.from_numpy(np.ascontiguousarray(arr))
@@ -142,7 +144,19 @@ def to_torch(arr, *, fmt=None, device=None):
             t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
         else:
             t = torch.from_numpy(arr)
-    return t.to(device) if device is not None else t
+    return t.to(_device(device)) if device is not None else t
+
+
+def _device(device):
+    """``device`` as a torch.device this torch can use, or one error naming it."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a torch device ({exc})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this torch ({torch.__version__}) has no CUDA device; "
+                         "use device='cpu'")
+    return dev
 
 
 @dataclasses.dataclass(eq=False)
