@@ -68,8 +68,7 @@ def test_every_number_in_the_findings_is_in_the_tables():
 
 
 def test_guide_block_is_what_the_code_writes():
-    pytest.importorskip("torch")
-    from fp8emu.torch.study import report
+    from fp8emu.lab import lm_study as report
     assert _block().strip() == report.guide_tables(DATA).strip()
 
 

@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 
 import fp8emu.torch as fp8torch  # noqa: E402
 from fp8emu.cli import main  # noqa: E402
-from fp8emu.torch.study import corpus, infer, report, runs  # noqa: E402
+from fp8emu.lab import lm_study as report  # noqa: E402
+from fp8emu.torch.study import corpus, infer, runs  # noqa: E402
 from fp8emu.torch.study.model import GPT, ModelConfig  # noqa: E402
 
 HAS_EMULATE = hasattr(fp8torch, "emulate")

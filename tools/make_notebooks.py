@@ -244,7 +244,6 @@ NOTEBOOKS = {
         PARAM,
         SETUP + "\n" + """\
 import csv
-import importlib.util
 import math
 import tempfile
 from pathlib import Path
@@ -259,26 +258,21 @@ while not (ROOT / 'docs' / 'data' / 'lm-study').is_dir() and ROOT != ROOT.parent
 # The committed study; a `fp8emu train-study --out` folder works too (it also holds diagnostics.csv).
 DATA = ROOT / 'docs' / 'data' / 'lm-study'
 
+from fp8emu.lab import lm_study as report   # tables and figures: NumPy and matplotlib only
+
 try:
     import torch
     HAVE_TORCH = True
 except ModuleNotFoundError:
     HAVE_TORCH = False
 if HAVE_TORCH:
-    from fp8emu.torch.study import report, runs
+    from fp8emu.torch.study import runs
     from fp8emu.torch.study.model import ModelConfig
-    from fp8emu.torch.study.train import TrainConfig
-else:
-    # fp8emu.torch needs torch, but its report module (tables and figures) needs only NumPy and
-    # matplotlib: load it from its file so that part (b) draws the same figures without torch.
-    spec = importlib.util.spec_from_file_location(
-        'fp8emu.torch.study.report', Path(fp8emu.__file__).parent / 'torch' / 'study' / 'report.py')
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)""",
+    from fp8emu.torch.study.train import TrainConfig""",
         "## (a) A tiny study, live\n"
         "`runs.plan_runs` checks every input and lists the runs (baselines first; the first seed of each "
         "recipe x stack records diagnostics); `runs.execute` trains them and writes one hashed result file "
-        "per run, so a rerun into the same folder resumes; `report` makes the tables and figures. These are "
+        "per run, so a rerun into the same folder resumes; `report` (`fp8emu.lab.lm_study`) makes the tables and figures. These are "
         "the calls behind `fp8emu train-study`. The model is one layer, wide enough for NVFP4's block sizes "
         "(a layer a recipe cannot take stays unswapped, so each run prints how many it swapped); SIZE sets "
         "the steps, the seeds and whether NVFP4 on b200 runs beside TE's delayed scaling on h100 (recording "

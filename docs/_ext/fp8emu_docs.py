@@ -50,7 +50,7 @@ API_SECTIONS = [
                                       "fp8emu.lab.inputs", "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
                                       "fp8emu.lab.study", "fp8emu.lab.tensors", "fp8emu.lab.results",
                                       "fp8emu.lab.report", "fp8emu.lab.attention",
-                                      "fp8emu.lab.drift"]),
+                                      "fp8emu.lab.drift", "fp8emu.lab.lm_study"]),
     ("Command line", ["fp8emu.cli"]),
 ]
 # The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.
@@ -61,8 +61,7 @@ if importlib.util.find_spec("torch") is not None:
                           "fp8emu.torch.gemms", "fp8emu.torch.attention", "fp8emu.torch.autocast"]))
     API_SECTIONS.append(("The language-model study", ["fp8emu.torch.study.corpus",
                                                        "fp8emu.torch.study.model", "fp8emu.torch.study.train",
-                                                       "fp8emu.torch.study.runs", "fp8emu.torch.study.infer",
-                                                       "fp8emu.torch.study.report"]))
+                                                       "fp8emu.torch.study.runs", "fp8emu.torch.study.infer"]))
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).

@@ -26,7 +26,8 @@ from . import int_option, positive_float, scheduler_address, worker_count
 try:   # torch is an optional extra: a missing torch is reported by run(), not at import
     import torch
 
-    from ..torch.study import infer, report, runs
+    from ..lab import lm_study as report
+    from ..torch.study import infer, runs
     from ..torch.study.corpus import load_corpus
     from ..torch.study.model import ModelConfig
     from ..torch.study.train import BASELINES, TrainConfig

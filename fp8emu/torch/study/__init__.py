@@ -9,7 +9,7 @@ Modules:
 * :mod:`~fp8emu.torch.study.train`: one training run (AdamW, fixed seeds);
 * :mod:`~fp8emu.torch.study.runs`: the run matrix, result files (atomic,
   hashed), resume and Dask execution;
-* :mod:`~fp8emu.torch.study.report`: CSV, figures and the HTML/Markdown report;
+* :mod:`fp8emu.lab.lm_study` (no torch needed): CSV, figures and the HTML/Markdown report;
 * :mod:`~fp8emu.torch.study.infer`: perplexity of the trained model with FP8/FP4
   weights, activations, KV cache and attention.
 

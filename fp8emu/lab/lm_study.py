@@ -1,4 +1,7 @@
-"""The study's tables, figures and report (``report.md`` and a self-contained ``report.html``).
+"""The language-model study's tables, figures and report (``report.md`` and a self-contained ``report.html``).
+
+NumPy and matplotlib only (no torch): the runs come from :mod:`fp8emu.torch.study`, and the committed
+tables in ``docs/data/lm-study`` can be read, drawn and summarised where torch is not installed.
 
 Tables (CSV, written by :func:`write_tables`):
 
@@ -28,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ...lab.report import _png
+from .report import _png
 
-__all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "guide_tables", "T975"]
+__all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "guide_tables", "T975",
+           "figure_curves", "figure_gaps", "figure_diagnostics"]
 
 #: Two-sided 95 % Student-t quantiles t(0.975, df) for df = 1..30 (standard tables); beyond, 1.96.
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
