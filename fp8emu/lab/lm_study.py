@@ -34,12 +34,14 @@ import numpy as np
 from .report import _png
 
 __all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "guide_tables", "T975",
-           "figure_curves", "figure_gaps", "figure_diagnostics"]
+           "figure_curves", "figure_gaps", "figure_diagnostics", "contrast", "CONTRASTS"]
 
 #: Two-sided 95 % Student-t quantiles t(0.975, df) for df = 1..30 (standard tables); beyond, 1.96.
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)
+T975 = (12.7062047362, 4.3026527297, 3.1824463053, 2.7764451052, 2.5705818356, 2.4469118511, 2.3646242516,
+        2.3060041352, 2.2621571628, 2.2281388520, 2.2009851601, 2.1788128297, 2.1603686565, 2.1447866879,
+        2.1314495456, 2.1199052992, 2.1098155778, 2.1009220402, 2.0930240544, 2.0859634473, 2.0796138447,
+        2.0738730679, 2.0686576104, 2.0638985616, 2.0595385528, 2.0555294386, 2.0518305165, 2.0484071418,
+        2.0452296421, 2.0422724563)
 
 
 def gap_stats(gaps) -> dict:
@@ -92,6 +94,127 @@ def gap_rows(results) -> list:
                      "gap_sd": st["sd"], "gap_ci95_low": st["ci_low"], "gap_ci95_high": st["ci_high"],
                      "paired_seeds": st["n"], "s_per_step": step, "slowdown_vs_fp32": float(step / fp32_step)})
     return rows
+
+
+def contrast(runs, a, b) -> dict:
+    """Pooled, seed-paired difference of final validation loss between two groups of runs.
+
+    ``a`` and ``b`` are ``(recipe, stack)`` patterns in which ``"*"`` matches any value (``None``
+    is a baseline's stack). Runs are matched on the wildcard (the recipes, or the stacks, both
+    groups have at every seed) and on the seed; at each seed the differences ``a - b`` are averaged
+    over the matched keys, and the interval is the 95 % Student-t interval over the seeds
+    (:func:`gap_stats`). Averaging over recipes first keeps the runs of one seed, which share the
+    initial weights and batches, from being counted as independent samples.
+
+    Parameters
+    ----------
+    runs : iterable of dict
+        Rows of ``runs.csv`` (``recipe``, ``stack`` (``""`` or None for a baseline), ``seed``,
+        ``final_val_loss``, ``diverged``).
+    a, b : tuple of (str, str or None)
+        The two groups, e.g. ``("*", "h100-fast")`` against ``("*", "h100")``, or
+        ``("te-nvfp4-no-sr", "*")`` against ``("te-nvfp4", "*")``, or ``("*", "b200")`` against
+        ``("bf16", None)``.
+
+    Returns
+    -------
+    dict
+        ``keys`` (the matched recipes or stacks), ``seeds`` and :func:`gap_stats`'s ``n``,
+        ``mean``, ``sd``, ``ci_low``, ``ci_high``; all NaN when no seed matches, or when a matched
+        run diverged (its loss says nothing about a gap).
+
+    Examples
+    --------
+    >>> rows = [{"recipe": r, "stack": st, "seed": k, "final_val_loss": v, "diverged": 0}
+    ...         for r, st, k, v in [("x", "fast", 0, 3.0), ("x", "slow", 0, 2.5),
+    ...                             ("x", "fast", 1, 2.0), ("x", "slow", 1, 2.0)]]
+    >>> c = contrast(rows, ("*", "fast"), ("*", "slow"))
+    >>> c["keys"], c["seeds"], c["mean"], round(c["ci_high"], 3)
+    (['x'], [0, 1], 0.25, 3.427)
+    """
+    for name, pat in (("a", a), ("b", b)):
+        if not (isinstance(pat, tuple) and len(pat) == 2 and isinstance(pat[0], str)
+                and (pat[1] is None or isinstance(pat[1], str))):
+            raise ValueError(f"contrast: {name} must be a (recipe, stack) tuple of strings ('*' for any; "
+                             f"stack None for a baseline), got {pat!r}")
+    wild = [i for i in (0, 1) if a[i] == "*"]
+    wild_b = [i for i in (0, 1) if b[i] == "*"]
+    if len(wild) != 1 or wild_b not in ([], wild):
+        raise ValueError(f"contrast: a must leave one field open ('*') and b the same one or none, "
+                         f"got {a!r} and {b!r}")
+    wild = wild[0]
+    loss, bad = {}, set()
+    for r in runs:
+        row = (r["recipe"], r["stack"] or None)
+        for pat, side in ((a, "a"), (b, "b")):
+            if all(p == "*" or p == v for p, v in zip(pat, row)):
+                key = (side, row[wild] if side == "a" or wild_b else "*", int(r["seed"]))
+                loss[key] = float(r["final_val_loss"])
+                if int(r["diverged"]):
+                    bad.add(key)
+
+    def b_of(k, s):   # b's run matched to a's key k at seed s
+        return ("b", k if wild_b else "*", s)
+    seeds = sorted({k[2] for k in loss})
+    keys = sorted({k[1] for k in loss if k[0] == "a"}, key=lambda v: "" if v is None else v)
+    keys = [k for k in keys if all(("a", k, s) in loss and b_of(k, s) in loss for s in seeds)]
+    if not keys:   # no key at every seed: keep the seeds at which some key is complete
+        seeds = [s for s in seeds if any(("a", k, s) in loss and b_of(k, s) in loss
+                                         for k in {k[1] for k in loss if k[0] == "a"})]
+        keys = sorted({k[1] for k in loss if k[0] == "a"
+                       and all(("a", k[1], s) in loss and b_of(k[1], s) in loss for s in seeds)},
+                      key=lambda v: "" if v is None else v) if seeds else []
+        seeds = seeds if keys else []
+    per_seed = [float(np.mean([loss[("a", k, s)] - loss[b_of(k, s)] for k in keys])) for s in seeds]
+    used = {("a", k, s) for k in keys for s in seeds} | {b_of(k, s) for k in keys for s in seeds}
+    st = gap_stats(per_seed if not used & bad else [math.nan] * max(2, len(seeds)))
+    if used & bad:
+        st["mean"] = math.nan
+    return {"keys": keys, "seeds": seeds, **st}
+
+
+#: The contrasts the guide shows: (label, a, b); see :func:`contrast`.
+CONTRASTS = (
+    ("every pair on h100 - bf16", ("*", "h100"), ("bf16", None)),
+    ("every pair on h100-fast - bf16", ("*", "h100-fast"), ("bf16", None)),
+    ("every pair on b200 - bf16", ("*", "b200"), ("bf16", None)),
+    ("every pair on cpu - bf16", ("*", "cpu"), ("bf16", None)),
+    ("every pair on exact - bf16", ("*", "exact"), ("bf16", None)),
+    ("h100-fast - h100 (same recipes)", ("*", "h100-fast"), ("*", "h100")),
+    ("h100 - exact (same recipes)", ("*", "h100"), ("*", "exact")),
+    ("b200 - exact (same recipes)", ("*", "b200"), ("*", "exact")),
+    ("cpu - exact (same recipes)", ("*", "cpu"), ("*", "exact")),
+    ("te-nvfp4-no-rht - te-nvfp4 (same stacks)", ("te-nvfp4-no-rht", "*"), ("te-nvfp4", "*")),
+    ("te-nvfp4-no-sr - te-nvfp4 (same stacks)", ("te-nvfp4-no-sr", "*"), ("te-nvfp4", "*")),
+    ("te-nvfp4-no-2d - te-nvfp4 (same stacks)", ("te-nvfp4-no-2d", "*"), ("te-nvfp4", "*")),
+    ("te-current - te-delayed (same stacks)", ("te-current", "*"), ("te-delayed", "*")),
+    ("te-mxfp8 - te-block (same stacks)", ("te-mxfp8", "*"), ("te-block", "*")),
+)
+
+
+def _contrast_table(runs):
+    t = [["contrast", "matched", "seeds", "mean difference", "95 % CI (over seeds)"]]
+    for label, a, b in CONTRASTS:
+        c = contrast(runs, a, b)
+        if not c["keys"]:
+            continue
+        ci = "" if c["ci_low"] != c["ci_low"] else f"[{c['ci_low']:+.4f}, {c['ci_high']:+.4f}]"
+        t.append([label, ", ".join(str(k) for k in c["keys"]), str(len(c["seeds"])),
+                  "" if c["mean"] != c["mean"] else f"{c['mean']:+.4f}", ci])
+    return t
+
+
+def _interval_line(gaps):
+    rows = [g for g in gaps if g["stack"] != "" and g["gap_ci95_low"] == g["gap_ci95_low"]]
+    above = [g["label"] for g in rows if g["gap_ci95_low"] > 0]
+    below = [g["label"] for g in rows if g["gap_ci95_high"] < 0]
+    sd = float(np.median([g["gap_sd"] for g in rows])) if rows else math.nan
+    line = (f"Of the {len(rows)} emulated pairs with an interval, {len(above)} lie above zero"
+            + (f" ({', '.join(above)})" if above else "") + f" and {len(below)} below"
+            + (f" ({', '.join(below)})" if below else "")
+            + f"; at 95 % about {0.05 * len(rows):.1f} would by chance if no pair differed from bf16. "
+            f"The median seed-to-seed sd of a pair's gap is {sd:.4f}.")
+    return line
 
 
 def _curve_rows(results):
@@ -152,8 +275,15 @@ def figure_curves(results):
         s = r["spec"]
         groups.setdefault((s["recipe"], s["stack"]), []).append(r)
     stacks = sorted({k[1] for k in groups if k[1] is not None}) or [None]
-    fig = _figure(6 * len(stacks), 4.2)
-    axes = fig.subplots(1, len(stacks), squeeze=False)[0]
+    recipes = list(dict.fromkeys(k[0] for k in groups))   # one colour per recipe in every panel
+    from matplotlib import colormaps
+    palette = colormaps["tab20"]
+    cols = min(3, len(stacks))   # rows of three panels: five stacks side by side are too wide to read
+    rows = -(-len(stacks) // cols)
+    fig = _figure(6 * cols, 4.2 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[len(stacks):]:
+        ax.set_visible(False)
     for ax, stack in zip(axes, stacks):
         for (recipe, st), rs in groups.items():
             if st is not None and st != stack:
@@ -162,7 +292,7 @@ def figure_curves(results):
             n = min(len(r["val_loss"]) for r in rs)
             v = np.array([r["val_loss"][:n] for r in rs], dtype=float)
             style = dict(color="k", ls="--") if recipe == "bf16" else dict(color="0.5", ls=":") \
-                if recipe == "fp32" else {}
+                if recipe == "fp32" else dict(color=palette(recipes.index(recipe) % 20))
             line, = ax.plot(steps[:n], v.mean(0), label=f"{recipe} ({len(rs)} seeds)", lw=1.3, **style)
             ax.fill_between(steps[:n], v.min(0), v.max(0), color=line.get_color(), alpha=0.18, lw=0)
         ax.set_title(f"stack {stack}" if stack else "baselines")
@@ -337,12 +467,16 @@ def guide_tables(folder) -> str:
     """
     folder = Path(folder)
     runs_ = _read_csv(folder / "runs.csv")
+    gaps = _read_csv(folder / "gaps.csv")
     fp8 = [r for r in runs_ if r["stack"] != ""]
     parts = [f"{len(runs_)} runs ({len(runs_) - len(fp8)} baseline, {len(fp8)} emulated); the runs' wall times "
              f"add up to {sum(r['wall_s'] for r in runs_) / 60:.1f} min "
              f"({sum(r['wall_s'] for r in fp8) / 60:.1f} min in emulated runs), one thread each.", "",
              "Final validation loss and gap to bf16 (paired by seed; 95 % t interval):", "",
-             _md_table(_gap_table(_read_csv(folder / "gaps.csv")))]
+             _md_table(_gap_table(gaps)), "", _interval_line(gaps), "",
+             "Pooled contrasts (final validation loss, nats/byte; at each seed the difference is averaged "
+             "over the matched recipes or stacks, then a 95 % t interval is taken over the seeds):", "",
+             _md_table(_contrast_table(runs_))]
     if (folder / "inference.csv").exists():
         parts += ["", "Inference of the trained bf16 model (seed 0), validation perplexity:", "",
                   _md_table(_infer_table(_read_csv(folder / "inference.csv")))]
