@@ -82,28 +82,17 @@ def test_corpus_sizes_in_the_guide_are_the_study_provenance():
 
 
 def test_readme_findings_are_the_committed_csv():
-    """The README's study bullets are read back and compared with the committed gaps and inference CSVs."""
+    """The README's study bullets state only numbers the guide's tables (made from the CSV) show."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = text[text.index("<!-- lm-study:readme -->"):text.index("<!-- /lm-study:readme -->")]
-    gaps = {(r["recipe"], r["stack"]): r for r in _csv("gaps.csv")}
-
-    def gap(recipe, stack, ci=False):
-        r = gaps[(recipe, stack)]
-        out = f"{float(r['gap_to_bf16']):+.4f}".replace("+-", "-")
-        if ci:
-            out += f" ([{float(r['gap_ci95_low']):+.4f}, {float(r['gap_ci95_high']):+.4f}])"
-        return out
-
-    fp32 = gaps[("fp32", "")]
-    assert (f"{float(fp32['gap_to_bf16']):.4f} (95 % interval [{float(fp32['gap_ci95_low']):+.4f}, "
-            f"{float(fp32['gap_ci95_high']):+.4f}])") in block
-    assert f"(`te-delayed`, `h100`): {float(gaps[('te-delayed', 'h100')]['gap_to_bf16']):.4f};" in block
-    assert f"block recipe {gap('deepseek-v3', 'h100')};" in block
-    assert f"MXFP8 on Blackwell {gap('te-mxfp8', 'b200')} (with two seeds" in block
-    assert f"Hopper {gap('te-current', 'h100', ci=True)}," in block
-    assert f"weight scaling {gap('te-nvfp4-no-2d', 'b200', ci=True)};" in block
-    lo, hi = gaps[("te-delayed", "h100-fast")]["gap_ci95_low"], gaps[("te-delayed", "h100-fast")]["gap_ci95_high"]
-    assert f"every pass\n  {gap('te-delayed', 'h100-fast')} (its interval still includes zero)" in block
-    assert float(lo) < 0 < float(hi)
+    numbers = re.findall(r"(?<![\w.])[+-]?\d+\.\d+", block)
+    assert len(numbers) >= 8
+    missing = [n for n in numbers if n not in _block()]
+    assert not missing, f"numbers in the README's study bullets that the guide's tables do not show: {missing}"
+    gaps = _csv("gaps.csv")
+    emulated = [g for g in gaps if g["stack"]]
+    assert f"all\n{len(emulated)} recipe x stack pairs" in text
+    assert f"one of the {len(emulated)} intervals excludes zero" in block
+    assert sum(float(g["gap_ci95_low"]) > 0 or float(g["gap_ci95_high"]) < 0 for g in emulated) == 1
     ratios = [float(r["ppl_ratio_to_bf16"]) for r in _csv("inference.csv")]
     assert f"perplexity\n  {min(ratios):.4f}-{max(ratios):.4f} times bf16's" in block
