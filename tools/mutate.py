@@ -119,7 +119,7 @@ GROUPS = {
     "instructions": (["fp8emu/gemm/catalogue.py", "fp8emu/gemm/datapaths.py", "fp8emu/gemm/instructions.py",
                       *(f"fp8emu/gemm/routes/{m}.py" for m in ("__init__", "codes", "steps", "tables",
                                                                 "operands", "exact", "groups"))],
-                     ["tests/test_accumulator_semantics.py", "tests/test_instruction_catalogue.py",
+                     ["tests/test_accumulator_semantics.py", "tests/test_instruction_catalogue.py", "tests/test_instruction_rules.py",
                       "tests/test_gemm_routes.py",
                       "tests/test_instructions.py", "tests/test_tc_recordings.py",
                       "tests/test_gemm_exact_paths.py", "tests/test_block_scaled.py",
