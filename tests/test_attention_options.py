@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from fp8emu import decode, encode, get_format
-from fp8emu.attention import AttentionRecipe, attention, get_recipe
+from fp8emu.attention import AttentionRecipe, attention, exp2_f32, get_recipe, reference_attention
 
 F32 = np.float32
 LOG2E = math.log2(math.e)
@@ -122,6 +122,18 @@ def _fold(r, ss, qd, kd):
     return F32(LOG2E), (F32(ss), F32(qd), F32(kd))
 
 
+def _exp2(r, x):
+    """The recipe's exp2 model on one float32 (the default: float64 exp2 rounded to float32)."""
+    if r.exp2 is exp2_f32:
+        return F32(np.exp2(np.float64(x)))
+    return F32(r.exp2(np.array([x], F32))[0])
+
+
+def _low_exp2(x):
+    """An exp2 model biased low by 2**-10 (exp2(0) is not 1), as an approximate ex2 might be."""
+    return (exp2_f32(x) * F32(1 - 2.0 ** -10)).astype(F32)
+
+
 def _cast_p(p, r):
     if r.p_format is None:
         return p
@@ -166,7 +178,7 @@ def _head(q, k, v, r, ss, qd, kd, vd, causal, kv_len, Nq, Nk, rows):
                     arg = F32(F32(m[i] - (F32(0) if m_new[i] == -np.inf else m_new[i])) * c)
                 if r.rescale_threshold > 0 and m[i] != -np.inf and arg >= -F32(r.rescale_threshold):
                     m_new[i], arg = m[i], None
-                alpha[i] = F32(1) if arg is None else F32(np.exp2(np.float64(arg)))
+                alpha[i] = F32(1) if arg is None else _exp2(r, arg)
         m = m_new
         p = np.zeros(s.shape, F32)
         for i in range(M):
@@ -184,7 +196,7 @@ def _head(q, k, v, r, ss, qd, kd, vd, causal, kv_len, Nq, Nk, rows):
                         x = _fl32(Fraction(float(s[i, t])) * Fraction(float(c)) - Fraction(float(bias)))
                     else:
                         x = F32(F32(s[i, t] * c) - bias)
-                p[i, t] = F32(np.exp2(np.float64(x)))
+                p[i, t] = _exp2(r, x)
         p_pre = (p * F32(r.p_scale)).astype(F32) if r.p_scale != 1 else p
         pq = _cast_p(p_pre, r)
         under += ((p_pre > 0) & (pq == 0)).sum(axis=1)
@@ -271,6 +283,9 @@ CASES = {
     "no-fma-forward-tensor": (AttentionRecipe(fma=False, key_order="forward", block_n=16, **_X),
                               dict(softmax_scale=0.7)),
     "p-e5m2-non-saturating-in-range": (AttentionRecipe(p_format="e5m2", p_saturate=False, block_n=16, **_8), {}),
+    "biased-exp2-threshold-0": (AttentionRecipe(exp2=_low_exp2, block_n=8, **_8), {}),
+    "biased-exp2-threshold-2": (AttentionRecipe(exp2=_low_exp2, rescale_threshold=2.0, block_n=8, **_8),
+                                dict(spread=3.0)),
     "wide-p-float32-exact-offset0": (AttentionRecipe(p_format=None, max_offset=0, block_n=16, **_X),
                                      dict(kv_len=23)),
 }
@@ -440,3 +455,228 @@ def test_exp2_f32_overflows_and_underflows_quietly():
         got = exp2_f32(np.array([200.0, -200.0, -np.inf, 127.5], F32))
     assert got.dtype == np.float32
     assert got.tolist() == [np.inf, 0.0, 0.0, float(F32(2.0 ** 127.5))]
+
+
+# ----------------------------------------------------------------------------- non-finite P by IEEE rules
+@pytest.mark.parametrize("v_format, pv", [(None, "fp32"), ("e4m3fn", "fp32"), ("e4m3fn", "exact"),
+                                          ("bfloat16", "exact")])
+def test_infinite_p_times_v_follows_ieee_signs(v_format, pv):
+    """Two keys with equal scores, P = 2**16 past e5m2's max (non-saturating: +Inf codes): a column whose
+    two V values are positive is +Inf, negative -Inf, of both signs NaN (Inf - Inf), with a zero NaN (Inf * 0)."""
+    q = np.ones((1, 1, 4), F32)
+    k = np.ones((1, 2, 4), F32)
+    v = np.array([[[1.0, -1.0, 1.0, 0.0, 2.0], [2.0, -0.5, -1.0, 1.0, 0.5]]], F32)
+    r = AttentionRecipe(q_format=None, k_format=None, v_format=v_format, scale_rule="none", qk_accumulator="fp32",
+                        pv_accumulator=pv, p_format="e5m2", p_saturate=False, max_offset=16, block_n=2)
+    res = attention(q, k, v, r, reference=False)
+    out = res.out[0, 0]
+    assert out[0] == np.inf and out[1] == -np.inf and np.isnan(out[2]) and np.isnan(out[3]) and out[4] == np.inf
+    assert res.report.p_saturated.tolist() == [[2]]
+    assert res.report.out_nonfinite.tolist() == [[5]] and not res.report.ok
+
+
+@pytest.mark.parametrize("v_format", [None, "e4m3fn"])
+def test_nan_p_makes_the_whole_row_nan(v_format):
+    """e4m3fn has no Inf: an overflowing P is NaN, and NaN times anything is NaN in every column."""
+    q = np.ones((1, 1, 4), F32)
+    k = np.ones((1, 2, 4), F32)
+    v = np.array([[[1.0, -1.0, 0.0], [2.0, 0.5, 1.0]]], F32)
+    r = AttentionRecipe(q_format=None, k_format=None, v_format=v_format, scale_rule="none", qk_accumulator="fp32",
+                        pv_accumulator="fp32", p_format="e4m3fn", p_saturate=False, max_offset=9, block_n=1)
+    res = attention(q, k, v, r, reference=False)
+    assert np.isnan(res.out).all() and res.report.p_saturated.tolist() == [[2]]
+    # saturating: the same P is 448, finite, and the row is the V mean exactly
+    sat = attention(q, k, v, dataclasses.replace(r, p_saturate=True), reference=False)
+    # O = 448 * (v0 + v1) over the float32 row sum of the unclipped P (2 * 2**9)
+    want = [448 * (a + b) / 1024 for a, b in zip(v[0, 0], v[0, 1])]
+    assert sat.out[0, 0].tolist() == want and sat.report.p_saturated.tolist() == [[2]]
+
+
+def test_wide_p_overflow_and_underflow_counts():
+    """float16 P: 2**17 overflows to Inf (counted as saturated); P = 2**-30 (> 0 in float32) flushes to 0
+    (counted as underflow)."""
+    q = np.ones((1, 1, 1), F32)
+    k = np.array([[[0.0], [-30.0]]], F32)
+    v = np.ones((1, 2, 1), F32)
+    r = AttentionRecipe(q_format=None, k_format=None, v_format=None, scale_rule="none", qk_accumulator="fp32",
+                        pv_accumulator="fp32", p_format="float16", max_offset=17, block_n=2, fold="triton")
+    res = attention(q, k, v, r, softmax_scale=1 / 1.44269504, reference=False)
+    assert res.report.p_saturated.tolist() == [[1]] and res.report.p_underflow.tolist() == [[0]]
+    res = attention(q, k, v, dataclasses.replace(r, max_offset=0), softmax_scale=1 / 1.44269504, reference=False)
+    assert res.report.p_saturated.tolist() == [[0]] and res.report.p_underflow.tolist() == [[1]]
+    assert res.out[0, 0, 0] == 1.0
+
+
+# ----------------------------------------------------------------------------- masks, empty keys, given descales
+def test_causal_rows_without_keys_are_zero_and_valid():
+    """Bottom-right causal with more queries than keys: query i sees keys j <= i + Nk - Nq, so the first
+    Nq - Nk rows see none: O = 0, lse = -inf, and that is not an invalid lse."""
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((1, 6, 8)), rng.standard_normal((1, 3, 8)), rng.standard_normal((1, 3, 4))
+    res = attention(q, k, v, "fa3-fp8", causal=True)
+    assert np.all(res.out[0, :3] == 0) and np.all(res.lse[0, :3] == -np.inf) and np.all(np.isfinite(res.lse[0, 3:]))
+    assert res.report.lse_invalid.tolist() == [[0] * 6] and res.report.ok
+    ref, ref_lse = reference_attention(q, k, v, causal=True)
+    assert np.all(ref[0, :3] == 0) and np.all(ref_lse[0, :3] == -np.inf)
+    assert res.out[0, 3, 0] == pytest.approx(ref[0, 3, 0], abs=0.1)
+    # a row that has keys but whose lse is -inf is invalid, also under a causal mask
+    bad = attention(q, k, v, "fa3-fp8", causal=True, softmax_scale=1e38, reference=False)
+    assert bad.report.lse_invalid[0, 3:].tolist() == [1, 1, 1] and bad.report.lse_invalid[0, :3].tolist() == [0] * 3
+
+
+def test_no_keys_at_all():
+    q = np.ones((2, 3, 4), F32)
+    k, v = np.zeros((1, 0, 4), F32), np.zeros((1, 0, 5), F32)
+    res = attention(q, k, v, "fa3-fp8")
+    assert res.out.shape == (2, 3, 5) and np.all(res.out == 0) and np.all(res.lse == -np.inf)
+    assert res.descales[1].tolist() == [1.0] and res.descales[2].tolist() == [1.0] and res.report.ok
+
+
+def test_given_descales_of_wide_operands_are_one():
+    """Only 8-bit operands have descales: a bf16 Q keeps descale 1 whatever is given for it."""
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((2, 4, 8)).astype(F32) for _ in range(3))
+    r = AttentionRecipe(q_format="bfloat16", scale_rule="given", qk_accumulator="fp32")
+    res = attention(q, k, v, r, descales=(5.0, [0.5], np.float32(0.25)), reference=False)
+    assert [d.tolist() for d in res.descales] == [[1.0, 1.0], [0.5, 0.5], [0.25, 0.25]]
+    with pytest.raises(ValueError, match=r"k descale must be a scalar, got \(2,\)"):
+        attention(q, k, v, r, descales=(1.0, [0.5, 0.5], 1.0))
+    for bad in ((1.0, 1.0), [1.0] * 4, "abc", 1.0):
+        with pytest.raises(ValueError, match="descales must be a tuple"):
+            attention(q, k, v, r, descales=bad)
+    assert attention(q, k, v, r, descales=[1.0, 1.0, 1.0], reference=False).out.shape == (2, 4, 8)
+
+
+def test_amax_descales_per_granularity_with_gqa():
+    """TE's scale fl32(448 / amax) per tensor, per query head, or per KV group (two query heads share one)."""
+    rng = np.random.default_rng(5)
+    q = (rng.standard_normal((4, 4, 8)) * np.array([1, 2, 3, 4])[:, None, None]).astype(F32)
+    k, v = (rng.standard_normal((2, 6, 8)).astype(F32) for _ in range(2))
+    amax = [float(np.abs(q[h]).max()) for h in range(4)]
+    for gran, per in (("tensor", [max(amax)] * 4), ("head", amax),
+                      ("kv-head", [max(amax[:2])] * 2 + [max(amax[2:])] * 2)):
+        res = attention(q, k, v, AttentionRecipe(granularity=gran, **_8), reference=False)
+        want = [F32(1) / F32(F32(448) / F32(a)) for a in per]
+        assert res.descales[0].tolist() == [float(w) for w in want], gran
+
+
+# ----------------------------------------------------------------------------- the input contract
+def test_inputs_are_checked_as_float32():
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((1, 4, 8)) for _ in range(3))
+    big = q.copy()
+    big[0, 0, 0] = 1e39                                     # finite in float64, Inf in float32
+    with pytest.raises(ValueError, match="q must be finite"):
+        attention(big, k, v, "fa3-fp8")
+    with pytest.raises(TypeError, match="real numeric array"):
+        attention(q > 0, k, v, "fa3-fp8")
+    with pytest.raises(TypeError, match="real numeric array"):
+        attention(q.astype(complex), k, v, "fa3-fp8")
+    with pytest.raises(TypeError, match="numeric array"):
+        attention(None, k, v, "fa3-fp8")
+    two_d = attention(q[0], k[0], v[0], "fa3-fp8", reference=False)
+    three_d = attention(q, k, v, "fa3-fp8", reference=False)
+    assert np.array_equal(two_d.out, three_d.out) and two_d.out.shape == (1, 4, 8)
+    ints = attention(np.ones((1, 2, 4), np.int64), np.ones((1, 3, 4), np.int8), np.ones((1, 3, 2), np.uint16),
+                     "fa3-fp8", reference=False)
+    assert ints.out.dtype == np.float32 and np.allclose(ints.out, 1, rtol=1e-6, atol=0)
+    bf = attention(q.astype(ml_dtypes.bfloat16), k, v, "fa3-fp8", reference=False)
+    assert bf.out.shape == (1, 4, 8)
+
+
+def test_softmax_scale_default_and_argument_checks():
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((1, 4, 16)).astype(F32) for _ in range(3))
+    r = AttentionRecipe(**_8)
+    assert np.array_equal(attention(q, k, v, r, reference=False).out,
+                          attention(q, k, v, r, softmax_scale=0.25, reference=False).out)     # 1 / sqrt(16)
+    assert np.array_equal(attention(q, k, v, r, softmax_scale=np.float32(0.25), reference=False).out,
+                          attention(q, k, v, r, softmax_scale=0.25, reference=False).out)
+    for bad in (True, "0.25", None if False else [0.25]):
+        with pytest.raises(ValueError, match="softmax_scale"):
+            attention(q, k, v, r, softmax_scale=bad)
+    for bad in (True, 2.0, -1, 5):
+        with pytest.raises(ValueError, match=r"kv_len must be an integer in \[0, 4\]"):
+            attention(q, k, v, r, kv_len=bad)
+    assert attention(q, k, v, r, kv_len=np.int64(4), causal=np.bool_(True), reference=False).out.shape == (1, 4, 16)
+
+
+# ----------------------------------------------------------------------------- the report
+def test_error_measures_by_their_definitions():
+    """max|O - R| / max|R|, ||O - R|| / ||R||, the cosine, and the lse error over rows with a finite
+    reference lse; a zero reference gives the absolute errors, and the cosine of two zero outputs is 1."""
+    from fp8emu.attention.report import AttentionReport, _fill_errors
+    z = np.zeros((3, 1), np.int64)
+    rep = AttentionReport("x", z, z, z)
+    out = np.array([[[3.0, 4.0]], [[0.5, 0.0]], [[0.0, 0.0]]], F32)
+    ref = np.array([[[3.0, 3.0]], [[0.0, 0.0]], [[0.0, 0.0]]])
+    lse = np.array([[1.5], [2.0], [-np.inf]], F32)
+    ref_lse = np.array([[1.0], [-np.inf], [-np.inf]])
+    _fill_errors(rep, out, lse, ref, ref_lse)
+    assert rep.max_rel_error.tolist() == [1 / 3, 0.5, 0.0]
+    assert rep.rms_rel_error.tolist() == [1 / math.sqrt(18), 0.5, 0.0]
+    assert rep.cosine[0] == pytest.approx(21 / (5 * math.sqrt(18)), rel=1e-15)
+    assert rep.cosine[1:].tolist() == [0.0, 1.0]
+    assert rep.lse_max_abs_error.tolist() == [0.5, 0.0, 0.0]
+
+
+def test_report_flags_and_text():
+    from fp8emu.attention.report import AttentionReport
+    z = np.zeros((2, 3), np.int64)
+    one = z.copy()
+    one[1, 2] = 4
+    one[0, 0] = 1
+    rep = AttentionReport("r", z, one, one * 0 + (one > 0), out_nonfinite=one, lse_invalid=z,
+                          rms_rel_error=np.array([0.1, 0.05]), max_rel_error=np.array([0.2, 0.3]),
+                          cosine=np.array([0.9999, 0.99]), lse_max_abs_error=np.array([0.0, 0.0]))
+    assert rep.flags == [
+        "P underflow: 5 elements in 2 rows (small probabilities flushed to zero; invisible to LSE-based checks)",
+        "S overflow: 2 elements in 2 rows (non-finite scores)",
+        "non-finite output: 5 elements in 2 rows (NaN or Inf in O)"]
+    assert not rep.ok
+    text = str(rep).splitlines()
+    assert text[0] == "attention report (r)"
+    assert text[1] == "  error vs float64: max rel 3.000e-01, RMS rel 1.000e-01, cosine 0.990000"
+    assert text[2:] == ["  " + f for f in rep.flags]
+    # the output error is flagged above the threshold, not at it
+    at = AttentionReport("r", z, z, z, rms_rel_error=np.array([0.1, 0.0]))
+    assert at.flags == [] and at.ok
+    above = AttentionReport("r", z, z, z, rms_rel_error=np.array([0.125, 0.0]), error_threshold=0.1)
+    assert above.flags == ["output error: RMS relative error 0.125 above 0.1"]
+    lse = AttentionReport("r", z, z, z, lse_invalid=one > 0)
+    assert lse.flags == ["invalid lse: 2 elements in 2 rows (NaN or Inf log-sum-exp of a row with keys; "
+                         "its row sum is 0, NaN or Inf)"]
+
+
+def test_reference_kinds():
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((1, 8, 16)).astype(F32) for _ in range(3))
+    inp = attention(q, k, v, "fa3-fp8").report
+    deq = attention(q, k, v, "fa3-fp8", reference="dequantized").report
+    none = attention(q, k, v, "fa3-fp8", reference=False).report
+    assert (inp.reference, deq.reference, none.reference) == ("inputs", "dequantized", None)
+    assert attention(q, k, v, "fa3-fp8", reference="inputs").report.rms_rel_error.tolist() == \
+        inp.rms_rel_error.tolist()
+    assert none.rms_rel_error is None and none.kernel_rms_rel_error is None and none.cosine is None
+    # the kernel errors are always against the dequantized inputs; the reported ones as asked
+    assert inp.kernel_rms_rel_error.tolist() == deq.kernel_rms_rel_error.tolist() == deq.rms_rel_error.tolist()
+    assert inp.kernel_max_rel_error.tolist() == deq.max_rel_error.tolist()
+    assert inp.rms_rel_error[0] > deq.rms_rel_error[0]     # input quantization adds error
+    assert attention(q, k, v, "fa3-fp8", reference=None).report.reference is None
+
+
+def test_reference_attention_with_masks_and_gqa_against_direct_softmax():
+    rng = np.random.default_rng(10)
+    q, k, v = rng.standard_normal((4, 5, 8)), rng.standard_normal((2, 9, 8)), rng.standard_normal((2, 9, 3))
+    o, lse = reference_attention(q, k, v, causal=True, kv_len=7, softmax_scale=0.3, block_n=2)
+    for h in range(4):
+        for i in range(5):
+            keys = [j for j in range(7) if j <= i + 9 - 5]
+            s = np.array([0.3 * (q[h, i] @ k[h // 2, j]) for j in keys])
+            p = np.exp(s - s.max())
+            np.testing.assert_allclose(o[h, i], (p / p.sum()) @ v[h // 2, keys], rtol=1e-12)
+            assert lse[h, i] == pytest.approx(s.max() + math.log(p.sum()), rel=1e-13)
+    o, lse = reference_attention(q, k, v, causal=True)       # bottom-right: every row sees keys
+    assert np.all(np.isfinite(lse))
+    with pytest.raises(ValueError, match="block_n must be a positive integer"):
+        reference_attention(q, k, v, block_n=True)
