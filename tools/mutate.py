@@ -109,7 +109,8 @@ GROUPS = {
                      "test_bad_inputs_are_clear_errors", "test_safetensors_read_without_the_safetensors_package"))]),
     "attention": (["fp8emu/attention/emulate.py", "fp8emu/attention/recipes.py", "fp8emu/attention/operands.py",
                    "fp8emu/attention/report.py", "fp8emu/attention/reference.py", "fp8emu/attention/inputs.py"],
-                  ["tests/test_attention.py", "tests/test_reliability.py", "tests/test_attention_lab.py",
+                  ["tests/test_attention.py", "tests/test_attention_options.py", "tests/test_reliability.py",
+                   "tests/test_attention_lab.py",
                    *(f"tests/test_docs.py::test_docstring_examples[fp8emu.attention{m}]"
                      for m in ("", ".emulate", ".recipes", ".operands", ".report", ".reference"))]),
     # the instruction catalogue, split out of gemm/instructions.py (same bits): the catalogue as data,
@@ -120,6 +121,7 @@ GROUPS = {
                       *(f"fp8emu/gemm/routes/{m}.py" for m in ("__init__", "codes", "steps", "tables",
                                                                 "operands", "exact", "groups"))],
                      ["tests/test_accumulator_semantics.py", "tests/test_instruction_catalogue.py",
+                      "tests/test_instruction_rules.py",
                       "tests/test_gemm_routes.py",
                       "tests/test_instructions.py", "tests/test_tc_recordings.py",
                       "tests/test_gemm_exact_paths.py", "tests/test_block_scaled.py",

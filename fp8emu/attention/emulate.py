@@ -196,11 +196,11 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     out = np.empty((H, Nq, dv), F32)
     lse = np.empty((H, Nq), F32)
     counts = {n: np.zeros((H, Nq), np.int64) for n in ("p_saturated", "p_underflow", "s_overflow")}
-    ops_k = [_operand_for(k[hk:hk + 1], recipe.k_format, ks[hk:hk + 1]) for hk in range(Hk)]
-    ops_v = [_operand_for(v[hk:hk + 1], recipe.v_format, vs[hk:hk + 1]) for hk in range(Hk)]
+    ops_k = [_operand_for(k[hk, None], recipe.k_format, ks[hk, None]) for hk in range(Hk)]
+    ops_v = [_operand_for(v[hk, None], recipe.v_format, vs[hk, None]) for hk in range(Hk)]
     for h in range(H):
         hk = h // group
-        qop = _operand_for(q[h:h + 1], recipe.q_format, qs[h:h + 1])
+        qop = _operand_for(q[h, None], recipe.q_format, qs[h, None])
         for r0 in range(0, Nq, recipe.query_chunk):
             r1 = min(Nq, r0 + recipe.query_chunk)
             o, ls, cnt = _head_forward(qop, ops_k[hk], ops_v[hk], (r0, r1), recipe, softmax_scale,
@@ -213,7 +213,7 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     if reference not in (True, False, None, "inputs", "dequantized"):
         raise ValueError(f"reference must be True/'inputs', 'dequantized' or False, got {reference!r}")
     if reference:
-        q_deq = np.stack([_operand_for(q[h:h + 1], recipe.q_format, qs[h:h + 1]).values * float(qd[h])
+        q_deq = np.stack([_operand_for(q[h, None], recipe.q_format, qs[h, None]).values * float(qd[h])
                           for h in range(H)])
         k_deq = np.stack([op.values * float(kd[i]) for i, op in enumerate(ops_k)])
         v_deq = np.stack([op.values * float(vd[i]) for i, op in enumerate(ops_v)])
@@ -239,7 +239,7 @@ def _invalid_lse(lse, Nq, Nk, kv_len, causal):
     """1 where the lse is NaN or +Inf, or -Inf although the row has a key to attend to."""
     visible = np.full(Nq, kv_len)
     if causal:   # bottom-right aligned: query i sees keys j <= i + Nk - Nq
-        visible = np.minimum(visible, np.maximum(np.arange(Nq) + Nk - Nq + 1, 0))
+        visible = np.minimum(visible, np.arange(Nq) + Nk - Nq + 1)   # <= 0: no key (only > 0 is read)
     return (np.isnan(lse) | (lse == np.inf) | ((lse == -np.inf) & (visible > 0))).astype(np.int64)
 
 

@@ -18,12 +18,10 @@ from .recipes import F32, _WIDE, _fmt_or_wide
 
 __all__ = ["quantize_qkv"]
 
-#: Exponent given to zero terms in the exponent arrays of the GEMM kernels (as fp8emu.gemm.kernels does).
-_ZERO_EXP = -16000
-
 
 class _Operand:
-    """A quantized operand of one head: float64 values, int16 exponents, codes (8-bit only) and format."""
+    """An operand of one head: float64 values and, for 8-bit operands only (the GEMM kernels read them only
+    there), int16 exponents, codes, format and mantissa bits (None for float32/bf16/fp16 operands)."""
 
     __slots__ = ("values", "exps", "codes", "fmt", "mbits")
 
@@ -32,16 +30,11 @@ class _Operand:
 
 
 def _wide_operand(x32, name):
-    """float32 (or bf16/fp16-rounded) values with exponents for the exact/fp32 kernels."""
+    """float32 (or bf16/fp16-rounded) values for the exact/fp32 kernels, which multiply them as float64
+    (``"exact"``) or float32 (``"fp32"``): no exponents, codes or format."""
     if name in _WIDE:
         x32 = x32.astype(_WIDE[name]).astype(F32)
-        mbits = 7 if name == "bfloat16" else 10
-    else:
-        mbits = 23
-    v = x32.astype(np.float64)
-    _, e = np.frexp(v)
-    e = np.where(v == 0, _ZERO_EXP, e.astype(np.int64) - 1).astype(np.int16)
-    return _Operand(v, e, None, None, mbits)
+    return _Operand(x32.astype(np.float64), None, None, None, None)
 
 
 def _descales(x32, fmt, recipe, given, what, group=1):
@@ -126,12 +119,12 @@ def _operand_for(x, fmt_name, scale):
 
 
 def _slice(op: _Operand, a, b):
-    return _Operand(op.values[a:b], op.exps[a:b], None if op.codes is None else op.codes[a:b], op.fmt, op.mbits)
+    return _Operand(*(None if x is None else x[a:b] for x in (op.values, op.exps, op.codes)), op.fmt, op.mbits)
 
 
 def _transpose(op: _Operand) -> _Operand:
     """V (keys, dv) seen as the (dv, keys) 'B transposed' operand of :func:`_matmul`."""
-    return _Operand(op.values.T, op.exps.T, None if op.codes is None else op.codes.T, op.fmt, op.mbits)
+    return _Operand(*(None if x is None else x.T for x in (op.values, op.exps, op.codes)), op.fmt, op.mbits)
 
 
 # ----------------------------------------------------------------------------- GEMM pieces
@@ -144,16 +137,15 @@ def _chain_acc(acc: Accumulator) -> Accumulator:
 
 def _matmul(a: _Operand, b_t: _Operand, acc: Accumulator, c=None):
     """float32 (M, N) result of ``c + a @ b_t.T`` summed as ``acc`` does (``c``: accumulator input)."""
-    va, ea = a.values, a.exps
-    vb, eb = b_t.values.T, b_t.exps.T
+    va, vb = a.values, b_t.values.T
     if acc.kind == "mma":
         if a.fmt is None or b_t.fmt is None:
             raise ValueError(f"tensor-core accumulator {acc.name!r} needs 8-bit operands; use 'fp32' or "
                              "'exact' with float32/bf16/fp16 operands")
-        return mma_dot(va, ea, vb, eb, acc, c=c)
+        return mma_dot(va, a.exps, vb, b_t.exps.T, acc, c=c)
     if acc.kind == "exact":
         if a.fmt is not None and b_t.fmt is not None:
-            return exact_dot(va, ea, vb, eb, a.mbits, b_t.mbits, extra=c)
+            return exact_dot(va, a.exps, vb, b_t.exps.T, a.mbits, b_t.mbits, extra=c)
         r = va @ vb
         return (r if c is None else r + c).astype(F32)
     # fp32: float32-rounded products added in K order to the accumulator input
