@@ -680,3 +680,42 @@ def test_reference_attention_with_masks_and_gqa_against_direct_softmax():
     assert np.all(np.isfinite(lse))
     with pytest.raises(ValueError, match="block_n must be a positive integer"):
         reference_attention(q, k, v, block_n=True)
+
+
+# ----------------------------------------------------------------------------- fourth sample's holes (seed 42)
+@pytest.mark.parametrize("p_format", ["bfloat16", "float16"])
+def test_masked_keys_are_not_underflow_of_a_wide_p(p_format):
+    """A masked key's P is 0 before the cast; only a P > 0 that the cast flushes to 0 is an underflow
+    (bf16 and fp16 hold every P of these scores: none underflows)."""
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal((1, 6, 8)).astype(F32) for _ in range(3))
+    r = AttentionRecipe(p_format=p_format, block_n=2, **_8)
+    rep = attention(q, k, v, r, causal=True, kv_len=5, reference=False).report
+    assert rep.p_underflow.tolist() == [[0] * 6] and rep.p_saturated.tolist() == [[0] * 6]
+
+
+def test_divide_normalisation_of_rows_with_no_key_one_key_and_two():
+    """normalize='divide' (O / l): a row with no visible key is 0 (not 0 / 0), a row with one key is that
+    key's V (P = exp2(0) = 1 with max_offset 0, l = 1), a row with two equal scores is their mean."""
+    q, k = np.ones((1, 3, 2), F32), np.ones((1, 2, 2), F32)
+    v = np.array([[[3.0, -2.0], [5.0, 7.0]]], F32)
+    r = AttentionRecipe(q_format=None, k_format=None, v_format=None, scale_rule="none", p_format=None,
+                        max_offset=0, normalize="divide", block_n=1, **_8)
+    res = attention(q, k, v, r, causal=True, reference=False)      # bottom-right: rows see 0, 1, 2 keys
+    assert res.out[0].tolist() == [[0.0, 0.0], [3.0, -2.0], [4.0, 2.5]]
+    assert res.lse[0, 0] == -np.inf and res.report.ok
+
+
+@pytest.mark.parametrize("v_format", [None, "e4m3fn"])
+def test_an_infinite_partial_output_rescaled_by_zero_is_nan(v_format):
+    """Key 0's P overflows e5m2 (2**16, non-saturating: +Inf), so O holds +Inf; key 1's score is 200 above
+    (log2 units), so the running output is rescaled by alpha = exp2(-200) = 0 in float32, and Inf * 0 is
+    NaN, which key 1's own +Inf contribution cannot undo: the output is NaN, as IEEE float32 gives."""
+    q = np.ones((1, 1, 1), F32)
+    k = np.array([[[0.0], [200.0]]], F32)
+    v = np.ones((1, 2, 1), F32)
+    r = AttentionRecipe(q_format=None, k_format=None, v_format=v_format, scale_rule="none", p_format="e5m2",
+                        p_saturate=False, max_offset=16, block_n=1, fold="triton", key_order="forward", **_8)
+    assert F32(np.exp2(np.float64(-200))) == 0
+    res = attention(q, k, v, r, softmax_scale=1 / 1.44269504, reference=False)
+    assert np.isnan(res.out[0, 0, 0]) and res.report.p_saturated.tolist() == [[2]] and not res.report.ok

@@ -327,9 +327,10 @@ def _head_forward(qop, kop, vop, rows, recipe, softmax_scale, qd, kd, vd, causal
         for t in range(src.shape[1]):
             l += src[:, t]
         # -- O: rescale, then accumulate P·V with O (or the partial sum) as the accumulator input
-        np.multiply(o_total, alpha[:, None], out=o_total)
-        np.multiply(o_part, alpha[:, None], out=o_part)
-        np.multiply(special, alpha[:, None], out=special)
+        with np.errstate(invalid="ignore"):   # an Inf of an overflowed P times an alpha of 0 is NaN, as on the GPU
+            np.multiply(o_total, alpha[:, None], out=o_total)
+            np.multiply(o_part, alpha[:, None], out=o_part)
+            np.multiply(special, alpha[:, None], out=special)
         if pop.codes is not None and not np.all(np.isfinite(pq)):
             if vb.codes is not None:
                 pos, neg, nan = special_masks(pop.codes, pop.fmt, vb.codes, vb.fmt)
