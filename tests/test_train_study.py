@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import os
 import shutil
 
 import ml_dtypes
@@ -283,6 +284,17 @@ def test_report_only_trains_nothing(tiny_study, tmp_path, capsys):
     assert not (out / "runs" / "bf16-s4.json").exists()
     prov = {r["item"]: r["value"] for r in _csv(out / "provenance.csv")}
     assert prov["corpus"] == "pydoc_data.topics" and prov["torch"] == torch.__version__
+    # which CPU _scaled_mm path the cpu stack's per-tensor GEMMs took here (Blas.cpp: oneDNN needs mkldnn,
+    # AMX-INT8, and AMX-FP16 for two FP8 dtypes), read from /proc/cpuinfo by this test itself
+    flags = set()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            flags = next((set(ln.split(":", 1)[1].split()) for ln in f if ln.startswith("flags")), set())
+    mk = torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+    same = "onednn" if mk and "amx_int8" in flags else "emulated"
+    mixed = "onednn" if mk and {"amx_int8", "amx_fp16"} <= flags else "emulated"
+    assert prov["cpu_scaled_mm"] == (f"e4m3fn x e4m3fn per-tensor: torch-cpu-{same}; e5m2 x e4m3fn per-tensor: "
+                                     f"torch-cpu-{mixed}; row-wise: torch-cpu-emulated")
     assert main(["train-study", "--quick", "--out", str(tmp_path / "none"), "--report-only", *argv]) == 2
     assert "holds no study" in capsys.readouterr().err
 

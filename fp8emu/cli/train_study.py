@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..gemm.torch_cpu import cpu_path
 from ..lab.study import dask_client
 from ..version import __version__
 from . import int_option, positive_float, scheduler_address, worker_count
@@ -156,6 +157,12 @@ def provenance(cfg, argv, wall_s, workers) -> dict:
             "numpy": np.__version__, "python": platform.python_version(),
             "machine": f"{platform.machine()}, {_cpu_name()}, {os.cpu_count()} logical cores",
             "workers": workers, "wall_s_this_invocation": round(wall_s, 1)}
+    # the cpu stack's per-tensor TE GEMMs take the path torch takes on *this* CPU (AMX flags, mkldnn):
+    # another machine may take the other one and train to other bits, so the study records which
+    mkldnn = bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
+    prov["cpu_scaled_mm"] = "; ".join(
+        f"{a} x {b} per-tensor: {cpu_path(a, b, tensorwise=True, mkldnn=mkldnn)}"
+        for a, b in (("e4m3fn", "e4m3fn"), ("e5m2", "e4m3fn"))) + "; row-wise: torch-cpu-emulated"
     prov.update(c.provenance())
     prov.update({f"model.{k}": v for k, v in dataclasses.asdict(cfg.model).items()})
     prov.update({f"train.{k}": v for k, v in dataclasses.asdict(cfg.train).items()})
