@@ -1,6 +1,6 @@
 """Issue 40: the self-audit of the torch adapter (``fp8emu.torch`` outside the study).  Each test pins
-one defect the audit found; every one failed before its fix.  The audit's list of checks is in the
-report of branch ``audtorch`` (and ``tests/MUTATION.md`` keeps the mutation record).
+one defect the audit found; every one failed before its fix.  The audit's list of checks is
+in ``tests/AUDIT.md`` (and ``tests/MUTATION.md`` keeps the mutation record).
 
 Expectations come from live torch (its own float8 / e8m0 conversions and ``_scaled_mm``), exact
 arithmetic with ``fractions.Fraction``, or spec constants; never from the code under test.
@@ -243,3 +243,28 @@ def test_a_nan_input_gives_nan_diagnostics_without_numpy_warnings():
     row = ft.diagnostics(model)[0]
     assert (row["pass"], row["tensor"], row["n_nonfinite"]) == ("fprop", "input", 1)
     assert np.isnan(row["scale"]) and np.isnan(row["gemm_rel_err"])
+
+
+# ----------------------------------------------------------------------------- a Linear used twice
+def test_a_linear_used_twice_is_emulated_at_both_uses():
+    """``Sequential(lin, ReLU, lin)``: torch's ``named_modules`` lists the shared layer once, and the second
+    use stayed an ``nn.Linear`` running in full precision while the report said the layer was emulated.
+    Both uses are now one emulated layer; the output equals that of two separate emulated copies (a
+    stateless recipe, so the shared layer's two calls and the copies' one call each compute alike)."""
+    torch = pytest.importorskip("torch")
+    import copy
+
+    import fp8emu.torch as ft
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 32)
+    shared = torch.nn.Sequential(lin, torch.nn.ReLU(), lin)
+    apart = torch.nn.Sequential(copy.deepcopy(lin), torch.nn.ReLU(), copy.deepcopy(lin))
+    rep = ft.emulate(shared, "te-current", gpu="exact")
+    ft.emulate(apart, "te-current", gpu="exact")
+    assert shared[0] is shared[2] and type(shared[2]).__name__ == "EmulatedLinear"
+    assert list(rep.swapped) == ["0"] and "also used as '2'" in rep.swapped["0"]
+    x = torch.randn(16, 32)
+    with torch.no_grad():
+        y, want = shared(x), apart(x)
+        half = lin(torch.relu(shared[0](x)))                  # the old result: second use in full precision
+    assert torch.equal(y, want) and not torch.equal(y, half)

@@ -83,12 +83,42 @@ def test_bad_corpus_is_one_line_before_anything_runs(kind, needle, tmp_path, cap
     (["--d-model", "130", "--n-head", "4"], "multiple of n_head"),
     (["--batch", "4096", "--seq-len", "4096"], "GiB"),
     (["--baselines", "fp16"], "unknown baseline 'fp16'"),
+    (["--baselines", ""], "unknown baseline ''"),                   # '' is not 'both': say 'none' or 'all'
+    (["--baselines", "none"], "the selection has no runs"),          # nothing to run: refused before --out
+    (["--lr", "1e40"], "float32 holds"),                             # Inf in the float32 optimizer step
+    (["--lr", "1e-50"], "float32 holds"),                            # zero there
 ])
 def test_bad_sizes_are_one_clear_error(argv, needle, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["train-study", "--recipes", "none", "--out", str(out), "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert needle in err[-1] and not out.exists()
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, capsys):
+    out = tmp_path / "f"
+    out.write_text("keep me")
+    assert main(["train-study", "--out", str(out), *TINY]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file; give a folder" in err[0] and out.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("lr", [1e40, 1e-50, True, float("nan"), 0.0])
+def test_train_config_checks_lr_as_float32(lr):
+    from fp8emu.torch.study.train import TrainConfig
+    with pytest.raises(ValueError, match="lr must be a positive number that float32 holds"):
+        TrainConfig(lr=lr).check()
+    assert TrainConfig(lr=3e38).check().lr == 3e38 and TrainConfig(lr=2.0 ** -149).check()
+
+
+def test_summary_says_how_many_seeds_diverged(tmp_path, capsys):
+    out = tmp_path / "dv"
+    argv = [a for a in TINY if a != "--quiet"]
+    argv[argv.index("--steps") + 1] = "3"
+    assert main(["train-study", "--quick", "--out", str(out), "--baselines", "fp32", "--lr", "1e30",
+                 "--no-inference", *argv]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("fp32 ")]
+    assert lines and lines[0].endswith("final val loss nan  (2 of 2 seeds diverged)")
 
 
 def test_unknown_recipe_or_stack_is_one_line(tmp_path, capsys):

@@ -95,7 +95,8 @@ def _names(text, known, what):
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     bad = [n for n in names if n not in known]
     if bad or not names:
-        raise ValueError(f"unknown {what} {bad[0] if bad else text!r}; the {what}s are: {', '.join(known)}")
+        raise ValueError(f"unknown {what} {bad[0] if bad else text!r}; the {what}s are: {', '.join(known)} "
+                         f"(comma-separated), 'all' or 'none'")
     return names
 
 
@@ -114,7 +115,7 @@ def study_config(args):
         else _names(args.recipes, runs.recipe_names, "recipe")
     stacks = tuple(dict.fromkeys(st for _, st in base["pairs"])) if quick_pairs \
         else () if not recipes else _names(args.stacks, runs.stack_names, "stack")
-    baselines = _names(args.baselines, lambda: BASELINES, "baseline") if args.baselines else BASELINES
+    baselines = _names(args.baselines, lambda: BASELINES, "baseline") if args.baselines is not None else BASELINES
     seeds = tuple(range(args.seeds)) if args.seeds else base.get("seeds", (0, 1, 2))
     pairs = base["pairs"] if quick_pairs else ()
     if args.pairs:
@@ -198,7 +199,12 @@ def run(args) -> int:
                                                                              else ""))
         print(f"{len(specs)} runs")
         return 0
+    if not specs and not args.report_only:   # before anything is written into --out
+        raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
+                         "--recipes/--stacks, --pairs or --baselines")
     out = Path(args.out or (DEFAULT_OUT + ("-quick" if args.quick else "")))
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} is a file; give a folder (created if missing)")
     workers, scheduler = args.workers, args.scheduler
     if args.report_only:
         if not (out / "study.json").exists():
@@ -221,7 +227,8 @@ def run(args) -> int:
               f"{time.perf_counter() - t0:.1f} s")
         for g in report.gap_rows(res["done"]):
             gap = "" if g["gap_to_bf16"] != g["gap_to_bf16"] else f"  gap to bf16 {g['gap_to_bf16']:+.4f}"
-            print(f"  {g['label']:32s} final val loss {g['mean_final_val_loss']:.4f}{gap}")
+            div = f"  ({g['diverged']} of {g['seeds']} seeds diverged)" if g["diverged"] else ""
+            print(f"  {g['label']:32s} final val loss {g['mean_final_val_loss']:.4f}{gap}{div}")
         print(f"tables: {out}/runs.csv curves.csv gaps.csv diagnostics.csv"
               + ("" if args.no_report else f"\nreport: {out / 'report.md'}  {out / 'report.html'}"))
         sys.stdout.flush()

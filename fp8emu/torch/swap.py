@@ -109,8 +109,14 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
         raise ValueError("emulate swaps the nn.Linear layers inside a module, in place; wrap a bare "
                          "nn.Linear in torch.nn.Sequential first")
     report = EmulationReport(R, S)
-    targets = [(n, m) for n, m in model.named_modules() if type(m) is nn.Linear]
-    for index, (name, lin) in enumerate(targets):
+    # a Linear reached under several names (one module used twice) becomes one emulated layer at every
+    # name, so that its uses stay shared and none of them runs in full precision
+    refs = {}
+    for n, m in model.named_modules(remove_duplicate=False):
+        if type(m) is nn.Linear:
+            refs.setdefault(id(m), (m, []))[1].append(n)
+    for index, (lin, names) in enumerate(refs.values()):
+        name = names[0]
         mult = _multiple(R, S)
         bad = [f"{what} {v} is not a multiple of {mult}, which {R.name} on {S.name} needs"
                for what, v in (("in_features", lin.in_features), ("out_features", lin.out_features))
@@ -118,11 +124,12 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
         if bad:
             report.skipped[name] = "; ".join(bad)
             continue
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, EmulatedLinear(lin, R, S, name, index, diagnostics=diagnostics, seed=seed,
-                                                  multiple=mult))
-        report.swapped[name] = _describe(R, S)
+        layer = EmulatedLinear(lin, R, S, name, index, diagnostics=diagnostics, seed=seed, multiple=mult)
+        for ref in names:
+            parent_name, _, attr = ref.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, attr, layer)
+        also = f" (one layer, also used as {', '.join(repr(n) for n in names[1:])})" if len(names) > 1 else ""
+        report.swapped[name] = _describe(R, S) + also
     for name, m in model.named_modules():
         if isinstance(m, nn.Linear) and type(m) is not nn.Linear and name not in report.swapped:
             report.skipped[name] = f"a subclass of nn.Linear ({type(m).__name__}), left as it is"

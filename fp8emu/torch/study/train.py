@@ -72,8 +72,12 @@ class TrainConfig:
             raise ValueError(f"warmup must be a non-negative integer, got {self.warmup!r}")
         for name in ("lr", "clip"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a finite positive number, got {v!r}")
+            # checked as the float32 the optimizer and the clip multiply float32 parameters and gradients by:
+            # 1e40 would be Inf there, 1e-50 zero
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and 2.0 ** -149 <= v <= float(np.finfo(np.float32).max)):
+                raise ValueError(f"{name} must be a positive number that float32 holds (about 1.4e-45 to "
+                                 f"3.4e38), got {v!r}")
         if not (isinstance(self.weight_decay, (int, float)) and 0 <= self.weight_decay < 1):
             raise ValueError(f"weight_decay must be in [0, 1), got {self.weight_decay!r}")
         return self
