@@ -228,3 +228,21 @@ def test_no_fast_route_serves_the_16_bit_inputs(preset):
     want = _reference(ins, a, b, c, fmt, fmt, None, None, None)
     got = instructions.mma(a, b.T, c, instruction=ins, a_format=fmt)
     assert (_bits(got) == _bits(want)).all()
+
+
+def test_every_cached_table_is_read_only():
+    """The routes share their decode tables through one cache: a caller that wrote into one would change
+    every later GEMM's bits, so each cached array is read-only (instruction mutation sample seed 43: the
+    pair tables' flag could be dropped without a test noticing)."""
+    from fp8emu.formats import get_format
+    from fp8emu.gemm.datapaths import _TABLES
+    from fp8emu.gemm.routes.codes import _operand_pair_tables, _operand_tables
+    for name in ("e4m3fn", "e5m2"):
+        fmt = get_format(name)
+        for arr in (*_operand_pair_tables(fmt), *_operand_tables(fmt, np.float32)[:2]):
+            assert not arr.flags.writeable
+            with pytest.raises(ValueError, match="read-only"):
+                arr[0] = 0
+    arrays = [a for v in _TABLES.values() for a in (v if isinstance(v, tuple) else (v,))
+              if isinstance(a, np.ndarray)]
+    assert arrays and not any(a.flags.writeable for a in arrays)

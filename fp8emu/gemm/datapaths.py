@@ -74,6 +74,7 @@ def _sig_exp(fmt):
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(np.where(np.isfinite(v), v, 0.5))
     e = np.maximum(e.astype(np.int32) - 1, emin)
+    v.flags.writeable = e.flags.writeable = False   # cached in _TABLES and shared by every GEMM
     return v, e
 
 
