@@ -18,18 +18,12 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from fp8emu.gemm import torch_cpu  # noqa: E402
-from fp8emu.gemm.fparith import round_hi_lo, two_sum  # noqa: E402
 
 
-def old_chain(x, y, k0, k1):
-    """The chain as it was (fp8emu at f957393): a two-sum and an error-free rounding per k, on M x N."""
-    x64, y64 = x.astype(np.float64), y.astype(np.float64)
-    c = np.zeros((x.shape[0], y.shape[1]), np.float32)
-    with np.errstate(all="ignore"):
-        for k in range(k0, k1):
-            hi, lo = two_sum(c.astype(np.float64), x64[:, k, None] * y64[None, k, :])
-            c = round_hi_lo(hi, np.where(np.isfinite(hi), lo, 0.0))
-    return c
+# the chain as it was (fp8emu at f957393), kept once: tests/test_sgemm_fma_chain.py checks the new chain
+# against it bit for bit
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from test_sgemm_fma_chain import _slow_chain as old_chain  # noqa: E402
 
 
 def sgemm_with(chain, x, y):
