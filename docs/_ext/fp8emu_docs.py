@@ -102,7 +102,7 @@ def api_entries() -> list:
 
     ``canonical`` is the full name under which the object is documented: routines at the first
     module of :data:`API_SECTIONS` that exports them (``fp8emu.encode``, not
-    ``fp8emu.codec.encode``), data at the module whose source assigns them (where its ``#:``
+    ``fp8emu.codec.encode``) unless that full name is a documented module's, data at the module whose source assigns them (where its ``#:``
     comment is; else the deepest module that exports them).  ``kind`` is ``"function"``, ``"class"`` or ``"data"``.
     """
     mods = documented_modules()
@@ -119,7 +119,10 @@ def api_entries() -> list:
     for modname, name, obj, kind in rows:
         places = where[_key(name, obj)]
         if kind != "data":
-            home = places[0]
+            # a name that is also a documented module's (fp8emu.torch.autocast, the function that its
+            # module re-exports under the module's own name) is described in its defining module, so
+            # that Sphinx does not see two objects of one name
+            home = next((m for m in places if f"{m}.{name}" not in mods), places[0])
         else:
             defining = [m for m in places if _assigns(m, name)]
             home = defining[0] if defining else max(places, key=lambda m: (m.count("."), -places.index(m)))
