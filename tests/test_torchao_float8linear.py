@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from fp8emu.gemm import cpu_order
 from fp8emu.gemm.torch_cpu import torchao_emulated_mm
 from fp8emu.scaling import quantize_axiswise, quantize_tensorwise
 
@@ -102,6 +103,7 @@ def _sha(arr):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 @pytest.mark.filterwarnings("ignore:layer .*high-precision wgrad:RuntimeWarning")
+@cpu_order.use("mkl-2024.2-avx512")      # the CPU the step was recorded on (an AMX Xeon, MKL 2024.2)
 def test_emulate_equals_the_recorded_torchao_step(granularity, dtype):
     torch = pytest.importorskip("torch")
     ft = pytest.importorskip("fp8emu.torch")
@@ -125,6 +127,7 @@ def test_emulate_equals_the_recorded_torchao_step(granularity, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("granularity", GRANULARITIES)
+@cpu_order.use("mkl-2024.2-avx512")
 def test_first_gemm_equals_the_recorded_torchao_output_with_numpy_only(granularity, dtype):
     """Without torch: torchao's quantizer variant and torchao_emulated_mm give the first layer's recorded
     output (K = 400: MKL's sgemm sums it in two K blocks), bias added after the output conversion."""

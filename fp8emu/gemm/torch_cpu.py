@@ -54,12 +54,11 @@ Examples
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from ..codec import decode, encode
-from .fparith import round_hi_lo, two_sum
+from .cpu_order import RECORDED, order_for
+from .sumtree import SumTree, evaluate, evaluate_order
 
 __all__ = ["TORCH_CPU_PATHS", "cpu_path", "cpu_flags", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
            "sgemm", "torchao_emulated_mm", "TORCHAO_EMULATE",
@@ -79,16 +78,8 @@ TORCH_CPU_PATHS = {
 }
 #: Largest K whose MKL sgemm order the emulated preset reproduces on any thread count (one thread: 4096).
 EMULATED_MAX_K = 768
-#: MKL's K block (kc) of its AVX-512 sgemm kernel on one thread, as measured.
-_KC = 384
-_ONE_THREAD_MAX_K = 4096
 #: Rows of the (rows, K, N) product block the oneDNN path forms at once.
 _ROW_ELEMS = 1 << 22
-#: Output elements (at most columns) of the block one sgemm FMA chain runs over (it stays in cache).
-_CHAIN_ELEMS, _CHAIN_COLS = 1 << 15, 1024
-#: A float64's low 29 bits where it lies halfway between two float32 neighbours (normal range).
-_LOW29, _MIDPOINT = np.int64(0x1FFFFFFF), np.int64(0x10000000)
-_TINY32 = 2.0 ** -126
 
 
 def cpu_flags() -> frozenset:
@@ -194,128 +185,54 @@ def _onednn_sum(va, vb, sa, sb):
 
 
 def _fma_chain(x, y, k0, k1):
-    """One float32 FMA chain per output over K in ``[k0, k1)``: ``c = fl(c + x_k y_k)``.
-
-    ``s = c + x_k y_k`` in float64 (the product is exact) rounded once more to float32 is the
-    FMA's single rounding except where that second rounding meets a tie it did not see: ``s``
-    exactly halfway between two float32 neighbours (the float64 rounding may have moved the sum
-    onto the midpoint; its low 29 bits are then ``1 << 28``), or ``s`` in float32's subnormal range
-    (where a midpoint has fewer significant bits; checked only when such a sum is possible at all:
-    :func:`_may_reach_subnormals`).  Nowhere else can the double rounding differ (a float32 midpoint is a float64, so rounding to
-    float64 cannot carry a sum across one).  Those few elements are redone error-free
-    (:func:`_fma_exact`).  The chain runs over cache-sized blocks of the output.
-    """
-    M, N = x.shape[0], y.shape[1]
-    xt = np.ascontiguousarray(x[:, k0:k1].T, dtype=np.float64)      # (K, M): row k is x_k
-    yk = y[k0:k1].astype(np.float64)
-    out = np.zeros((M, N), np.float32)
-    tiny = _may_reach_subnormals(x[:, k0:k1], yk)
-    cols = min(N, _CHAIN_COLS)
-    rows = max(1, _CHAIN_ELEMS // max(1, cols))
-    with np.errstate(all="ignore"):
-        for r0 in range(0, M, rows):
-            for c0 in range(0, N, cols):
-                _fma_chain_block(out[r0:r0 + rows, c0:c0 + cols], xt[:, r0:r0 + rows, None],
-                                 yk[:, None, c0:c0 + cols], tiny)
-    return out
+    """One float32 FMA chain per output over K in ``[k0, k1)``, from +0: ``c = fl(c + x_k y_k)``."""
+    return evaluate(SumTree.blocks([0, k1 - k0]), x[:, k0:k1], y[k0:k1])
 
 
-def _fma_chain_block(c, xs, ys, tiny):
-    """Run the chain of :func:`_fma_chain` over one block ``c`` (float32, updated in place)."""
-    s = np.empty(c.shape)
-    low = np.empty(c.shape, np.int64)
-    redo = np.empty(c.shape, bool)
-    for k in range(xs.shape[0]):
-        np.multiply(xs[k], ys[k], out=s)
-        np.add(c, s, out=s)                          # c first: a NaN's bits are c's, as in two_sum(c, p)
-        np.bitwise_and(s.view(np.int64), _LOW29, out=low)
-        np.equal(low, _MIDPOINT, out=redo)             # s is a float32 midpoint (normal range, or at overflow)
-        if tiny:
-            redo |= (np.abs(s) < _TINY32) & (s != 0)
-        if redo.any():
-            i, j = np.nonzero(redo)
-            fixed = _fma_exact(c[i, j], xs[k, i, 0] * ys[k, 0, j])
-            np.copyto(c, s, casting="unsafe")
-            c[i, j] = fixed
-        else:
-            np.copyto(c, s, casting="unsafe")
-
-
-def _fma_exact(c, p):
-    """``fl32(c + p)`` rounded once, error-free (``c`` float32, ``p`` an exact float64 product)."""
-    hi, lo = two_sum(c.astype(np.float64), p)
-    return round_hi_lo(hi, np.where(np.isfinite(hi), lo, 0.0))
-
-
-def _may_reach_subnormals(x, y):
-    """Whether a nonzero chain sum of these operands can be smaller than float32's least normal.
-
-    Every product is a multiple of ``q = spacing(min |x|) * spacing(min |y|)`` (nonzero finite
-    values), and so is every rounded running sum (rounding to float32 keeps the sum, or moves it
-    to a neighbour on a coarser grid), so with ``q >= 2**-126`` no nonzero sum is subnormal.
-    """
-    q = 1.0
-    for v in (x, y):
-        a = np.abs(v[np.isfinite(v) & (v != 0)])
-        if a.size == 0:
-            return False
-        q *= float(np.spacing(np.float32(a.min())))
-    return q < _TINY32
-
-
-def _emulated_sum(va, vb, sa_rows, sb_cols):
-    """MKL sgemm of the pre-scaled float32 operands, in the order measured (module docstring)."""
+def _emulated_sum(va, vb, sa_rows, sb_cols, layout):
+    """torch's ``mm`` of the pre-scaled float32 operands (:func:`sgemm`)."""
     with np.errstate(all="ignore"):
         x = (va * sa_rows).astype(np.float32)
         y = (vb * sb_cols).astype(np.float32)
-    return sgemm(x, y, name="torch-cpu-emulated", stacklevel=6)
+    return sgemm(x, y, layout=layout, name="torch-cpu-emulated", stacklevel=6)
 
 
-def sgemm(x, y, *, threads=None, name="sgemm", stacklevel=2):
-    """``torch.mm`` of two float32 matrices on the CPU: MKL's sgemm in the order measured.
+def sgemm(x, y, *, threads=None, layout="NN", name="sgemm", stacklevel=2):
+    """``torch.mm`` of two float32 matrices on the CPU, summed in the order torch's BLAS takes here.
 
-    One float32 FMA chain per output over each K block of :func:`sgemm_k_blocks`, the block
-    sums added in order (module docstring).  Outside the reproduced range (``M, N >= 2``,
-    ``K <= 768``; ``K <= 4096`` on one thread) a RuntimeWarning says torch may differ.
-    ``threads``: torch's thread count where the caller knows it (``torch.get_num_threads()``);
-    None: unknown, so the warning starts above ``K = 768``.
+    The order comes from :func:`fp8emu.gemm.cpu_order.order_for`: revealed on this machine where
+    torch is importable (bit for bit on any CPU), else a recorded model (MKL 2024.2's AVX-512
+    sgemm: one FMA chain per K block of :func:`sgemm_k_blocks`, the block sums added in order),
+    which warns outside the CPU and shapes it was proven on.
+    ``threads``: torch's thread count where the caller knows it (``torch.get_num_threads()``).
+    ``layout``: how A and B reach ``mm`` (``"NN"``, ``"NT"``, ``"TN"``, ``"TT"``: row-major or
+    transposed views), which can change MKL's order.
 
     Examples
     --------
+    >>> from fp8emu.gemm import cpu_order
     >>> x = np.array([[1.0, 2.0**-24], [3.0, 0.5]], np.float32)
-    >>> sgemm(x, np.array([[1.0, 0.0], [1.0, 1.0]], np.float32)).tolist()
+    >>> with cpu_order.use("mkl-2024.2-avx512"):
+    ...     sgemm(x, np.array([[1.0, 0.0], [1.0, 1.0]], np.float32)).tolist()
     [[1.0, 5.960464477539063e-08], [3.5, 0.5]]
     """
     x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
     M, K = x.shape
     N = y.shape[1]
-    if K > (_ONE_THREAD_MAX_K if threads == 1 else EMULATED_MAX_K) or M == 1 or N == 1:
-        warnings.warn(f"{name} reproduces MKL's sgemm order for M, N >= 2 and K <= "
-                      f"{EMULATED_MAX_K} (K <= {_ONE_THREAD_MAX_K} with torch.set_num_threads(1)); this GEMM "
-                      f"is {M}x{K}x{N}, so torch may differ in the last bits", RuntimeWarning, stacklevel=stacklevel)
+    order, _ = order_for(M, K, N, threads=threads, layout=layout, name=name, stacklevel=stacklevel + 1)
     with np.errstate(all="ignore"):
-        bounds = sgemm_k_blocks(K)
-        total = _fma_chain(x, y, bounds[0], bounds[1])
-        for k0, k1 in zip(bounds[1:-1], bounds[2:]):
-            total = total + _fma_chain(x, y, k0, k1)
-    return total
+        return evaluate_order(order, x, y)
 
 
 def sgemm_k_blocks(K):
-    """Bounds of the K blocks MKL's sgemm sums separately (one thread), as measured.
+    """Bounds of the K blocks MKL 2024.2's AVX-512 sgemm sums separately (one thread), as measured.
 
     Examples
     --------
     >>> sgemm_k_blocks(300), sgemm_k_blocks(500), sgemm_k_blocks(1024)
     ([0, 300], [0, 250, 500], [0, 384, 704, 1024])
     """
-    bounds = [0]
-    while K - bounds[-1] > 2 * _KC:
-        bounds.append(bounds[-1] + _KC)
-    rest = K - bounds[-1]
-    if rest > _KC:
-        bounds.append(bounds[-1] + -(-rest // 2))
-    return bounds + [K] if K > 0 else [0, 0]
+    return RECORDED["mkl-2024.2-avx512"].blocks(K)
 
 
 def torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result):
@@ -336,11 +253,13 @@ def torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result):
 
 
 def torch_cpu_mm(path, ca, fa, cb, fb, sa, sa_row, sb, sb_col, bias=None, odt=np.dtype(np.float32), ofmt=None,
-                 scale_result=None):
+                 scale_result=None, layout="NN"):
     """``torch._scaled_mm`` on the CPU by ``path`` (a key of :data:`TORCH_CPU_PATHS`).
 
     ``sa`` / ``sb``: float32 scalars, or ``None`` with ``sa_row`` (M, 1) / ``sb_col`` (1, N) float32
-    row-wise scales (emulated path only).  ``bias``: (N,) values, added in float32.
+    row-wise scales (emulated path only).  ``bias``: (N,) values, added in float32.  ``layout``: how
+    the emulated path's ``mm`` sees its pre-scaled operands (row-major, whatever the codes' strides:
+    checked against live torch 2.13 with column-major B).
     """
     if path not in TORCH_CPU_PATHS:
         raise ValueError(f"unknown torch CPU path {path!r}; use one of {sorted(TORCH_CPU_PATHS)}")
@@ -364,7 +283,7 @@ def torch_cpu_mm(path, ca, fa, cb, fb, sa, sa_row, sb, sb_col, bias=None, odt=np
     else:
         rows = np.float32(sa) if sa is not None else sa_row.reshape(-1, 1).astype(np.float32)
         cols = np.float32(sb) if sb is not None else sb_col.reshape(1, -1).astype(np.float32)
-        v = _emulated_sum(va, vb, rows, cols)
+        v = _emulated_sum(va, vb, rows, cols, layout)
     return torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result)
 
 
@@ -372,7 +291,8 @@ def torch_cpu_mm(path, ca, fa, cb, fb, sa, sa_row, sb, sb_col, bias=None, odt=np
 TORCHAO_EMULATE = "torchao-emulate"
 
 
-def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, bias=None, threads=None):
+def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, bias=None, threads=None,
+                        layout="NN"):
     """torchao ``Float8Linear(emulate=True)``'s GEMM on the CPU: ``torch.mm(a / sa, b / sb)``.
 
     torchao 0.18.0 (``torchao/float8/float8_ops.py``, ``float8_mm`` / ``float8_addmm``, the
@@ -399,6 +319,8 @@ def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, b
         Added after the conversion, as ``Float8Linear``'s ``output + bias.to(output.dtype)``.
     threads : int, optional, keyword-only
         torch's thread count, where known (:func:`sgemm`).
+    layout : str, keyword-only
+        How the dequantized operands reach ``torch.mm`` (:func:`sgemm`).
 
     Examples
     --------
@@ -418,7 +340,7 @@ def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, b
     with np.errstate(all="ignore"):
         x = (_f32_values(ca, fa) / np.asarray(div_a, np.float32)).astype(np.float32)
         y = (_f32_values(cb, fb) / np.asarray(div_b, np.float32)).astype(np.float32)
-        out = sgemm(x, y, threads=threads, name=TORCHAO_EMULATE, stacklevel=3).astype(odt)
+        out = sgemm(x, y, threads=threads, layout=layout, name=TORCHAO_EMULATE, stacklevel=3).astype(odt)
         if bias is not None:
             b = np.asarray(bias).reshape(1, -1).astype(odt).astype(np.float32)
             out = (out.astype(np.float32) + b).astype(odt)

@@ -15,7 +15,7 @@ from .stacks import BLACKWELL_MXF8
 __all__ = ["run_gemm", "operand_stats"]
 
 
-def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None) -> np.ndarray:
+def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="NN") -> np.ndarray:
     """``A @ B`` (+ bias) of two quantized operands with the stack's accumulator.
 
     FP8 operands (per-tensor, row-wise, 1x128 / 128x128 block scales) go to
@@ -30,15 +30,18 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None) -> np.nd
     ``accumulator="torchao-emulate"``: torchao's ``Float8Linear(emulate=True)`` GEMM
     (:func:`fp8emu.gemm.torch_cpu.torchao_emulated_mm`, operands divided by ``divisor``;
     high-precision operands: float32 ``torch.mm``, :func:`fp8emu.gemm.torch_cpu.sgemm`), in
-    float32 (the caller converts and adds the bias as ``Float8Linear`` does).
+    float32 (the caller converts and adds the bias as ``Float8Linear`` does).  ``layout``: how
+    torchao's ``torch.mm`` receives the two operands (``"NN"``, ``"NT"``, ``"TN"``, ``"TT"``), which
+    can change the BLAS's summation order (:mod:`fp8emu.gemm.cpu_order`).
     """
     if accumulator == TORCHAO_EMULATE:
         if bias is not None:
             raise ValueError("torchao-emulate: Float8Linear adds the bias after its GEMM; pass bias=None")
         threads = torch.get_num_threads()       # the sgemm order torch would take depends on it
         if a.kind == "hp":
-            return sgemm(a.hp, b.hp, threads=threads, name=TORCHAO_EMULATE, stacklevel=3)
-        return torchao_emulated_mm(a.codes, a.fmt, a.divisor, b.codes, b.fmt, b.divisor, threads=threads)
+            return sgemm(a.hp, b.hp, threads=threads, layout=layout, name=TORCHAO_EMULATE, stacklevel=3)
+        return torchao_emulated_mm(a.codes, a.fmt, a.divisor, b.codes, b.fmt, b.divisor, threads=threads,
+                                   layout=layout)
     if accumulator == "torch-cpu" and a.kind == "fp8":
         return _torch_cpu(a, b, out_dtype, bias)
     if a.kind == "hp":

@@ -34,6 +34,12 @@ _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
+#: How torch's ``mm`` receives each pass's operands in torchao's ``Float8Linear`` (row-major N or a
+#: transposed view T; torchao 0.18: ``input @ weight.t()``, ``grad @ weight``, ``grad.t() @ input``),
+#: which can change the CPU BLAS's summation order (:mod:`fp8emu.gemm.cpu_order`).
+_MM_LAYOUT = {"fprop": "NT", "dgrad": "NN", "wgrad": "TN"}
+
+
 def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
     """A tensor as a NumPy array in the stack's dtype (bfloat16 via ml_dtypes, or float32)."""
     a = t.detach().to(torch.float32).contiguous().numpy()
@@ -201,7 +207,7 @@ class _LinearFunction(torch.autograd.Function):
         a = layer.operand("input", xs, 1, "fprop", step)
         b = layer.operand("weight", w.T, 0, "fprop", step)
         bias_np = None if bias is None else np.asarray(_np(bias, S.dtype), np.float32)
-        y = run_gemm(a, b, layer.accumulator("fprop"), S.dtype, bias_np)
+        y = run_gemm(a, b, layer.accumulator("fprop"), S.dtype, bias_np, layout=_MM_LAYOUT["fprop"])
         shared = R.shared_copies()
         # the backward GEMMs' copies, quantized now from the high-precision tensors (as TE)
         if R.high_precision("wgrad"):
@@ -231,7 +237,7 @@ class _LinearFunction(torch.autograd.Function):
         dys = _np(dy, S.dtype)
         shared = R.shared_copies()
         a = layer.operand("grad_output", dys, 1, "dgrad", step)
-        dx = run_gemm(a, ctx.w_col, layer.accumulator("dgrad"), S.dtype)
+        dx = run_gemm(a, ctx.w_col, layer.accumulator("dgrad"), S.dtype, layout=_MM_LAYOUT["dgrad"])
         if R.high_precision("wgrad"):
             if dy.dtype != torch.float32 and layer.torchao_emulate():
                 warnings.warn(f"layer {layer.layer_name!r}: torchao's high-precision wgrad of {dy.dtype} tensors is "
@@ -241,7 +247,7 @@ class _LinearFunction(torch.autograd.Function):
             a2 = Operand("hp", hp=np.ascontiguousarray(np.asarray(dys, np.float32).T))
         else:
             a2 = _t(a) if shared else R.operand("grad_output", dys.T, 1, "wgrad", rng=layer.rng(step, "wgrad"))
-        dw = run_gemm(a2, ctx.x_col, layer.accumulator("wgrad"), "float32")
+        dw = run_gemm(a2, ctx.x_col, layer.accumulator("wgrad"), "float32", layout=_MM_LAYOUT["wgrad"])
         if layer.diagnostics_enabled:
             dyf = np.asarray(dys, np.float32)
             layer.record("dgrad", step, [("grad_output", dys, a), ("weight", ctx.w, ctx.w_col)], dx,

@@ -1,0 +1,315 @@
+"""Which float32 summation order torch's CPU ``mm`` (a BLAS sgemm) takes here: revealed, or recorded.
+
+A BLAS picks its kernel, K blocking and thread split by CPU vendor, instruction set, library
+version, thread count and shape, so an order measured on one CPU is not a fact about another
+(MKL 2024.2 sums a 64x512x64 product in blocks of 256 with AVX-512, in even and odd lanes at the
+edge tiles of its AVX2 kernel, and without FMA under ``MKL_CBWR=COMPATIBLE``).  This module says
+which order :func:`fp8emu.gemm.torch_cpu.sgemm` uses for a shape:
+
+``"revealed"``
+    Found on this machine by probing torch's own ``mm`` (:func:`fp8emu.gemm.sumtree.reveal`),
+    once per CPU, torch and MKL version, MKL settings, thread count, shape and operand layout,
+    and kept in a cache file (``$FP8EMU_CACHE`` or ``~/.cache/fp8emu``, ``cpu-order.json``).
+    The default wherever torch is importable: exact on the machine the user has.
+A recorded model (:data:`RECORDED`)
+    Used without torch.  Each names where it was proven; on another CPU (or outside its proven
+    shapes) the GEMM runs with it and a RuntimeWarning says why torch may differ.
+
+``FP8EMU_CPU_ORDER`` (environment) or :func:`use` chooses: ``"auto"`` (revealed where torch is
+importable, else the recorded model), ``"revealed"`` (an error without torch) or a recorded
+model's name (no probing: what recorded vectors from that CPU are compared with).
+
+Examples
+--------
+>>> with use("mkl-2024.2-avx512"):
+...     print(order_for(4, 1024, 4, threads=1, layout="NN")[0].describe())
+fma [0:384] + [384:704] + [704:1024]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import json
+import os
+import platform
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .sumtree import GemmOrder, SumTree, reveal
+
+__all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "machine", "cache_path", "LAYOUTS",
+           "reveal_here", "describe_here"]
+
+LAYOUTS = ("NN", "NT", "TN", "TT")
+
+
+def _mkl_avx512_blocks(K):
+    """K blocks of MKL 2024.2's AVX-512 sgemm on one thread: 384 while more than 768 remain, then
+    the rest in one block or two halves (``ceil`` first)."""
+    kc = 384
+    bounds = [0]
+    while K - bounds[-1] > 2 * kc:
+        bounds.append(bounds[-1] + kc)
+    rest = K - bounds[-1]
+    if rest > kc:
+        bounds.append(bounds[-1] + -(-rest // 2))
+    return bounds + [K] if K > 0 else [0, 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedModel:
+    """A summation order measured on one CPU family, with where it was proven."""
+
+    name: str
+    proven_on: str
+    vendor: str                    # /proc/cpuinfo vendor_id it was proven on
+    needs_flags: tuple             # CPU flags the measured kernel needs
+    one_thread_max_k: int
+    max_k: int                     # on any thread count
+    blocks: object                 # K -> block bounds
+
+    def applies_here(self, info):
+        return info["vendor"] == self.vendor and all(f in info["flags"] for f in self.needs_flags) \
+            and not info["mkl_env"]
+
+    def order(self, M, K, N):
+        return GemmOrder([SumTree.blocks(self.blocks(K))], np.zeros((M, N), np.int16))
+
+    def in_range(self, M, K, N, threads):
+        return M >= 2 and N >= 2 and K <= (self.one_thread_max_k if threads == 1 else self.max_k)
+
+
+#: Orders recorded on a CPU, by name.
+RECORDED = {
+    "mkl-2024.2-avx512": RecordedModel(
+        name="mkl-2024.2-avx512",
+        proven_on="Intel Xeon with AVX-512 and AMX (KVM, 2 vCPUs), torch 2.13.0+cpu, MKL 2024.2: "
+                  "2,017,364 torch._scaled_mm outputs on one thread (K <= 4096), 1,953,284 on two "
+                  "(K <= 768); M, N >= 2 (a single row or column goes to MKL's gemv)",
+        vendor="GenuineIntel", needs_flags=("avx512f",), one_thread_max_k=4096, max_k=768,
+        blocks=_mkl_avx512_blocks),
+}
+_DEFAULT_MODEL = "mkl-2024.2-avx512"
+
+_POLICY = contextvars.ContextVar("fp8emu_cpu_order", default=None)
+_LOCK = threading.Lock()
+_MEMO = {}
+
+
+@contextlib.contextmanager
+def use(name):
+    """Use ``"auto"``, ``"revealed"`` or a recorded model's name for the torch CPU GEMMs in this block."""
+    _check_policy(name)
+    token = _POLICY.set(name)
+    try:
+        yield
+    finally:
+        _POLICY.reset(token)
+
+
+def _check_policy(name):
+    if not isinstance(name, str) or (name not in ("auto", "revealed") and name not in RECORDED):
+        raise ValueError(f"CPU order {name!r}: use 'auto', 'revealed' or a recorded model, one of {sorted(RECORDED)}")
+
+
+def policy():
+    """The order policy in force: :func:`use`'s, else ``$FP8EMU_CPU_ORDER``, else ``"auto"``."""
+    p = _POLICY.get()
+    if p is None:
+        p = os.environ.get("FP8EMU_CPU_ORDER", "auto") or "auto"
+        _check_policy(p)
+    return p
+
+
+def _cpuinfo():
+    vendor, model, flags = "", "", frozenset()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key = line.split(":", 1)[0].strip()
+                if key == "vendor_id" and not vendor:
+                    vendor = line.split(":", 1)[1].strip()
+                elif key == "model name" and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif key == "flags" and not flags:
+                    flags = frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return vendor, model or platform.processor(), flags
+
+
+#: CPU flags that decide a BLAS kernel (the cache key keeps only these).
+_KERNEL_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16", "amx_tile",
+                 "amx_int8", "amx_bf16", "amx_fp16", "asimd", "sve")
+#: Environment variables that make MKL pick another kernel.
+_MKL_ENV = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE", "MKL_NUM_THREADS", "MKL_DYNAMIC")
+
+
+def machine():
+    """This machine's facts that decide a BLAS order (without torch's library versions)."""
+    vendor, model, flags = _cpuinfo()
+    return {"vendor": vendor, "model": model, "arch": platform.machine(),
+            "flags": sorted(f for f in _KERNEL_FLAGS if f in flags),
+            "mkl_env": {k: os.environ[k] for k in _MKL_ENV if os.environ.get(k)}}
+
+
+def cache_path():
+    """The file revealed orders are kept in."""
+    root = os.environ.get("FP8EMU_CACHE") or os.path.join(Path.home(), ".cache", "fp8emu")
+    return Path(root) / "cpu-order.json"
+
+
+def _torch():
+    try:
+        import torch          # optional: only to reveal torch's own order on this machine
+    except ImportError:
+        return None
+    return torch
+
+
+def _library(torch):
+    cfg = torch.__config__.show()
+    blas = next((ln.strip(" -") for ln in cfg.splitlines() if "Math Kernel Library" in ln or "OpenBLAS" in ln), "")
+    return {"torch": torch.__version__, "blas": blas}
+
+
+def _key(info, lib, threads, M, K, N, layout):
+    return json.dumps([info, lib, threads, M, K, N, layout], sort_keys=True)
+
+
+def _tensor(torch, a, transposed):
+    return torch.from_numpy(np.ascontiguousarray(a.T)).T if transposed else torch.from_numpy(a)
+
+
+def reveal_here(M, K, N, *, threads=None, layout="NN"):
+    """Probe torch's ``mm`` at this shape on this machine (no cache); (GemmOrder, facts).
+
+    ``threads``: torch's thread count for the probe (default: ``torch.get_num_threads()``).
+    ``layout``: ``"NN"``, ``"NT"``, ``"TN"`` or ``"TT"``: whether A and B reach ``mm`` as
+    row-major (N) or transposed views (T), as a BLAS sees them (``transa`` / ``transb``).
+    """
+    torch = _torch()
+    if torch is None:
+        raise RuntimeError("revealing torch's CPU GEMM order needs torch (pip install 'fp8emu[torch]')")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    old = torch.get_num_threads()
+    want = old if threads is None else int(threads)
+    ta, tb = layout[0] == "T", layout[1] == "T"
+
+    def mm(a, b):
+        with torch.no_grad():
+            return torch.mm(_tensor(torch, a, ta), _tensor(torch, b, tb)).numpy()
+
+    try:
+        if want != old:
+            torch.set_num_threads(want)
+        order, facts = reveal(mm, M, K, N)
+    finally:
+        if want != old:
+            torch.set_num_threads(old)
+    facts["threads"] = want
+    return order, facts
+
+
+def _load_cache():
+    p = cache_path()
+    try:
+        data = json.loads(p.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _store(key, entry):
+    p = cache_path()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = _load_cache()
+        data[key] = entry
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, p)
+    except OSError:
+        pass                  # a read-only home: the order is still kept for this process
+
+
+def _revealed(M, K, N, threads, layout):
+    torch = _torch()
+    if torch is None:
+        return None
+    t = torch.get_num_threads() if threads is None else int(threads)
+    info, lib = machine(), _library(torch)
+    key = _key(info, lib, t, M, K, N, layout)
+    with _LOCK:
+        hit = _MEMO.get(key)
+        if hit is None:
+            entry = _load_cache().get(key)
+            if entry is not None:
+                hit = (GemmOrder.from_json(entry["order"]), entry["explained"])
+            else:
+                order, facts = reveal_here(M, K, N, threads=t, layout=layout)
+                hit = (order, facts["explained"])
+                _store(key, {"order": order.to_json(), "explained": facts["explained"], "calls": facts["calls"]})
+            _MEMO[key] = hit
+    return hit
+
+
+def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3):
+    """``(GemmOrder, source)`` for torch's CPU ``mm`` of this shape under the policy in force.
+
+    ``source`` is ``"revealed"`` or the recorded model's name.  A recorded model used off the CPU
+    or shapes it was proven on, and a revealed order that does not explain every output, warn.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    p = policy()
+    if p in ("auto", "revealed") and K > 0 and M > 0 and N > 0:
+        hit = _revealed(M, K, N, threads, layout)
+        if hit is not None:
+            order, explained = hit
+            if explained < 1.0:
+                warnings.warn(f"{name}: the summation order revealed on this machine for {M}x{K}x{N} "
+                              f"({layout}) explains {explained:.1%} of torch's outputs (not a fixed order of "
+                              "float32 additions); the rest may differ in the last bits", RuntimeWarning,
+                              stacklevel=stacklevel)
+            return order, "revealed"
+        if p == "revealed":
+            raise RuntimeError("FP8EMU_CPU_ORDER='revealed' needs torch to probe this machine's GEMM order")
+    model = RECORDED[p if p in RECORDED else _DEFAULT_MODEL]
+    info = machine()
+    why = None
+    if p not in RECORDED and not model.applies_here(info):
+        why = (f"this CPU ({info['vendor'] or 'unknown vendor'}, {info['model'] or 'unknown model'}"
+               f"{', MKL settings ' + str(info['mkl_env']) if info['mkl_env'] else ''}) is not the one "
+               f"{model.name} was proven on ({model.proven_on}); install torch so that fp8emu reveals "
+               "this machine's order")
+    elif not model.in_range(M, K, N, threads):
+        why = (f"{model.name} is proven for M, N >= 2 and K <= {model.max_k} (K <= {model.one_thread_max_k} "
+               f"on one thread); this GEMM is {M}x{K}x{N} on {threads or 'an unknown number of'} thread(s)")
+    if why:
+        warnings.warn(f"{name}: {why}, so torch may differ in the last bits", RuntimeWarning, stacklevel=stacklevel)
+    return model.order(M, K, N), model.name
+
+
+def describe_here(shapes, *, threads=None, layout="NN"):
+    """Lines saying which order each ``(M, K, N)`` takes here and where it comes from."""
+    info = machine()
+    lines = [f"CPU: {info['vendor']} {info['model']} ({info['arch']}); kernel flags: {' '.join(info['flags'])}"]
+    if info["mkl_env"]:
+        lines.append(f"MKL settings: {info['mkl_env']}")
+    torch = _torch()
+    lines.append(f"library: {_library(torch)}" if torch is not None else "library: torch not installed")
+    lines.append(f"policy: {policy()}; cache: {cache_path()}")
+    for M, K, N in shapes:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            order, src = order_for(M, K, N, threads=threads, layout=layout, stacklevel=2)
+        note = f"  [warning: {w[0].message}]" if w else ""
+        lines.append(f"{M}x{K}x{N} {layout}: {src}: {order.describe()}{note}")
+    return lines
