@@ -1,0 +1,227 @@
+"""Summation orders revealed by probing (fp8emu.gemm.sumtree) and chosen per machine (fp8emu.gemm.cpu_order).
+
+Without torch: black boxes whose order is known by construction (written here in plain float32 /
+exact-rational arithmetic, not with fp8emu's evaluator) must be revealed exactly.  With torch: torch's
+own ``mm`` and ``_scaled_mm`` on whatever CPU runs the suite, under three MKL kernels of this machine
+(the default, ``MKL_ENABLE_INSTRUCTIONS=AVX2`` and ``MKL_CBWR=COMPATIBLE``, each in a fresh process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from fp8emu.gemm import cpu_order
+from fp8emu.gemm.sumtree import NotATreeError, SumTree, evaluate, reveal
+
+
+def _fma32(c, x, y):
+    """float32 FMA, exactly: the float32 nearest to c + x*y (ties to even), by rational arithmetic."""
+    v = Fraction(float(c)) + Fraction(float(x)) * Fraction(float(y))
+    lo = np.float32(float(v))               # within one float32 step of v
+    cands = [np.nextafter(lo, np.float32(-np.inf)), lo, np.nextafter(lo, np.float32(np.inf))]
+    best = min(cands, key=lambda f: (abs(Fraction(float(f)) - v), int(np.float32(f).view(np.int32)) & 1))
+    return np.float32(best)
+
+
+def _box(kind, fma=True):
+    """A GEMM ``mm(a, b)`` summing every output in a known order, written out directly."""
+    def add(c, x, y):
+        return _fma32(c, x, y) if fma else np.float32(c + np.float32(x * y))
+
+    def dot(a, b):
+        K = a.shape[0]
+        if kind == "chain":
+            c = np.float32(0)
+            for k in range(K):
+                c = add(c, a[k], b[k])
+            return c
+        if kind == "lanes4":                      # four accumulators k mod 4, then (l0 + l1) + (l2 + l3)
+            acc = [np.float32(0)] * 4
+            for k in range(K):
+                acc[k % 4] = add(acc[k % 4], a[k], b[k])
+            return np.float32(np.float32(acc[0] + acc[1]) + np.float32(acc[2] + acc[3]))
+        if kind == "blocks5":                     # chains over blocks of 5, block sums added in order
+            total = None
+            for k0 in range(0, K, 5):
+                c = np.float32(0)
+                for k in range(k0, min(K, k0 + 5)):
+                    c = add(c, a[k], b[k])
+                total = c if total is None else np.float32(total + c)
+            return total
+        raise AssertionError(kind)
+
+    def mm(a, b):
+        return np.array([[dot(a[m], b[:, n]) for n in range(b.shape[1])] for m in range(a.shape[0])], np.float32)
+    return mm
+
+
+@pytest.mark.parametrize("kind,nested", [
+    ("chain", lambda K: _chain(range(K))),
+    ("lanes4", lambda K: ((_chain(range(0, K, 4)), _chain(range(1, K, 4))),
+                          (_chain(range(2, K, 4)), _chain(range(3, K, 4))))),
+    ("blocks5", lambda K: _left([_chain(range(k, min(K, k + 5))) for k in range(0, K, 5)])),
+])
+@pytest.mark.parametrize("fma", [True, False])
+def test_reveal_finds_the_order_it_was_given(kind, nested, fma):
+    M, K, N = 3, 17, 2
+    order, facts = reveal(_box(kind, fma), M, K, N, check=4)
+    assert order.uniform and facts["explained"] == 1.0
+    assert order.trees[0] == SumTree.from_nested(nested(K), fma)
+    assert order.trees[0].fma is fma
+
+
+def _chain(ks):
+    ks = list(ks)
+    t = ks[0]
+    for k in ks[1:]:
+        t = (t, k)
+    return t
+
+
+def _left(items):
+    t = items[0]
+    for i in items[1:]:
+        t = (t, i)
+    return t
+
+
+def test_outputs_with_different_orders_are_revealed_each():
+    """Row 0 sums in one chain, row 1 in lanes: the packed probe cannot hold both, the per-output one does."""
+    chain, lanes = _box("chain"), _box("lanes4")
+
+    def mm(a, b):
+        out = chain(a, b)
+        out[1:] = lanes(a[1:], b)
+        return out
+    order, facts = reveal(mm, 2, 12, 3, check=4)
+    assert facts["explained"] == 1.0 and len(order.trees) == 2
+    assert order.trees[order.classes[0, 0]] == SumTree.from_nested(_chain(range(12)))
+    assert order.trees[order.classes[1, 2]] == SumTree.from_nested(
+        ((_chain(range(0, 12, 4)), _chain(range(1, 12, 4))), (_chain(range(2, 12, 4)), _chain(range(3, 12, 4)))))
+    assert order.trees[order.classes[1, 2]].describe() == "[0:9:4] + [1:10:4] + ([2:11:4] + [3:12:4])"
+
+
+def test_a_sum_that_is_no_tree_is_not_passed_off_as_one():
+    """Float64 accumulation rounded once is no float32 tree: the order found cannot explain it."""
+    def mm(a, b):
+        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    try:
+        order, facts = reveal(mm, 3, 40, 3)
+    except NotATreeError:
+        return
+    assert facts["explained"] < 1.0
+
+
+def test_describe_and_blocks():
+    assert SumTree.blocks([0, 384, 704, 1024]).describe() == "[0:384] + [384:704] + [704:1024]"
+    t = SumTree.from_nested((((0, 2), 4), ((1, 3), 5)), fma=False)
+    assert t.describe() == "[0:5:2] + [1:6:2]" and not t.fma      # Python slices: 0, 2, 4 and 1, 3, 5
+    with pytest.raises(ValueError, match="leaves must be 0 .. K-1"):
+        SumTree.from_nested(((0, 2), 3))
+    with pytest.raises(ValueError, match="K={}".format(6)):
+        evaluate(t, np.ones((1, 5), np.float32), np.ones((5, 1), np.float32))
+
+
+def test_a_recorded_model_off_its_cpu_warns(monkeypatch):
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)          # no torch: the recorded model
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("AuthenticAMD", "AMD EPYC", frozenset({"avx2", "avx512f"})))
+    with pytest.warns(RuntimeWarning, match="AuthenticAMD.*is not the one mkl-2024.2-avx512 was proven on"):
+        order, src = cpu_order.order_for(4, 64, 4, threads=1)
+    assert src == "mkl-2024.2-avx512"
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx2", "avx512f"})))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cpu_order.order_for(4, 64, 4, threads=1)[1] == "mkl-2024.2-avx512"
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")               # another MKL kernel on the same CPU
+    with pytest.warns(RuntimeWarning, match="MKL settings"):
+        cpu_order.order_for(4, 64, 4, threads=1)
+
+
+def test_policy_names_what_it_accepts(monkeypatch):
+    with pytest.raises(ValueError, match="use 'auto', 'revealed' or a recorded model"):
+        with cpu_order.use("intel"):
+            pass
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "mkl")
+    with pytest.raises(ValueError, match="CPU order 'mkl'"):
+        cpu_order.policy()
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "revealed")
+    with pytest.raises(RuntimeError, match="needs torch"):
+        cpu_order.order_for(2, 8, 2)
+
+
+# ----------------------------------------------------------------------------- live torch, three MKL kernels
+_LIVE = r"""
+import json, os, sys, warnings
+import numpy as np, torch
+import fp8emu
+from fp8emu.gemm import cpu_order
+from fp8emu.gemm.torch_cpu import sgemm, torch_cpu_mm, cpu_path
+from fp8emu.formats import get_format
+rng = np.random.default_rng(int(sys.argv[1]))
+tdt = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+rows = []
+for trial in range(int(sys.argv[2])):
+    threads = int(rng.choice([1, 2]))
+    torch.set_num_threads(threads)
+    M, N = int(rng.choice([1, 2, 3, 7, 16, 33])), int(rng.choice([1, 2, 5, 16, 31]))
+    K = int(rng.choice([16, 48, 208, 512, 1000, 1024, 2048, 4096]))
+    lay = str(rng.choice(["NN", "NT", "TN", "TT"]))
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    y = (rng.standard_normal((K, N)) * np.exp2(rng.integers(-8, 9, (K, N)))).astype(np.float32)
+    tx = torch.from_numpy(np.ascontiguousarray(x.T)).T if lay[0] == "T" else torch.from_numpy(x)
+    ty = torch.from_numpy(np.ascontiguousarray(y.T)).T if lay[1] == "T" else torch.from_numpy(y)
+    want = torch.mm(tx, ty).numpy()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = sgemm(x, y, threads=threads, layout=lay)
+    rows.append(["mm", M, K, N, lay, threads, int((want.view(np.int32) != got.view(np.int32)).sum()), len(w)])
+    fa, fb = [str(v) for v in rng.choice(["e4m3fn", "e5m2"], 2)]
+    rowwise = bool(rng.random() < 0.5)
+    a = torch.from_numpy(x).to(tdt[fa])
+    b = torch.from_numpy(np.ascontiguousarray(y.T)).to(tdt[fb]).t()
+    sa = torch.from_numpy((rng.random((M, 1)) + .5).astype(np.float32)) if rowwise else torch.tensor(1.25)
+    sb = torch.from_numpy((rng.random((1, N)) + .5).astype(np.float32)) if rowwise else torch.tensor(0.75)
+    try:
+        want = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.float32).numpy()
+    except RuntimeError:
+        continue
+    path = cpu_path(fa, fb, tensorwise=not rowwise)
+    ca = a.view(torch.uint8).numpy()
+    cb = np.ascontiguousarray(b.t().contiguous().view(torch.uint8).numpy().T)
+    t = (lambda s: None if rowwise else s.numpy()), (lambda s: s.numpy() if rowwise else None)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = torch_cpu_mm(path, ca, get_format(fa), cb, get_format(fb), t[0](sa), t[1](sa), t[0](sb), t[1](sb))
+    rows.append([path, M, K, N, fa + "x" + fb, threads, int((want.view(np.int32) != got.view(np.int32)).sum()),
+                 len(w)])
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, {"MKL_CBWR": "COMPATIBLE"}],
+                         ids=["default", "avx2", "cbwr-compatible"])
+def test_live_torch_gemms_equal_the_revealed_order_or_warn(env, tmp_path):
+    """Random torch.mm and _scaled_mm calls (M, N from 1, K to 4096, 1 and 2 threads, every layout, both CPU
+    paths, E4M3/E5M2 mixes, tensor-wise and row-wise scales) equal the emulation bit for bit, or it warned."""
+    pytest.importorskip("torch")
+    seed = {"": 1, "AVX2": 2, "COMPATIBLE": 3}["".join(env.values())]
+    e = {**os.environ, **env, "FP8EMU_CACHE": str(tmp_path), "FP8EMU_CPU_ORDER": "auto"}
+    out = subprocess.run([sys.executable, "-c", _LIVE, str(seed), "12"], capture_output=True, text=True, env=e,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(rows) >= 18
+    silent = [r for r in rows if r[6] and not r[7]]
+    assert not silent, f"outputs differ without a warning: {silent}"
+    exact = [r for r in rows if r[1] >= 2 and r[3] >= 2]
+    assert exact and all(r[6] == 0 for r in exact), [r for r in exact if r[6]]
+    assert (tmp_path / "cpu-order.json").exists()            # revealed once, kept for the next process
