@@ -125,6 +125,15 @@ class EmulatedLinear(nn.Module):
         """Whether the GEMMs are torchao ``Float8Linear(emulate=True)``'s (its output dtype and bias rules)."""
         return self.accumulator("fprop") == TORCHAO_EMULATE
 
+    def torch_cpu(self) -> bool:
+        """Whether the layer runs on torch's own CPU paths (the ``cpu`` stack)."""
+        return self.accumulator("fprop") in (TORCHAO_EMULATE, "torch-cpu")
+
+    def bias_outside(self) -> bool:
+        """torchao's ``Float8Linear`` adds its bias in torch after the GEMM (``output + bias``), so on
+        torch's CPU the bias and its gradient are torch's own arithmetic."""
+        return self.torchao_emulate() or (self.torch_cpu() and self.recipe.gemm_family("fprop").startswith("torchao"))
+
     def record(self, pass_, step, pairs, out, a_hp, b_hp, bias=None):
         """Diagnostics rows of one pass: one per operand, with the GEMM's relative error.
 
@@ -172,8 +181,10 @@ class EmulatedLinear(nn.Module):
     def _forward(self, x):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
+        if x2.shape[0] == 0:                # no tokens: nn.Linear's empty output (and zero gradients)
+            return torch.nn.functional.linear(x, self.weight, self.bias)
         self.check_tokens(x2.shape[0])
-        if self.torchao_emulate():
+        if self.bias_outside():
             # Float8Linear: the GEMM's output in the input's dtype, then ``output + bias.to(output.dtype)``
             # in torch (so the bias and its gradient are torch's own arithmetic)
             y = _LinearFunction.apply(x2, self.weight, None, self)
@@ -254,7 +265,12 @@ class _LinearFunction(torch.autograd.Function):
                          dyf, ctx.w)
             layer.record("wgrad", step, [("grad_output", dys.T, a2), ("input", ctx.xs, ctx.x_col)], dw,
                          dyf.T, np.asarray(ctx.xs, np.float32))
-        db = _torch(np.asarray(dys, np.float32).sum(axis=0, dtype=np.float32), dy) if ctx.has_bias else None
+        if not ctx.has_bias:
+            db = None
+        elif layer.torch_cpu():
+            db = dy.sum(0)                  # torch's CPU: autograd's bias gradient is torch's own reduction
+        else:
+            db = _torch(np.asarray(dys, np.float32).sum(axis=0, dtype=np.float32), dy)
         # torchao returns grad_weight in the gradient's dtype; autograd converts it to the weight's
         dw_t = _torch(dw, dy).to(layer.weight.dtype) if layer.torchao_emulate() else _torch(dw, layer.weight)
         return _torch(dx, dy), dw_t, db, None

@@ -139,6 +139,9 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
 def _multiple(R, S) -> int:
     """What in_features, out_features and the token count must be multiples of."""
     m = R.multiple
+    if R.gemm_family("fprop").startswith("torchao") and S.accumulator(R.gemm_family("fprop"), False) in (
+            "torchao-emulate", "torch-cpu"):
+        m = 1           # torchao converts every nn.Linear, and torch's CPU GEMMs take any size
     for p in PASSES:
         if not R.high_precision(p):
             k = S.multiple(R.family)
