@@ -258,6 +258,6 @@ def test_torchao_on_the_cpu_trains_as_real_torchao_with_its_gemms_on_the_cpu():
         ob.step()
         assert all(torch.equal(p, q) for p, q in zip(ref.parameters(), emu.parameters()))
     for recipe in ("torchao-tensorwise", "torchao-rowwise", "te-current"):
-        m = torch.nn.Linear(64, 32)
+        m = torch.nn.Sequential(torch.nn.Linear(64, 32))
         ft.emulate(m, recipe, "cpu")
         assert m(torch.zeros(0, 64)).shape == (0, 32)
