@@ -355,6 +355,7 @@ _BAD_LINES = {
     "formats": ["formats", "--no-such-option"],
     "profiles": ["profiles", "--no-such-option"],
     "presets": ["presets", "--no-such-option"],
+    "cpu-order": ["cpu-order", "12x3"],
     "table": ["table"],
     "conformance": ["conformance", "--workers", "0"],
     "golden": ["golden", "--format", "e4m3fn", "--out", "."],

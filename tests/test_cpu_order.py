@@ -261,3 +261,16 @@ def test_torchao_on_the_cpu_trains_as_real_torchao_with_its_gemms_on_the_cpu():
         m = torch.nn.Sequential(torch.nn.Linear(64, 32))
         ft.emulate(m, recipe, "cpu")
         assert m(torch.zeros(0, 64)).shape == (0, 32)
+
+
+def test_cli_names_what_it_found_and_refuses_bad_shapes(capsys, monkeypatch):
+    from fp8emu.cli import main
+    assert main(["cpu-order", "--recorded"]) == 0
+    assert "mkl-2024.2-avx512: Intel Xeon with AVX-512 and AMX" in capsys.readouterr().out
+    assert main(["cpu-order", "64x0x3"]) == 2
+    assert "a shape is MxKxN with positive integers" in capsys.readouterr().err
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "mkl-2024.2-avx512")
+    assert main(["cpu-order", "--json", "--threads", "1", "4x1024x4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gemms"][0]["order"] == "fma [0:384] + [384:704] + [704:1024]"
+    assert out["gemms"][0]["source"] == "mkl-2024.2-avx512"

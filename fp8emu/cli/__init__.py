@@ -45,6 +45,7 @@ COMMANDS = {
     "formats": ("formats", "list the formats with their constants and special codes"),
     "profiles": ("profiles", "list the implementation profiles (GPU and library code paths)"),
     "presets": ("presets", "list the matrix-instruction presets and the evidence behind each"),
+    "cpu-order": ("cpu_order", "which summation order torch's CPU GEMMs take on this machine (revealed or recorded)"),
     "table": ("table", "list every code of a format with its bits and value"),
     "conformance": ("conformance", "exact conformance of the profiles with the recorded H200 tables"),
     "golden": ("golden", "write golden vectors with expected codes for kernel tests"),

@@ -18,16 +18,22 @@ one of two paths:
     in float32, multiplies an FP8 output by ``fl(1 / scale_result)`` and casts with torch's own
     CPU cast (E4M3FN saturates overflow and Inf to 448; E5M2 overflows to Inf).
 
-The sgemm's summation order, found with live torch (2.13.0+cpu, MKL 2024.2, AVX-512, one
-thread): K is cut into blocks, each summed by one float32 FMA chain per output in K order
+The sgemm's summation order is the BLAS's, and a BLAS chooses it by CPU, library version, MKL
+settings, thread count, shape and operand layout, so :func:`sgemm` takes it from
+:mod:`fp8emu.gemm.cpu_order`: **revealed on the running machine** wherever torch is importable (torch's
+own ``mm`` probed once per shape, :mod:`fp8emu.gemm.sumtree`, cached), else a **recorded model**.  The
+one recorded, ``"mkl-2024.2-avx512"`` (torch 2.13.0+cpu, MKL 2024.2, an AVX-512 + AMX Intel Xeon):
+K is cut into blocks, each summed by one float32 FMA chain per output in K order
 (``c = fl(c + x_k y_k)``), and the block sums are added in order: blocks of 384 while more than
 768 remain, then the rest in one block (at most 384) or two halves (``ceil`` first).  So
-``K <= 384`` is one chain, ``K = 500`` two of 250, ``K = 1024`` blocks of 384, 320, 320.
-Reproduced range: ``M >= 2`` and ``N >= 2`` (a single row or column goes to MKL's gemv, whose
-order differs); ``K <= 4096`` on one thread (``torch.set_num_threads(1)``); ``K <= 768`` on two
-threads (beyond, MKL may give each thread half of K, each half cut as above, and most outputs
-of a 32x1024x32 GEMM then differ).  Outside it the emulation keeps the one-thread model and a RuntimeWarning says that
-torch may differ.  NaN results are NaN, but their sign bit (which operand's NaN an instruction
+``K <= 384`` is one chain, ``K = 500`` two of 250, ``K = 1024`` blocks of 384, 320, 320.  Its proven
+range: ``M >= 2`` and ``N >= 2`` (a single row or column goes to MKL's gemv); ``K <= 4096`` on one
+thread; ``K <= 768`` on two (beyond, MKL may give each thread half of K).  On another CPU, under
+``MKL_ENABLE_INSTRUCTIONS`` / ``MKL_CBWR``, or outside that range it warns.  Revealed orders are exact
+wherever the BLAS sums in a fixed binary tree of float32 additions or FMAs (every GEMM with M, N >= 2
+on MKL's AVX-512, AVX2 and CBWR=COMPATIBLE kernels, 1 and 2 threads, checked live); MKL's gemv
+(M or N = 1) is not such a tree on these kernels, and a RuntimeWarning says how many outputs the
+order found explains.  NaN results are NaN, but their sign bit (which operand's NaN an instruction
 passes on, or x86's negative default NaN) is not reproduced, on either path.  The oneDNN path's
 order is the same for every shape, K (checked up to 4096) and thread count (1, 2).
 
