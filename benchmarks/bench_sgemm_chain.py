@@ -5,6 +5,9 @@ best of ``--repeat`` interleaved runs per shape (M x K x N).  With ``--pairs rec
 also one training step of the train-study GPT (benchmarks/bench_train_study.py's model and
 step) per pair with the old chain and with the new, interleaved, beside the float32 step.  Run:
 OMP_NUM_THREADS=1 PYTHONPATH=. python3 benchmarks/bench_sgemm_chain.py [--pairs deepseek-v3@cpu]
+Historical since issue 49: ``sgemm`` now evaluates the order revealed on the machine
+(``fp8emu.gemm.sumtree``), so ``--pairs`` (which swaps ``torch_cpu._fma_chain``) times the same code twice;
+the per-shape GEMM rows still compare the two chains.
 """
 import argparse
 import os

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -126,6 +127,7 @@ def policy():
     return p
 
 
+@functools.lru_cache(maxsize=1)
 def _cpuinfo():
     vendor, model, flags = "", "", frozenset()
     try:
@@ -172,6 +174,7 @@ def _torch():
     return torch
 
 
+@functools.lru_cache(maxsize=4)
 def _library(torch):
     cfg = torch.__config__.show()
     blas = next((ln.strip(" -") for ln in cfg.splitlines() if "Math Kernel Library" in ln or "OpenBLAS" in ln), "")
