@@ -15,7 +15,7 @@ from .stacks import BLACKWELL_MXF8
 __all__ = ["run_gemm", "operand_stats"]
 
 
-def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="NN") -> np.ndarray:
+def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="NN", fast_accum=False) -> np.ndarray:
     """``A @ B`` (+ bias) of two quantized operands with the stack's accumulator.
 
     FP8 operands (per-tensor, row-wise, 1x128 / 128x128 block scales) go to
@@ -32,7 +32,9 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="
     high-precision operands: float32 ``torch.mm``, :func:`fp8emu.gemm.torch_cpu.sgemm`), in
     float32 (the caller converts and adds the bias as ``Float8Linear`` does).  ``layout``: how
     torchao's ``torch.mm`` receives the two operands (``"NN"``, ``"NT"``, ``"TN"``, ``"TT"``), which
-    can change the BLAS's summation order (:mod:`fp8emu.gemm.cpu_order`).
+    can change the BLAS's summation order (:mod:`fp8emu.gemm.cpu_order`).  torchao's operands
+    (``divisor`` set) on ``"torch-cpu"``: torchao's ``addmm_float8_unwrapped`` around torch's CPU
+    ``_scaled_mm`` (:func:`_torchao_scaled_mm`); ``fast_accum``: the pass's ``use_fast_accum``.
     """
     if accumulator == TORCHAO_EMULATE:
         if bias is not None:
@@ -42,6 +44,15 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="
             return sgemm(a.hp, b.hp, threads=threads, layout=layout, name=TORCHAO_EMULATE, stacklevel=3)
         return torchao_emulated_mm(a.codes, a.fmt, a.divisor, b.codes, b.fmt, b.divisor, threads=threads,
                                    layout=layout)
+    if accumulator == "torch-cpu" and a.kind == "hp":
+        v = sgemm(a.hp, b.hp, threads=torch.get_num_threads(), layout=layout, name="torch.mm", stacklevel=3)
+        if bias is not None:
+            v = (v + np.asarray(bias, np.float32)).astype(np.float32)
+        return v if out_dtype == "float32" else v.astype(_np_dtype(out_dtype))
+    if accumulator == "torch-cpu" and a.kind == "fp8" and a.divisor is not None:
+        if bias is not None:
+            raise ValueError("torchao on the CPU adds the bias after its GEMM; pass bias=None")
+        return _torchao_scaled_mm(a, b, out_dtype, fast_accum)
     if accumulator == "torch-cpu" and a.kind == "fp8":
         return _torch_cpu(a, b, out_dtype, bias)
     if a.kind == "hp":
@@ -101,6 +112,37 @@ def _torch_cpu(a, b, out_dtype, bias):
     path = cpu_path(a.fmt.name, b.fmt.name, tensorwise=sa.size == 1 and sb.size == 1, mkldnn=mkldnn)
     return scaled_mm(a.codes, b.codes, a_format=a.fmt, b_format=b.fmt, scale_a=sa, scale_b=sb, bias=bias,
                      out_dtype=out_dtype, accumulator=path)
+
+
+def _torchao_scaled_mm(a, b, out_dtype, fast_accum):
+    """torchao 0.18's ``addmm_float8_unwrapped`` (``torchao/float8/float8_ops.py``) on torch's CPU.
+
+    torchao passes the reciprocals of its scales, ``fl32(1 / s)``; with row-wise scales and no fast
+    accumulation it calls ``_scaled_mm`` with unit scales and multiplies the output by the outer
+    product ``fl32(1/s_a * 1/s_b)`` afterwards; with row-wise scales a float32 or float16 output is
+    asked for in bfloat16 (``_scaled_mm``'s row-wise output type) and converted back."""
+    M, N = a.codes.shape[0], b.codes.shape[1]
+    with np.errstate(divide="ignore"):
+        ia = (np.float32(1) / np.asarray(a.divisor, np.float32)).astype(np.float32)
+        ib = (np.float32(1) / np.asarray(b.divisor, np.float32)).astype(np.float32)
+    if ia.size == 1 and ib.size != 1:           # preprocess_addmm repeats a tensor-wise scale along its axis
+        ia = np.full((M, 1), ia.reshape(()), np.float32)
+    elif ib.size == 1 and ia.size != 1:
+        ib = np.full((1, N), ib.reshape(()), np.float32)
+    rowwise = ia.shape == (M, 1) and ib.shape == (1, N)
+    post = None
+    if rowwise and not fast_accum:
+        with np.errstate(all="ignore"):
+            post = (ia * ib).astype(np.float32)
+        ia, ib = np.float32(1), np.float32(1)
+    gemm_dtype = "bfloat16" if rowwise and out_dtype in ("float32", "float16") else out_dtype
+    op = Operand("fp8", codes=a.codes, fmt=a.fmt, scale_inv=ia)
+    oq = Operand("fp8", codes=b.codes, fmt=b.fmt, scale_inv=ib)
+    out = _torch_cpu(op, oq, gemm_dtype, None)
+    if post is not None:
+        with np.errstate(all="ignore"):
+            out = (np.asarray(out, np.float32) * post).astype(out.dtype)       # torch's in-place `output *= post`
+    return out if gemm_dtype == out_dtype else np.asarray(out, np.float32).astype(_np_dtype(out_dtype) if out_dtype != "float32" else np.float32)
 
 
 def _np_dtype(name):

@@ -218,7 +218,8 @@ class _LinearFunction(torch.autograd.Function):
         a = layer.operand("input", xs, 1, "fprop", step)
         b = layer.operand("weight", w.T, 0, "fprop", step)
         bias_np = None if bias is None else np.asarray(_np(bias, S.dtype), np.float32)
-        y = run_gemm(a, b, layer.accumulator("fprop"), S.dtype, bias_np, layout=_MM_LAYOUT["fprop"])
+        y = run_gemm(a, b, layer.accumulator("fprop"), S.dtype, bias_np, layout=_MM_LAYOUT["fprop"],
+                     fast_accum=True)          # torchao: use_fast_accum for the output GEMM only
         shared = R.shared_copies()
         # the backward GEMMs' copies, quantized now from the high-precision tensors (as TE)
         if R.high_precision("wgrad"):

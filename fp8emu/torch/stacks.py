@@ -115,7 +115,8 @@ class Stack:
                 return self.torchao
             family = "fp8" if family == "torchao" else "hp"
         if family == "hp":
-            return None
+            # torch's CPU: a high-precision GEMM is torch's float32 mm (MKL's sgemm), not an exact one
+            return "torch-cpu" if self.fast == "torch-cpu" else None
         acc = {"fp8": self.split if split else self.fast, "fp8-block": self.block_fp8,
                "mx": self.mx, "nvfp4": self.nvfp4}[family]
         if acc is None:
