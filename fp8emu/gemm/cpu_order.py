@@ -186,7 +186,10 @@ def _key(info, lib, threads, M, K, N, layout):
 
 
 def _tensor(torch, a, transposed):
-    return torch.from_numpy(np.ascontiguousarray(a.T)).T if transposed else torch.from_numpy(a)
+    # a copy in torch's own allocation (64-byte aligned, as every tensor torch makes): a kernel may peel
+    # elements until its loads are aligned, so the order can depend on where a row starts
+    t = torch.from_numpy(np.ascontiguousarray(a.T)).T if transposed else torch.from_numpy(np.ascontiguousarray(a))
+    return t.clone()
 
 
 def reveal_here(M, K, N, *, threads=None, layout="NN"):
