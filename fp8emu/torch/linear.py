@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import types
 import warnings
 
 import ml_dtypes
@@ -47,6 +48,20 @@ def _torch(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
 def _t(op: Operand) -> Operand:
     """The transposed copy of a per-tensor FP8 operand (same codes, same scale)."""
     return op._replace(codes=np.ascontiguousarray(op.codes.T))
+
+
+def _rows(op: Operand, m: int) -> Operand:
+    """The first ``m`` rows of an input operand (K along axis 1), for diagnostics of a padded GEMM."""
+    if op.kind == "hp":
+        return op._replace(hp=op.hp[:m])
+    if op.kind == "fp8":
+        s = np.asarray(op.scale_inv)
+        return op._replace(codes=op.codes[:m], scale_inv=s[:m] if s.ndim == 2 and s.shape[0] > m else s)
+    st = op.st
+    scale = np.asarray(st.scale)
+    return op._replace(st=types.SimpleNamespace(
+        codes=st.codes[:m], fmt=st.fmt, global_scale=st.global_scale,
+        scale=scale[:m] if scale.ndim == 2 and scale.shape[0] == st.codes.shape[0] else scale))
 
 
 class EmulatedLinear(nn.Module):
@@ -166,15 +181,29 @@ class EmulatedLinear(nn.Module):
     def _forward(self, x):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        self.check_tokens(x2.shape[0])
+        # without autograd (torch.no_grad, inference_mode, nothing requiring grad) only fprop runs and the
+        # token count is no GEMM's K: any count is taken, padded with zero rows to the layer's multiple as
+        # a kernel pads a partial tile (zero rows change no other row and no amax), so that the GEMM and
+        # its scales have the shapes of training (one row would make block scales look per-tensor)
+        params = (self.weight,) if self.bias is None else (self.weight, self.bias)
+        rows = None
+        if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+            self.check_tokens(x2.shape[0])
+        elif x2.shape[0] % self.multiple:
+            rows = x2.shape[0]
+            x2 = torch.cat([x2, x2.new_zeros((-rows) % self.multiple, self.in_features)])
+        elif x2.shape[0]:
+            rows = x2.shape[0]
         if self.torchao_emulate():
             # Float8Linear: the GEMM's output in the input's dtype, then ``output + bias.to(output.dtype)``
             # in torch (so the bias and its gradient are torch's own arithmetic)
-            y = _LinearFunction.apply(x2, self.weight, None, self)
+            y = _LinearFunction.apply(x2, self.weight, None, self, rows)
             if self.bias is not None:
                 y = y + self.bias.to(y.dtype)
         else:
-            y = _LinearFunction.apply(x2, self.weight, self.bias, self)
+            y = _LinearFunction.apply(x2, self.weight, self.bias, self, rows)
+        if rows is not None:
+            y = y[:rows]
         return y.reshape(*lead, self.out_features)
 
 
@@ -191,7 +220,9 @@ def _acting_as(layer, recipe, stack, multiple):
 
 class _LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, layer):
+    def forward(ctx, x, weight, bias, layer, rows=None):
+        """``rows``: None when autograd will call backward; else forward only, the first ``rows`` of
+        ``x``'s rows real (the rest zero padding)."""
         R, S = layer.recipe, layer.stack
         step = int(layer.fp8emu_step)
         with torch.no_grad():
@@ -202,6 +233,11 @@ class _LinearFunction(torch.autograd.Function):
         b = layer.operand("weight", w.T, 0, "fprop", step)
         bias_np = None if bias is None else np.asarray(_np(bias, S.dtype), np.float32)
         y = run_gemm(a, b, layer.accumulator("fprop"), S.dtype, bias_np)
+        if rows is not None:        # forward only: no copies for backward GEMMs that will not run
+            if layer.diagnostics_enabled:   # of the real rows (padding would dilute the fractions)
+                layer.record("fprop", step, [("input", xs[:rows], _rows(a, rows)), ("weight", w.T, b)], y[:rows],
+                             np.asarray(xs[:rows], np.float32), w.T, bias_np)
+            return _torch(y, x)
         shared = R.shared_copies()
         # the backward GEMMs' copies, quantized now from the high-precision tensors (as TE)
         if R.high_precision("wgrad"):
@@ -251,4 +287,4 @@ class _LinearFunction(torch.autograd.Function):
         db = _torch(np.asarray(dys, np.float32).sum(axis=0, dtype=np.float32), dy) if ctx.has_bias else None
         # torchao returns grad_weight in the gradient's dtype; autograd converts it to the weight's
         dw_t = _torch(dw, dy).to(layer.weight.dtype) if layer.torchao_emulate() else _torch(dw, layer.weight)
-        return _torch(dx, dy), dw_t, db, None
+        return _torch(dx, dy), dw_t, db, None, None

@@ -56,6 +56,10 @@ class EmulationReport:
     first, last : str or None
         The first and the last ``nn.Linear`` in registration order (``model.named_modules()``),
         usually the first and last layers a token passes, whatever happened to them.
+    fast_path_off : list of str
+        ``nn.TransformerEncoderLayer`` / ``nn.TransformerEncoder`` modules whose fused inference path
+        (which reads the weights directly, bypassing the layers) was turned off so that the emulated
+        layers run in eval mode too.
     """
 
     recipe: object
@@ -65,6 +69,7 @@ class EmulationReport:
     filtered: dict = dataclasses.field(default_factory=dict)
     first: str = None
     last: str = None
+    fast_path_off: list = dataclasses.field(default_factory=list)
 
     @property
     def high_precision(self) -> dict:
@@ -214,11 +219,36 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, di
             setattr(model.get_submodule(parent_name) if parent_name else model, attr, layer)
         also = f" (one layer, also used as {', '.join(repr(n) for n in names[1:])})" if len(names) > 1 else ""
         report.swapped[name] = _describe(R, S) + also
+    report.fast_path_off = _fast_path_off(model)
     if report.skipped:
         listed = "; ".join(f"{k!r} ({v})" for k, v in report.skipped.items())
         warnings.warn(f"{len(report.skipped)} layer(s) left in high precision (fp8emu.torch.emulate): {listed}; "
                       "pass module_filter_fn to leave them out on purpose", HighPrecisionWarning, stacklevel=2)
     return report
+
+
+def _no_fast_path(module, args):
+    """A forward pre-hook that does nothing: its presence turns torch's encoder-layer fast path off."""
+    return None
+
+
+def _fast_path_off(model) -> list:
+    """Turn off torch's fused inference path where it would bypass emulated layers; their names.
+
+    In eval mode without autograd ``nn.TransformerEncoderLayer.forward`` calls
+    ``torch._transformer_encoder_layer_fwd`` with ``linear1.weight`` / ``linear2.weight`` unless a
+    forward hook is registered on it (a condition of its fast path), so the emulated layers would
+    silently not run; ``nn.TransformerEncoder`` would hand them nested tensors (``use_nested_tensor``)."""
+    names = []
+    for name, m in model.named_modules():
+        if isinstance(m, nn.TransformerEncoderLayer) and any(isinstance(c, EmulatedLinear) for c in m.modules()):
+            m.register_forward_pre_hook(_no_fast_path)
+            names.append(name)
+        elif isinstance(m, nn.TransformerEncoder) and getattr(m, "use_nested_tensor", False) \
+                and any(isinstance(c, EmulatedLinear) for c in m.modules()):
+            m.use_nested_tensor = False
+            names.append(name)
+    return names
 
 
 def _accepted(fn, lin, names) -> bool:
