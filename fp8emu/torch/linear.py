@@ -76,13 +76,18 @@ class EmulatedLinear(nn.Module):
     recipe : TrainingRecipe
     stack : Stack
     layer_name : str
+    autocast_only : bool
+        True: FP8 only inside :func:`fp8emu.torch.autocast` (Transformer Engine's rule), the plain
+        ``nn.Linear`` outside it.
     diagnostics_enabled : bool
     diagnostic_rows : list of dict
     """
 
     def __init__(self, linear: nn.Linear, recipe: TrainingRecipe, stack: Stack, layer_name: str,
-                 index: int, *, diagnostics: bool = False, seed: int = 0, multiple: int = 1):
+                 index: int, *, diagnostics: bool = False, seed: int = 0, multiple: int = 1,
+                 autocast_only: bool = False):
         super().__init__()
+        self.autocast_only = bool(autocast_only)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.bias = linear.bias
@@ -172,6 +177,8 @@ class EmulatedLinear(nn.Module):
                              f"expected {self.in_features}")
         state = AUTOCAST.get()
         if state is None:
+            if self.autocast_only:          # Transformer Engine's rule: FP8 only inside the context
+                return torch.nn.functional.linear(x, self.weight, self.bias)
             return self._forward(x)
         if not state.enabled:               # outside FP8, as TE's modules outside fp8_autocast
             return torch.nn.functional.linear(x, self.weight, self.bias)
@@ -179,6 +186,10 @@ class EmulatedLinear(nn.Module):
             return self._forward(x)
 
     def _forward(self, x):
+        dev = x.device.type
+        if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
+            # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
+            x = x.to(torch.get_autocast_dtype(dev))
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         # without autograd (torch.no_grad, inference_mode, nothing requiring grad) only fprop runs and the

@@ -104,8 +104,8 @@ def check_combination(recipe, stack):
         raise ValueError(f"recipe {recipe.name!r} on gpu {stack.name!r}: {exc}") from None
 
 
-def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, diagnostics=False,
-            seed=0) -> EmulationReport:
+def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, autocast_only=False,
+            diagnostics=False, seed=0) -> EmulationReport:
     """Swap ``model``'s ``nn.Linear`` layers, in place, for FP8/FP4-emulated ones.
 
     Parameters
@@ -121,6 +121,10 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, di
         is called for every ``nn.Linear`` (subclasses included) with its fully qualified name; a
         layer for which it returns False stays in high precision on purpose (``report.filtered``, no
         warning).  None: every layer is a candidate.  It must return True or False.
+    autocast_only : bool, keyword-only
+        False (the default, as torchao's ``Float8Linear``): the layers run FP8 everywhere except
+        inside ``fp8emu.torch.autocast(enabled=False)``.  True (Transformer Engine's rule): they run
+        FP8 only inside ``fp8emu.torch.autocast()``, and as the plain ``nn.Linear`` outside it.
     diagnostics : bool, keyword-only
         Record per-layer, per-pass rows (:func:`diagnostics`).
     seed : int, keyword-only
@@ -165,7 +169,7 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, di
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-    for what, v in (("diagnostics", diagnostics),):
+    for what, v in (("diagnostics", diagnostics), ("autocast_only", autocast_only)):
         if not isinstance(v, bool):
             raise TypeError(f"{what} must be True or False, got {v!r}")
     if module_filter_fn is not None and not callable(module_filter_fn):
@@ -213,7 +217,7 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, di
             report.skipped[name] = "; ".join(bad)
             continue
         layer = EmulatedLinear(lin, R, S, name, plain.index(key), diagnostics=diagnostics, seed=seed,
-                               multiple=mult)
+                               multiple=mult, autocast_only=autocast_only)
         for ref in names:
             parent_name, _, attr = ref.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, attr, layer)
