@@ -97,3 +97,21 @@ def test_encoder_layer_fast_path_no_longer_bypasses_the_emulated_layers():
     mask[1, 10:] = True
     with torch.no_grad():
         assert enc(x, src_key_padding_mask=mask).shape == x.shape
+
+
+@pytest.mark.parametrize("recipe, gpu", [("te-nvfp4", "b200"), ("te-current", "h100"), ("te-block", "h100")])
+def test_diagnostics_of_a_padded_step_count_the_real_rows(recipe, gpu):
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(128, 128))
+    ft.emulate(base, recipe, gpu, diagnostics=True)
+    mult = base[0].multiple
+    x = torch.randn(3, 128)
+    padded = torch.cat([x, torch.zeros(mult - 3, 128)])
+    one, full = copy.deepcopy(base), copy.deepcopy(base)
+    with torch.no_grad():
+        one(x)
+        full(padded)
+    a, b = ft.diagnostics(one)[0], ft.diagnostics(full)[0]
+    for k in ("frac_saturated", "frac_clipped", "frac_underflow", "frac_flushed"):
+        assert a[k] * 3 == pytest.approx(b[k] * mult, rel=1e-12), k   # same counts, over the real rows
+    assert a["amax"] == b["amax"]

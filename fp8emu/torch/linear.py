@@ -21,8 +21,9 @@ import torch
 from torch import nn
 
 from ..gemm.torch_cpu import TORCHAO_EMULATE
+from ..scaling.tensor import expand
 from .gemms import operand_stats, run_gemm
-from .recipes import Operand, TrainingRecipe
+from .recipes import Operand, TENVFP4BlockScaling, TrainingRecipe
 from .stacks import Stack
 
 __all__ = ["EmulatedLinear"]
@@ -54,14 +55,46 @@ def _rows(op: Operand, m: int) -> Operand:
     """The first ``m`` rows of an input operand (K along axis 1), for diagnostics of a padded GEMM."""
     if op.kind == "hp":
         return op._replace(hp=op.hp[:m])
+    rows = op.codes.shape[0] if op.kind == "fp8" else op.st.codes.shape[0]
+    if m == rows:
+        return op
+
+    def cut(a):     # per-row scales (K-wise blocks of one row) lose the padded rows; one scale is kept
+        a = np.asarray(a)
+        return a[:m] if a.ndim == 2 and a.shape[0] == rows else a
+
     if op.kind == "fp8":
-        s = np.asarray(op.scale_inv)
-        return op._replace(codes=op.codes[:m], scale_inv=s[:m] if s.ndim == 2 and s.shape[0] > m else s)
+        return op._replace(codes=op.codes[:m], scale_inv=cut(op.scale_inv))
     st = op.st
-    scale = np.asarray(st.scale)
     return op._replace(st=types.SimpleNamespace(
-        codes=st.codes[:m], fmt=st.fmt, global_scale=st.global_scale,
-        scale=scale[:m] if scale.ndim == 2 and scale.shape[0] == st.codes.shape[0] else scale))
+        codes=st.codes[:m], fmt=st.fmt, global_scale=st.global_scale, scale=cut(st.scale),
+        scale_inv=cut(st.scale_inv), block=st.block, shape=(m,) + tuple(st.shape[1:])))
+
+
+def frac_clipped(arr: np.ndarray, op: Operand) -> float:
+    """Fraction of elements clipped: finite inputs beyond the largest value their scale lets the format
+    hold by more than rounding accounts for (``|x| > (max + ulp(max) / 2) * scale_inv``), so that the
+    saturating conversion, not rounding, set them to the format's maximum.
+
+    Block scaling puts each block's largest element at (or next to) the format's maximum by design;
+    those count in ``frac_saturated`` (codes at the maximum), not here.  NaN for unquantized operands.
+    """
+    if op.kind == "hp":
+        return float("nan")
+    x = np.abs(np.asarray(arr, np.float64))
+    if op.kind == "fp8":
+        fmt, inv = op.fmt, np.asarray(op.scale_inv, np.float64)
+        if inv.ndim == 2:       # per-row / per-column / per-block scales, repeated over their elements
+            reps = [-(-n // max(k, 1)) for n, k in zip(x.shape, inv.shape)]
+            inv = np.repeat(np.repeat(inv, reps[0], axis=0), reps[1], axis=1)[:x.shape[0], :x.shape[1]]
+    else:
+        st = op.st
+        fmt, inv = st.fmt, expand(np.asarray(st.scale_inv, np.float64), st.block, st.shape)
+    top = float(fmt.max)
+    half_ulp = 2.0 ** (np.floor(np.log2(top)) - fmt.mbits) / 2
+    with np.errstate(invalid="ignore", over="ignore"):
+        clipped = np.isfinite(x) & (x > (top + half_ulp) * inv)
+    return float(clipped.sum() / max(x.size, 1))
 
 
 class EmulatedLinear(nn.Module):
@@ -153,10 +186,14 @@ class EmulatedLinear(nn.Module):
             err = float(np.linalg.norm(o - ref) / den) if den > 0 else float("nan")
         for tensor, arr, op in pairs:
             stats = operand_stats(arr, op)
+            # an NVFP4 copy quantized after the random Hadamard transform holds codes of the transformed
+            # values, which this layer does not keep: their clipping is not measured
+            rht = isinstance(self.recipe, TENVFP4BlockScaling) and self.recipe.quantizer(tensor, pass_).with_rht
+            stats["frac_clipped"] = float("nan") if rht else frac_clipped(arr, op)
             self.diagnostic_rows.append({
                 "layer": self.layer_name, "pass": pass_, "step": step, "tensor": tensor,
-                **{k: stats[k] for k in ("amax", "scale", "frac_saturated", "frac_underflow", "frac_flushed",
-                                         "n_nonfinite")},
+                **{k: stats[k] for k in ("amax", "scale", "frac_saturated", "frac_clipped", "frac_underflow",
+                                         "frac_flushed", "n_nonfinite")},
                 "gemm_rel_err": err})
 
     def check_tokens(self, m):

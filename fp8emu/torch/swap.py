@@ -22,7 +22,7 @@ __all__ = ["emulate", "EmulationReport", "HighPrecisionWarning", "diagnostics", 
 MIN_TORCH = (2, 4)
 
 #: Keys of every diagnostics row, in order.
-ROW_KEYS = ("layer", "pass", "step", "tensor", "amax", "scale", "frac_saturated", "frac_underflow",
+ROW_KEYS = ("layer", "pass", "step", "tensor", "amax", "scale", "frac_saturated", "frac_clipped", "frac_underflow",
             "frac_flushed", "n_nonfinite", "gemm_rel_err")
 
 
@@ -323,9 +323,16 @@ def diagnostics(model) -> list:
     One row per layer, pass ("fprop", "dgrad", "wgrad"), step and operand ("tensor":
     "input", "weight" or "grad_output"), with the keys of :data:`ROW_KEYS`: amax, scale,
     frac_saturated, frac_underflow, frac_flushed, n_nonfinite (see
-    :func:`fp8emu.torch.gemms.operand_stats`) and gemm_rel_err (relative Frobenius error of
+    :func:`fp8emu.torch.gemms.operand_stats`), frac_clipped (:func:`fp8emu.torch.linear.frac_clipped`)
+    and gemm_rel_err (relative Frobenius error of
     the emulated GEMM against the float64 product of the unquantized operands, plus the bias
     where the GEMM adds one: fprop, except torchao's, which adds it after its GEMM).
+
+    ``frac_saturated`` counts codes at the format's largest magnitude; block scaling (MXFP8, NVFP4,
+    1x128 blocks) puts each block's largest element there by design, so for block formats it is "block
+    maximum at the format's maximum", not clipping.  ``frac_clipped`` counts true saturation: inputs
+    beyond what their scale lets the format hold, by more than rounding (NaN for unquantized operands
+    and for NVFP4's Hadamard-transformed wgrad copies).
     """
     return [dict(r) for m in _layers(model) for r in m.diagnostic_rows]
 
