@@ -14,6 +14,7 @@ import contextlib
 import contextvars
 import types
 import warnings
+import weakref
 
 import ml_dtypes
 import numpy as np
@@ -33,6 +34,10 @@ _ROLES = ("input", "weight", "grad_output")
 #: and ``resolve(layer) -> (recipe, stack, multiple)``.  A ContextVar: each thread / task has its own.
 AUTOCAST = contextvars.ContextVar("fp8emu_torch_autocast", default=None)
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
+#: Every live emulated layer by its id (weakly; its ``fp8emu_key`` buffer): the compiled op finds its layer here.
+LAYERS = weakref.WeakValueDictionary()
+#: Set by :mod:`fp8emu.torch.compiled`: the layer's call as ``torch.compile`` traces it.
+COMPILED_FORWARD = None
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
@@ -128,12 +133,30 @@ class EmulatedLinear(nn.Module):
         self.index, self.seed, self.multiple = index, int(seed), int(multiple)
         self.diagnostics_enabled = bool(diagnostics)
         self.diagnostic_rows = []
+        self._register()
         self.register_buffer("fp8emu_step", torch.zeros((), dtype=torch.int64))
         if recipe.delayed():
             for role in _ROLES:
                 self.register_buffer(f"amax_history_{role}",
                                      torch.zeros(recipe.amax_history_len, dtype=torch.float32))
                 self.register_buffer(f"scale_{role}", torch.ones((), dtype=torch.float32))
+
+    def _register(self):
+        """Enter the registry the compiled op looks layers up in (a copy is a layer of its own).
+
+        The key is a (non-persistent) buffer, not a Python int, so that a compiled graph takes it as an
+        input and serves every model of the same shape without recompiling."""
+        key = torch.tensor(id(self), dtype=torch.int64)
+        if "fp8emu_key" in self._buffers:    # a copy: its own key (a shallow copy shares the buffer dict)
+            self._buffers = dict(self._buffers, fp8emu_key=key)
+        else:
+            self.register_buffer("fp8emu_key", key, persistent=False)
+        self.compiled_pending = {}      # compiled calls awaiting their backward: handle -> eager graph
+        LAYERS[id(self)] = self
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._register()
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -212,6 +235,8 @@ class EmulatedLinear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
                              f"expected {self.in_features}")
+        if COMPILED_FORWARD is not None and torch.compiler.is_compiling():
+            return COMPILED_FORWARD(self, x)     # one opaque op, which runs this eager call (same bits)
         state = AUTOCAST.get()
         if state is None:
             if self.autocast_only:          # Transformer Engine's rule: FP8 only inside the context
