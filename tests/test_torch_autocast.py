@@ -103,3 +103,45 @@ def test_bad_input_is_refused_with_one_clear_error():
     with pytest.raises(ValueError, match=r"^unknown gpu 'a100'"):
         with ft.autocast(gpu="a100"):
             pass
+
+
+# ----------------------------------------------------------------------------- issue 51: TE's rule, torch.autocast
+def test_autocast_only_runs_fp8_inside_the_block_only_as_transformer_engine():
+    plain = _model()
+    te_style, always = copy.deepcopy(plain), copy.deepcopy(plain)
+    ft.emulate(te_style, "te-nvfp4", "exact", autocast_only=True)
+    ft.emulate(always, "te-nvfp4", "exact")
+    x, dy = torch.randn(64, 64), torch.randn(64, 16)
+    assert _same(_step(te_style, x, dy), _step(plain, x, dy))              # outside: high precision
+    assert int(te_style[0].fp8emu_step) == 0                                # no emulated step was taken
+    # inside: the bits of a model that runs FP8 everywhere (same step, so same stochastic rounding)
+    assert _same(_step(te_style, x, dy, ft.autocast()), _step(always, x, dy))
+    assert _same(_step(te_style, x, dy, ft.autocast(enabled=False)), _step(plain, x, dy))
+    with pytest.raises(TypeError, match="autocast_only must be True or False"):
+        ft.emulate(_model(), "te-current", "h100", autocast_only="yes")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("gpu", ["h100", "cpu"])
+def test_under_torch_autocast_the_output_has_nn_linear_s_dtype(dtype, gpu):
+    plain = _model()
+    emu = copy.deepcopy(plain)
+    ft.emulate(emu, "te-current", gpu)
+    x = torch.randn(32, 64)
+    for inp in (x, x.double()):
+        with torch.autocast("cpu", dtype=dtype):
+            want = plain.to(inp.dtype)(inp).dtype
+            for block in (ft.autocast(), ft.autocast(enabled=False)):
+                with block:
+                    assert emu.to(inp.dtype)(inp).dtype == want, (inp.dtype, block)
+        plain.float()
+        emu.float()
+    # the value: the emulation of the input autocast hands nn.Linear (cast to its dtype)
+    with torch.autocast("cpu", dtype=dtype):
+        y = emu(x)
+    assert torch.equal(y, emu(x.to(dtype)))
+    # backward: gradients in the dtypes of the tensors they belong to
+    xi = x.clone().requires_grad_(True)
+    with torch.autocast("cpu", dtype=dtype):
+        emu(xi).float().sum().backward()
+    assert xi.grad.dtype == torch.float32 and emu[0].weight.grad.dtype == torch.float32

@@ -530,8 +530,8 @@ def test_an_inf_gradient_saturates_as_te_current_scaling_does_and_is_counted():
 
 
 def test_an_old_torch_is_refused_with_the_version_needed(monkeypatch):
-    monkeypatch.setattr(torch, "__version__", "2.3.1")
-    with pytest.raises(RuntimeError, match=r"^fp8emu.torch needs torch >= 2.4; this is torch 2.3.1$"):
+    monkeypatch.setattr(torch, "__version__", "2.6.0")
+    with pytest.raises(RuntimeError, match=r"^fp8emu.torch needs torch >= 2.7; this is torch 2.6.0$"):
         ft.emulate(torch.nn.Sequential(torch.nn.Linear(16, 16)), "te-current")
 
 

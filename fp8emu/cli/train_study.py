@@ -51,6 +51,8 @@ def register(sub, name, help_text):
                     "in fp32, bf16 and every valid recipe x stack of fp8emu.torch, several seeds each; write "
                     "one hashed result file per run (a rerun into the same --out resumes), runs.csv, "
                     "curves.csv, gaps.csv, diagnostics.csv, inference.csv, figures and report.md/report.html. "
+                    "The defaults are the committed study of docs/guides/lm-study.md (every valid pair, its model "
+                    "and schedule): hours of CPU time; --quick is a check of about two minutes. "
                     "Needs the torch extra.")
     p.add_argument("--out", help=f"output folder (default ./{DEFAULT_OUT}, or ./{DEFAULT_OUT}-quick with --quick)")
     p.add_argument("--quick", action="store_true",
@@ -59,20 +61,21 @@ def register(sub, name, help_text):
     p.add_argument("--stacks", help="comma-separated GPU stacks or 'all' (default); invalid pairs are left out")
     p.add_argument("--pairs", help="comma-separated recipe@stack pairs to run instead of recipes x stacks")
     p.add_argument("--baselines", help="comma-separated subset of fp32,bf16 (default both)")
-    p.add_argument("--seeds", type=int_option(1, 30), help="number of seeds, 0..N-1 (default 3)")
-    p.add_argument("--steps", type=int_option(1), help="training steps per run")
-    p.add_argument("--n-layer", type=int_option(1), help="decoder blocks")
-    p.add_argument("--d-model", type=int_option(1), help="model width")
-    p.add_argument("--n-head", type=int_option(1), help="attention heads")
-    p.add_argument("--seq-len", type=int_option(1), help="bytes per training window")
-    p.add_argument("--batch", type=int_option(1), help="windows per step")
-    p.add_argument("--eval-every", type=int_option(1), help="steps between validation evaluations")
-    p.add_argument("--lr", type=positive_float, help="peak learning rate")
-    p.add_argument("--corpus", help="a UTF-8 text file instead of Python's pydoc_data topics")
-    p.add_argument("--no-diagnostics", action="store_true", help="do not record fp8emu.torch.diagnostics")
+    p.add_argument("--seeds", type=int_option(1, 30),
+                   help="number of seeds, 0..N-1, of every run (default: 3 per recipe x stack and 5 per baseline, "
+                        "as the committed study; 2 with --quick)")
+    p.add_argument("--baseline-seeds", type=int_option(1, 30),
+                   help="number of seeds of the fp32/bf16 baselines (default: 5, or --seeds when given; "
+                        "2 with --quick)")
+    for opt, (where, key), text in _SIZE_OPTIONS:
+        p.add_argument(opt, type=int_option(1), help=f"{text} ({_default_text(where, key)})")
+    p.add_argument("--lr", type=positive_float, help=f"peak learning rate ({_default_text('train', 'lr')})")
+    p.add_argument("--corpus", help="a UTF-8 text file instead of Python's pydoc_data topics (the default)")
+    p.add_argument("--no-diagnostics", action="store_true",
+                   help="do not record fp8emu.torch.diagnostics (default: the first seed of each recipe records them)")
     p.add_argument("--no-inference", action="store_true", help="skip the inference perplexity table")
-    p.add_argument("--infer-windows", type=int_option(1), default=32,
-                   help="validation windows for the inference table (default 32)")
+    p.add_argument("--infer-windows", type=int_option(1),
+                   help=f"validation windows for the inference table ({_default_text(None, 'infer_windows')})")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--workers", type=worker_count, metavar="N",
                        help="start a local Dask cluster of N worker processes, one run per task")
@@ -84,6 +87,28 @@ def register(sub, name, help_text):
                    help="train nothing: write the tables and report of the runs already in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=run)
+
+
+#: The size and schedule options: (option, (preset part, field), help text).
+_SIZE_OPTIONS = (("--steps", ("train", "steps"), "training steps per run"),
+                 ("--n-layer", ("model", "n_layer"), "decoder blocks"),
+                 ("--d-model", ("model", "d_model"), "model width"),
+                 ("--n-head", ("model", "n_head"), "attention heads"),
+                 ("--seq-len", ("model", "seq_len"), "bytes per training window"),
+                 ("--batch", ("model", "batch"), "windows per step"),
+                 ("--eval-every", ("train", "eval_every"), "steps between validation evaluations"))
+
+
+def _preset_value(preset, where, key):
+    return getattr(preset[where], key) if where else preset[key]
+
+
+def _default_text(where, key):
+    """``default N, the committed study's; M with --quick`` from the presets (so --help cannot drift)."""
+    if _MISSING is not None:    # pragma: no cover - without torch the presets cannot be imported
+        return "default: see the lm-study guide"
+    return (f"default {_preset_value(runs.STUDY, where, key)}, the committed study's; "
+            f"{_preset_value(runs.QUICK, where, key)} with --quick")
 
 
 def _names(text, known, what):
@@ -102,13 +127,15 @@ def _names(text, known, what):
 
 def study_config(args):
     """The :class:`~fp8emu.torch.study.runs.StudyConfig` of the command's options."""
-    base = dict(runs.QUICK) if args.quick else {}
-    mc = dataclasses.replace(base.get("model", ModelConfig()),
+    base = dict(runs.QUICK) if args.quick else dict(runs.STUDY)
+    mc = dataclasses.replace(base["model"],
                              **{k: getattr(args, k) for k in _SIZES if getattr(args, k) is not None})
-    tc = base.get("train", TrainConfig())
+    tc = base["train"]
     changes = {k: getattr(args, k) for k in ("steps", "eval_every", "lr") if getattr(args, k) is not None}
     if "steps" in changes:
-        changes["warmup"] = min(tc.warmup, max(1, changes["steps"] // 10))
+        # a tenth of the steps, at most the preset's cap (TrainConfig's 30 warm-up steps; --quick's 4)
+        cap = tc.warmup if args.quick else TrainConfig().warmup
+        changes["warmup"] = min(cap, max(1, changes["steps"] // 10))
     tc = dataclasses.replace(tc, **changes)
     quick_pairs = args.quick and not (args.recipes or args.stacks or args.pairs)
     recipes = tuple(dict.fromkeys(r for r, _ in base["pairs"])) if quick_pairs \
@@ -116,7 +143,9 @@ def study_config(args):
     stacks = tuple(dict.fromkeys(st for _, st in base["pairs"])) if quick_pairs \
         else () if not recipes else _names(args.stacks, runs.stack_names, "stack")
     baselines = _names(args.baselines, lambda: BASELINES, "baseline") if args.baselines is not None else BASELINES
-    seeds = tuple(range(args.seeds)) if args.seeds else base.get("seeds", (0, 1, 2))
+    seeds = tuple(range(args.seeds)) if args.seeds else base["seeds"]
+    baseline_seeds = tuple(range(args.baseline_seeds)) if args.baseline_seeds else \
+        seeds if args.seeds else base["baseline_seeds"]
     pairs = base["pairs"] if quick_pairs else ()
     if args.pairs:
         if args.recipes or args.stacks:
@@ -128,14 +157,22 @@ def study_config(args):
         recipes = _names(",".join(dict.fromkeys(r for r, _ in pairs)), runs.recipe_names, "recipe")
         stacks = _names(",".join(dict.fromkeys(st for _, st in pairs)), runs.stack_names, "stack")
     return runs.StudyConfig(model=mc, train=tc, recipes=recipes, stacks=stacks, seeds=seeds, baselines=baselines,
-                            corpus=args.corpus, diagnostics=not args.no_diagnostics, pairs=pairs)
+                            corpus=args.corpus, diagnostics=not args.no_diagnostics, pairs=pairs,
+                            baseline_seeds=baseline_seeds)
+
+
+def infer_windows(args) -> int:
+    """``--infer-windows``, or the preset's (64, the committed study's; 32 with --quick)."""
+    if args.infer_windows is not None:
+        return args.infer_windows
+    return (runs.QUICK if args.quick else runs.STUDY)["infer_windows"]
 
 
 def _argv(args) -> list:
     """The command's options as given (those that differ from their defaults), for the provenance."""
     words = ["train-study"]
     for k, v in vars(args).items():
-        if k in ("func", "command") or v is None or v is False or (k == "infer_windows" and v == 32):
+        if k in ("func", "command") or v is None or v is False:
             continue
         words.append(f"--{k.replace('_', '-')}")
         if v is not True:
@@ -171,6 +208,13 @@ def provenance(cfg, argv, wall_s, workers) -> dict:
     return prov
 
 
+def _timing_note(prov, cfg):
+    """Seeds and diagnostics, so that the report's timing columns can be read."""
+    prov["seeds"] = f"{len(cfg.seeds)} per recipe x stack, {len(cfg.baseline_seeds or cfg.seeds)} per baseline"
+    prov["diagnostics"] = "first seed of each recipe x stack" if cfg.diagnostics else "none"
+    return prov
+
+
 def _inference(out: Path, results, cfg, args):
     first = next((r for r in results if r["spec"]["recipe"] == "bf16" and r.get("weights_sha256")), None)
     if first is None or args.no_inference:
@@ -180,7 +224,7 @@ def _inference(out: Path, results, cfg, args):
     if hashlib.sha256(data).hexdigest() != first["weights_sha256"]:
         raise ValueError(f"{path} is missing or was modified (its SHA-256 is not the one its run recorded); "
                          f"delete {out / 'runs' / (first['run_id'] + '.json')} to retrain it")
-    rows = infer.perplexity_table(data, cfg.model, cfg.corpus, n_windows=args.infer_windows)
+    rows = infer.perplexity_table(data, cfg.model, cfg.corpus, n_windows=infer_windows(args))
     report.write_csv(out / "inference.csv", rows)
     return rows
 
@@ -218,7 +262,9 @@ def run(args) -> int:
             res = runs.execute(out, cfg, specs, client=client, progress=not args.quiet)
     if not args.no_report:
         rows = _inference(out, res["done"], cfg, args)
-        prov = provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1)
+        prov = _timing_note(provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1), cfg)
+        if rows:
+            prov["infer_windows"] = infer_windows(args)
         report.write_report(res["done"], out, prov, rows)
     else:
         report.write_tables(res["done"], out)

@@ -209,7 +209,8 @@ def reveal_here(M, K, N, *, threads=None, layout="NN"):
     ta, tb = layout[0] == "T", layout[1] == "T"
 
     def mm(a, b):
-        with torch.no_grad():
+        # the caller may be inside torch.autocast (which would run mm in bfloat16) or no_grad/inference_mode
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
             return torch.mm(_tensor(torch, a, ta), _tensor(torch, b, tb)).numpy()
 
     try:

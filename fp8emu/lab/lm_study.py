@@ -11,7 +11,8 @@ Tables (CSV, written by :func:`write_tables`):
 * ``gaps.csv``: per recipe x stack, the final validation loss minus the bf16
   baseline's at the same seed (paired), averaged over seeds, with a 95 %
   Student-t confidence interval (``mean +- t(0.975, n-1) * sd / sqrt(n)``;
-  empty with one seed), and the slowdown of a training step against fp32;
+  empty with one seed), and the seconds per step and slowdown against fp32 of the seeds that record
+  no diagnostics (``s_per_step_diagnostics``: of those that do);
 * ``diagnostics.csv``: :func:`fp8emu.torch.diagnostics` averaged per layer,
   pass and evaluation interval (the first seed of every recipe x stack).
 
@@ -33,7 +34,8 @@ import numpy as np
 
 from .report import _png
 
-__all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "guide_tables", "T975",
+__all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "how_to_read",
+           "guide_tables", "T975",
            "figure_curves", "figure_gaps", "figure_diagnostics", "contrast", "CONTRASTS"]
 
 #: Two-sided 95 % Student-t quantiles t(0.975, df) for df = 1..30 (standard tables); beyond, 1.96.
@@ -81,19 +83,32 @@ def gap_rows(results) -> list:
         by.setdefault((s["recipe"], s["stack"]), {})[s["seed"]] = r
     bf16 = by.get(("bf16", None), {})
     fp32 = by.get(("fp32", None), {})
-    fp32_step = np.mean([r["s_per_step"] for r in fp32.values()]) if fp32 else math.nan
+    fp32_step = _step_time(fp32.values())[0] if fp32 else math.nan
     rows = []
     for (recipe, stack), seeds in by.items():
         finals = [r["final_val_loss"] for r in seeds.values()]
         paired = [seeds[k]["final_val_loss"] - bf16[k]["final_val_loss"] for k in sorted(seeds) if k in bf16]
         st = gap_stats(paired)
-        step = float(np.mean([r["s_per_step"] for r in seeds.values()]))
+        step, timed, diag_step = _step_time(seeds.values())
         rows.append({"recipe": recipe, "stack": stack or "", "label": _label(recipe, stack),
                      "seeds": len(seeds), "diverged": sum(bool(r["diverged"]) for r in seeds.values()),
                      "mean_final_val_loss": float(np.mean(finals)), "gap_to_bf16": st["mean"],
                      "gap_sd": st["sd"], "gap_ci95_low": st["ci_low"], "gap_ci95_high": st["ci_high"],
-                     "paired_seeds": st["n"], "s_per_step": step, "slowdown_vs_fp32": float(step / fp32_step)})
+                     "paired_seeds": st["n"], "s_per_step": step, "slowdown_vs_fp32": float(step / fp32_step),
+                     "timed_seeds": timed, "s_per_step_diagnostics": diag_step})
     return rows
+
+
+def _step_time(runs) -> tuple:
+    """(s/step over the runs that recorded no diagnostics, how many, s/step of those that did).
+
+    Recording diagnostics (the first seed of each recipe) costs several times a step; a group whose every
+    run recorded them is timed with them (``timed_seeds`` 0)."""
+    runs = list(runs)
+    plain = [r["s_per_step"] for r in runs if not r["spec"].get("diagnostics")]
+    diag = [r["s_per_step"] for r in runs if r["spec"].get("diagnostics")]
+    step = float(np.mean(plain)) if plain else float(np.mean(diag))
+    return step, len(plain), float(np.mean(diag)) if diag else math.nan
 
 
 def contrast(runs, a, b) -> dict:
@@ -326,7 +341,9 @@ def figure_gaps(rows):
 
 
 _DIAG_PANELS = (("gemm_rel_err", "log10 GEMM rel. error", True), ("frac_underflow", "fraction underflowed", False),
-                ("frac_saturated", "fraction saturated", False), ("amax", "log2 amax", None))
+                ("frac_clipped", "fraction clipped (beyond the scaled range)", False),
+                ("frac_saturated", "fraction at the format's max\n(block formats: each block's max, by design)", False),
+                ("amax", "log2 amax", None))
 
 
 def figure_diagnostics(result):
@@ -334,7 +351,7 @@ def figure_diagnostics(result):
     cells = result.get("diagnostics") or []
     keys = sorted({(c["layer"], c["pass"]) for c in cells})
     steps = sorted({c["step"] for c in cells})
-    fig = _figure(16, 0.22 * len(keys) + 1.8)
+    fig = _figure(20, 0.22 * len(keys) + 2.0)
     axes = fig.subplots(1, len(_DIAG_PANELS), squeeze=False)[0]
     for ax, (field, title, log10) in zip(axes, _DIAG_PANELS):
         grid = np.full((len(keys), len(steps)), np.nan)
@@ -367,16 +384,57 @@ def _cell(v, digits=4):
     return str(v)
 
 
-def _gap_table(rows):
+def _gap_table(rows, diagnostics_column=False):
     t = [["recipe", "stack", "seeds", "diverged", "final val loss", "gap to bf16", "95 % CI", "s/step",
-          "x fp32 step"]]
+          "x fp32 step"] + (["s/step with diagnostics"] if diagnostics_column else [])]
     for r in rows:
         ci = "" if r["gap_ci95_low"] != r["gap_ci95_low"] else \
             f"[{r['gap_ci95_low']:+.4f}, {r['gap_ci95_high']:+.4f}]"
         t.append([r["recipe"], r["stack"] or "-", str(r["seeds"]), str(r["diverged"]),
                   _cell(r["mean_final_val_loss"]), "" if r["gap_to_bf16"] != r["gap_to_bf16"]
-                  else f"{r['gap_to_bf16']:+.4f}", ci, _cell(r["s_per_step"], 3), _cell(r["slowdown_vs_fp32"], 1)])
+                  else f"{r['gap_to_bf16']:+.4f}", ci, _cell(r["s_per_step"], 3), _cell(r["slowdown_vs_fp32"], 1)]
+                 + ([_cell(r.get("s_per_step_diagnostics", math.nan), 3)] if diagnostics_column else []))
     return t
+
+
+def how_to_read(provenance: dict, gaps=None) -> dict:
+    """The report's "how to read" paragraphs: ``{"report": ..., "gaps": ..., "inference": ..., "figures": ...}``.
+
+    Examples
+    --------
+    >>> text = how_to_read({"train.final_windows": 64, "infer_windows": 32})
+    >>> "64 validation windows" in text["gaps"] and "32 validation windows" in text["inference"]
+    True
+    """
+    final = provenance.get("train.final_windows", "the final")
+    infer = provenance.get("infer_windows", "--infer-windows")
+    untimed = [g["label"] for g in gaps or [] if g.get("timed_seeds") == 0 and g["stack"]]
+    return {
+        "report": "Each run trains the same model from the same initial weights on the same batches at its seed, in "
+                  "fp32, bf16 or an emulated FP8/FP4 recipe on a GPU stack (recipe@stack). Losses are in nats per "
+                  "byte (lower is better). Seeds are paired: a recipe's gap at seed s is compared with bf16 at "
+                  "seed s. The tables are also CSV files beside this report (runs, curves, gaps, diagnostics, "
+                  "inference, provenance).",
+        "gaps": f"final val loss: the validation loss over {final} validation windows after the last step, "
+                "averaged over seeds. gap to bf16: at each seed, this row's final loss minus bf16's, averaged; "
+                "95 % CI: Student-t interval over the paired seeds (empty with one seed); an interval that "
+                "contains 0 resolves no difference from bf16. s/step: seconds per training step on this "
+                "machine, one thread, averaged over the seeds that recorded no diagnostics; x fp32 step: that "
+                "over fp32's. s/step with diagnostics: the first seed of each recipe, which records "
+                "fp8emu.torch.diagnostics at a cost of several times a step"
+                + (f" (every seed of {', '.join(untimed)} recorded them: their s/step includes it)." if untimed
+                   else "."),
+        "inference": f"The bf16 baseline's first seed, trained once, evaluated as each configuration on "
+                     f"{infer} validation windows (--infer-windows): its bf16 val loss is over other windows than "
+                     f"the gap table's final val loss ({final} windows), so the two differ. x bf16 ppl: "
+                     "perplexity over the bf16 row's.",
+        "figures": "Curves: validation loss every evaluation, mean over seeds, band from the lowest to the highest "
+                   "seed. Diagnostics heat maps (first seed of each recipe): one row per layer.pass.operand, one "
+                   "column per evaluation interval. 'fraction clipped' is true saturation: inputs beyond what "
+                   "their scale lets the format hold (more than rounding). 'fraction at the format's max' counts "
+                   "codes at the largest magnitude: block formats (MXFP8, NVFP4, 1x128 blocks) put each block's "
+                   "largest element there by design, so 10-20 % there is normal and is not clipping.",
+    }
 
 
 def _md_table(t):
@@ -415,14 +473,19 @@ def write_report(results, out, provenance: dict, inference_rows=None) -> list:
         (out / "figures" / f"{name}.png").write_bytes(data)
     prov = [["item", "value"]] + [[k, str(v)] for k, v in provenance.items()]
     write_csv(out / "provenance.csv", [{"item": k, "value": v} for k, v in provenance.items()])
-    tables = [("Provenance", prov), ("Final gap to bf16 per recipe x stack", _gap_table(gaps))]
+    read = how_to_read(provenance, gaps)
+    tables = [("Provenance", prov, None), ("Final gap to bf16 per recipe x stack",
+                                           _gap_table(gaps, diagnostics_column=True), read["gaps"])]
     if inference_rows:
-        tables.append(("Inference: perplexity of the trained bf16 model", _infer_table(inference_rows)))
-    md = ["# fp8emu train-study report", ""]
-    body = ["<h1>fp8emu train-study report</h1>"]
-    for title, t in tables:
-        md += [f"## {title}", "", _md_table(t), ""]
-        body += [f"<h2>{html.escape(title)}</h2>", _html_table(t)]
+        tables.append(("Inference: perplexity of the trained bf16 model", _infer_table(inference_rows),
+                       read["inference"]))
+    md = ["# fp8emu train-study report", "", "## How to read this report", "", read["report"], "", read["figures"], ""]
+    body = ["<h1>fp8emu train-study report</h1>", "<h2>How to read this report</h2>",
+            f"<p>{html.escape(read['report'])}</p>", f"<p>{html.escape(read['figures'])}</p>"]
+    for title, t, note in tables:
+        md += [f"## {title}", ""] + ([f"How to read: {note}", ""] if note else []) + [_md_table(t), ""]
+        body += [f"<h2>{html.escape(title)}</h2>"] + ([f"<p>How to read: {html.escape(note)}</p>"] if note else []) \
+            + [_html_table(t)]
     for name, title, _ in figs:
         md += [f"## {title}", "", f"![{title}](figures/{name}.png)", ""]
         data = base64.b64encode(pngs[name]).decode("ascii")

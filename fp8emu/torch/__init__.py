@@ -22,13 +22,15 @@ from .recipes import (
     TENVFP4BlockScaling, TorchaoFloat8, TrainingRecipe, get_recipe, recipe_names,
 )
 from .stacks import Stack, get_stack, stack_names
-from .swap import EmulationReport, diagnostics, emulate, reset_diagnostics
+from .swap import EmulationReport, HighPrecisionWarning, diagnostics, emulate, reset_diagnostics
 from .autocast import autocast
+from . import compiled  # noqa: F401  (registers the torch.compile path of emulated layers)
 
 __all__ = ["TorchScaled", "device_of", "from_torch", "scaled_to_torch", "to_torch", "torch_dtype",
            "encode", "decode", "quantize", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise",
            "quantize_mx", "quantize_nvfp4", "scaled_mm", "block_scaled_mm",
-           "emulate", "EmulationReport", "diagnostics", "reset_diagnostics", "recipe_names", "stack_names",
+           "emulate", "EmulationReport", "HighPrecisionWarning", "diagnostics", "reset_diagnostics",
+           "recipe_names", "stack_names",
            "get_recipe", "get_stack", "Stack", "EmulatedLinear", "TrainingRecipe", "TEDelayedScaling",
            "TECurrentScaling", "TEBlockScaling", "DeepSeekV3", "TEMXFP8BlockScaling", "TENVFP4BlockScaling",
            "TorchaoFloat8", "fp8_sdpa", "autocast"]

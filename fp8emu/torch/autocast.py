@@ -1,9 +1,11 @@
 """``autocast``: switch emulated layers on, off or to another recipe / stack for a block of code.
 
-In the style of Transformer Engine's ``fp8_autocast``: the layers :func:`fp8emu.torch.emulate`
-prepared run FP8 as ``emulate`` set them up by default; inside ``with autocast(enabled=False)`` they
-run as the plain ``nn.Linear`` they replaced (the model's own precision), and inside
-``with autocast(recipe=..., gpu=...)`` they run that recipe and / or stack instead.  A forward pass
+In the style of Transformer Engine's ``fp8_autocast``: outside every block the layers
+:func:`fp8emu.torch.emulate` prepared run FP8 (the default, as torchao's ``Float8Linear``) or, made with
+``emulate(..., autocast_only=True)``, as the plain ``nn.Linear`` they replaced (TE's rule: FP8 only
+inside ``fp8_autocast``); inside ``with autocast()`` they run FP8, inside ``with autocast(enabled=False)``
+as the plain ``nn.Linear`` (the model's own precision), and inside ``with autocast(recipe=...,
+gpu=...)`` that recipe and / or stack instead.  A forward pass
 keeps the recipe and stack it started with for its backward pass, as TE's modules do, so
 ``loss.backward()`` may run after the block.  Blocks nest (the innermost wins, each argument left
 ``None`` is inherited from the enclosing block, then from the layer); the state is a

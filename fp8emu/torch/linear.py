@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import types
 import warnings
+import weakref
 
 import ml_dtypes
 import numpy as np
@@ -20,8 +22,9 @@ import torch
 from torch import nn
 
 from ..gemm.torch_cpu import TORCHAO_EMULATE
+from ..scaling.tensor import expand
 from .gemms import operand_stats, run_gemm
-from .recipes import Operand, TrainingRecipe
+from .recipes import Operand, TENVFP4BlockScaling, TrainingRecipe
 from .stacks import Stack
 
 __all__ = ["EmulatedLinear"]
@@ -31,6 +34,10 @@ _ROLES = ("input", "weight", "grad_output")
 #: and ``resolve(layer) -> (recipe, stack, multiple)``.  A ContextVar: each thread / task has its own.
 AUTOCAST = contextvars.ContextVar("fp8emu_torch_autocast", default=None)
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
+#: Every live emulated layer by its id (weakly; its ``fp8emu_key`` buffer): the compiled op finds its layer here.
+LAYERS = weakref.WeakValueDictionary()
+#: Set by :mod:`fp8emu.torch.compiled`: the layer's call as ``torch.compile`` traces it.
+COMPILED_FORWARD = None
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
@@ -55,6 +62,52 @@ def _t(op: Operand) -> Operand:
     return op._replace(codes=np.ascontiguousarray(op.codes.T))
 
 
+def _rows(op: Operand, m: int) -> Operand:
+    """The first ``m`` rows of an input operand (K along axis 1), for diagnostics of a padded GEMM."""
+    if op.kind == "hp":
+        return op._replace(hp=op.hp[:m])
+    rows = op.codes.shape[0] if op.kind == "fp8" else op.st.codes.shape[0]
+    if m == rows:
+        return op
+
+    def cut(a):     # per-row scales (K-wise blocks of one row) lose the padded rows; one scale is kept
+        a = np.asarray(a)
+        return a[:m] if a.ndim == 2 and a.shape[0] == rows else a
+
+    if op.kind == "fp8":
+        return op._replace(codes=op.codes[:m], scale_inv=cut(op.scale_inv))
+    st = op.st
+    return op._replace(st=types.SimpleNamespace(
+        codes=st.codes[:m], fmt=st.fmt, global_scale=st.global_scale, scale=cut(st.scale),
+        scale_inv=cut(st.scale_inv), block=st.block, shape=(m,) + tuple(st.shape[1:])))
+
+
+def frac_clipped(arr: np.ndarray, op: Operand) -> float:
+    """Fraction of elements clipped: finite inputs beyond the largest value their scale lets the format
+    hold by more than rounding accounts for (``|x| > (max + ulp(max) / 2) * scale_inv``), so that the
+    saturating conversion, not rounding, set them to the format's maximum.
+
+    Block scaling puts each block's largest element at (or next to) the format's maximum by design;
+    those count in ``frac_saturated`` (codes at the maximum), not here.  NaN for unquantized operands.
+    """
+    if op.kind == "hp":
+        return float("nan")
+    x = np.abs(np.asarray(arr, np.float64))
+    if op.kind == "fp8":
+        fmt, inv = op.fmt, np.asarray(op.scale_inv, np.float64)
+        if inv.ndim == 2:       # per-row / per-column / per-block scales, repeated over their elements
+            reps = [-(-n // max(k, 1)) for n, k in zip(x.shape, inv.shape)]
+            inv = np.repeat(np.repeat(inv, reps[0], axis=0), reps[1], axis=1)[:x.shape[0], :x.shape[1]]
+    else:
+        st = op.st
+        fmt, inv = st.fmt, expand(np.asarray(st.scale_inv, np.float64), st.block, st.shape)
+    top = float(fmt.max)
+    half_ulp = 2.0 ** (np.floor(np.log2(top)) - fmt.mbits) / 2
+    with np.errstate(invalid="ignore", over="ignore"):
+        clipped = np.isfinite(x) & (x > (top + half_ulp) * inv)
+    return float(clipped.sum() / max(x.size, 1))
+
+
 class EmulatedLinear(nn.Module):
     """An ``nn.Linear`` whose fprop, dgrad and wgrad are emulated FP8 / FP4 GEMMs.
 
@@ -67,13 +120,18 @@ class EmulatedLinear(nn.Module):
     recipe : TrainingRecipe
     stack : Stack
     layer_name : str
+    autocast_only : bool
+        True: FP8 only inside :func:`fp8emu.torch.autocast` (Transformer Engine's rule), the plain
+        ``nn.Linear`` outside it.
     diagnostics_enabled : bool
     diagnostic_rows : list of dict
     """
 
     def __init__(self, linear: nn.Linear, recipe: TrainingRecipe, stack: Stack, layer_name: str,
-                 index: int, *, diagnostics: bool = False, seed: int = 0, multiple: int = 1):
+                 index: int, *, diagnostics: bool = False, seed: int = 0, multiple: int = 1,
+                 autocast_only: bool = False):
         super().__init__()
+        self.autocast_only = bool(autocast_only)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.bias = linear.bias
@@ -81,12 +139,30 @@ class EmulatedLinear(nn.Module):
         self.index, self.seed, self.multiple = index, int(seed), int(multiple)
         self.diagnostics_enabled = bool(diagnostics)
         self.diagnostic_rows = []
+        self._register()
         self.register_buffer("fp8emu_step", torch.zeros((), dtype=torch.int64))
         if recipe.delayed():
             for role in _ROLES:
                 self.register_buffer(f"amax_history_{role}",
                                      torch.zeros(recipe.amax_history_len, dtype=torch.float32))
                 self.register_buffer(f"scale_{role}", torch.ones((), dtype=torch.float32))
+
+    def _register(self):
+        """Enter the registry the compiled op looks layers up in (a copy is a layer of its own).
+
+        The key is a (non-persistent) buffer, not a Python int, so that a compiled graph takes it as an
+        input and serves every model of the same shape without recompiling."""
+        key = torch.tensor(id(self), dtype=torch.int64)
+        if "fp8emu_key" in self._buffers:    # a copy: its own key (a shallow copy shares the buffer dict)
+            self._buffers = dict(self._buffers, fp8emu_key=key)
+        else:
+            self.register_buffer("fp8emu_key", key, persistent=False)
+        self.compiled_pending = {}      # compiled calls awaiting their backward: handle -> eager graph
+        LAYERS[id(self)] = self
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._register()
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -148,10 +224,14 @@ class EmulatedLinear(nn.Module):
             err = float(np.linalg.norm(o - ref) / den) if den > 0 else float("nan")
         for tensor, arr, op in pairs:
             stats = operand_stats(arr, op)
+            # an NVFP4 copy quantized after the random Hadamard transform holds codes of the transformed
+            # values, which this layer does not keep: their clipping is not measured
+            rht = isinstance(self.recipe, TENVFP4BlockScaling) and self.recipe.quantizer(tensor, pass_).with_rht
+            stats["frac_clipped"] = float("nan") if rht else frac_clipped(arr, op)
             self.diagnostic_rows.append({
                 "layer": self.layer_name, "pass": pass_, "step": step, "tensor": tensor,
-                **{k: stats[k] for k in ("amax", "scale", "frac_saturated", "frac_underflow", "frac_flushed",
-                                         "n_nonfinite")},
+                **{k: stats[k] for k in ("amax", "scale", "frac_saturated", "frac_clipped", "frac_underflow",
+                                         "frac_flushed", "n_nonfinite")},
                 "gemm_rel_err": err})
 
     def check_tokens(self, m):
@@ -170,8 +250,12 @@ class EmulatedLinear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
                              f"expected {self.in_features}")
+        if COMPILED_FORWARD is not None and torch.compiler.is_compiling():
+            return COMPILED_FORWARD(self, x)     # one opaque op, which runs this eager call (same bits)
         state = AUTOCAST.get()
         if state is None:
+            if self.autocast_only:          # Transformer Engine's rule: FP8 only inside the context
+                return torch.nn.functional.linear(x, self.weight, self.bias)
             return self._forward(x)
         if not state.enabled:               # outside FP8, as TE's modules outside fp8_autocast
             return torch.nn.functional.linear(x, self.weight, self.bias)
@@ -179,19 +263,37 @@ class EmulatedLinear(nn.Module):
             return self._forward(x)
 
     def _forward(self, x):
+        dev = x.device.type
+        if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
+            # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
+            x = x.to(torch.get_autocast_dtype(dev))
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         if x2.shape[0] == 0:                # no tokens: nn.Linear's empty output (and zero gradients)
             return torch.nn.functional.linear(x, self.weight, self.bias)
-        self.check_tokens(x2.shape[0])
+        # without autograd (torch.no_grad, inference_mode, nothing requiring grad) only fprop runs and the
+        # token count is no GEMM's K: any count is taken, padded with zero rows to the layer's multiple as
+        # a kernel pads a partial tile (zero rows change no other row and no amax), so that the GEMM and
+        # its scales have the shapes of training (one row would make block scales look per-tensor)
+        params = (self.weight,) if self.bias is None else (self.weight, self.bias)
+        rows = None
+        if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+            self.check_tokens(x2.shape[0])
+        elif x2.shape[0] % self.multiple:
+            rows = x2.shape[0]
+            x2 = torch.cat([x2, x2.new_zeros((-rows) % self.multiple, self.in_features)])
+        elif x2.shape[0]:
+            rows = x2.shape[0]
         if self.bias_outside():
             # Float8Linear: the GEMM's output in the input's dtype, then ``output + bias.to(output.dtype)``
             # in torch (so the bias and its gradient are torch's own arithmetic)
-            y = _LinearFunction.apply(x2, self.weight, None, self)
+            y = _LinearFunction.apply(x2, self.weight, None, self, rows)
             if self.bias is not None:
                 y = y + self.bias.to(y.dtype)
         else:
-            y = _LinearFunction.apply(x2, self.weight, self.bias, self)
+            y = _LinearFunction.apply(x2, self.weight, self.bias, self, rows)
+        if rows is not None:
+            y = y[:rows]
         return y.reshape(*lead, self.out_features)
 
 
@@ -208,7 +310,9 @@ def _acting_as(layer, recipe, stack, multiple):
 
 class _LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, layer):
+    def forward(ctx, x, weight, bias, layer, rows=None):
+        """``rows``: None when autograd will call backward; else forward only, the first ``rows`` of
+        ``x``'s rows real (the rest zero padding)."""
         R, S = layer.recipe, layer.stack
         step = int(layer.fp8emu_step)
         with torch.no_grad():
@@ -220,6 +324,11 @@ class _LinearFunction(torch.autograd.Function):
         bias_np = None if bias is None else np.asarray(_np(bias, S.dtype), np.float32)
         y = run_gemm(a, b, layer.accumulator("fprop"), S.dtype, bias_np, layout=_MM_LAYOUT["fprop"],
                      fast_accum=True)          # torchao: use_fast_accum for the output GEMM only
+        if rows is not None:        # forward only: no copies for backward GEMMs that will not run
+            if layer.diagnostics_enabled:   # of the real rows (padding would dilute the fractions)
+                layer.record("fprop", step, [("input", xs[:rows], _rows(a, rows)), ("weight", w.T, b)], y[:rows],
+                             np.asarray(xs[:rows], np.float32), w.T, bias_np)
+            return _torch(y, x)
         shared = R.shared_copies()
         # the backward GEMMs' copies, quantized now from the high-precision tensors (as TE)
         if R.high_precision("wgrad"):
@@ -274,4 +383,4 @@ class _LinearFunction(torch.autograd.Function):
             db = _torch(np.asarray(dys, np.float32).sum(axis=0, dtype=np.float32), dy)
         # torchao returns grad_weight in the gradient's dtype; autograd converts it to the weight's
         dw_t = _torch(dw, dy).to(layer.weight.dtype) if layer.torchao_emulate() else _torch(dw, layer.weight)
-        return _torch(dx, dy), dw_t, db, None
+        return _torch(dx, dy), dw_t, db, None, None

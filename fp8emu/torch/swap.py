@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import warnings
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -13,31 +15,77 @@ from .linear import EmulatedLinear
 from .recipes import PASSES, get_recipe
 from .stacks import get_stack
 
-__all__ = ["emulate", "EmulationReport", "diagnostics", "reset_diagnostics", "check_combination",
-           "MIN_TORCH"]
+__all__ = ["emulate", "EmulationReport", "HighPrecisionWarning", "diagnostics", "reset_diagnostics",
+           "check_combination", "MIN_TORCH"]
 
-#: The oldest torch this adapter is written for (the ``fp8emu[torch]`` extra asks for it).
-MIN_TORCH = (2, 4)
+#: The oldest torch this adapter accepts: the ``fp8emu[torch]`` extra's bound (``torch>=2.7`` in
+#: ``pyproject.toml``; a test keeps the two equal).
+MIN_TORCH = (2, 7)
 
 #: Keys of every diagnostics row, in order.
-ROW_KEYS = ("layer", "pass", "step", "tensor", "amax", "scale", "frac_saturated", "frac_underflow",
+ROW_KEYS = ("layer", "pass", "step", "tensor", "amax", "scale", "frac_saturated", "frac_clipped", "frac_underflow",
             "frac_flushed", "n_nonfinite", "gemm_rel_err")
+
+
+class HighPrecisionWarning(UserWarning):
+    """:func:`emulate` left layers in high precision that ``module_filter_fn`` did not filter out."""
+
+
+#: Why an ``nn.MultiheadAttention``'s projections stay in high precision (torch's own module computes them).
+_MHA_OUT = ("the output projection of nn.MultiheadAttention, whose forward passes out_proj.weight and "
+            "out_proj.bias to F.multi_head_attention_forward and never calls out_proj: it runs in high "
+            "precision whatever it is swapped for")
+_MHA_IN = ("the packed q/k/v projection of nn.MultiheadAttention (a Parameter, not an nn.Linear), computed "
+           "inside F.multi_head_attention_forward: it runs in high precision")
 
 
 @dataclasses.dataclass
 class EmulationReport:
-    """What :func:`emulate` did: ``swapped`` (layer name -> one-line description) and
-    ``skipped`` (layer name -> reason), with the recipe and stack used."""
+    """What :func:`emulate` did, layer by layer.
+
+    Attributes
+    ----------
+    recipe, stack
+        The recipe (as bound to the stack) and the stack.
+    swapped : dict
+        Emulated layer name -> one-line description.
+    skipped : dict
+        Layer (or packed attention Parameter) name -> why it runs in high precision although
+        ``module_filter_fn`` did not filter it out (warned about: :class:`HighPrecisionWarning`).
+    filtered : dict
+        Layer name -> why it was left in high precision on purpose (``module_filter_fn``).
+    first, last : str or None
+        The first and the last ``nn.Linear`` in registration order (``model.named_modules()``),
+        usually the first and last layers a token passes, whatever happened to them.
+    fast_path_off : list of str
+        ``nn.TransformerEncoderLayer`` / ``nn.TransformerEncoder`` modules whose fused inference path
+        (which reads the weights directly, bypassing the layers) was turned off so that the emulated
+        layers run in eval mode too.
+    """
 
     recipe: object
     stack: object
     swapped: dict = dataclasses.field(default_factory=dict)
     skipped: dict = dataclasses.field(default_factory=dict)
+    filtered: dict = dataclasses.field(default_factory=dict)
+    first: str = None
+    last: str = None
+    fast_path_off: list = dataclasses.field(default_factory=list)
+
+    @property
+    def high_precision(self) -> dict:
+        """Every name left in high precision (skipped, then filtered) -> why."""
+        return {**self.skipped, **self.filtered}
 
     def __str__(self):
         lines = [f"{len(self.swapped)} layer(s) emulated with {self.recipe.name} on {self.stack.name}"]
         lines += [f"  {k}: {v}" for k, v in self.swapped.items()]
-        lines += [f"  skipped {k}: {v}" for k, v in self.skipped.items()]
+        lines += [f"  high precision {k}: {v}" for k, v in self.skipped.items()]
+        lines += [f"  filtered {k}: {v}" for k, v in self.filtered.items()]
+        for what, name in (("first", self.first), ("last", self.last)):
+            if name is not None:
+                state = "emulated" if name in self.swapped else "high precision"
+                lines.append(f"  {what} nn.Linear (registration order): {name!r}, {state}")
         return "\n".join(lines)
 
 
@@ -57,7 +105,8 @@ def check_combination(recipe, stack):
         raise ValueError(f"recipe {recipe.name!r} on gpu {stack.name!r}: {exc}") from None
 
 
-def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0) -> EmulationReport:
+def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, autocast_only=False,
+            diagnostics=False, seed=0) -> EmulationReport:
     """Swap ``model``'s ``nn.Linear`` layers, in place, for FP8/FP4-emulated ones.
 
     Parameters
@@ -68,6 +117,15 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
         One of :func:`fp8emu.torch.recipe_names`, or a frozen recipe object.
     gpu : str or Stack
         One of :func:`fp8emu.torch.stack_names`, or a :class:`fp8emu.torch.Stack`.
+    module_filter_fn : callable, keyword-only, optional
+        torchao's ``convert_to_float8_training`` argument: ``module_filter_fn(module, fqn) -> bool``
+        is called for every ``nn.Linear`` (subclasses included) with its fully qualified name; a
+        layer for which it returns False stays in high precision on purpose (``report.filtered``, no
+        warning).  None: every layer is a candidate.  It must return True or False.
+    autocast_only : bool, keyword-only
+        False (the default, as torchao's ``Float8Linear``): the layers run FP8 everywhere except
+        inside ``fp8emu.torch.autocast(enabled=False)``.  True (Transformer Engine's rule): they run
+        FP8 only inside ``fp8emu.torch.autocast()``, and as the plain ``nn.Linear`` outside it.
     diagnostics : bool, keyword-only
         Record per-layer, per-pass rows (:func:`diagnostics`).
     seed : int, keyword-only
@@ -76,19 +134,34 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
     Returns
     -------
     EmulationReport
+        Layers left in high precision that the filter did not filter out (sizes the recipe cannot
+        take, ``nn.Linear`` subclasses, ``nn.MultiheadAttention``'s projections) are in
+        ``report.skipped`` and named in one :class:`HighPrecisionWarning`.
 
     Examples
     --------
+    >>> import warnings
     >>> import torch
     >>> from fp8emu.torch import emulate
     >>> model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
-    >>> report = emulate(model, "te-current", "h100")
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     report = emulate(model, "te-current", "h100")
     >>> list(report.swapped), report.skipped
     (['0'], {'2': 'out_features 10 is not a multiple of 16, which te-current on h100 needs'})
+    >>> print(caught[0].message)                       # doctest: +ELLIPSIS
+    1 layer(s) left in high precision (fp8emu.torch.emulate): '2' (out_features 10 ...); pass module_filter_fn ...
     >>> emulate(model, "te-current", "h100")
     Traceback (most recent call last):
     ...
     ValueError: layer '0' is already emulated (te-current on h100); emulate a model once
+
+    The last layer kept in high precision on purpose (no warning):
+
+    >>> model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+    >>> report = emulate(model, "te-current", "h100", module_filter_fn=lambda mod, fqn: fqn != "2")
+    >>> report.filtered, report.first, report.last
+    ({'2': 'module_filter_fn returned False'}, '0', '2')
     """
     if _torch_version() < MIN_TORCH:
         raise RuntimeError(f"fp8emu.torch needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]}; "
@@ -97,8 +170,12 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-    if not isinstance(diagnostics, bool):
-        raise TypeError(f"diagnostics must be True or False, got {diagnostics!r}")
+    for what, v in (("diagnostics", diagnostics), ("autocast_only", autocast_only)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{what} must be True or False, got {v!r}")
+    if module_filter_fn is not None and not callable(module_filter_fn):
+        raise TypeError(f"module_filter_fn must be None or a callable (module, fqn) -> bool, "
+                        f"got {type(module_filter_fn).__name__}")
     R, S = get_recipe(recipe), get_stack(gpu)
     R = check_combination(R, S)
     for name, mod in model.named_modules():
@@ -113,10 +190,26 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
     # name, so that its uses stay shared and none of them runs in full precision
     refs = {}
     for n, m in model.named_modules(remove_duplicate=False):
-        if type(m) is nn.Linear:
+        if isinstance(m, nn.Linear):
             refs.setdefault(id(m), (m, []))[1].append(n)
-    for index, (lin, names) in enumerate(refs.values()):
+    names = [n for _, ns in refs.values() for n in ns]
+    report.first, report.last = (names[0], names[-1]) if names else (None, None)
+    wanted = {key: _accepted(module_filter_fn, lin, ns) for key, (lin, ns) in refs.items()}
+    mha_out = _attention_projections(model, refs, wanted, report)
+    # the layer index seeds stochastic rounding: counted over every plain nn.Linear, emulated or not, as
+    # before filters existed, so that a model's bits do not change with what the filter leaves out
+    plain = [key for key, (lin, _) in refs.items() if type(lin) is nn.Linear]
+    for key, (lin, names) in refs.items():
         name = names[0]
+        if not wanted[key]:
+            report.filtered[name] = "module_filter_fn returned False"
+            continue
+        if key in mha_out:
+            report.skipped[name] = _MHA_OUT
+            continue
+        if type(lin) is not nn.Linear:
+            report.skipped[name] = f"a subclass of nn.Linear ({type(lin).__name__}), left as it is"
+            continue
         mult = _multiple(R, S)
         bad = [f"{what} {v} is not a multiple of {mult}, which {R.name} on {S.name} needs"
                for what, v in (("in_features", lin.in_features), ("out_features", lin.out_features))
@@ -124,16 +217,81 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, diagnostics=False, seed=0
         if bad:
             report.skipped[name] = "; ".join(bad)
             continue
-        layer = EmulatedLinear(lin, R, S, name, index, diagnostics=diagnostics, seed=seed, multiple=mult)
+        layer = EmulatedLinear(lin, R, S, name, plain.index(key), diagnostics=diagnostics, seed=seed,
+                               multiple=mult, autocast_only=autocast_only)
         for ref in names:
             parent_name, _, attr = ref.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, attr, layer)
         also = f" (one layer, also used as {', '.join(repr(n) for n in names[1:])})" if len(names) > 1 else ""
         report.swapped[name] = _describe(R, S) + also
-    for name, m in model.named_modules():
-        if isinstance(m, nn.Linear) and type(m) is not nn.Linear and name not in report.swapped:
-            report.skipped[name] = f"a subclass of nn.Linear ({type(m).__name__}), left as it is"
+    report.fast_path_off = _fast_path_off(model)
+    if report.skipped:
+        listed = "; ".join(f"{k!r} ({v})" for k, v in report.skipped.items())
+        warnings.warn(f"{len(report.skipped)} layer(s) left in high precision (fp8emu.torch.emulate): {listed}; "
+                      "pass module_filter_fn to leave them out on purpose", HighPrecisionWarning, stacklevel=2)
     return report
+
+
+def _no_fast_path(module, args):
+    """A forward pre-hook that does nothing: its presence turns torch's encoder-layer fast path off."""
+    return None
+
+
+def _fast_path_off(model) -> list:
+    """Turn off torch's fused inference path where it would bypass emulated layers; their names.
+
+    In eval mode without autograd ``nn.TransformerEncoderLayer.forward`` calls
+    ``torch._transformer_encoder_layer_fwd`` with ``linear1.weight`` / ``linear2.weight`` unless a
+    forward hook is registered on it (a condition of its fast path), so the emulated layers would
+    silently not run; ``nn.TransformerEncoder`` would hand them nested tensors (``use_nested_tensor``)."""
+    names = []
+    for name, m in model.named_modules():
+        if isinstance(m, nn.TransformerEncoderLayer) and any(isinstance(c, EmulatedLinear) for c in m.modules()):
+            m.register_forward_pre_hook(_no_fast_path)
+            names.append(name)
+        elif isinstance(m, nn.TransformerEncoder) and getattr(m, "use_nested_tensor", False) \
+                and any(isinstance(c, EmulatedLinear) for c in m.modules()):
+            m.use_nested_tensor = False
+            names.append(name)
+    return names
+
+
+def _accepted(fn, lin, names) -> bool:
+    """``fn``'s verdict on one layer (the same at every name it is reached by), or a clear error."""
+    if fn is None:
+        return True
+    verdicts = {}
+    for n in names:
+        v = fn(lin, n)
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"module_filter_fn must return True or False, got {v!r} for layer {n!r}")
+        verdicts[n] = bool(v)
+    if len(set(verdicts.values())) > 1:
+        raise ValueError(f"module_filter_fn accepts one layer under some of its names and not others "
+                         f"({verdicts}); one module is one layer: give it one verdict")
+    return next(iter(verdicts.values()))
+
+
+def _attention_projections(model, refs, wanted, report) -> set:
+    """The ids of ``nn.MultiheadAttention`` output projections; their packed input projections reported.
+
+    torch's attention module computes both projections itself from the Parameters, so neither can be
+    emulated by swapping a layer: they are skipped (warned about) unless the filter turned the
+    attention's ``out_proj`` down, which leaves the whole attention in high precision on purpose."""
+    out = set()
+    for name, m in model.named_modules():
+        if not isinstance(m, nn.MultiheadAttention):
+            continue
+        out.add(id(m.out_proj))
+        on_purpose = not wanted.get(id(m.out_proj), True)
+        prefix = f"{name}." if name else ""
+        params = ["in_proj_weight"] if m._qkv_same_embed_dim else ["q_proj_weight", "k_proj_weight", "v_proj_weight"]
+        for p in params:
+            if on_purpose:
+                report.filtered[prefix + p] = "module_filter_fn returned False for its attention's out_proj"
+            else:
+                report.skipped[prefix + p] = _MHA_IN
+    return out
 
 
 def _multiple(R, S) -> int:
@@ -169,9 +327,16 @@ def diagnostics(model) -> list:
     One row per layer, pass ("fprop", "dgrad", "wgrad"), step and operand ("tensor":
     "input", "weight" or "grad_output"), with the keys of :data:`ROW_KEYS`: amax, scale,
     frac_saturated, frac_underflow, frac_flushed, n_nonfinite (see
-    :func:`fp8emu.torch.gemms.operand_stats`) and gemm_rel_err (relative Frobenius error of
+    :func:`fp8emu.torch.gemms.operand_stats`), frac_clipped (:func:`fp8emu.torch.linear.frac_clipped`)
+    and gemm_rel_err (relative Frobenius error of
     the emulated GEMM against the float64 product of the unquantized operands, plus the bias
     where the GEMM adds one: fprop, except torchao's, which adds it after its GEMM).
+
+    ``frac_saturated`` counts codes at the format's largest magnitude; block scaling (MXFP8, NVFP4,
+    1x128 blocks) puts each block's largest element there by design, so for block formats it is "block
+    maximum at the format's maximum", not clipping.  ``frac_clipped`` counts true saturation: inputs
+    beyond what their scale lets the format hold, by more than rounding (NaN for unquantized operands
+    and for NVFP4's Hadamard-transformed wgrad copies).
     """
     return [dict(r) for m in _layers(model) for r in m.diagnostic_rows]
 

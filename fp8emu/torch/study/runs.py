@@ -46,7 +46,7 @@ from .model import ModelConfig, check_config
 from .train import BASELINES, RunSpec, TrainConfig, train_run
 
 __all__ = ["recipe_names", "stack_names", "StudyConfig", "plan_runs", "valid_pairs", "digest", "write_result", "read_result",
-           "load_results", "check_study_file", "execute", "all_results", "QUICK"]
+           "load_results", "check_study_file", "execute", "all_results", "QUICK", "STUDY"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,20 +63,31 @@ class StudyConfig:
     diagnostics: bool = True
     #: (recipe, stack) pairs to run instead of the valid pairs of recipes x stacks.
     pairs: tuple = ()
+    #: The baselines' seeds (empty: ``seeds``).
+    baseline_seeds: tuple = ()
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        for k in ("recipes", "stacks", "seeds", "baselines"):
+        for k in ("recipes", "stacks", "seeds", "baselines", "baseline_seeds"):
             d[k] = list(d[k])
         d["pairs"] = [f"{r}@{s}" for r, s in self.pairs]
         return d
 
 
+#: ``fp8emu train-study``'s defaults: the committed study (``docs/data/lm-study/provenance.csv``, run as
+#: ``docs/guides/lm-study.md`` says): 2 layers, d_model 128, 4 heads, 32-byte windows, batch 4, 120 steps
+#: with 12 warm-up steps, validation every 20 steps on 16 windows and at the end on 64; three seeds per
+#: recipe x stack pair, five per baseline; the inference table on 64 windows.
+STUDY = dict(model=ModelConfig(n_layer=2, d_model=128, n_head=4, seq_len=32, batch=4),
+             train=TrainConfig(steps=120, warmup=12, eval_every=20, eval_windows=16, final_windows=64),
+             seeds=(0, 1, 2), baseline_seeds=(0, 1, 2, 3, 4), infer_windows=64)
+
 #: ``--quick``: a one-layer model, 32-byte windows, 24 steps, two seeds, TE delayed scaling on Hopper
 #: and NVFP4 on Blackwell.
 QUICK = dict(model=ModelConfig(n_layer=1, d_model=128, n_head=4, seq_len=32, batch=4),
              train=TrainConfig(steps=24, warmup=4, eval_every=6, eval_windows=4, final_windows=8),
-             pairs=(("te-delayed", "h100"), ("te-nvfp4", "b200")), seeds=(0, 1))
+             pairs=(("te-delayed", "h100"), ("te-nvfp4", "b200")), seeds=(0, 1), baseline_seeds=(0, 1),
+             infer_windows=32)
 
 
 def _api(name):
@@ -150,8 +161,11 @@ def plan_runs(cfg: StudyConfig) -> list:
         raise ValueError(f"no valid recipe x stack pair among recipes {list(cfg.recipes)} "
                          f"and stacks {list(cfg.stacks)}")
     common = dict(model=cfg.model, train=cfg.train, corpus=cfg.corpus)
+    base_seeds = cfg.baseline_seeds or cfg.seeds
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in base_seeds):
+        raise ValueError(f"baseline_seeds must be non-negative integers, got {list(base_seeds)}")
     specs = [RunSpec(b, None, s, keep_weights=(i == 0), **common)
-             for b in cfg.baselines for i, s in enumerate(cfg.seeds)]
+             for b in cfg.baselines for i, s in enumerate(base_seeds)]
     specs += [RunSpec(r, st, s, diagnostics=cfg.diagnostics and i == 0, **common)
               for r, st in pairs for i, s in enumerate(cfg.seeds)]
     return specs

@@ -160,7 +160,7 @@ def _diag_bins(rows, bounds):
     out = []
     for (layer, pss, b), rs in sorted(cells.items()):
         cell = {"layer": layer, "pass": pss, "step": int(bounds[b]), "n": len(rs)}
-        for f in ("frac_saturated", "frac_underflow", "frac_flushed", "gemm_rel_err"):
+        for f in ("frac_saturated", "frac_clipped", "frac_underflow", "frac_flushed", "gemm_rel_err"):
             vals = [float(r[f]) for r in rs if r.get(f) is not None and math.isfinite(float(r[f]))]
             cell[f] = float(np.mean(vals)) if vals else None
         amaxes = [float(r["amax"]) for r in rs if r.get("amax") is not None]

@@ -1,0 +1,181 @@
+"""``torch.compile`` of emulated layers: one opaque custom op per layer call, the same bits as eager.
+
+Dynamo cannot trace an emulated layer (its GEMMs are NumPy calls, its recipes Python objects, its
+autocast state a ``contextvars.ContextVar``), so under ``torch.compile`` the layer's whole call is
+one ``torch.library`` custom op, ``fp8emu::emulated_linear``, with a fake kernel (the output's shape
+and dtype, as the eager layer gives them) and a registered backward, ``fp8emu::emulated_linear_backward``.
+Compiled graphs therefore have no graph break at an emulated layer (``fullgraph=True`` works).
+
+At run time the op runs the eager layer itself (:func:`torch.func.functional_call` with the op's
+tensors as the layer's parameters and its state buffers) and its backward takes the gradients of
+that eager call (``torch.autograd.grad``), so a compiled model's emulated layers give the eager bits,
+forward and backward, whatever the recipe, the stack, the autocast block or the diagnostics: the same
+code runs.  The op is functional: it returns the buffers the forward updates (the step counter,
+delayed scaling's input and weight state) and the traced code copies them back, so the compiler sees
+the updates.  The state a backward needs
+is kept, per call, until that backward runs (or the layer is deleted).
+
+The layer is found through its non-persistent ``fp8emu_key`` buffer (a graph input, so one compiled
+graph serves every model of the same shapes without recompiling).  Torch's own kernels around the
+emulated layers are what the backend makes of them: with ``backend="inductor"`` fused kernels (a
+layer norm, a GELU) may differ from eager torch in the last bits; ``"aot_eager"`` runs torch's.
+
+Examples
+--------
+>>> import torch
+>>> import fp8emu.torch as ft
+>>> model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32))
+>>> _ = ft.emulate(model, "te-current", "h100")
+>>> compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+>>> x = torch.randn(16, 32)
+>>> torch.equal(compiled(x), model(x))
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import List, Optional
+
+import torch
+from torch.func import functional_call
+
+from . import linear
+from .linear import EmulatedLinear
+
+__all__ = ["compiled_forward"]
+
+#: Layer id -> the layer (weakly): the op receives the id in the layer's ``fp8emu_key`` buffer.
+_LAYERS = linear.LAYERS
+_HANDLES = itertools.count(1)
+
+
+def _state_names(layer) -> list:
+    """The buffers an emulated forward updates (the step counter; delayed scaling's input and weight state)."""
+    names = ["fp8emu_step"]
+    if layer.recipe.delayed():
+        names += [f"{k}_{role}" for role in ("input", "weight") for k in ("amax_history", "scale")]
+    return names
+
+
+#: Dispatch keys a custom op's kernel runs with excluded (it runs "below autograd") that the eager layer
+#: inside it needs, so that autograd records the eager call's graph for the backward op.  (Autocast's keys
+#: are left to ``torch.autocast``, which the op enters as it was where the graph was traced: removing
+#: them from the excluded set would switch autocast on with its default dtype.)
+_EAGER_KEYS = ("AutogradFunctionality", "AutogradOther", "AutogradNestedTensor", "ADInplaceOrView",
+               "AutogradCPU", "AutogradCUDA")
+
+
+@contextlib.contextmanager
+def _eager():
+    """Run the eager layer inside the op as it runs outside any op (torch's private dispatch-key guard)."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    for name in _EAGER_KEYS:
+        key = getattr(torch._C.DispatchKey, name, None)
+        if key is not None:
+            exclude = exclude.remove(key)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude):
+        yield
+
+
+def _autocast(x, autocast_dtype):
+    """torch.autocast as it was where the graph was traced (a compiled graph applies it by itself)."""
+    if autocast_dtype is None:
+        return torch.autocast(x.device.type, enabled=False)
+    return torch.autocast(x.device.type, dtype=autocast_dtype)
+
+
+@torch.library.custom_op("fp8emu::emulated_linear", mutates_args=())
+def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                     state: List[torch.Tensor], key: torch.Tensor, training: bool,
+                     autocast_dtype: Optional[torch.dtype]) -> List[torch.Tensor]:
+    """[output, backward handle, *the state buffers after the call] (functional: the caller copies them back)."""
+    layer = _LAYERS[int(key)]
+    after = [t.clone() for t in state]
+    tensors = {"weight": weight, **({"bias": bias} if bias is not None else {}),
+               **dict(zip(_state_names(layer), after))}
+    if not training:
+        with _eager(), torch.no_grad(), _autocast(x, autocast_dtype):
+            y = functional_call(layer, tensors, (x,), strict=False)
+        return [y.clone(), torch.zeros((), dtype=torch.int64), *after]
+    leaves = {k: v.detach().requires_grad_(True) for k, v in (("x", x), ("weight", weight), ("bias", bias))
+              if v is not None}
+    tensors.update({k: v for k, v in leaves.items() if k != "x"})
+    with _eager(), torch.enable_grad(), _autocast(x, autocast_dtype):
+        y = functional_call(layer, tensors, (leaves["x"],), strict=False)
+    handle = next(_HANDLES)
+    layer.compiled_pending[handle] = (y, leaves)
+    return [y.detach().clone(), torch.full((), handle, dtype=torch.int64), *after]
+
+
+@_emulated_linear.register_fake
+def _(x, weight, bias, state, key, training, autocast_dtype):
+    dtype = autocast_dtype if autocast_dtype is not None and x.dtype != torch.float64 else x.dtype
+    return [x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=dtype), x.new_empty((), dtype=torch.int64),
+            *[torch.empty_like(t) for t in state]]
+
+
+@torch.library.custom_op("fp8emu::emulated_linear_backward", mutates_args=())
+def _emulated_linear_backward(dy: torch.Tensor, handle: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                              bias: Optional[torch.Tensor], key: torch.Tensor) -> List[torch.Tensor]:
+    layer = _LAYERS[int(key)]
+    entry = layer.compiled_pending.pop(int(handle), None)
+    if entry is None:
+        raise RuntimeError(f"layer {layer.layer_name!r}: the backward of a compiled emulated call ran twice "
+                           "(or without its forward); call backward once per forward (retain_graph is not "
+                           "supported for compiled emulated layers)")
+    y, leaves = entry
+    names = list(leaves)
+    with _eager():
+        grads = torch.autograd.grad(y, [leaves[n] for n in names], dy, allow_unused=True)
+    got = dict(zip(names, grads))
+    out = []
+    for n, like in (("x", x), ("weight", weight), ("bias", bias)):
+        g = got.get(n)
+        out.append(g.clone() if g is not None else (like if like is not None else x).new_zeros(
+            like.shape if like is not None else (0,)))
+    return out
+
+
+@_emulated_linear_backward.register_fake
+def _(dy, handle, x, weight, bias, key):
+    return [torch.empty_like(x), torch.empty_like(weight),
+            torch.empty_like(bias) if bias is not None else x.new_empty((0,))]
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, state, key, training, _ = inputs
+    ctx.training, ctx.has_bias, ctx.n_state = training, bias is not None, len(state)
+    ctx.save_for_backward(output[1], x, weight, bias if bias is not None else weight.new_empty((0,)), key)
+
+
+def _backward(ctx, grads):
+    if not ctx.training:
+        raise RuntimeError("an emulated layer compiled without autograd (torch.no_grad, inference_mode or "
+                           "nothing requiring grad) has no backward; run the forward with autograd")
+    handle, x, weight, bias, key = ctx.saved_tensors
+    dx, dw, db = torch.ops.fp8emu.emulated_linear_backward(grads[0], handle, x, weight,
+                                                           bias if ctx.has_bias else None, key)
+    return dx, dw, (db if ctx.has_bias else None), [None] * ctx.n_state, None, None, None
+
+
+_emulated_linear.register_autograd(_backward, setup_context=_setup_context)
+
+
+def compiled_forward(layer: EmulatedLinear, x: torch.Tensor) -> torch.Tensor:
+    """The layer's call as Dynamo traces it: one ``fp8emu::emulated_linear`` op (see the module docstring)."""
+    params = (layer.weight,) if layer.bias is None else (layer.weight, layer.bias)
+    training = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
+    state = [getattr(layer, n) for n in _state_names(layer)]
+    dev = x.device.type
+    autocast_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+    y, _, *after = torch.ops.fp8emu.emulated_linear(x, layer.weight, layer.bias, state, layer.fp8emu_key,
+                                                    training, autocast_dtype)
+    with torch.no_grad():
+        for buf, new in zip(state, after):
+            buf.copy_(new)
+    return y
+
+
+linear.COMPILED_FORWARD = compiled_forward
