@@ -433,7 +433,7 @@ def how_to_read(provenance: dict, gaps=None) -> dict:
                    "column per evaluation interval. 'fraction clipped' is true saturation: inputs beyond what "
                    "their scale lets the format hold (more than rounding). 'fraction at the format's max' counts "
                    "codes at the largest magnitude: block formats (MXFP8, NVFP4, 1x128 blocks) put each block's "
-                   "largest element there by design, so 10-20 % there is normal and is not clipping.",
+                   "largest element there by design, so a large fraction there is normal and is not clipping.",
     }
 
 
