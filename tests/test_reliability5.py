@@ -97,3 +97,77 @@ def test_a_huge_repeated_key_is_named_in_one_short_line():
         readers.parse_json(json.dumps({key: 1})[:-1] + f', "{key}": 2}}', "x.json")
     msg = str(exc.value)
     assert len(msg) < 200 and "10000 characters" in msg and "\n" not in msg
+
+
+# ----------------------------------------------------------------------------- 2. overflows float32 is not "not finite"
+def _qkv():
+    rng = np.random.default_rng(53)
+    return [rng.standard_normal((1, 4, 8)) for _ in range(3)]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_attention_names_a_float32_overflow_as_one(which):
+    """A float64 input that is finite but above float32's largest finite value was "must be finite"."""
+    from fp8emu.attention import attention
+    ops = _qkv()
+    ops[which][0, 1, 2] = 1e39
+    name = "qkv"[which]
+    with pytest.raises(ValueError) as exc:
+        attention(*ops, "fa3-fp8")
+    msg = str(exc.value)
+    assert msg.startswith(f"{name} overflows float32") and repr(F32_MAX) in msg and "1e+39" in msg
+    assert "must be finite" not in msg
+
+
+def test_a_nan_or_inf_input_is_still_not_finite():
+    from fp8emu.attention import attention
+    for bad in (np.nan, np.inf):
+        ops = _qkv()
+        ops[0][0, 0, 0] = bad
+        with pytest.raises(ValueError, match="q must be finite"):
+            attention(*ops, "fa3-fp8")
+
+
+def test_the_float32_boundary_is_float32_rounding():
+    """Above F32_MAX by less than half its ulp (2**103) rounds to F32_MAX: accepted; by 2**103, Inf: refused."""
+    from fp8emu.attention import quantize_qkv
+    from fp8emu.codec import decode
+    x = np.full((1, 1, 2), F32_MAX + 2.0 ** 102)
+    codes = quantize_qkv(x, "e4m3fn", np.array([2.0 ** -120]))
+    assert decode(codes, "e4m3fn").tolist() == [[[256.0, 256.0]]]     # 2**7 * (2 - 2**-23) rounds to 2**8
+    with pytest.raises(ValueError, match="x overflows float32"):
+        quantize_qkv(np.full((1, 1, 2), F32_MAX + 2.0 ** 103), "e4m3fn", np.array([1.0]))
+
+
+def test_reference_attention_computes_in_float64_and_takes_the_same_input():
+    from fp8emu.attention import reference_attention
+    ops = _qkv()
+    ops[2][0, 1, 2] = 1e39
+    out, _ = reference_attention(*ops)
+    assert np.all(np.isfinite(out)) and np.max(np.abs(out)) > 1e37
+
+
+@pytest.mark.parametrize("scale, why", [(1e39, "scale overflows float32"), (1e-50, "scale underflows to 0"),
+                                        (-1.0, "scale must be finite and positive"),
+                                        (np.nan, "scale must be finite and positive")])
+def test_quantize_qkv_scale_says_which_float32_limit(scale, why):
+    from fp8emu.attention import quantize_qkv
+    with pytest.raises(ValueError, match=why):
+        quantize_qkv(np.ones((1, 1, 2)), "e4m3fn", np.array([scale]))
+
+
+@pytest.mark.parametrize("scale, why", [(1e39, "overflows float32"), (1e-50, "underflows to 0 in float32")])
+def test_given_quantizer_scales_say_which_float32_limit(scale, why):
+    import fp8emu
+    with pytest.raises(ValueError, match=f"scale {why}"):
+        fp8emu.quantize_tensorwise(np.ones(4), "e4m3fn", scale=scale)
+    with pytest.raises(ValueError, match=f"DelayedScaling.scale {why}"):
+        fp8emu.DelayedScaling("e4m3fn").scale = scale
+
+
+def test_hif4_says_a_float32_overflow_is_one():
+    from fp8emu.scaling.hifloat4 import quantize_hif4
+    x = np.ones(64)
+    x[3] = 1e39
+    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="overflow float32"):
+        quantize_hif4(x)
