@@ -244,3 +244,18 @@ def test_butterfly_adds_in_the_kernels_order():
     got = _butterfly(v)
     assert got.view(np.uint32).tolist() == np.array(want, F32).view(np.uint32).tolist()
     assert got[0] == 0.0
+
+
+def test_ms_eden_on_three_dimensional_input():
+    """Rows of any leading shape: the same codes and scales as the rows flattened to 2-D (correction groups
+    are 256 consecutive elements of the flattened array, blocks 16 along the last axis)."""
+    rng = np.random.default_rng(3)
+    x = bf16_sample(rng, (2, 3, 256))
+    noise = rng.integers(0, 1 << 16, (2, 3, 16), dtype=np.uint16)
+    a = fp8emu.quantize_nvfp4(x, rounding="ms-eden", random_bits=noise)
+    amax = F32(np.max(np.abs(x)))
+    assert a.codes.shape == (2, 3, 256) and a.block_scale_codes.shape == (2, 3, 16)
+    for i in range(2):
+        for j in range(3):
+            codes, scales = reference_warp(x[i, j], amax, 1.0, noise[i, j])
+            assert a.codes[i, j].tolist() == codes and a.block_scale_codes[i, j].tolist() == scales
