@@ -171,6 +171,11 @@ def test_fma32_rounds_once_at_float64_midpoints_and_everywhere():
     # the ties are what they claim: float64 then float32 rounding differs from the exact rounding there
     naive = (a[:6].astype(np.float64) * b[:6].astype(np.float64) + c[:6].astype(np.float64)).astype(F32)
     assert (naive != got[:6]).all()
+    # a product that is itself a float32 midpoint (24929 * 673 = 2**24 + 1) and an addend below float64's
+    # resolution there: the addend alone decides the side (the error term TwoSum takes from c)
+    a, b = np.array([24929, 24929, -24929, -24929], F32), np.full(4, 673, F32)
+    c = np.array([2.0 ** -40, -(2.0 ** -40), -(2.0 ** -40), 2.0 ** -40], F32)
+    assert _fma32(a, b, c).tolist() == [2.0 ** 24 + 2, 2.0 ** 24, -(2.0 ** 24 + 2), -(2.0 ** 24)]
 
 
 def test_correction_groups_are_256_elements():
