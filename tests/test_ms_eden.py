@@ -216,19 +216,22 @@ def kernel_sr(fixed, noise):
 def test_stochastic_e4m3_at_the_edges_of_its_range():
     """Inside [2**-6, 448] the 20 dropped bits are forced by the noise, outside it a plain saturating
     cast: 447.5 rounds down to 416 with high noise (a plain cast gives 448); 1.3 * 2**-8, below the
-    range, is a plain cast to 3 * 2**-9 (forced down it would be 2 * 2**-9, a tie to even)."""
+    range, is a plain cast to 3 * 2**-9 (forced down it would be 2 * 2**-9, a tie to even); every one
+    of the 20 dropped bits counts against the threshold, the lowest too."""
     from fp8emu.scaling.ms_eden import _stochastic_e4m3
     rng = np.random.default_rng(9)
     vals = [447.5, 448.0, 447.0, 448.5, 500.0, 2.0 ** -6, 2.0 ** -6 * (1 - 2.0 ** -24), 1.3 * 2.0 ** -8, 0.01,
-            1.0 + 2.0 ** -20, 3.3, -3.3, 1e30]
+            1.0 + 2.0 ** -20, 3.3, -3.3, 1e30, 1.0 + 2.0 ** -23]
     vals += list(np.exp2(rng.uniform(-12, 10, 300)) * rng.choice([-1, 1], 300))
     v = np.repeat(np.array(vals, F32), 3)
     noise = np.tile(np.array([0, 0xFFFF, 0x8000], np.uint16), len(vals))
-    noise[3 * 13:] = rng.integers(0, 1 << 16, len(noise) - 3 * 13, dtype=np.uint16)
+    noise[3 * 14:] = rng.integers(0, 1 << 16, len(noise) - 3 * 14, dtype=np.uint16)
     got = _stochastic_e4m3(v, noise)
     assert got.tolist() == [kernel_sr(a, r) for a, r in zip(v, noise)]
     assert got[:3].tolist() == [0x7E, 0x7D, 0x7E]                        # 447.5: 448, 416 (forced down), 448
     assert got[21:24].tolist() == [3, 3, 3]                              # 1.3 * 2**-8: always 3 * 2**-9
+    # 1 + 2**-23: its 20 dropped bits are 1, above noise 0 (threshold 0): forced up, to 1.125 (seed-54 hole)
+    assert got[39] == 0x39
 
 
 def test_butterfly_adds_in_the_kernels_order():
