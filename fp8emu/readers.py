@@ -33,7 +33,7 @@ import zlib
 import ml_dtypes
 import numpy as np
 
-__all__ = ["read_json", "read_text", "NpyHeader", "npy_header", "read_npy", "npz_headers", "read_npz",
+__all__ = ["read_json", "parse_json", "read_text", "NpyHeader", "npy_header", "read_npy", "npz_headers", "read_npz",
            "read_npz_member", "SafetensorsEntry", "safetensors_header", "read_safetensors",
            "SAFETENSORS_DTYPES", "UNPACKED_DTYPES"]
 
@@ -87,13 +87,49 @@ def _read_bytes(path, limit, kind):
         raise _fail(path, f"cannot be read ({exc})") from None
 
 
-def _parse_json(raw: bytes, path, kind):
+class _DuplicateKey(ValueError):
+    """Raised from inside the JSON parser; :func:`parse_json` turns it into the file's own message."""
+
+
+def _unique_keys(pairs):
+    # json's default keeps the last of two equal keys: a header naming one tensor twice would be read
+    # silently, the last entry winning. Refuse it instead (safetensors refuses a duplicate field).
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def parse_json(raw, path, kind="JSON file"):
+    """Parse JSON ``raw`` (bytes or str) read from ``path``: its value, or one ValueError naming the file.
+
+    Invalid UTF-8 or JSON, nesting too deep for the parser, and an object holding one key twice
+    (at any depth) are refused.
+
+    Examples
+    --------
+    >>> parse_json(b'{"a": 1, "b": {"c": 2}}', "x.json")
+    {'a': 1, 'b': {'c': 2}}
+    >>> parse_json('{"w": 1, "w": 2}', "x.json", "safetensors index")
+    Traceback (most recent call last):
+    ...
+    ValueError: x.json: not a safetensors index (the key 'w' appears twice in one object)
+    """
+    if isinstance(raw, str):
+        text = raw
+    else:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(path, f"not a {kind} (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _fail(path, f"not a {kind} (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
-    try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        key = repr(exc.args[0])
+        key = key if len(key) <= 80 else key[:60] + f"... ({len(exc.args[0])} characters)"
+        raise _fail(path, f"not a {kind} (the key {key} appears twice in one object)") from None
     except RecursionError:
         # the C parser counts its nesting against the recursion limit: a million "[" end here
         raise _fail(path, f"not a {kind} (JSON nested too deeply)") from None
@@ -118,7 +154,7 @@ def read_json(path, *, kind="JSON file", max_bytes=1 << 30):
     ...
     ValueError: ...x.json: not a JSON file (JSON nested too deeply)
     """
-    return _parse_json(_read_bytes(path, max_bytes, kind), path, kind)
+    return parse_json(_read_bytes(path, max_bytes, kind), path, kind)
 
 
 def read_text(path, *, kind="text file", max_bytes=1 << 30) -> str:
@@ -420,7 +456,7 @@ def safetensors_header(path) -> tuple:
             head = fh.read(n)
     except OSError as exc:
         raise _fail(path, f"cannot be read ({exc})") from None
-    header = _parse_json(head, path, "safetensors file")
+    header = parse_json(head, path, "safetensors file")
     if not isinstance(header, dict):
         raise _fail(path, f"not a safetensors file (header is a JSON {type(header).__name__}, not an object)")
     data_start, data_len = 8 + n, size - 8 - n

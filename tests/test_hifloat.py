@@ -79,6 +79,27 @@ def test_stochastic_rounding_with_given_bits():
     assert abs(np.mean(hif8_decode(r, np.float64)) - (1 + 1 / 32)) < 2e-3
 
 
+# (rounding, saturate, x, code): IEEE 754 section 7.4 -- an overflow rounded toward zero gives the largest
+# finite magnitude, away from zero infinity; the direction of rup/rdn depends on the sign (issue 53: the
+# sign of rdn's overflow was not pinned: the 16-bit sweep runs rdn saturating only)
+DIRECTED_OVERFLOW = [("rdn", False, 40000.0, 0x6E), ("rdn", False, -40000.0, 0xEF),
+                     ("rdn", False, 32769.0, 0x6E), ("rdn", False, -32769.0, 0xEF),
+                     ("rup", False, 40000.0, 0x6F), ("rup", False, -40000.0, 0xEE),
+                     ("rup", False, 32769.0, 0x6F), ("rup", False, -32769.0, 0xEE),
+                     ("rdn", True, -40000.0, 0xEE), ("rup", True, 40000.0, 0x6E),
+                     ("rtz", False, -40000.0, 0xEE), ("rtz", False, 40000.0, 0x6E),
+                     ("rdn", False, -32768.0, 0xEE), ("rup", False, 32768.0, 0x6E)]
+
+
+@pytest.mark.parametrize("rounding, saturate, x, code", DIRECTED_OVERFLOW)
+def test_directed_rounding_overflows_by_sign(rounding, saturate, x, code):
+    assert hif8_round(x, rounding, saturate) == code                     # the oracle agrees with IEEE 754
+    assert hif8_encode(np.array([x]), rounding=rounding, saturate=saturate).tolist() == [code]
+    # the same in one array of mixed signs (the direction is decided per element)
+    got = hif8_encode(np.array([x, -x]), rounding=rounding, saturate=saturate).tolist()
+    assert got == [hif8_round(x, rounding, saturate), hif8_round(-x, rounding, saturate)]
+
+
 def test_errors():
     with pytest.raises(ValueError, match="unknown rounding 'rto' for HiF8; accepted: rna, rne"):
         hif8_encode([1.0], rounding="rto")

@@ -141,3 +141,129 @@ def test_ms_eden_errors():
         fp8emu.quantize_nvfp4(x, random_bits=np.zeros((1, 16), np.uint16))
     with pytest.raises(ValueError, match="either rng or random_bits"):
         fp8emu.quantize_nvfp4(x, rounding="ms-eden", rng=1, random_bits=np.zeros((1, 16), np.uint16))
+
+
+# ----------------------------------------------------------------------------- issue 53: mutation survivors
+# a * b + c whose float64 sum lands exactly on a float32 midpoint while the exact value does not:
+# (1 + 2**-23) * 2**-24 * (1 - 2**-23) = 2**-24 - 2**-70, so the sum is a midpoint -+ 2**-70
+FMA_TIES = [
+    (1 + 2.0 ** -23, 2.0 ** -24 * (1 - 2.0 ** -23), 1 + 2.0 ** -23),           # just below a midpoint
+    (-(1 + 2.0 ** -23), 2.0 ** -24 * (1 - 2.0 ** -23), 1 + 3 * 2.0 ** -23),    # just above a midpoint
+]
+
+
+def test_fma32_rounds_once_at_float64_midpoints_and_everywhere():
+    """The vectorised float32 FMA of the lane dot products against exact rationals, at the double-rounding
+    ties (RNE of the float64 sum would pick the even neighbour, the wrong one) and on random operands whose
+    exponents differ widely (the float64 sum inexact)."""
+    from fp8emu.scaling.ms_eden import _fma32
+    rng = np.random.default_rng(53)
+    cases = FMA_TIES + [(-a, b, -c) for a, b, c in FMA_TIES] + [(a, -b, -c) for a, b, c in FMA_TIES]
+    a, b, c = (np.array([t[i] for t in cases], F32) for i in range(3))
+    n = 4000
+    ra = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(F32)
+    rb = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(F32)
+    rc = (rng.standard_normal(n) * np.exp2(rng.integers(-60, 60, n))).astype(F32)
+    a, b, c = np.concatenate([a, ra]), np.concatenate([b, rb]), np.concatenate([c, rc])
+    got = _fma32(a, b, c)
+    want = [F32(round_f32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)))) for x, y, z in zip(a, b, c)]
+    assert got.view(np.uint32).tolist() == np.array(want, F32).view(np.uint32).tolist()
+    # the ties are what they claim: float64 then float32 rounding differs from the exact rounding there
+    naive = (a[:6].astype(np.float64) * b[:6].astype(np.float64) + c[:6].astype(np.float64)).astype(F32)
+    assert (naive != got[:6]).all()
+    # a product that is itself a float32 midpoint (24929 * 673 = 2**24 + 1) and an addend below float64's
+    # resolution there: the addend alone decides the side (the error term TwoSum takes from c)
+    a, b = np.array([24929, 24929, -24929, -24929], F32), np.full(4, 673, F32)
+    c = np.array([2.0 ** -40, -(2.0 ** -40), -(2.0 ** -40), 2.0 ** -40], F32)
+    assert _fma32(a, b, c).tolist() == [2.0 ** 24 + 2, 2.0 ** 24, -(2.0 ** 24 + 2), -(2.0 ** 24)]
+
+
+def test_correction_groups_are_256_elements():
+    """One EDEN correction per 256 consecutive elements (the reference kernel's warp: 32 lanes x 8):
+    a change in one group moves no other group's block scales."""
+    from fp8emu.scaling.ms_eden import EDEN_GROUP, ms_eden_nvfp4
+    assert EDEN_GROUP == 32 * 8
+    rng = np.random.default_rng(5)
+    x = bf16_sample(rng, (1, 1024))
+    noise = rng.integers(0, 1 << 16, (1, 64), dtype=np.uint16)
+    base = ms_eden_nvfp4(x, F32(np.max(np.abs(x))), 1.0, noise)[2]
+    for g in range(1024 // EDEN_GROUP):
+        y = x.copy()
+        # rescale one element of every block of group g (block amaxes and the amax kept): only the
+        # correction changes, and it is shared by the group's 16 blocks alone
+        lo, hi = g * EDEN_GROUP, (g + 1) * EDEN_GROUP
+        blocks = y[0, lo:hi].reshape(-1, 16)
+        idx = np.argmin(np.abs(blocks), axis=1)
+        blocks[np.arange(len(blocks)), idx] *= F32(0.5)
+        y[0, lo:hi] = blocks.reshape(-1)
+        got = ms_eden_nvfp4(y, F32(np.max(np.abs(x))), 1.0, noise)[2]
+        others = np.ones(64, bool)
+        others[g * 16:(g + 1) * 16] = False
+        assert (got[0, others] == base[0, others]).all(), g
+
+
+def kernel_sr(fixed, noise):
+    """utils.cuh's stochastic_rounding of one float32 to an E4M3 code (the scalar rule of reference_warp)."""
+    fixed = F32(fixed)
+    if abs(fixed) > 448 or abs(fixed) < 0.015625:
+        return e4m3_sat(fixed)
+    bits = int(np.array(fixed, F32).view(np.uint32))
+    thr = (int(noise) << 4) & 0xFFFFF
+    bits = bits | 0xFFFFF if (bits & 0xFFFFF) > thr else bits & ~0xFFFFF
+    return e4m3_sat(np.array(bits, np.uint32).view(F32))
+
+
+def test_stochastic_e4m3_at_the_edges_of_its_range():
+    """Inside [2**-6, 448] the 20 dropped bits are forced by the noise, outside it a plain saturating
+    cast: 447.5 rounds down to 416 with high noise (a plain cast gives 448); 1.3 * 2**-8, below the
+    range, is a plain cast to 3 * 2**-9 (forced down it would be 2 * 2**-9, a tie to even); every one
+    of the 20 dropped bits counts against the threshold, the lowest too."""
+    from fp8emu.scaling.ms_eden import _stochastic_e4m3
+    rng = np.random.default_rng(9)
+    vals = [447.5, 448.0, 447.0, 448.5, 500.0, 2.0 ** -6, 2.0 ** -6 * (1 - 2.0 ** -24), 1.3 * 2.0 ** -8, 0.01,
+            1.0 + 2.0 ** -20, 3.3, -3.3, 1e30, 1.0 + 2.0 ** -23]
+    vals += list(np.exp2(rng.uniform(-12, 10, 300)) * rng.choice([-1, 1], 300))
+    v = np.repeat(np.array(vals, F32), 3)
+    noise = np.tile(np.array([0, 0xFFFF, 0x8000], np.uint16), len(vals))
+    noise[3 * 14:] = rng.integers(0, 1 << 16, len(noise) - 3 * 14, dtype=np.uint16)
+    got = _stochastic_e4m3(v, noise)
+    assert got.tolist() == [kernel_sr(a, r) for a, r in zip(v, noise)]
+    assert got[:3].tolist() == [0x7E, 0x7D, 0x7E]                        # 447.5: 448, 416 (forced down), 448
+    assert got[21:24].tolist() == [3, 3, 3]                              # 1.3 * 2**-8: always 3 * 2**-9
+    # 1 + 2**-23: its 20 dropped bits are 1, above noise 0 (threshold 0): forced up, to 1.125 (seed-54 hole)
+    assert got[39] == 0x39
+
+
+def test_butterfly_adds_in_the_kernels_order():
+    """The xor shuffles (offsets 16, 8, 4, 2, 1) add in an order float32 rounding can see: lanes
+    [1, -1, 2**-24, 0, ...] sum to 0 at lane 0 ((1 + 2**-24) + (-1 + 0)), another order gives 2**-24."""
+    from fp8emu.scaling.ms_eden import _butterfly
+    rng = np.random.default_rng(4)
+    first = np.zeros(32, F32)
+    first[:3] = [1.0, -1.0, 2.0 ** -24]
+    rand = (rng.standard_normal((7, 32)) * np.exp2(rng.integers(-30, 30, (7, 32)))).astype(F32)
+    v = np.concatenate([first[None], rand]).reshape(-1)
+    want = []
+    for warp in v.reshape(-1, 32):
+        w = [F32(x) for x in warp]
+        for off in (16, 8, 4, 2, 1):
+            w = [F32(w[i] + w[i ^ off]) for i in range(32)]
+        want += w
+    got = _butterfly(v)
+    assert got.view(np.uint32).tolist() == np.array(want, F32).view(np.uint32).tolist()
+    assert got[0] == 0.0
+
+
+def test_ms_eden_on_three_dimensional_input():
+    """Rows of any leading shape: the same codes and scales as the rows flattened to 2-D (correction groups
+    are 256 consecutive elements of the flattened array, blocks 16 along the last axis)."""
+    rng = np.random.default_rng(3)
+    x = bf16_sample(rng, (2, 3, 256))
+    noise = rng.integers(0, 1 << 16, (2, 3, 16), dtype=np.uint16)
+    a = fp8emu.quantize_nvfp4(x, rounding="ms-eden", random_bits=noise)
+    amax = F32(np.max(np.abs(x)))
+    assert a.codes.shape == (2, 3, 256) and a.block_scale_codes.shape == (2, 3, 16)
+    for i in range(2):
+        for j in range(3):
+            codes, scales = reference_warp(x[i, j], amax, 1.0, noise[i, j])
+            assert a.codes[i, j].tolist() == codes and a.block_scale_codes[i, j].tolist() == scales

@@ -448,11 +448,14 @@ def test_recipe_numbers_are_checked_as_float32(field, value):
         AttentionRecipe(**{field: value})
 
 
-@pytest.mark.parametrize("d", [1e39, 1e-46, 1e-39])
-def test_given_descales_are_checked_as_float32_with_their_reciprocal(d):
+@pytest.mark.parametrize("d, why", [(1e39, "k descale overflows float32"),
+                                     (1e-46, "k descale underflows to 0 in float32"),
+                                     (1e-39, "k descale has a float32 reciprocal that overflows")])
+def test_given_descales_are_checked_as_float32_with_their_reciprocal(d, why):
+    # the message says which float32 limit each value breaks (issue 53: not "must be finite")
     q, k, v = _qkv()
     r = AttentionRecipe(scale_rule="given")
-    with pytest.raises(ValueError, match="descales must be finite and positive in float32"):
+    with pytest.raises(ValueError, match=why):
         attention(q, k, v, r, descales=(1.0, d, 1.0))
 
 
@@ -551,8 +554,10 @@ def test_nvfp4_alpha_checks_its_amaxes_as_float32(amax):
 
 
 @pytest.mark.parametrize("args, match", [
-    (("e4m3fn", [1.0]), "scale must be 2 finite"), (("e4m3fn", [1.0, np.inf]), "scale must be 2 finite"),
-    (("e4m3fn", [1.0, -2.0]), "scale must be 2 finite"), (("e4m3fn", [1e39, 1.0]), "scale must be 2 finite"),
+    (("e4m3fn", [1.0]), "scale must be 2 finite"),
+    (("e4m3fn", [1.0, np.inf]), "scale must be finite and positive"),
+    (("e4m3fn", [1.0, -2.0]), "scale must be finite and positive"),
+    (("e4m3fn", [1e39, 1.0]), "scale overflows float32"),          # issue 53: finite, so not "must be finite"
     (("bfloat16", [1.0, 1.0]), "8-bit format"), (("int4", [1.0, 1.0]), "fmt_name"),
 ])
 def test_quantize_qkv_has_attentions_contract(args, match):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import ml_dtypes
@@ -376,3 +377,79 @@ def test_live_log2_model_at_every_power_of_two(live):
     got = torch.log2(torch.from_numpy(v)).numpy()
     mine = torchao_variants._log2_f32(v)
     assert np.array_equal(np.ceil(got), np.ceil(mine)) and np.array_equal(np.floor(got), np.floor(mine))
+
+
+# ---- issue 53: the RCEIL multiplier of each special scale code ----
+
+# torchao 0.18.0 ``_to_mx_rceil`` (prototype/mx_formats/mx_tensor.py) scales the elements by ``rcp``:
+# the NaN descale for code 255, 2**-127 for 254 (Inf), 1.0 for code 0 and 2**(127 - code) otherwise.
+# Code 0's elements round to zero under either multiplier, so only the multiplier itself shows it.
+@pytest.mark.parametrize("fmt", rec.MX_FORMATS)
+def test_rceil_multiplier_of_each_special_code(fmt):
+    fmax = float(fp8emu.get_format(fmt).max)
+    amax = np.array([0.0, fmax * 2.0 ** -130, fmax * 2.0 ** -127, np.inf, 0.0, fmax * 2.0 ** -126, fmax], F32)
+    has_nan = np.array([False, False, False, False, True, False, False])
+    codes, mult = torchao_variants.mx_scales(amax, has_nan, fmt, "rceil")
+    assert codes.tolist() == [0, 0, 0, 254, 255, 1, 127]
+    assert mult[:4].tolist() == [1.0, 1.0, 1.0, 2.0 ** -127] and np.isnan(mult[4])
+    assert mult[5:].tolist() == [2.0 ** 126, 1.0]
+
+
+def test_live_rceil_multiplier_is_torchaos(live):
+    import torch
+    from torchao.prototype.mx_formats.mx_tensor import _to_mx_rceil
+    for fmt in rec.MX_FORMATS:
+        fmax = float(fp8emu.get_format(fmt).max)
+        amax = np.array([0.0, fmax * 2.0 ** -130, np.inf, np.nan, fmax * 2.0 ** -126, fmax * 3.0], F32)
+        # elements of 1.0, not bounded by the amax handed in: what comes back is the multiplier itself
+        exp, data = _to_mx_rceil(torch.ones(len(amax)), torch.from_numpy(amax), fmax)
+        codes, mult = torchao_variants.mx_scales(np.where(np.isnan(amax), 0, amax), np.isnan(amax), fmt, "rceil")
+        assert codes.tolist() == exp.numpy().tolist(), fmt
+        want = np.clip(mult, -fmax, fmax)
+        np.testing.assert_array_equal(data.numpy().view(np.uint32), want.view(np.uint32), err_msg=fmt)
+
+
+# ---- issue 53: torchao's FP4/FP6 code of a NaN, every tie of its rounding ----
+
+def _nan_code(bits, ebits, mbits, bias):
+    """torchao's ``_f32_to_floatx_unpacked`` treats a NaN as the normal number with exponent field 255:
+    its fraction rounded to ``mbits`` bits, ties to even (exact rationals here), a carry into the
+    exponent, the exponent rebiased, the code kept to the format's width, the sign on top."""
+    sign, frac = bits >> 31, bits & 0x7FFFFF
+    m = round(Fraction(frac, 2 ** (23 - mbits)))          # Python rounds a Fraction's tie to even
+    e = 255 - 127 + bias
+    if m == 1 << mbits:
+        m, e = 0, e + 1
+    return (((e << mbits) | m) & ((1 << (ebits + mbits)) - 1)) | (sign << (ebits + mbits))
+
+
+def _nan_patterns(mbits, rng):
+    half = 1 << (22 - mbits)                              # the dropped bits' midpoint
+    fracs = {1, half, half - 1, half + 1, 0x7FFFFF, 0x400000, 0x400000 | half, 0x400000 | half | 1}
+    fracs |= {(k << (23 - mbits)) | half for k in range(1 << mbits)}          # every tie, kept bit 0 and 1
+    fracs |= {(k << (23 - mbits)) | (half - 1) for k in range(1 << mbits)}
+    fracs |= set(rng.integers(1, 1 << 23, 2000).tolist())
+    f = np.array(sorted(fracs), np.uint32)
+    return np.concatenate([0x7F800000 | f, 0xFF800000 | f]).astype(np.uint32)
+
+
+@pytest.mark.parametrize("fmt", ["e2m1fn", "e2m3fn", "e3m2fn"])
+def test_subbyte_nan_codes_round_the_nan_bits_to_nearest_even(fmt):
+    f = fp8emu.get_format(fmt)
+    bits = _nan_patterns(f.mbits, np.random.default_rng(53))
+    got = torchao_variants.subbyte_cast(bits.view(F32), f)
+    want = [_nan_code(int(b), f.ebits, f.mbits, f.bias) for b in bits]
+    assert got.tolist() == want
+
+
+def test_live_subbyte_nan_codes_are_torchaos(live):
+    import torch
+    from torchao.prototype.mx_formats import kernels
+    casts = {"e2m1fn": kernels.f32_to_f4_unpacked, "e2m3fn": kernels.f32_to_f6_e2m3_unpacked,
+             "e3m2fn": kernels.f32_to_f6_e3m2_unpacked}
+    for fmt, cast in casts.items():
+        f = fp8emu.get_format(fmt)
+        bits = _nan_patterns(f.mbits, np.random.default_rng(54))
+        want = cast(torch.from_numpy(bits.view(F32).copy())).numpy()
+        np.testing.assert_array_equal(torchao_variants.subbyte_cast(bits.view(F32), f), want, err_msg=fmt)
+        assert want.tolist() == [_nan_code(int(b), f.ebits, f.mbits, f.bias) for b in bits]

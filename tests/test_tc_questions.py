@@ -51,3 +51,32 @@ def test_validate_gpu_tc_questions_skips_without_a_gpu():
                        text=True)
     assert r.returncode == 3, r.stderr
     assert "skipped" in r.stdout
+
+
+@pytest.mark.parametrize("name", sorted(QUESTIONS))
+def test_every_shipped_vector_parts_some_pair_of_candidates(name):
+    """Issue 53: 19 of the 256 Rubin UE5M3 x32 vectors gave the same bits under every candidate, while
+    validate-gpu called them discriminating; a vector whose candidates' outputs are all equal settles nothing."""
+    outputs = load_vectors(name)["outputs"]
+    idle = [r for r in range(outputs.shape[1]) if len({int(x) for x in outputs[:, r]}) == 1]
+    assert idle == []
+
+
+def test_validate_prints_what_the_vectors_part_as_computed(monkeypatch):
+    """Every number validate-gpu --tc-questions prints comes from the shipped outputs; a GPU that behaves
+    like the first candidate is shown reproducing all of them (no GPU needed: its outputs are stood in)."""
+    monkeypatch.setattr(tc_questions, "gpu_available", lambda: (True, None))
+    monkeypatch.setattr(tc_questions, "gpu_outputs", lambda q, z, torch: z["outputs"][0])
+    lines = []
+    res = tc_questions.validate(out=lines.append)
+    for name, q in QUESTIONS.items():
+        outputs = load_vectors(name)["outputs"]
+        n = outputs.shape[1]
+        parting = sum(len({int(x) for x in outputs[:, r]}) > 1 for r in range(n))
+        weakest = min(sum(int(outputs[i, r]) != int(outputs[j, r]) for r in range(n))
+                      for i in range(len(outputs)) for j in range(i + 1, len(outputs)))
+        head = [ln for ln in lines if ln.startswith(name + " ")]
+        assert head == [f"{name} ({q.text}), {n} vectors; {parting} of them part at least two candidates, and "
+                        f"every pair of candidates differs on at least {weakest}:"]
+        assert res[name][q.candidates[0][0]] == n
+        assert sum(v == n for v in res[name].values()) == 1

@@ -62,14 +62,18 @@ def draw(q, rng, rows):
 
 def spread(bits, n):
     """``n`` row indices chosen greedily so that every pair of candidates differs on many rows: each
-    pick is a row that parts the pair parted least so far, and most of the other pairs still short."""
+    pick is a row that parts the pair parted least so far, and most of the other pairs still short.
+    Only rows that part at least one pair are picked (once every pair had its share, a row that
+    parted none scored as well as one that parted some: 19 of the 256 x32 rows were such rows)."""
     C = len(bits)
     pairs = [(i, j) for i in range(C) for j in range(i + 1, C)]
     differ = np.array([bits[i] != bits[j] for i, j in pairs])          # (pairs, rows)
     counts = np.zeros(len(pairs), int)
-    free = np.ones(bits.shape[1], bool)
+    free = differ.any(axis=0)
+    if free.sum() < n:
+        raise SystemExit(f"only {int(free.sum())} of {bits.shape[1]} drawn rows part any pair; {n} are needed")
     chosen = []
-    for _ in range(min(n, bits.shape[1])):
+    for _ in range(n):
         weakest = int(np.argmin(counts))
         short = counts < n // 4
         score = (differ & short[:, None]).sum(axis=0) + 1000 * differ[weakest]
@@ -85,8 +89,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=DATA, help=f"folder written (default: the package data, {DATA})")
     args = ap.parse_args(argv)
-    DATA.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     for name, q in QUESTIONS.items():
         keep = None
@@ -108,9 +113,12 @@ def main(argv=None):
         keep = {k: v[:args.n] for k, v in keep.items()}
         outs = candidate_outputs(q, keep)
         labels = list(outs)
-        np.savez_compressed(DATA / f"{name}.npz", **keep, labels=np.array(labels),
+        np.savez_compressed(args.out / f"{name}.npz", **keep, labels=np.array(labels),
                             outputs=np.array([outs[lab].view(np.uint32) for lab in labels]))
         bits = np.array([outs[lab].view(np.uint32) for lab in labels])
+        idle = int((bits == bits[0]).all(axis=0).sum())
+        if idle:   # validate-gpu reports each question's vectors as discriminating: never ship one that is not
+            raise SystemExit(f"{name}: {idle} of {len(keep['a'])} vectors part no pair of candidates")
         print(name, len(keep["a"]), "vectors; rows where each pair differs:",
               {f"{i}-{j}": int((bits[i] != bits[j]).sum())
                for i in range(len(labels)) for j in range(i + 1, len(labels))})

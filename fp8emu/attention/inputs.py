@@ -21,11 +21,48 @@ def _as_heads(x, what, dtype=F32):
         a = a[None]
     if a.ndim != 3:
         raise ValueError(f"{what} must have shape (heads, tokens, dim) or (tokens, dim), got {a.shape}")
-    with np.errstate(over="ignore"):
-        a = a.astype(dtype)   # a copy: the caller's array is never modified
-    if not np.all(np.isfinite(a)):
+    if not np.all(np.isfinite(a)):   # in the caller's own type: a NaN or Inf there is one
         raise ValueError(f"{what} must be finite (NaN/Inf inputs are not modelled)")
-    return a
+    with np.errstate(over="ignore"):
+        out = a.astype(dtype)   # a copy: the caller's array is never modified
+    _no_overflow(a, out, what)
+    return out
+
+
+def _largest(a) -> str:
+    big = np.max(np.abs(a))
+    return repr(float(big)) if np.isfinite(float(big)) else np.format_float_scientific(big, trim="-")
+
+
+def _no_overflow(src, cast, what):
+    """A finite ``src`` whose conversion ``cast`` holds an Inf overflowed the kernel's type: say so,
+    with that type's largest finite value (a finite input is not "not finite")."""
+    bad = ~np.isfinite(cast)
+    if np.any(bad):
+        t = cast.dtype.name
+        raise ValueError(f"{what} overflows {t}, the type the kernel computes in: {int(bad.sum())} finite "
+                         f"value(s) exceed the largest finite {t}, {float(np.finfo(cast.dtype).max)!r}, in "
+                         f"magnitude (the largest is {_largest(src[bad])}); scale it down first")
+
+
+def _positive_f32(values, what, *, reciprocal):
+    """``values`` (float64) as float32 > 0, with (``reciprocal``) a finite float32 ``1 / v``: refused as
+    not finite or not > 0 where that is so, otherwise as overflowing or flushing to zero in float32."""
+    d = np.asarray(values, np.float64)
+    if not (np.all(np.isfinite(d)) and np.all(d > 0)):
+        raise ValueError(f"{what} must be finite and positive, got {d.tolist()!r}")
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        d32 = d.astype(F32)
+        inv = np.divide(F32(1), d32, dtype=F32)
+    _no_overflow(d, d32, what)
+    if np.any(d32 == 0):
+        tiny = float(np.finfo(F32).smallest_subnormal)
+        raise ValueError(f"{what} underflows to 0 in float32, the type the kernel uses: "
+                         f"{d[d32 == 0].tolist()!r} (the smallest float32 > 0 is {tiny!r})")
+    if reciprocal and not np.all(np.isfinite(inv)):
+        raise ValueError(f"{what} has a float32 reciprocal that overflows (the kernel uses 1/{what} too): "
+                         f"{d[~np.isfinite(inv)].tolist()!r}; each must be at least 2**-128 (about 2.9e-39)")
+    return d32, inv
 
 
 def _validate(q, k, v, softmax_scale, causal, kv_len, dtype=F32):

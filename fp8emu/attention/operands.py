@@ -13,7 +13,7 @@ from ..gemm import Accumulator
 from ..gemm.fparith import add_scaled_f32
 from ..gemm.kernels import exact_dot, mma_dot, values_and_exponents
 from ..scaling import current_scale
-from .inputs import _as_heads
+from .inputs import _as_heads, _positive_f32
 from .recipes import F32, _WIDE, _fmt_or_wide
 
 __all__ = ["quantize_qkv"]
@@ -58,13 +58,8 @@ def _descales(x32, fmt, recipe, given, what, group=1):
                                                                    f" or shape ({n},)") + f", got {d.shape}")
         elif gran == "kv-head":
             d = np.repeat(d, group)
-        with np.errstate(over="ignore", divide="ignore", under="ignore", invalid="ignore"):
-            d32 = d.astype(F32)   # checked again as the float32 the kernel receives, with its reciprocal
-            s32 = np.divide(F32(1), d32, dtype=F32)
-        if not (np.all(np.isfinite(d32)) and np.all(d32 > 0) and np.all(np.isfinite(s32)) and np.all(s32 > 0)):
-            raise ValueError(f"{what} descales must be finite and positive in float32 (the type the kernel "
-                             f"uses), with a finite float32 reciprocal; got {d.tolist()!r}")
-        return d32, s32
+        # checked as the float32 the kernel receives, with its reciprocal
+        return _positive_f32(d, f"{what} descale", reciprocal=True)
     amax = np.abs(x32).max(axis=(1, 2)) if x32.size else np.zeros(H, F32)
     if gran == "tensor":
         amax = np.full(H, amax.max(initial=0))
@@ -93,11 +88,14 @@ def quantize_qkv(x, fmt_name, scale):
     fmt = _fmt_or_wide(fmt_name, "fmt_name", allow_none=False)
     if fmt in _WIDE:
         raise ValueError(f"fmt_name must be an 8-bit format (codes), got {fmt_name!r}")
-    with np.errstate(over="ignore"):
-        s = np.asarray(scale, dtype=np.float64).astype(F32).reshape(-1) if not isinstance(scale, str) else None
-    if s is None or s.shape != (x.shape[0],) or not (np.all(np.isfinite(s)) and np.all(s > 0)):
+    try:
+        s = None if isinstance(scale, str) else np.asarray(scale, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        s = None
+    if s is None or s.shape != (x.shape[0],):
         raise ValueError(f"scale must be {x.shape[0]} finite float32 values > 0 (one per head), got {scale!r}")
-    return _quantize_qkv(x, fmt, s)
+    s32, _ = _positive_f32(s, "scale", reciprocal=False)
+    return _quantize_qkv(x, fmt, s32)
 
 
 def _quantize_qkv(x, fmt_name, scale):

@@ -44,8 +44,8 @@ from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import nvfp4_from_codes
 from .validate import gpu_available
 
-__all__ = ["Question", "QUESTIONS", "candidate_outputs", "load_vectors", "judge", "gpu_outputs", "validate",
-           "blocked_scale_layout", "DATA"]
+__all__ = ["Question", "QUESTIONS", "candidate_outputs", "load_vectors", "discrimination", "judge", "gpu_outputs",
+           "validate", "blocked_scale_layout", "DATA"]
 
 DATA = Path(__file__).parents[1] / "data" / "tc_questions"
 
@@ -132,6 +132,24 @@ def load_vectors(name):
     """The shipped vectors of a question (a dict of arrays; ``outputs`` holds each candidate's bits)."""
     with np.load(DATA / f"{name}.npz") as z:
         return {k: z[k] for k in z}
+
+
+def discrimination(z) -> dict:
+    """What the shipped vectors ``z`` tell apart, computed from their recorded outputs: ``vectors``,
+    ``parting`` (vectors on which at least two candidates differ) and ``weakest`` (the fewest vectors
+    on which some pair of candidates differs).
+
+    Examples
+    --------
+    >>> d = discrimination(load_vectors("tcgen05-f8f6f4-fp8"))
+    >>> d["vectors"] == d["parting"] == 256, d["weakest"] >= 50
+    (True, True)
+    """
+    bits = np.asarray(z["outputs"])
+    C = len(bits)
+    pairs = [int((bits[i] != bits[j]).sum()) for i in range(C) for j in range(i + 1, C)]
+    return {"vectors": bits.shape[1], "parting": int((bits != bits[:1]).any(axis=0).sum()),
+            "weakest": min(pairs, default=0)}
 
 
 def judge(q: Question, z, gpu_bits):
@@ -237,8 +255,10 @@ def validate(out=print):
             out(f"{name}: {res[name]}")
             continue
         res[name] = judge(q, z, got)
-        n = len(got)
-        out(f"{name} ({q.text}), {n} vectors:")
+        n, d = len(got), discrimination(z)
+        # each statement is computed from the shipped outputs, not promised by how they were made
+        out(f"{name} ({q.text}), {n} vectors; {d['parting']} of them part at least two candidates, and every "
+            f"pair of candidates differs on at least {d['weakest']}:")
         for lab, k in res[name].items():
             out(f"  {k:5d}/{n}  {lab}{'   <- reproduces every output' if k == n else ''}")
     return res

@@ -278,9 +278,15 @@ def scale_times(x: np.ndarray, scale_full: np.ndarray) -> np.ndarray:
 
 def given_scale(scale, expected_shape, what="scale") -> np.ndarray:
     """Validate a caller-supplied scale: finite, > 0, the right shape."""
-    s = real_values(scale, what, "a positive number or an array of them")
-    with np.errstate(over="ignore"):     # overflow to Inf is reported below
-        s = s.astype(np.float32)
+    src = real_values(scale, what, "a positive number or an array of them")
+    with np.errstate(over="ignore", under="ignore"):     # overflow to Inf is reported below
+        s = src.astype(np.float32)
+    if np.all(np.isfinite(src)) and np.all(src > 0) and not (np.all(np.isfinite(s)) and np.all(s > 0)):
+        # finite and positive as given, but not as the float32 it is used as: say which limit (issue 53)
+        flo = float(np.finfo(np.float32).max)
+        why = (f"overflows float32 (above {flo!r}, the largest finite float32)" if not np.all(np.isfinite(s))
+               else "underflows to 0 in float32 (below 2**-149, about 1.4e-45, the smallest float32 > 0)")
+        raise ValueError(f"{what} {why}, the type it is used in")
     if s.shape != tuple(expected_shape):
         if s.size == 1 and math.prod(expected_shape) == 1:
             s = s.reshape(expected_shape)

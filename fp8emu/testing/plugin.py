@@ -38,7 +38,7 @@ import pytest
 from ..formats import get_format
 from ..interop import ML_NARROW_DTYPES, to_numpy
 from .compare import compare_codes, to_codes
-from ..readers import read_npz
+from ..readers import parse_json, read_npz
 from .golden import FORMAT_VERSION
 
 __all__ = ["FP8Golden", "fp8_golden", "pytest_addoption"]
@@ -139,10 +139,7 @@ def _read_snapshot(path):
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     opts = _text(z, "options", path)
-    try:
-        parsed = json.loads(opts)
-    except (ValueError, RecursionError):
-        raise ValueError(f"{path}: options is not JSON") from None
+    parsed = parse_json(opts, f"{path}[options]", "JSON object of options")
     if not isinstance(parsed, dict):
         raise ValueError(f"{path}: options must be a JSON object")
     codes = z["codes"]

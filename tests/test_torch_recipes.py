@@ -1,0 +1,58 @@
+"""fp8emu.torch.recipes on its own: what each recipe object says and returns, checked against the classes
+it follows (Transformer Engine's recipe formats, torchao's Float8LinearConfig) and ml_dtypes decodes, not
+against fp8emu's codec.  The recipes' numbers in training are tests/test_torch_emulate.py's."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+from fp8emu.torch import recipes  # noqa: E402
+
+ML = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+
+
+def _x(shape=(32, 64), seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# TE: HYBRID is E4M3 forward, E5M2 backward (transformer_engine/common/recipe Format.HYBRID); the block,
+# MXFP8 and DeepSeek recipes default to E4M3; torchao: tensorwise E5M2 grad_output, rowwise E4M3 throughout
+DESCRIBED = {
+    "te-delayed": "te-delayed: input e4m3fn, weight e4m3fn, grad_output e5m2",
+    "te-current": "te-current: input e4m3fn, weight e4m3fn, grad_output e5m2",
+    "te-block": "te-block: input e4m3fn, weight e4m3fn, grad_output e4m3fn",
+    "deepseek-v3": "deepseek-v3: input e4m3fn, weight e4m3fn, grad_output e4m3fn",
+    "te-mxfp8": "te-mxfp8: input e4m3fn, weight e4m3fn, grad_output e4m3fn",
+    "te-nvfp4": "te-nvfp4: input nvfp4, weight nvfp4, grad_output nvfp4",
+    "torchao-tensorwise": "torchao-tensorwise: input e4m3fn, weight e4m3fn, grad_output e5m2",
+    "torchao-rowwise": "torchao-rowwise: input e4m3fn, weight e4m3fn, grad_output e4m3fn",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DESCRIBED))
+def test_describe_names_each_roles_format(name):
+    assert recipes.get_recipe(name).describe() == DESCRIBED[name]
+
+
+@pytest.mark.parametrize("name", ["te-current", "te-delayed", "torchao-tensorwise", "torchao-rowwise", "te-block"])
+def test_values_of_a_per_tensor_or_row_operand_are_its_codes_decoded(name):
+    r = recipes.get_recipe(name)
+    op = r.operand("input", _x(), 1, "fprop", **({"scale": np.float32(2.0)} if name == "te-delayed" else {}))
+    assert op.kind == "fp8"
+    want = np.asarray(op.codes, np.uint8).view(ML[op.fmt.name]).astype(np.float64)
+    np.testing.assert_array_equal(op.values(), want)
+
+
+def test_values_of_a_block_operand_are_its_element_codes_decoded():
+    op = recipes.get_recipe("te-mxfp8").operand("input", _x(), 1, "fprop")
+    assert op.kind == "block"
+    want = np.asarray(op.st.codes, np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    np.testing.assert_array_equal(op.values(), want)
+
+
+def test_values_of_a_high_precision_operand_are_the_values():
+    hp = _x((4, 8))
+    assert recipes.Operand("hp", hp=hp).values() is hp
