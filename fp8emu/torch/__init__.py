@@ -24,6 +24,7 @@ from .recipes import (
 from .stacks import Stack, get_stack, stack_names
 from .swap import EmulationReport, diagnostics, emulate, reset_diagnostics
 from .autocast import autocast
+from . import te
 
 __all__ = ["TorchScaled", "device_of", "from_torch", "scaled_to_torch", "to_torch", "torch_dtype",
            "encode", "decode", "quantize", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise",
