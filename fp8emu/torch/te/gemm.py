@@ -55,8 +55,10 @@ def stack_multiple(recipe, stack) -> int:
 
 
 def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
+    """A tensor as a NumPy array in ``dtype``: a bfloat16 array (ml_dtypes) tells the quantizers their input
+    is bfloat16 (NVFP4's Hadamard transform computes in the input's dtype, as TE's kernel)."""
     a = t.detach().to(torch.float32).contiguous().numpy()
-    return a.astype(ml_dtypes.bfloat16).astype(np.float32) if dtype == "bfloat16" else a
+    return a.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else a
 
 
 def _torch(a: np.ndarray, dtype) -> torch.Tensor:
@@ -197,7 +199,7 @@ class _QuantizedLinear(torch.autograd.Function):
             b, w_col = g.weight_operands(R, weight, step)
         else:
             b, w_col = g.cached_weight(R, weight, step, plan.weight_key)
-        bias_np = None if bias is None else _np(bias, S.dtype)
+        bias_np = None if bias is None else np.asarray(_np(bias, S.dtype), np.float32)
         y = run_gemm(a, b, S.accumulator(R.gemm_family("fprop"), R.split("fprop")), S.dtype, bias_np)
         if any(ctx.needs_input_grad[:2]):
             # the wgrad copy, quantized now from the same values (as TE's quantizers write both usages)
@@ -218,7 +220,7 @@ class _QuantizedLinear(torch.autograd.Function):
             a2 = _t(a) if R.shared_copies() else R.operand("grad_output", dys.T, 1, "wgrad", rng=g.rng(step, "wgrad"))
             dw = _torch(run_gemm(a2, ctx.x_col, S.accumulator(R.gemm_family("wgrad"), R.split("wgrad")), "float32"),
                         ctx.w_dtype)
-        db = _torch(dys.sum(axis=0, dtype=np.float32), dy.dtype) if ctx.has_bias else None
+        db = _torch(np.asarray(dys, np.float32).sum(axis=0, dtype=np.float32), dy.dtype) if ctx.has_bias else None
         return _torch(dx, ctx.x_dtype), dw, db, None
 
 
