@@ -17,7 +17,6 @@ stochastic rounding are buffers of a :class:`QuantGemm`, so they are in the modu
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import ml_dtypes
@@ -33,7 +32,6 @@ __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack
 
 _ROLES = ("input", "weight", "grad_output")
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
-_INDEX = itertools.count()
 
 
 def stack_multiple(recipe, stack) -> int:
@@ -112,19 +110,22 @@ def dequantize_operand(op: Operand, shape) -> np.ndarray:
 class QuantGemm(nn.Module):
     """The quantization state of one linear map of a TE module (a sub-module holding buffers only).
 
-    ``fp8emu_step`` counts forward passes (it seeds stochastic rounding with the GEMM's index);
-    delayed scaling adds ``amax_history_<role>`` and ``scale_<role>`` when it first runs.
+    ``fp8emu_step`` counts forward passes and ``fp8emu_seed`` (drawn from torch's generator when the
+    module is built, as TE draws its stochastic-rounding state from torch's: a model built after
+    ``torch.manual_seed`` rounds the same way every run) seeds stochastic rounding with it; delayed
+    scaling adds ``amax_history_<role>`` and ``scale_<role>`` when it first runs.
     """
 
-    def __init__(self, name: str, seed: int = 0):
+    def __init__(self, name: str):
         super().__init__()
-        self.gemm_name, self.index, self.seed = name, next(_INDEX), int(seed)
+        self.gemm_name = name
         self.register_buffer("fp8emu_step", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("fp8emu_seed", torch.randint(0, 2**62, (), dtype=torch.int64))
         self.primary = None          # (recipe, stack) of an FP8 primary weight, else None
         self._weight_copy = None     # (key, fprop operand, dgrad operand)
 
     def rng(self, step, pass_):
-        return np.random.default_rng([self.seed, self.index, step, _PASS_CODE[pass_]])
+        return np.random.default_rng([int(self.fp8emu_seed), step, _PASS_CODE[pass_]])
 
     def next_step(self) -> int:
         step = int(self.fp8emu_step)
