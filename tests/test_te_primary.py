@@ -141,6 +141,7 @@ def table() -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.exhaustive      # about a minute on two cores
 def test_the_page_table_is_this_measurement():
     text = PAGE.read_text(encoding="utf-8")
     block = re.search(r"<!-- primary-table -->\n(.*?)\n<!-- /primary-table -->", text, re.S)

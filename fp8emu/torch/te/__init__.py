@@ -22,7 +22,7 @@ from .quantization import (
     autocast, current_autocast, fp8_autocast, fp8_model_init, get_default_recipe, quantized_model_init,
 )
 
-__all__ = ["recipe", "Linear", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm", "DotProductAttention",
+__all__ = ["Linear", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm", "DotProductAttention",
            "MultiheadAttention", "TransformerLayer", "autocast", "fp8_autocast", "quantized_model_init",
            "fp8_model_init", "get_default_recipe", "current_autocast", "refresh_primary_weights", "ACTIVATIONS",
            "QuantGemm"]
