@@ -246,3 +246,20 @@ def test_fp8_attention_when_the_recipe_asks_for_it():
         with te.autocast(recipe=recipe.DelayedScaling(fp8_dpa=True)):
             with pytest.raises(RuntimeError, match="forward only"):
                 dpa(q.requires_grad_(), k, v)
+
+
+def test_delayed_scaling_state_is_in_the_state_dict():
+    # amax histories and scales (and the step counter) travel with the model: a fresh model loaded from it
+    # continues exactly as the original
+    torch.manual_seed(5)
+    a = te.LayerNormMLP(64, 128)
+    rec = recipe.DelayedScaling(amax_history_len=4)
+    xs = [torch.randn(32, 64) for _ in range(3)]
+    with te.autocast(recipe=rec):
+        a(xs[0])
+    b = te.LayerNormMLP(64, 128)
+    b.load_state_dict(a.state_dict())
+    assert "fp8emu_fc1.amax_history_input" in a.state_dict()
+    with te.autocast(recipe=rec):
+        for x in xs[1:]:
+            assert torch.equal(a(x), b(x))

@@ -141,6 +141,15 @@ class QuantGemm(nn.Module):
             self.register_buffer(f"scale_{role}", torch.ones((), dtype=torch.float32))
         return getattr(self, f"amax_history_{role}"), getattr(self, f"scale_{role}")
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # delayed-scaling state saved by a module that ran delayed scaling: made here before it is loaded
+        for role in _ROLES:
+            hist = state_dict.get(f"{prefix}amax_history_{role}")
+            if hist is not None and getattr(self, f"amax_history_{role}", None) is None:
+                self.register_buffer(f"amax_history_{role}", torch.zeros_like(hist, dtype=torch.float32))
+                self.register_buffer(f"scale_{role}", torch.ones((), dtype=torch.float32))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def operand(self, recipe, role, arr, k_axis, pass_, step) -> Operand:
         """``arr`` quantized as ``role`` of ``pass_``; delayed scaling quantizes with the scale in force,
         records the amax and updates the scale (TE's order), its state in this module's buffers."""
