@@ -73,6 +73,14 @@ def test_layernorm_linear_delayed_quantizes_the_float32_norm_output(fused):
         np.testing.assert_array_equal(got, want)
 
 
+def test_about_one_code_in_thirty_differs_between_the_two_roundings():
+    # bfloat16 keeps 4 more fraction bits than E4M3: one bf16 value in 16 is an E4M3 midpoint, and half of the
+    # float32 values rounding to it lie on the side it does not round to (the guide's "one code in 30")
+    x = _ln(_data(6, 256, 256)[0], np.ones(256, np.float32), np.zeros(256, np.float32)) * 16
+    direct, twice = quantize_tensorwise(x, "e4m3fn", scale=1.0), quantize_tensorwise(bf16(x), "e4m3fn", scale=1.0)
+    assert 1 / 40 < np.mean(direct.codes != twice.codes) < 1 / 25
+
+
 def test_layernorm_linear_current_scaling_rounds_to_bf16_first():
     # FUSED_NORM_AMAX_FP8 writes the bf16 output and its amax, then quantizes: the unfused composition
     torch.manual_seed(0)

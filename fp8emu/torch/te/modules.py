@@ -274,11 +274,24 @@ class _Norm(_TEModule):
         self._gemm_names = ()
 
     def forward(self, inp):
-        return _norm(inp, self.weight, self.bias, self.eps, self.normalization, self.zero_centered_gamma)
+        st = current_autocast()
+        if st is None or not st.enabled:
+            return _norm(inp, self.weight, self.bias, self.eps, self.normalization, self.zero_centered_gamma)
+        # inside FP8 the activations are the stack's dtype: TE's kernel reads bf16 input and parameters,
+        # computes in float32 and writes a bf16 output (what a following te.Linear quantizes)
+        S = st.stack
+        x, g = (round_to_stack(t.to(torch.float32), S) for t in (inp, self.weight))
+        b = None if self.bias is None else round_to_stack(self.bias.to(torch.float32), S)
+        out = _norm(x, g, b, self.eps, self.normalization, self.zero_centered_gamma)
+        return round_to_stack(out, S).to(inp.dtype)
 
 
 class LayerNorm(_Norm):
     """TE's ``LayerNorm(normalized_shape, eps=1e-5, ..., zero_centered_gamma=False)``.
+
+    Inside an enabled ``autocast`` on a bfloat16 stack it reads its input and parameters as bfloat16,
+    computes in float32 and returns bfloat16 values (TE's kernel on the bf16 activations a GPU run has);
+    outside, plain torch math in the tensors' dtype.  Same for :class:`RMSNorm`.
 
     Examples
     --------
