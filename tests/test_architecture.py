@@ -31,6 +31,7 @@ LAYERS = {
     "fp8emu.lab": 8,
     "fp8emu.cli": 9, "fp8emu.__main__": 9,
     "fp8emu.torch": 9,   # the torch adapter, at the top with the command line
+    "fp8emu.torch.te": 9,   # Transformer Engine's API on the adapter's emulated GEMMs
     "fp8emu": 10,   # the package's __init__ re-exports the public API
 }
 

@@ -59,6 +59,9 @@ if importlib.util.find_spec("torch") is not None:
                          ["fp8emu.torch", "fp8emu.torch.tensors", "fp8emu.torch.ops", "fp8emu.torch.swap",
                           "fp8emu.torch.recipes", "fp8emu.torch.stacks", "fp8emu.torch.linear",
                           "fp8emu.torch.gemms", "fp8emu.torch.attention", "fp8emu.torch.autocast"]))
+    API_SECTIONS.append(("Transformer Engine's API (fp8emu.torch.te)",
+                         ["fp8emu.torch.te", "fp8emu.torch.te.recipe", "fp8emu.torch.te.quantization",
+                          "fp8emu.torch.te.modules", "fp8emu.torch.te.attention", "fp8emu.torch.te.gemm"]))
     API_SECTIONS.append(("The language-model study", ["fp8emu.torch.study.corpus",
                                                        "fp8emu.torch.study.model", "fp8emu.torch.study.train",
                                                        "fp8emu.torch.study.runs", "fp8emu.torch.study.infer"]))

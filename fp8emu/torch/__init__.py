@@ -25,6 +25,7 @@ from .stacks import Stack, get_stack, stack_names
 from .swap import EmulationReport, HighPrecisionWarning, diagnostics, emulate, reset_diagnostics
 from .autocast import autocast
 from . import compiled  # noqa: F401  (registers the torch.compile path of emulated layers)
+from . import te
 
 __all__ = ["TorchScaled", "device_of", "from_torch", "scaled_to_torch", "to_torch", "torch_dtype",
            "encode", "decode", "quantize", "quantize_tensorwise", "quantize_axiswise", "quantize_blockwise",

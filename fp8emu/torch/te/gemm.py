@@ -1,0 +1,262 @@
+"""The quantized GEMMs of the TE modules: one linear map's fprop, dgrad and wgrad, emulated.
+
+Each quantizer and GEMM is a call of :mod:`fp8emu.torch.recipes` (the operands, per recipe, as
+Transformer Engine quantizes them: per-tensor copies shared by the backward GEMMs, block copies
+quantized from the high-precision tensor) and :func:`fp8emu.torch.gemms.run_gemm` (the stack's
+accumulators), the machinery :class:`fp8emu.torch.EmulatedLinear` runs on.  What this module adds is
+where a tensor is rounded before it is quantized: ``round_x`` / ``round_dy`` False means the tensor
+goes straight from float32 to FP8, as TE's fused norm and activation kernels write it (see
+:mod:`fp8emu.torch.te.modules`); True means it is first rounded to the stack's activation dtype
+(bfloat16 on GPU stacks), as an unfused kernel's output is.  It also holds the quantized copy of an
+FP8 primary weight (:func:`fp8emu.torch.te.quantized_model_init`) and TE's weight cache across
+micro-batches (``is_first_microbatch``).
+
+Delayed-scaling state (amax history and scale of each operand) and the step counter that seeds
+stochastic rounding are buffers of a :class:`QuantGemm`, so they are in the module's ``state_dict``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import torch
+from torch import nn
+
+from ...codec import decode
+from ..gemms import run_gemm
+from ..recipes import PASSES, Operand
+
+__all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple"]
+
+_ROLES = ("input", "weight", "grad_output")
+_PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
+
+
+def stack_multiple(recipe, stack) -> int:
+    """What features and tokens must be multiples of for ``recipe`` on ``stack`` (TE asserts 16 for FP8).
+
+    Examples
+    --------
+    >>> from fp8emu.torch import get_recipe, get_stack
+    >>> stack_multiple(get_recipe("te-current"), get_stack("h100")), stack_multiple(get_recipe("te-nvfp4"),
+    ...                                                                             get_stack("b200"))
+    (16, 64)
+    """
+    m = recipe.multiple
+    for p in PASSES:
+        if not recipe.high_precision(p):
+            k = stack.multiple(recipe.family)
+            m = m * k // math.gcd(m, k)
+    return m
+
+
+def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
+    """A tensor as a NumPy array in ``dtype``: a bfloat16 array (ml_dtypes) tells the quantizers their input
+    is bfloat16 (NVFP4's Hadamard transform computes in the input's dtype, as TE's kernel)."""
+    a = t.detach().to(torch.float32).contiguous().numpy()
+    return a.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else a
+
+
+def _torch(a: np.ndarray, dtype) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).to(dtype)
+
+
+def _t(op: Operand) -> Operand:
+    return op._replace(codes=np.ascontiguousarray(op.codes.T))
+
+
+class _RoundST(torch.autograd.Function):
+    """Values rounded to bfloat16 (kept in the tensor's dtype); the gradient passes through."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def round_to_stack(x: torch.Tensor, stack) -> torch.Tensor:
+    """``x`` as a tensor of the stack's activation dtype holds it (bfloat16 values on GPU stacks), in
+    ``x``'s dtype; the gradient passes through unchanged.
+
+    Examples
+    --------
+    >>> from fp8emu.torch import get_stack
+    >>> round_to_stack(torch.tensor([1 + 2**-10]), get_stack("h100")).item()
+    1.0
+    """
+    return _RoundST.apply(x) if stack.dtype == "bfloat16" else x
+
+
+def dequantize_operand(op: Operand, shape) -> np.ndarray:
+    """The values an operand's codes and scales stand for (float32, the operand's GEMM layout)."""
+    if op.kind == "block":
+        return op.st.dequantize(np.float32)
+    v = decode(op.codes, op.fmt).astype(np.float32)
+    s = np.asarray(op.scale_inv, np.float32)
+    if s.size > 1:
+        # block scales cover 1 or 128 elements per axis (TE's 1x128 / 128x128 blocks)
+        for ax in (0, 1):
+            if s.shape[ax] != shape[ax]:
+                s = np.repeat(s, 128, axis=ax)
+        s = s[:shape[0], :shape[1]]
+    return (v * s).astype(np.float32)
+
+
+class QuantGemm(nn.Module):
+    """The quantization state of one linear map of a TE module (a sub-module holding buffers only).
+
+    ``fp8emu_step`` counts forward passes and ``fp8emu_seed`` (drawn from torch's generator when the
+    module is built, as TE draws its stochastic-rounding state from torch's: a model built after
+    ``torch.manual_seed`` rounds the same way every run) seeds stochastic rounding with it; delayed
+    scaling adds ``amax_history_<role>`` and ``scale_<role>`` when it first runs.
+    """
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.gemm_name = name
+        self.register_buffer("fp8emu_step", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("fp8emu_seed", torch.randint(0, 2**62, (), dtype=torch.int64))
+        self.primary = None          # (recipe, stack) of an FP8 primary weight, else None
+        self._weight_copy = None     # (key, fprop operand, dgrad operand)
+
+    def rng(self, step, pass_):
+        return np.random.default_rng([int(self.fp8emu_seed), step, _PASS_CODE[pass_]])
+
+    def next_step(self) -> int:
+        step = int(self.fp8emu_step)
+        with torch.no_grad():
+            self.fp8emu_step += 1
+        return step
+
+    def _delayed_state(self, recipe, role):
+        hist = getattr(self, f"amax_history_{role}", None)
+        if hist is None or hist.numel() != recipe.amax_history_len:
+            # TE re-creates a module's scaling state when the recipe's history length changes
+            self.register_buffer(f"amax_history_{role}", torch.zeros(recipe.amax_history_len, dtype=torch.float32))
+            self.register_buffer(f"scale_{role}", torch.ones((), dtype=torch.float32))
+        return getattr(self, f"amax_history_{role}"), getattr(self, f"scale_{role}")
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # delayed-scaling state saved by a module that ran delayed scaling: made here before it is loaded
+        for role in _ROLES:
+            hist = state_dict.get(f"{prefix}amax_history_{role}")
+            if hist is not None and getattr(self, f"amax_history_{role}", None) is None:
+                self.register_buffer(f"amax_history_{role}", torch.zeros_like(hist, dtype=torch.float32))
+                self.register_buffer(f"scale_{role}", torch.ones((), dtype=torch.float32))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def operand(self, recipe, role, arr, k_axis, pass_, step) -> Operand:
+        """``arr`` quantized as ``role`` of ``pass_``; delayed scaling quantizes with the scale in force,
+        records the amax and updates the scale (TE's order), its state in this module's buffers."""
+        if not recipe.delayed():
+            return recipe.operand(role, arr, k_axis, pass_, rng=self.rng(step, pass_))
+        hist, scale = self._delayed_state(recipe, role)
+        ds = recipe.scaler(role)
+        ds.amax_history = hist.numpy().astype(np.float32).copy()
+        ds.scale = float(scale)
+        st = ds.quantize(arr)
+        with torch.no_grad():
+            hist.copy_(torch.from_numpy(ds.amax_history))
+            scale.fill_(float(ds.scale))
+        return Operand("fp8", st.codes, st.fmt, np.float32(st.scale_inv))
+
+    def weight_operands(self, recipe, weight: torch.Tensor, step: int):
+        """The fprop (``W^T``, K = in_features) and dgrad (``W``, K = out_features) copies of the weight,
+        quantized from its float32 values (TE quantizes the parameter, not a bfloat16 copy)."""
+        w = weight.detach().to(torch.float32).contiguous().numpy()
+        b = self.operand(recipe, "weight", w.T, 0, "fprop", step)
+        if recipe.shared_copies():
+            return b, _t(b)
+        return b, recipe.operand("weight", w, 0, "dgrad", rng=self.rng(step, "dgrad"))
+
+    def cached_weight(self, recipe, weight, step, key):
+        """The weight's copies, re-quantized only when ``key`` changes (an FP8 primary weight: the
+        master's version; TE's micro-batch cache: the first micro-batch's step)."""
+        if self._weight_copy is None or self._weight_copy[0] != key:
+            self._weight_copy = (key, *self.weight_operands(recipe, weight, step))
+        return self._weight_copy[1:]
+
+    def dequantized_weight(self, weight) -> torch.Tensor:
+        """An FP8 primary weight as its quantized copy's values (what TE's FP8 parameter holds)."""
+        recipe, _ = self.primary
+        b, _ = self.cached_weight(recipe, weight, int(self.fp8emu_step), ("primary", weight._version))
+        return _torch(dequantize_operand(b, (weight.shape[1], weight.shape[0])).T, weight.dtype)
+
+
+class GemmPlan:
+    """What one call runs: the :class:`QuantGemm`, recipe, stack, where tensors are rounded, the weight copies."""
+
+    __slots__ = ("gemm", "recipe", "stack", "round_x", "round_dy", "weight_key", "name")
+
+    def __init__(self, gemm, recipe, stack, *, round_x=True, round_dy=True, weight_key=None, name=""):
+        self.gemm, self.recipe, self.stack = gemm, recipe, stack
+        self.round_x, self.round_dy, self.weight_key, self.name = round_x, round_dy, weight_key, name
+
+
+class _QuantizedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, plan):
+        g, R, S = plan.gemm, plan.recipe, plan.stack
+        step = g.next_step()
+        xs = _np(x, S.dtype if plan.round_x else "float32")
+        a = g.operand(R, "input", xs, 1, "fprop", step)
+        if plan.weight_key is None:
+            b, w_col = g.weight_operands(R, weight, step)
+        else:
+            b, w_col = g.cached_weight(R, weight, step, plan.weight_key)
+        bias_np = None if bias is None else np.asarray(_np(bias, S.dtype), np.float32)
+        y = run_gemm(a, b, S.accumulator(R.gemm_family("fprop"), R.split("fprop")), S.dtype, bias_np)
+        if any(ctx.needs_input_grad[:2]):
+            # the wgrad copy, quantized now from the same values (as TE's quantizers write both usages)
+            ctx.x_col = a if R.shared_copies() else R.operand("input", xs, 0, "wgrad", rng=g.rng(step, "wgrad"))
+        ctx.plan, ctx.step, ctx.w_col, ctx.x_dtype = plan, step, w_col, x.dtype
+        ctx.has_bias, ctx.w_dtype = bias is not None, weight.dtype
+        return _torch(y, x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        plan, step = ctx.plan, ctx.step
+        g, R, S = plan.gemm, plan.recipe, plan.stack
+        dys = _np(dy, S.dtype if plan.round_dy else "float32")
+        a = g.operand(R, "grad_output", dys, 1, "dgrad", step)
+        dx = run_gemm(a, ctx.w_col, S.accumulator(R.gemm_family("dgrad"), R.split("dgrad")), S.dtype)
+        dw = None
+        if ctx.needs_input_grad[1]:
+            a2 = _t(a) if R.shared_copies() else R.operand("grad_output", dys.T, 1, "wgrad", rng=g.rng(step, "wgrad"))
+            dw = _torch(run_gemm(a2, ctx.x_col, S.accumulator(R.gemm_family("wgrad"), R.split("wgrad")), "float32"),
+                        ctx.w_dtype)
+        if not ctx.has_bias:
+            db = None
+        elif S.accumulator(R.gemm_family("fprop"), R.split("fprop")) == "torch-cpu":
+            db = dy.sum(0)          # torch's CPU: the bias gradient is torch's own reduction (as EmulatedLinear)
+        else:
+            db = _torch(np.asarray(dys, np.float32).sum(axis=0, dtype=np.float32), dy.dtype)
+        return _torch(dx, ctx.x_dtype), dw, db, None
+
+
+def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias, plan: GemmPlan) -> torch.Tensor:
+    """``x @ weight.T + bias`` with the three GEMMs quantized as ``plan`` says; ``x`` is (..., in_features).
+
+    Examples
+    --------
+    >>> from fp8emu.torch import get_recipe, get_stack
+    >>> g = QuantGemm("demo")
+    >>> x, w = torch.ones(16, 32), torch.full((16, 32), 0.5)
+    >>> quantized_linear(x, w, None, GemmPlan(g, get_recipe("te-current"), get_stack("h100")))[0, :3].tolist()
+    [16.0, 16.0, 16.0]
+    """
+    R, S = plan.recipe, plan.stack
+    m = stack_multiple(R, S)
+    tokens = x.numel() // max(x.shape[-1], 1)
+    for what, v in (("in_features", weight.shape[1]), ("out_features", weight.shape[0]), ("tokens", tokens)):
+        if v % m:
+            raise ValueError(f"{plan.name or plan.gemm.gemm_name}: {what} {v} is not a multiple of {m}, which "
+                             f"{R.name} on {S.name} needs (TE asserts the same for FP8 GEMMs); pad the batch or "
+                             "choose other sizes")
+    y = _QuantizedLinear.apply(x.reshape(-1, x.shape[-1]), weight, bias, plan)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
