@@ -2,7 +2,9 @@
 
 Constructor arguments and forward signatures are those of ``transformer_engine.pytorch`` at
 d0067d0da6cb01811b8072a7d304f0e00344ce2b; parameter names too (``weight``, ``layer_norm_weight``,
-``fc1_weight``, ...), so a TE ``state_dict`` of these modules loads.  Inside an enabled
+``fc1_weight``, ...), so a TE ``state_dict`` of these modules loads (not of ``TransformerLayer``: TE
+splits its QKV parameters into ``query_weight`` / ``key_weight`` / ``value_weight`` unless
+``fuse_qkv_params``; here they are one ``weight``).  Inside an enabled
 :func:`fp8emu.torch.te.autocast` the GEMMs are emulated (:mod:`fp8emu.torch.te.gemm`); outside, the
 modules compute in high precision with torch (TE's semantics).
 
