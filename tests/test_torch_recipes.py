@@ -56,3 +56,16 @@ def test_values_of_a_block_operand_are_its_element_codes_decoded():
 def test_values_of_a_high_precision_operand_are_the_values():
     hp = _x((4, 8))
     assert recipes.Operand("hp", hp=hp).values() is hp
+
+
+@pytest.mark.parametrize("name", [None, 5, ""])
+def test_torchao_recipe_name_is_checked_like_every_recipes(name):
+    """TorchaoFloat8 fills an empty name from its granularity; any other non-string is refused, as by every
+    recipe (a name is how reports and `train-study` tell recipes apart)."""
+    if name == "":
+        assert recipes.TorchaoFloat8("rowwise", name=name).name == "torchao-rowwise"
+        return
+    with pytest.raises(TypeError, match="TorchaoFloat8: name must be a non-empty string"):
+        recipes.TorchaoFloat8("tensorwise", name=name)
+    with pytest.raises(TypeError, match="TECurrentScaling: name must be a non-empty string"):
+        recipes.TECurrentScaling(name=name)
