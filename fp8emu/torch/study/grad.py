@@ -59,7 +59,7 @@ class GradConfig:
 
     model: ModelConfig = ModelConfig(n_layer=2, d_model=128, n_head=4, seq_len=64, batch=8)
     ref_steps: int = 150
-    checkpoints: tuple = (0, 50, 150)
+    checkpoints: tuple = (0, 150)
     lr: float = 2e-3
     draws: int = 4
     bias_draws: int = 64
