@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["compare", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "write_csv",
+__all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "write_csv",
            "read_csv", "write_report", "guide_table", "TABLES", "DEFINITIONS"]
 
 #: The CSV tables a study writes (one per cell kind; ``findings.csv`` is computed from them).
@@ -45,14 +45,32 @@ def compare(a, ref) -> dict:
     r = np.asarray(ref, np.float64).ravel()
     if a.shape != r.shape:
         raise ValueError(f"compare: shapes differ ({a.size} against {r.size} elements)")
-    rr = float(r @ r)
+    rr = _dot(r, r)
     if rr == 0 or not np.all(np.isfinite(a)):
         return {"rel_err": math.nan, "cosine": math.nan, "shrink": math.nan}
     d = a - r
-    na = float(np.sqrt(a @ a))
-    return {"rel_err": float(np.sqrt(d @ d) / math.sqrt(rr)),
-            "cosine": float(a @ r) / (na * math.sqrt(rr)) if na > 0 else math.nan,
-            "shrink": float(d @ r) / rr}
+    na = math.sqrt(_dot(a, a))
+    return {"rel_err": math.sqrt(_dot(d, d)) / math.sqrt(rr),
+            "cosine": _dot(a, r) / (na * math.sqrt(rr)) if na > 0 else math.nan,
+            "shrink": _dot(d, r) / rr}
+
+
+def _dot(a, b) -> float:
+    # NumPy's own pairwise sum, not BLAS: a BLAS dot splits the sum over its threads, and a Dask worker
+    # (one BLAS thread) and the driver (several) then differ in the last bits
+    return float(np.sum(a * b))
+
+
+def norm(a) -> float:
+    """Frobenius norm in float64, summed in a fixed order (the same bits on any thread count).
+
+    Examples
+    --------
+    >>> norm(np.array([[3.0], [4.0]]))
+    5.0
+    """
+    a = np.asarray(a, np.float64).ravel()
+    return math.sqrt(_dot(a, a))
 
 
 def mean_curve(draws, ref, ns) -> list:
