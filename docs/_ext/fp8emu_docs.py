@@ -50,7 +50,7 @@ API_SECTIONS = [
                                       "fp8emu.lab.inputs", "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
                                       "fp8emu.lab.study", "fp8emu.lab.tensors", "fp8emu.lab.results",
                                       "fp8emu.lab.report", "fp8emu.lab.attention",
-                                      "fp8emu.lab.drift", "fp8emu.lab.lm_study"]),
+                                      "fp8emu.lab.drift", "fp8emu.lab.lm_study", "fp8emu.lab.grad_study"]),
     ("Command line", ["fp8emu.cli"]),
 ]
 # The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.
@@ -58,10 +58,12 @@ if importlib.util.find_spec("torch") is not None:
     API_SECTIONS.append(("torch adapter and model emulation",
                          ["fp8emu.torch", "fp8emu.torch.tensors", "fp8emu.torch.ops", "fp8emu.torch.swap",
                           "fp8emu.torch.recipes", "fp8emu.torch.stacks", "fp8emu.torch.linear",
-                          "fp8emu.torch.gemms", "fp8emu.torch.attention", "fp8emu.torch.autocast"]))
+                          "fp8emu.torch.gemms", "fp8emu.torch.attention", "fp8emu.torch.autocast",
+                          "fp8emu.torch.probes"]))
     API_SECTIONS.append(("The language-model study", ["fp8emu.torch.study.corpus",
                                                        "fp8emu.torch.study.model", "fp8emu.torch.study.train",
-                                                       "fp8emu.torch.study.runs", "fp8emu.torch.study.infer"]))
+                                                       "fp8emu.torch.study.runs", "fp8emu.torch.study.infer",
+                                                       "fp8emu.torch.study.grad"]))
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "write_csv",
-           "read_csv", "write_report", "guide_table", "TABLES", "DEFINITIONS"]
+__all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "spike_summary",
+           "write_csv", "read_csv", "read_tables", "write_report", "guide_table", "TABLES", "DEFINITIONS"]
 
 #: The CSV tables a study writes (one per cell kind; ``findings.csv`` is computed from them).
 TABLES = ("probes", "bias", "draws", "operands", "ksweep", "spike", "forks")
@@ -148,6 +148,7 @@ THRESHOLDS = {
     "g_contradict": 1.05,          # above this x floor's, contradicted
 }
 
+#: The paper each finding tests.
 PAPERS = {
     "a": "Tseng et al. arXiv 2502.20586; NVIDIA arXiv 2509.25149",
     "b": "NVIDIA arXiv 2509.25149 (16x16 2-D weight scaling)",
@@ -158,6 +159,7 @@ PAPERS = {
     "g": "Mishra et al. arXiv 2506.08027",
 }
 
+#: Each finding's claim, as the issue states it.
 CLAIMS = {
     "a": "stochastic rounding makes NVFP4's weight gradient unbiased: its mean over N draws falls like "
          "1/sqrt(N) and ends below no-SR's error",
@@ -505,6 +507,7 @@ def _png(fig) -> bytes:
 
 # --------------------------------------------------------------------------- report
 
+#: (name, meaning) of every quantity in the tables; the report prints them.
 DEFINITIONS = [
     ("rel_err", "|a - r| / |r|, Frobenius norms, float64; r is the reference named by the column"),
     ("cosine", "<a, r> / (|a| |r|): 1 is the reference's direction"),
@@ -522,6 +525,7 @@ DEFINITIONS = [
                       "divided by that entry's |exact|"),
 ]
 
+#: How to read the report's numbers (printed at its top).
 HOW_TO_READ = [
     "Every number compares runs that share the weights and the batch: the only differences are the recipe's "
     "quantization, its random draws and the stack's accumulation, so a difference of 1e-3 is resolved where "

@@ -97,10 +97,12 @@ class GradConfig:
 
 
 _QUICK_PAIRS = (("te-current", "h100"), ("te-mxfp8", "b200"), ("te-nvfp4", "b200"))
+#: ``--quick``: a one-layer, 64-wide model, small sizes (20 cells, about a minute on 2 cores).
 QUICK = GradConfig(model=ModelConfig(n_layer=1, d_model=64, n_head=4, seq_len=32, batch=8), ref_steps=20,
                    checkpoints=(0, 20), draws=2, bias_draws=8, pairs=_QUICK_PAIRS, fork_pairs=_QUICK_PAIRS[1:],
                    fork_at=20, fork_steps=4, ks=(256, 1024, 4096), spike_width=64, spike_tokens=64, spike_at=4,
                    spike_history=8)
+#: The committed study: a one-block 128-wide model, 11 recipe x stack pairs, K up to 4096 (42 cells).
 FULL = GradConfig(pairs=(("te-delayed", "h100"), ("te-current", "h100"), ("te-current", "h100-fast"),
                          ("te-block", "h100"), ("deepseek-v3", "h100"), ("torchao-rowwise", "h100"),
                          ("te-mxfp8", "b200"), ("te-nvfp4", "b200"), ("te-nvfp4-no-rht", "b200"),
