@@ -163,7 +163,7 @@ PAPERS = {
 CLAIMS = {
     "a": "stochastic rounding makes NVFP4's weight gradient unbiased: its mean over N draws falls like "
          "1/sqrt(N) and ends below no-SR's error",
-    "b": "16x16 2-D weight scaling makes the weight dgrad sees the one fprop saw",
+    "b": "16x16 2-D weight scaling makes dgrad use the same quantized weight as fprop",
     "c": "the random Hadamard transform lowers NVFP4 wgrad error, with and without outlier channels",
     "d": "Hopper fast accumulation's error grows with K; promotion every 128 bounds it (~2 % max at K = 4096)",
     "e": "after an amax spike delayed scaling saturates / is off for as many steps as its history holds; "
