@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "spike_summary",
-           "write_csv", "read_csv", "read_tables", "write_report", "guide_table", "TABLES", "DEFINITIONS"]
+           "write_csv", "read_csv", "read_tables", "write_report", "guide_table", "readme_block", "TABLES",
+           "DEFINITIONS", "SHORT"]
 
 #: The CSV tables a study writes (one per cell kind; ``findings.csv`` is computed from them).
 TABLES = ("probes", "bias", "draws", "operands", "ksweep", "spike", "forks")
@@ -558,6 +559,28 @@ def findings_table(rows) -> list:
 def guide_table(folder) -> str:
     """The findings table as Markdown, from the CSV files in ``folder`` (the guide holds this text)."""
     return _md_table(findings_table(findings(read_tables(folder)))) + "\n"
+
+
+#: One line per finding for the README: its claim in short and what ``value`` is.
+SHORT = {
+    "a": ("SR makes NVFP4's weight gradient unbiased", "mean error against N, log-log slope {:.2f}"),
+    "b": ("2-D weight scaling: dgrad uses fprop's weight", "1x16 blocks differ by {:.3f} of |W|"),
+    "c": ("the Hadamard transform lowers NVFP4 wgrad error", "x{:.2f} with outlier channels"),
+    "d": ("fast accumulation's error grows with K", "log-log slope {:.2f}"),
+    "e": ("delayed scaling is off for its history after a spike", "{:.0f} steps"),
+    "f": ("MS-EDEN over 2x lower error than SR", "x{:.2f}"),
+    "g": ("MXFP8 scales rounded up beat OCP's floor", "wgrad error x{:.2f}"),
+}
+
+
+def readme_block(folder) -> str:
+    """The README's lines on the findings, from the CSV files in ``folder`` (a test compares)."""
+    lines = []
+    for r in findings(read_tables(folder)):
+        claim, fmt = SHORT[r["finding"]]
+        v = float(r["value"])
+        lines.append(f"- ({r['finding']}) {r['verdict']}: {claim} ({fmt.format(v) if v == v else 'not run'})")
+    return "\n".join(lines) + "\n"
 
 
 def _probe_table(rows, limit=60):
