@@ -6,7 +6,6 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from fp8emu.lab import grad_study as gs
@@ -105,10 +104,13 @@ def test_verdict_rules_on_hand_made_rows():
     for recipe, off in (("te-delayed", range(3, 7)), ("te-current", ())):
         for step in range(10):
             spike.append({"recipe": recipe, "history": 4, "step": step, "spiked": int(step == 2),
-                          "fprop_rel_err": 0.03, "frac_saturated": 0.01 if step == 2 else 0.0,
-                          "frac_underflow": 0.2 if step in off else 0.001})
+                          "fprop_rel_err": 0.9 if (recipe, step) == ("te-delayed", 2) else 0.03,
+                          "frac_saturated": 0.0, "frac_underflow": 0.006 if step in off else 0.0001 * (step % 2)})
     e = {r["finding"]: r for r in gs.findings({"spike": spike})}["e"]
     assert e["verdict"] == "reproduced" and e["value"] == 4
+    # no saturation at the spike and no steps off: contradicted
+    flat = [dict(r, fprop_rel_err=0.03, frac_underflow=0.0) for r in spike]
+    assert {r["finding"]: r for r in gs.findings({"spike": flat})}["e"]["verdict"] == "contradicted"
     assert {r["verdict"] for r in gs.findings({})} == {"not at this scale"}
 
 

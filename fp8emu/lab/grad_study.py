@@ -141,7 +141,9 @@ THRESHOLDS = {
     "c_ratio": (0.95, 1.05),       # RHT / no-RHT wgrad error: below the first reproduces, above the second contradicts
     "d_slope": 0.25,               # fast accumulation's error grows at least like K^0.25
     "d_bound": 0.25,               # promotion every 128 keeps the error below this fraction of fast's at K max
-    "e_factor": 2.0,               # a step is off when its saturated / underflowed fraction exceeds this x the median before
+    "e_factor": 2.0,               # the spike step saturates when its fprop error exceeds this x the median before;
+                                   # a later step is off when its underflowed fraction exceeds this x the largest before
+    "e_floor": 1e-3,               # ... plus this fraction of the input
     "e_tolerance": 1,              # delayed scaling off for the history length, +- this many steps
     "f_ratio": 2.0,                # SR / MS-EDEN mean squared error at least this ("over 2x lower")
     "f_slope": -0.35,              # MS-EDEN's mean over draws falls at least like n^this (unbiased)
@@ -167,8 +169,8 @@ CLAIMS = {
     "b": "16x16 2-D weight scaling makes dgrad use the same quantized weight as fprop",
     "c": "the random Hadamard transform lowers NVFP4 wgrad error, with and without outlier channels",
     "d": "Hopper fast accumulation's error grows with K; promotion every 128 bounds it (~2 % max at K = 4096)",
-    "e": "after an amax spike delayed scaling saturates / is off for as many steps as its history holds; "
-         "current scaling is not",
+    "e": "after an amax spike delayed scaling is off for as many steps as its history holds (saturating at the "
+         "spike); current scaling is not",
     "f": "MS-EDEN has over 2x lower error than element-wise stochastic rounding, and is unbiased",
     "g": "MXFP8 scales rounded up (not OCP's floor) avoid saturation and lower the gradient error",
 }
@@ -265,10 +267,11 @@ def _finding_d(t):
 
 
 def spike_summary(rows, factor=None) -> dict:
-    """Per recipe: the spike step, its history length and the steps after the spike that are "off":
-    a saturated or an underflowed fraction of the input above ``factor`` x its median before the
-    spike (``THRESHOLDS['e_factor']``; the first step, which delayed scaling runs with scale 1, is
-    left out of the median), with the fprop errors around it."""
+    """Per recipe: the spike step, its history length, whether the spike step saturated (its fprop error
+    above ``factor`` x the median error before the spike, ``THRESHOLDS['e_factor']``), and the steps
+    after it that are "off": an underflowed fraction of the input above ``factor`` x its largest before
+    the spike plus ``THRESHOLDS['e_floor']``.  Steps 1 .. spike-1 are "before" (delayed scaling runs
+    its first step with scale 1)."""
     factor = THRESHOLDS["e_factor"] if factor is None else factor
     out = {}
     for recipe in dict.fromkeys(r["recipe"] for r in rows):
@@ -276,15 +279,14 @@ def spike_summary(rows, factor=None) -> dict:
         spike = next(int(r["step"]) for r in rs if str(r["spiked"]) in ("1", "True"))
         before = [r for r in rs if 0 < int(r["step"]) < spike]
         after = [r for r in rs if int(r["step"]) > spike]
-        med = {f: float(np.median([float(r[f]) for r in before])) for f in ("frac_saturated", "frac_underflow")}
-        off = lambda r, f: float(r[f]) > factor * med[f] and float(r[f]) > 0  # noqa: E731
         at = next(r for r in rs if int(r["step"]) == spike)
+        err0 = float(np.median([float(r["fprop_rel_err"]) for r in before]))
+        limit = factor * max(float(r["frac_underflow"]) for r in before) + THRESHOLDS["e_floor"]
         out[recipe] = {"spike": spike, "history": int(rs[0]["history"]),
-                       "saturated_steps": sum(off(r, "frac_saturated") for r in after) + off(at, "frac_saturated"),
-                       "underflow_steps": sum(off(r, "frac_underflow") for r in after),
-                       "off": sum(off(r, "frac_saturated") or off(r, "frac_underflow") for r in after),
-                       "err_before": float(np.median([float(r["fprop_rel_err"]) for r in before])),
-                       "err_at": float(at["fprop_rel_err"]),
+                       "saturated": float(at["fprop_rel_err"]) > factor * err0,
+                       "off": sum(float(r["frac_underflow"]) > limit for r in after),
+                       "under_after": max((float(r["frac_underflow"]) for r in after), default=math.nan),
+                       "err_before": err0, "err_at": float(at["fprop_rel_err"]),
                        "err_after": max((float(r["fprop_rel_err"]) for r in after), default=math.nan)}
     return out
 
@@ -295,13 +297,14 @@ def _finding_e(t):
         return math.nan, "not run", "not at this scale"
     s = spike_summary(rows)
     d, c = s.get("te-delayed"), s.get("te-current")
-    number = (f"steps off after the spike: delayed {d['off']} of history {d['history']} (saturated "
-              f"{d['saturated_steps']} step incl. the spike, underflowing {d['underflow_steps']}; fprop error "
-              f"{d['err_before']:.3g} before, {d['err_at']:.3g} at the spike, <= {d['err_after']:.3g} after), "
-              f"current {c['off']} (error {c['err_at']:.3g} at the spike)")
-    if abs(d["off"] - d["history"]) <= THRESHOLDS["e_tolerance"] and c["off"] <= 1:
+    number = (f"delayed (history {d['history']}): fprop error {d['err_before']:.3g} before, {d['err_at']:.3g} at "
+              f"the spike (saturated), then {d['off']} steps with up to {d['under_after']:.3g} of the input "
+              f"underflowing (error <= {d['err_after']:.3g}); current: {c['err_at']:.3g} at the spike, "
+              f"{c['off']} steps off")
+    if (abs(d["off"] - d["history"]) <= THRESHOLDS["e_tolerance"] and d["saturated"] and c["off"] <= 1
+            and not c["saturated"]):
         return float(d["off"]), number, "reproduced"
-    if d["off"] <= 1:
+    if d["off"] <= 1 and not d["saturated"]:
         return float(d["off"]), number, "contradicted"
     return float(d["off"]), number, "not at this scale"
 
@@ -350,8 +353,9 @@ _RULES = {
           _finding_c),
     "d": ("fast error slope against K >= 0.25 and split <= 0.25 x fast at the largest K: reproduced; "
           "split >= fast: contradicted", _finding_d),
-    "e": ("delayed off (saturated or underflowed fraction > 2 x its pre-spike median) for history +- 1 steps "
-          "after the spike and current for <= 1: reproduced; delayed for <= 1: contradicted", _finding_e),
+    "e": ("delayed saturates at the spike (fprop error > 2 x before) and is off (underflowed fraction > 2 x its "
+          "largest before + 0.001) for history +- 1 steps after it, current neither (<= 1 step): reproduced; "
+          "delayed neither: contradicted", _finding_e),
     "f": ("SR/MS-EDEN MSE ratio >= 2 and MS-EDEN mean-error slope <= -0.35: reproduced; ratio < 1: contradicted",
           _finding_f),
     "g": ("floor saturates, round-up does not, round-up error <= floor's: reproduced; round-up error > 1.05 x "
@@ -635,7 +639,8 @@ def write_report(tables, out, provenance: dict) -> list:
     for name, title, _ in figs:
         md += [f"## {title}", "", f"![{title}](figures/{name}.png)", ""]
         data = base64.b64encode(pngs[name]).decode("ascii")
-        body.append(f"<h2>{html.escape(title)}</h2><img alt=\"{html.escape(title)}\" src=\"data:image/png;base64,{data}\">")
+        body.append(f"<h2>{html.escape(title)}</h2><img alt=\"{html.escape(title)}\" "
+                    f"src=\"data:image/png;base64,{data}\">")
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
     (out / "report.html").write_text(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>fp8emu grad-study report</title>"

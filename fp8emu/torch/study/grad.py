@@ -59,16 +59,16 @@ class GradConfig:
 
     model: ModelConfig = ModelConfig(n_layer=1, d_model=128, n_head=4, seq_len=64, batch=8)
     ref_steps: int = 100
-    checkpoints: tuple = (0, 100)
+    checkpoints: tuple = (0, 50, 100)
     lr: float = 2e-3
-    draws: int = 2
-    bias_draws: int = 32
+    draws: int = 4
+    bias_draws: int = 64
     outlier_channels: int = 2
     outlier_factor: float = 16.0
     pairs: tuple = ()
     fork_pairs: tuple = ()
     fork_at: int = 50
-    fork_steps: int = 20
+    fork_steps: int = 40
     ks: tuple = (256, 512, 1024, 2048, 4096)
     spike_width: int = 128
     spike_tokens: int = 128
@@ -102,7 +102,7 @@ QUICK = GradConfig(model=ModelConfig(n_layer=1, d_model=64, n_head=4, seq_len=32
                    checkpoints=(0, 20), draws=2, bias_draws=8, pairs=_QUICK_PAIRS, fork_pairs=_QUICK_PAIRS[1:],
                    fork_at=20, fork_steps=4, ks=(256, 1024, 4096), spike_width=64, spike_tokens=64, spike_at=4,
                    spike_history=8)
-#: The committed study: a one-block 128-wide model, 11 recipe x stack pairs, K up to 4096 (42 cells).
+#: The committed study: a one-block 128-wide model, 11 recipe x stack pairs at 3 checkpoints, K up to 4096 (53 cells).
 FULL = GradConfig(pairs=(("te-delayed", "h100"), ("te-current", "h100"), ("te-current", "h100-fast"),
                          ("te-block", "h100"), ("deepseek-v3", "h100"), ("torchao-rowwise", "h100"),
                          ("te-mxfp8", "b200"), ("te-nvfp4", "b200"), ("te-nvfp4-no-rht", "b200"),
