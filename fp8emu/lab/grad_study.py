@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "spike_summary",
-           "write_csv", "read_csv", "read_tables", "write_report", "guide_table", "readme_block", "TABLES",
+           "write_csv", "read_csv", "read_tables", "write_report", "guide_table", "readme_block", "pair_summary", "TABLES",
            "DEFINITIONS", "SHORT"]
 
 #: The CSV tables a study writes (one per cell kind; ``findings.csv`` is computed from them).
@@ -560,9 +560,46 @@ def findings_table(rows) -> list:
     return t
 
 
+def pair_summary(tables) -> list:
+    """Per recipe x stack at the last checkpoint: each GEMM's error averaged over the layers (layer level,
+    draw 0), wgrad's shrink, the accumulator's share of wgrad's error, and the model-level wgrad error
+    against fp32 and against QAT."""
+    rows = tables.get("probes", [])
+    if not rows:
+        return []
+    last = max(int(r["state"]) for r in rows)
+    out = []
+    for pair in dict.fromkeys((r["recipe"], r["stack"]) for r in rows):
+        rs = [r for r in rows if (r["recipe"], r["stack"]) == pair and int(r["state"]) == last]
+        m = lambda gemm, col: float(np.mean([float(r[col]) for r in rs if r["gemm"] == gemm]))  # noqa: E731
+        out.append({"recipe": pair[0], "stack": pair[1], "state": last, "fprop": m("fprop", "rel_err"),
+                    "dgrad": m("dgrad", "rel_err"), "wgrad": m("wgrad", "rel_err"),
+                    "wgrad_shrink": m("wgrad", "shrink"), "wgrad_accum": m("wgrad", "accum_err"),
+                    "model_wgrad_fp32": m("wgrad", "model_rel_err_fp32"),
+                    "model_wgrad_qat": m("wgrad", "model_rel_err_qat")})
+    return out
+
+
+def _summary_table(rows):
+    t = [["recipe@stack", "fprop", "dgrad", "wgrad", "wgrad shrink", "wgrad accum_err", "model wgrad vs fp32",
+          "model wgrad vs QAT"]]
+    for r in rows:
+        t.append([f"{r['recipe']}@{r['stack']}"] + [f"{r[k]:.3g}" for k in (
+            "fprop", "dgrad", "wgrad", "wgrad_shrink", "wgrad_accum", "model_wgrad_fp32", "model_wgrad_qat")])
+    return t
+
+
 def guide_table(folder) -> str:
-    """The findings table as Markdown, from the CSV files in ``folder`` (the guide holds this text)."""
-    return _md_table(findings_table(findings(read_tables(folder)))) + "\n"
+    """The findings table and the per-pair summary as Markdown, from the CSV files in ``folder`` (the
+    guide holds this text; a test compares)."""
+    t = read_tables(folder)
+    text = _md_table(findings_table(findings(t))) + "\n"
+    summary = pair_summary(t)
+    if summary:
+        text += (f"\nPer recipe x stack at step {summary[0]['state']} (relative errors against float64, averaged "
+                 "over the layers; model level: the whole backward, against torch float32 and QAT):\n\n"
+                 + _md_table(_summary_table(summary)) + "\n")
+    return text
 
 
 #: One line per finding for the README: its claim in short and what ``value`` is.
@@ -588,13 +625,15 @@ def readme_block(folder) -> str:
 
 
 def _probe_table(rows, limit=60):
-    t = [["state", "recipe@stack", "layer", "pass", "rel_err", "cosine", "shrink", "quant_err", "accum_err",
-          "model vs fp32", "model vs QAT", "QAT vs fp32"]]
+    t = [["state", "recipe@stack", "layer", "pass", "rel_err", "cosine", "shrink", "mean of N", "rel_err/sqrt(N)",
+          "quant_err", "accum_err", "model vs fp32", "model vs QAT", "QAT vs fp32"]]
     c = lambda v: "" if v in ("", None) or v != v else f"{float(v):.3g}"  # noqa: E731
     for r in rows[:limit]:
+        # an unbiased result's mean over N draws would fall to rel_err / sqrt(N); a deterministic one stays
         t.append([r["state"], f"{r['recipe']}@{r['stack']}", r["layer"], r["gemm"], c(r["rel_err"]),
-                  c(r["cosine"]), c(r["shrink"]), c(r["quant_err"]), c(r["accum_err"]), c(r["model_rel_err_fp32"]),
-                  c(r["model_rel_err_qat"]), c(r["qat_rel_err_fp32"])])
+                  c(r["cosine"]), c(r["shrink"]), f"{c(r['rel_err_mean'])} (N={r['draws']})",
+                  c(float(r["rel_err"]) / math.sqrt(float(r["draws"]))), c(r["quant_err"]), c(r["accum_err"]),
+                  c(r["model_rel_err_fp32"]), c(r["model_rel_err_qat"]), c(r["qat_rel_err_fp32"])])
     return t
 
 
@@ -626,6 +665,7 @@ def write_report(tables, out, provenance: dict) -> list:
     for name, data in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(data)
     sections = [("Findings", findings_table(rows)),
+                ("Per recipe x stack at the last checkpoint", _summary_table(pair_summary(t))),
                 ("Definitions", [["name", "meaning"]] + [list(d) for d in DEFINITIONS]),
                 ("Thresholds of the verdict rules", [["name", "value"]] + [[k, str(v)] for k, v in THRESHOLDS.items()]),
                 ("Per-layer probes (first 60 rows; all in probes.csv)", _probe_table(t.get("probes", []))),
