@@ -36,7 +36,7 @@ except ModuleNotFoundError as exc:   # pragma: no cover - the torch leg has torc
     _MISSING = exc
 
 DEFAULT_OUT = "fp8emu-grad-study"
-KINDS = ("probe", "bias", "eden", "operands", "ksweep", "spike", "fork")
+KINDS = ("probe", "bias", "eden", "operands", "ksweep", "width", "spike", "fork")
 
 
 def register(sub, name, help_text):

@@ -37,7 +37,7 @@ __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESH
            "DEFINITIONS", "SHORT"]
 
 #: The CSV tables a study writes (one per cell kind; ``findings.csv`` is computed from them).
-TABLES = ("probes", "bias", "draws", "operands", "ksweep", "spike", "forks")
+TABLES = ("probes", "bias", "draws", "operands", "ksweep", "widths", "spike", "forks")
 
 
 def compare(a, ref) -> dict:
@@ -442,20 +442,29 @@ def figure_bias(t):
 
 
 def figure_ksweep(t):
-    """wgrad accumulation error against K (log-log), per stack."""
-    fig = _figure(7, 4.2)
-    ax = fig.subplots()
+    """Accumulation error against K (log-log), per stack: wgrad with K = tokens (left), and fprop / dgrad
+    of square layers with K = the width (right, when the study has ``widths``)."""
+    fig = _figure(12 if t.get("widths") else 7, 4.2)
+    axes = fig.subplots(1, 2 if t.get("widths") else 1, squeeze=False)[0]
+    ax = axes[0]
     for stack in dict.fromkeys(r["stack"] for r in t.get("ksweep", [])):
         for col, style in (("accum_err", "o-"), ("accum_max_rel", "s--")):
             rows = sorted(_rows(t, "ksweep", stack=stack, gemm="wgrad"), key=lambda r: int(r["K"]))
             ax.plot([int(r["K"]) for r in rows], [max(float(r[col]), 1e-12) for r in rows], style, ms=3,
                     label=f"{stack}: {'rel. error' if col == 'accum_err' else 'largest entry error'}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("K (tokens per batch)")
-    ax.set_ylabel("accumulation error (stack vs exact accumulation)")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3, which="both")
+    if len(axes) > 1:
+        for stack in dict.fromkeys(r["stack"] for r in t["widths"]):
+            for gemm, style in (("fprop", "o-"), ("dgrad", "s--")):
+                rows = sorted(_rows(t, "widths", stack=stack, gemm=gemm), key=lambda r: int(r["K"]))
+                axes[1].plot([int(r["K"]) for r in rows], [max(float(r["accum_err"]), 1e-12) for r in rows], style,
+                             ms=3, label=f"{stack}: {gemm}")
+    for a, lab in zip(axes, ("K (tokens per batch), wgrad", "K (layer width), fprop and dgrad")):
+        a.set_xscale("log", base=2)
+        a.set_yscale("log")
+        a.set_xlabel(lab)
+        a.set_ylabel("accumulation error (stack vs exact accumulation)")
+        a.legend(fontsize=7)
+        a.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig
 

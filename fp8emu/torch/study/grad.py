@@ -15,7 +15,8 @@ States (all from one float32 run of the study's byte GPT, AdamW, seed 0):
 * ``eden``: its output gradient under element-wise SR and MS-EDEN, each after a random Hadamard
   transform drawn per draw (finding f); ``operands``: weight copies of fprop / dgrad (b) and MXFP8
   scale rules (g);
-* ``ksweep``: the ``fc`` layer's wgrad with K = tokens per batch, per Hopper stack (d);
+* ``ksweep``: the ``fc`` layer's wgrad with K = tokens per batch, per Hopper stack (d); ``width``: a
+  square layer of width 256 to 1024 on synthetic operands, fprop's and dgrad's K = the width;
 * ``spike``: one linear layer, an amax spike injected at a step, delayed against current scaling (e);
 * ``fork``: a short run under a recipe from a shared checkpoint, next to the float32 fork.
 """
@@ -75,11 +76,13 @@ class GradConfig:
     spike_at: int = 8
     spike_history: int = 16
     spike_factor: float = 1024.0
+    widths: tuple = (256, 512, 1024)
+    width_tokens: int = 512
     corpus: str | None = None
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        for k in ("checkpoints", "ks"):
+        for k in ("checkpoints", "ks", "widths"):
             d[k] = list(d[k])
         d["pairs"] = [f"{r}@{s}" for r, s in self.pairs]
         d["fork_pairs"] = [f"{r}@{s}" for r, s in self.fork_pairs]
@@ -89,20 +92,20 @@ class GradConfig:
     def from_dict(cls, d) -> "GradConfig":
         d = dict(d)
         d["model"] = ModelConfig(**d["model"])
-        for k in ("checkpoints", "ks"):
-            d[k] = tuple(d[k])
+        for k in ("checkpoints", "ks", "widths"):
+            d[k] = tuple(d.get(k, ()))
         for k in ("pairs", "fork_pairs"):
             d[k] = tuple(tuple(p.split("@")) for p in d[k])
         return cls(**d)
 
 
 _QUICK_PAIRS = (("te-current", "h100"), ("te-mxfp8", "b200"), ("te-nvfp4", "b200"))
-#: ``--quick``: a one-layer, 64-wide model, small sizes (20 cells, about a minute on 2 cores).
+#: ``--quick``: a one-layer, 64-wide model, small sizes (24 cells, about a minute on 2 cores).
 QUICK = GradConfig(model=ModelConfig(n_layer=1, d_model=64, n_head=4, seq_len=32, batch=8), ref_steps=20,
                    checkpoints=(0, 20), draws=2, bias_draws=8, pairs=_QUICK_PAIRS, fork_pairs=_QUICK_PAIRS[1:],
                    fork_at=20, fork_steps=4, ks=(256, 1024, 4096), spike_width=64, spike_tokens=64, spike_at=4,
-                   spike_history=8)
-#: The committed study: a one-block 128-wide model, 11 recipe x stack pairs at 3 checkpoints, K up to 4096 (53 cells).
+                   spike_history=8, widths=(128, 256), width_tokens=256)
+#: The committed study: a one-block 128-wide model, 11 recipe x stack pairs at 3 checkpoints, K up to 4096 (59 cells).
 FULL = GradConfig(pairs=(("te-delayed", "h100"), ("te-current", "h100"), ("te-current", "h100-fast"),
                          ("te-block", "h100"), ("deepseek-v3", "h100"), ("torchao-rowwise", "h100"),
                          ("te-mxfp8", "b200"), ("te-nvfp4", "b200"), ("te-nvfp4-no-rht", "b200"),
@@ -139,6 +142,7 @@ def plan_cells(cfg: GradConfig) -> list:
     cells += [{"kind": "bias", "case": case} for case in ("plain", "outliers")]
     cells += [{"kind": "eden"}, {"kind": "operands"}]
     cells += [{"kind": "ksweep", "stack": s, "K": k} for s in ("h100", "h100-fast") for k in cfg.ks]
+    cells += [{"kind": "width", "stack": s, "width": w} for s in ("h100", "h100-fast") for w in cfg.widths]
     cells += [{"kind": "spike", "recipe": r} for r in ("te-delayed", "te-current")]
     cells += [{"kind": "fork", "pair": f"{r}@{s}"} for r, s in cfg.fork_pairs]
     return cells
@@ -361,6 +365,29 @@ def _ksweep(cfg, cell):
                         "quant_err": compare(ea, exact)["rel_err"], "rel_err": compare(s, exact)["rel_err"]}]}
 
 
+def _width(cfg, cell):
+    """A square layer of ``width`` (fprop's and dgrad's K) on synthetic operands: GELU-shaped inputs
+    (mostly positive, as an MLP's), weights of variance 1/width, Gaussian output gradients."""
+    w_, m = cell["width"], cfg.width_tokens
+    rng = np.random.default_rng([5, w_])
+    z = rng.standard_normal((m, w_))
+    x = (0.5 * z * (1 + np.tanh(0.7978845608 * (z + 0.044715 * z ** 3)))).astype(np.float32)
+    w = (rng.standard_normal((w_, w_)) / math.sqrt(w_)).astype(np.float32)
+    dy = (rng.standard_normal((m, w_)) * 1e-2).astype(np.float32)
+    exact = exact_passes(x, w, None, dy)
+    s = layer_passes(x, w, None, dy, "te-current", cell["stack"])
+    ea = layer_passes(x, w, None, dy, "te-current", exact_accumulation(cell["stack"]))
+    rows = []
+    for gemm in ("fprop", "dgrad", "wgrad"):
+        a, e = s[gemm].astype(np.float64), ea[gemm].astype(np.float64)
+        big = np.abs(e) >= 0.1 * np.abs(e).max()
+        rows.append({"stack": cell["stack"], "width": w_, "tokens": m, "gemm": gemm,
+                     "K": m if gemm == "wgrad" else w_, "accum_err": norm(a - e) / norm(exact[gemm]),
+                     "accum_max_rel": float(np.max(np.abs(a - e)[big] / np.abs(e)[big])),
+                     "quant_err": compare(e, exact[gemm])["rel_err"]})
+    return {"widths": rows}
+
+
 def _spike(cfg, cell):
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((cfg.spike_width, cfg.spike_width)) / math.sqrt(cfg.spike_width)).astype(np.float32)
@@ -434,7 +461,7 @@ def _fork(cfg, cell):
 
 
 _KINDS = {"probe": _probe, "bias": _bias, "eden": _eden, "operands": _operands, "ksweep": _ksweep,
-          "spike": _spike, "fork": _fork}
+          "width": _width, "spike": _spike, "fork": _fork}
 
 
 def run_cell(cfg_dict: dict, cell: dict) -> dict:
