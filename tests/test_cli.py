@@ -372,6 +372,7 @@ _BAD_LINES = {
     "study chunk": ["study", "--demo", "--out", "o", "--chunk-mb", "1e308"],   # was an OverflowError traceback
     "train-study": ["train-study", "--steps", "0"],
     "train-study recipe": ["train-study", "--recipes", "no-such-recipe"],
+    "grad-study": ["grad-study", "--kinds", "no-such-kind"],
 }
 
 

@@ -39,7 +39,8 @@ API_SECTIONS = [
     ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
                                   "fp8emu.gemm.instructions", "fp8emu.gemm.catalogue", "fp8emu.gpu.tc_questions",
                                   "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
-                                  "fp8emu.gemm.block_scaled", "fp8emu.gemm.torch_cpu", "fp8emu.layouts"]),
+                                  "fp8emu.gemm.block_scaled", "fp8emu.gemm.torch_cpu", "fp8emu.gemm.sumtree",
+                                  "fp8emu.gemm.cpu_order", "fp8emu.layouts"]),
     ("Validation kit, conformance and engines", ["fp8emu.testing", "fp8emu.testing.compare",
                                                  "fp8emu.testing.golden", "fp8emu.testing.plugin",
                                                  "fp8emu.conformance", "fp8emu.engines",
@@ -50,7 +51,7 @@ API_SECTIONS = [
                                       "fp8emu.lab.inputs", "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
                                       "fp8emu.lab.study", "fp8emu.lab.tensors", "fp8emu.lab.results",
                                       "fp8emu.lab.report", "fp8emu.lab.attention",
-                                      "fp8emu.lab.drift", "fp8emu.lab.lm_study"]),
+                                      "fp8emu.lab.drift", "fp8emu.lab.lm_study", "fp8emu.lab.grad_study"]),
     ("Command line", ["fp8emu.cli"]),
 ]
 # The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.
@@ -58,13 +59,15 @@ if importlib.util.find_spec("torch") is not None:
     API_SECTIONS.append(("torch adapter and model emulation",
                          ["fp8emu.torch", "fp8emu.torch.tensors", "fp8emu.torch.ops", "fp8emu.torch.swap",
                           "fp8emu.torch.recipes", "fp8emu.torch.stacks", "fp8emu.torch.linear",
-                          "fp8emu.torch.gemms", "fp8emu.torch.attention", "fp8emu.torch.autocast"]))
+                          "fp8emu.torch.gemms", "fp8emu.torch.attention", "fp8emu.torch.autocast",
+                          "fp8emu.torch.probes", "fp8emu.torch.compiled"]))
     API_SECTIONS.append(("Transformer Engine's API (fp8emu.torch.te)",
                          ["fp8emu.torch.te", "fp8emu.torch.te.recipe", "fp8emu.torch.te.quantization",
                           "fp8emu.torch.te.modules", "fp8emu.torch.te.attention", "fp8emu.torch.te.gemm"]))
     API_SECTIONS.append(("The language-model study", ["fp8emu.torch.study.corpus",
                                                        "fp8emu.torch.study.model", "fp8emu.torch.study.train",
-                                                       "fp8emu.torch.study.runs", "fp8emu.torch.study.infer"]))
+                                                       "fp8emu.torch.study.runs", "fp8emu.torch.study.infer",
+                                                       "fp8emu.torch.study.grad"]))
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).

@@ -55,6 +55,7 @@ COMMANDS = {
     "study": ("study", "study a checkpoint's tensors under FP8/MX/NVFP4 recipes; results.csv and reports"),
     "attention-study": ("attention_study", "emulated FP8 attention error vs context, promotion, P pre-scale, scales"),
     "train-study": ("train_study", "train a byte-level GPT under every fp8emu.torch recipe x stack; CSV and reports"),
+    "grad-study": ("grad_study", "same-state gradient probes of every recipe x stack; findings (a)-(g), CSV, report"),
 }
 
 

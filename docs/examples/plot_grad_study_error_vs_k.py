@@ -1,0 +1,24 @@
+"""
+Accumulation error against K (gradient study)
+=============================================
+
+Te-current's weight-gradient GEMM on h100 (split accumulator, promotion every 128) and h100-fast (fast accumulation) against exact accumulation of the same quantized operands, K = tokens per batch, finding (d).
+The committed file from the study in ``docs/data/grad-study``; remake it with
+``fp8emu grad-study`` (the command is in ``docs/data/grad-study/provenance.csv``; a rerun into the
+same folder redraws the report from its cell files), then copy ``figures/error_vs_k.png`` from the output
+folder to ``figures/grad_study_error_vs_k.png``.  The gradient study guide explains what it shows.
+"""
+
+from pathlib import Path
+
+import matplotlib.image
+from matplotlib.figure import Figure
+
+root = Path.cwd()
+while not (root / "figures").is_dir():      # the gallery runs from docs/examples
+    root = root.parent
+png = matplotlib.image.imread(root / "figures" / "grad_study_error_vs_k.png")
+fig = Figure(figsize=(png.shape[1] / 100, png.shape[0] / 100))
+ax = fig.add_axes((0, 0, 1, 1))
+ax.imshow(png)
+ax.set_axis_off()

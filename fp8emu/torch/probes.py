@@ -1,0 +1,227 @@
+"""Same-state gradient probes: one model state and one batch under a recipe x stack and two references.
+
+A probe holds everything fixed that training would vary (the weights, the batch) and measures what a
+recipe on a GPU stack does to each linear layer's three GEMMs: fprop's output ``Y``, dgrad's ``dX``
+and wgrad's ``dW``.  Two levels:
+
+* **Layer probes** (:func:`layer_passes`): the operands of one layer (``X``, ``W``, ``b``, ``dY``,
+  taken from a float32 run) go through the recipe's quantizers and the stack's GEMM models, the
+  layer built by :func:`fp8emu.torch.emulate`; the reference is float64 math on the same float32
+  operands (:func:`exact_passes`).  Only the layer's own quantization and accumulation differ.
+* **Model probes** (:func:`capture`, :func:`qat_model`): the whole model's forward and backward,
+  per layer, under the recipe, under "QAT" (every forward quantized as the recipe does, every
+  backward the exact float32 chain rule of the float32 layer) and in plain torch float32 autograd.
+  The recipe against QAT is what its backward quantization does; QAT against float32 what its
+  forward does to the gradients.
+
+:func:`exact_accumulation` turns a stack into one with the same dtype and quantized operands but
+exact accumulation: the recipe on it minus float32 is the **quantization** error, the stack minus
+it the **accumulation** error (:mod:`fp8emu.lab.grad_study` has the metrics).
+
+Stochastic rounding is seeded by :func:`fp8emu.torch.emulate`'s ``seed`` (with the layer index,
+the step and the pass): draws ``0 .. N-1`` of a recipe's random parts are the seeds ``0 .. N-1``.
+
+Examples
+--------
+>>> import numpy as np
+>>> rng = np.random.default_rng(0)
+>>> x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((32, 32), (16, 32), (32, 16)))
+>>> out = layer_passes(x, w, None, dy, "te-current", "exact")
+>>> sorted(out), out["wgrad"].shape
+(['dgrad', 'fprop', 'wgrad'], (16, 32))
+>>> ref = exact_passes(x, w, None, dy)
+>>> err = np.linalg.norm(out["wgrad"] - ref["wgrad"]) / np.linalg.norm(ref["wgrad"])
+>>> bool(0.01 < err < 0.1)
+True
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .linear import EmulatedLinear
+from .recipes import get_recipe
+from .stacks import get_stack
+from .swap import emulate
+
+__all__ = ["LayerCapture", "layer_passes", "exact_passes", "exact_accumulation", "capture", "qat_model",
+           "emulated_model", "PASS_TENSORS"]
+
+#: What each pass produces, as :class:`LayerCapture` names it.
+PASS_TENSORS = {"fprop": "y", "dgrad": "dx", "wgrad": "dw"}
+
+
+@dataclasses.dataclass
+class LayerCapture:
+    """One linear layer's operands and results in one forward and backward (float32 NumPy arrays,
+    tokens flattened into rows): input ``x`` (M x K), weight ``w`` (N x K), bias ``b`` (N or None),
+    output ``y`` (M x N), output gradient ``dy``, input gradient ``dx`` (None when the input needs
+    no gradient) and weight gradient ``dw``."""
+
+    x: np.ndarray
+    w: np.ndarray
+    b: object
+    y: np.ndarray
+    dy: np.ndarray
+    dx: object
+    dw: np.ndarray
+
+    def passes(self) -> dict:
+        """``{"fprop": y, "dgrad": dx, "wgrad": dw}``."""
+        return {p: getattr(self, t) for p, t in PASS_TENSORS.items()}
+
+
+def _np32(t):
+    return t.detach().to(torch.float32).contiguous().numpy().copy()
+
+
+def exact_passes(x, w, b, dy) -> dict:
+    """The three GEMMs of a linear layer in float64 on the float32 operands (no rounding at all)."""
+    x64, w64, dy64 = (np.asarray(a, np.float64) for a in (x, w, dy))
+    y = x64 @ w64.T
+    if b is not None:
+        y = y + np.asarray(b, np.float64)
+    return {"fprop": y, "dgrad": dy64 @ w64, "wgrad": dy64.T @ x64}
+
+
+def exact_accumulation(gpu):
+    """``gpu`` (a stack or its name) with every GEMM accumulated exactly (rounded once to float32),
+    the same dtype and the same quantized operands (same block-FP8 scale rules): the stack's
+    quantization without its accumulation.
+
+    Examples
+    --------
+    >>> s = exact_accumulation("h100")
+    >>> s.name, s.split, s.fast, s.dtype
+    ('h100+exact-acc', 'exact', 'exact', 'bfloat16')
+    """
+    s = get_stack(gpu)
+    if s.name.endswith("+exact-acc"):
+        return s
+    acc = {f: ("exact" if getattr(s, f) is not None else None) for f in ("block_fp8", "mx", "nvfp4")}
+    return dataclasses.replace(s, name=s.name + "+exact-acc", split="exact", fast="exact", torchao=None, **acc)
+
+
+def _single(w, b):
+    lin = nn.Linear(w.shape[1], w.shape[0], bias=b is not None)
+    with torch.no_grad():
+        lin.weight.copy_(torch.from_numpy(np.asarray(w, np.float32)))
+        if b is not None:
+            lin.bias.copy_(torch.from_numpy(np.asarray(b, np.float32)))
+    return lin
+
+
+def layer_passes(x, w, b, dy, recipe, gpu, *, seed=0, warm=True) -> dict:
+    """fprop, dgrad and wgrad of one layer under ``recipe`` on ``gpu`` (float32 NumPy arrays).
+
+    ``x`` (M x K), ``w`` (N x K), ``b`` (N or None), ``dy`` (M x N).  ``seed`` seeds the recipe's
+    stochastic rounding.  ``warm``: a delayed-scaling recipe first runs the same operands once, so
+    its amax history holds this tensor's amax (else its first step quantizes with scale 1).
+    """
+    seq = nn.Sequential(_single(w, b))
+    rep = emulate(seq, get_recipe(recipe), get_stack(gpu), seed=seed)
+    if "0" not in rep.swapped:
+        raise ValueError(f"recipe {get_recipe(recipe).name!r} on {get_stack(gpu).name!r} does not take a "
+                         f"{w.shape[1]} -> {w.shape[0]} layer with {len(x)} tokens: {rep.skipped.get('0')}")
+    layer = seq[0]
+
+    def once():
+        xt = torch.from_numpy(np.asarray(x, np.float32).copy()).requires_grad_(True)
+        layer.weight.grad = None
+        y = seq(xt)
+        y.backward(torch.from_numpy(np.asarray(dy, np.float32).copy()))
+        return {"fprop": _np32(y), "dgrad": _np32(xt.grad), "wgrad": _np32(layer.weight.grad)}
+
+    if warm and layer.recipe.delayed():
+        once()
+    return once()
+
+
+def emulated_model(model, recipe, gpu, *, seed=0):
+    """A deep copy of ``model`` with its linear layers emulated (the original is left as it is)."""
+    m = copy.deepcopy(model)
+    emulate(m, get_recipe(recipe), get_stack(gpu), seed=seed)
+    return m
+
+
+class _QATLinear(nn.Module):
+    """Forward: the emulated layer's quantized output; backward: the float32 layer's exact gradients
+    (straight through the quantization, the chain rule of ``F.linear`` in float32)."""
+
+    def __init__(self, emulated: EmulatedLinear):
+        super().__init__()
+        self.emulated = emulated
+        self.weight, self.bias = emulated.weight, emulated.bias
+
+    def forward(self, x):
+        with torch.no_grad():
+            yq = self.emulated(x.detach())
+        y = F.linear(x, self.weight, self.bias)
+        return y + (yq.to(y.dtype) - y).detach()
+
+
+def qat_model(model, recipe, gpu, *, seed=0):
+    """A deep copy of ``model`` whose swapped layers run the recipe's quantized forward and the exact
+    float32 backward (:class:`_QATLinear`); layers the recipe cannot take stay float32."""
+    m = emulated_model(model, recipe, gpu, seed=seed)
+    for name, mod in list(m.named_modules()):
+        for child_name, child in list(mod.named_children()):
+            if isinstance(child, EmulatedLinear):
+                setattr(mod, child_name, _QATLinear(child))
+    return m
+
+
+def _linears(model):
+    """The linear layers by name; the emulated layer inside a QAT wrapper is the wrapper's."""
+    mods = dict(model.named_modules())
+    inner = {n + ".emulated" for n, m in mods.items() if isinstance(m, _QATLinear)}
+    return {n: m for n, m in mods.items()
+            if isinstance(m, (nn.Linear, EmulatedLinear, _QATLinear)) and n not in inner}
+
+
+def capture(model, loss_fn) -> tuple:
+    """One forward and backward of ``loss_fn(model)`` with every linear layer's operands and results.
+
+    Returns ``(loss, {layer name: LayerCapture})``.  The parameters' ``.grad`` are cleared first
+    (and hold this backward's gradients after).  A layer called more than once in the forward is a
+    ValueError (its gradients would be summed over the calls).
+    """
+    layers = _linears(model)
+    seen, handles = {}, []
+
+    def fwd(name):
+        def hook(mod, inputs, out):
+            if name in seen:
+                raise ValueError(f"layer {name!r} was called twice in one forward; a probe needs one call "
+                                 "per layer")
+            x = inputs[0]
+            rec = seen[name] = {"x": _np32(x.reshape(-1, x.shape[-1])), "y": _np32(out.reshape(-1, out.shape[-1]))}
+            if x.requires_grad:
+                x.register_hook(lambda g: rec.__setitem__("dx", _np32(g.reshape(-1, g.shape[-1]))))
+            out.register_hook(lambda g: rec.__setitem__("dy", _np32(g.reshape(-1, g.shape[-1]))))
+        return hook
+
+    for name, mod in layers.items():
+        handles.append(mod.register_forward_hook(fwd(name)))
+    try:
+        for p in model.parameters():
+            p.grad = None
+        loss = loss_fn(model)
+        loss.backward()
+    finally:
+        for h in handles:
+            h.remove()
+    caps = {}
+    for name, mod in layers.items():
+        if name not in seen:
+            continue
+        r = seen[name]
+        caps[name] = LayerCapture(x=r["x"], w=_np32(mod.weight), b=None if mod.bias is None else _np32(mod.bias),
+                                  y=r["y"], dy=r["dy"], dx=r.get("dx"), dw=_np32(mod.weight.grad))
+    return float(loss.detach()), caps
