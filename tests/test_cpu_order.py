@@ -290,3 +290,36 @@ def test_cli_names_what_it_found_and_refuses_bad_shapes(capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     assert out["gemms"][0]["order"] == "fma [0:384] + [384:704] + [704:1024]"
     assert out["gemms"][0]["source"] == "mkl-2024.2-avx512"
+
+
+# ----------------------------------------------------------------------------- hostile input (tests/AUDIT.md)
+def test_sgemm_refuses_what_it_cannot_multiply():
+    from fp8emu.gemm.torch_cpu import sgemm
+    f32 = np.float32
+    with cpu_order.use("mkl-2024.2-avx512"):
+        with pytest.raises(ValueError, match="inner dimensions must match"):     # was a silent 2x3 result
+            sgemm(np.ones((2, 3), f32), np.ones((4, 3), f32))
+        with pytest.raises(ValueError, match="must be a 2-D matrix"):
+            sgemm(np.ones(4, f32), np.ones((4, 3), f32))
+        for bad in (np.float64, np.int64, np.complex64):
+            with pytest.raises(TypeError, match="must be float32"):
+                sgemm(np.ones((2, 3), bad), np.ones((3, 3), f32))
+        with pytest.raises(ValueError, match="threads must be a positive integer"):
+            sgemm(np.ones((2, 3), f32), np.ones((3, 3), f32), threads=0)
+        z = sgemm(np.ones((2, 0), f32), np.ones((0, 3), f32))                  # torch.mm: zeros, not an error
+        assert z.shape == (2, 3) and not z.any() and not np.signbit(z).any()
+
+
+def test_a_damaged_cache_entry_is_probed_again(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_order, "_MEMO", {})
+    cpu_order.order_for(2, 40, 3, threads=1)
+    path = cpu_order.cache_path()
+    data = json.loads(path.read_text())
+    key = next(iter(data))
+    data[key] = {"order": {"trees": "x"}}
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(cpu_order, "_MEMO", {})
+    order, src = cpu_order.order_for(2, 40, 3, threads=1)                    # raised KeyError before
+    assert src == "revealed" and order.trees[0].K == 40

@@ -257,9 +257,11 @@ def _revealed(M, K, N, threads, layout):
         hit = _MEMO.get(key)
         if hit is None:
             entry = _load_cache().get(key)
-            if entry is not None:
-                hit = (GemmOrder.from_json(entry["order"]), entry["explained"])
-            else:
+            try:
+                hit = (GemmOrder.from_json(entry["order"]), float(entry["explained"]))
+            except (TypeError, KeyError, ValueError):       # absent, or a damaged entry: probe again
+                hit = None
+            if hit is None:
                 order, facts = reveal_here(M, K, N, threads=t, layout=layout)
                 hit = (order, facts["explained"])
                 _store(key, {"order": order.to_json(), "explained": facts["explained"], "calls": facts["calls"]})

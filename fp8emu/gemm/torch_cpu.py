@@ -222,12 +222,30 @@ def sgemm(x, y, *, threads=None, layout="NN", name="sgemm", stacklevel=2):
     ...     sgemm(x, np.array([[1.0, 0.0], [1.0, 1.0]], np.float32)).tolist()
     [[1.0, 5.960464477539063e-08], [3.5, 0.5]]
     """
-    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    x, y = _f32_operand(x, "x"), _f32_operand(y, "y")
     M, K = x.shape
     N = y.shape[1]
+    if y.shape[0] != K:
+        raise ValueError(f"{name}: x is {M}x{K} and y is {y.shape[0]}x{N}: their inner dimensions must match")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
+                                or threads < 1):
+        raise ValueError(f"{name}: threads must be a positive integer (torch's thread count) or None, got {threads!r}")
+    if K == 0 or M == 0 or N == 0:
+        return np.zeros((M, N), np.float32)          # torch.mm's empty sum is +0
     order, _ = order_for(M, K, N, threads=threads, layout=layout, name=name, stacklevel=stacklevel + 1)
     with np.errstate(all="ignore"):
         return evaluate_order(order, x, y)
+
+
+def _f32_operand(a, what):
+    """A 2-D float32 operand; float16 / bfloat16 are exact in float32, anything else is refused."""
+    a = np.asarray(a)
+    if a.ndim != 2:
+        raise ValueError(f"sgemm: {what} must be a 2-D matrix, got {a.ndim} dimension(s) {a.shape}")
+    if a.dtype.name not in ("float32", "float16", "bfloat16"):
+        raise TypeError(f"sgemm: {what} must be float32 (float16 and bfloat16 are taken exactly), got {a.dtype}: "
+                        "torch.mm's sgemm multiplies float32 matrices")
+    return a.astype(np.float32, copy=False)
 
 
 def sgemm_k_blocks(K):
