@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fp8emu.lab import grad_study as gs
+from fp8emu.lab.store import json_safe
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "grad-study"
@@ -52,7 +53,7 @@ def test_same_bits_on_one_and_two_threads_and_on_dask(tmp_path):
     assert res["computed"] == 3
     merged = cli.merge(_CELLS, res["rows"])
     local = cli.merge(_CELLS, {grad.cell_id(c): r for c, r in zip(_CELLS, runs[0])})
-    assert json.dumps(cli._clean(merged), sort_keys=True) == json.dumps(cli._clean(local), sort_keys=True)
+    assert json.dumps(json_safe(merged), sort_keys=True) == json.dumps(json_safe(local), sort_keys=True)
 
 
 def test_command_resumes_and_refuses_a_modified_cell(tmp_path, capsys):

@@ -49,7 +49,7 @@ API_SECTIONS = [
                        "fp8emu.attention.operands", "fp8emu.attention.report", "fp8emu.attention.reference"]),
     ("Studies, metrics and the lab", ["fp8emu.metrics", "fp8emu.lab.recipes", "fp8emu.dask",
                                       "fp8emu.lab.inputs", "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
-                                      "fp8emu.lab.study", "fp8emu.lab.tensors", "fp8emu.lab.results",
+                                      "fp8emu.lab.study", "fp8emu.lab.tensors", "fp8emu.lab.results", "fp8emu.lab.store",
                                       "fp8emu.lab.report", "fp8emu.lab.attention",
                                       "fp8emu.lab.drift", "fp8emu.lab.lm_study", "fp8emu.lab.grad_study"]),
     ("Command line", ["fp8emu.cli"]),

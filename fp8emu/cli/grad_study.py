@@ -9,18 +9,17 @@ SHA-256 of the configuration, the cell and its rows) as it finishes, so a rerun 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ..lab import grad_study as report
+from ..lab.store import atomic_write, digest, json_restore, json_safe
 from ..lab.study import dask_client
 from ..version import __version__
 from . import scheduler_address, worker_count
@@ -71,50 +70,11 @@ def _kinds(text):
     return names
 
 
-def digest(obj) -> str:
-    """SHA-256 of the canonical JSON of ``obj`` (sorted keys, no spaces; NaN/inf as strings)."""
-    return hashlib.sha256(json.dumps(_clean(obj), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _clean(obj):
-    if isinstance(obj, float):
-        return obj if np.isfinite(obj) else repr(obj)
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return _clean(obj.item())
-    return obj
-
-
-def _unclean(obj):
-    if isinstance(obj, str) and obj in ("nan", "inf", "-inf"):
-        return float(obj)
-    if isinstance(obj, dict):
-        return {k: _unclean(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_unclean(v) for v in obj]
-    return obj
-
-
-def _atomic_write(path: Path, data: bytes):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_cell(out: Path, cfg_sha: str, cell: dict, rows: dict) -> Path:
-    payload = _clean({"config_sha256": cfg_sha, "cell": cell, "rows": rows})
+    payload = json_safe({"config_sha256": cfg_sha, "cell": cell, "rows": rows})
     payload["sha256"] = digest({k: payload[k] for k in ("config_sha256", "cell", "rows")})
     path = out / "cells" / f"{grad.cell_id(cell)}.json"
-    _atomic_write(path, json.dumps(payload, sort_keys=True).encode("utf-8"))
+    atomic_write(path, json.dumps(payload, sort_keys=True).encode("utf-8"))
     return path
 
 
@@ -130,10 +90,10 @@ def read_cell(path: Path, cfg_sha: str, cell: dict) -> dict:
     if digest(body) != stored:
         raise ValueError(f"cell file {path} was modified (its SHA-256 does not match its contents); delete it "
                          "to rerun its cell")
-    if body["config_sha256"] != cfg_sha or body["cell"] != _clean(cell):
+    if body["config_sha256"] != cfg_sha or body["cell"] != json_safe(cell):
         raise ValueError(f"cell file {path} belongs to another study configuration; use another --out or "
                          "delete the folder")
-    return _unclean(body["rows"])
+    return json_restore(body["rows"])
 
 
 def _progress(total, enabled):
@@ -159,7 +119,7 @@ def execute(out: Path, cfg, cells, *, client=None, progress=True) -> dict:
         if theirs.get("config_sha256") != cfg_sha:
             raise ValueError(f"{out} holds a grad-study of another configuration; use another --out or delete it")
     else:
-        _atomic_write(study, json.dumps({"config": _clean(cfg_d), "config_sha256": cfg_sha}, sort_keys=True,
+        atomic_write(study, json.dumps({"config": json_safe(cfg_d), "config_sha256": cfg_sha}, sort_keys=True,
                                         indent=1).encode("utf-8"))
     done, todo = {}, []
     for c in cells:

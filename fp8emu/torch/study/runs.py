@@ -30,10 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -41,6 +38,7 @@ from torch import nn
 
 import fp8emu.torch as fp8torch
 
+from ...lab.store import atomic_write, digest, json_restore, json_safe
 from .corpus import load_corpus
 from .model import ModelConfig, check_config
 from .train import BASELINES, RunSpec, TrainConfig, train_run
@@ -171,61 +169,20 @@ def plan_runs(cfg: StudyConfig) -> list:
     return specs
 
 
-def _clean(obj):
-    """JSON-safe copy: NaN/inf as strings (json's NaN is not standard JSON)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else repr(obj)
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def digest(payload: dict) -> str:
-    """SHA-256 of the canonical JSON of ``payload`` (sorted keys, no spaces)."""
-    text = json.dumps(_clean(payload), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _atomic_write(path: Path, data: bytes):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_result(out, spec: RunSpec, result: dict) -> Path:
     """Write ``runs/RUN_ID.json`` (and ``models/RUN_ID.pt`` when the result carries weights) atomically."""
     out = Path(out)
     result = dict(result)
     weights = result.pop("weights", None)
     if weights is not None:
-        _atomic_write(out / "models" / f"{spec.run_id}.pt", weights)
+        atomic_write(out / "models" / f"{spec.run_id}.pt", weights)
         result["weights_sha256"] = hashlib.sha256(weights).hexdigest()
     payload = {"spec": spec.as_dict(), "result": result}
-    payload = _clean(payload)
+    payload = json_safe(payload)
     payload["sha256"] = digest({"spec": payload["spec"], "result": payload["result"]})
     path = out / "runs" / f"{spec.run_id}.json"
-    _atomic_write(path, json.dumps(payload, sort_keys=True, indent=1).encode("utf-8"))
+    atomic_write(path, json.dumps(payload, sort_keys=True, indent=1).encode("utf-8"))
     return path
-
-
-def _unclean(obj):
-    if isinstance(obj, str) and obj in ("nan", "inf", "-inf"):
-        return float(obj)
-    if isinstance(obj, dict):
-        return {k: _unclean(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_unclean(v) for v in obj]
-    return obj
 
 
 def read_result(path, expected: RunSpec | None = None) -> dict:
@@ -244,16 +201,16 @@ def read_result(path, expected: RunSpec | None = None) -> dict:
     if digest({"spec": spec_d, "result": result}) != stored:
         raise ValueError(f"result file {path} was modified (its SHA-256 does not match its contents); "
                          "it is refused, not merged: delete it to rerun its run")
-    if expected is not None and spec_d != _clean(expected.as_dict()):
+    if expected is not None and spec_d != json_safe(expected.as_dict()):
         raise ValueError(f"result file {path} belongs to a different study configuration; "
                          "use another --out or delete the folder")
-    return {"spec": spec_d, **_unclean(result)}
+    return {"spec": spec_d, **json_restore(result)}
 
 
 def check_study_file(out: Path, cfg: StudyConfig):
     """``study.json`` must match ``cfg`` (written when the folder is new)."""
     path = out / "study.json"
-    mine = _clean(cfg.as_dict())
+    mine = json_safe(cfg.as_dict())
     mine["corpus_sha256"] = load_corpus(cfg.corpus).sha256
     if path.exists():
         try:
@@ -265,7 +222,7 @@ def check_study_file(out: Path, cfg: StudyConfig):
             raise ValueError(f"{out} holds a study with another model, schedule or corpus; "
                              "use another --out or delete the folder")
     else:
-        _atomic_write(path, json.dumps(mine, sort_keys=True, indent=1).encode("utf-8"))
+        atomic_write(path, json.dumps(mine, sort_keys=True, indent=1).encode("utf-8"))
 
 
 def load_results(out, specs) -> tuple:
@@ -349,7 +306,7 @@ def all_results(out, cfg: StudyConfig) -> list:
     for path in sorted((Path(out) / "runs").glob("*.json")):
         r = read_result(path)
         s = r["spec"]
-        if [s["model"], s["train"], s["corpus"]] != _clean([cfg.as_dict()["model"], cfg.as_dict()["train"],
+        if [s["model"], s["train"], s["corpus"]] != json_safe([cfg.as_dict()["model"], cfg.as_dict()["train"],
                                                            cfg.corpus]):
             raise ValueError(f"result file {path} belongs to a different study configuration; "
                              "use another --out or delete the folder")

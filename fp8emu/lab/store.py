@@ -1,0 +1,74 @@
+"""Resumable studies' files: JSON that keeps NaN and Inf, its canonical digest, and atomic writes.
+
+Every study that keeps one file per run or cell (``train-study``, ``grad-study``) writes through these,
+so a file is either whole or absent and a rerun can trust what it finds.
+
+Examples
+--------
+>>> json_safe({"x": float("nan"), "y": [1.5, float("-inf")]})
+{'x': 'nan', 'y': [1.5, '-inf']}
+>>> json_restore(json_safe({"x": float("inf")}))
+{'x': inf}
+>>> digest({"b": 1, "a": 2}) == digest({"a": 2, "b": 1})
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["json_safe", "json_restore", "digest", "atomic_write"]
+
+
+def json_safe(obj):
+    """A JSON-safe copy: NaN/Inf as the strings ``'nan'``/``'inf'``/``'-inf'`` (json's NaN is not
+    standard JSON), NumPy scalars as Python numbers, tuples as lists, keys as strings."""
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else repr(obj)
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def json_restore(obj):
+    """Undo :func:`json_safe`'s strings for NaN and Inf."""
+    if isinstance(obj, str) and obj in ("nan", "inf", "-inf"):
+        return float(obj)
+    if isinstance(obj, dict):
+        return {k: json_restore(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [json_restore(v) for v in obj]
+    return obj
+
+
+def digest(obj) -> str:
+    """SHA-256 of the canonical JSON of ``obj`` (sorted keys, no spaces, :func:`json_safe`)."""
+    text = json.dumps(json_safe(obj), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def atomic_write(path, data: bytes):
+    """Write ``data`` to ``path`` through a temporary file and a rename: whole or not at all."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
