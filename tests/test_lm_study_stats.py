@@ -204,3 +204,18 @@ def test_committed_per_seed_mean_gap_is_the_issues():
     for k, s in enumerate(("0", "1", "2")):
         g = [F(r["final_val_loss"]) - bf[s] for r in keep if r["seed"] == s]
         assert j["shift_per_seed"][k] == pytest.approx(float(sum(g) / len(g)), abs=1e-15)
+
+
+def test_guide_tables_says_why_there_is_no_joint_analysis(tmp_path):
+    """A study of one pair has no joint analysis: the tables say so instead of failing or inventing one."""
+    from fp8emu.lab.lm_study import guide_tables
+    for name in ("runs", "gaps", "curves"):
+        rows = _csv(f"{name}.csv")
+        keep = [r for r in rows if r["recipe"] in ("bf16", "te-delayed") and r["stack"] in ("", "h100")]
+        with open(tmp_path / f"{name}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(keep)
+    text = guide_tables(tmp_path)
+    assert "No joint analysis: joint_analysis: needs two emulated results at two seeds shared with bf16" in text
+    assert "No two pairs give the same losses" in text and "| te-delayed | h100 |" in text

@@ -224,7 +224,7 @@ CONTRASTS = (
 
 
 def _contrast_table(runs, same=()):
-    t = [["contrast", "matched", "seeds", "mean difference", "95 % CI (over seeds)", "resolves (+-)"]]
+    t = [["contrast", "matched", "seeds", "mean difference", "95 % CI (over seeds)", "resolves"]]
     for label, a, b in CONTRASTS:
         c = contrast(runs, a, b, same)
         if not c["keys"]:
@@ -233,7 +233,7 @@ def _contrast_table(runs, same=()):
         keys = [str(k) + (f" (= {', '.join(c['merged'][k])})" if k in c["merged"] else "") for k in c["keys"]]
         t.append([label, ", ".join(keys), str(len(c["seeds"])),
                   "" if c["mean"] != c["mean"] else f"{c['mean']:+.4f}", ci,
-                  "" if c["ci_low"] != c["ci_low"] else f"{(c['ci_high'] - c['ci_low']) / 2:.4f}"])
+                  "" if c["ci_low"] != c["ci_low"] else f"+-{(c['ci_high'] - c['ci_low']) / 2:.4f}"])
     return t
 
 
@@ -412,9 +412,11 @@ def _interval_line(gaps, same=()):
     out = [g["label"] for g in rows if g["gap_ci95_low"] > 0 or g["gap_ci95_high"] < 0]
     sd = float(np.median([g["gap_sd"] for g in rows])) if rows else math.nan
     half = float(np.median([(g["gap_ci95_high"] - g["gap_ci95_low"]) / 2 for g in rows])) if rows else math.nan
-    return (f"{len(same)} groups of pairs give the same losses bit for bit at every seed ("
-            + "; ".join(" = ".join(g) for g in same) + f"): one result each, so the {len(rows) + len(dup)} "
-            f"emulated pairs are {len(rows)} distinct results. Of their {len(rows)} intervals {len(out)} "
+    twins = (f"{len(same)} groups of pairs give the same losses bit for bit at every seed ("
+             + "; ".join(" = ".join(g) for g in same) + f"): one result each, so the {len(rows) + len(dup)} "
+             f"emulated pairs are {len(rows)} distinct results." if same
+             else "No two pairs give the same losses bit for bit at every seed.")
+    return (twins + f" Of their {len(rows)} intervals {len(out)} "
             f"exclude{'s' if len(out) == 1 else ''} zero" + (f" ({', '.join(out)})" if out else "")
             + ". The intervals share one bf16 run per seed, so they are not independent tests and their "
             "count is no test of the recipes (the joint analysis below is). The median seed-to-seed sd of a "
@@ -744,9 +746,10 @@ def _read_csv(path) -> list:
 
 
 def guide_tables(folder) -> str:
-    """The Markdown tables the guide shows, made from ``gaps.csv`` and ``inference.csv`` in ``folder``.
+    """The Markdown tables the guide shows, made from ``runs.csv``, ``gaps.csv``, ``curves.csv`` and ``inference.csv``.
 
-    ``docs/guides/lm-study.md`` holds this text between its ``lm-study:tables`` markers; a test
+    All four are read from ``folder``; without ``curves.csv``, identical results are judged on the final
+    losses alone. ``docs/guides/lm-study.md`` holds this text between its ``lm-study:tables`` markers; a test
     regenerates it from the committed CSV and compares.
     """
     folder = Path(folder)
@@ -754,18 +757,23 @@ def guide_tables(folder) -> str:
     gaps = _read_csv(folder / "gaps.csv")
     fp8 = [r for r in runs_ if r["stack"] != ""]
     curves = _read_csv(folder / "curves.csv") if (folder / "curves.csv").exists() else []
-    j, joint, note = _joint_table(runs_, curves)
+    try:
+        j, joint, note = _joint_table(runs_, curves)
+        same = j["identical"]
+        joint_part = ["Joint analysis of the distinct results (seeds " + ", ".join(map(str, j["seeds"])) + "):", "",
+                      _md_table(joint), "", note, ""]
+    except ValueError as e:   # too few results or seeds, or a diverged run: say so instead of a table
+        same = identical_results(runs_, curves)
+        joint_part = [f"No joint analysis: {e}.", ""]
     parts = [f"{len(runs_)} runs ({len(runs_) - len(fp8)} baseline, {len(fp8)} emulated); the runs' wall times "
              f"add up to {sum(r['wall_s'] for r in runs_) / 60:.1f} min "
              f"({sum(r['wall_s'] for r in fp8) / 60:.1f} min in emulated runs), one thread each.", "",
              "Final validation loss and gap to bf16 (paired by seed; 95 % t interval):", "",
-             _md_table(_gap_table(gaps, same=j["identical"])), "", _interval_line(gaps, j["identical"]), "",
-             "Joint analysis of the distinct results (seeds " + ", ".join(map(str, j["seeds"])) + "):", "",
-             _md_table(joint), "", note, "",
+             _md_table(_gap_table(gaps, same=same)), "", _interval_line(gaps, same), ""] + joint_part + [
              "Pooled contrasts (final validation loss, nats/byte; identical results once; at each seed the "
              "difference is averaged over the matched recipes or stacks, then a 95 % t interval is taken over "
              "the seeds, whose half-width is what the contrast resolves):", "",
-             _md_table(_contrast_table(runs_, j["identical"]))]
+             _md_table(_contrast_table(runs_, same))]
     if (folder / "inference.csv").exists():
         parts += ["", "Inference of the trained bf16 model (seed 0), validation perplexity:", "",
                   _md_table(_infer_table(_read_csv(folder / "inference.csv")))]
