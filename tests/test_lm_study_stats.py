@@ -219,3 +219,11 @@ def test_guide_tables_says_why_there_is_no_joint_analysis(tmp_path):
     text = guide_tables(tmp_path)
     assert "No joint analysis: joint_analysis: needs two emulated results at two seeds shared with bf16" in text
     assert "No two pairs give the same losses" in text and "| te-delayed | h100 |" in text
+
+
+def test_a_result_missing_a_seed_is_left_out_and_named():
+    t = dict(TABLE)
+    t[("e", "x", 0)] = 2.5                       # run at one seed of three
+    j = joint_analysis(_rows(t), n_perm=99)
+    assert j["seeds"] == [0, 1, 2] and j["incomplete"] == ["e@x"] and j["labels"] == ["a@x", "b@x", "c@y"]
+    assert j["F"] == joint_analysis(_rows(TABLE), n_perm=99)["F"]

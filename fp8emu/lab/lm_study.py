@@ -328,7 +328,8 @@ def joint_analysis(runs, curves=(), n_perm=9999, seed=0) -> dict:
     """One analysis over every emulated pair that counts the shared bf16 run and identical results once.
 
     Every pair's gap to bf16 at seed s shares bf16's run at s, so the pairs' intervals are not independent
-    tests. Identical results (:func:`identical_results`) are kept once, under their first label. With
+    tests. Identical results (:func:`identical_results`) are kept once, under their first label; results
+    are compared at the seeds shared with bf16 that keep the most runs (``incomplete``: those run at fewer). With
     ``L[p, s]`` the final validation loss of distinct result p at seed s and ``B[s]`` bf16's:
 
     * ``shift``: the per-seed mean gap ``mean_p L[p, s] - B[s]`` and its t interval over the seeds
@@ -372,7 +373,11 @@ def joint_analysis(runs, curves=(), n_perm=9999, seed=0) -> dict:
         raise ValueError("joint_analysis: the runs have no bf16 baseline; the study's gaps are to bf16")
     labels = [lab for lab in dict.fromkeys(_label(r["recipe"], r["stack"]) for r in runs if r["stack"])
               if lab not in dropped]
-    seeds = sorted(set(loss["bf16"]).intersection(*(loss[lab] for lab in labels)))
+    # the seeds shared with bf16 that keep the most runs; a result run at fewer is left out ("incomplete")
+    sets = [frozenset(loss[lab]) & frozenset(loss["bf16"]) for lab in labels]
+    common = max(set(sets), key=lambda c: (sum(c <= x for x in sets) * len(c), len(c)), default=frozenset())
+    incomplete = [lab for lab, x in zip(labels, sets) if not common <= x]
+    labels, seeds = [lab for lab in labels if lab not in incomplete], sorted(common)
     if len(labels) < 2 or len(seeds) < 2:
         raise ValueError(f"joint_analysis: needs two emulated results at two seeds shared with bf16, "
                          f"got {len(labels)} results at seeds {seeds}")
@@ -397,7 +402,7 @@ def joint_analysis(runs, curves=(), n_perm=9999, seed=0) -> dict:
     max_dev = float(np.abs(dev).max())
     k = math.ceil(0.95 * (n_perm + 1)) - 1
     crit = float(np.sort(np.concatenate([maxp, [max_dev]]))[k])
-    return {"labels": labels, "identical": same, "seeds": seeds, "shift_per_seed": shift, "shift": gap_stats(shift),
+    return {"labels": labels, "identical": same, "seeds": seeds, "incomplete": incomplete, "shift_per_seed": shift, "shift": gap_stats(shift),
             "dev": {lab: float(v) for lab, v in zip(labels, dev)}, "F": F, "df": (P - 1, df_e),
             "p_F": f_sf(F, P - 1, df_e) if mse > 0 else (0.0 if ss_pairs > 0 else math.nan), "residual_sd": math.sqrt(mse),
             "pair_diff_half": t_quantile(0.975, df_e) * math.sqrt(2 * mse / S),
@@ -427,10 +432,10 @@ def _interval_line(gaps, same=()):
 def _joint_table(runs_, curves):
     j = joint_analysis(runs_, curves)
     sh, (d1, d2) = j["shift"], j["df"]
-    all_pairs = {}
+    all_pairs, kept = {}, set(j["labels"]).union(*(g for g in j["identical"] if g[0] in j["labels"]))
     bf = {int(r["seed"]): r["final_val_loss"] for r in runs_ if r["recipe"] == "bf16"}
     for r in runs_:
-        if r["stack"] and int(r["seed"]) in j["seeds"]:
+        if _label(r["recipe"], r["stack"] or None) in kept and int(r["seed"]) in j["seeds"]:
             all_pairs.setdefault(int(r["seed"]), []).append(r["final_val_loss"] - bf[int(r["seed"])])
     per = ", ".join(f"{v:+.4f}" for v in j["shift_per_seed"])
     per48 = ", ".join(f"{float(np.mean(all_pairs[s])):+.4f}" for s in j["seeds"])
@@ -697,8 +702,14 @@ def write_report(results, out, provenance: dict, inference_rows=None) -> list:
     prov = [["item", "value"]] + [[k, str(v)] for k, v in provenance.items()]
     write_csv(out / "provenance.csv", [{"item": k, "value": v} for k, v in provenance.items()])
     read = how_to_read(provenance, gaps)
+    runs_, curves = run_rows(results), list(_curve_rows(results))
+    same = identical_results(runs_, curves)
     tables = [("Provenance", prov, None), ("Final gap to bf16 per recipe x stack",
-                                           _gap_table(gaps, diagnostics_column=True), read["gaps"])]
+                                           _gap_table(gaps, True, same), read["gaps"] + " " + _interval_line(gaps, same))]
+    try:   # a study too small for it (one result or seed) or with a diverged run has no joint analysis
+        tables.append(("Joint analysis over the pairs", *_joint_table(runs_, curves)[1:]))
+    except ValueError:
+        pass
     if inference_rows:
         tables.append(("Inference: perplexity of the trained bf16 model", _infer_table(inference_rows),
                        read["inference"]))
