@@ -240,7 +240,7 @@ def _contrast_table(runs, same=()):
 # --------------------------------------------------------------------------- joint analysis over pairs
 
 def _betai(a, b, x):
-    """Regularized incomplete beta I_x(a, b), by its continued fraction (modified Lentz) on the side where it converges fast."""
+    """Regularized incomplete beta I_x(a, b): its continued fraction (modified Lentz), on its fast side."""
     if x <= 0.0 or x >= 1.0:
         return 0.0 if x <= 0.0 else 1.0
     if x > (a + 1.0) / (a + b + 2.0):   # the fraction converges for x below its mean; use the symmetry there
@@ -402,9 +402,11 @@ def joint_analysis(runs, curves=(), n_perm=9999, seed=0) -> dict:
     max_dev = float(np.abs(dev).max())
     k = math.ceil(0.95 * (n_perm + 1)) - 1
     crit = float(np.sort(np.concatenate([maxp, [max_dev]]))[k])
-    return {"labels": labels, "identical": same, "seeds": seeds, "incomplete": incomplete, "shift_per_seed": shift, "shift": gap_stats(shift),
+    return {"labels": labels, "identical": same, "seeds": seeds, "incomplete": incomplete,
+            "shift_per_seed": shift, "shift": gap_stats(shift),
             "dev": {lab: float(v) for lab, v in zip(labels, dev)}, "F": F, "df": (P - 1, df_e),
-            "p_F": f_sf(F, P - 1, df_e) if mse > 0 else (0.0 if ss_pairs > 0 else math.nan), "residual_sd": math.sqrt(mse),
+            "p_F": f_sf(F, P - 1, df_e) if mse > 0 else (0.0 if ss_pairs > 0 else math.nan),
+            "residual_sd": math.sqrt(mse),
             "pair_diff_half": t_quantile(0.975, df_e) * math.sqrt(2 * mse / S),
             "max_dev": max_dev, "max_dev_label": labels[int(np.abs(dev).argmax())],
             "p_max": float((1 + (maxp >= max_dev).sum()) / (1 + n_perm)), "max_dev_crit": crit,
@@ -704,8 +706,9 @@ def write_report(results, out, provenance: dict, inference_rows=None) -> list:
     read = how_to_read(provenance, gaps)
     runs_, curves = run_rows(results), list(_curve_rows(results))
     same = identical_results(runs_, curves)
-    tables = [("Provenance", prov, None), ("Final gap to bf16 per recipe x stack",
-                                           _gap_table(gaps, True, same), read["gaps"] + " " + _interval_line(gaps, same))]
+    tables = [("Provenance", prov, None),
+              ("Final gap to bf16 per recipe x stack", _gap_table(gaps, True, same),
+               read["gaps"] + " " + _interval_line(gaps, same))]
     try:   # a study too small for it (one result or seed) or with a diverged run has no joint analysis
         tables.append(("Joint analysis over the pairs", *_joint_table(runs_, curves)[1:]))
     except ValueError:
