@@ -36,7 +36,8 @@ from .report import _png
 
 __all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "how_to_read",
            "guide_tables", "T975",
-           "figure_curves", "figure_gaps", "figure_diagnostics", "contrast", "CONTRASTS"]
+           "figure_curves", "figure_gaps", "figure_diagnostics", "contrast", "CONTRASTS",
+           "identical_results", "joint_analysis", "t_quantile", "f_sf"]
 
 #: Two-sided 95 % Student-t quantiles t(0.975, df) for df = 1..30 (standard tables); beyond, 1.96.
 T975 = (12.7062047362, 4.3026527297, 3.1824463053, 2.7764451052, 2.5705818356, 2.4469118511, 2.3646242516,
@@ -111,7 +112,7 @@ def _step_time(runs) -> tuple:
     return step, len(plain), float(np.mean(diag)) if diag else math.nan
 
 
-def contrast(runs, a, b) -> dict:
+def contrast(runs, a, b, same=()) -> dict:
     """Pooled, seed-paired difference of final validation loss between two groups of runs.
 
     ``a`` and ``b`` are ``(recipe, stack)`` patterns in which ``"*"`` matches any value (``None``
@@ -134,7 +135,8 @@ def contrast(runs, a, b) -> dict:
     Returns
     -------
     dict
-        ``keys`` (the matched recipes or stacks), ``seeds`` and :func:`gap_stats`'s ``n``,
+        ``keys`` (the matched recipes or stacks, each result once), ``merged`` ({key: the keys counted
+        with it}), ``seeds`` and :func:`gap_stats`'s ``n``,
         ``mean``, ``sd``, ``ci_low``, ``ci_high``; all NaN when no seed matches, or when a matched
         run diverged (its loss says nothing about a gap).
 
@@ -180,12 +182,26 @@ def contrast(runs, a, b) -> dict:
                        and all(("a", k[1], s) in loss and b_of(k[1], s) in loss for s in seeds)},
                       key=lambda v: "" if v is None else v) if seeds else []
         seeds = seeds if keys else []
+    canon = {lab: g[0] for g in same for lab in g}
+
+    def sides(k):   # the (a, b) results key k compares, identical labels mapped to one
+        pa = tuple(k if p == "*" else p for p in a)
+        pb = tuple(k if p == "*" else p for p in b)
+        return tuple(canon.get(_label(*p), _label(*p)) for p in (pa, pb))
+    merged = {}
+    for k in keys:
+        first = next(j for j in keys if sides(j) == sides(k))
+        merged.setdefault(first, [])
+        if first != k:
+            merged[first].append(k)
+    keys = list(merged)
+    merged = {k: v for k, v in merged.items() if v}
     per_seed = [float(np.mean([loss[("a", k, s)] - loss[b_of(k, s)] for k in keys])) for s in seeds]
     used = {("a", k, s) for k in keys for s in seeds} | {b_of(k, s) for k in keys for s in seeds}
     st = gap_stats(per_seed if not used & bad else [math.nan] * max(2, len(seeds)))
     if used & bad:
         st["mean"] = math.nan
-    return {"keys": keys, "seeds": seeds, **st}
+    return {"keys": keys, "merged": merged, "seeds": seeds, **st}
 
 
 #: The contrasts the guide shows: (label, a, b); see :func:`contrast`.
@@ -207,29 +223,240 @@ CONTRASTS = (
 )
 
 
-def _contrast_table(runs):
-    t = [["contrast", "matched", "seeds", "mean difference", "95 % CI (over seeds)"]]
+def _contrast_table(runs, same=()):
+    t = [["contrast", "matched", "seeds", "mean difference", "95 % CI (over seeds)", "resolves"]]
     for label, a, b in CONTRASTS:
-        c = contrast(runs, a, b)
+        c = contrast(runs, a, b, same)
         if not c["keys"]:
             continue
         ci = "" if c["ci_low"] != c["ci_low"] else f"[{c['ci_low']:+.4f}, {c['ci_high']:+.4f}]"
-        t.append([label, ", ".join(str(k) for k in c["keys"]), str(len(c["seeds"])),
-                  "" if c["mean"] != c["mean"] else f"{c['mean']:+.4f}", ci])
+        keys = [str(k) + (f" (= {', '.join(c['merged'][k])})" if k in c["merged"] else "") for k in c["keys"]]
+        t.append([label, ", ".join(keys), str(len(c["seeds"])),
+                  "" if c["mean"] != c["mean"] else f"{c['mean']:+.4f}", ci,
+                  "" if c["ci_low"] != c["ci_low"] else f"+-{(c['ci_high'] - c['ci_low']) / 2:.4f}"])
     return t
 
 
-def _interval_line(gaps):
-    rows = [g for g in gaps if g["stack"] != "" and g["gap_ci95_low"] == g["gap_ci95_low"]]
-    above = [g["label"] for g in rows if g["gap_ci95_low"] > 0]
-    below = [g["label"] for g in rows if g["gap_ci95_high"] < 0]
+# --------------------------------------------------------------------------- joint analysis over pairs
+
+def _betai(a, b, x):
+    """Regularized incomplete beta I_x(a, b): its continued fraction (modified Lentz), on its fast side."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    if x > (a + 1.0) / (a + b + 2.0):   # the fraction converges for x below its mean; use the symmetry there
+        return 1.0 - _betai(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny, f, c, d = 1e-300, 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2:
+            num = -((a + m) * (a + b + m) * x) / ((a + 2 * m) * (a + 2 * m + 1))
+        else:
+            num = (m * (b - m) * x) / ((a + 2 * m - 1) * (a + 2 * m))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + num / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-15:
+            break
+    return front * (f - 1.0)
+
+
+def t_quantile(p, df) -> float:
+    """Quantile of Student's t distribution with ``df`` degrees of freedom (bisection on its CDF).
+
+    Examples
+    --------
+    >>> round(t_quantile(0.975, 2), 6), round(t_quantile(0.975, 86), 4)
+    (4.302653, 1.9879)
+    """
+    if not 0.5 <= p < 1 or df < 1:
+        raise ValueError(f"t_quantile: p must be in [0.5, 1) and df >= 1, got p={p!r}, df={df!r}")
+
+    def cdf(t):
+        return 1.0 - 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2.0
+
+
+def f_sf(f, d1, d2) -> float:
+    """Upper tail P(F > f) of the F distribution with (d1, d2) degrees of freedom."""
+    return 1.0 if f <= 0 else _betai(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * f))
+
+
+def _loss_key(r, curves):
+    return (float(r["final_val_loss"]), float(r["final_train_loss"]), curves.get(r["run_id"], ()))
+
+
+def identical_results(runs, curves=()) -> list:
+    """Groups of recipe@stack labels whose runs give the same losses bit for bit at every seed.
+
+    Two pairs are one result when, seed by seed, their final validation loss, final training loss and
+    (where ``curves`` rows are given) the validation loss at every evaluation are the same floats.
+
+    Examples
+    --------
+    >>> runs = [{"run_id": f"{r}-{k}", "recipe": r, "stack": "h100", "seed": k, "final_val_loss": v,
+    ...          "final_train_loss": 3.0} for r, k, v in [("a", 0, 2.5), ("b", 0, 2.5), ("c", 0, 2.6),
+    ...                                                    ("a", 1, 2.4), ("b", 1, 2.4), ("c", 1, 2.4)]]
+    >>> identical_results(runs)
+    [['a@h100', 'b@h100']]
+    """
+    curve = {}
+    for c in curves:
+        curve.setdefault(c["run_id"], []).append((int(c["step"]), float(c["val_loss"])))
+    curve = {k: tuple(sorted(v)) for k, v in curve.items()}
+    by = {}
+    for r in runs:
+        if r["stack"]:
+            by.setdefault(_label(r["recipe"], r["stack"]), {})[int(r["seed"])] = _loss_key(r, curve)
+    groups = {}
+    for label, seeds in by.items():
+        groups.setdefault(tuple(sorted(seeds.items())), []).append(label)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def joint_analysis(runs, curves=(), n_perm=9999, seed=0) -> dict:
+    """One analysis over every emulated pair that counts the shared bf16 run and identical results once.
+
+    Every pair's gap to bf16 at seed s shares bf16's run at s, so the pairs' intervals are not independent
+    tests. Identical results (:func:`identical_results`) are kept once, under their first label; results
+    are compared at the seeds shared with bf16 that keep the most runs (``incomplete``: those run at fewer). With
+    ``L[p, s]`` the final validation loss of distinct result p at seed s and ``B[s]`` bf16's:
+
+    * ``shift``: the per-seed mean gap ``mean_p L[p, s] - B[s]`` and its t interval over the seeds
+      (:func:`gap_stats`): one test of a shift common to the recipes, the shared baseline in its noise;
+    * ``dev``: per result, ``mean_s (L[p, s] - mean_q L[q, s])``, its distance from the mean of all results
+      at the same seeds (bf16 cancels);
+    * ``F`` and ``p_F`` (F distribution), the two-way (result x seed) analysis of variance of ``L``:
+      do the results differ among themselves; ``pair_diff_half``: the 95 % half-width for the
+      difference of two results, ``t(0.975, df) * sqrt(2 MSE / S)``, df = (P - 1)(S - 1);
+    * ``max_dev``, ``p_max`` and ``max_dev_crit``: a permutation test of the largest ``|dev|`` over all
+      results, the labels shuffled independently within each seed (``n_perm`` shuffles from
+      ``numpy.random.default_rng(seed)``; p = (1 + exceedances) / (1 + n_perm)); ``max_dev_crit`` is
+      the 95 % point of that null, the simultaneous half-width for every result's ``dev``, and
+      ``p_perm_F`` the same shuffles' p-value for F.
+
+    Examples
+    --------
+    >>> rows = [{"run_id": f"{r}{k}", "recipe": r, "stack": st, "seed": k, "final_val_loss": v,
+    ...          "final_train_loss": 3.0, "diverged": 0}
+    ...         for r, st, k, v in [("bf16", "", 0, 2.0), ("bf16", "", 1, 2.5), ("a", "x", 0, 2.25),
+    ...                             ("a", "x", 1, 2.5), ("b", "x", 0, 2.75), ("b", "x", 1, 3.25)]]
+    >>> j = joint_analysis(rows, n_perm=99)
+    >>> j["shift_per_seed"], j["dev"]
+    ([0.5, 0.375], {'a@x': -0.3125, 'b@x': 0.3125})
+    """
+    if int(n_perm) < 19:
+        raise ValueError(f"joint_analysis: n_perm must be at least 19 (a 95 % point needs 20 values), got {n_perm!r}")
+    runs = list(runs)
+    bad = [r["run_id"] for r in runs if int(r.get("diverged", 0))]
+    if bad:
+        raise ValueError(f"joint_analysis: diverged runs have no loss to compare: {', '.join(bad)}; "
+                         "pass the runs that finished")
+    same = identical_results(runs, curves)
+    dropped = {lab for g in same for lab in g[1:]}
+    loss = {}
+    for r in runs:
+        lab = _label(r["recipe"], r["stack"] or None)
+        if lab not in dropped:
+            loss.setdefault(lab, {})[int(r["seed"])] = float(r["final_val_loss"])
+    if "bf16" not in loss:
+        raise ValueError("joint_analysis: the runs have no bf16 baseline; the study's gaps are to bf16")
+    labels = [lab for lab in dict.fromkeys(_label(r["recipe"], r["stack"]) for r in runs if r["stack"])
+              if lab not in dropped]
+    # the seeds shared with bf16 that keep the most runs; a result run at fewer is left out ("incomplete")
+    sets = [frozenset(loss[lab]) & frozenset(loss["bf16"]) for lab in labels]
+    common = max(set(sets), key=lambda c: (sum(c <= x for x in sets) * len(c), len(c)), default=frozenset())
+    incomplete = [lab for lab, x in zip(labels, sets) if not common <= x]
+    labels, seeds = [lab for lab in labels if lab not in incomplete], sorted(common)
+    if len(labels) < 2 or len(seeds) < 2:
+        raise ValueError(f"joint_analysis: needs two emulated results at two seeds shared with bf16, "
+                         f"got {len(labels)} results at seeds {seeds}")
+    L = np.array([[loss[lab][s] for s in seeds] for lab in labels])
+    B = np.array([loss["bf16"][s] for s in seeds])
+    P, S = L.shape
+    shift = [float(v) for v in L.mean(0) - B]
+    E = L - L.mean(0)                       # against the mean of all results at the same seed
+    dev = E.mean(1)
+    ss_tot = float((E ** 2).sum())          # within seeds; a shuffle within seeds keeps it
+    ss_pairs = S * float((dev ** 2).sum())
+    df_e = (P - 1) * (S - 1)
+    mse = (ss_tot - ss_pairs) / df_e
+    # no residual at all (every result moves with the seed alike): any difference among results is exact
+    F = (ss_pairs / (P - 1)) / mse if mse > 0 else (math.inf if ss_pairs > 0 else math.nan)
+    rng = np.random.default_rng(seed)
+    order = rng.random((int(n_perm), P, S)).argsort(axis=1)
+    Ep = np.take_along_axis(np.broadcast_to(E, (int(n_perm), P, S)), order, axis=1)
+    devp = Ep.mean(2)
+    maxp = np.abs(devp).max(1)
+    ssp = S * (devp ** 2).sum(1)
+    max_dev = float(np.abs(dev).max())
+    k = math.ceil(0.95 * (n_perm + 1)) - 1
+    crit = float(np.sort(np.concatenate([maxp, [max_dev]]))[k])
+    return {"labels": labels, "identical": same, "seeds": seeds, "incomplete": incomplete,
+            "shift_per_seed": shift, "shift": gap_stats(shift),
+            "dev": {lab: float(v) for lab, v in zip(labels, dev)}, "F": F, "df": (P - 1, df_e),
+            "p_F": f_sf(F, P - 1, df_e) if mse > 0 else (0.0 if ss_pairs > 0 else math.nan),
+            "residual_sd": math.sqrt(mse),
+            "pair_diff_half": t_quantile(0.975, df_e) * math.sqrt(2 * mse / S),
+            "max_dev": max_dev, "max_dev_label": labels[int(np.abs(dev).argmax())],
+            "p_max": float((1 + (maxp >= max_dev).sum()) / (1 + n_perm)), "max_dev_crit": crit,
+            "p_perm_F": float((1 + (ssp >= ss_pairs).sum()) / (1 + n_perm)), "n_perm": int(n_perm)}
+
+
+def _interval_line(gaps, same=()):
+    dup = {lab for g in same for lab in g[1:]}
+    rows = [g for g in gaps if g["stack"] != "" and g["gap_ci95_low"] == g["gap_ci95_low"] and g["label"] not in dup]
+    out = [g["label"] for g in rows if g["gap_ci95_low"] > 0 or g["gap_ci95_high"] < 0]
     sd = float(np.median([g["gap_sd"] for g in rows])) if rows else math.nan
-    line = (f"Of the {len(rows)} emulated pairs with an interval, {len(above)} lie above zero"
-            + (f" ({', '.join(above)})" if above else "") + f" and {len(below)} below"
-            + (f" ({', '.join(below)})" if below else "")
-            + f"; at 95 % about {0.05 * len(rows):.1f} would by chance if no pair differed from bf16. "
-            f"The median seed-to-seed sd of a pair's gap is {sd:.4f}.")
-    return line
+    half = float(np.median([(g["gap_ci95_high"] - g["gap_ci95_low"]) / 2 for g in rows])) if rows else math.nan
+    twins = (f"{len(same)} groups of pairs give the same losses bit for bit at every seed ("
+             + "; ".join(" = ".join(g) for g in same) + f"): one result each, so the {len(rows) + len(dup)} "
+             f"emulated pairs are {len(rows)} distinct results." if same
+             else "No two pairs give the same losses bit for bit at every seed.")
+    return (twins + f" Of their {len(rows)} intervals {len(out)} "
+            f"exclude{'s' if len(out) == 1 else ''} zero" + (f" ({', '.join(out)})" if out else "")
+            + ". The intervals share one bf16 run per seed, so they are not independent tests and their "
+            "count is no test of the recipes (the joint analysis below is). The median seed-to-seed sd of a "
+            f"pair's gap is {sd:.4f}; the median 95 % half-width, the smallest gap to bf16 one pair resolves, "
+            f"{half:.4f}.")
+
+
+def _joint_table(runs_, curves):
+    j = joint_analysis(runs_, curves)
+    sh, (d1, d2) = j["shift"], j["df"]
+    all_pairs, kept = {}, set(j["labels"]).union(*(g for g in j["identical"] if g[0] in j["labels"]))
+    bf = {int(r["seed"]): r["final_val_loss"] for r in runs_ if r["recipe"] == "bf16"}
+    for r in runs_:
+        if _label(r["recipe"], r["stack"] or None) in kept and int(r["seed"]) in j["seeds"]:
+            all_pairs.setdefault(int(r["seed"]), []).append(r["final_val_loss"] - bf[int(r["seed"])])
+    per = ", ".join(f"{v:+.4f}" for v in j["shift_per_seed"])
+    per48 = ", ".join(f"{float(np.mean(all_pairs[s])):+.4f}" for s in j["seeds"])
+    t = [["question", "statistic", "p", "resolves (95 %)"],
+         [f"a shift common to the {len(j['labels'])} results against bf16 (mean gap at each seed, "
+          f"{per}; t interval over {len(j['seeds'])} seeds)",
+          f"{sh['mean']:+.4f} [{sh['ci_low']:+.4f}, {sh['ci_high']:+.4f}]", "",
+          f"+-{(sh['ci_high'] - sh['ci_low']) / 2:.4f} common to all"],
+         ["do the results differ among themselves (two-way analysis of variance, result x seed; bf16 cancels)",
+          f"F({d1}, {d2}) = {j['F']:.2f}", f"{j['p_F']:.2f} (permutation {j['p_perm_F']:.2f})",
+          f"+-{j['pair_diff_half']:.4f} between two results"],
+         [f"the largest distance of a result from the mean of all results at its seeds (permutation test "
+          f"of the max over {len(j['labels'])}, labels shuffled within each seed, {j['n_perm']} shuffles)",
+          f"{j['max_dev_label']} {j['dev'][j['max_dev_label']]:+.4f}", f"{j['p_max']:.2f}",
+          f"+-{j['max_dev_crit']:.4f} for every result at once"]]
+    note = (f"Per seed, the mean gap over all {sum(len(v) for v in all_pairs.values()) // len(all_pairs)} pairs, "
+            f"identical results counted twice, is {per48}: one bf16 run per seed moves every pair's gap "
+            f"together. Residual sd of a run about its result and seed effects: {j['residual_sd']:.4f}.")
+    return j, t, note
 
 
 def _curve_rows(results):
@@ -384,16 +611,19 @@ def _cell(v, digits=4):
     return str(v)
 
 
-def _gap_table(rows, diagnostics_column=False):
+def _gap_table(rows, diagnostics_column=False, same=()):
     t = [["recipe", "stack", "seeds", "diverged", "final val loss", "gap to bf16", "95 % CI", "s/step",
-          "x fp32 step"] + (["s/step with diagnostics"] if diagnostics_column else [])]
+          "x fp32 step"] + (["s/step with diagnostics"] if diagnostics_column else [])
+         + (["same losses as"] if same else [])]
+    twin = {lab: " = ".join(x for x in g if x != lab) for g in same for lab in g}
     for r in rows:
         ci = "" if r["gap_ci95_low"] != r["gap_ci95_low"] else \
             f"[{r['gap_ci95_low']:+.4f}, {r['gap_ci95_high']:+.4f}]"
         t.append([r["recipe"], r["stack"] or "-", str(r["seeds"]), str(r["diverged"]),
                   _cell(r["mean_final_val_loss"]), "" if r["gap_to_bf16"] != r["gap_to_bf16"]
                   else f"{r['gap_to_bf16']:+.4f}", ci, _cell(r["s_per_step"], 3), _cell(r["slowdown_vs_fp32"], 1)]
-                 + ([_cell(r.get("s_per_step_diagnostics", math.nan), 3)] if diagnostics_column else []))
+                 + ([_cell(r.get("s_per_step_diagnostics", math.nan), 3)] if diagnostics_column else [])
+                 + ([twin.get(r["label"], "")] if same else []))
     return t
 
 
@@ -474,8 +704,15 @@ def write_report(results, out, provenance: dict, inference_rows=None) -> list:
     prov = [["item", "value"]] + [[k, str(v)] for k, v in provenance.items()]
     write_csv(out / "provenance.csv", [{"item": k, "value": v} for k, v in provenance.items()])
     read = how_to_read(provenance, gaps)
-    tables = [("Provenance", prov, None), ("Final gap to bf16 per recipe x stack",
-                                           _gap_table(gaps, diagnostics_column=True), read["gaps"])]
+    runs_, curves = run_rows(results), list(_curve_rows(results))
+    same = identical_results(runs_, curves)
+    tables = [("Provenance", prov, None),
+              ("Final gap to bf16 per recipe x stack", _gap_table(gaps, True, same),
+               read["gaps"] + " " + _interval_line(gaps, same))]
+    try:   # a study too small for it (one result or seed) or with a diverged run has no joint analysis
+        tables.append(("Joint analysis over the pairs", *_joint_table(runs_, curves)[1:]))
+    except ValueError:
+        pass
     if inference_rows:
         tables.append(("Inference: perplexity of the trained bf16 model", _infer_table(inference_rows),
                        read["inference"]))
@@ -523,23 +760,34 @@ def _read_csv(path) -> list:
 
 
 def guide_tables(folder) -> str:
-    """The Markdown tables the guide shows, made from ``gaps.csv`` and ``inference.csv`` in ``folder``.
+    """The Markdown tables the guide shows, made from ``runs.csv``, ``gaps.csv``, ``curves.csv`` and ``inference.csv``.
 
-    ``docs/guides/lm-study.md`` holds this text between its ``lm-study:tables`` markers; a test
+    All four are read from ``folder``; without ``curves.csv``, identical results are judged on the final
+    losses alone. ``docs/guides/lm-study.md`` holds this text between its ``lm-study:tables`` markers; a test
     regenerates it from the committed CSV and compares.
     """
     folder = Path(folder)
     runs_ = _read_csv(folder / "runs.csv")
     gaps = _read_csv(folder / "gaps.csv")
     fp8 = [r for r in runs_ if r["stack"] != ""]
+    curves = _read_csv(folder / "curves.csv") if (folder / "curves.csv").exists() else []
+    try:
+        j, joint, note = _joint_table(runs_, curves)
+        same = j["identical"]
+        joint_part = ["Joint analysis of the distinct results (seeds " + ", ".join(map(str, j["seeds"])) + "):", "",
+                      _md_table(joint), "", note, ""]
+    except ValueError as e:   # too few results or seeds, or a diverged run: say so instead of a table
+        same = identical_results(runs_, curves)
+        joint_part = [f"No joint analysis: {e}.", ""]
     parts = [f"{len(runs_)} runs ({len(runs_) - len(fp8)} baseline, {len(fp8)} emulated); the runs' wall times "
              f"add up to {sum(r['wall_s'] for r in runs_) / 60:.1f} min "
              f"({sum(r['wall_s'] for r in fp8) / 60:.1f} min in emulated runs), one thread each.", "",
              "Final validation loss and gap to bf16 (paired by seed; 95 % t interval):", "",
-             _md_table(_gap_table(gaps)), "", _interval_line(gaps), "",
-             "Pooled contrasts (final validation loss, nats/byte; at each seed the difference is averaged "
-             "over the matched recipes or stacks, then a 95 % t interval is taken over the seeds):", "",
-             _md_table(_contrast_table(runs_))]
+             _md_table(_gap_table(gaps, same=same)), "", _interval_line(gaps, same), ""] + joint_part + [
+             "Pooled contrasts (final validation loss, nats/byte; identical results once; at each seed the "
+             "difference is averaged over the matched recipes or stacks, then a 95 % t interval is taken over "
+             "the seeds, whose half-width is what the contrast resolves):", "",
+             _md_table(_contrast_table(runs_, same))]
     if (folder / "inference.csv").exists():
         parts += ["", "Inference of the trained bf16 model (seed 0), validation perplexity:", "",
                   _md_table(_infer_table(_read_csv(folder / "inference.csv")))]
