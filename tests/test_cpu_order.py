@@ -323,3 +323,18 @@ def test_a_damaged_cache_entry_is_probed_again(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_order, "_MEMO", {})
     order, src = cpu_order.order_for(2, 40, 3, threads=1)                    # raised KeyError before
     assert src == "revealed" and order.trees[0].K == 40
+
+
+def test_the_guide_states_the_committed_survey():
+    """docs/guides/torch.md's survey sentence, recomputed from docs/data/cpu-order/ (tools/record_cpu_order.py)."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    rows = json.loads((root / "docs/data/cpu-order/xeon-amx-mkl-2024.2.json").read_text())["gemms"]
+    text = " ".join((root / "docs/guides/torch.md").read_text().split())
+    same = [r for r in rows if r["same_as_mkl_2024_2_avx512"]]
+    other = [r for r in rows if not r["same_as_mkl_2024_2_avx512"]]
+    assert f"({len({(r['M'], r['K'], r['N']) for r in rows})} shapes, 1 and 2 threads)" in text
+    assert f"all {len(rows)} GEMMs are explained" in text and all(r["explained"] == 1.0 for r in rows)
+    assert f"{len(same)} are in the recorded model's order, and the other {len(other)} are two-thread" in text
+    assert all(r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 2 ** 17 for r in other)
+    assert not [r for r in same if r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 2 ** 17]
