@@ -69,3 +69,13 @@ def test_torchao_recipe_name_is_checked_like_every_recipes(name):
         recipes.TorchaoFloat8("tensorwise", name=name)
     with pytest.raises(TypeError, match="TECurrentScaling: name must be a non-empty string"):
         recipes.TECurrentScaling(name=name)
+
+
+@pytest.mark.parametrize("name", recipes.recipe_names())
+def test_unbound_is_the_recipe_as_given(name):
+    """``unbound()`` undoes what ``on(stack)`` set (autocast uses it when only the stack changes): every
+    named recipe is unbound already; DeepSeek-V3 drops the UE8M0 choice a Blackwell stack made."""
+    r = recipes.get_recipe(name)
+    assert r.unbound() == r and type(r.unbound()) is type(r)
+    if name == "deepseek-v3":
+        assert recipes.DeepSeekV3(ue8m0_scales=True).unbound() == recipes.DeepSeekV3()
