@@ -131,3 +131,18 @@ def test_guide_findings_table_is_the_committed_csv():
     assert m, "README lacks the grad-study block"
     assert m.group(1) == gs.readme_block(DATA)
     assert "- (a) " in m.group(1) and "- (g) " in m.group(1)
+
+
+def test_a_cell_or_run_file_with_a_key_twice_is_refused(tmp_path):
+    """Every JSON fp8emu reads refuses a repeated key (issue 53); the studies' own files too."""
+    pytest.importorskip("torch")
+    from fp8emu.cli import grad_study as cli
+    from fp8emu.torch.study import runs
+    cell = tmp_path / "cell.json"
+    cell.write_text('{"config_sha256": "a", "cell": {}, "rows": {}, "rows": {"x": 1}, "sha256": "b"}')
+    with pytest.raises(ValueError, match="cell file .* is unreadable"):
+        cli.read_cell(cell, "a", {})
+    run = tmp_path / "run.json"
+    run.write_text('{"spec": {}, "result": {}, "result": {}, "sha256": "c"}')
+    with pytest.raises(ValueError, match="result file .* is unreadable"):
+        runs.read_result(run)

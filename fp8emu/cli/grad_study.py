@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import readers
 from ..lab import grad_study as report
 from ..lab.store import atomic_write, digest, json_restore, json_safe
 from ..lab.study import dask_client
@@ -81,7 +82,7 @@ def write_cell(out: Path, cfg_sha: str, cell: dict, rows: dict) -> Path:
 def read_cell(path: Path, cfg_sha: str, cell: dict) -> dict:
     """The rows of a cell file, after checking its hash, its configuration and its cell."""
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload = readers.parse_json(path.read_bytes(), path)
         body = {k: payload[k] for k in ("config_sha256", "cell", "rows")}
         stored = payload["sha256"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
@@ -113,7 +114,7 @@ def execute(out: Path, cfg, cells, *, client=None, progress=True) -> dict:
     study = out / "study.json"
     if study.exists():
         try:
-            theirs = json.loads(study.read_text(encoding="utf-8"))
+            theirs = readers.parse_json(study.read_bytes(), study)
         except ValueError:
             raise ValueError(f"{study} is not valid JSON; use another --out or delete the folder") from None
         if theirs.get("config_sha256") != cfg_sha:

@@ -38,6 +38,7 @@ from torch import nn
 
 import fp8emu.torch as fp8torch
 
+from ... import readers
 from ...lab.store import atomic_write, digest, json_restore, json_safe
 from .corpus import load_corpus
 from .model import ModelConfig, check_config
@@ -193,7 +194,7 @@ def read_result(path, expected: RunSpec | None = None) -> dict:
     """
     path = Path(path)
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload = readers.parse_json(path.read_bytes(), path)
         spec_d, result, stored = payload["spec"], payload["result"], payload["sha256"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"result file {path} is unreadable ({type(exc).__name__}); delete it to rerun its run") \
@@ -214,7 +215,7 @@ def check_study_file(out: Path, cfg: StudyConfig):
     mine["corpus_sha256"] = load_corpus(cfg.corpus).sha256
     if path.exists():
         try:
-            theirs = json.loads(path.read_text(encoding="utf-8"))
+            theirs = readers.parse_json(path.read_bytes(), path)
         except ValueError:
             raise ValueError(f"{path} is not valid JSON; use another --out or delete the folder") from None
         keep = ("model", "train", "corpus", "corpus_sha256")
