@@ -338,3 +338,4 @@ def test_the_guide_states_the_committed_survey():
     assert f"{len(same)} are in the recorded model's order, and the other {len(other)} are two-thread" in text
     assert all(r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 2 ** 17 for r in other)
     assert not [r for r in same if r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 2 ** 17]
+

@@ -171,3 +171,16 @@ def test_hif4_says_a_float32_overflow_is_one():
     x[3] = 1e39
     with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="overflow float32"):
         quantize_hif4(x)
+
+
+def test_block_scaled_mm_names_a_float32_overflow_of_c():
+    """A finite float64 accumulator beyond float32's range is an overflow, not 'not finite' (issue 53's class)."""
+    import fp8emu
+    a = np.zeros((2, 32), np.uint8)
+    b = np.zeros((32, 2), np.uint8)
+    sc = np.full((2, 1), 127, np.uint8)
+    kw = dict(a_format="e4m3fn", b_format="e4m3fn", a_scales=sc, b_scales=sc.T.copy())
+    with pytest.raises(ValueError, match=r"c overflows float32.*1e\+39.*3\.40282e\+38"):
+        fp8emu.block_scaled_mm(a, b, c=np.full((2, 2), 1e39), **kw)
+    with pytest.raises(ValueError, match="c must be finite; Inf/NaN"):
+        fp8emu.block_scaled_mm(a, b, c=np.full((2, 2), np.inf), **kw)

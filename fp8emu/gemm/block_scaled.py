@@ -461,9 +461,14 @@ def _accumulator_input(c, M, N):
         arr = np.broadcast_to(arr, (M, N))
     except ValueError:
         raise ValueError(f"c has shape {arr.shape}, which does not broadcast to the result's ({M}, {N})") from None
-    c32 = arr.astype(np.float32)
+    if not np.isfinite(arr).all():
+        raise ValueError("c must be finite; Inf/NaN accumulators are not modelled")
+    with np.errstate(over="ignore"):
+        c32 = arr.astype(np.float32)
     if not np.isfinite(c32).all():
-        raise ValueError("c must be finite (as float32); Inf/NaN accumulators are not modelled")
+        big = float(np.max(np.abs(np.asarray(arr, np.float64))))
+        raise ValueError(f"c overflows float32, the accumulator's type: its largest magnitude {big:.6g} is beyond "
+                         f"float32's largest finite value {float(np.finfo(np.float32).max):.6g}")
     if not np.array_equal(c32.astype(np.float64), arr.astype(np.float64)):
         raise ValueError("c must hold float32 values (the accumulator is float32); round it first")
     return c32
