@@ -339,3 +339,13 @@ def test_the_guide_states_the_committed_survey():
     assert all(r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 2 ** 17 for r in other)
     assert not [r for r in same if r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 2 ** 17]
 
+
+
+def test_a_thread_count_setting_is_not_another_kernel(monkeypatch):
+    """MKL_NUM_THREADS (which dask.distributed sets in its client's process) picks no other kernel."""
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx2", "avx512f"})))
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cpu_order.order_for(4, 64, 4, threads=1)[1] == "mkl-2024.2-avx512"

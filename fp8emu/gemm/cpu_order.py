@@ -43,7 +43,7 @@ import numpy as np
 
 from .sumtree import GemmOrder, SumTree, reveal
 
-__all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "machine", "cache_path", "LAYOUTS",
+__all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "machine", "cpu_flags", "cache_path", "LAYOUTS",
            "reveal_here", "describe_here"]
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -145,11 +145,17 @@ def _cpuinfo():
     return vendor, model or platform.processor(), flags
 
 
+def cpu_flags() -> frozenset:
+    """This machine's CPU feature flags (``/proc/cpuinfo``; empty where it cannot be read)."""
+    return _cpuinfo()[2]
+
+
 #: CPU flags that decide a BLAS kernel (the cache key keeps only these).
 _KERNEL_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16", "amx_tile",
                  "amx_int8", "amx_bf16", "amx_fp16", "asimd", "sve")
-#: Environment variables that make MKL pick another kernel.
-_MKL_ENV = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE", "MKL_NUM_THREADS", "MKL_DYNAMIC")
+#: Environment variables that make MKL pick another kernel.  Thread counts are not among them: the
+#: order's key has torch's thread count (dask.distributed sets MKL_NUM_THREADS=1 in its client's process).
+_MKL_ENV = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE")
 
 
 def machine():
