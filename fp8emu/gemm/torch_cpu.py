@@ -63,7 +63,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codec import decode, encode
-from .cpu_order import RECORDED, order_for
+from .cpu_order import RECORDED, cpu_flags, order_for
 from .sumtree import SumTree, evaluate, evaluate_order
 
 __all__ = ["TORCH_CPU_PATHS", "cpu_path", "cpu_flags", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
@@ -82,22 +82,10 @@ TORCH_CPU_PATHS = {
                           "cast. Bit-exact for M, N >= 2 and K <= 4096 on 1 thread, K <= 768 on 2 threads "
                           "(torch 2.13.0+cpu, MKL 2024.2)",
 }
-#: Largest K whose MKL sgemm order the emulated preset reproduces on any thread count (one thread: 4096).
-EMULATED_MAX_K = 768
+#: Largest K whose MKL sgemm order the recorded model reproduces on any thread count (one thread: 4096).
+EMULATED_MAX_K = RECORDED["mkl-2024.2-avx512"].max_k
 #: Rows of the (rows, K, N) product block the oneDNN path forms at once.
 _ROW_ELEMS = 1 << 22
-
-
-def cpu_flags() -> frozenset:
-    """This machine's CPU feature flags (``/proc/cpuinfo``; empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def cpu_path(a_format, b_format, *, tensorwise, mkldnn=True, flags=None) -> str:

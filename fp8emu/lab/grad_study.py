@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .store import write_rows
+
 __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "spike_summary",
            "write_csv", "read_csv", "read_tables", "write_report", "guide_table", "readme_block", "pair_summary", "TABLES",
            "DEFINITIONS", "SHORT"]
@@ -379,24 +381,12 @@ def findings(tables) -> list:
 # --------------------------------------------------------------------------- CSV
 
 
-def _fmt(v):
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else ("nan" if v != v else repr(v))
-    return "" if v is None else str(v)
-
-
 def write_csv(path, rows, columns=None):
     """Write dict rows as CSV (columns: ``columns`` or the union of the rows' keys in order; NaN as ``nan``)."""
     rows = list(rows)
     if columns is None:
         columns = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(columns)
-        for row in rows:
-            w.writerow([_fmt(row.get(c)) for c in columns])
+    write_rows(path, rows, columns)
 
 
 def read_csv(path) -> list:

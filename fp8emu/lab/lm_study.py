@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .report import _png
+from .store import write_rows
 
 __all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "how_to_read",
            "guide_tables", "T975",
@@ -473,23 +474,11 @@ def _diag_rows(results):
             yield {"run_id": r["run_id"], **d}
 
 
-def _fmt(v):
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else ("nan" if v != v else repr(v))
-    return "" if v is None else str(v)
-
-
 def write_csv(path, rows, columns=None):
     """Write dict rows as CSV (columns: ``columns`` or the first row's keys; NaN as ``nan``)."""
     rows = list(rows)
     columns = columns or (list(rows[0]) if rows else [])
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(columns)
-        for row in rows:
-            w.writerow([_fmt(row.get(c)) for c in columns])
+    write_rows(path, rows, columns)
 
 
 def write_tables(results, out) -> dict:

@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["json_safe", "json_restore", "digest", "atomic_write"]
+__all__ = ["json_safe", "json_restore", "digest", "atomic_write", "csv_value", "write_rows"]
 
 
 def json_safe(obj):
@@ -72,3 +73,27 @@ def atomic_write(path, data: bytes):
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def csv_value(v) -> str:
+    """A CSV cell: floats by ``repr`` (round-trips), NaN as ``nan``, None as empty.
+
+    Examples
+    --------
+    >>> [csv_value(v) for v in (0.1, float("nan"), float("-inf"), None, np.float32(2.5), 3)]
+    ['0.1', 'nan', '-inf', '', '2.5', '3']
+    """
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("nan" if v != v else repr(v))
+    return "" if v is None else str(v)
+
+
+def write_rows(path, rows, columns):
+    """Write dict ``rows`` as CSV with exactly ``columns`` (a missing key is an empty cell)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(columns)
+        for row in rows:
+            w.writerow([csv_value(row.get(c)) for c in columns])

@@ -46,9 +46,7 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="
                                    layout=layout)
     if accumulator == "torch-cpu" and a.kind == "hp":
         v = sgemm(a.hp, b.hp, threads=torch.get_num_threads(), layout=layout, name="torch.mm", stacklevel=3)
-        if bias is not None:
-            v = (v + np.asarray(bias, np.float32)).astype(np.float32)
-        return v if out_dtype == "float32" else v.astype(_np_dtype(out_dtype))
+        return _hp_epilogue(v, bias, out_dtype)
     if accumulator == "torch-cpu" and a.kind == "fp8" and a.divisor is not None:
         if bias is not None:
             raise ValueError("torchao on the CPU adds the bias after its GEMM; pass bias=None")
@@ -58,9 +56,7 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="
     if a.kind == "hp":
         with np.errstate(all="ignore"):
             v = (a.hp.astype(np.float64) @ b.hp.astype(np.float64)).astype(np.float32)
-        if bias is not None:
-            v = (v + np.asarray(bias, np.float32)).astype(np.float32)
-        return v if out_dtype == "float32" else v.astype(_np_dtype(out_dtype))
+        return _hp_epilogue(v, bias, out_dtype)
     if a.kind == "fp8" and accumulator == BLACKWELL_MXF8:
         return _block_fp8_as_mx(a, b, bias, out_dtype)
     if a.kind == "fp8":
@@ -142,7 +138,14 @@ def _torchao_scaled_mm(a, b, out_dtype, fast_accum):
     if post is not None:
         with np.errstate(all="ignore"):
             out = (np.asarray(out, np.float32) * post).astype(out.dtype)       # torch's in-place `output *= post`
-    return out if gemm_dtype == out_dtype else np.asarray(out, np.float32).astype(_np_dtype(out_dtype) if out_dtype != "float32" else np.float32)
+    return out if gemm_dtype == out_dtype else _hp_epilogue(np.asarray(out, np.float32), None, out_dtype)
+
+
+def _hp_epilogue(v, bias, out_dtype):
+    """A float32 GEMM result plus ``bias`` in float32, converted to ``out_dtype``."""
+    if bias is not None:
+        v = (v + np.asarray(bias, np.float32)).astype(np.float32)
+    return v if out_dtype == "float32" else v.astype(_np_dtype(out_dtype))
 
 
 def _np_dtype(name):
