@@ -326,19 +326,71 @@ def test_a_damaged_cache_entry_is_probed_again(tmp_path, monkeypatch):
 
 
 def test_the_guide_states_the_committed_survey():
-    """docs/guides/torch.md's survey sentence, recomputed from docs/data/cpu-order/ (tools/record_cpu_order.py)."""
+    """docs/guides/torch.md's survey sentence, recomputed from docs/data/cpu-order/ (tools/record_cpu_order.py):
+    every order torch took on that Xeon (the recorded ``describe()`` text) is the recorded model's."""
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     rows = json.loads((root / "docs/data/cpu-order/xeon-amx-mkl-2024.2.json").read_text())["gemms"]
     text = " ".join((root / "docs/guides/torch.md").read_text().split())
-    same = [r for r in rows if r["same_as_mkl_2024_2_avx512"]]
-    other = [r for r in rows if not r["same_as_mkl_2024_2_avx512"]]
+    rec = cpu_order.RECORDED["mkl-2024.2-avx512"]
+    same = [r for r in rows if r["order"] == rec.order(r["M"], r["K"], r["N"], r["threads"]).describe()]
+    split = [r for r in rows if "(" in r["order"]]
     assert f"({len({(r['M'], r['K'], r['N']) for r in rows})} shapes, 1 and 2 threads)" in text
     assert f"all {len(rows)} GEMMs are explained" in text and all(r["explained"] == 1.0 for r in rows)
-    assert f"{len(same)} are in the recorded model's order, and the other {len(other)} are two-thread" in text
-    assert all(r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 2 ** 17 for r in other)
-    assert not [r for r in same if r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 2 ** 17]
+    assert len(same) == len(rows) and f"all {len(same)} are in the recorded model's order" in text
+    assert f"({len(split)} of them two-thread GEMMs whose K is split)" in text
+    assert all(r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 192_000 for r in split)
 
+
+def test_the_recorded_model_holds_wherever_it_claims_on_random_shapes():
+    """Random torch.mm shapes checked on the AMX Xeon (tools/record_cpu_order.py --random 300): every shape
+    where torch's outputs differed from the model is one the model warns about, and the guide says so."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    doc = json.loads((root / "docs/data/cpu-order/xeon-amx-mkl-2024.2-random.json").read_text())
+    rec = cpu_order.RECORDED[doc["model"]]
+    rows = doc["gemms"]
+    proven = [r for r in rows if rec.unproven(r["M"], r["K"], r["N"], r["threads"]) is None]
+    assert not [r for r in proven if r["differ"]]
+    assert {r["threads"] for r in proven} == {1, 2} and max(min(r["M"], r["N"]) for r in proven) >= 192
+    warned_differ = sum(r["differ"] > 0 for r in rows if r not in proven)
+    text = " ".join((root / "docs/guides/torch.md").read_text().split())
+    assert (f"`--random {len(rows)}` checks the model" in text and f"in the {len(proven)} shapes the model calls "
+            f"proven no output differs, and {warned_differ} of the {len(rows) - len(proven)} shapes it warns about "
+            "do differ" in text)
+
+
+def test_the_recorded_model_splits_k_on_two_threads_as_measured():
+    """Orders revealed on the AMX Xeon (tools/record_cpu_order.py, 2026-12-06), written out by hand."""
+    rec = cpu_order.RECORDED["mkl-2024.2-avx512"]
+    assert rec.order(32, 769, 32, 2).describe() == "fma [0:193] + [193:385] + [385:769]"
+    assert rec.order(32, 1537, 32, 2).describe() == "fma [0:384] + [384:768] + 768 + ([769:1153] + [1153:1537])"
+    assert rec.order(8, 3500, 8, 2).describe().startswith("fma [0:384] + [384:768] + [768:1152] + [1152:1536] + "
+                                                          "[1536:1750] + ([1750:2134] + ")
+    assert rec.order(8, 3000, 8, 2).describe().endswith("[1920:2304] + [2304:2652] + [2652:3000]")   # 192,000: one
+    assert rec.order(23, 1212, 7, 2).describe() == "fma [0:303] + [303:606] + ([606:909] + [909:1212])"  # 195,132
+    # both M and N >= 192: the packing driver's plain blocks, on one thread too
+    assert rec.order(192, 800, 192, 1).describe() == "fma [0:384] + [384:768] + [768:800]"
+    assert rec.order(191, 800, 192, 1).describe() == "fma [0:384] + [384:592] + [592:800]"
+    assert rec.order(192, 500, 192, 1).describe() == "fma [0:250] + [250:500]"
+
+
+def test_the_recorded_model_warns_where_the_thread_split_was_not_measured(monkeypatch):
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx2", "avx512f"})))
+    for shape, threads, why in [((200, 1000, 200), 2, "proven for M, N <= 128"),
+                                ((8, 3020, 8), 2, "between 192,000 and 195,132"),
+                                ((8, 1000, 8), None, "thread count is not known"),
+                                ((8, 64, 8), 4, "1 and 2 thread"),
+                                ((8, 5000, 8), 1, "K <= 4096"),
+                                ((1, 64, 8), 1, "gemv")]:
+        with pytest.warns(RuntimeWarning, match=why):
+            cpu_order.order_for(*shape, threads=threads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for shape, threads in [((128, 4096, 128), 2), ((600, 768, 600), 2), ((1000, 4096, 1000), 1),
+                               ((8, 768, 8), None)]:
+            cpu_order.order_for(*shape, threads=threads)
 
 
 def test_a_thread_count_setting_is_not_another_kernel(monkeypatch):

@@ -153,8 +153,13 @@ def test_sgemm_k_blocks():
 def test_emulated_path_warns_outside_the_reproduced_range():
     a = np.zeros((1, 800), np.uint8)
     b = np.zeros((800, 2), np.uint8)
-    with pytest.warns(RuntimeWarning, match=r"proven for M, N >= 2 and K <= 768 \(K <= 4096 on one thread\)"):
+    with pytest.warns(RuntimeWarning, match=r"not proven for this GEMM \(1x800x2.*a single row or column goes to "
+                                            "MKL's gemv"):
         fp8emu.scaled_mm(a, b, a_format=E4, b_format="e5m2", accumulator="torch-cpu-emulated")
+    with pytest.warns(RuntimeWarning, match=r"2x800x2 on an unknown number of thread\(s\)\): the thread count is "
+                                            "not known, and on two threads MKL splits K > 768"):
+        fp8emu.scaled_mm(np.zeros((2, 800), np.uint8), np.zeros((800, 2), np.uint8), a_format=E4,
+                         b_format="e5m2", accumulator="torch-cpu-emulated")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fp8emu.scaled_mm(np.zeros((2, 768), np.uint8), np.zeros((768, 2), np.uint8), a_format=E4,

@@ -49,10 +49,9 @@ __all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "machine",
 LAYOUTS = ("NN", "NT", "TN", "TT")
 
 
-def _mkl_avx512_blocks(K):
-    """K blocks of MKL 2024.2's AVX-512 sgemm on one thread: 384 while more than 768 remain, then
-    the rest in one block or two halves (``ceil`` first)."""
-    kc = 384
+def _small_blocks(K, kc):
+    """K blocks of MKL's small-matrix sgemm driver: ``kc`` while more than ``2 kc`` remain, then the
+    rest in one block or two halves (``ceil`` first)."""
     bounds = [0]
     while K - bounds[-1] > 2 * kc:
         bounds.append(bounds[-1] + kc)
@@ -62,27 +61,98 @@ def _mkl_avx512_blocks(K):
     return bounds + [K] if K > 0 else [0, 0]
 
 
+def _packed_blocks(K, kc):
+    """K blocks of MKL's packing sgemm driver: up to ``2 kc`` as the small driver, beyond plain
+    blocks of ``kc`` and what is left."""
+    if K <= 2 * kc:
+        return _small_blocks(K, kc)
+    return list(range(0, K, kc)) + [K]
+
+
+def _chains(bounds, offset=0):
+    """Nested pairs: one chain per block, the block sums added in order."""
+    t = None
+    for k0, k1 in zip(bounds[:-1], bounds[1:]):
+        c = k0 + offset
+        for k in range(k0 + 1, k1):
+            c = (c, k + offset)
+        t = c if t is None else (t, c)
+    return t
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordedModel:
-    """A summation order measured on one CPU family, with where it was proven."""
+    """A summation order measured on one CPU family (MKL's sgemm), with where it was proven.
+
+    The order is a rule over the shape and torch's thread count:
+
+    * one thread: K blocks of ``kc`` as :func:`_small_blocks` gives, except where both M and N
+      reach ``packed_min`` (MKL's packing driver: plain ``kc`` blocks beyond ``2 kc``);
+    * two threads and K > ``2 kc``: at more than ``split_macs`` multiply-adds MKL gives each
+      thread half of K (``ceil(K/2)`` first), each half in the packing driver's blocks, and adds
+      the second half's sum to the first's.  Proven for M, N <= ``split_proven_mn`` outside
+      ``split_window`` (multiply-adds where the threshold lies); larger shapes split by a rule
+      not measured, and warn.
+    """
 
     name: str
     proven_on: str
     vendor: str                    # /proc/cpuinfo vendor_id it was proven on
     needs_flags: tuple             # CPU flags the measured kernel needs
-    one_thread_max_k: int
-    max_k: int                     # on any thread count
-    blocks: object                 # K -> block bounds
+    kc: int
+    packed_min: int
+    split_macs: int
+    split_window: tuple
+    split_proven_mn: int
+    max_k: int
+    proven_threads: tuple = (1, 2)
 
     def applies_here(self, info):
         return info["vendor"] == self.vendor and all(f in info["flags"] for f in self.needs_flags) \
             and not info["mkl_env"]
 
-    def order(self, M, K, N):
-        return GemmOrder([SumTree.blocks(self.blocks(K))], np.zeros((M, N), np.int16))
+    def blocks(self, K, M=2, N=2):
+        """Bounds of the K blocks one thread sums separately for an M x K x N product."""
+        packed = min(M, N) >= self.packed_min
+        return (_packed_blocks if packed else _small_blocks)(K, self.kc)
 
-    def in_range(self, M, K, N, threads):
-        return M >= 2 and N >= 2 and K <= (self.one_thread_max_k if threads == 1 else self.max_k)
+    def splits_k(self, M, K, N, threads):
+        """Whether MKL gives each of two threads half of K (the rule as measured)."""
+        return threads == 2 and K > 2 * self.kc and M * K * N > self.split_macs
+
+    def tree(self, M, K, N, threads=1):
+        """The :class:`SumTree` of one output."""
+        if self.splits_k(M, K, N, threads):
+            h = -(-K // 2)
+            nested = (_chains(_packed_blocks(h, self.kc)), _chains(_packed_blocks(K - h, self.kc), h))
+            return SumTree.from_nested(nested)
+        return SumTree.blocks(self.blocks(K, M, N))
+
+    def order(self, M, K, N, threads=1):
+        return GemmOrder([self.tree(M, K, N, threads)], np.zeros((M, N), np.int16))
+
+    def unproven(self, M, K, N, threads):
+        """Why this shape and thread count lie outside what was proven (``None`` inside)."""
+        if M < 2 or N < 2:
+            return "a single row or column goes to MKL's gemv, whose order is not a fixed tree"
+        if K > self.max_k:
+            return f"K <= {self.max_k} was proven"
+        if threads is None:
+            if K > 2 * self.kc:
+                return (f"the thread count is not known, and on two threads MKL splits K > {2 * self.kc} "
+                        "between them for some shapes")
+            return None
+        if threads not in self.proven_threads:
+            return f"{' and '.join(map(str, self.proven_threads))} thread(s) were proven"
+        if threads == 2 and K > 2 * self.kc:
+            lo, hi = self.split_window
+            if max(M, N) > self.split_proven_mn:
+                return (f"on two threads with K > {2 * self.kc}, MKL's choice to split K between threads was "
+                        f"proven for M, N <= {self.split_proven_mn}")
+            if lo < M * K * N < hi:
+                return (f"on two threads MKL starts splitting K between threads between {lo:,} and {hi:,} "
+                        "multiply-adds")
+        return None
 
 
 #: Orders recorded on a CPU, by name.
@@ -91,9 +161,10 @@ RECORDED = {
         name="mkl-2024.2-avx512",
         proven_on="Intel Xeon with AVX-512 and AMX (KVM, 2 vCPUs), torch 2.13.0+cpu, MKL 2024.2: "
                   "2,017,364 torch._scaled_mm outputs on one thread (K <= 4096), 1,953,284 on two "
-                  "(K <= 768); M, N >= 2 (a single row or column goes to MKL's gemv)",
-        vendor="GenuineIntel", needs_flags=("avx512f",), one_thread_max_k=4096, max_k=768,
-        blocks=_mkl_avx512_blocks),
+                  "(K <= 768), and torch.mm on 300 random shapes (M, N up to 1200, K up to 4096, 1 and 2 "
+                  "threads); M, N >= 2 (a single row or column goes to MKL's gemv)",
+        vendor="GenuineIntel", needs_flags=("avx512f",), kc=384, packed_min=192,
+        split_macs=192_000, split_window=(192_000, 195_132), split_proven_mn=128, max_k=4096),
 }
 _DEFAULT_MODEL = "mkl-2024.2-avx512"
 
@@ -304,12 +375,12 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
                f"{', MKL settings ' + str(info['mkl_env']) if info['mkl_env'] else ''}) is not the one "
                f"{model.name} was proven on ({model.proven_on}); install torch so that fp8emu reveals "
                "this machine's order")
-    elif not model.in_range(M, K, N, threads):
-        why = (f"{model.name} is proven for M, N >= 2 and K <= {model.max_k} (K <= {model.one_thread_max_k} "
-               f"on one thread); this GEMM is {M}x{K}x{N} on {threads or 'an unknown number of'} thread(s)")
+    elif model.unproven(M, K, N, threads):
+        why = (f"{model.name} is not proven for this GEMM ({M}x{K}x{N} on {threads or 'an unknown number of'} "
+               f"thread(s)): {model.unproven(M, K, N, threads)}")
     if why:
         warnings.warn(f"{name}: {why}, so torch may differ in the last bits", RuntimeWarning, stacklevel=stacklevel)
-    return model.order(M, K, N), model.name
+    return model.order(M, K, N, 1 if threads is None else threads), model.name
 
 
 def describe_here(shapes, *, threads=None, layout="NN"):

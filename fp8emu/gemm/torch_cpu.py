@@ -24,11 +24,15 @@ settings, thread count, shape and operand layout, so :func:`sgemm` takes it from
 own ``mm`` probed once per shape, :mod:`fp8emu.gemm.sumtree`, cached), else a **recorded model**.  The
 one recorded, ``"mkl-2024.2-avx512"`` (torch 2.13.0+cpu, MKL 2024.2, an AVX-512 + AMX Intel Xeon):
 K is cut into blocks, each summed by one float32 FMA chain per output in K order
-(``c = fl(c + x_k y_k)``), and the block sums are added in order: blocks of 384 while more than
-768 remain, then the rest in one block (at most 384) or two halves (``ceil`` first).  So
-``K <= 384`` is one chain, ``K = 500`` two of 250, ``K = 1024`` blocks of 384, 320, 320.  Its proven
-range: ``M >= 2`` and ``N >= 2`` (a single row or column goes to MKL's gemv); ``K <= 4096`` on one
-thread; ``K <= 768`` on two (beyond, MKL may give each thread half of K).  On another CPU, under
+(``c = fl(c + x_k y_k)``), and the block sums are added in order.  Where M or N is below 192 (MKL's
+small-matrix driver) the blocks are 384 while more than 768 remain, then the rest in one block (at
+most 384) or two halves (``ceil`` first): ``K <= 384`` is one chain, ``K = 500`` two of 250,
+``K = 1024`` blocks of 384, 320, 320.  Where both reach 192 (the packing driver) blocks beyond 768 are
+plain: ``K = 1024`` is 384, 384, 256.  On two threads MKL gives each thread half of a K above 768
+once the product passes about 192,000 multiply-adds, each half blocked as the packing driver does,
+and adds the halves.  Its proven range: ``M >= 2`` and ``N >= 2`` (a single row or column goes to
+MKL's gemv); ``K <= 4096`` on one thread, and on two for M, N <= 128 (larger shapes, where MKL
+decides between splitting K and splitting rows by a rule not measured, warn above ``K = 768``).  On another CPU, under
 ``MKL_ENABLE_INSTRUCTIONS`` / ``MKL_CBWR``, or outside that range it warns.  Revealed orders are exact
 wherever the BLAS sums in a fixed binary tree of float32 additions or FMAs (every GEMM with M, N >= 2
 on MKL's AVX-512, AVX2 and CBWR=COMPATIBLE kernels, 1 and 2 threads, checked live); MKL's gemv
@@ -78,11 +82,12 @@ TORCH_CPU_PATHS = {
                         "(torch 2.13.0+cpu)",
     "torch-cpu-emulated": "torch._scaled_mm on the CPU through _scaled_mm_out_cpu_emulated (row-wise scales, "
                           "mixed FP8 dtypes, or mkldnn off): pre-scaled float32 operands, MKL sgemm (FMA "
-                          "chains over K blocks of 384, the last two halved), x fl(1/scale_result), torch's CPU "
-                          "cast. Bit-exact for M, N >= 2 and K <= 4096 on 1 thread, K <= 768 on 2 threads "
-                          "(torch 2.13.0+cpu, MKL 2024.2)",
+                          "chains over K blocks of 384, the last two halved below 192 rows or columns), "
+                          "x fl(1/scale_result), torch's CPU "
+                          "cast. Bit-exact for M, N >= 2 and K <= 4096 on 1 thread, and on 2 threads for "
+                          "K <= 768 or M, N <= 128 (torch 2.13.0+cpu, MKL 2024.2)",
 }
-#: Largest K whose MKL sgemm order the recorded model reproduces on any thread count (one thread: 4096).
+#: Largest K the recorded MKL sgemm model was proven for (1 thread; 2 threads for M, N <= 128 or K <= 768).
 EMULATED_MAX_K = RECORDED["mkl-2024.2-avx512"].max_k
 #: Rows of the (rows, K, N) product block the oneDNN path forms at once.
 _ROW_ELEMS = 1 << 22
@@ -236,15 +241,19 @@ def _f32_operand(a, what):
     return a.astype(np.float32, copy=False)
 
 
-def sgemm_k_blocks(K):
-    """Bounds of the K blocks MKL 2024.2's AVX-512 sgemm sums separately (one thread), as measured.
+def sgemm_k_blocks(K, M=2, N=2):
+    """Bounds of the K blocks MKL 2024.2's AVX-512 sgemm sums separately on one thread, as measured.
+
+    M and N decide the driver: the last two blocks are halved unless both reach 192.
 
     Examples
     --------
     >>> sgemm_k_blocks(300), sgemm_k_blocks(500), sgemm_k_blocks(1024)
     ([0, 300], [0, 250, 500], [0, 384, 704, 1024])
+    >>> sgemm_k_blocks(1024, 256, 256)
+    [0, 384, 768, 1024]
     """
-    return RECORDED["mkl-2024.2-avx512"].blocks(K)
+    return RECORDED["mkl-2024.2-avx512"].blocks(K, M, N)
 
 
 def torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result):
