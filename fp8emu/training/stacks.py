@@ -6,7 +6,7 @@ or :func:`fp8emu.gemm.block_scaled_mm` (MXFP8, NVFP4) is called with, and the dt
 the activations, gradients and GEMM outputs the stack computes in.  Per-tensor FP8 GEMMs
 choose between the split accumulator (``use_split_accumulator=True`` in Transformer
 Engine, ``use_fast_accum=False`` in torch) and fast accumulation per pass, as the recipe
-says (:meth:`fp8emu.torch.recipes.TrainingRecipe.split`).
+says (:meth:`fp8emu.training.TrainingRecipe.split`).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Stack:
         (``block_fp8`` names it): each float32 128-block scale, a power of two, becomes its
         UE8M0 code (the float's exponent byte) repeated over the four 32-element scale slots
         of the block, so the recipe must quantize with power-of-two scales
-        (:meth:`fp8emu.torch.recipes.TrainingRecipe.on`).
+        (:meth:`fp8emu.training.TrainingRecipe.on`).
     k_multiples : tuple of (recipe family, int)
         What every GEMM's K must be a multiple of for the stack's instruction (whole
         instructions along K: 64 for ``kind::mxf4nvf4``, 32 for ``kind::mxf8f6f4``).
@@ -175,4 +175,4 @@ def get_stack(gpu) -> Stack:
         return gpu
     if isinstance(gpu, str) and gpu in STACKS:
         return STACKS[gpu]
-    raise ValueError(f"unknown gpu {gpu!r}; accepted: {', '.join(STACKS)} or an fp8emu.torch.Stack")
+    raise ValueError(f"unknown gpu {gpu!r}; accepted: {', '.join(STACKS)} or an fp8emu.training.Stack")

@@ -109,7 +109,7 @@ class TrainingRecipe:
         return False
 
     def gemm_family(self, pass_: str) -> str:
-        """The family :meth:`fp8emu.torch.Stack.accumulator` is asked for one pass's GEMM."""
+        """The family :meth:`fp8emu.training.Stack.accumulator` is asked for one pass's GEMM."""
         return "hp" if self.high_precision(pass_) else self.family
 
     def high_precision(self, pass_: str) -> bool:
@@ -505,5 +505,5 @@ def get_recipe(recipe) -> TrainingRecipe:
         return recipe
     if isinstance(recipe, str) and recipe in RECIPES:
         return RECIPES[recipe]
-    raise ValueError(f"unknown recipe {recipe!r}; accepted: {', '.join(RECIPES)} or a recipe object "
-                     "of fp8emu.torch.recipes")
+    raise ValueError(f"unknown recipe {recipe!r}; accepted: {', '.join(RECIPES)} or an "
+                     "fp8emu.training.TrainingRecipe")
