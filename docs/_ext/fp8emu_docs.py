@@ -72,7 +72,8 @@ if importlib.util.find_spec("torch") is not None:
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).
-EXAMPLE_SCOPE = ["fp8emu", "fp8emu.cli", "fp8emu.data", "fp8emu.gemm", "fp8emu.scaling", "fp8emu.testing"]
+EXAMPLE_SCOPE = ["fp8emu", "fp8emu.cli", "fp8emu.data", "fp8emu.gemm", "fp8emu.scaling", "fp8emu.testing",
+                 "fp8emu.training"]
 
 
 def documented_modules() -> list:

@@ -127,6 +127,7 @@ class Stack:
 
 _NO_BLOCK_TC = "needs Blackwell block-scaled tensor cores (sm_100); use gpu='b200', 'cpu' or 'exact'"
 
+#: The named stacks of ``gpu=``: name -> :class:`Stack`.
 STACKS = {
     "h100": Stack(
         "h100", "Hopper cuBLASLt: split accumulator (promotion every 128) or fast accumulation "
@@ -170,7 +171,13 @@ def stack_names() -> list:
 
 
 def get_stack(gpu) -> Stack:
-    """A :class:`Stack` from its name or itself."""
+    """A :class:`Stack` from its name (a key of :data:`STACKS`) or itself.
+
+    Examples
+    --------
+    >>> get_stack("cpu").split == CPU_ACCUMULATOR, get_stack("exact") is STACKS["exact"]
+    (True, True)
+    """
     if isinstance(gpu, Stack):
         return gpu
     if isinstance(gpu, str) and gpu in STACKS:
