@@ -1,4 +1,4 @@
-"""Emulated layers without autograd: only the forward GEMM's rules, one-token decode steps (issue 51)."""
+"""Emulated layers without autograd: only the forward GEMM's rules, one-token decode steps."""
 
 import copy
 import warnings
