@@ -85,7 +85,7 @@ def test_the_two_behaviours_really_differ(inputs):
     assert ((x > 2.0 ** -127) & (x < 1.5 * 2.0 ** -127)).all()   # exactly the README's e8m0 band
 
 
-def test_issue_example_double_rounding():
+def test_ml_dtypes_0_6_rounds_twice_and_0_7_once():
     x = np.array([1.0625 + 2 ** -40])            # just above the midpoint of 1.0 and 1.125
     assert fp8emu.encode(x, "e4m3fn", profile="ml_dtypes-0.6").tolist() == [0x38]   # via float32: the tie
     assert fp8emu.encode(x, "e4m3fn", profile="ml_dtypes-0.7").tolist() == [0x39]   # rounded once
