@@ -26,6 +26,7 @@ LAYERS = {
     "fp8emu.scaling": 6, "fp8emu.gemm": 6, "fp8emu.describe": 6, "fp8emu.testing": 6,
     "fp8emu.conformance": 6, "fp8emu.layouts": 6, "fp8emu.gpu": 6, "fp8emu.engines": 6,
     "fp8emu.metrics": 6,
+    "fp8emu.training": 6,   # training recipes and GPU stacks: framework-free, for NumPy, Dask, the lab and torch
     "fp8emu.lab.recipes": 6,   # the study's recipe matrix sits with the study, below dask, which runs it
     "fp8emu.dask": 7, "fp8emu.attention": 7,
     "fp8emu.lab": 8,

@@ -2,8 +2,8 @@
 input validation.
 
 Expectations come from an independent float32 blocked attention written here (IEEE float32 operations in
-the documented order), from float64 attention, and from the numbers measured for the three phenomena of
-issue 24 (stated in each test).
+the documented order), from float64 attention, and from the numbers measured for the three reported failure
+modes (stated in each test).
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ def test_given_scale_rule_needs_descales():
     assert np.abs(rg.out - ref).max() / np.abs(ref).max() == pytest.approx(rg.report.max_rel_error[0])
 
 
-# ----------------------------------------------------------------------------- issue 40: mutation sample (seed 40)
+# --------------------------------------------------------------------- defaults, given descales, saturation, the report
 def test_default_recipe_is_fa3_with_one_descale_per_tensor():
     """The documented defaults: FA3's recipe (max_offset 8, ...) with granularity 'tensor'."""
     import dataclasses
@@ -403,7 +403,7 @@ def test_cosine_of_outputs_with_a_norm_below_one():
     assert 0.99 < float(rep.cosine[0]) <= 1.0
 
 
-# ----------------------------------------------------------------------------- issue 40: second sample (seed 41)
+# -------------------------------------------------------- recipe ranges, descales of the triton fold, counts and errors
 def test_max_offset_range_is_0_to_64():
     from fp8emu.attention import AttentionRecipe
     assert AttentionRecipe(max_offset=64).max_offset == 64 and AttentionRecipe(max_offset=0).max_offset == 0

@@ -9,7 +9,7 @@ set of options (fold, FMA, max offset, rescale threshold, P pre-scale and format
 normalisation, key order, granularity with GQA, given descales, masks, query chunks); the emulation
 must give the model's bits.
 
-Written for issue 40's mutation samples (tests/MUTATION.md): the earlier samples' survivors were option
+Written for the mutation samples of tests/MUTATION.md: the earlier samples' survivors were option
 combinations no test ran.
 """
 
@@ -566,7 +566,7 @@ def test_inputs_are_checked_as_float32():
     q, k, v = (rng.standard_normal((1, 4, 8)) for _ in range(3))
     big = q.copy()
     big[0, 0, 0] = 1e39                                     # finite in float64, Inf in float32
-    with pytest.raises(ValueError, match="q overflows float32"):   # issue 53: finite, so not "must be finite"
+    with pytest.raises(ValueError, match="q overflows float32"):   # finite, so not "must be finite"
         attention(big, k, v, "fa3-fp8")
     with pytest.raises(TypeError, match="real numeric array"):
         attention(q > 0, k, v, "fa3-fp8")

@@ -348,7 +348,7 @@ def test_type_errors_are_one_error_line_unless_tracebacks_are_asked_for(monkeypa
         main(["table", "e4m3fn"])
 
 
-# ----------------------------------------------------------------------------- issue 40: every command's contract
+# ----------------------------------------------------------------------------- every command's contract
 _BAD_LINES = {
     "encode": ["encode", "1", "--format", "e4m3fn", "--seed", "-1"],
     "decode": ["decode", "--no-such-option"],
@@ -378,7 +378,7 @@ _BAD_LINES = {
 
 @pytest.mark.parametrize("case", list(_BAD_LINES))
 def test_every_command_refuses_with_one_line_and_status_2(case, capsys, tmp_path, monkeypatch):
-    """Issue 40 class 7: argparse printed its usage lines before the error; attention-study allocated
+    """argparse printed its usage lines before the error; attention-study allocated
     10**12 tokens (MemoryError traceback), named no option for a negative --seed, wrote DIR.png for a
     folder and failed on .svg only after the whole run.  Every refusal is now one line, before any work."""
     monkeypatch.chdir(tmp_path)

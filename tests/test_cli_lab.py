@@ -65,7 +65,7 @@ def test_figures_list_and_render(tmp_path, capsys):
     assert (tmp_path / "fig1_values_per_binade.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.skipif(not HAS_SCALING, reason="needs fp8emu.scaling (issue 5)")
+@pytest.mark.skipif(not HAS_SCALING, reason="needs fp8emu.scaling")
 def test_train_demo_runs_small(capsys):
     assert main(["train-demo", "--steps", "10", "--train-size", "512", "--quiet"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -1,4 +1,4 @@
-"""Round three of the codec's fast paths: each against the path it replaces."""
+"""The codec's fast paths: each against the path it replaces."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def test_validate_kernel_cpu_scaled_mm_note_holds():
 
 
 def test_study_guide_numbers_are_the_demo_study():
-    """Issue 40: docs/guides/study.md said NVFP4's median is 20.4 dB when the demo study gave 20.5. Every
+    """docs/guides/study.md said NVFP4's median is 20.4 dB when the demo study gave 20.5. Every
     number of its "What it shows" paragraph is now read back and compared with the study's own output."""
     import statistics
     import tempfile
@@ -169,13 +169,13 @@ def test_study_guide_numbers_are_the_demo_study():
 
 
 def test_no_page_is_announced_as_coming():
-    """Issue 40: the guides index called FP8 attention "coming" after its guide was published."""
+    """The guides index called FP8 attention "coming" after its guide was published."""
     for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         assert "(coming)" not in p.read_text(), p
 
 
 def test_validate_kernel_guide_golden_options_run(tmp_path, capsys):
-    """Issue 40: the guide's `golden --exhaustive` example failed (exhaustive vectors need a 16-bit source)."""
+    """The guide's `golden --exhaustive` example failed (exhaustive vectors need a 16-bit source)."""
     import shlex
     from fp8emu.cli import main
     text = " ".join((ROOT / "docs" / "guides" / "validate-kernel.md").read_text().split())

@@ -1,4 +1,4 @@
-"""Docs that cannot drift (issue 51): extras, the torch version bound, the headless notebook command, lab numbers."""
+"""Docs that cannot drift: extras, the torch version bound, the headless notebook command, lab numbers."""
 
 import re
 import shlex

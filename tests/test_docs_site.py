@@ -111,7 +111,7 @@ def test_page_python_blocks_run(page, block, tmp_path, monkeypatch):
     exec(compile(block, str(page), "exec"), {"__name__": "__docs__"})
 
 
-def test_guides_cover_every_task_of_the_issue():
+def test_guides_cover_every_task():
     titles = {p.stem: p.read_text(encoding="utf-8").split("\n# ", 1)[-1].splitlines()[0]
               for p in (DOCS / "guides").glob("*.md")}
     assert set(titles) >= {"validate-kernel", "profiles", "scaling", "gemm", "block-scaled", "study",

@@ -1,4 +1,4 @@
-"""Issue 21, class 5: what the docstrings and CLI errors say is true (checked against exact arithmetic)."""
+"""What the docstrings and CLI errors say is true (checked against exact arithmetic)."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_golden_out_lists_every_accepted_extension(tmp_path, capsys):
 
 
 def test_te_nvfp4_rht_rounding_is_as_documented():
-    """Issue 40: nvfp4_te's step 6 promised one rounding of the exact block sum; its float64 sum gives
+    """nvfp4_te's step 6 promised one rounding of the exact block sum; its float64 sum gives
     that only while a block's terms span at most 25 binades.  Within: the correctly rounded exact sum;
     outside (the block above): two roundings, as the docstring now says."""
     from fp8emu.scaling.nvfp4_te import _te_rht

@@ -1,4 +1,4 @@
-"""Issue 21, class 1: a seeded corpus of byte mutations of valid files drives every file reader.
+"""A seeded corpus of byte mutations of valid files drives every file reader.
 
 Each reader must return a result bounded by the file (no allocation beyond a small multiple of the
 file's size) or raise ValueError: never another exception type, never a hang.  The corpus is

@@ -134,7 +134,7 @@ def test_guide_findings_table_is_the_committed_csv():
 
 
 def test_a_cell_or_run_file_with_a_key_twice_is_refused(tmp_path):
-    """Every JSON fp8emu reads refuses a repeated key (issue 53); the studies' own files too."""
+    """Every JSON fp8emu reads refuses a repeated key; the studies' own files too."""
     pytest.importorskip("torch")
     from fp8emu.cli import grad_study as cli
     from fp8emu.torch.study import runs

@@ -80,8 +80,8 @@ def test_stochastic_rounding_with_given_bits():
 
 
 # (rounding, saturate, x, code): IEEE 754 section 7.4 -- an overflow rounded toward zero gives the largest
-# finite magnitude, away from zero infinity; the direction of rup/rdn depends on the sign (issue 53: the
-# sign of rdn's overflow was not pinned: the 16-bit sweep runs rdn saturating only)
+# finite magnitude, away from zero infinity; the direction of rup/rdn depends on the sign (the
+# 16-bit sweep runs rdn saturating only, so the sign of rdn's overflow is pinned here)
 DIRECTED_OVERFLOW = [("rdn", False, 40000.0, 0x6E), ("rdn", False, -40000.0, 0xEF),
                      ("rdn", False, 32769.0, 0x6E), ("rdn", False, -32769.0, 0xEF),
                      ("rup", False, 40000.0, 0x6F), ("rup", False, -40000.0, 0xEE),

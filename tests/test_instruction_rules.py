@@ -2,7 +2,7 @@
 the block-scale modes, the evidence sentences, the accumulator names, and the GEMM entry points'
 refusals and empty sums.
 
-Written before the issue-40 exam sample of the ``instructions`` mutation group (tests/MUTATION.md), for
+Written before an exam sample of the ``instructions`` mutation group (tests/MUTATION.md), for
 the options, boundaries and texts that no test pinned.  Expectations come from the documented rules
 (the :class:`Instruction` docstring, PTX's ``kind::mxf4nvf4`` scale vectors, MMA-Sim 2.1.1's recorded
 case count), written out here, never read back from the code under test.

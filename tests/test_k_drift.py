@@ -12,6 +12,7 @@ import pytest
 import fp8emu
 from fp8emu.lab import drift
 from fp8emu.lab.analysis import Table
+from fp8emu.training import TECurrentScaling, TEDelayedScaling, get_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "docs" / "data" / "lm-study" / "k_drift.csv"
@@ -133,10 +134,7 @@ def test_committed_csv_is_what_the_code_computes(committed):
 
 
 # ----------------------------------------------------------------------------- the study's stacks
-def test_stack_models_are_the_torch_stacks():
-    pytest.importorskip("torch")
-    from fp8emu.torch.recipes import TECurrentScaling, TEDelayedScaling
-    from fp8emu.torch.stacks import get_stack
+def test_stack_models_are_the_training_stacks():
     names = {m: acc for m, (acc, _) in drift.DRIFT_MODELS.items()}
     for recipe in (TEDelayedScaling(), TECurrentScaling()):
         assert recipe.formats() == {"input": "e4m3fn", "weight": "e4m3fn", "grad_output": "e5m2"}

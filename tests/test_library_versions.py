@@ -85,7 +85,7 @@ def test_the_two_behaviours_really_differ(inputs):
     assert ((x > 2.0 ** -127) & (x < 1.5 * 2.0 ** -127)).all()   # exactly the README's e8m0 band
 
 
-def test_issue_example_double_rounding():
+def test_ml_dtypes_0_6_rounds_twice_and_0_7_once():
     x = np.array([1.0625 + 2 ** -40])            # just above the midpoint of 1.0 and 1.125
     assert fp8emu.encode(x, "e4m3fn", profile="ml_dtypes-0.6").tolist() == [0x38]   # via float32: the tie
     assert fp8emu.encode(x, "e4m3fn", profile="ml_dtypes-0.7").tolist() == [0x39]   # rounded once
@@ -195,7 +195,7 @@ def test_version_range_boundaries(version, inside):
 
 @pytest.mark.parametrize("version", ["0.7.0.0", "0.7.0.0.0", "0.7.0+local", "0.7.0.post1", "0.7.1rc1"])
 def test_versions_compare_by_pep440(version):
-    """Issue 40: '0.7.0.0' (PEP 440: equal to 0.7) compared below '0.7' by hand and resolved to the 0.6
+    """'0.7.0.0' (PEP 440: equal to 0.7) compared below '0.7' by hand and resolved to the 0.6
     variant without a warning."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -204,7 +204,7 @@ def test_versions_compare_by_pep440(version):
 
 @pytest.mark.parametrize("version", ["0.7.0rc1", "0.7.0a1", "0.7.0b2", "0.7.0.dev3", "0.7rc1"])
 def test_a_pre_release_of_a_claimed_version_warns_and_gets_its_release(version):
-    """Issue 40: a pre-release of 0.7 sorted below 0.7, into the 0.6 range, silently.  Decided: it is
+    """A pre-release of 0.7 sorted below 0.7, into the 0.6 range, silently.  Decided: it is
     proven for no variant (warning) and gets the variant of the release it leads up to."""
     with pytest.warns(UnprovenVersionWarning, match=rf"ml_dtypes {version} lies outside"):
         assert resolve_versioned("ml_dtypes", {"ml_dtypes": version}).name == "ml_dtypes-0.7"

@@ -143,7 +143,7 @@ def test_ms_eden_errors():
         fp8emu.quantize_nvfp4(x, rounding="ms-eden", rng=1, random_bits=np.zeros((1, 16), np.uint16))
 
 
-# ----------------------------------------------------------------------------- issue 53: mutation survivors
+# ----------------------------------------------------------------------------- float32 midpoints, clipping
 # a * b + c whose float64 sum lands exactly on a float32 midpoint while the exact value does not:
 # (1 + 2**-23) * 2**-24 * (1 - 2**-23) = 2**-24 - 2**-70, so the sum is a midpoint -+ 2**-70
 FMA_TIES = [

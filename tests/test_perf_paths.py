@@ -1,4 +1,4 @@
-"""Threads, stochastic rounding from every source type, small calls and table caches (issue 13).
+"""Threads, stochastic rounding from every source type, small calls and table caches.
 
 Expectations come from the exact integer core run without tables or threads
 (``fast=False``; itself checked against the rational oracle in test_codec.py),

@@ -1,4 +1,4 @@
-"""docs/performance.md's training-step rows are the benchmark's, not typed by hand (issue 51).
+"""docs/performance.md's training-step rows are the benchmark's, not typed by hand.
 
 ``benchmarks/bench_torch_step.py --write-docs`` writes the text between two marker comments: a
 line naming the date, machine and versions, the command, and one table row per case.  These tests

@@ -194,7 +194,7 @@ def test_data_figures_take_jax_arrays_as_their_numpy_values():
 
 
 def test_panel_titles_do_not_overlap():
-    """Issue 40: fig 5's two panel titles ran into each other. Every pair of panels in a figure keeps its
+    """Fig 5's two panel titles ran into each other. Every pair of panels in a figure keeps its
     titles' drawn boxes apart (checked on the rendered figure, not on the strings)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     fig = plots.figure_delayed_scaling(size=0.15)

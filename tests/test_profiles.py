@@ -125,7 +125,7 @@ def test_ml_dtypes_profile_matches_ml_dtypes():
                                               v.astype(f.ml_dtype).view(np.uint8), err_msg=fmt)
 
 
-def test_issue_examples():
+def test_profiles_part_on_overflow_and_a_negative_nan():
     x = np.array([464.33], np.float32)
     assert fp8emu.encode(x, "e4m3fn", profile="cuda-satfinite")[0] == 0x7E
     assert fp8emu.encode(x, "e4m3fn", profile="triton-rtne")[0] == 0x7E

@@ -1,4 +1,4 @@
-"""Issue 16: no silent wrong answer.  Each test pins one defect found by an audit of the
+"""No silent wrong answer.  Each test pins one defect found by an audit of the
 public entry points with bad and unusual inputs; every one failed before its fix.
 
 Expectations come from spec constants (float32 limits, format fields), exact
@@ -25,7 +25,7 @@ def codes(x, fmt=E4):
     return fp8emu.encode(np.asarray(x, np.float64), fmt)
 
 
-# ----------------------------------------------------------------------------- 1. as_ml_dtypes
+# ----------------------------------------------------------------------------- as_ml_dtypes
 @pytest.mark.parametrize("fmt, bad", [("e2m1fn", 0x1F), ("e2m1fn", 0x10), ("e2m3fn", 0x40),
                                       ("e3m2fn", 0xFF)])
 def test_as_ml_dtypes_rejects_codes_wider_than_the_format(fmt, bad):
@@ -41,7 +41,7 @@ def test_as_ml_dtypes_accepts_every_valid_code():
         np.testing.assert_array_equal(v.astype(np.float64), fp8emu.get_format(fmt).values())
 
 
-# ----------------------------------------------------------------------------- 2, 3, M = 0: scaled_mm
+# ----------------------------------------------------------------------------- scaled_mm
 def _ab(m=2, k=16, n=3):
     g = np.random.default_rng(0)
     return codes(g.uniform(-2, 2, (m, k))), codes(g.uniform(-2, 2, (k, n)))
@@ -119,7 +119,7 @@ def test_scaled_mm_scale_b_shape_error_in_the_callers_orientation():
         fp8emu.scaled_mm(a, b, a_format=E4, b_format=E4, scale_a=np.ones((1, 4)))
 
 
-# ----------------------------------------------------------------------------- 4. scaling recipes
+# ----------------------------------------------------------------------------- scaling recipes
 @pytest.mark.parametrize("scale", [1e-45, 2.0 ** -128.5, 0.0, -1.0, np.inf, np.nan, 1e39])
 def test_given_scale_must_be_finite_positive_with_finite_reciprocal(scale):
     with pytest.raises(ValueError, match="scale"):
@@ -184,7 +184,7 @@ def test_delayed_scaling_scale_setter_updates_scale_inv():
         ds.scale_inv = 2.0
 
 
-# ----------------------------------------------------------------------------- 5. e8m0 as element format
+# ----------------------------------------------------------------------------- e8m0 as element format
 def test_unsigned_scale_format_is_rejected_as_element_format():
     x = np.array([[-1.0, 2.0]])
     for call in (lambda: fp8emu.quantize_tensorwise(x, "e8m0fnu"),
@@ -199,7 +199,7 @@ def test_unsigned_scale_format_is_rejected_as_element_format():
             call()
 
 
-# ----------------------------------------------------------------------------- 6. dequantize dtype
+# ----------------------------------------------------------------------------- dequantize dtype
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, ml_dtypes.float8_e4m3fn, np.complex64, "S4", object])
 def test_dequantize_rejects_non_float_dtypes(dtype):
     t = fp8emu.quantize_tensorwise(np.array([1.0, -2.0]), E4)
@@ -215,7 +215,7 @@ def test_dequantize_accepts_the_four_float_dtypes(dtype):
     np.testing.assert_array_equal(out.astype(np.float64), [1.0, -2.0, 0.5])
 
 
-# ----------------------------------------------------------------------------- 7. huge blocks
+# ----------------------------------------------------------------------------- huge blocks
 @pytest.mark.parametrize("call", [
     lambda x: fp8emu.quantize_blockwise(x, E4, block=(1, 2 ** 40)),
     lambda x: fp8emu.quantize_blockwise(x, E4, block=(2 ** 30, 2 ** 30)),
@@ -247,7 +247,7 @@ def test_bad_block_is_a_clear_error(block):
         fp8emu.quantize_blockwise(np.ones((2, 4)), E4, block=block)
 
 
-# ----------------------------------------------------------------------------- 8. Format fields
+# ----------------------------------------------------------------------------- Format fields
 @pytest.mark.parametrize("kw, match", [
     ({"bias": 10 ** 6}, r"Format.bias must be in -1008\.\.1020 for ebits=4, mbits=3"),
     ({"bias": -2000}, r"Format.bias must be in -1008\.\.1020"),
@@ -296,7 +296,7 @@ def test_format_numpy_ints_and_bools_are_normalised():
     assert type(f.ebits) is int and type(f.signed) is bool
 
 
-# ----------------------------------------------------------------------------- 9. sweep_scale
+# ----------------------------------------------------------------------------- sweep_scale
 @pytest.mark.parametrize("scales, exc", [([float("nan")], ValueError), ([0.0], ValueError), ([-1.0], ValueError),
                                          ([np.inf], ValueError), ("12", TypeError), (["1"], TypeError),
                                          (2.0, TypeError), ([[1.0]], TypeError)])
@@ -330,7 +330,7 @@ def test_decode_of_an_empty_list_is_empty():
         fp8emu.decode(np.array([], np.float64), E4)      # an explicitly float array is still refused
 
 
-# ----------------------------------------------------------------------------- 12. overflow counts
+# ----------------------------------------------------------------------------- overflow counts
 def test_overflow_threshold_agrees_with_non_saturating_encode():
     """Independent check: the first value above the threshold encodes to Inf/NaN, the threshold
     itself only when ties overflow, the value just below never."""
@@ -365,7 +365,7 @@ def test_figure5_counts_overflows_against_the_rounding_threshold():
     assert "overflow_mask" in src and "xs > fmax" not in src
 
 
-# ----------------------------------------------------------------------------- 13. deterministic training
+# ----------------------------------------------------------------------------- deterministic training
 def test_training_model_has_no_blas_float32_gemm():
     """A float32 GEMM through BLAS depends on the library's summation order; the model's GEMMs
     go through MLP._mm (sequential K-order float32 sums, or scaled_mm on FP8 codes)."""
@@ -402,8 +402,8 @@ def test_decoded_nan_keeps_the_codes_sign_as_ml_dtypes(fmt):
         assert (fp8emu.encode(ml[nan], f) & f.sign_bit).tolist() == (c[nan] & f.sign_bit).tolist()
 
 
-# =============================================================================== issue 40 (round four)
-# Each class below failed before its fix.  Expectations: float32 limits (spec constants), the
+# =============================================================================== attention, GEMM and scale inputs
+# Each test below failed before its fix.  Expectations: float32 limits (spec constants), the
 # documented contracts of the functions, MMA-Sim's reading of a UE4M3 scale code.
 from fp8emu.attention import AttentionRecipe, AttentionReport, attention, reference_attention  # noqa: E402
 
@@ -413,7 +413,7 @@ def _qkv(h=2, n=16, d=8, seed=0):
     return tuple(rng.standard_normal((h, n, d)).astype(np.float32) for _ in range(3))
 
 
-# ----------------------------------------------------------------------------- class 1: checked as used
+# ----------------------------------------------------------------------------- checked as used
 @pytest.mark.parametrize("scale", [1e39, 1e-50, 3.0e38, np.float64(1e39), 10 ** 40])
 def test_softmax_scale_is_checked_as_the_float32_the_kernel_folds(scale):
     """1e39 and 10**40 are Inf in float32, 1e-50 is 0; 3e38 is finite, but fl32(3e38 * log2(e)) (the
@@ -452,14 +452,14 @@ def test_recipe_numbers_are_checked_as_float32(field, value):
                                      (1e-46, "k descale underflows to 0 in float32"),
                                      (1e-39, "k descale has a float32 reciprocal that overflows")])
 def test_given_descales_are_checked_as_float32_with_their_reciprocal(d, why):
-    # the message says which float32 limit each value breaks (issue 53: not "must be finite")
+    # the message says which float32 limit each value breaks (not "must be finite")
     q, k, v = _qkv()
     r = AttentionRecipe(scale_rule="given")
     with pytest.raises(ValueError, match=why):
         attention(q, k, v, r, descales=(1.0, d, 1.0))
 
 
-# ----------------------------------------------------------------------------- class 2: never ok on NaN
+# ----------------------------------------------------------------------------- never ok on NaN
 def test_a_nan_output_is_never_ok():
     """A non-saturating P cast (p_saturate=False) with P past the format's max gives NaN rows;
     the report flagged nothing (nanmax skipped the NaN errors)."""
@@ -483,7 +483,7 @@ def test_a_nan_error_is_never_ok(field):
     assert not lse.ok
 
 
-# ----------------------------------------------------------------------------- class 3: one contract
+# ----------------------------------------------------------------------------- one contract
 _BAD_SHAPES = {
     "v shorter than k": lambda q, k, v: (q, k, v[:, :8]),
     "heads not a multiple": lambda q, k, v: (q[:1], k, v),
@@ -544,7 +544,7 @@ def test_threads_limit_holds_on_the_small_call_path():
 
 @pytest.mark.parametrize("amax", [1e39, -1.0, float("nan"), "x", True])
 def test_nvfp4_alpha_checks_its_amaxes_as_float32(amax):
-    """Class 1, another instance: nvfp4_alpha(1e39, 1) returned Inf (1e39 is Inf in float32), unchecked."""
+    """Checked as used: nvfp4_alpha(1e39, 1) returned Inf (1e39 is Inf in float32), unchecked."""
     from fp8emu.gemm import nvfp4_alpha
     with pytest.raises(ValueError, match="a_amax must be finite and >= 0 in float32"):
         nvfp4_alpha(amax, 1.0)
@@ -557,11 +557,11 @@ def test_nvfp4_alpha_checks_its_amaxes_as_float32(amax):
     (("e4m3fn", [1.0]), "scale must be 2 finite"),
     (("e4m3fn", [1.0, np.inf]), "scale must be finite and positive"),
     (("e4m3fn", [1.0, -2.0]), "scale must be finite and positive"),
-    (("e4m3fn", [1e39, 1.0]), "scale overflows float32"),          # issue 53: finite, so not "must be finite"
+    (("e4m3fn", [1e39, 1.0]), "scale overflows float32"),          # finite, so not "must be finite"
     (("bfloat16", [1.0, 1.0]), "8-bit format"), (("int4", [1.0, 1.0]), "fmt_name"),
 ])
 def test_quantize_qkv_has_attentions_contract(args, match):
-    """Class 3, another instance: the public quantize_qkv accepted Inf and negative scales (saturated or
+    """One contract: the public quantize_qkv accepted Inf and negative scales (saturated or
     sign-flipped codes) and broadcast a wrong number of scales, which attention() never passes."""
     from fp8emu.attention import quantize_qkv
     x = np.ones((2, 3, 4), np.float32)

@@ -1,4 +1,4 @@
-"""Issue 21, class 3: every field of every ScaledTensor survives Dask compute, kernel buffers and golden files.
+"""Every field of every ScaledTensor survives Dask compute, kernel buffers and golden files.
 
 Each test compares *every* dataclass field (arrays bit for bit) and the downstream block-scaled GEMM,
 not only the codes.

@@ -379,7 +379,7 @@ def test_live_log2_model_at_every_power_of_two(live):
     assert np.array_equal(np.ceil(got), np.ceil(mine)) and np.array_equal(np.floor(got), np.floor(mine))
 
 
-# ---- issue 53: the RCEIL multiplier of each special scale code ----
+# ---- the RCEIL multiplier of each special scale code ----
 
 # torchao 0.18.0 ``_to_mx_rceil`` (prototype/mx_formats/mx_tensor.py) scales the elements by ``rcp``:
 # the NaN descale for code 255, 2**-127 for 254 (Inf), 1.0 for code 0 and 2**(127 - code) otherwise.
@@ -409,7 +409,7 @@ def test_live_rceil_multiplier_is_torchaos(live):
         np.testing.assert_array_equal(data.numpy().view(np.uint32), want.view(np.uint32), err_msg=fmt)
 
 
-# ---- issue 53: torchao's FP4/FP6 code of a NaN, every tie of its rounding ----
+# ---- torchao's FP4/FP6 code of a NaN, every tie of its rounding ----
 
 def _nan_code(bits, ebits, mbits, bias):
     """torchao's ``_f32_to_floatx_unpacked`` treats a NaN as the normal number with exponent field 255:

@@ -235,7 +235,7 @@ def test_rows_do_not_depend_on_chunk_size(ckpt):
                 assert v == b[k], (a["recipe"], k)
 
 
-def test_recipe_matrix_offers_the_issue_families():
+def test_recipe_matrix_offers_every_family():
     m = recipe_matrix()
     for fmt in ("e4m3fn", "e5m2", "e2m3fn", "e3m2fn", "e2m1fn"):
         for rule in ("floor", "ceil", "even", "rceil"):

@@ -1,4 +1,4 @@
-"""Issue 21, class 4: `fp8emu study` on checkpoints as people have them.
+"""`fp8emu study` on checkpoints as people have them.
 
 Real safetensors shards (written with the safetensors package), a real dask.distributed LocalCluster
 for the README's `fp8emu study ckpt/ --workers N`, resume files with duplicated or conflicting rows,

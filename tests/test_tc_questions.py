@@ -55,7 +55,7 @@ def test_validate_gpu_tc_questions_skips_without_a_gpu():
 
 @pytest.mark.parametrize("name", sorted(QUESTIONS))
 def test_every_shipped_vector_parts_some_pair_of_candidates(name):
-    """Issue 53: 19 of the 256 Rubin UE5M3 x32 vectors gave the same bits under every candidate, while
+    """19 of the 256 Rubin UE5M3 x32 vectors gave the same bits under every candidate, while
     validate-gpu called them discriminating; a vector whose candidates' outputs are all equal settles nothing."""
     outputs = load_vectors(name)["outputs"]
     idle = [r for r in range(outputs.shape[1]) if len({int(x) for x in outputs[:, r]}) == 1]

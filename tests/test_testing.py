@@ -430,7 +430,7 @@ def test_plugin_snapshot_cycle(pytester):
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*codes differ from the snapshot (profile 'ocp')*", "*rounding direction*",
                             "*--fp8-update-golden*"])
-    # issue 40: the wrong kernel cannot be accepted: the update checks it against encode(x, options)
+    # the wrong kernel cannot be accepted: the update checks it against encode(x, options)
     before = (pytester.path / "fp8_golden" / "test_snap" / "test_kernel.npz").read_bytes()
     r = pytester.runpytest(*PLUGIN, "--fp8-update-golden")
     r.assert_outcomes(failed=1)
@@ -487,9 +487,9 @@ def test_readme_kit_example_runs(pytester):
     assert zipfile.is_zipfile(next((pytester.path / "fp8_golden").rglob("*.npz")))
 
 
-# ----------------------------------------------------------------------------- issue 40: the kit
+# ----------------------------------------------------------------------------- the kit's snapshots
 def test_snapshot_options_are_stored_exactly(pytester, monkeypatch):
-    """Class 5: options were stored with json.dumps(default=str), NumPy's shortened repr of an array,
+    """Options were stored with json.dumps(default=str), NumPy's shortened repr of an array,
     so a changed element inside the '...' still matched."""
     pytester.makepyfile(test_opt="""
         import numpy as np, fp8emu, os
@@ -521,7 +521,7 @@ def test_snapshot_options_that_cannot_be_stored_are_refused(pytester):
 
 
 def test_snapshot_names_map_to_one_file_each(pytester):
-    """Class 5: names differing only in punctuation ('a/b', 'a:b') shared one file."""
+    """Names differing only in punctuation ('a/b', 'a:b') shared one file."""
     pytester.makepyfile(test_names="""
         import numpy as np, fp8emu
         X = np.float32([1.0, 2.5])
@@ -545,7 +545,7 @@ def test_snapshot_names_map_to_one_file_each(pytester):
 
 
 def test_a_wrong_kernel_is_never_recorded(pytester):
-    """Class 6: the first result was stored as it came; a wrong kernel recorded first passed forever."""
+    """The first result was stored as it came; a wrong kernel recorded first passed forever."""
     pytester.makepyfile(test_wrong="""
         import numpy as np, fp8emu
         X = np.linspace(-3, 3, 24, dtype=np.float32)
@@ -561,7 +561,7 @@ def test_a_wrong_kernel_is_never_recorded(pytester):
 
 
 def test_a_snapshot_failure_names_its_profile_and_hides_the_kit(pytester, monkeypatch):
-    """Class 6: a torch-cpu snapshot's failure said "profile 'ocp'"; the kit's own frames showed in
+    """A torch-cpu snapshot's failure said "profile 'ocp'"; the kit's own frames showed in
     the traceback."""
     pytester.makepyfile(test_prof="""
         import numpy as np, fp8emu, os

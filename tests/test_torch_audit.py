@@ -1,4 +1,4 @@
-"""Issue 40: the self-audit of the torch adapter (``fp8emu.torch`` outside the study).  Each test pins
+"""The self-audit of the torch adapter (``fp8emu.torch`` outside the study).  Each test pins
 one defect the audit found; every one failed before its fix.  The audit's list of checks is
 in ``tests/AUDIT.md`` (and ``tests/MUTATION.md`` keeps the mutation record).
 

@@ -105,7 +105,7 @@ def test_bad_input_is_refused_with_one_clear_error():
             pass
 
 
-# ----------------------------------------------------------------------------- issue 51: TE's rule, torch.autocast
+# ----------------------------------------------------------------------------- TE's rule, torch.autocast
 def test_autocast_only_runs_fp8_inside_the_block_only_as_transformer_engine():
     plain = _model()
     te_style, always = copy.deepcopy(plain), copy.deepcopy(plain)

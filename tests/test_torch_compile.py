@@ -1,4 +1,4 @@
-"""torch.compile of emulated layers: one opaque custom op each, the eager bits forward and backward (issue 51)."""
+"""torch.compile of emulated layers: one opaque custom op each, the eager bits forward and backward."""
 
 import copy
 import warnings

@@ -89,7 +89,7 @@ def _one(v, out, path="onednn", sr=None, fb=E4):
                             accumulator="torch-cpu-" + path)[0, 0]
 
 
-def test_the_issues_worked_example():
+def test_onednn_path_gives_torchs_worked_example():
     # a = [5.5, 3], b = [2, 1], sa = 1.3712345, sb = 0.0912345: torch gives 1.7514545917510986 (printed by
     # torch 2.13.0+cpu); the exact product scaled once gives 1.751454472541809 (the "fp32" preset)
     a = np.zeros((1, 16), np.uint8)

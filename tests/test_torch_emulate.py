@@ -17,6 +17,7 @@ from fp8emu.scaling import (  # noqa: E402
     NVFP4Quantizer, quantize_axiswise, quantize_blockwise, quantize_mx, quantize_nvfp4_te,
     quantize_tensorwise,
 )
+from fp8emu.training import STACKS  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 # The GEMM preset of each pass, per stack, written out from the stacks' documentation:
@@ -632,7 +633,7 @@ def test_block_fp8_on_b200_with_a_partial_k_block(recipe):
 
 
 def test_deepseek_v3_on_b200_quantizes_with_deepgemm_ue8m0_scales():
-    from fp8emu.torch.recipes import ue8m0_block_scales
+    from fp8emu.training import ue8m0_block_scales
     amax = [448.0, 449.0, 448.0 * 2.0 ** -20, 448.0 * 2.0 ** -20 * 1.0000001, 0.0, 1e-30, 3e38]
     x = np.zeros((1, 128 * len(amax)), np.float32)
     x[0, ::128] = amax
@@ -647,11 +648,11 @@ def test_deepseek_v3_on_b200_quantizes_with_deepgemm_ue8m0_scales():
 def test_block_fp8_refusals_name_their_source():
     lin = torch.nn.Sequential(torch.nn.Linear(128, 128))
     with pytest.raises(ValueError, match="only power-of-two scales .*fp8_blockwise_scaling.rst at e087141"):
-        ft.emulate(lin, ft.recipes.TEBlockScaling(use_f32_scales=True), "b200")
+        ft.emulate(lin, ft.TEBlockScaling(use_f32_scales=True), "b200")
     for r in ("te-block", "deepseek-v3"):
         with pytest.raises(ValueError, match="asserts use_split_accumulator=True"):
             ft.emulate(lin, r, "h100-fast")
-    assert "does not model" not in " ".join(reason for s in ft.stacks.STACKS.values() for _, reason in s.refusals)
+    assert "does not model" not in " ".join(reason for s in STACKS.values() for _, reason in s.refusals)
 
 
 def test_autocast_moves_deepseek_v3_between_its_hopper_and_blackwell_scales():
@@ -667,7 +668,7 @@ def test_autocast_moves_deepseek_v3_between_its_hopper_and_blackwell_scales():
 
 def test_block_fp8_with_scales_that_are_not_powers_of_two_is_refused_on_the_mx_instruction():
     from fp8emu.torch.gemms import run_gemm
-    from fp8emu.torch.recipes import Operand
+    from fp8emu.training import Operand
     st = quantize_blockwise(np.linspace(-1, 1, 64 * 128).reshape(64, 128), "e4m3fn", pow2=False)
     a = Operand("fp8", st.codes, st.fmt, np.asarray(st.scale_inv, np.float32))
     b = Operand("fp8", st.codes.T.copy(), st.fmt, np.asarray(st.scale_inv, np.float32).T.copy())
@@ -676,8 +677,7 @@ def test_block_fp8_with_scales_that_are_not_powers_of_two_is_refused_on_the_mx_i
 
 
 def test_deepseek_v3_scale_kind_follows_the_stack_and_a_contradiction_is_refused():
-    from fp8emu.torch.recipes import DeepSeekV3
-    from fp8emu.torch.stacks import get_stack
+    from fp8emu.training import DeepSeekV3, get_stack
     assert DeepSeekV3().on(get_stack("b200")).ue8m0_scales is True
     assert DeepSeekV3().on(get_stack("h100")).ue8m0_scales is False
     assert DeepSeekV3(ue8m0_scales=True).on(get_stack("b200")).ue8m0_scales is True

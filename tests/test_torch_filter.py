@@ -1,4 +1,4 @@
-"""emulate(module_filter_fn=...): torchao's layer selection, attention projections, first / last layers (issue 51)."""
+"""emulate(module_filter_fn=...): torchao's layer selection, attention projections, first / last layers."""
 
 import copy
 import warnings

@@ -1,4 +1,4 @@
-"""Emulated layers without autograd: only the forward GEMM's rules, one-token decode steps (issue 51)."""
+"""Emulated layers without autograd: only the forward GEMM's rules, one-token decode steps."""
 
 import copy
 import warnings
@@ -48,7 +48,7 @@ def test_one_token_equals_the_first_row_of_the_zero_padded_batch(recipe, gpu):
     assert torch.equal(frozen(x), ref)
 
 
-def test_the_issue_case_decodes_and_training_still_refuses():
+def test_one_token_decode_runs_and_training_still_refuses():
     model = nn.Sequential(nn.Linear(64, 64))
     ft.emulate(model, "te-mxfp8", "b200")
     with torch.no_grad():

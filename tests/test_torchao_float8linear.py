@@ -1,5 +1,5 @@
 """torchao ``Float8Linear(emulate=True)``, forward and backward, reproduced bit for bit by
-``fp8emu.torch.emulate(model, "torchao-*", gpu="cpu")`` (issue 37/38): live against torchao where it is
+``fp8emu.torch.emulate(model, "torchao-*", gpu="cpu")``: live against torchao where it is
 installed, and against vectors recorded from it by ``tools/record_torchao_float8linear.py`` (with torch
 only, and the GEMM arithmetic with NumPy only)."""
 

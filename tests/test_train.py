@@ -8,7 +8,7 @@ import pytest
 from fp8emu.lab import train
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("fp8emu.scaling") is None,
-                                reason="needs fp8emu.scaling (issue 5)")
+                                reason="needs fp8emu.scaling")
 
 
 def test_task_is_seeded_and_balanced():

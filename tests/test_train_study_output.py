@@ -1,4 +1,4 @@
-"""fp8emu train-study's defaults, --help and report (issue 51); clipping apart from block maxima."""
+"""fp8emu train-study's defaults, --help and report; clipping apart from block maxima."""
 
 import argparse
 import contextlib

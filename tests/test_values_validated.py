@@ -1,4 +1,4 @@
-"""Issue 21, class 2: values are validated, never wrapped or reinterpreted.
+"""Values are validated, never wrapped or reinterpreted.
 
 ULP distances are computed from bit patterns with Python integers here (the oracle), and compared with
 compare_ulp for every width, float64 included.

@@ -128,8 +128,8 @@ GROUPS = {
                       *(f"tests/test_docs.py::test_docstring_examples[fp8emu.gemm.{m}]"
                         for m in ("catalogue", "datapaths", "instructions")),
                       "-k", "not live_mmasim"]),
-    # issue 53: the 2026 formats, torchao's variants, MS-EDEN and the torch adapter's recipes, each
-    # against its own test files (the recipes' need torch: run that group in a venv that has it)
+    # issue 53: the 2026 formats, torchao's variants, MS-EDEN and the training recipes, each
+    # against its own test files (the recipes' training tests need torch: run that group in a venv that has it)
     "hifloat": (["fp8emu/hifloat.py"],
                 ["tests/test_hifloat.py", "tests/test_docs.py::test_docstring_examples[fp8emu.hifloat]"]),
     "torchao_variants": (["fp8emu/scaling/torchao_variants.py"],
@@ -137,12 +137,12 @@ GROUPS = {
                           "tests/test_docs.py::test_docstring_examples[fp8emu.scaling.torchao_variants]"]),
     "ms_eden": (["fp8emu/scaling/ms_eden.py"],
                 ["tests/test_ms_eden.py", "tests/test_docs.py::test_docstring_examples[fp8emu.scaling.ms_eden]"]),
-    "torch_recipes": (["fp8emu/torch/recipes.py"],
-                      ["tests/test_torch_recipes.py", "tests/test_torch_audit.py", "tests/test_k_drift.py",
-                       "tests/test_torch_emulate.py",
-                       # reads figures/, which the mutants' copies leave out
-                       "--deselect=tests/test_k_drift.py::test_section_names_the_committed_figure_and_tool",
-                       "tests/test_docs.py::test_docstring_examples[fp8emu.torch.recipes]"]),
+    "training_recipes": (["fp8emu/training/recipes.py"],
+                         ["tests/test_training_recipes.py", "tests/test_torch_audit.py", "tests/test_k_drift.py",
+                          "tests/test_torch_emulate.py",
+                          # reads figures/, which the mutants' copies leave out
+                          "--deselect=tests/test_k_drift.py::test_section_names_the_committed_figure_and_tool",
+                          "tests/test_docs.py::test_docstring_examples[fp8emu.training.recipes]"]),
 }
 
 _BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,

@@ -36,6 +36,7 @@ API_SECTIONS = [
                          "fp8emu.scaling.delayed", "fp8emu.scaling.mx", "fp8emu.scaling.nvfp4",
                          "fp8emu.scaling.hadamard", "fp8emu.scaling.nvfp4_te", "fp8emu.scaling.ms_eden",
                          "fp8emu.scaling.hifloat4", "fp8emu.scaling.torchao_variants"]),
+    ("Training recipes and GPU stacks", ["fp8emu.training", "fp8emu.training.recipes", "fp8emu.training.stacks"]),
     ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
                                   "fp8emu.gemm.instructions", "fp8emu.gemm.catalogue", "fp8emu.gpu.tc_questions",
                                   "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
@@ -58,7 +59,7 @@ API_SECTIONS = [
 if importlib.util.find_spec("torch") is not None:
     API_SECTIONS.append(("torch adapter and model emulation",
                          ["fp8emu.torch", "fp8emu.torch.tensors", "fp8emu.torch.ops", "fp8emu.torch.swap",
-                          "fp8emu.torch.recipes", "fp8emu.torch.stacks", "fp8emu.torch.linear",
+                          "fp8emu.torch.linear",
                           "fp8emu.torch.gemms", "fp8emu.torch.attention", "fp8emu.torch.autocast",
                           "fp8emu.torch.probes", "fp8emu.torch.compiled"]))
     API_SECTIONS.append(("Transformer Engine's API (fp8emu.torch.te)",
@@ -71,7 +72,8 @@ if importlib.util.find_spec("torch") is not None:
 
 #: the packages whose ``__all__`` make up the public API that must have examples
 #: (``fp8emu`` and its subpackages).
-EXAMPLE_SCOPE = ["fp8emu", "fp8emu.cli", "fp8emu.data", "fp8emu.gemm", "fp8emu.scaling", "fp8emu.testing"]
+EXAMPLE_SCOPE = ["fp8emu", "fp8emu.cli", "fp8emu.data", "fp8emu.gemm", "fp8emu.scaling", "fp8emu.testing",
+                 "fp8emu.training"]
 
 
 def documented_modules() -> list:

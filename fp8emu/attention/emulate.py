@@ -2,7 +2,7 @@
 
 :func:`attention` runs a blocked forward pass of scaled-dot-product attention
 the way a flash-attention kernel does, every step an explicit option of a
-frozen :class:`AttentionRecipe`:
+frozen :class:`~fp8emu.attention.recipes.AttentionRecipe`:
 
 1. **Quantization** of Q, K, V (``q_format``/``k_format``/``v_format``): an
    8-bit format, ``"bfloat16"``/``"float16"`` (round to nearest even) or None
@@ -26,7 +26,7 @@ frozen :class:`AttentionRecipe`:
    rounding, the FMA the kernels use) and ``b = fl32(fl32(m * scale_log2) -
    max_offset)``: FA3's max-offset pre-scale puts P in ``[0, 2**max_offset]``.
    ``p_scale`` then multiplies P in float32 (FlashInfer's P quantization scale).
-   exp2 is the pluggable ``exp2`` function (default :func:`exp2_f32`).
+   exp2 is the pluggable ``exp2`` function (default :func:`~fp8emu.attention.recipes.exp2_f32`).
 6. **Row sum** ``l = fl32(l * alpha)`` plus the block's P in key order
    (sequential float32 additions), from the float32 P before ``p_scale``
    (``row_sum="float32"``) or from the quantized P times ``fl32(1 / p_scale)``
@@ -63,7 +63,7 @@ key/value head ``h // (H // H_kv)``.
 
 **Transcendentals are a stated model.**  GPUs compute exp2 with
 ``ex2.approx.ftz.f32`` (max error about 2 ulp, not correctly rounded); the
-default :func:`exp2_f32` is float64 exp2 rounded to float32.  Attention results
+default :func:`~fp8emu.attention.recipes.exp2_f32` is float64 exp2 rounded to float32.  Attention results
 are therefore *algorithm-exact* (every rounding step as the kernel orders it)
 but not bit-exact against a GPU until exp2 recordings replace the model: pass
 any vectorised float32 -> float32 function as ``exp2``.
@@ -90,19 +90,12 @@ from ..gemm import get_accumulator
 from ..gemm.kernels import special_masks
 from .inputs import _validate
 from .operands import (_chain_acc, _descales, _fl32_fma, _matmul, _operand_for, _quantized_operand, _slice,
-                       _transpose, _wide_operand, quantize_qkv)
-from .recipes import (F32, LOG2E, RECIPES, _WIDE, AttentionRecipe, exp2_f32, fa3_fp8, fa4_sm100_fp8,
-                      fa4_sm100_fp8_pre2717, flashinfer_fp8_decode, flashinfer_fp8_prefill, get_recipe, off_recipe,
-                      triton_tutorial_fp8, vllm_fp8_kv_decode)
+                       _transpose, _wide_operand)
+from .recipes import F32, LOG2E, _WIDE, AttentionRecipe, get_recipe
 from .reference import reference_attention
 from .report import AttentionReport, AttentionResult, _fill_errors
 
-# The public API of FP8 attention, as it was when this module held all of it: the recipes, operands,
-# report and reference now live in their own modules of the package and are re-exported here unchanged.
-__all__ = ["AttentionRecipe", "AttentionResult", "AttentionReport", "RECIPES", "get_recipe", "attention",
-           "reference_attention", "exp2_f32", "quantize_qkv", "off_recipe", "fa3_fp8", "fa4_sm100_fp8",
-           "fa4_sm100_fp8_pre2717", "flashinfer_fp8_prefill", "flashinfer_fp8_decode", "vllm_fp8_kv_decode",
-           "triton_tutorial_fp8"]
+__all__ = ["attention"]
 
 
 def _scale_log2(recipe, softmax_scale, qd, kd):
@@ -146,7 +139,7 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     v : array_like, shape (H_kv, Nk, dv) or (Nk, dv)
         Values.
     recipe : str or AttentionRecipe
-        A name of :data:`RECIPES` or a recipe.
+        A name of :data:`~fp8emu.attention.recipes.RECIPES` or a recipe.
     causal : bool, keyword-only
         Causal mask, aligned bottom-right (query i sees keys j <= i + Nk - Nq).
     kv_len : int, keyword-only

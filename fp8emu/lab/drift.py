@@ -8,7 +8,7 @@ quantizes random operands as those recipes do (one current scale per tensor,
 :func:`fp8emu.scaled_mm`, and measures each float32 output against the exact sum of the same
 quantized values, as a function of K.
 
-The models (:data:`DRIFT_MODELS`) are the ones the study's stacks (:mod:`fp8emu.torch`,
+The models (:data:`DRIFT_MODELS`) are the ones the study's stacks (:mod:`fp8emu.training.stacks`,
 ``gpu=``) run per-tensor FP8 GEMMs with:
 
 ``hopper``

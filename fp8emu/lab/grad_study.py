@@ -164,7 +164,7 @@ PAPERS = {
     "g": "Mishra et al. arXiv 2506.08027",
 }
 
-#: Each finding's claim, as the issue states it.
+#: Each finding's claim: the statement the study tests.
 CLAIMS = {
     "a": "stochastic rounding makes NVFP4's weight gradient unbiased: its mean over N draws falls like "
          "1/sqrt(N) and ends below no-SR's error",

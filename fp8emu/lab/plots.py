@@ -218,7 +218,7 @@ def figure_delayed_scaling(size=1.0):
     ax2.set_xlabel("training step")
     ax2.set_yscale("symlog", linthresh=1)
     ax2.set_ylabel("elements per step (of 4096, symlog axis)")
-    # two lines: on one line this title ran into the left panel's (issue 40)
+    # two lines: on one line this title ran into the left panel's
     ax2.set_title("Overflows (beyond 448: > 464 after scaling)\nand underflows to zero, per step")
     ax2.legend()
     return fig

@@ -77,7 +77,7 @@ def quantize_hif4(x, *, axis=-1) -> ScaledTensor:
         raise ValueError(f"quantize_hif4 needs the length along axis {ax} to be a multiple of {HIF4_UNIT}, "
                          f"got shape {xf.shape}")
     if not np.isfinite(xf).all():
-        # x was converted to float32: a finite float64 beyond float32's range is Inf now (issue 53)
+        # x was converted to float32: a finite float64 beyond float32's range is Inf now
         raise ValueError("quantize_hif4 takes finite values only, finite in float32 (the HiF4 reference has no "
                          "NaN/Inf rule): x holds NaN/Inf, or finite values beyond +-3.4028235e+38 that overflow "
                          "float32")

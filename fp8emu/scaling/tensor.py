@@ -282,7 +282,7 @@ def given_scale(scale, expected_shape, what="scale") -> np.ndarray:
     with np.errstate(over="ignore", under="ignore"):     # overflow to Inf is reported below
         s = src.astype(np.float32)
     if np.all(np.isfinite(src)) and np.all(src > 0) and not (np.all(np.isfinite(s)) and np.all(s > 0)):
-        # finite and positive as given, but not as the float32 it is used as: say which limit (issue 53)
+        # finite and positive as given, but not as the float32 it is used as: say which limit
         flo = float(np.finfo(np.float32).max)
         why = (f"overflows float32 (above {flo!r}, the largest finite float32)" if not np.all(np.isfinite(s))
                else "underflows to 0 in float32 (below 2**-149, about 1.4e-45, the smallest float32 > 0)")

@@ -8,8 +8,8 @@ Two things live here:
   dtype (``torch.float8_*`` codes, ``float4_e2m1fn_x2``, float32 / ``float8_e8m0fnu`` scales).
 * **A model's FP8/FP4 training step, emulated** (:func:`emulate`): the model's ``nn.Linear`` layers are
   swapped for ones whose fprop, dgrad and wgrad GEMMs run through :mod:`fp8emu.scaling` and
-  :mod:`fp8emu.gemm` as a named GPU stack computes them (:mod:`fp8emu.torch.recipes`,
-  :mod:`fp8emu.torch.stacks`).
+  :mod:`fp8emu.gemm` as a named GPU stack computes them.  The recipes and stacks are framework-free
+  (:mod:`fp8emu.training`); this package re-exports them.
 """
 
 from .tensors import TorchScaled, device_of, from_torch, scaled_to_torch, to_torch, torch_dtype
@@ -17,11 +17,10 @@ from .ops import (block_scaled_mm, decode, encode, quantize, quantize_axiswise, 
                   quantize_mx, quantize_nvfp4, quantize_tensorwise, scaled_mm)
 from .attention import fp8_sdpa
 from .linear import EmulatedLinear
-from .recipes import (
-    DeepSeekV3, TEBlockScaling, TECurrentScaling, TEDelayedScaling, TEMXFP8BlockScaling,
-    TENVFP4BlockScaling, TorchaoFloat8, TrainingRecipe, get_recipe, recipe_names,
+from ..training import (
+    DeepSeekV3, Stack, TEBlockScaling, TECurrentScaling, TEDelayedScaling, TEMXFP8BlockScaling,
+    TENVFP4BlockScaling, TorchaoFloat8, TrainingRecipe, get_recipe, get_stack, recipe_names, stack_names,
 )
-from .stacks import Stack, get_stack, stack_names
 from .swap import EmulationReport, HighPrecisionWarning, diagnostics, emulate, reset_diagnostics
 from .autocast import autocast
 from . import compiled  # noqa: F401  (registers the torch.compile path of emulated layers)

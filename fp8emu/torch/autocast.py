@@ -17,9 +17,8 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
+from ..training import get_recipe, get_stack
 from .linear import AUTOCAST
-from .recipes import get_recipe
-from .stacks import get_stack
 from .swap import _multiple, check_combination
 
 __all__ = ["autocast"]

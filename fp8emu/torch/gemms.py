@@ -9,8 +9,8 @@ import torch
 from ..codec import decode
 from ..gemm import block_scaled_mm, scaled_mm
 from ..gemm.torch_cpu import TORCHAO_EMULATE, cpu_path, sgemm, torchao_emulated_mm
-from .recipes import Operand
-from .stacks import BLACKWELL_MXF8
+from ..training.recipes import Operand
+from ..training.stacks import BLACKWELL_MXF8
 
 __all__ = ["run_gemm", "operand_stats"]
 

@@ -23,9 +23,8 @@ from torch import nn
 
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
+from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
 from .gemms import operand_stats, run_gemm
-from .recipes import Operand, TENVFP4BlockScaling, TrainingRecipe
-from .stacks import Stack
 
 __all__ = ["EmulatedLinear"]
 

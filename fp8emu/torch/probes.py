@@ -45,9 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..training import get_recipe, get_stack
 from .linear import EmulatedLinear
-from .recipes import get_recipe
-from .stacks import get_stack
 from .swap import emulate
 
 __all__ = ["LayerCapture", "layer_passes", "exact_passes", "exact_accumulation", "capture", "qat_model",

@@ -11,9 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..training import PASSES, get_recipe, get_stack
 from .linear import EmulatedLinear
-from .recipes import PASSES, get_recipe
-from .stacks import get_stack
 
 __all__ = ["emulate", "EmulationReport", "HighPrecisionWarning", "diagnostics", "reset_diagnostics",
            "check_combination", "MIN_TORCH"]
@@ -95,7 +94,7 @@ def _torch_version():
 
 
 def check_combination(recipe, stack):
-    """The recipe as it runs on ``stack`` (:meth:`~fp8emu.torch.recipes.TrainingRecipe.on`), or
+    """The recipe as it runs on ``stack`` (:meth:`~fp8emu.training.TrainingRecipe.on`), or
     one-line ValueError if ``stack`` cannot run one of ``recipe``'s passes."""
     try:
         for p in PASSES:

@@ -40,8 +40,8 @@ from ...lab.grad_study import compare, mean_curve, norm
 from ...scaling import NVFP4Quantizer, quantize_mx, quantize_nvfp4_te
 from ...scaling.hadamard import inverse_rht, rht
 from ...scaling.ms_eden import ms_eden_nvfp4
+from ...training import TEDelayedScaling, TENVFP4BlockScaling, get_recipe
 from ..probes import capture, exact_accumulation, exact_passes, layer_passes, qat_model, emulated_model
-from ..recipes import TEDelayedScaling, TENVFP4BlockScaling, get_recipe
 from ..swap import diagnostics, emulate
 from .corpus import eval_windows, load_corpus, sample_batch
 from .model import GPT, ModelConfig, check_config

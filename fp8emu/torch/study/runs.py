@@ -99,12 +99,12 @@ def _api(name):
 
 
 def recipe_names() -> list:
-    """The recipes of :func:`fp8emu.torch.recipe_names`."""
+    """The recipes of :func:`fp8emu.training.recipe_names`."""
     return list(_api("recipe_names")())
 
 
 def stack_names() -> list:
-    """The GPU stacks of :func:`fp8emu.torch.stack_names`."""
+    """The GPU stacks of :func:`fp8emu.training.stack_names`."""
     return list(_api("stack_names")())
 
 

@@ -85,7 +85,7 @@ class TrainConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One run: precision (``"fp32"``, ``"bf16"`` or a recipe of :func:`fp8emu.torch.recipe_names`),
+    """One run: precision (``"fp32"``, ``"bf16"`` or a recipe of :func:`fp8emu.training.recipe_names`),
     GPU stack (None for the baselines), seed, shapes, schedule, corpus path (None: pydoc_data),
     whether to record :func:`fp8emu.torch.diagnostics` and whether to return the trained weights."""
 

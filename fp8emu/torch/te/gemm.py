@@ -1,6 +1,6 @@
 """The quantized GEMMs of the TE modules: one linear map's fprop, dgrad and wgrad, emulated.
 
-Each quantizer and GEMM is a call of :mod:`fp8emu.torch.recipes` (the operands, per recipe, as
+Each quantizer and GEMM is a call of :mod:`fp8emu.training` (the operands, per recipe, as
 Transformer Engine quantizes them: per-tensor copies shared by the backward GEMMs, block copies
 quantized from the high-precision tensor) and :func:`fp8emu.torch.gemms.run_gemm` (the stack's
 accumulators), the machinery :class:`fp8emu.torch.EmulatedLinear` runs on.  What this module adds is
@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from ...codec import decode
+from ...training import PASSES, Operand
 from ..gemms import run_gemm
-from ..recipes import PASSES, Operand
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple"]
 

@@ -5,7 +5,7 @@ As Transformer Engine's ``transformer_engine/pytorch/quantization.py`` (at d0067
 :mod:`fp8emu.torch.te` run FP8 / FP4 only inside an enabled ``autocast`` block and in high precision
 outside one; the innermost block wins; ``fp8_autocast`` and ``fp8_model_init`` are TE's deprecated
 names (they warn, as TE's do, and call the new ones).  One addition: ``gpu=``, the stack
-(:func:`fp8emu.torch.stack_names`) whose kernels the block's GEMMs emulate; left out it is inherited from
+(:func:`fp8emu.training.stack_names`) whose kernels the block's GEMMs emulate; left out it is inherited from
 the enclosing block, else :data:`DEFAULT_GPU`.  The state is a ``contextvars.ContextVar`` (per thread).
 """
 
@@ -16,7 +16,7 @@ import contextvars
 import warnings
 from typing import NamedTuple
 
-from ..stacks import get_stack
+from ...training import get_stack
 from ..swap import check_combination
 from .recipe import DelayedScaling, MXFP8BlockScaling, to_training_recipe
 
@@ -29,7 +29,7 @@ DEFAULT_GPU = "h100"
 
 class AutocastState(NamedTuple):
     """One ``autocast`` block: ``enabled``, ``recipe`` (as given), ``training`` (the
-    :mod:`fp8emu.torch.recipes` recipe bound to ``stack``) and ``stack``."""
+    :mod:`fp8emu.training` recipe bound to ``stack``) and ``stack``."""
 
     enabled: bool
     recipe: object

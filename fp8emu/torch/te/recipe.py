@@ -3,7 +3,7 @@
 The classes keep TE's names, fields and defaults (``common/recipe/__init__.py`` of NVIDIA/TransformerEngine
 at d0067d0da6cb01811b8072a7d304f0e00344ce2b; TE reads some defaults from ``NVTE_*`` environment variables,
 here they are the documented defaults).  :func:`to_training_recipe` maps one to the frozen
-:mod:`fp8emu.torch.recipes` dataclass that runs it; a field whose value would change the numerics in a
+:mod:`fp8emu.training` dataclass that runs it; a field whose value would change the numerics in a
 way fp8emu does not emulate is refused by name, a field that only matters across processes
 (``reduce_amax``) is accepted and has no effect on one process.
 
@@ -17,7 +17,7 @@ import dataclasses
 import enum
 from typing import Callable, Optional, Union
 
-from ..recipes import (
+from ...training import (
     TEBlockScaling, TECurrentScaling, TEDelayedScaling, TEMXFP8BlockScaling, TENVFP4BlockScaling,
     TrainingRecipe, get_recipe,
 )
@@ -105,7 +105,7 @@ def _refuse(recipe, **nondefault):
 @dataclasses.dataclass
 class DelayedScaling(Recipe):
     """TE ``DelayedScaling``: per-tensor scales from the amax history of earlier steps
-    (runs as :class:`fp8emu.torch.recipes.TEDelayedScaling`).
+    (runs as :class:`fp8emu.training.TEDelayedScaling`).
 
     ``fp8_dpa=True`` makes :class:`fp8emu.torch.te.DotProductAttention` run FP8 attention
     (forward only, :func:`fp8emu.torch.fp8_sdpa`); ``fp8_mha`` is refused.
@@ -143,7 +143,7 @@ class DelayedScaling(Recipe):
 @dataclasses.dataclass
 class Float8CurrentScaling(Recipe):
     """TE ``Float8CurrentScaling``: one scale per tensor from its own amax
-    (runs as :class:`fp8emu.torch.recipes.TECurrentScaling`; the GEMMs' split-accumulator choices
+    (runs as :class:`fp8emu.training.TECurrentScaling`; the GEMMs' split-accumulator choices
     must be TE's defaults: fprop fast, dgrad and wgrad split).
 
     Examples
@@ -174,7 +174,7 @@ class Float8CurrentScaling(Recipe):
 @dataclasses.dataclass
 class MXFP8BlockScaling(Recipe):
     """TE ``MXFP8BlockScaling``: 32 elements share an E8M0 scale
-    (runs as :class:`fp8emu.torch.recipes.TEMXFP8BlockScaling`).
+    (runs as :class:`fp8emu.training.TEMXFP8BlockScaling`).
 
     Examples
     --------
@@ -201,7 +201,7 @@ class MXFP8BlockScaling(Recipe):
 @dataclasses.dataclass
 class Float8BlockScaling(Recipe):
     """TE ``Float8BlockScaling``: 1x128 activation / gradient blocks, 128x128 weight blocks
-    (runs as :class:`fp8emu.torch.recipes.TEBlockScaling`).
+    (runs as :class:`fp8emu.training.TEBlockScaling`).
 
     Examples
     --------
@@ -237,7 +237,7 @@ class Float8BlockScaling(Recipe):
 @dataclasses.dataclass
 class NVFP4BlockScaling(Recipe):
     """TE ``NVFP4BlockScaling``: E2M1 with an E4M3 scale per 16 and a float32 tensor scale
-    (runs as :class:`fp8emu.torch.recipes.TENVFP4BlockScaling`).
+    (runs as :class:`fp8emu.training.TENVFP4BlockScaling`).
 
     Examples
     --------
@@ -272,7 +272,7 @@ _TE_FAMILY = (TEDelayedScaling, TECurrentScaling, TEBlockScaling, TEMXFP8BlockSc
 
 
 def to_training_recipe(recipe) -> TrainingRecipe:
-    """The :mod:`fp8emu.torch.recipes` recipe that runs a TE recipe object, an fp8emu recipe name or object.
+    """The :mod:`fp8emu.training` recipe that runs a TE recipe object, an fp8emu recipe name or object.
 
     Examples
     --------

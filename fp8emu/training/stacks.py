@@ -6,7 +6,7 @@ or :func:`fp8emu.gemm.block_scaled_mm` (MXFP8, NVFP4) is called with, and the dt
 the activations, gradients and GEMM outputs the stack computes in.  Per-tensor FP8 GEMMs
 choose between the split accumulator (``use_split_accumulator=True`` in Transformer
 Engine, ``use_fast_accum=False`` in torch) and fast accumulation per pass, as the recipe
-says (:meth:`fp8emu.torch.recipes.TrainingRecipe.split`).
+says (:meth:`fp8emu.training.TrainingRecipe.split`).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Stack:
         (``block_fp8`` names it): each float32 128-block scale, a power of two, becomes its
         UE8M0 code (the float's exponent byte) repeated over the four 32-element scale slots
         of the block, so the recipe must quantize with power-of-two scales
-        (:meth:`fp8emu.torch.recipes.TrainingRecipe.on`).
+        (:meth:`fp8emu.training.TrainingRecipe.on`).
     k_multiples : tuple of (recipe family, int)
         What every GEMM's K must be a multiple of for the stack's instruction (whole
         instructions along K: 64 for ``kind::mxf4nvf4``, 32 for ``kind::mxf8f6f4``).
@@ -127,6 +127,7 @@ class Stack:
 
 _NO_BLOCK_TC = "needs Blackwell block-scaled tensor cores (sm_100); use gpu='b200', 'cpu' or 'exact'"
 
+#: The named stacks of ``gpu=``: name -> :class:`Stack`.
 STACKS = {
     "h100": Stack(
         "h100", "Hopper cuBLASLt: split accumulator (promotion every 128) or fast accumulation "
@@ -170,9 +171,15 @@ def stack_names() -> list:
 
 
 def get_stack(gpu) -> Stack:
-    """A :class:`Stack` from its name or itself."""
+    """A :class:`Stack` from its name (a key of :data:`STACKS`) or itself.
+
+    Examples
+    --------
+    >>> get_stack("cpu").split == CPU_ACCUMULATOR, get_stack("exact") is STACKS["exact"]
+    (True, True)
+    """
     if isinstance(gpu, Stack):
         return gpu
     if isinstance(gpu, str) and gpu in STACKS:
         return STACKS[gpu]
-    raise ValueError(f"unknown gpu {gpu!r}; accepted: {', '.join(STACKS)} or an fp8emu.torch.Stack")
+    raise ValueError(f"unknown gpu {gpu!r}; accepted: {', '.join(STACKS)} or an fp8emu.training.Stack")

@@ -1,15 +1,20 @@
-"""fp8emu.torch.recipes on its own: what each recipe object says and returns, checked against the classes
-it follows (Transformer Engine's recipe formats, torchao's Float8LinearConfig) and ml_dtypes decodes, not
-against fp8emu's codec.  The recipes' numbers in training are tests/test_torch_emulate.py's."""
+"""fp8emu.training's recipes on their own, without torch: what each recipe object says and returns, checked
+against the classes it follows (Transformer Engine's recipe formats, torchao's Float8LinearConfig) and
+ml_dtypes decodes, not against fp8emu's codec.  The recipes' numbers in training are
+tests/test_torch_emulate.py's."""
 
 from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-from fp8emu.torch import recipes  # noqa: E402
+import fp8emu.training
+from fp8emu.training import recipes, stacks
 
 ML = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 
@@ -79,3 +84,35 @@ def test_unbound_is_the_recipe_as_given(name):
     assert r.unbound() == r and type(r.unbound()) is type(r)
     if name == "deepseek-v3":
         assert recipes.DeepSeekV3(ue8m0_scales=True).unbound() == recipes.DeepSeekV3()
+
+
+# ----------------------------------------------------------------------------- where they live
+def test_training_imports_no_framework():
+    """NumPy, Dask and lab code use the recipes and stacks in a Python without torch: a blocked torch
+    import is not touched."""
+    code = ("import sys\nsys.modules['torch'] = None\nimport fp8emu.training as t\n"
+            "print(t.get_recipe('te-mxfp8').family, t.get_stack('b200').mx, "
+            "sorted(m for m in ('torch', 'jax', 'dask') if sys.modules.get(m) is not None))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["mx", "blackwell-tcgen05-mxf8f6f4", "[]"]
+
+
+def test_torch_adapter_re_exports_the_same_objects_and_the_old_paths_are_gone():
+    pytest.importorskip("torch")
+    import fp8emu.torch as ft
+    for name in ("TrainingRecipe", "TEDelayedScaling", "TECurrentScaling", "TEBlockScaling", "DeepSeekV3",
+                 "TEMXFP8BlockScaling", "TENVFP4BlockScaling", "TorchaoFloat8", "recipe_names", "get_recipe",
+                 "Stack", "get_stack", "stack_names"):
+        assert name in ft.__all__ and getattr(ft, name) is getattr(fp8emu.training, name), name
+    for old in ("fp8emu.torch.recipes", "fp8emu.torch.stacks"):
+        assert importlib.util.find_spec(old) is None, old
+
+
+def test_unknown_names_say_what_is_accepted():
+    with pytest.raises(ValueError, match="unknown recipe 'te-fp8'; accepted: te-delayed, .* or an "
+                                         "fp8emu.training.TrainingRecipe"):
+        recipes.get_recipe("te-fp8")
+    with pytest.raises(ValueError, match="unknown gpu 'a100'; accepted: h100, h100-fast, b200, cpu, exact or "
+                                         "an fp8emu.training.Stack"):
+        stacks.get_stack("a100")

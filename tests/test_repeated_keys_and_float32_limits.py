@@ -1,4 +1,5 @@
-"""Issue 53 (reliability, round five), part 1: each test pins one defect of the audit and failed before its fix.
+"""Repeated keys in the files fp8emu reads, and float32 overflows named as such: each test pins one defect
+of an audit and failed before its fix.
 
 Expectations come from the file formats' own rules (the safetensors library where it decides), float32's
 limits from NumPy's finfo, and exact enumeration of the recorded question vectors, never from the code
@@ -20,7 +21,7 @@ from fp8emu.testing import golden, plugin
 F32_MAX = float(np.finfo(np.float32).max)
 
 
-# ----------------------------------------------------------------------------- 1. duplicate JSON keys
+# ----------------------------------------------------------------------------- duplicate JSON keys
 def _st_file(path, head: bytes, data: int):
     path.write_bytes(struct.pack("<Q", len(head)) + head + bytes(data))
     return path
@@ -99,7 +100,7 @@ def test_a_huge_repeated_key_is_named_in_one_short_line():
     assert len(msg) < 200 and "10000 characters" in msg and "\n" not in msg
 
 
-# ----------------------------------------------------------------------------- 2. overflows float32 is not "not finite"
+# ----------------------------------------------------------------------------- overflows float32 is not "not finite"
 def _qkv():
     rng = np.random.default_rng(53)
     return [rng.standard_normal((1, 4, 8)) for _ in range(3)]
@@ -174,7 +175,7 @@ def test_hif4_says_a_float32_overflow_is_one():
 
 
 def test_block_scaled_mm_names_a_float32_overflow_of_c():
-    """A finite float64 accumulator beyond float32's range is an overflow, not 'not finite' (issue 53's class)."""
+    """A finite float64 accumulator beyond float32's range is an overflow, not 'not finite'."""
     import fp8emu
     a = np.zeros((2, 32), np.uint8)
     b = np.zeros((32, 2), np.uint8)

@@ -43,7 +43,14 @@ class Operand(NamedTuple):
     ``kind``: "fp8" (``codes``, ``fmt``, ``scale_inv`` shaped for ``scaled_mm``), "block"
     (``st``, a ScaledTensor for ``block_scaled_mm``) or "hp" (``hp``, float32 values).
     ``divisor``: torchao recipes only, the quantization scale torchao divides the codes by
-    (``fp8_max / amax``, float32, shaped as ``scale_inv``), for the ``"torchao-emulate"`` GEMM."""
+    (``fp8_max / amax``, float32, shaped as ``scale_inv``), for the ``"torchao-emulate"`` GEMM.
+
+    Examples
+    --------
+    >>> op = get_recipe("te-current").operand("input", np.ones((2, 32), np.float32), 1, "fprop")
+    >>> op.kind, op.fmt.name, float(op.values().max())
+    ('fp8', 'e4m3fn', 448.0)
+    """
 
     kind: str
     codes: object = None
@@ -68,6 +75,12 @@ class TrainingRecipe:
 
     ``family``: "fp8" (per-tensor or row-wise), "fp8-block" (1x128/128x128), "mx", "nvfp4".
     ``multiple``: what in_features, out_features and the token count must be a multiple of.
+
+    Examples
+    --------
+    >>> r = get_recipe("te-current")
+    >>> isinstance(r, TrainingRecipe), r.family, [r.split(p) for p in PASSES]
+    (True, 'fp8', [False, True, True])
     """
 
     family = "fp8"
@@ -109,7 +122,7 @@ class TrainingRecipe:
         return False
 
     def gemm_family(self, pass_: str) -> str:
-        """The family :meth:`fp8emu.torch.Stack.accumulator` is asked for one pass's GEMM."""
+        """The family :meth:`fp8emu.training.Stack.accumulator` is asked for one pass's GEMM."""
         return "hp" if self.high_precision(pass_) else self.family
 
     def high_precision(self, pass_: str) -> bool:
@@ -472,6 +485,8 @@ def _torchao_quantize(arr, fmt, axis, pow2):
     return st.codes, st.fmt, (sinv[()] if axis is None else sinv), (div[()] if axis is None else div)
 
 
+#: The named recipes of ``recipe=``: name -> recipe object (each with its class's defaults, or the
+#: named variant's options).
 RECIPES = {
     "te-delayed": TEDelayedScaling(),
     "te-current": TECurrentScaling(),
@@ -500,10 +515,16 @@ def recipe_names() -> list:
 
 
 def get_recipe(recipe) -> TrainingRecipe:
-    """A recipe from its name or itself."""
+    """A recipe from its name (a key of :data:`RECIPES`) or itself.
+
+    Examples
+    --------
+    >>> get_recipe("te-mxfp8") is RECIPES["te-mxfp8"], get_recipe(TorchaoFloat8("rowwise")).name
+    (True, 'torchao-rowwise')
+    """
     if isinstance(recipe, TrainingRecipe):
         return recipe
     if isinstance(recipe, str) and recipe in RECIPES:
         return RECIPES[recipe]
-    raise ValueError(f"unknown recipe {recipe!r}; accepted: {', '.join(RECIPES)} or a recipe object "
-                     "of fp8emu.torch.recipes")
+    raise ValueError(f"unknown recipe {recipe!r}; accepted: {', '.join(RECIPES)} or an "
+                     "fp8emu.training.TrainingRecipe")
