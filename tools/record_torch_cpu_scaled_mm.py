@@ -124,12 +124,9 @@ def run_fp8emu(spec):
 
 
 def _cpu_flags():
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
-    return sorted(f for f in line.split() if f.startswith("amx"))
+    """This CPU's AMX flags (the ones that decide torch's CPU _scaled_mm path)."""
+    from fp8emu.gemm.cpu_order import cpu_flags
+    return sorted(f for f in cpu_flags() if f.startswith("amx"))
 
 
 def main(argv=None):

@@ -70,7 +70,7 @@ from ..codec import decode, encode
 from .cpu_order import RECORDED, cpu_flags, order_for
 from .sumtree import SumTree, evaluate, evaluate_order
 
-__all__ = ["TORCH_CPU_PATHS", "cpu_path", "cpu_flags", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
+__all__ = ["TORCH_CPU_PATHS", "cpu_path", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
            "sgemm", "torchao_emulated_mm", "TORCHAO_EMULATE",
            "sgemm_k_blocks", "EMULATED_MAX_K"]
 
@@ -110,7 +110,7 @@ def cpu_path(a_format, b_format, *, tensorwise, mkldnn=True, flags=None) -> str:
     mkldnn : bool, keyword-only
         ``torch.backends.mkldnn.enabled`` (and available).
     flags : iterable of str, optional, keyword-only
-        CPU flags; default: this machine's (:func:`cpu_flags`).
+        CPU flags; default: this machine's (:func:`fp8emu.gemm.cpu_order.cpu_flags`).
 
     Examples
     --------
