@@ -21,7 +21,7 @@ PKG = Path(fp8emu.__file__).resolve().parent
 LAYERS = {
     "fp8emu.data": 0, "fp8emu.version": 0, "fp8emu.interop": 0, "fp8emu.registry": 0, "fp8emu.parallel": 0,
     "fp8emu.readers": 0,
-    "fp8emu.formats": 1, "fp8emu.rounding": 2, "fp8emu.tables": 3, "fp8emu.profiles": 4,
+    "fp8emu.formats": 1, "fp8emu.rounding": 2, "fp8emu.random_bits": 2, "fp8emu.tables": 3, "fp8emu.profiles": 4,
     "fp8emu.codec": 5, "fp8emu.hifloat": 5,
     "fp8emu.scaling": 6, "fp8emu.gemm": 6, "fp8emu.describe": 6, "fp8emu.testing": 6,
     "fp8emu.conformance": 6, "fp8emu.layouts": 6, "fp8emu.gpu": 6, "fp8emu.engines": 6,
