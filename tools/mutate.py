@@ -118,8 +118,8 @@ GROUPS = {
     # left out (a minute a run, and the recorded MMA-Sim vectors of test_instructions.py hold the
     # same comparison); the fast files run first so that -x stops a killed mutant early.
     "instructions": (["fp8emu/gemm/catalogue.py", "fp8emu/gemm/datapaths.py", "fp8emu/gemm/instructions.py",
-                      *(f"fp8emu/gemm/routes/{m}.py" for m in ("__init__", "codes", "steps", "tables",
-                                                                "operands", "exact", "groups"))],
+                      *(f"fp8emu/gemm/routes/{m}.py" for m in ("__init__", "codes", "steps", "layout", "workspace",
+                                                                "tables", "operands", "exact", "groups"))],
                      ["tests/test_accumulator_semantics.py", "tests/test_instruction_catalogue.py",
                       "tests/test_instruction_rules.py",
                       "tests/test_gemm_routes.py",
