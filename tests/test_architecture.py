@@ -261,6 +261,39 @@ def test_the_private_name_checker_can_fail():
     assert got == {("fp8emu.gemm.routes.exact", "_run_exact")}
 
 
+# ----------------------------------------------------------------------------- the architecture page
+ROOT = PKG.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import make_architecture_figure  # noqa: E402
+
+
+def test_the_architecture_figure_shows_the_layers_as_they_are():
+    from PIL import Image
+
+    table = make_architecture_figure.layer_table(LAYERS, MODULES)
+    assert sum(c for _, row in table for _, c in row) == len(MODULES)
+    with Image.open(ROOT / "figures" / "architecture.png") as im:
+        drawn = im.text.get("Description")
+    assert drawn == make_architecture_figure.summary(table), \
+        "figures/architecture.png is not the layers as they are: run python3 tools/make_architecture_figure.py"
+
+
+def test_the_architecture_page_has_one_paragraph_per_layer_with_its_numbers():
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = make_architecture_figure.layer_table(LAYERS, MODULES)
+    assert f"fp8emu is {len(MODULES)} modules in {len(table)} layers." in " ".join(text.split())
+    paragraphs = re.findall(r"^\*\*Layer (\d+),[^*]*\((\d+) modules?\)\.\*\*(.*?)(?=^\*\*Layer |\Z)", text, re.S | re.M)
+    assert [int(n) for n, _, _ in paragraphs] == [n for n, _ in table], "one paragraph per layer, bottom up"
+    for (n, count, body), (_, row) in zip(paragraphs, table):
+        assert int(count) == sum(c for _, c in row), f"layer {n}: the page says {count} modules"
+        for prefix, _ in row:
+            name = "fp8emu" if prefix == "fp8emu" else prefix[len("fp8emu."):]
+            assert f"`{name}`" in body, f"layer {n}'s paragraph does not name `{name}`"
+    assert "../figures/architecture.png" in text
+
+
 def test_no_function_shadows_a_submodule():
     subs = {m.split(".")[1] for m in MODULES if m.count(".") >= 1}
     for name in subs:
