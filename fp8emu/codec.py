@@ -37,7 +37,7 @@ import numpy as np
 from . import parallel
 from . import tables as _tables
 from .formats import get_format
-from .interop import narrow_codes, source_array
+from .interop import byte_codes, narrow_codes, source_array
 from .profiles import get_profile
 from .random_bits import draw_bits, random_source
 from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation, finish_codes
@@ -680,11 +680,5 @@ def as_ml_dtypes(codes, fmt) -> np.ndarray:
         have = [n for n in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4",
                             "e8m0fnu", "e2m3fn", "e3m2fn", "e2m1fn") if get_format(n).ml_dtype is not None]
         raise ValueError(f"ml_dtypes has no type for format {fmt.name!r}; it has: {', '.join(have)}")
-    arr = np.asarray(codes)
-    if arr.dtype != np.uint8:
-        raise TypeError(f"as_ml_dtypes expects uint8 codes, got dtype {arr.dtype}")
-    if fmt.bits < 8 and arr.size and int(arr.max()) >= (1 << fmt.bits):
-        # ml_dtypes would read the stray high bits (0x1F as e2m1fn is -6): refuse instead.
-        raise ValueError(f"codes out of range for {fmt.bits}-bit format {fmt.name}: "
-                         f"expected 0..{(1 << fmt.bits) - 1}, got a maximum of {int(arr.max())}")
-    return arr.view(fmt.ml_dtype)
+    # ml_dtypes would read the stray high bits of a narrower format (0x1F as e2m1fn is -6): refused
+    return byte_codes(codes, fmt, "codes").view(fmt.ml_dtype)

@@ -48,6 +48,7 @@ import numpy as np
 from .codec import decode, encode
 from .conformance import KINDS, classify_differences
 from .formats import ML_DTYPES_NAMES, get_format
+from .interop import byte_codes
 from .profiles import get_profile, installed_version, resolve_versioned, versioned_names
 from .tables import SOURCE_DTYPES, source_name
 
@@ -302,15 +303,10 @@ def engine_decode(engine, codes, fmt, dtype) -> np.ndarray:
     ...     print(engine_decode("jax-cpu", np.array([0x38], np.uint8), "e4m3fn", np.float32).tolist())
     [1.0]
     """
-    codes = np.ascontiguousarray(codes)
-    if codes.dtype != np.uint8:
-        raise TypeError(f"codes must be uint8, got {codes.dtype}")
     dtype = np.dtype(dtype)
     src = _source_name(dtype)
     _check(engine, fmt, src)
-    f = get_format(fmt)
-    if codes.size and int(codes.max()) >= (1 << f.bits):
-        raise ValueError(f"codes out of range for {f.bits}-bit format {fmt}")
+    codes = np.ascontiguousarray(byte_codes(codes, get_format(fmt), "codes"))
     flat = codes.reshape(-1)
     if engine in ("onnx", "onnxruntime-cpu"):
         out = _onnx_decode(engine, flat, fmt, src)

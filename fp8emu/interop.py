@@ -206,13 +206,13 @@ def byte_codes(codes, fmt, what) -> np.ndarray:
     >>> byte_codes(np.uint8([1, 16]), get_format("e2m1fn"), "a")
     Traceback (most recent call last):
     ...
-    ValueError: a holds codes above e2m1fn's 4 bits
+    ValueError: a holds codes above e2m1fn's 4 bits (accepted: 0..15)
     """
     codes = np.asarray(codes)
     if codes.dtype != np.uint8:
         raise TypeError(f"{what} must be uint8 codes (one element per byte), got dtype {codes.dtype}")
     if fmt.bits < 8 and int(codes.max(initial=0)) >> fmt.bits:
-        raise ValueError(f"{what} holds codes above {fmt.name}'s {fmt.bits} bits")
+        raise ValueError(f"{what} holds codes above {fmt.name}'s {fmt.bits} bits (accepted: 0..{(1 << fmt.bits) - 1})")
     return codes
 
 

@@ -20,7 +20,8 @@ from ..formats import get_format
 from .catalogue import (_OUT, EVIDENCE, INSTRUCTIONS, Instruction, as_instruction,  # noqa: F401 (the public API)
                         get_instruction, presets)
 from .datapaths import _WIDE, _check, _format_name, _reference
-from .routes import run_tables, run_tiles, tile_route
+from .routes import run_tiles, tile_route
+from .routes.tables import run_tables
 
 __all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets", "mma", "dot",
            "gemm", "block_scaled_gemm"]

@@ -35,7 +35,6 @@ from ...interop import byte_codes
 from .exact import run_exact
 from .groups import groups_exact, run_groups
 from .operands import run_operands
-from .tables import run_tables  # noqa: F401 (the route of rows, taken from here)
 
 
 def run_tiles(ins, a, b, c, fa, fb, scales=None):
