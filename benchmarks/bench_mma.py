@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import record_mmasim  # noqa: E402
 from fp8emu.formats import get_format  # noqa: E402
-from fp8emu.gemm.routes import codes as route_codes, operands, steps  # noqa: E402
+from fp8emu.gemm.routes import codes as route_codes, operands, steps, workspace as route_workspace  # noqa: E402
 from fp8emu.gemm.instructions import INSTRUCTIONS, dot, mma  # noqa: E402
 
 # (preset, a format, b format, scale kind, block, tile n used here)
@@ -139,8 +139,8 @@ def _floor_passes(preset, t):
             t1 = min(T, t0 + tc)
             for k0 in range(0, K, kc):
                 k1 = min(K, k0 + kc)
-                va, ea = route_codes._decoded_chunk(a[t0:t1, :, k0:k1], fa, "a")
-                vb, eb = route_codes._decoded_chunk(b[t0:t1, :, k0:k1], fb, "b")
+                va, ea = route_codes.decoded_chunk(a[t0:t1, :, k0:k1], fa, "a")
+                vb, eb = route_codes.decoded_chunk(b[t0:t1, :, k0:k1], fb, "b")
                 for m0 in range(0, M, mb):
                     m1 = min(M, m0 + mb)
                     for n0 in range(0, N, nb):
@@ -148,15 +148,15 @@ def _floor_passes(preset, t):
                         shp = (L, m1 - m0, n1 - n0, t1 - t0)
                         size = int(np.prod(shp))
                         # kept between calls, as the path's own work arrays are
-                        p = route_codes._work("floor p", L * mb * nb * tc, np.float32)[:size].reshape(shp)
-                        x = route_codes._work("floor x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
+                        p = route_workspace.work("floor p", L * mb * nb * tc, np.float32)[:size].reshape(shp)
+                        x = route_workspace.work("floor x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
                         g = f[..., :m1 - m0, :n1 - n0, :t1 - t0]
                         for s0 in range(0, k1 - k0, L):
                             operands._step_products(p, x, (va, ea, vb, eb), slice(s0, s0 + L), slice(m0, m1),
                                                     slice(n0, n1))
                             if paired:
-                                steps._halves(x).max(axis=0)
-                                q = steps._halves(p)
+                                steps.halves(x).max(axis=0)
+                                q = steps.halves(p)
                             else:
                                 x.max(axis=0)
                                 q = p

@@ -37,11 +37,13 @@ import numpy as np
 from . import parallel
 from . import tables as _tables
 from .formats import get_format
+from .interop import byte_codes, narrow_codes, source_array
 from .profiles import get_profile
+from .random_bits import draw_bits, random_source
 from .rounding import DETERMINISTIC_MODES, STOCHASTIC_MODES, check_rounding, check_saturation, finish_codes
 from .tables import (
-    CHUNK, DECODE_DTYPES, SOURCE_DTYPES, as_array, as_codes, cached_encode_table, decode_dtype,
-    decode_take, encode_exact, encode_table, encoder_plan, lookup, source_name, sticky16_ok, table_ok,
+    CHUNK, DECODE_DTYPES, SOURCE_DTYPES, cached_encode_table, decode_dtype, decode_take, encode_exact, encode_table,
+    encoder_plan, lookup, source_name, sticky16_ok, table_ok,
 )
 
 __all__ = ["encode", "decode", "quantize", "as_ml_dtypes"]
@@ -68,27 +70,6 @@ def _worth_building(fmt, src, rounding, saturate, n):
 
 
 _VIA = {name: SOURCE_DTYPES[name] for name in ("float32", "float16", "bfloat16")}
-
-# Bit generators whose ``random_raw`` is the 64-bit stream that ``Generator.integers``
-# splits into two 32-bit draws (low half first); MT19937's raw output is 32-bit.
-_RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
-
-
-def _draw_bits(gen, k, n):
-    """``gen.integers(0, 2**k, n, dtype=np.uint64)`` as uint32 (the documented stream).
-
-    For even ``n`` and a 64-bit bit generator, ``integers`` with a power-of-two
-    range up to 2**32 takes the top k bits of consecutive 32-bit halves of the
-    raw 64-bit outputs (Lemire's method never rejects there); taking them from
-    ``random_raw`` directly gives the same bits and state, several times faster.
-    """
-    if n % 2 == 0 and sys.byteorder == "little" and type(gen.bit_generator) in _RAW64:
-        r = gen.bit_generator.random_raw(n // 2).view(np.uint32)
-        if k < 32:
-            r >>= np.uint32(32 - k)
-        return r
-    return gen.integers(0, 1 << k, size=n, dtype=_U64).astype(np.uint32)
-
 
 # (uint view, exponent bits, mantissa bits, bits below the table index) of the pattern
 # types stochastic rounding works on, and the integer/narrow sources widened to them exactly.
@@ -414,46 +395,6 @@ def _f32_index(x):
 
 
 # ----------------------------------------------------------------------------- public API
-def _random_source(rounding, rng, sr_bits, random_bits, shape):
-    """Validate the stochastic-rounding options; return (k, bits array or None, Generator)."""
-    if rounding not in STOCHASTIC_MODES:
-        if rng is not None or random_bits is not None or sr_bits is not None:
-            raise ValueError("rng, sr_bits and random_bits apply only to rounding='stochastic' and "
-                             f"the other stochastic modes ({', '.join(STOCHASTIC_MODES[1:])})")
-        return 0, None, None
-    if random_bits is None and rng is None:
-        raise ValueError(f"rounding={rounding!r} needs a source of randomness: pass rng "
-                         "(np.random.Generator or int seed) or random_bits")
-    if random_bits is not None and rng is not None:
-        raise ValueError("pass either rng or random_bits, not both")
-    rb = None
-    if random_bits is not None:
-        rb = np.asarray(random_bits)
-        if rb.dtype.kind not in "iu":
-            raise TypeError(f"random_bits must be an unsigned integer array, got dtype {rb.dtype}")
-        if sr_bits is None:
-            if rb.dtype.kind != "u" or rb.dtype.itemsize > 4:
-                raise ValueError("pass sr_bits with random_bits that are not uint8/uint16/uint32")
-            sr_bits = rb.dtype.itemsize * 8
-    if sr_bits is None:
-        sr_bits = 32
-    if isinstance(sr_bits, bool) or not isinstance(sr_bits, (int, np.integer)) or not 1 <= sr_bits <= 32:
-        raise ValueError(f"sr_bits must be an int in 1..32, got {sr_bits!r}")
-    if rb is not None:
-        try:
-            rb = np.broadcast_to(rb, shape)
-        except ValueError:
-            raise ValueError(f"random_bits of shape {rb.shape} does not broadcast to {shape}") from None
-        if rb.size and (rb.min() < 0 or int(rb.max()) >= (1 << sr_bits)):
-            raise ValueError(f"random_bits must lie in [0, 2**sr_bits) = [0, {1 << sr_bits})")
-        return int(sr_bits), rb, None
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        rng = np.random.default_rng(int(rng))
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator or an int seed, got {type(rng).__name__}")
-    return int(sr_bits), None, rng
-
-
 def encode(x, fmt, *, rounding="rne", saturate=None, rng=None, sr_bits=None,
            random_bits=None, via=None, profile=None, threads=None) -> np.ndarray:
     """Round values to a narrow format and return their codes.
@@ -543,14 +484,14 @@ def encode(x, fmt, *, rounding="rne", saturate=None, rng=None, sr_bits=None,
     prof = get_profile(profile)
     rounding = check_rounding(rounding)
     saturate = None if saturate is None else check_saturation(saturate)
-    arr = as_array(x)
+    arr = source_array(x)
     if not prof.is_spec:
         prof.check_options(fmt, rounding, saturate=saturate, via=via, stochastic=(
             rounding in STOCHASTIC_MODES or rng is not None or sr_bits is not None or random_bits is not None))
         return _encode_profile(arr, fmt, prof, rounding, threads)
     if saturate is None:
         saturate = False
-    k, rb, gen = _random_source(rounding, rng, sr_bits, random_bits, arr.shape)
+    k, rb, gen = random_source(rounding, rng, sr_bits, random_bits, arr.shape)
     if via is not None:
         if via not in _VIA:
             raise ValueError(f"unknown via {via!r}; valid: None, {', '.join(_VIA)}")
@@ -565,10 +506,18 @@ def encode(x, fmt, *, rounding="rne", saturate=None, rng=None, sr_bits=None,
     return out.reshape(arr.shape)
 
 
-def _encode_into(flat, out, fmt, rounding="rne", saturate=True):
+def encode_into(flat, out, fmt, rounding="rne", saturate=True):
     """``out[:] = encode(flat, fmt, rounding=rounding, saturate=saturate)`` on one thread, for callers
     (the scaling recipes' fused chunks) that already hold a checked Format, a deterministic
-    rounding mode and 1-D contiguous arrays: no option checks, no fresh output array."""
+    rounding mode and 1-D contiguous arrays: no option checks, no fresh output array.
+
+    Examples
+    --------
+    >>> out = np.empty(2, np.uint8)
+    >>> encode_into(np.array([1.0, 500.0]), out, get_format("e4m3fn"))
+    >>> out.tolist()
+    [56, 126]
+    """
     _encode_flat(flat, out, fmt, rounding, saturate, 0, None, None, threads=1)
 
 
@@ -628,7 +577,7 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True,
         return
     if threads == 1 and plan is not None:
         # one pass over the whole array, drawing each step's bits as it goes
-        _sr_range(flat, None, out, plan, fmt, saturate, k, draw=lambda m: _draw_bits(gen, k, m))
+        _sr_range(flat, None, out, plan, fmt, saturate, k, draw=lambda m: draw_bits(gen, k, m))
         return
     # Draw a block's bits (an even count, so blocks continue one stream) while the
     # threads work on the previous block.
@@ -637,7 +586,7 @@ def _encode_flat(flat, out, fmt, rounding, saturate, k, rb_flat, gen, fast=True,
     pool = parallel.executor(threads) if threads > 1 else None
     for a0 in range(0, n, block):
         b0 = min(n, a0 + block)
-        bits = _draw_bits(gen, k, b0 - a0)
+        bits = draw_bits(gen, k, b0 - a0)
         ranges = parallel.split(a0, b0, threads, CHUNK)
         if pool is None:
             work_on(bits, a0)(a0, b0)
@@ -683,7 +632,7 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None, threads=None) -> np.nd
     dt = decode_dtype(dtype)
     if isinstance(codes, (list, tuple)) and np.size(codes) == 0:
         codes = np.zeros(np.shape(codes), np.uint8)   # NumPy would make an empty list float64
-    c = as_codes(codes, fmt)
+    c = narrow_codes(codes, fmt)
     # A 0-d input gives a 0-d array, as encode does (np.take would return a scalar).
     return np.asarray(decode_take(prof.decode_table(fmt, dt), c, parallel.resolve_threads(threads, c.size)))
 
@@ -700,12 +649,12 @@ def quantize(x, fmt, **encode_options) -> np.ndarray:
     >>> fp8emu.quantize(np.array([0.3, 1000.0], np.float32), "e5m2").tolist()
     [0.3125, 1024.0]
     """
-    arr = as_array(x)
+    arr = source_array(x)
     if arr.dtype in DECODE_DTYPES:
         dt = arr.dtype
     elif arr.dtype.kind in "biu":
         dt = np.dtype(np.float64)
-    else:   # ml_dtypes' narrow floats, the only other types as_array accepts (their kind is "f" or "V")
+    else:   # ml_dtypes' narrow floats, the only other types source_array accepts (their kind is "f" or "V")
         dt = np.dtype(np.float32)
     return decode(encode(arr, fmt, **encode_options), fmt, dtype=dt, profile=encode_options.get("profile"),
                   threads=encode_options.get("threads"))
@@ -731,11 +680,5 @@ def as_ml_dtypes(codes, fmt) -> np.ndarray:
         have = [n for n in ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e4m3", "e3m4",
                             "e8m0fnu", "e2m3fn", "e3m2fn", "e2m1fn") if get_format(n).ml_dtype is not None]
         raise ValueError(f"ml_dtypes has no type for format {fmt.name!r}; it has: {', '.join(have)}")
-    arr = np.asarray(codes)
-    if arr.dtype != np.uint8:
-        raise TypeError(f"as_ml_dtypes expects uint8 codes, got dtype {arr.dtype}")
-    if fmt.bits < 8 and arr.size and int(arr.max()) >= (1 << fmt.bits):
-        # ml_dtypes would read the stray high bits (0x1F as e2m1fn is -6): refuse instead.
-        raise ValueError(f"codes out of range for {fmt.bits}-bit format {fmt.name}: "
-                         f"expected 0..{(1 << fmt.bits) - 1}, got a maximum of {int(arr.max())}")
-    return arr.view(fmt.ml_dtype)
+    # ml_dtypes would read the stray high bits of a narrower format (0x1F as e2m1fn is -6): refused
+    return byte_codes(codes, fmt, "codes").view(fmt.ml_dtype)

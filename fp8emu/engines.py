@@ -47,7 +47,8 @@ import numpy as np
 
 from .codec import decode, encode
 from .conformance import KINDS, classify_differences
-from .formats import get_format
+from .formats import ML_DTYPES_NAMES, get_format
+from .interop import byte_codes
 from .profiles import get_profile, installed_version, resolve_versioned, versioned_names
 from .tables import SOURCE_DTYPES, source_name
 
@@ -302,15 +303,10 @@ def engine_decode(engine, codes, fmt, dtype) -> np.ndarray:
     ...     print(engine_decode("jax-cpu", np.array([0x38], np.uint8), "e4m3fn", np.float32).tolist())
     [1.0]
     """
-    codes = np.ascontiguousarray(codes)
-    if codes.dtype != np.uint8:
-        raise TypeError(f"codes must be uint8, got {codes.dtype}")
     dtype = np.dtype(dtype)
     src = _source_name(dtype)
     _check(engine, fmt, src)
-    f = get_format(fmt)
-    if codes.size and int(codes.max()) >= (1 << f.bits):
-        raise ValueError(f"codes out of range for {f.bits}-bit format {fmt}")
+    codes = np.ascontiguousarray(byte_codes(codes, get_format(fmt), "codes"))
     flat = codes.reshape(-1)
     if engine in ("onnx", "onnxruntime-cpu"):
         out = _onnx_decode(engine, flat, fmt, src)
@@ -472,10 +468,6 @@ def _jax_decode(flat, fmt, dtype):
     return y.copy()
 
 
-_TORCH_NAME = {"e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz",
-               "e5m2fnuz": "float8_e5m2fnuz", "e8m0fnu": "float8_e8m0fnu"}
-
-
 def _torch_tensor(flat):
     import torch
     if flat.dtype == _BFLOAT16:   # torch.from_numpy has no bfloat16: hand over the bits
@@ -485,13 +477,13 @@ def _torch_tensor(flat):
 
 def _torch_cast(flat, fmt):
     import torch
-    y = _torch_tensor(flat).to(getattr(torch, _TORCH_NAME[fmt]))
+    y = _torch_tensor(flat).to(getattr(torch, ML_DTYPES_NAMES[fmt]))
     return y.view(torch.uint8).numpy().copy()
 
 
 def _torch_decode(flat, fmt, dtype):
     import torch
-    t = torch.from_numpy(flat.copy()).view(getattr(torch, _TORCH_NAME[fmt]))
+    t = torch.from_numpy(flat.copy()).view(getattr(torch, ML_DTYPES_NAMES[fmt]))
     if dtype == _BFLOAT16:
         return t.to(torch.bfloat16).view(torch.int16).numpy().view(_BFLOAT16).copy()
     return t.to(getattr(torch, source_name(dtype))).numpy().copy()

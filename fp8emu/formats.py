@@ -332,7 +332,7 @@ class Format:
         """The matching ``ml_dtypes`` scalar type, or None where ml_dtypes has none."""
         import ml_dtypes
 
-        name = _ML_DTYPES_NAMES.get(self.name)
+        name = ML_DTYPES_NAMES.get(self.name)
         if name is None or getattr(ml_dtypes, name, None) is None:
             return None
         # Only a registered built-in is the ml_dtypes type; a look-alike user format is not.
@@ -342,12 +342,32 @@ class Format:
         return self.name
 
 
-_ML_DTYPES_NAMES = {
+#: Built-in format name -> the name of its ml_dtypes type (torch names the narrow dtypes it has,
+#: :data:`fp8emu.interop.TORCH_NARROW_NAMES`, the same): the one map between formats and dtypes
+#: (:attr:`Format.ml_dtype`, :func:`format_of_dtype`).
+ML_DTYPES_NAMES = {
     "e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz",
     "e5m2fnuz": "float8_e5m2fnuz", "e4m3b11fnuz": "float8_e4m3b11fnuz", "e4m3": "float8_e4m3",
     "e3m4": "float8_e3m4", "e8m0fnu": "float8_e8m0fnu", "e2m3fn": "float6_e2m3fn",
     "e3m2fn": "float6_e3m2fn", "e2m1fn": "float4_e2m1fn", "e5m3fnu": "float8_e5m3fnu",
 }
+
+
+def format_of_dtype(dtype):
+    """The built-in :class:`Format` whose ml_dtypes type is ``dtype``, or None (uint8 codes, wide floats).
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> format_of_dtype(ml_dtypes.float8_e5m2).name, format_of_dtype(np.uint8)
+    ('e5m2', None)
+    """
+    dt = np.dtype(dtype)
+    for name in ML_DTYPES_NAMES:
+        f = _REGISTRY.get(name)
+        if f is not None and f.ml_dtype is not None and np.dtype(f.ml_dtype) == dt:
+            return f
+    return None
 
 
 def _p3109(p: int) -> Format:

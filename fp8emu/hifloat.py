@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codec import _random_source
-from .tables import as_array, decode_dtype
+from .interop import source_array
+from .random_bits import random_source
+from .tables import decode_dtype
 
 __all__ = ["HIF8_MAX", "HIF8_MIN_SUBNORMAL", "HIF8_INF_CODE", "HIF8_NAN_CODE", "HIF8_ROUNDING",
            "hif8_values", "hif8_decode", "hif8_encode", "hif8_summary"]
@@ -193,12 +194,12 @@ def hif8_encode(x, *, rounding="rna", saturate=False, rng=None, sr_bits=None, ra
         raise TypeError(f"saturate must be a bool for HiF8, got {saturate!r}")
     if via not in (None, "float32"):
         raise ValueError(f"via must be None or 'float32', got {via!r}")
-    arr = as_array(x)
+    arr = source_array(x)
     with np.errstate(over="ignore", invalid="ignore"):
         if via == "float32":
             arr = arr.astype(np.float32)
         xf = arr.astype(np.float64)            # exact for every float type; integers past 2**53 overflow anyway
-    k, bits, gen = _random_source(rounding, rng, sr_bits, random_bits, xf.shape)
+    k, bits, gen = random_source(rounding, rng, sr_bits, random_bits, xf.shape)
     neg = np.signbit(xf)
     a = np.abs(xf)
     finite = np.isfinite(a)

@@ -36,18 +36,21 @@ import sys
 import ml_dtypes
 import numpy as np
 
-__all__ = ["to_numpy", "narrow_codes", "code_array", "real_values", "unpack_nibbles", "ML_NARROW_DTYPES"]
+__all__ = ["to_numpy", "source_array", "narrow_codes", "byte_codes", "code_array", "real_values", "unpack_nibbles",
+           "ML_NARROW_DTYPES"]
 
 #: Every ml_dtypes type of 8 bits or fewer (FP8, FP6, FP4, E8M0), as NumPy dtypes.
 ML_NARROW_DTYPES = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)
                              if n.startswith(("float8_", "float6_", "float4_")))
+#: The floating-point types fp8emu reads exactly, in order (float16, bfloat16, float32, float64):
+#: :data:`fp8emu.tables.SOURCE_DTYPES` names them.
+SOURCE_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
+#: The narrow float dtypes torch has, by the name torch and ml_dtypes both give them (torch's
+#: ``float4_e2m1fn_x2`` packs two codes per byte and has no ml_dtypes twin).
+TORCH_NARROW_NAMES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
 
 # torch dtype name -> the ml_dtypes type with the same bit layout.
-_TORCH_VIEW = {
-    "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
-    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-    "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu, "bfloat16": ml_dtypes.bfloat16,
-}
+_TORCH_VIEW = {name: getattr(ml_dtypes, name) for name in TORCH_NARROW_NAMES + ("bfloat16",)}
 
 
 def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
@@ -159,6 +162,58 @@ def to_numpy(x, *, what="x") -> np.ndarray:
     if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "<" and sys.byteorder == "big"):
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
+
+
+def source_array(x, what="x") -> np.ndarray:
+    """``x`` as an array of a type the codec reads (:func:`to_numpy`, no copy where possible): bool,
+    integers, float16, bfloat16, float32, float64 or ml_dtypes' narrow floats; any other dtype is one
+    TypeError naming the accepted ones.
+
+    Examples
+    --------
+    >>> source_array([1.5, 2]).dtype.name
+    'float64'
+    >>> source_array(np.array([1j]))
+    Traceback (most recent call last):
+    ...
+    TypeError: unsupported x dtype complex128; accepted: bool, integers, float16, bfloat16, float32, float64 (and ml_dtypes' narrow float types)
+    """
+    arr = to_numpy(x, what=what)
+    dt = arr.dtype
+    if dt in SOURCE_FLOATS or dt in ML_NARROW_DTYPES or dt.kind in "biu":
+        return arr
+    raise TypeError(
+        f"unsupported {what} dtype {dt}; accepted: bool, integers, float16, bfloat16, "
+        "float32, float64 (and ml_dtypes' narrow float types)"
+    )
+
+
+def byte_codes(codes, fmt, what) -> np.ndarray:
+    """``codes`` as an array, checked to be uint8 codes, one element per byte, within ``fmt``'s bits:
+    the rule of the matrix instructions' operands (:func:`fp8emu.gemm.instructions.mma`), stricter
+    than :func:`narrow_codes` (no other integer type, no ml_dtypes array).  ``fmt``: any object with
+    ``name`` and ``bits``; ``what`` names the operand in the error.
+
+    Examples
+    --------
+    >>> from fp8emu.formats import get_format
+    >>> byte_codes(np.uint8([1, 15]), get_format("e2m1fn"), "a").tolist()
+    [1, 15]
+    >>> byte_codes([1, 15], get_format("e2m1fn"), "a")
+    Traceback (most recent call last):
+    ...
+    TypeError: a must be uint8 codes (one element per byte), got dtype int64
+    >>> byte_codes(np.uint8([1, 16]), get_format("e2m1fn"), "a")
+    Traceback (most recent call last):
+    ...
+    ValueError: a holds codes above e2m1fn's 4 bits (accepted: 0..15)
+    """
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"{what} must be uint8 codes (one element per byte), got dtype {codes.dtype}")
+    if fmt.bits < 8 and int(codes.max(initial=0)) >> fmt.bits:
+        raise ValueError(f"{what} holds codes above {fmt.name}'s {fmt.bits} bits (accepted: 0..{(1 << fmt.bits) - 1})")
+    return codes
 
 
 def code_array(x, limit: int, what: str, *, held="", typed=None, also="") -> np.ndarray:

@@ -1,10 +1,10 @@
-"""Input coercion, the exact encode of a chunk, and the cached encode/decode tables.
+"""The exact encode of a chunk, and the cached encode/decode tables.
 
-This module owns everything that turns user input into codes without any
-policy of a particular implementation: it checks and views inputs
-(:func:`as_array`, :func:`as_codes`), describes each finite input exactly and
-rounds it once with :func:`fp8emu.rounding.round_exact` (:func:`encode_exact`),
-and tabulates that exact encode for the source types where a table is exact.
+This module owns everything that turns checked input (:func:`fp8emu.interop.source_array`,
+:func:`fp8emu.interop.narrow_codes`: the one place where inputs are coerced) into codes without
+any policy of a particular implementation: it describes each finite input exactly and rounds it
+once with :func:`fp8emu.rounding.round_exact` (:func:`encode_exact`), and tabulates that exact
+encode for the source types where a table is exact.
 
 Tables
 ------
@@ -40,11 +40,11 @@ import numpy as np
 
 from . import parallel
 from .formats import Format
-from .interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
+from .interop import ML_NARROW_DTYPES, SOURCE_FLOATS
 from .rounding import check_saturation, finish_codes, nan_codes, round_exact
 
 __all__ = [
-    "SOURCE_DTYPES", "DECODE_DTYPES", "decode_dtype", "source_name", "as_array", "as_codes", "encode_exact",
+    "SOURCE_DTYPES", "DECODE_DTYPES", "decode_dtype", "source_name", "encode_exact",
     "table_ok", "table_inputs", "encode_table", "cached_encode_table", "lookup", "decode_table", "decode_take", "CHUNK",
 ]
 
@@ -53,12 +53,7 @@ _U64 = np.uint64
 CHUNK = 1 << 16
 
 #: The floating-point source types fp8emu reads exactly, by name (the one table of dtype names).
-SOURCE_DTYPES = {
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
-}
+SOURCE_DTYPES = {dt.name: dt for dt in SOURCE_FLOATS}
 _SOURCE_NAMES = {dt: name for name, dt in SOURCE_DTYPES.items()}
 #: The short names the recorded tables' file names use for the source types (``f32`` ...).
 SOURCE_SHORT_NAMES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
@@ -109,44 +104,6 @@ def source_name(dtype) -> str:
         return _SOURCE_NAMES[dt]
     except KeyError:
         raise ValueError(f"unsupported source dtype {dt}; accepted: {', '.join(SOURCE_DTYPES)}") from None
-
-
-# ----------------------------------------------------------------------------- inputs
-def as_array(x, what="x") -> np.ndarray:
-    """``x`` as an ndarray, without copying where possible, rejecting unsupported dtypes.
-
-    Anything :func:`fp8emu.interop.to_numpy` reads is accepted: NumPy and
-    ml_dtypes arrays, torch tensors on any device, JAX arrays, objects with
-    ``__array__`` or ``__dlpack__``, scalars and lists.
-
-    Examples
-    --------
-    >>> as_array([1.5, 2]).dtype.name
-    'float64'
-    """
-    arr = to_numpy(x, what=what)
-    dt = arr.dtype
-    if dt in _FLOAT_LAYOUT or dt in ML_NARROW_DTYPES or dt.kind in "biu":
-        return arr
-    raise TypeError(
-        f"unsupported {what} dtype {dt}; accepted: bool, integers, float16, bfloat16, "
-        "float32, float64 (and ml_dtypes' narrow float types)"
-    )
-
-
-def as_codes(codes, fmt: Format) -> np.ndarray:
-    """``codes`` as uint8 codes of ``fmt``: range-checked, ml_dtypes (or torch/JAX) arrays of ``fmt`` viewed.
-
-    An ml_dtypes array of another format (an ``float8_e5m2`` array passed as
-    ``e4m3fn``) is an error, not a reinterpretation of its bits.
-
-    Examples
-    --------
-    >>> from fp8emu.formats import get_format
-    >>> as_codes([1, 2], get_format("e2m1fn")).dtype.name
-    'uint8'
-    """
-    return narrow_codes(codes, fmt)
 
 
 # ----------------------------------------------------------------------------- exact encode

@@ -158,25 +158,25 @@ def test_every_route_gives_the_reference_bits(preset, monkeypatch):
         where = f"{preset} {fa} x {fb}, {kind}, scales {sk} / {blk}"
         refs = [_reference(ins, a[t], b[t], c[t], fa, fb, None if sa is None else sa[t],
                            None if sb is None else sb[t], sk) for t in range(T)]
-        route = routes._tile_route(ins, ga, gb, blk)
+        route = routes.tile_route(ins, ga, gb, blk)
         for t in range(T):
             at, bt, ct = a[t], b[t], c[t]
             st = (None, None) if sa is None else (sa[t], sb[t])
             dsa, dsb, block, scl = _tile_scales(ins, at, bt, fa, fb, *st, sk)
-            got = {"tables (tile)": tables_mod._run_tables(ins, at[:, None], bt[None], ct, ga, gb, dsa, dsb, block, K),
+            got = {"tables (tile)": tables_mod.run_tables(ins, at[:, None], bt[None], ct, ga, gb, dsa, dsb, block, K),
                    "mma": instructions.mma(at, bt.T, ct, instruction=ins, a_format=fa, b_format=fb,
                                            a_scales=st[0], b_scales=None if st[1] is None else st[1].T,
                                            scale_format=sk)}
-            if route is routes._run_tiles:
-                got["operands"] = operands_mod._run_operands(ins, at[None], bt[None], ct[None], ga, gb, scl)[0]
-                got["tiles"] = routes._run_tiles(ins, at[None], bt[None], ct[None], ga, gb, scl)[0]
+            if route is routes.run_tiles:
+                got["operands"] = operands_mod.run_operands(ins, at[None], bt[None], ct[None], ga, gb, scl)[0]
+                got["tiles"] = routes.run_tiles(ins, at[None], bt[None], ct[None], ga, gb, scl)[0]
                 taken["operands"] += 1
-                d = exact_mod._run_exact(ins, at, bt, ct, ga, gb, scl)
+                d = exact_mod.run_exact(ins, at, bt, ct, ga, gb, scl)
                 if d is not None:
                     got["exact"] = d
                     taken["exact"] += 1
-            elif route is routes._run_groups:
-                got["groups"] = groups_mod._run_groups(ins, at[None], bt[None], ct[None], ga, gb, scl)[0]
+            elif route is routes.run_groups:
+                got["groups"] = groups_mod.run_groups(ins, at[None], bt[None], ct[None], ga, gb, scl)[0]
                 taken["groups"] += 1
             for name, d in got.items():
                 assert d.dtype == refs[t].dtype, (where, name)
@@ -195,7 +195,7 @@ def test_every_route_gives_the_reference_bits(preset, monkeypatch):
             rsa = np.repeat(sa, N, axis=1).reshape(-1, 1, K // blk)
             rsb = np.tile(sb, (1, M, 1)).reshape(-1, 1, K // blk)
         dsa, dsb, block = datapaths._check(ins, K, fa, fb, rsa, rsb, sk)
-        d = tables_mod._run_tables(ins, rows_a, rows_b, c.reshape(-1, 1), ga, gb, dsa, dsb, block, K)
+        d = tables_mod.run_tables(ins, rows_a, rows_b, c.reshape(-1, 1), ga, gb, dsa, dsb, block, K)
         assert (_bits(d.reshape(want.shape)) == _bits(want)).all(), f"{where}: rows through the tables"
     # each route the catalogue sends this preset to was run
     ins = INSTRUCTIONS[preset]
@@ -236,10 +236,10 @@ def test_every_cached_table_is_read_only():
     pair tables' flag could be dropped without a test noticing)."""
     from fp8emu.formats import get_format
     from fp8emu.gemm.datapaths import _TABLES
-    from fp8emu.gemm.routes.codes import _operand_pair_tables, _operand_tables
+    from fp8emu.gemm.routes.codes import _operand_pair_tables, operand_tables
     for name in ("e4m3fn", "e5m2"):
         fmt = get_format(name)
-        for arr in (*_operand_pair_tables(fmt), *_operand_tables(fmt, np.float32)[:2]):
+        for arr in (*_operand_pair_tables(fmt), *operand_tables(fmt, np.float32)[:2]):
             assert not arr.flags.writeable
             with pytest.raises(ValueError, match="read-only"):
                 arr[0] = 0

@@ -142,7 +142,7 @@ def exact_route(monkeypatch):
     """Record what the exact GEMM route does (tiles of 256 outputs and more try it)."""
     monkeypatch.setattr(exact_mod, "_EXACT_MIN", 256)
     seen = _ExactRoute()
-    real_exact, real_ops, real_cut = routes._run_exact, exact_mod._run_operands, exact_mod._cut_sums
+    real_exact, real_ops, real_cut = routes.run_exact, exact_mod.run_operands, exact_mod._cut_sums
 
     def exact(*args):
         d = real_exact(*args)
@@ -160,9 +160,9 @@ def exact_route(monkeypatch):
         seen.rows.append(len(pa))
         return real_cut(pa, *args)
 
-    monkeypatch.setattr(routes, "_run_exact", exact)
+    monkeypatch.setattr(routes, "run_exact", exact)
     monkeypatch.setattr(exact_mod, "_cut_sums", cut)
-    monkeypatch.setattr(exact_mod, "_run_operands", ops)
+    monkeypatch.setattr(exact_mod, "run_operands", ops)
     return seen
 
 
@@ -338,7 +338,7 @@ def test_operand_path_equals_the_per_operand_decode(preset, monkeypatch):
                     c[:, 2, 0] = 2.0 ** -115 if ins.out == "float32" else 0  # beside a small C
                     sc = dict(a_scales=sa, b_scales=sb)
                 monkeypatch.setattr(operands_mod, "_CHUNK", chunk)
-                monkeypatch.setattr(operands_mod, "_OP_TILE", tile)
+                monkeypatch.setattr(operands_mod, "OP_TILE", tile)
                 one = (lambda x: x[0]) if two_d else (lambda x: x)
                 got = mma(one(a), one(b), one(c), instruction=ins, a_format=fa, b_format=fb,
                           **{k: one(v) for k, v in sc.items()}).reshape(T, M, N)
@@ -364,7 +364,7 @@ def _zero_rows_and_steps(a, b, c, L):
 
 @pytest.mark.parametrize("preset", EXACT_PRESETS)
 def test_exact_gemm_route_equals_the_per_operand_decode(preset, exact_route):
-    """A GEMM tile whose steps truncate nothing is matrix products (``_run_exact``): on data where
+    """A GEMM tile whose steps truncate nothing is matrix products (``run_exact``): on data where
     every entry passes its check, where some fail it (tiny elements, a huge C on a tenth of the
     outputs: their sums of truncated terms), where a huge C makes most fail (the operand path
     takes the rest of K), with zero rows,
@@ -536,7 +536,7 @@ def test_exact_gemm_route_over_chunks_of_steps(preset, block, monkeypatch, exact
     c = np.where(rng.random((M, N)) < 0.05, 2.0 ** 28, rng.standard_normal((M, N))).astype(np.float32)
     got = mma(a, b, c, instruction=preset, a_format=fmt)
     assert exact_route.taken == [True] and exact_route.rows
-    want = operands_mod._run_operands(ins, a[None], np.ascontiguousarray(b.T)[None], c[None], fp8emu.get_format(fmt),
+    want = operands_mod.run_operands(ins, a[None], np.ascontiguousarray(b.T)[None], c[None], fp8emu.get_format(fmt),
                                       fp8emu.get_format(fmt))[0]
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
@@ -726,7 +726,7 @@ def test_code_pair_tables_hold_exact_products():
     import math
     from fractions import Fraction
     from oracle import code_value
-    P, X, _ = codes_mod._pair_tables(fp8emu.get_format("e5m2"), fp8emu.get_format("e4m3fn"), -133)
+    P, X, _ = codes_mod.pair_tables(fp8emu.get_format("e5m2"), fp8emu.get_format("e4m3fn"), -133)
     for ca in range(256):
         va = code_value("e5m2", ca)
         for cb in range(256):

@@ -66,7 +66,7 @@ GROUPS = {
                 _CODEC + "test_decode_errors", _CODEC + "test_bad_inputs", _CODEC + "test_input_not_modified_and_shapes",
                 _CODEC + "test_array_protocol_and_quantize_dtypes",
                 _CODEC + "test_decode_matches_ml_dtypes_and_accepts_ml_arrays", _CODEC + "test_random_f32_vs_ml_dtypes"]),
-    "codec": (["fp8emu/codec.py"],
+    "codec": (["fp8emu/codec.py", "fp8emu/random_bits.py"],
               [*_CORE_QUICK, "tests/test_reliability.py", _FAST + "test_stochastic_f32_fast_path_matches_exact_core",
                _FAST + "test_stochastic_f32_fast_path_vs_fraction_oracle", _FAST + "test_draw_bits_is_the_documented_stream",
                _FAST + "test_stochastic_rng_stream_across_chunks", _FAST + "test_chunk_boundaries",
@@ -118,8 +118,8 @@ GROUPS = {
     # left out (a minute a run, and the recorded MMA-Sim vectors of test_instructions.py hold the
     # same comparison); the fast files run first so that -x stops a killed mutant early.
     "instructions": (["fp8emu/gemm/catalogue.py", "fp8emu/gemm/datapaths.py", "fp8emu/gemm/instructions.py",
-                      *(f"fp8emu/gemm/routes/{m}.py" for m in ("__init__", "codes", "steps", "tables",
-                                                                "operands", "exact", "groups"))],
+                      *(f"fp8emu/gemm/routes/{m}.py" for m in ("__init__", "codes", "steps", "layout", "workspace",
+                                                                "tables", "operands", "exact", "groups"))],
                      ["tests/test_accumulator_semantics.py", "tests/test_instruction_catalogue.py",
                       "tests/test_instruction_rules.py",
                       "tests/test_gemm_routes.py",

@@ -68,7 +68,7 @@ import ml_dtypes
 import numpy as np
 
 from ..codec import decode
-from ..formats import format_names, get_format
+from ..formats import format_of_dtype, get_format
 from ..interop import ML_NARROW_DTYPES, code_array, to_numpy
 from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import FP4_SCALE_FORMATS, nvfp4_from_codes
@@ -156,8 +156,7 @@ def _narrow_format(arr):
     """The built-in Format of an ml_dtypes narrow-float array's dtype, or None (uint8 codes say nothing)."""
     if arr.dtype not in ML_NARROW_DTYPES:
         return None
-    return next((f for f in map(get_format, format_names())
-                 if f.ml_dtype is not None and np.dtype(f.ml_dtype) == arr.dtype), None)
+    return format_of_dtype(arr.dtype)
 
 
 def _raw_codes(x, fmt, scales, global_scale, what):

@@ -20,7 +20,8 @@ from ..formats import get_format
 from .catalogue import (_OUT, EVIDENCE, INSTRUCTIONS, Instruction, as_instruction,  # noqa: F401 (the public API)
                         get_instruction, presets)
 from .datapaths import _WIDE, _check, _format_name, _reference
-from .routes import _run_tables, _run_tiles, _tile_route
+from .routes import run_tiles, tile_route
+from .routes.tables import run_tables
 
 __all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets", "mma", "dot",
            "gemm", "block_scaled_gemm"]
@@ -162,7 +163,7 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     if _format_name(a_format) not in _WIDE:
         sa, sb, block = _check(ins, K, a_format, bf, sa3, sb3, scale_format)
         fa, fb = get_format(a_format), get_format(bf)
-        route = _tile_route(ins, fa, fb, block)
+        route = tile_route(ins, fa, fb, block)
         if cc.size == 0:
             return np.empty(batch + (M, N), cc.dtype)
         if route is not None:
@@ -203,9 +204,9 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     """D for broadcastable operands a (M|1, N|1, K) and b, by the route that applies.
 
     FP8/FP6/FP4 operands take a fast route (:mod:`fp8emu.gemm.routes`): a tile or GEMM decodes
-    each operand once (:func:`~fp8emu.gemm.routes._run_tiles`, from 512 outputs;
-    ``kind::mxf4nvf4``: :func:`~fp8emu.gemm.routes.groups._run_groups`), anything else gathers its
-    products from the code-pair tables (:func:`~fp8emu.gemm.routes.tables._run_tables`).  The
+    each operand once (:func:`~fp8emu.gemm.routes.run_tiles`, from 512 outputs;
+    ``kind::mxf4nvf4``: :func:`~fp8emu.gemm.routes.groups.run_groups`), anything else gathers its
+    products from the code-pair tables (:func:`~fp8emu.gemm.routes.tables.run_tables`).  The
     16-bit inputs take the reference steps (:func:`fp8emu.gemm.datapaths.reference`), which the
     routes are tested against.
     """
@@ -216,15 +217,15 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     if _format_name(a_format) not in _WIDE:
         fa, fb = get_format(a_format), get_format(b_format)
         tile = a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1
-        route = _tile_route(ins, fa, fb, block) if tile else None
-        if route is _run_tiles and a.shape[0] * b.shape[1] < 512:
+        route = tile_route(ins, fa, fb, block) if tile else None
+        if route is run_tiles and a.shape[0] * b.shape[1] < 512:
             route = None          # a tile of fewer outputs: the code-pair path's fewer NumPy calls win
         if route is not None:
             # sa (K / block, M, 1) and sb (K / block, 1, N) as the routes take them, (K / block, N, 1)
             scl = None if sa is None else (sa, (sb[0].swapaxes(1, 2), sb[1].swapaxes(1, 2)), block)
             return route(ins, a[None, :, 0], b[None, 0], c[None], fa, fb, scl)[0]
         # FP8/FP6/FP4 rows (or a block-scaled kind): products from code-pair tables
-        return _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K)
+        return run_tables(ins, a, b, c, fa, fb, sa, sb, block, K)
     return _reference(ins, a, b, c, a_format, b_format, sa, sb, block)
 
 def _k_padded(ins, a, b):

@@ -10,9 +10,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..formats import format_names, get_format
-from ..interop import ML_NARROW_DTYPES, to_numpy
-from ..tables import as_codes
+from ..formats import format_of_dtype, get_format
+from ..interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
 from .accumulator import ACCUMULATORS, HW_K_MULTIPLE, get_accumulator
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_scale, to_output
@@ -35,8 +34,7 @@ def _dtype_format(x):
         return None
     if dt not in ML_NARROW_DTYPES:
         return None
-    return next((f for f in map(get_format, format_names())
-                 if f.ml_dtype is not None and np.dtype(f.ml_dtype) == dt), None)
+    return format_of_dtype(dt)
 
 
 def _operand(x, fmt, what):
@@ -64,7 +62,7 @@ def _operand(x, fmt, what):
     # uint8 codes, an ml_dtypes array of fmt, or a framework tensor of fmt (torch float8, JAX):
     # range-checked, and an array of another narrow format is an error, not a reinterpretation
     try:
-        codes = as_codes(x, fmt)
+        codes = narrow_codes(x, fmt)
     except TypeError as exc:
         raise TypeError(f"{what} must hold {fmt.name} codes (or be a ScaledTensor): {exc}") from None
     if codes.ndim != 2:

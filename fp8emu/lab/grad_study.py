@@ -26,12 +26,12 @@ from __future__ import annotations
 import base64
 import csv
 import html
-import io
 import math
 from pathlib import Path
 
 import numpy as np
 
+from .report import png_bytes
 from .store import write_rows
 
 __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "spike_summary",
@@ -503,12 +503,6 @@ def figure_forks(t):
     return fig
 
 
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, metadata={"Software": None})
-    return buf.getvalue()
-
-
 # --------------------------------------------------------------------------- report
 
 #: (name, meaning) of every quantity in the tables; the report prints them.
@@ -660,7 +654,7 @@ def write_report(tables, out, provenance: dict) -> list:
         ("error_vs_k", "Accumulation error against K (d)", figure_ksweep, "ksweep"),
         ("spike", "Around an amax spike (e)", figure_spike, "spike"),
         ("forks", "Forks from a shared checkpoint", figure_forks, "forks")) if t.get(kind)]
-    pngs = {name: _png(fig) for name, _, fig in figs}
+    pngs = {name: png_bytes(fig, dpi=90, crop=False) for name, _, fig in figs}
     for name, data in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(data)
     sections = [("Findings", findings_table(rows)),

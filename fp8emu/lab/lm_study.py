@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .report import _png
+from .report import png_bytes
 from .store import write_rows
 
 __all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "how_to_read",
@@ -687,7 +687,7 @@ def write_report(results, out, provenance: dict, inference_rows=None) -> list:
             ("gap_to_bf16", "Final gap to bf16 (paired by seed, 95 % t interval)", figure_gaps(gaps))]
     figs += [(f"diagnostics_{r['run_id'].replace('@', '_at_')}", f"Per-layer diagnostics: {r['run_id']}",
               figure_diagnostics(r)) for r in results if r.get("diagnostics")]
-    pngs = {name: _png(fig, dpi=90) for name, _, fig in figs}
+    pngs = {name: png_bytes(fig, dpi=90) for name, _, fig in figs}
     for name, data in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(data)
     prov = [["item", "value"]] + [[k, str(v)] for k, v in provenance.items()]

@@ -492,10 +492,17 @@ def figure_sqnr_vs_range(rows):
     return fig
 
 
-def _png(fig, dpi=100) -> bytes:
-    """The figure as PNG bytes, reproducibly (no software stamp), cropped to what is drawn."""
+def png_bytes(fig, dpi=100, *, crop=True) -> bytes:
+    """The figure as PNG bytes, reproducibly (no software stamp); ``crop``: cropped to what is drawn.
+
+    Examples
+    --------
+    >>> from matplotlib.figure import Figure
+    >>> png_bytes(Figure(figsize=(1, 1)), crop=False)[:8]
+    b'\\x89PNG\\r\\n\\x1a\\n'
+    """
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if crop else None, metadata={"Software": None})
     return buf.getvalue()
 
 
@@ -664,7 +671,7 @@ def write_report(rows, out, *, inputs=(), command=None) -> list:
     pngs = {}
     paths = []
     for name, (_, fig) in figures.items():
-        pngs[name] = _png(fig)
+        pngs[name] = png_bytes(fig)
         path = out / "figures" / f"{name}.png"
         path.write_bytes(pngs[name])
         paths.append(path)

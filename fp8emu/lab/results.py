@@ -50,11 +50,12 @@ def read_results(path) -> list:
         If the file is not a results.csv of this version (header, binary
         content, a malformed row), naming the file and the line.
     """
-    return _read_results(path)[0]
+    return read_results_file(path)[0]
 
 
-def _read_results(path):
-    """(rows, whether a torn last line was dropped)."""
+def read_results_file(path):
+    """:func:`read_results` and whether a torn last line was dropped: ``(rows, torn)``; a missing
+    file has no rows."""
     path = Path(path)
     if not path.exists():
         return [], False
@@ -86,7 +87,7 @@ def _read_results(path):
     return rows, torn
 
 
-def _resume_rows(rows, refs, path):
+def resume_rows(rows, refs, path):
     """The rows of a results.csv fit to resume from: identical duplicates dropped (counted), conflicts refused.
 
     A second row for the same checkpoint x tensor x recipe with other values,
@@ -128,7 +129,9 @@ def _fmt_cell(v):
     return str(v)
 
 
-def _write_rows(path, rows, mode="a"):
+def write_results(path, rows, mode="a"):
+    """Append ``rows`` to a results.csv (``mode="w"``: write it anew), the header first in a new or
+    empty file; one write per call, flushed, so an interrupted run loses at most these rows."""
     new = mode == "w" or not path.exists() or path.stat().st_size == 0
     with open(path, mode, newline="") as f:
         w = csv.writer(f, lineterminator="\n")
@@ -139,7 +142,9 @@ def _write_rows(path, rows, mode="a"):
         f.flush()
 
 
-def _canonical(rows, refs, recipe_order):
+def canonical_order(rows, refs, recipe_order):
+    """``rows`` sorted by their tensor's place in ``refs``, then their recipe's in ``recipe_order``
+    (rows of neither last, in the order given), so that a resumed study writes the file a fresh one does."""
     pos = {(r.checkpoint, r.name): i for i, r in enumerate(refs)}
     rec = {n: i for i, n in enumerate(recipe_order)}
     keyed = [(pos.get((r["checkpoint"], r["tensor"]), len(pos)), rec.get(r["recipe"], len(rec)), i, r)

@@ -49,7 +49,7 @@ import numpy as np
 from .. import metrics, parallel
 from .recipes import select_recipes, tensor_params, threshold
 from . import report as report_mod
-from .results import COLUMNS, _canonical, _read_results, _resume_rows, _write_rows, read_results
+from .results import COLUMNS, canonical_order, read_results, read_results_file, resume_rows, write_results
 from .tensors import TensorRef, chunk_ranges, discover
 
 __all__ = [
@@ -321,8 +321,8 @@ def plan_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
-    rows, torn = _read_results(out / "results.csv")
-    existing, duplicates = _resume_rows(rows, refs, out / "results.csv")
+    rows, torn = read_results_file(out / "results.csv")
+    existing, duplicates = resume_rows(rows, refs, out / "results.csv")
     done = {(r["checkpoint"], r["tensor"], r["recipe"]) for r in existing}
     todo = []
     for ref in refs:
@@ -393,7 +393,7 @@ def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True, c
     changed = bool(plan.todo) or plan.duplicates or plan.torn or not csv_path.exists()
     if changed:
         # Rewrite what survived (drops a torn last line and duplicates) so appends start on a clean file.
-        _write_rows(csv_path, plan.existing, mode="w")
+        write_results(csv_path, plan.existing, mode="w")
     todo, chunk_elems = plan.todo, plan.chunk_elems
     bar = _Progress(len(todo), progress)
     lock = threading.Lock()
@@ -401,7 +401,7 @@ def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True, c
 
     def write(rows):
         with lock:
-            _write_rows(csv_path, rows)
+            write_results(csv_path, rows)
             all_rows.extend(rows)
             bar.update()
 
@@ -413,9 +413,9 @@ def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True, c
             _run_distributed(client, todo, chunk_elems, write)
     finally:
         bar.close()
-    rows = _canonical(all_rows, plan.refs, [r.name for r in select_recipes(["all"])])
+    rows = canonical_order(all_rows, plan.refs, [r.name for r in select_recipes(["all"])])
     if changed:
-        _write_rows(csv_path, rows, mode="w")
+        write_results(csv_path, rows, mode="w")
     result = {"rows": rows, "computed": len(todo), "skipped": len(plan.refs) - len(todo),
               "non_float": plan.non_float, "duplicates": plan.duplicates, "out": out}
     if report:

@@ -108,7 +108,7 @@ from .fixes import (e8m0_onnx, e8m0_onnxruntime, e8m0_subnormal_round_up, e8m0_t
                     nan_7f_signed, onnxruntime_fp8, signed_nan_decode, subbyte_nan_ml_dtypes, torch_cpu_decode,
                     torch_decode_nan, torch_nan)
 from .profile import Profile, Rule
-from .versions import UndecidedVersionError, UnprovenVersionWarning, VersionRange, _release_of, _version_key
+from .versions import UndecidedVersionError, UnprovenVersionWarning, VersionRange, release_of, version_key
 
 __all__ = ["Rule", "Profile", "VersionRange", "UnprovenVersionWarning", "UndecidedVersionError",
            "profile_names", "get_profile",
@@ -379,10 +379,10 @@ def _resolve(name, installed):
             return p
     def below(p):   # an installed version under a failing range: prefer older variants
         return any(installed.get(r.distribution) is not None and not r.contains(installed[r.distribution])
-                   and _version_key(installed[r.distribution]) < _version_key(r.minimum) for r in p.versions)
+                   and version_key(installed[r.distribution]) < version_key(r.minimum) for r in p.versions)
 
     # a pre-release is proven for nothing, but is nearest to the release it leads up to
-    released = {d: None if v is None else _release_of(v) for d, v in installed.items()}
+    released = {d: None if v is None else release_of(v) for d, v in installed.items()}
     near = [sum(released.get(r.distribution) is None or r.contains(released[r.distribution])
                 for r in p.versions) for p in variants]
     best = max(range(len(variants)), key=lambda i: (near[i], scores[i], -i if below(variants[i]) else i))

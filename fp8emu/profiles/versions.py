@@ -20,7 +20,7 @@ class UndecidedVersionError(ValueError):
     """A plain profile name depends on a library that is not installed, so no variant can be chosen."""
 
 
-def _version_key(version: str) -> Version:
+def version_key(version: str) -> Version:
     """A release string as a PEP 440 :class:`packaging.version.Version` (compared as PEP 440 orders them).
 
     ``"0.7.0.0"`` equals ``"0.7"``; ``"2.13.0+cpu"`` lies in ``[2.13, 2.14)``; a pre-release sorts below
@@ -34,9 +34,9 @@ def _version_key(version: str) -> Version:
         raise ValueError(f"not a release version: {version!r} (PEP 440)") from None
 
 
-def _release_of(version: str) -> str:
+def release_of(version: str) -> str:
     """The release a pre-release or dev release leads up to (``"0.7.0rc1"`` -> ``"0.7.0"``)."""
-    return _version_key(version).base_version
+    return version_key(version).base_version
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ class VersionRange:
     proven: tuple = ()
 
     def __post_init__(self):
-        _version_key(self.minimum)
-        if self.below is not None and _version_key(self.below) <= _version_key(self.minimum):
+        version_key(self.minimum)
+        if self.below is not None and version_key(self.below) <= version_key(self.minimum):
             raise ValueError(f"VersionRange({self.distribution!r}): below={self.below!r} must be above "
                              f"minimum={self.minimum!r}")
         if not isinstance(self.proven, tuple) or not all(self.contains(v) for v in self.proven):
@@ -83,12 +83,12 @@ class VersionRange:
         release either (:func:`resolve_versioned` then warns).  Pre-releases of versions strictly
         inside a range (``1.3.0rc1`` in ``[1.2, 1.4)``) are in it.
         """
-        k = _version_key(version)
-        if k < _version_key(self.minimum):
+        k = version_key(version)
+        if k < version_key(self.minimum):
             return False
         if self.below is None:
             return True
-        hi = _version_key(self.below)
+        hi = version_key(self.below)
         return k < hi and not (k.is_prerelease and Version(k.base_version) == hi)
 
     def __str__(self):

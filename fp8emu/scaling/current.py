@@ -9,7 +9,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..tables import as_array
+from ..interop import source_array
 from . import torchao_variants as torchao
 from .tensor import (
     F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32, as_format, axis_arg, block_amax, block_arg,
@@ -308,7 +308,7 @@ def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0,
     """
     if input_dtype not in (None, "bfloat16"):
         raise ValueError(f"input_dtype must be None or 'bfloat16', got {input_dtype!r}")
-    x = as_array(x)   # a framework tensor once, so its dtype can be read
+    x = source_array(x)   # a framework tensor once, so its dtype can be read
     bf16 = input_dtype == "bfloat16" or x.dtype == BF16
     fmt, xf = prepare(x, fmt, "quantize_blockwise")
     blk = block_arg(block, xf.ndim)

@@ -9,11 +9,11 @@ import numbers
 import numpy as np
 
 from .. import parallel
-from ..codec import _encode_into, decode, encode
+from ..codec import decode, encode, encode_into
 from ..formats import Format, get_format
-from ..interop import code_array, real_values
+from ..interop import code_array, real_values, source_array
 from ..rounding import DETERMINISTIC_MODES, check_rounding
-from ..tables import DECODE_DTYPES, as_array
+from ..tables import DECODE_DTYPES
 
 __all__ = ["ScaledTensor"]
 
@@ -44,13 +44,13 @@ def bool_arg(value, what) -> bool:
 def as_f32(x, what="x") -> np.ndarray:
     """x as a C-contiguous float32 array (the GPU kernels' compute type).
 
-    Anything :func:`fp8emu.tables.as_array` takes is accepted: NumPy and ml_dtypes arrays, torch
+    Anything :func:`fp8emu.interop.source_array` takes is accepted: NumPy and ml_dtypes arrays, torch
     tensors on any device, JAX arrays, objects with ``__array__`` or ``__dlpack__``.  A C-contiguous
     float32 ndarray is returned as it is (no copy: the recipes only read it).
     """
     # np.asarray with order="C", not np.ascontiguousarray: that one turns a 0-d array into 1-d,
     # which would slip past the recipes' "at least one dimension" checks with a changed shape
-    return np.asarray(as_array(x, what), dtype=np.float32, order="C")
+    return np.asarray(source_array(x, what), dtype=np.float32, order="C")
 
 
 def size_arg(value, what, *, minimum=0) -> int:
@@ -490,7 +490,7 @@ def scaled_cast(x, scale, block, fmt, **encode_options) -> np.ndarray:
             full = expand(scale[r0 // block[0]:-(-r1 // block[0])], block, xs.shape)
             y = scale_times(xs, full)
             if direct:
-                _encode_into(y.reshape(-1), out[r0:r1].reshape(-1), fmt,
+                encode_into(y.reshape(-1), out[r0:r1].reshape(-1), fmt,
                              check_rounding(encode_options.get("rounding", "rne")), True)
             else:
                 out[r0:r1] = cast(y, fmt, **encode_options)

@@ -56,8 +56,9 @@ from ..profiles import get_profile
 from ..conformance import read_rle
 from ..readers import read_json, read_npz, read_text
 from ..rounding import ROUNDING_MODES, check_saturation
-from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, as_codes, table_inputs
+from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
 from ..formats import get_format
+from ..interop import narrow_codes
 from ..gemm import scaled_mm
 
 __all__ = ["FORMAT_VERSION", "SOURCE_DTYPES", "golden_vectors", "save_golden", "load_golden", "c_header",
@@ -627,7 +628,7 @@ def scaled_mm_cases(*, seed=0, shapes=SCALED_MM_SHAPES, a_format="e4m3fn", b_for
                                for op in operands], np.int64)}
     for i, op in enumerate(operands):
         # range-checked codes of their formats (an int 300 or a float is refused, never wrapped to uint8)
-        a, b = as_codes(op["a"], get_format(a_format)), as_codes(op["b"], get_format(b_format))
+        a, b = narrow_codes(op["a"], get_format(a_format)), narrow_codes(op["b"], get_format(b_format))
         if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
             raise ValueError(f"operands {i}: a (M, K) and b (K, N) codes expected, got {a.shape} and {b.shape}")
         M, K = a.shape

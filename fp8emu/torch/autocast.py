@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from ..training import get_recipe, get_stack
 from .linear import AUTOCAST
-from .swap import _multiple, check_combination
+from .swap import check_combination, required_multiple
 
 __all__ = ["autocast"]
 
@@ -44,7 +44,7 @@ class _State(NamedTuple):
             R = check_combination(R, S)
         except ValueError as exc:
             raise ValueError(f"layer {layer.layer_name!r}: {exc}") from None
-        mult = _multiple(R, S)
+        mult = required_multiple(R, S)
         for what, v in (("in_features", layer.in_features), ("out_features", layer.out_features)):
             if v % mult:
                 raise ValueError(f"layer {layer.layer_name!r}: {what} {v} is not a multiple of {mult}, "

@@ -209,7 +209,7 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
         if type(lin) is not nn.Linear:
             report.skipped[name] = f"a subclass of nn.Linear ({type(lin).__name__}), left as it is"
             continue
-        mult = _multiple(R, S)
+        mult = required_multiple(R, S)
         bad = [f"{what} {v} is not a multiple of {mult}, which {R.name} on {S.name} needs"
                for what, v in (("in_features", lin.in_features), ("out_features", lin.out_features))
                if v % mult]
@@ -293,7 +293,7 @@ def _attention_projections(model, refs, wanted, report) -> set:
     return out
 
 
-def _multiple(R, S) -> int:
+def required_multiple(R, S) -> int:
     """What in_features, out_features and the token count must be multiples of."""
     m = R.multiple
     if R.gemm_family("fprop").startswith("torchao") and S.accumulator(R.gemm_family("fprop"), False) in (

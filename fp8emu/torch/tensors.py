@@ -39,16 +39,13 @@ except ImportError as _e:          # one clear error naming the way to install i
     raise ModuleNotFoundError("fp8emu.torch needs torch, which is not installed in this Python: pip install "
                               "'fp8emu[torch]' (the CPU wheel is enough)", name="torch") from _e
 
-from ..formats import Format, get_format
-from ..interop import code_array, to_numpy
+from ..formats import ML_DTYPES_NAMES, Format, get_format
+from ..interop import TORCH_NARROW_NAMES, code_array, to_numpy
 from ..layouts import pack_fp4
 from ..scaling import ScaledTensor
 
 __all__ = ["to_torch", "from_torch", "device_of", "torch_dtype", "TorchScaled", "scaled_to_torch"]
 
-# fp8emu format name -> torch dtype name with the same bit layout
-_FP8_TORCH = {"e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz",
-              "e5m2fnuz": "float8_e5m2fnuz", "e8m0fnu": "float8_e8m0fnu"}
 _FLOAT_TORCH = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
                 "bfloat16": torch.bfloat16}
 
@@ -62,7 +59,9 @@ def torch_dtype(fmt):
     (torch.float8_e5m2, torch.uint8)
     """
     fmt = get_format(fmt)
-    name = _FP8_TORCH.get(fmt.name)
+    name = ML_DTYPES_NAMES.get(fmt.name)
+    if name not in TORCH_NARROW_NAMES:
+        name = None
     if name is None and fmt.name == "e2m1fn":
         name = "float4_e2m1fn_x2"
     if name is not None and get_format(fmt.name) == fmt and hasattr(torch, name):

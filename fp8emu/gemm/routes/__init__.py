@@ -20,41 +20,45 @@ tables (:mod:`.tables`)                   anything else of FP8/FP6/FP4 codes: ro
                                           other block-scaled kinds
 reference (:mod:`fp8emu.gemm.datapaths`)  the 16-bit inputs (float16, bfloat16, tf32)
 ========================================  ======================================================
+
+What the routes share has a module of its own: :mod:`.codes` (per-code tables and decoding),
+:mod:`.steps` (step arithmetic on the routes' layouts), :mod:`.layout` (transposes and K-major codes
+in 8-byte words) and :mod:`.workspace` (per-thread work arrays); every route checks its operands
+with :func:`fp8emu.interop.byte_codes`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .codes import _codes_ok
-from .exact import _run_exact
-from .groups import _groups_exact, _run_groups
-from .operands import _run_operands
-from .tables import _run_tables  # noqa: F401 (the route of rows, taken from here)
+from ...interop import byte_codes
+from .exact import run_exact
+from .groups import groups_exact, run_groups
+from .operands import run_operands
 
 
-def _run_tiles(ins, a, b, c, fa, fb, scales=None):
-    """The operand route (:func:`_run_operands`, same arguments), a single GEMM tile (T = 1) trying
-    the exact route (:func:`_run_exact`) first."""
+def run_tiles(ins, a, b, c, fa, fb, scales=None):
+    """The operand route (:func:`run_operands`, same arguments), a single GEMM tile (T = 1) trying
+    the exact route (:func:`run_exact`) first."""
     T, M, N = c.shape
     if T == 1 and N < M:
         # every datapath is symmetric in A and B: the longer side innermost (long element-wise loops)
         sw = None if scales is None else (scales[1], scales[0], scales[2])
-        return np.swapaxes(_run_tiles(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw), 1, 2)
+        return np.swapaxes(run_tiles(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw), 1, 2)
     if T == 1:
-        a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
-        d = _run_exact(ins, a[0], b[0], c[0], fa, fb, scales)
+        a, b = byte_codes(a, fa, "a"), byte_codes(b, fb, "b")
+        d = run_exact(ins, a[0], b[0], c[0], fa, fb, scales)
         if d is not None:
             return d[None]
-    return _run_operands(ins, a, b, c, fa, fb, scales)
+    return run_operands(ins, a, b, c, fa, fb, scales)
 
 
-def _tile_route(ins, fa, fb, block):
-    """The route of a tile or GEMM that decodes each operand once (:func:`_run_tiles` or
-    :func:`_run_groups`), or ``None`` where the code-pair tables must serve."""
+def tile_route(ins, fa, fb, block):
+    """The route of a tile or GEMM that decodes each operand once (:func:`run_tiles` or
+    :func:`run_groups`), or ``None`` where the code-pair tables must serve."""
     if ins.datapath in ("fused", "paired") or (ins.datapath == "scaled" and block % ins.step == 0):
-        return _run_tiles
-    if ins.datapath == "grouped" and ins.group in (8, 16, 32, 64) and _groups_exact(ins, fa, fb):
-        return _run_groups
+        return run_tiles
+    if ins.datapath == "grouped" and ins.group in (8, 16, 32, 64) and groups_exact(ins, fa, fb):
+        return run_groups
     return None
 

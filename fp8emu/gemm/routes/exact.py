@@ -1,6 +1,6 @@
 """The exact GEMM route: a step whose grid cuts no product is one slice of a batched matrix product.
 
-Contract (:func:`_run_exact`): one GEMM tile of at least ``_EXACT_MIN`` outputs, float32 output,
+Contract (:func:`run_exact`): one GEMM tile of at least ``_EXACT_MIN`` outputs, float32 output,
 the ``"fused"`` datapath where a zero product's exponent never wins, ``"paired"``, or ``"scaled"``
 with finite E8M0 scales and one block per step; it declines (returns ``None``) where a sample's
 entries mostly fail its exactness check or the sums could overflow, and hands the rest of K to
@@ -16,11 +16,12 @@ import numpy as np
 from ..catalogue import _OUT
 from ..datapaths import _TABLES, _kept_bits, _pow2
 from ..kernels import _ZERO_LOW, _low_table, _value_tables, any_nonfinite
-from .codes import _ZERO8, _operand_tables, _work
-from .operands import _OP_TILE, _run_operands
-from .steps import _FIELDS, _c_exps, _paired_finish, _round_table, _zero_c_matters
+from .codes import ZERO_OPERAND_EXP, operand_tables
+from .operands import OP_TILE, run_operands
+from .steps import OUT_FIELDS, c_exponents, paired_finish, round_results, zero_c_matters
+from .workspace import work
 
-#: A GEMM (one tile) of at least this many outputs tries :func:`_run_exact`, which serves it where
+#: A GEMM (one tile) of at least this many outputs tries :func:`run_exact`, which serves it where
 #: at least ``_EXACT_SHARE`` of a sample's (output, step) entries pass its exactness check.
 _EXACT_MIN = 4096
 _EXACT_SHARE = 0.9
@@ -30,7 +31,7 @@ _EXACT_SHARE = 0.9
 _EXACT_OUT = 1 << 18
 
 
-def _run_exact(ins, a, b, c, fa, fb, scales=None):
+def run_exact(ins, a, b, c, fa, fb, scales=None):
     """D of one GEMM tile (a (M, K), b (N, K) codes, C (M, N)) of the ``"fused"``, ``"paired"`` or
     ``"scaled"`` datapath from float64 matrix products, or ``None`` where this route does not apply.
 
@@ -47,7 +48,7 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
     every entry rounds as the operand path would; where more than an eighth fail at a step, the
     operand path takes the rest of K.  C is cut to the step's grid only where its last
     bit lies below it.
-    ``"scaled"`` (``scales`` as :func:`_run_operands` takes them, E8M0, one block per step): every
+    ``"scaled"`` (``scales`` as :func:`run_operands` takes them, E8M0, one block per step): every
     product of an output's step carries the same two scales, a power of two ``2**Q``, which
     multiplies its exact sum and adds ``Q`` to its exponents and to its lowest bits alike.
     Applies to float32 outputs, finite scales and C far from overflow, datapaths where a zero
@@ -71,12 +72,12 @@ def _run_exact(ins, a, b, c, fa, fb, scales=None):
 def _plan(ins, a, b, c, fa, fb, scales):
     """What the route knows of a tile once it serves it (the instruction and formats, the per-code
     tables, the scales' exponents ``qa`` (S, M) and ``qb`` (S, N) or ``None``, and the facts that
-    follow), or ``None`` where it does not apply (see :func:`_run_exact`)."""
+    follow), or ``None`` where it does not apply (see :func:`run_exact`)."""
     M, K = a.shape
     N = b.shape[0]
     L, F = ins.step, ins.frac_bits
     paired = ins.datapath == "paired"
-    (_, xa, lo_a), (_, xb, lo_b) = _operand_tables(fa, np.float32), _operand_tables(fb, np.float32)
+    (_, xa, lo_a), (_, xb, lo_b) = operand_tables(fa, np.float32), operand_tables(fb, np.float32)
     floor_e = lo_a + lo_b               # the smallest exponent of a non-zero product
     if ins.out != "float32" or M * N < _EXACT_MIN or K < L:
         return None
@@ -111,8 +112,8 @@ def _plan(ins, a, b, c, fa, fb, scales):
     vmax = float(np.abs(va_t).max()) * float(np.abs(vb_t).max())
     if not cmax + 2.0 * K * vmax * 2.0 ** qmax < 2.0 ** 126:
         return None          # a non-finite C, or sums that could overflow: the operand path
-    # the scales known, the smallest real product exponent is too (see _zero_c_matters)
-    p.zero_c = _zero_c_matters(ins, floor_e) if qa is None else floor_e + qmin < _FIELDS[ins.out][3]
+    # the scales known, the smallest real product exponent is too (see zero_c_matters)
+    p.zero_c = zero_c_matters(ins, floor_e) if qa is None else floor_e + qmin < OUT_FIELDS[ins.out][3]
     p.coarse = not p.zero_c and F <= _kept_bits(ins)
     p.F2, p.c_bits = ins.pair_bits, _OUT[ins.out][3]
     # each step's largest product exponent and lowest product bit, where the float types allow, from
@@ -125,11 +126,11 @@ def _plan(ins, a, b, c, fa, fb, scales):
 
 def _exponents(p, ea, eb):
     """Largest product exponents of steps from their int8 exponents ea (..., L, rows) and
-    eb (..., L, cols), in blocks of rows of about ``_OP_TILE`` products."""
+    eb (..., L, cols), in blocks of rows of about ``OP_TILE`` products."""
     L = p.L
     rows = ea.shape[-1]
     xm = np.empty(ea.shape[:-2] + (rows, eb.shape[-1]), np.int8)
-    step = max(1, _OP_TILE // (L * eb.shape[-1] * int(np.prod(ea.shape[:-2]))))
+    step = max(1, OP_TILE // (L * eb.shape[-1] * int(np.prod(ea.shape[:-2]))))
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         np.add(ea[..., :, r0:r1, None], eb[..., :, None, :]).max(axis=-3, out=xm[..., r0:r1, :])
@@ -171,7 +172,7 @@ def _chain(p, a, b, cb, r0):
         ac, bc = a[:, g0 * L:g1 * L], b[:, g0 * L:g1 * L]
         if any_nonfinite(ac, p.fa) or any_nonfinite(bc, p.fb):
             # a non-finite code: the operand path takes the rest of K from here
-            return _run_operands(p.ins, a[None, :, g0 * L:], b[None, :, g0 * L:], cb[None], p.fa, p.fb,
+            return run_operands(p.ins, a[None, :, g0 * L:], b[None, :, g0 * L:], cb[None], p.fa, p.fb,
                                  _scale_rows(p.scales, slice(g0, S), rs))[0]
         ch = _chunk(p, ac, bc, g0, g1, rs)
         for s in range(g0, g1):
@@ -181,7 +182,7 @@ def _chain(p, a, b, cb, r0):
                 # about an eighth, the per-entry work costs more than the operand path): the
                 # operand path takes the rest of K from this step's C
                 rest = slice(s * L, p.K)
-                return _run_operands(p.ins, a[None, :, rest], b[None, :, rest], cb[None], p.fa, p.fb,
+                return run_operands(p.ins, a[None, :, rest], b[None, :, rest], cb[None], p.fa, p.fb,
                                      _scale_rows(p.scales, slice(s, S), rs))[0]
             cb = new
     return cb
@@ -210,13 +211,13 @@ def _chunk(p, ac, bc, g0, g1, rs):
 
 def _step(p, ch, s, cb, a, b, rs):
     """The rounded result of step ``s`` (of the chunk ``ch``) for the rows of a with their C ``cb``,
-    or ``None`` where more than an eighth of its entries fail (see :func:`_run_exact`)."""
+    or ``None`` where more than an eighth of its entries fail (see :func:`run_exact`)."""
     ins, L, F, N = p.ins, p.L, p.F, p.N
     i = s - ch.g0
     x = ch.sums[i]
     Ep = _exponents(p, ch.EA[i], ch.EB[i]) if p.powers is None else _largest_sums(ch.PX[i], p.powers)
     zero = Ep < p.floor_e if int(Ep.min()) < p.floor_e else None     # steps of zero products
-    ec = _c_exps(cb, ins, p.zero_c)
+    ec = c_exponents(cb, ins, p.zero_c)
     low = ch.la[i][:, None] + ch.lb[i][None, :]
     Q = None
     if p.qa is not None:
@@ -241,12 +242,12 @@ def _step(p, ch, s, cb, a, b, rs):
     if bad.size > x.size // 8:
         return None
     if p.paired:
-        new = _round_table(_paired_finish(x, Ep, E, cb, ec, ins), ins)
+        new = round_results(paired_finish(x, Ep, E, cb, ec, ins), ins)
         if bad.size:
             # the entries that fail: one step as 1 x 1 tiles, each its own output's
             fi, fj = np.divmod(bad, N)
             ks = slice(s * L, (s + 1) * L)
-            new.ravel()[bad] = _run_operands(ins, a[fi, None, ks], b[fj, None, ks],
+            new.ravel()[bad] = run_operands(ins, a[fi, None, ks], b[fj, None, ks],
                                              cb.ravel()[bad, None, None], p.fa, p.fb)[:, 0, 0]
         return new
     if bad.size:
@@ -256,7 +257,7 @@ def _step(p, ch, s, cb, a, b, rs):
         fi, fj = np.divmod(bad, N)
         x.ravel()[bad] = _cut_sums(ch.VA[fi, i], ch.VB[fj, i], E.ravel()[bad], F)
     _add_c(x, cb, E, ec, F, p.c_bits)
-    return _round_table(x, ins, E, coarse=p.coarse)
+    return round_results(x, ins, E, coarse=p.coarse)
 
 
 def _add_c(x, cb, E, ec, F, c_bits):
@@ -287,7 +288,7 @@ def _step_sums(A, B, name):
     """Per step, the sums over its L products of A (rows, steps, L) times B (cols, steps, L): one
     batched matrix product, (steps, rows, cols), into this thread's work array ``name`` (fresh
     arrays of a chunk's size are page-faulted in on every chunk)."""
-    out = _work(name, A.shape[1] * len(A) * len(B), np.result_type(A, B)).reshape(A.shape[1], len(A), len(B))
+    out = work(name, A.shape[1] * len(A) * len(B), np.result_type(A, B)).reshape(A.shape[1], len(A), len(B))
     return np.matmul(A.transpose(1, 0, 2), B.transpose(1, 2, 0), out=out)
 
 
@@ -304,7 +305,7 @@ def _cut_sums(pa, pb, E, F):
 
 
 def _scale_rows(scales, steps, rows):
-    """:func:`_run_operands`'s scales (or ``None``) of a range of steps (one block each) and rows of A."""
+    """:func:`run_operands`'s scales (or ``None``) of a range of steps (one block each) and rows of A."""
     if scales is None:
         return None
     (sva, sea), (svb, seb), block = scales
@@ -326,8 +327,8 @@ def _power_tables(fa, fb, L, what):
     key = ("powers", what, fa.name, fb.name, L)
     if key not in _TABLES:
         if what == "exponent":
-            (_, ea, _), (_, eb, _) = _operand_tables(fa, np.float32), _operand_tables(fb, np.float32)
-            ea, eb = (np.where(e == _ZERO8, _ZERO_LOW, e.astype(int)) for e in (ea, eb))
+            (_, ea, _), (_, eb, _) = operand_tables(fa, np.float32), operand_tables(fb, np.float32)
+            ea, eb = (np.where(e == ZERO_OPERAND_EXP, _ZERO_LOW, e.astype(int)) for e in (ea, eb))
         else:
             ea, eb = (np.where(t == _ZERO_LOW, _ZERO_LOW, -t.astype(int)) for t in (_low_table(fa), _low_table(fb)))
         p = int(L).bit_length()

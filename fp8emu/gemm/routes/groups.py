@@ -1,41 +1,44 @@
 """The group route of the ``"grouped"`` datapath (``kind::mxf4``, ``kind::mxf4nvf4``): group sums
 as float32 matrix products.
 
-Contract (:func:`_run_groups`): tiles or GEMMs through a ``"grouped"`` instruction whose group is
-8, 16, 32 or 64 products and whose group sums are exact in float32 (:func:`_groups_exact`).
+Contract (:func:`run_groups`): tiles or GEMMs through a ``"grouped"`` instruction whose group is
+8, 16, 32 or 64 products and whose group sums are exact in float32 (:func:`groups_exact`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...interop import byte_codes
 from ..datapaths import _fused_step
-from .codes import _NONE, _PAIRS, _codes_ok, _pair_decode, _pair_tables
-from .steps import _c_exps, _round_table
+from .codes import ZERO_PRODUCT_EXP, pair_decode, pair_tables
+from .steps import c_exponents, round_results
 
-#: Outputs times products per block (as the operand route's ``_OP_TILE``).
+#: Outputs times products per block (as the operand route's ``OP_TILE``).
 _OP_TILE = 1 << 18
+#: Whether the group sums of (group, a format, b format) are exact (:func:`groups_exact`).
+_EXACT = {}
 
-def _groups_exact(ins, fa, fb):
+def groups_exact(ins, fa, fb):
     """Whether every group sum of ``ins.group`` products of fa x fb values is exact in float32 (all
     products finite multiples of the smallest, and a group's sum below ``2**24`` of it), so that a
     float32 matrix product gives the group sums in any order."""
-    key = ("exact", ins.group, fa.name, fb.name)
-    if key not in _PAIRS:
-        P = _pair_tables(fa, fb, _NONE)[0]
+    key = (ins.group, fa.name, fb.name)
+    if key not in _EXACT:
+        P = pair_tables(fa, fb, ZERO_PRODUCT_EXP)[0]
         nz = np.abs(P[P != 0])
         q = nz.min()
-        _PAIRS[key] = bool(np.isfinite(P).all() and np.all(nz / q == np.rint(nz / q))
+        _EXACT[key] = bool(np.isfinite(P).all() and np.all(nz / q == np.rint(nz / q))
                            and ins.group * float(nz.max() / q) < 2.0 ** 24)
-    return _PAIRS[key]
+    return _EXACT[key]
 
 
-def _run_groups(ins, a, b, c, fa, fb, scales):
+def run_groups(ins, a, b, c, fa, fb, scales):
     """D of the ``"grouped"`` datapath for tiles a (T, M, K) and b (T, N, K) of codes, C (T, M, N),
     and ``scales``: the decoded block scales (values, exponents) of A (K / block, M, T) and of B
     (K / block, N, T), and the block.
 
-    A group's sum is exact (:func:`_groups_exact`), so the group sums of a block of outputs are
+    A group's sum is exact (:func:`groups_exact`), so the group sums of a block of outputs are
     one float32 matrix product of the decoded operands; whether a group has a non-zero product at
     all is the AND of its row's and its column's non-zero elements as bit masks (one word of
     ``group`` bits each); the step then aligns the groups' scaled sums and C as
@@ -45,9 +48,9 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
     if N < M:
         # symmetric in A and B: the longer side last, so that the passes over (tiles, groups, rows,
         # columns) run along it
-        return np.swapaxes(_run_groups(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, (scales[1], scales[0], scales[2])),
+        return np.swapaxes(run_groups(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, (scales[1], scales[0], scales[2])),
                            1, 2)
-    a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
+    a, b = byte_codes(a, fa, "a"), byte_codes(b, fb, "b")
     K, L, G, F = a.shape[-1], ins.step, ins.group, ins.frac_bits
     (sva, sea), (svb, seb), block = scales
     # a zero scale makes its groups zero terms: its exponent far below, so that a sum of two stays so
@@ -74,8 +77,8 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
                     for k0 in range(0, K, kc):
                         k1 = min(K, k0 + kc)
                         gk = (k1 - k0) // G
-                        va = _pair_decode(a[t0:t1, m0:m1, k0:k1], fa, "ga")
-                        vb = _pair_decode(b[t0:t1, n0:n1, k0:k1], fb, "gb")
+                        va = pair_decode(a[t0:t1, m0:m1, k0:k1], fa, "ga")
+                        vb = pair_decode(b[t0:t1, n0:n1, k0:k1], fb, "gb")
                         # the groups outermost, (groups, t, rows, G) and (groups, t, G, columns): the
                         # group sums, scaled terms and exponents then run along K in contiguous planes
                         A = va.reshape(t1 - t0, m1 - m0, gk, G).transpose(2, 0, 1, 3)
@@ -95,7 +98,7 @@ def _run_groups(ins, a, b, c, fa, fb, scales):
                         exps = qA + qB
                         exps[zero | (exps < low // 2)] = ins.zero_exp
                         for g0 in range(0, gk, ng):
-                            ec = _c_exps(cb, ins)
-                            cb = _round_table(_fused_step(terms[g0:g0 + ng], exps[g0:g0 + ng], cb, ec, F), ins)
+                            ec = c_exponents(cb, ins)
+                            cb = round_results(_fused_step(terms[g0:g0 + ng], exps[g0:g0 + ng], cb, ec, F), ins)
                     out[t0:t1, m0:m1, n0:n1] = cb
     return out

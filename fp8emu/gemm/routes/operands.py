@@ -1,6 +1,6 @@
 """The operand route: each operand element decoded once, a step's products as broadcast passes.
 
-Contract (:func:`_run_operands`): tiles or GEMMs of FP8/FP6/FP4 codes through the ``"fused"`` or
+Contract (:func:`run_operands`): tiles or GEMMs of FP8/FP6/FP4 codes through the ``"fused"`` or
 ``"paired"`` datapath, or ``"scaled"`` with a block a multiple of the step.
 """
 
@@ -10,13 +10,16 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ...interop import byte_codes
 from ..catalogue import _OUT
 from ..datapaths import _kept_bits, _pow2
-from .codes import _codes_ok, _decoded_chunk, _operand_tables, _swap2, _work
-from .steps import _c_exps, _canonical, _halves, _paired_halves, _round_table, _zero_c_matters
+from .codes import decoded_chunk, operand_tables
+from .layout import transposed
+from .steps import c_exponents, canonical, halves, paired_halves, round_results, zero_c_matters
+from .workspace import work
 
 def _sum_dtype(ins):
-    """The type :func:`_run_operands` sums a step's truncated terms in: float64 for the ``"scaled"``
+    """The type :func:`run_operands` sums a step's truncated terms in: float64 for the ``"scaled"``
     and ``"paired"`` datapaths; otherwise float32 where the terms (integers below ``2**(F + 2)``) and
     their sum are exact in it, else float64.  The products and terms themselves always are exact in
     float32 (products of FP8/FP6/FP4 values have at most 8 significant bits, and truncating one
@@ -29,15 +32,15 @@ def _sum_dtype(ins):
 #: chunk of tiles and of K, and the products of one block there: the tiles of a chunk are the
 #: innermost axis of every pass, so a chunk holds as many as its operands allow in the caches.
 _CHUNK = 1 << 19
-_OP_TILE = 1 << 18
+OP_TILE = 1 << 18
 
 def _operand_blocks(T, M, N, K, L):
-    """How :func:`_run_operands` splits T tiles of M x N x K into steps of L: tiles per chunk, K per
-    chunk (whole steps), and rows and columns per block (its products about ``_OP_TILE``)."""
+    """How :func:`run_operands` splits T tiles of M x N x K into steps of L: tiles per chunk, K per
+    chunk (whole steps), and rows and columns per block (its products about ``OP_TILE``)."""
     tc = min(T, max(1, _CHUNK // (L * (M + N))))
     kc = min(K, max(L, _CHUNK // (tc * (M + N)) // L * L))
-    nb = min(N, max(1, _OP_TILE // (L * tc)))
-    mb = min(M, max(1, _OP_TILE // (L * tc * nb)))
+    nb = min(N, max(1, OP_TILE // (L * tc)))
+    mb = min(M, max(1, OP_TILE // (L * tc * nb)))
     return tc, kc, mb, nb
 
 
@@ -78,9 +81,9 @@ def _e8m13_step(p, c, E, F, floor_e):
         s[low] = c[low]
     si = s.view(np.int32)
     np.bitwise_and(si, np.int32(-1 << 10), out=si)
-    return _canonical(s, "float32")
+    return canonical(s, "float32")
 
-def _run_operands(ins, a, b, c, fa, fb, scales=None):
+def run_operands(ins, a, b, c, fa, fb, scales=None):
     """D of the ``"fused"``, ``"scaled"`` and ``"paired"`` datapaths for tiles a (T, M, K) and
     b (T, N, K) of codes and C (T, M, N).
 
@@ -91,7 +94,7 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     with the tiles innermost, so that element-wise passes run along contiguous tiles); a step's
     products and their exponents are then two broadcast passes, aligned to the step's largest
     exponent (C's included) by one multiplication by a power of two, truncated and added.  C is
-    aligned and truncated apart, in float64.  Blocks of about ``_OP_TILE`` products; D holds each
+    aligned and truncated apart, in float64.  Blocks of about ``OP_TILE`` products; D holds each
     block's C between chunks of K.
 
     ``scales`` (``"scaled"``): the decoded E8M0 scales (values, exponents) of A (K / block, M, T)
@@ -104,8 +107,8 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
     if T == 1 and N < M:
         # every datapath is symmetric in A and B: the longer side innermost (long element-wise loops)
         sw = None if scales is None else (scales[1], scales[0], scales[2])
-        return np.swapaxes(_run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw), 1, 2)
-    a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
+        return np.swapaxes(run_operands(ins, b, a, np.swapaxes(c, 1, 2), fb, fa, sw), 1, 2)
+    a, b = byte_codes(a, fa, "a"), byte_codes(b, fb, "b")
     pl = _operand_plan(ins, fa, fb, scales)
     K, L = a.shape[-1], ins.step
     tc, kc, mb, nb = _operand_blocks(T, M, N, K, L)
@@ -114,11 +117,11 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
         for t0 in range(0, T, tc):
             t1 = min(T, t0 + tc)
             # this chunk's C with its tiles innermost (a transpose of a chunk stays in the caches)
-            cc = _swap2(np.reshape(c[t0:t1], (t1 - t0, M * N))).reshape(M, N, t1 - t0)
+            cc = transposed(np.reshape(c[t0:t1], (t1 - t0, M * N))).reshape(M, N, t1 - t0)
             for k0 in range(0, K, kc):
                 k1 = min(K, k0 + kc)
-                va, ea = _decoded_chunk(a[t0:t1, :, k0:k1], fa, "a")
-                vb, eb = _decoded_chunk(b[t0:t1, :, k0:k1], fb, "b")
+                va, ea = decoded_chunk(a[t0:t1, :, k0:k1], fa, "a")
+                vb, eb = decoded_chunk(b[t0:t1, :, k0:k1], fb, "b")
                 for m0 in range(0, M, mb):
                     m1 = min(M, m0 + mb)
                     for n0 in range(0, N, nb):
@@ -127,20 +130,20 @@ def _run_operands(ins, a, b, c, fa, fb, scales=None):
                         size = L * (m1 - m0) * (n1 - n0) * (t1 - t0)
                         # products, their aligning factors and truncated terms in float32 (all
                         # exact there)
-                        p = _work("p", L * mb * nb * tc, np.float32)[:size].reshape(shp)
-                        x = _work("x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
+                        p = work("p", L * mb * nb * tc, np.float32)[:size].reshape(shp)
+                        x = work("x", L * mb * nb * tc, np.int8)[:size].reshape(shp)
                         cb = cc[m0:m1, n0:n1]
                         sel = (slice(m0, m1), slice(n0, n1), slice(t0, t1))
                         for s0 in range(0, k1 - k0, L):
                             _step_products(p, x, (va, ea, vb, eb), slice(s0, s0 + L), sel[0], sel[1])
                             cb = _operand_step(pl, p, x, cb, k0 + s0, sel)
                         cc[m0:m1, n0:n1] = cb
-            out[t0:t1] = _swap2(cc.reshape(M * N, t1 - t0)).reshape(t1 - t0, M, N)
+            out[t0:t1] = transposed(cc.reshape(M * N, t1 - t0)).reshape(t1 - t0, M, N)
     return out
 
 
 def _operand_plan(ins, fa, fb, scales):
-    """The facts a step of :func:`_run_operands` needs: the instruction, the sum type, the smallest
+    """The facts a step of :func:`run_operands` needs: the instruction, the sum type, the smallest
     real product exponent, the scales' exponents and NaN masks, and which shortcuts are exact."""
     pl = SimpleNamespace(ins=ins, scaled=ins.datapath == "scaled", paired=ins.datapath == "paired",
                          F=ins.frac_bits)
@@ -150,8 +153,8 @@ def _operand_plan(ins, fa, fb, scales):
         pl.nan_scales = bool(pl.nan_a.any() or pl.nan_b.any())
     # the truncated terms' sums in float32 where exact there too, else in float64
     pl.acc = _sum_dtype(ins)
-    la, lb = _operand_tables(fa, np.float32)[2], _operand_tables(fb, np.float32)[2]
-    pl.zero_c = _zero_c_matters(ins, la + lb)
+    la, lb = operand_tables(fa, np.float32)[2], operand_tables(fb, np.float32)[2]
+    pl.zero_c = zero_c_matters(ins, la + lb)
     # the smallest exponent of a non-zero product; a zero factor's marker puts its products below
     pl.floor_e = la + lb
     # where a zero product's exponent can exceed a real one's, each zero product is a candidate
@@ -160,7 +163,7 @@ def _operand_plan(ins, fa, fb, scales):
     pl.pair_zero = max(ins.zero_exp, -900)
     # truncated results need no care below the output's smallest normal where no step's grid
     # (2**(E - F)) is finer there than the output's (2**(emin - kept bits)): E is at least emin
-    # where a zero C cannot carry zero_exp (never so for the scaled datapath, see _zero_c_matters)
+    # where a zero C cannot carry zero_exp (never so for the scaled datapath, see zero_c_matters)
     pl.coarse = not pl.zero_c and pl.F <= _kept_bits(ins)
     # a fused step truncated to e8m13 whose terms sum exactly in float32 stays in float32 throughout
     # (where a step of zero products leaves C's own grid, see _e8m13_step)
@@ -174,12 +177,12 @@ def _operand_step(pl, p, x, cb, k, sel):
     and their exponents ``x``, C ``cb``; ``sel`` the block's rows, columns and tiles (for its
     scales).  Returns the step's rounded result."""
     ins, F, floor_e = pl.ins, pl.F, pl.floor_e
-    ec = _c_exps(cb, ins, pl.zero_c)
+    ec = c_exponents(cb, ins, pl.zero_c)
     if pl.paired:
         # a half of zero products carries the table's zero exponent
-        E2 = _halves(x).max(axis=0).astype(np.int16)
+        E2 = halves(x).max(axis=0).astype(np.int16)
         E2[E2 < floor_e] = pl.pair_zero
-        return _round_table(_paired_halves(p, E2, cb, ec, ins, floor_e), ins)
+        return round_results(paired_halves(p, E2, cb, ec, ins, floor_e), ins)
     # zero products carry zero_exp: it is the products' largest exponent where all are zero, and
     # (zero_wins) a candidate wherever one is
     xm = x.max(axis=0)
@@ -213,7 +216,7 @@ def _operand_step(pl, p, x, cb, k, sel):
     np.multiply(p, f, out=p)
     np.trunc(p, out=p)
     r = np.add.reduce(p, axis=0, dtype=pl.acc).astype(np.float64, copy=False)
-    cs = np.multiply(cb, sc, out=_work("c", cb.size, np.float64).reshape(cb.shape))
+    cs = np.multiply(cb, sc, out=work("c", cb.size, np.float64).reshape(cb.shape))
     r += np.trunc(cs, out=cs)
     r /= sc
-    return _round_table(r, ins, E, coarse=pl.coarse)
+    return round_results(r, ins, E, coarse=pl.coarse)

@@ -13,14 +13,14 @@ from ..catalogue import _OUT
 from ..datapaths import _kept_bits, _pow2, _round_out, _trunc_sum
 
 #: Per output type: unsigned view, exponent shift, magnitude mask, smallest normal exponent.
-_FIELDS = {"float32": (np.uint32, 23, 0x7FFFFFFF, -126), "float16": (np.uint16, 10, 0x7FFF, -14)}
+OUT_FIELDS = {"float32": (np.uint32, 23, 0x7FFFFFFF, -126), "float16": (np.uint16, 10, 0x7FFF, -14)}
 _CEXP = {}
 
 
 def _c_exponent_table(out):
     """:func:`_c_exponent` of every sign-and-exponent field of the output type (int16)."""
     if out not in _CEXP:
-        ut, sh, mag, lo = _FIELDS[out]
+        ut, sh, mag, lo = OUT_FIELDS[out]
         nf = 1 << (8 * np.dtype(ut).itemsize - sh - 1)          # exponent fields
         f = np.arange(2 * nf) % nf
         e = np.where(f == nf - 1, -1, np.maximum(f, 1) - (nf // 2 - 1)).astype(np.int16)
@@ -29,11 +29,11 @@ def _c_exponent_table(out):
     return _CEXP[out]
 
 
-def _c_exps(c, ins, zero_c=True, out=None):
+def c_exponents(c, ins, zero_c=True, out=None):
     """C's exponents as a step aligns it (int16), from its bits: the table's exponent of each
     sign-and-exponent field, and ``zero_exp`` for a zero C where ``zero_c`` (see
-    :func:`_zero_c_matters`)."""
-    ut, sh, mag, _ = _FIELDS[ins.out]
+    :func:`zero_c_matters`)."""
+    ut, sh, mag, _ = OUT_FIELDS[ins.out]
     u = c.view(ut)
     ec = np.take(_c_exponent_table(ins.out), u >> ut(sh), out=out, mode="wrap")
     if zero_c:
@@ -41,7 +41,7 @@ def _c_exps(c, ins, zero_c=True, out=None):
     return ec
 
 
-def _zero_c_matters(ins, xmin):
+def zero_c_matters(ins, xmin):
     """Whether a zero C's exponent (``zero_exp``, not the subnormals' one) can change a result.
 
     It enters only as a candidate for a step's largest exponent: when every non-zero product
@@ -53,10 +53,10 @@ def _zero_c_matters(ins, xmin):
         return False
     if ins.datapath != "fused":
         return True
-    return xmin < _FIELDS[ins.out][3]
+    return xmin < OUT_FIELDS[ins.out][3]
 
 
-def _round_table(x, ins, E=None, *, coarse=False):
+def round_results(x, ins, E=None, *, coarse=False):
     """:func:`_round_out` and :func:`_finish` of the float64 step results ``x`` (overwritten).
 
     ``E``, where given, is each result's step exponent: ``x`` is then a multiple of
@@ -81,10 +81,10 @@ def _round_table(x, ins, E=None, *, coarse=False):
             q = 2.0 ** (emin - bits)
             x[small] = np.trunc(x[small] / q) * q
         r = x.astype(dt)
-    return _canonical(r, ins.out)
+    return canonical(r, ins.out)
 
 
-def _canonical(r, out):
+def canonical(r, out):
     """Results ``r`` of the output type (overwritten): -0 made +0 and every NaN the quiet NaN, as
     MMA-Sim's models give them."""
     _, ut, _, _, qnan = _OUT[out]
@@ -93,12 +93,12 @@ def _canonical(r, out):
         r.view(ut)[np.isnan(r)] = qnan
     return r
 
-def _halves(x):
+def halves(x):
     """``x`` (L, ...) as (L / 2, 2, ...): its even and odd entries along K on the second axis."""
     return x.reshape(x.shape[0] // 2, 2, *x.shape[1:])
 
 
-def _paired_halves(ps, E2, c, ec, ins, floor_e=None):
+def paired_halves(ps, E2, c, ec, ins, floor_e=None):
     """:func:`_paired_sum` given the largest exponents of the even and of the odd products, E2
     (2, ...): both halves go through each pass together.
 
@@ -111,17 +111,17 @@ def _paired_halves(ps, E2, c, ec, ins, floor_e=None):
         f2 = _pow2(np.maximum(E2, floor_e), F, -1, np.float32)
     else:
         f2 = _pow2(E2, F, -1)
-    s2 = _trunc_sum(_halves(ps), f2)                    # units of 2**(E2 - F)
+    s2 = _trunc_sum(halves(ps), f2)                    # units of 2**(E2 - F)
     Ed = np.maximum(E2[0], E2[1])
     s2 *= _pow2(E2 - Ed)                                # units of 2**(Ed - F)
     np.floor(s2, out=s2)
     sd = np.add(s2[0], s2[1], out=s2[0])
     Em = np.maximum(Ed, ec)
     sd = np.floor(sd * _pow2(Ed - Em, F2 + 1 - F)) * _pow2(Em, -F2 - 1)
-    return _paired_finish(sd, Ed, Em, c, ec, ins)
+    return paired_finish(sd, Ed, Em, c, ec, ins)
 
 
-def _paired_finish(x, Ed, Em, c, ec, ins):
+def paired_finish(x, Ed, Em, c, ec, ins):
     """The end of a ``"paired"`` step: the products' sum ``x`` (float64, overwritten), cut to its
     grid, plus C floored to ``2**(Em - F)`` (zero where it lies wholly below), the total floored to
     ``pair_bits + 1`` bits.  Ed is the products' largest exponent, Em the larger of it and C's."""

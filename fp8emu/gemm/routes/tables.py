@@ -7,16 +7,22 @@ block-scaled kind the tile routes do not take.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
+from ...interop import byte_codes
 from ..datapaths import _fused_step, _pow2, _trunc_sum
-from .codes import _LOCAL, _NONE, _PAIRS, _codes_ok, _pair_tables
-from .steps import _c_exps, _halves, _paired_halves, _round_table, _zero_c_matters
+from .codes import ZERO_PRODUCT_EXP, pair_tables
+from .steps import c_exponents, halves, paired_halves, round_results, zero_c_matters
 
 #: Products handled per block on the table path: small enough that a block's intermediates stay in
 #: the CPU caches (and no fresh pages are faulted in per call), large enough to amortise NumPy's
 #: per-call cost.
 _TILE = 1 << 17
+#: The quad tables of (a format, b format) (:func:`_quad_table`), and this thread's work arrays.
+_QUADS = {}
+_LOCAL = threading.local()
 
 def _quad_table(fa, fb):
     """For 4-bit operands: every two consecutive code pairs ``(a_k, b_k), (a_k+1, b_k+1)`` as one
@@ -26,17 +32,17 @@ def _quad_table(fa, fb):
     A group's entries then add up, exactly and in one integer pass, to its sum and its count of
     non-zero products (the sum's magnitude stays below 2**15), with half the gathers.
     """
-    key = ("quads", fa.name, fb.name)
-    if key not in _PAIRS:
-        P = _pair_tables(fa, fb, _NONE)[0]
+    key = (fa.name, fb.name)
+    if key not in _QUADS:
+        P = pair_tables(fa, fb, ZERO_PRODUCT_EXP)[0]
         q = float(np.abs(P[P != 0]).min())
         units = np.rint(P / q).astype(np.int32)
         nz = (P != 0).astype(np.int32)
         hi, lo = np.arange(1 << 16) >> 8, np.arange(1 << 16) & 0xFF
         t = units[hi] + units[lo] + ((nz[hi] + nz[lo]) << 16)
         t.flags.writeable = False
-        _PAIRS[key] = t, q, int(np.abs(units).max())
-    return _PAIRS[key]
+        _QUADS[key] = t, q, int(np.abs(units).max())
+    return _QUADS[key]
 
 def _buffers(n):
     """This thread's work arrays (index, products, exponents, code pairs) of at least ``n`` elements.
@@ -50,7 +56,7 @@ def _buffers(n):
         _LOCAL.buffers = ws
     return ws
 
-def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
+def run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
     """D for FP8/FP6/FP4 operands a (M|1, N|1, K) and b: products gathered from the code-pair tables.
 
     The outputs are taken in blocks (rows x columns x whole K steps) of about ``_TILE``
@@ -59,10 +65,10 @@ def _run_tables(ins, a, b, c, fa, fb, sa, sb, block, K):
     last row is where a fused step puts C and its exponent, so that C is aligned, truncated and
     added by the same passes as the products.
     """
-    a, b = _codes_ok(a, fa, "a"), _codes_ok(b, fb, "b")
-    zero = {"scaled": _NONE, "grouped": _NONE, "paired": max(ins.zero_exp, -900)}.get(ins.datapath, ins.zero_exp)
-    P, X, xmin = _pair_tables(fa, fb, zero)
-    zero_c = _zero_c_matters(ins, xmin)
+    a, b = byte_codes(a, fa, "a"), byte_codes(b, fb, "b")
+    zero = {"scaled": ZERO_PRODUCT_EXP, "grouped": ZERO_PRODUCT_EXP, "paired": max(ins.zero_exp, -900)}.get(ins.datapath, ins.zero_exp)
+    P, X, xmin = pair_tables(fa, fb, zero)
+    zero_c = zero_c_matters(ins, xmin)
     quads = ins.datapath == "grouped" and fa.bits == fb.bits == 4 and ins.group % 2 == 0
     if quads:
         Q, quantum, umax = _quad_table(fa, fb)
@@ -122,7 +128,7 @@ def _table_rows(ins, p, x, scl, block, c, k_first, zero_c):
     for s in range(p.shape[0]):
         ps, xs = p[s], x[s]
         k = k_first + s * L
-        ec = _c_exps(c, ins, zero_c, out=xs[L])          # into the step's spare row
+        ec = c_exponents(c, ins, zero_c, out=xs[L])          # into the step's spare row
         if ins.datapath == "fused":
             ps[L] = c
             E = xs.max(axis=0)
@@ -134,7 +140,7 @@ def _table_rows(ins, p, x, scl, block, c, k_first, zero_c):
             x_, E = _scaled_sum(ins, ps[:L], xs[:L], scl, block, k, c, ec)
         else:
             x_, E = _fused_step(*_grouped_table_terms(ins, ps[:L], xs[:L], scl, block, k), c, ec, F), None
-        c = _round_table(x_, ins, E)
+        c = round_results(x_, ins, E)
     return c
 
 def _paired_sum(ps, xs, c, ec, ins):
@@ -145,7 +151,7 @@ def _paired_sum(ps, xs, c, ec, ins):
     which changes nothing (a zero half's sum is zero and C's exponent is above both) and keeps
     every power of two in float64's normal range.
     """
-    return _paired_halves(ps, _halves(xs).max(axis=0), c, ec, ins)
+    return paired_halves(ps, halves(xs).max(axis=0), c, ec, ins)
 
 def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
     """One ``"scaled"`` step: E8M0 scales are powers of two, so a block's scales add to its products'
@@ -159,8 +165,8 @@ def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
     xb = xs.reshape(nb, bl, -1)
     hi, lo = xb.max(axis=1), xb.min(axis=1)
     # zero products carry zero_exp; the others their exponent plus their block's scales'
-    eb = np.where(hi == _NONE, ins.zero_exp, hi + q)
-    eb = np.where(lo == _NONE, np.maximum(eb, ins.zero_exp), eb)
+    eb = np.where(hi == ZERO_PRODUCT_EXP, ins.zero_exp, hi + q)
+    eb = np.where(lo == ZERO_PRODUCT_EXP, np.maximum(eb, ins.zero_exp), eb)
     E = np.maximum(eb.max(axis=0), ec)
     f = _pow2(q - E, F)
     f[nan] = np.nan
@@ -195,9 +201,9 @@ def _quad_rows(ins, q, quantum, scl, block, c, k_first):
     count = (sums + (1 << 15)) >> 16
     s_all = (sums - (count << 16)) * quantum
     for s in range(q.shape[0]):
-        ec = _c_exps(c, ins)
+        ec = c_exponents(c, ins)
         t, e = _group_terms(ins, s_all[s], count[s] == 0, scl, block, k_first + s * L)
-        c = _round_table(_fused_step(t, e, c, ec, F), ins)
+        c = round_results(_fused_step(t, e, c, ec, F), ins)
     return c
 
 
@@ -206,7 +212,7 @@ def _grouped_table_terms(ins, ps, xs, scl, block, k0):
     the zero marker."""
     G = ins.group
     pg = ps.reshape(-1, G, ps.shape[-1])
-    allzero = xs.reshape(pg.shape).max(axis=1) == _NONE
+    allzero = xs.reshape(pg.shape).max(axis=1) == ZERO_PRODUCT_EXP
     return _group_terms(ins, np.add.reduce(pg, axis=1), allzero, scl, block, k0)
 
 

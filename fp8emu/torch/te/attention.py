@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import fp8_sdpa
-from .modules import LayerNormLinear, LayerNormMLP, Linear, _check_activation, check_arguments
+from .modules import LayerNormLinear, LayerNormMLP, Linear, check_activation, check_arguments
 from .quantization import current_autocast
 
 __all__ = ["DotProductAttention", "MultiheadAttention", "TransformerLayer"]
@@ -248,7 +248,7 @@ class TransformerLayer(nn.Module):
                 apply_residual_connection_post_layernorm=(apply_residual_connection_post_layernorm, (False,)),
                 output_layernorm=(output_layernorm, (False,)), parallel_attention_mlp=(parallel_attention_mlp, (False,)),
                 drop_path_rate=(drop_path_rate, (0.0, 0)), qk_norm_type=(qk_norm_type, (None,)))
-        _check_activation("TransformerLayer", activation)
+        check_activation("TransformerLayer", activation)
         self.hidden_dropout = hidden_dropout
         common = dict(params_dtype=params_dtype, bias=bias, init_method=init_method)
         self.self_attention = MultiheadAttention(

@@ -126,7 +126,7 @@ def _check_normalization(owner, normalization):
         raise ValueError(f"{owner}: normalization must be 'LayerNorm' or 'RMSNorm', got {normalization!r}")
 
 
-def _check_activation(owner, activation):
+def check_activation(owner, activation):
     if activation not in ACTIVATIONS:
         raise ValueError(f"{owner}: activation {activation!r} is not emulated; accepted: {', '.join(ACTIVATIONS)}")
 
@@ -435,7 +435,7 @@ class LayerNormMLP(_NormGemm):
                                              delay_wgrad_compute=delay_wgrad_compute,
                                              activation_params=activation_params))
         _check_normalization("LayerNormMLP", normalization)
-        _check_activation("LayerNormMLP", activation)
+        check_activation("LayerNormMLP", activation)
         dtype = params_dtype or torch.get_default_dtype()
         self.hidden_size, self.ffn_hidden_size, self.activation = hidden_size, ffn_hidden_size, activation
         self.return_bias = return_bias
