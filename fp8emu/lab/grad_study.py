@@ -307,7 +307,8 @@ def _finding_e(t):
     s = spike_summary(rows)
     d, c = s.get("te-delayed"), s.get("te-current")
     number = (f"delayed (history {d['history']}): fprop error {d['err_before']:.3g} before, {d['err_at']:.3g} at "
-              f"the spike ({'saturated' if d['saturated'] else 'not saturated'}), then {d['off']} steps with up to {d['under_after']:.3g} of the input "
+              f"the spike ({'saturated' if d['saturated'] else 'not saturated'}), then {d['off']} steps with up to "
+              f"{d['under_after']:.3g} of the input "
               f"underflowing (error <= {d['err_after']:.3g}); current: {c['err_at']:.3g} at the spike, "
               f"{c['off']} steps off")
     if (abs(d["off"] - d["history"]) <= THRESHOLDS["e_tolerance"] and d["saturated"] and c["off"] <= 1

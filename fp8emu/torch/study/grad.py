@@ -139,7 +139,7 @@ class GradConfig:
                     isinstance(q, str) for q in p)) for p in v) or len(set(v)) != len(v):
                 raise ValueError(f"{name} must be a tuple of distinct (recipe, stack) name pairs, got {v!r}")
         if self.corpus is not None and not isinstance(self.corpus, str):
-            raise ValueError(f"corpus must be None (the default corpus) or a file path, got {self.corpus!r}")
+            raise ValueError(f"corpus must be None (the default corpus) or a file path as a str, got {self.corpus!r}")
         return self
 
 
