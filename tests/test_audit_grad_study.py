@@ -181,6 +181,8 @@ def test_what_the_study_writes_in_out_must_be_of_its_kind(tmp_path, capsys):
     f.write_text("x")
     assert main(argv[:-1] + [str(f / "sub")]) == 2       # was "[Errno 20] Not a directory"
     assert f"{str(f)!r} is a file; give a folder" in capsys.readouterr().err
+    assert main(argv[:-1] + [""]) == 2                   # was the default folder, silently
+    assert "--out '' names no folder" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- the verdict rules and NaN

@@ -212,7 +212,10 @@ def run(args) -> int:
             print(grad.cell_id(c))
         print(f"{len(cells)} cells")
         return 0
-    out = Path(args.out or (DEFAULT_OUT + ("-quick" if args.quick else "")))
+    if args.out is not None and not args.out.strip():
+        raise ValueError("--out '' names no folder; leave --out out for the default "
+                         f"./{DEFAULT_OUT}{'-quick' if args.quick else ''}")
+    out = Path(args.out if args.out is not None else DEFAULT_OUT + ("-quick" if args.quick else ""))
     _check_out(out)
     out.mkdir(parents=True, exist_ok=True)
     with dask_client(workers=args.workers, scheduler=args.scheduler) as client:
