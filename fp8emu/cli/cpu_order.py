@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import warnings
 
 from ..gemm import cpu_order
+
+DEFAULT_SHAPES = ("64x512x64", "32x1024x32")
+#: The most torch threads a probe takes: torch's own thread pool crashed (a segmentation fault) at
+#: 100000 on the machine this was tried on; thousands already oversubscribe any CPU.
+MAX_THREADS = 1024
+#: Bytes a probe of an M x K x N GEMM holds at its peak, per element of A, B and C together: its six
+#: random products' operands and outputs, torch's copies and the packed queries (peak resident memory
+#: grew by 10 to 12 float32 copies probing 512x4096x512 and 2048x1024x2048; this allows 16).
+PROBE_BYTES_PER_ELEMENT = 64
+
+
+def _available_bytes():
+    """The memory the system can give without swapping (``MemAvailable``), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _check_probe_memory(M, K, N, available):
+    need = PROBE_BYTES_PER_ELEMENT * (M * K + K * N + M * N)
+    if available is not None and need > available:
+        raise ValueError(f"probing {M}x{K}x{N} needs about {need / 2**30:.1f} GiB (its operands and outputs, "
+                         f"several times); {available / 2**30:.1f} GiB is available: give a smaller shape, or "
+                         "FP8EMU_CPU_ORDER=<a recorded model> to describe without probing")
 
 
 def _shape(text):
@@ -22,30 +53,49 @@ def register(sub, name, help_text):
                                    "(torch.mm, the emulated _scaled_mm path, torchao's emulated GEMMs) on this "
                                    "machine: revealed by probing torch (when installed, cached per CPU, library, "
                                    "MKL settings, threads, shape and layout) or a recorded model, with why.")
-    p.add_argument("shapes", nargs="*", default=["64x512x64", "32x1024x32"], metavar="MxKxN",
-                   help="GEMM shapes to describe (default: 64x512x64 32x1024x32)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's current count)")
-    p.add_argument("--layout", choices=cpu_order.LAYOUTS, default="NN",
+    p.add_argument("shapes", nargs="*", default=None, metavar="MxKxN",
+                   help=f"GEMM shapes to describe (default: {' '.join(DEFAULT_SHAPES)})")
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"torch threads, 1..{MAX_THREADS} (default: torch's current count)")
+    p.add_argument("--layout", choices=cpu_order.LAYOUTS, default=None,
                    help="A and B row-major (N) or transposed views (T) as torch.mm gets them (default NN)")
-    p.add_argument("--recorded", action="store_true", help="list the recorded models and where each was proven")
-    p.add_argument("--json", action="store_true", help="the facts as JSON")
+    p.add_argument("--recorded", action="store_true",
+                   help="list the recorded models and where each was proven (takes no shapes, --threads or "
+                        "--layout)")
+    p.add_argument("--json", action="store_true", help="the facts as JSON (with --recorded too)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Print what this machine's torch CPU GEMMs sum in which order."""
     if args.recorded:
+        given = [name for name, v in (("shapes", args.shapes), ("--threads", args.threads),
+                                      ("--layout", args.layout)) if v]
+        if given:
+            raise ValueError(f"--recorded lists the recorded models; it takes no {', '.join(given)}")
+        if args.json:
+            print(json.dumps([{"name": m.name, "proven_on": m.proven_on} for m in cpu_order.RECORDED.values()],
+                             indent=1))
+            return 0
         for m in cpu_order.RECORDED.values():
             print(f"{m.name}: {m.proven_on}")
         return 0
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be a positive integer, got {args.threads}")
-    shapes = [_shape(s) for s in args.shapes]
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise ValueError(f"--threads must be an integer in 1..{MAX_THREADS}, got {args.threads}")
+    args.layout = args.layout or "NN"
+    shapes = [_shape(s) for s in (args.shapes or DEFAULT_SHAPES)]
+    if cpu_order.policy() in ("auto", "revealed") and importlib.util.find_spec("torch") is not None:
+        available = _available_bytes()
+        for M, K, N in shapes:
+            _check_probe_memory(M, K, N, available)
     if args.json:
         rows = []
         for M, K, N in shapes:
-            order, src = cpu_order.order_for(M, K, N, threads=args.threads, layout=args.layout)
-            rows.append({"shape": [M, K, N], "layout": args.layout, "source": src, "order": order.describe()})
+            with warnings.catch_warnings(record=True) as caught:     # in the JSON, as the text's [warning: ...]
+                warnings.simplefilter("always")
+                order, src = cpu_order.order_for(M, K, N, threads=args.threads, layout=args.layout)
+            rows.append({"shape": [M, K, N], "layout": args.layout, "source": src, "order": order.describe(),
+                         "warning": str(caught[0].message) if caught else None})
         print(json.dumps({"machine": cpu_order.machine(), "policy": cpu_order.policy(), "gemms": rows}, indent=1))
         return 0
     print("\n".join(cpu_order.describe_here(shapes, threads=args.threads, layout=args.layout)))

@@ -115,8 +115,11 @@ def execute(out: Path, cfg, cells, *, client=None, progress=True) -> dict:
     if study.exists():
         try:
             theirs = readers.parse_json(study.read_bytes(), study)
-        except ValueError:
-            raise ValueError(f"{study} is not valid JSON; use another --out or delete the folder") from None
+        except ValueError as exc:     # parse_json's line names the file and the fault (a key twice, bad JSON)
+            raise ValueError(f"{exc}; use another --out or delete the folder") from None
+        if not (isinstance(theirs, dict) and isinstance(theirs.get("config"), dict) and "config_sha256" in theirs):
+            raise ValueError(f"{out} holds a study.json that is not a grad-study's (another study's folder?); use "
+                             "another --out")
         if theirs.get("config_sha256") != cfg_sha:
             raise ValueError(f"{out} holds a grad-study of another configuration; use another --out or delete it")
     else:
@@ -183,6 +186,19 @@ def provenance(cfg, argv, wall_s, workers, computed) -> dict:
     return prov
 
 
+def _check_out(out: Path):
+    """``--out`` and what the study writes in it must be folders and files as it writes them (one line
+    naming the path, before anything runs)."""
+    for p in [q for q in reversed(out.parents) if str(q) not in ("", ".")] + [out]:
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a file; give a folder (created if missing)")
+    for name, folder in (("cells", True), ("figures", True), ("study.json", False)):
+        p = out / name
+        if p.exists() and p.is_dir() != folder:
+            raise ValueError(f"--out {str(out)!r} holds {name} as a {'file' if folder else 'folder'}, where the "
+                             f"study writes a {'folder' if folder else 'file'}; use another --out")
+
+
 def run(args) -> int:
     """Plan (checking every input), run the missing cells, write the tables, findings and report."""
     if _MISSING is not None:
@@ -196,9 +212,11 @@ def run(args) -> int:
             print(grad.cell_id(c))
         print(f"{len(cells)} cells")
         return 0
-    out = Path(args.out or (DEFAULT_OUT + ("-quick" if args.quick else "")))
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {str(out)!r} is a file; give a folder (created if missing)")
+    if args.out is not None and not args.out.strip():
+        raise ValueError("--out '' names no folder; leave --out out for the default "
+                         f"./{DEFAULT_OUT}{'-quick' if args.quick else ''}")
+    out = Path(args.out if args.out is not None else DEFAULT_OUT + ("-quick" if args.quick else ""))
+    _check_out(out)
     out.mkdir(parents=True, exist_ok=True)
     with dask_client(workers=args.workers, scheduler=args.scheduler) as client:
         res = execute(out, cfg, cells, client=client, progress=not args.quiet)

@@ -184,9 +184,9 @@ def use(name):
         _POLICY.reset(token)
 
 
-def _check_policy(name):
+def _check_policy(name, what="CPU order"):
     if not isinstance(name, str) or (name not in ("auto", "revealed") and name not in RECORDED):
-        raise ValueError(f"CPU order {name!r}: use 'auto', 'revealed' or a recorded model, one of {sorted(RECORDED)}")
+        raise ValueError(f"{what} {name!r}: use 'auto', 'revealed' or a recorded model, one of {sorted(RECORDED)}")
 
 
 def policy():
@@ -194,7 +194,7 @@ def policy():
     p = _POLICY.get()
     if p is None:
         p = os.environ.get("FP8EMU_CPU_ORDER", "auto") or "auto"
-        _check_policy(p)
+        _check_policy(p, "the environment variable FP8EMU_CPU_ORDER =")
     return p
 
 

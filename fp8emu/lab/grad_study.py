@@ -85,6 +85,11 @@ def mean_curve(draws, ref, ns) -> list:
     >>> [round(e, 3) for e in mean_curve([ref + 1, ref - 1], ref, [1, 2])]
     [1.0, 0.0]
     """
+    ns = list(ns)
+    if not ns or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) for n in ns) or ns[0] < 1 \
+            or any(b <= a for a, b in zip(ns, ns[1:])):
+        # the errors come out in draw order: an unsorted ns would pair them with the wrong n
+        raise ValueError(f"mean_curve: ns must be increasing integers >= 1, got {ns}")
     draws = [np.asarray(d, np.float64) for d in draws]
     if max(ns) > len(draws):
         raise ValueError(f"mean_curve: {max(ns)} draws asked for, {len(draws)} given")
@@ -239,8 +244,10 @@ def _finding_c(t):
         ratios.append(m1 / m0 if m0 > 0 else math.nan)
         parts.append(f"{case}: {m1:.3g}+-{s1:.2g} vs {m0:.3g}+-{s0:.2g} (x{ratios[-1]:.2f})")
     number = "wgrad rel. error per draw, RHT vs no RHT, " + "; ".join(parts)
-    if any(r != r for r in ratios):
+    if not _rows(t, "draws", gemm="wgrad"):
         return math.nan, "not run", "not at this scale"
+    if any(r != r for r in ratios):
+        return math.nan, number, "not at this scale"
     if all(r < lo for r in ratios):
         return ratios[1], number, "reproduced"
     if all(r > hi for r in ratios):
@@ -300,7 +307,8 @@ def _finding_e(t):
     s = spike_summary(rows)
     d, c = s.get("te-delayed"), s.get("te-current")
     number = (f"delayed (history {d['history']}): fprop error {d['err_before']:.3g} before, {d['err_at']:.3g} at "
-              f"the spike (saturated), then {d['off']} steps with up to {d['under_after']:.3g} of the input "
+              f"the spike ({'saturated' if d['saturated'] else 'not saturated'}), then {d['off']} steps with up to "
+              f"{d['under_after']:.3g} of the input "
               f"underflowing (error <= {d['err_after']:.3g}); current: {c['err_at']:.3g} at the spike, "
               f"{c['off']} steps off")
     if (abs(d["off"] - d["history"]) <= THRESHOLDS["e_tolerance"] and d["saturated"] and c["off"] <= 1
@@ -365,14 +373,45 @@ _RULES = {
 }
 
 
+#: The measurements each finding's rule reads: (table, which rows, columns).  A NaN among them (a
+#: diverged or damaged measurement) gives no verdict: the rules' comparisons and fits would otherwise
+#: drop it (a slope over the other points, Python's ``max``) and could call the finding reproduced.
+_INPUTS = {
+    "a": [("bias", lambda r: r["case"] == "plain" and (r["recipe"], r["level"]) in (
+        ("te-nvfp4-no-rht", "operand"), ("te-nvfp4-no-rht-no-sr", "operand"), ("te-nvfp4", "wgrad"),
+        ("te-nvfp4-no-sr", "wgrad")), ("rel_err_mean",))],
+    "b": [("operands", lambda r: r["finding"] == "b" and r["metric"] == "weight_mismatch", ("value",))],
+    "c": [("draws", lambda r: r["gemm"] == "wgrad" and r["recipe"] in ("te-nvfp4", "te-nvfp4-no-rht"),
+           ("rel_err",))],
+    "d": [("ksweep", lambda r: r["gemm"] == "wgrad" and r["stack"] in ("h100", "h100-fast"),
+           ("accum_err", "accum_max_rel"))],
+    "e": [("spike", lambda r: r["recipe"] in ("te-delayed", "te-current"),
+           ("fprop_rel_err", "frac_underflow", "frac_saturated"))],
+    "f": [("operands", lambda r: r["finding"] == "f", ("value",)),
+          ("bias", lambda r: r["case"] == "eden", ("rel_err_mean",))],
+    "g": [("operands", lambda r: r["finding"] == "g", ("value",))],
+}
+
+
+def _nan_inputs(tables, key) -> int:
+    """How many of finding ``key``'s measurements are NaN."""
+    return sum(float(r[c]) != float(r[c]) for kind, pick, cols in _INPUTS[key] for r in tables.get(kind, [])
+               if pick(r) for c in cols)
+
+
 def findings(tables) -> list:
     """The findings table: one row per finding (a)-(g) with its number, verdict, rule and paper.
 
     ``tables``: ``{kind: rows}`` as :func:`read_csv` reads the study's CSV files (missing kinds give
-    "not run" and the verdict "not at this scale")."""
+    "not run" and the verdict "not at this scale"; a NaN among a finding's measurements gives the
+    verdict "not at this scale" and says how many)."""
     out = []
     for key, (rule, fn) in _RULES.items():
         value, number, verdict = fn(tables)
+        bad = _nan_inputs(tables, key)
+        if bad:
+            number = f"{number}; {bad} NaN measurement(s): no verdict"
+            value, verdict = math.nan, "not at this scale"
         out.append({"finding": key, "claim": CLAIMS[key], "paper": PAPERS[key], "value": value,
                     "measured": number, "verdict": verdict, "rule": rule})
     return out

@@ -99,11 +99,12 @@ def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
         with _eager(), torch.no_grad(), _autocast(x, autocast_dtype):
             y = functional_call(layer, tensors, (x,), strict=False)
         return [y.clone(), torch.zeros((), dtype=torch.int64), *after]
+    # an input that is no float is passed on as it is, for the layer's own check to name it
     leaves = {k: v.detach().requires_grad_(True) for k, v in (("x", x), ("weight", weight), ("bias", bias))
-              if v is not None}
+              if v is not None and v.is_floating_point()}
     tensors.update({k: v for k, v in leaves.items() if k != "x"})
     with _eager(), torch.enable_grad(), _autocast(x, autocast_dtype):
-        y = functional_call(layer, tensors, (leaves["x"],), strict=False)
+        y = functional_call(layer, tensors, (leaves.get("x", x),), strict=False)
     handle = next(_HANDLES)
     layer.compiled_pending[handle] = (y, leaves)
     return [y.detach().clone(), torch.full((), handle, dtype=torch.int64), *after]

@@ -238,19 +238,27 @@ class EmulatedLinear(nn.Module):
         if m % mult:
             raise ValueError(f"layer {self.layer_name!r}: {m} tokens (rows of the input) is not a multiple "
                              f"of {mult}, which recipe {self.recipe.name!r} on "
-                             f"{self.stack.name!r} needs for its wgrad GEMM (K = tokens); pad the batch")
+                             f"{self.stack.name!r} needs for its wgrad GEMM (K = tokens); pad the batch, or run "
+                             "inference without autograd (torch.no_grad() or torch.inference_mode()), which "
+                             "takes any count")
 
     def forward(self, x):
+        if COMPILED_FORWARD is not None and torch.compiler.is_compiling() and isinstance(x, torch.Tensor):
+            # one opaque op, which runs this eager call (same bits) and so its input checks, at run time:
+            # an error raised while Dynamo traces would make it skip this code for good, and the later
+            # (good) calls would then be traced from inside the layer, which Dynamo cannot
+            return COMPILED_FORWARD(self, x)
         if not isinstance(x, torch.Tensor) or x.dtype not in _FLOATS:
             # the output is cast to the input's dtype: an integer input would come back truncated
             got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
             raise TypeError(f"layer {self.layer_name!r}: input must be a float32, bfloat16, float16 or float64 "
                             f"tensor, got {got}")
+        if x.device.type == "meta":
+            raise ValueError(f"layer {self.layer_name!r}: input is a meta tensor (a shape without values); an "
+                             "emulated layer computes on its input's values")
         if x.shape[-1] != self.in_features:
             raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
                              f"expected {self.in_features}")
-        if COMPILED_FORWARD is not None and torch.compiler.is_compiling():
-            return COMPILED_FORWARD(self, x)     # one opaque op, which runs this eager call (same bits)
         state = AUTOCAST.get()
         if state is None:
             if self.autocast_only:          # Transformer Engine's rule: FP8 only inside the context
@@ -262,6 +270,10 @@ class EmulatedLinear(nn.Module):
             return self._forward(x)
 
     def _forward(self, x):
+        if COMPILED_FORWARD is not None and torch.compiler.is_compiling():
+            # Dynamo started tracing here (it skips a frame that raised once and compiles the frames it
+            # calls): the same opaque op as forward's
+            return COMPILED_FORWARD(self, x)
         dev = x.device.type
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ from torch import nn
 
 from ..training import get_recipe, get_stack
 from .linear import EmulatedLinear
-from .swap import emulate
+from .swap import HighPrecisionWarning, emulate
 
 __all__ = ["LayerCapture", "layer_passes", "exact_passes", "exact_accumulation", "capture", "qat_model",
            "emulated_model", "PASS_TENSORS"]
@@ -80,8 +81,48 @@ def _np32(t):
     return t.detach().to(torch.float32).contiguous().numpy().copy()
 
 
+#: What each operand's axes are.
+_AXES = {"x": "tokens x in_features", "w": "out_features x in_features", "b": "out_features",
+         "dy": "tokens x out_features"}
+
+
+def _operands(x, w, b, dy) -> tuple:
+    """The layer's operands as float32 arrays, or one error naming what is wrong.
+
+    A probe's operands are float32 (what a float32 run captures): another dtype would be rounded by
+    the emulated layer and not by the float64 reference, so it is refused, not cast."""
+    out = []
+    for name, a, nd in (("x", x, 2), ("w", w, 2), ("b", b, 1), ("dy", dy, 2)):
+        if a is None and name == "b":
+            out.append(None)
+            continue
+        arr = np.asarray(a.detach() if isinstance(a, torch.Tensor) else a)
+        if arr.dtype != np.float32:
+            raise TypeError(f"{name} must be a float32 array (a probe's operands are float32, as a float32 run "
+                            f"captures them), got {arr.dtype}; convert it with .astype(np.float32) if that "
+                            "rounding is meant")
+        if arr.ndim != nd:
+            raise ValueError(f"{name} must be {'a 2-D matrix' if nd == 2 else '1-D'} ({_AXES[name]}), "
+                             f"got shape {arr.shape}")
+        out.append(arr)
+    x, w, b, dy = out
+    (m, k), (n, k2) = x.shape, w.shape
+    want = {"w": ((n, k), w.shape), "dy": ((m, n), dy.shape)}
+    if b is not None:
+        want["b"] = ((n,), b.shape)
+    bad = [f"{name} has shape {got}, expected {exp}" for name, (exp, got) in want.items() if exp != got]
+    if k2 != k or bad:
+        raise ValueError(f"operands of a {k} -> {n} layer with {m} tokens (x {x.shape}, w {w.shape}): "
+                         + "; ".join(bad or [f"w has {k2} in_features, x has {k}"]))
+    return x, w, b, dy
+
+
 def exact_passes(x, w, b, dy) -> dict:
-    """The three GEMMs of a linear layer in float64 on the float32 operands (no rounding at all)."""
+    """The three GEMMs of a linear layer in float64 on the float32 operands (no rounding at all).
+
+    ``x`` (M x K), ``w`` (N x K), ``b`` (N or None), ``dy`` (M x N): float32 arrays (another dtype is
+    a TypeError, a shape that does not fit a ValueError)."""
+    x, w, b, dy = _operands(x, w, b, dy)
     x64, w64, dy64 = (np.asarray(a, np.float64) for a in (x, w, dy))
     y = x64 @ w64.T
     if b is not None:
@@ -119,12 +160,18 @@ def _single(w, b):
 def layer_passes(x, w, b, dy, recipe, gpu, *, seed=0, warm=True) -> dict:
     """fprop, dgrad and wgrad of one layer under ``recipe`` on ``gpu`` (float32 NumPy arrays).
 
-    ``x`` (M x K), ``w`` (N x K), ``b`` (N or None), ``dy`` (M x N).  ``seed`` seeds the recipe's
-    stochastic rounding.  ``warm``: a delayed-scaling recipe first runs the same operands once, so
-    its amax history holds this tensor's amax (else its first step quantizes with scale 1).
+    ``x`` (M x K), ``w`` (N x K), ``b`` (N or None), ``dy`` (M x N): float32 arrays, as
+    :func:`exact_passes` takes them.  ``seed`` seeds the recipe's stochastic rounding.  ``warm``
+    (True or False): a delayed-scaling recipe first runs the same operands once, so its amax history
+    holds this tensor's amax (else its first step quantizes with scale 1).
     """
+    x, w, b, dy = _operands(x, w, b, dy)
+    if not isinstance(warm, bool):
+        raise TypeError(f"warm must be True or False, got {warm!r}")
     seq = nn.Sequential(_single(w, b))
-    rep = emulate(seq, get_recipe(recipe), get_stack(gpu), seed=seed)
+    with warnings.catch_warnings():       # a layer the recipe cannot take is the ValueError below
+        warnings.simplefilter("ignore", HighPrecisionWarning)
+        rep = emulate(seq, get_recipe(recipe), get_stack(gpu), seed=seed)
     if "0" not in rep.swapped:
         raise ValueError(f"recipe {get_recipe(recipe).name!r} on {get_stack(gpu).name!r} does not take a "
                          f"{w.shape[1]} -> {w.shape[0]} layer with {len(x)} tokens: {rep.skipped.get('0')}")
@@ -187,10 +234,20 @@ def _linears(model):
 def capture(model, loss_fn) -> tuple:
     """One forward and backward of ``loss_fn(model)`` with every linear layer's operands and results.
 
-    Returns ``(loss, {layer name: LayerCapture})``.  The parameters' ``.grad`` are cleared first
-    (and hold this backward's gradients after).  A layer called more than once in the forward is a
-    ValueError (its gradients would be summed over the calls).
+    Returns ``(loss, {layer name: LayerCapture})``: every linear layer the forward calls (a layer it
+    does not call is left out).  ``loss_fn(model)`` must return a scalar tensor.  The parameters'
+    ``.grad`` are cleared first (and hold this backward's gradients after).  A ValueError names a layer
+    called more than once in the forward (its gradients would be summed over the calls), a layer
+    whose output does not reach the loss and a layer whose weight needs no gradient (frozen: it has
+    no wgrad).
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be a callable model -> scalar loss tensor, got {type(loss_fn).__name__}")
+    if not torch.is_grad_enabled():
+        raise RuntimeError("capture runs a backward: call it with autograd on (not under torch.no_grad() or "
+                           "torch.inference_mode())")
     layers = _linears(model)
     seen, handles = {}, []
 
@@ -212,6 +269,9 @@ def capture(model, loss_fn) -> tuple:
         for p in model.parameters():
             p.grad = None
         loss = loss_fn(model)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise ValueError(f"loss_fn must return a scalar loss tensor, got {got}")
         loss.backward()
     finally:
         for h in handles:
@@ -221,6 +281,12 @@ def capture(model, loss_fn) -> tuple:
         if name not in seen:
             continue
         r = seen[name]
+        if not mod.weight.requires_grad:
+            raise ValueError(f"the weight of layer {name!r} needs no gradient (frozen), so it has no wgrad to "
+                             "probe; call requires_grad_(True) on it for the probe")
+        if "dy" not in r or mod.weight.grad is None:
+            raise ValueError(f"layer {name!r} ran in the forward but its output does not reach the loss (no "
+                             "output gradient): a probe needs every layer it calls on the loss's path")
         caps[name] = LayerCapture(x=r["x"], w=_np32(mod.weight), b=None if mod.bias is None else _np32(mod.bias),
                                   y=r["y"], dy=r["dy"], dx=r.get("dx"), dw=_np32(mod.weight.grad))
     return float(loss.detach()), caps

@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import json
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -42,7 +43,7 @@ from ...scaling.hadamard import inverse_rht, rht
 from ...scaling.ms_eden import ms_eden_nvfp4
 from ...training import TEDelayedScaling, TENVFP4BlockScaling, get_recipe
 from ..probes import capture, exact_accumulation, exact_passes, layer_passes, qat_model, emulated_model
-from ..swap import diagnostics, emulate
+from ..swap import HighPrecisionWarning, diagnostics, emulate
 from .corpus import eval_windows, load_corpus, sample_batch
 from .model import GPT, ModelConfig, check_config
 
@@ -90,13 +91,62 @@ class GradConfig:
 
     @classmethod
     def from_dict(cls, d) -> "GradConfig":
-        d = dict(d)
-        d["model"] = ModelConfig(**d["model"])
-        for k in ("checkpoints", "ks", "widths"):
-            d[k] = tuple(d.get(k, ()))
-        for k in ("pairs", "fork_pairs"):
-            d[k] = tuple(tuple(p.split("@")) for p in d[k])
-        return cls(**d)
+        """The configuration :meth:`as_dict` wrote (ValueError naming what does not fit)."""
+        try:
+            d = dict(d)
+            d["model"] = ModelConfig(**d["model"])
+            for k in ("checkpoints", "ks", "widths"):
+                d[k] = tuple(d.get(k, ()))
+            for k in ("pairs", "fork_pairs"):
+                d[k] = tuple(tuple(p.split("@")) for p in d[k])
+            return cls(**d)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not a GradConfig dictionary (as GradConfig.as_dict writes it): "
+                             f"{type(exc).__name__}: {exc}") from None
+
+    def check(self) -> "GradConfig":
+        """Every field of a type and range the cells can run with, or one ValueError naming it."""
+        if not isinstance(self.model, ModelConfig):
+            raise ValueError(f"model must be a ModelConfig, got {type(self.model).__name__}")
+        check_config(self.model)
+        _int(self, "ref_steps", 0)
+        for name in ("draws", "bias_draws", "fork_steps", "spike_width", "spike_tokens", "spike_history",
+                     "width_tokens"):
+            _int(self, name, 1)
+        # steps 1 .. spike_at - 1 are the "before" the spike rule compares with (delayed scaling runs its
+        # step 0 with scale 1)
+        _int(self, "spike_at", 2)
+        _int(self, "outlier_channels", 0, self.model.d_model)
+        _int(self, "fork_at", 0, self.ref_steps)
+        for name in ("lr", "outlier_factor", "spike_factor"):
+            v = getattr(self, name)
+            # used as float32 multipliers: 1e40 would be Inf there, 1e-50 zero
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and 2.0 ** -149 <= v <= float(np.finfo(np.float32).max)):
+                raise ValueError(f"{name} must be a positive number that float32 holds (about 1.4e-45 to "
+                                 f"3.4e38), got {v!r}")
+        for name, lo in (("checkpoints", 0), ("ks", 1), ("widths", 1)):
+            v = getattr(self, name)
+            if not isinstance(v, tuple) or any(isinstance(c, bool) or not isinstance(c, int) or c < lo for c in v) \
+                    or len(set(v)) != len(v):
+                raise ValueError(f"{name} must be a tuple of distinct integers >= {lo}, got {v!r}")
+        if not self.checkpoints:
+            raise ValueError("checkpoints must name at least one step (the bias, eden and operands cells use the "
+                             "last)")
+        for name in ("pairs", "fork_pairs"):
+            v = getattr(self, name)
+            if not isinstance(v, tuple) or any(not (isinstance(p, tuple) and len(p) == 2 and all(
+                    isinstance(q, str) for q in p)) for p in v) or len(set(v)) != len(v):
+                raise ValueError(f"{name} must be a tuple of distinct (recipe, stack) name pairs, got {v!r}")
+        if self.corpus is not None and not isinstance(self.corpus, str):
+            raise ValueError(f"corpus must be None (the default corpus) or a file path as a str, got {self.corpus!r}")
+        return self
+
+
+def _int(cfg, name, lo, hi=None):
+    v = getattr(cfg, name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        raise ValueError(f"{name} must be an integer {lo}..{hi if hi is not None else ''}, got {v!r}")
 
 
 _QUICK_PAIRS = (("te-current", "h100"), ("te-mxfp8", "b200"), ("te-nvfp4", "b200"))
@@ -121,8 +171,9 @@ def cell_id(cell) -> str:
 
 
 def plan_cells(cfg: GradConfig) -> list:
-    """Every cell of the study (dicts), every input checked; nothing runs."""
-    check_config(cfg.model)
+    """Every cell of the study (dicts), every input checked (:meth:`GradConfig.check`, the recipe x stack
+    pairs and the layer widths against what each recipe takes, a corpus file); nothing runs."""
+    cfg.check()
     bad = [c for c in cfg.checkpoints if not (isinstance(c, int) and 0 <= c <= cfg.ref_steps)]
     if bad:
         raise ValueError(f"checkpoints must be steps 0..{cfg.ref_steps} of the reference run, got {bad}")
@@ -133,11 +184,20 @@ def plan_cells(cfg: GradConfig) -> list:
         raise ValueError(f"tokens per batch ({tokens}) and every K of the sweep ({list(cfg.ks)}) must be multiples "
                          f"of 256 and of seq_len ({cfg.model.seq_len})")
     for r, s in tuple(cfg.pairs) + tuple(cfg.fork_pairs):
-        get_recipe(r)
-        probe = nn.Sequential(nn.Linear(cfg.model.d_model, cfg.model.d_model))
-        rep = emulate(probe, r, s)
-        if "0" not in rep.swapped:
-            raise ValueError(f"{r}@{s} cannot run this model: {rep.skipped.get('0')}")
+        why = _refusal(r, s, cfg.model.d_model)
+        if why:
+            raise ValueError(f"{r}@{s} cannot run this model: {why}")
+    for what, width, recipes in (("widths", cfg.widths, ("te-current",)),
+                                 ("spike_width", (cfg.spike_width,), ("te-delayed", "te-current"))):
+        for w_, r in ((w_, r) for w_ in width for r in recipes):
+            why = _refusal(r, "h100", w_)
+            if why:
+                raise ValueError(f"{what}: {r} on h100 cannot run a {w_}-wide layer: {why}")
+    if cfg.width_tokens % 16:
+        raise ValueError(f"width_tokens ({cfg.width_tokens}) must be a multiple of 16 (the wgrad GEMM's K of the "
+                         "width cells, te-current on h100)")
+    if cfg.corpus is not None:
+        load_corpus(cfg.corpus, min_split_bytes=cfg.model.seq_len + 1)
     cells = [{"kind": "probe", "state": c, "pair": f"{r}@{s}"} for c in cfg.checkpoints for r, s in cfg.pairs]
     cells += [{"kind": "bias", "case": case} for case in ("plain", "outliers")]
     cells += [{"kind": "eden"}, {"kind": "operands"}]
@@ -146,6 +206,16 @@ def plan_cells(cfg: GradConfig) -> list:
     cells += [{"kind": "spike", "recipe": r} for r in ("te-delayed", "te-current")]
     cells += [{"kind": "fork", "pair": f"{r}@{s}"} for r, s in cfg.fork_pairs]
     return cells
+
+
+def _refusal(recipe, stack, width):
+    """Why ``recipe`` on ``stack`` leaves a ``width`` x ``width`` layer in high precision (None: it takes it)."""
+    get_recipe(recipe)
+    probe = nn.Sequential(nn.Linear(width, width))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HighPrecisionWarning)
+        rep = emulate(probe, recipe, stack)
+    return None if "0" in rep.swapped else rep.skipped.get("0")
 
 
 # --------------------------------------------------------------------------- the reference run
@@ -467,6 +537,8 @@ _KINDS = {"probe": _probe, "bias": _bias, "eden": _eden, "operands": _operands, 
 def run_cell(cfg_dict: dict, cell: dict) -> dict:
     """Run one cell on one thread (torch and fp8emu); returns ``{table: rows}``."""
     cfg = GradConfig.from_dict(cfg_dict)
+    if not isinstance(cell, dict) or cell not in plan_cells(cfg):
+        raise ValueError(f"cell {cell!r} is not a cell of this configuration (plan_cells lists them)")
     old_threads, old_fp8 = torch.get_num_threads(), parallel.get_threads()
     torch.set_num_threads(1)
     parallel.set_threads(1)
