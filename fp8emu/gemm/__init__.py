@@ -83,11 +83,14 @@ M, N and the products of a step, in chunks of rows so memory stays bounded.
 
 from __future__ import annotations
 
-from .accumulator import ACCUMULATORS, Accumulator, cublas_split_k, get_accumulator, split_bounds
-from .block_scaled import BLOCK_ACCUMULATORS, BlockScaledAccumulator, block_scaled_mm, nvfp4_alpha
+from .accumulator import (ACCUMULATORS, BLOCK_ACCUMULATORS, Accumulator, BlockScaledAccumulator, cublas_split_k,
+                          get_accumulator, split_bounds)
+from .block_scaled import block_scaled_mm, nvfp4_alpha
 from .instructions import INSTRUCTIONS, Instruction, dot, get_instruction, mma, presets
+from .models import MODELS, GemmModel, Policy, get_model
 from .scaled_mm import scaled_mm
 
 __all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator", "cublas_split_k",
            "split_bounds", "block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS",
-           "nvfp4_alpha", "Instruction", "INSTRUCTIONS", "get_instruction", "mma", "dot", "presets"]
+           "nvfp4_alpha", "Instruction", "INSTRUCTIONS", "get_instruction", "mma", "dot", "presets",
+           "GemmModel", "Policy", "MODELS", "get_model"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..registry import named
 
-__all__ = ["Accumulator", "ACCUMULATORS", "get_accumulator", "cublas_split_k", "split_bounds",
+__all__ = ["Accumulator", "ACCUMULATORS", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS", "get_accumulator", "cublas_split_k", "split_bounds",
            "HW_K_MULTIPLE", "SPLIT_K_TILE"]
 
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
@@ -126,6 +126,53 @@ ACCUMULATORS = {
     "fp32": Accumulator("fp32", name="fp32"),
     "hopper-fast": Accumulator("mma", 32, 13, 14, "rtz", None, name="hopper-fast", split_k="cublas"),
     "hopper": Accumulator("mma", 32, 13, 14, "rtz", 4, name="hopper", split_k="cublas"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockScaledAccumulator:
+    """A block-scaled tensor-core accumulator (chained steps; see :mod:`fp8emu.gemm.block_scaled`).
+
+    Parameters
+    ----------
+    group : int
+        Products summed per tensor-core step.
+    frac_bits : int
+        Fraction bits kept when a step's terms are aligned to the largest exponent.
+    sum_bits : int
+        Significant bits of each step's result.
+    sum_rounding : {"rtz", "rne"}
+        How a step's result is rounded to ``sum_bits``.
+    scale_at : {"product", "block"}
+        Where the block scales apply: to every product before alignment, or to
+        each K-block's partial sum as it joins a float32 accumulator.
+    name : str
+
+    Examples
+    --------
+    >>> BLOCK_ACCUMULATORS["blackwell"].frac_bits
+    31
+    >>> BlockScaledAccumulator(group=16, frac_bits=13, sum_bits=14, scale_at="block").scale_at
+    'block'
+    """
+
+    group: int = 32
+    frac_bits: int = 31
+    sum_bits: int = 24
+    sum_rounding: str = "rne"
+    scale_at: str = "product"
+    name: str = "custom"
+
+    def __post_init__(self):
+        # Accumulator's checks of the shared fields
+        Accumulator("mma", self.group, self.frac_bits, self.sum_bits, self.sum_rounding)
+        if self.scale_at not in ("product", "block"):
+            raise ValueError(f"scale_at must be 'product' or 'block', got {self.scale_at!r}")
+
+
+#: Named block-scaled accumulators (``"exact"`` and ``"fp32"`` are accepted by name too).
+BLOCK_ACCUMULATORS = {
+    "blackwell": BlockScaledAccumulator(32, 31, 24, "rne", "product", name="blackwell"),
 }
 
 
