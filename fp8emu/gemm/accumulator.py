@@ -1,13 +1,14 @@
-"""Accumulator models: how the K products of an FP8 GEMM are summed, and cuBLAS's split-K.
+"""Tensor-core step widths as parameters, and cuBLAS's split-K.
 
-See :mod:`fp8emu.gemm` for the model of one Hopper tensor-core step.
+The named GEMM models are catalogue rows plus a kernel policy (:mod:`fp8emu.gemm.models`).  An
+:class:`Accumulator` or :class:`BlockScaledAccumulator` states a step by its widths (products per
+step, fraction bits, result bits and rounding): :func:`fp8emu.gemm.models.get_model` runs it as the
+catalogue row of those widths where one exists, and on :mod:`fp8emu.gemm.kernels` otherwise.
 
 Examples
 --------
->>> list(ACCUMULATORS)
-['exact', 'fp32', 'hopper-fast', 'hopper']
->>> ACCUMULATORS["hopper"].promote, ACCUMULATORS["hopper-fast"].promote
-(4, None)
+>>> Accumulator("mma", 32, 13, 14, "rtz", promote=4).frac_bits
+13
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from ..registry import named
-
-__all__ = ["Accumulator", "ACCUMULATORS", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS", "get_accumulator", "cublas_split_k", "split_bounds",
+__all__ = ["Accumulator", "BlockScaledAccumulator", "cublas_split_k", "split_bounds",
            "HW_K_MULTIPLE", "SPLIT_K_TILE"]
 
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
@@ -61,10 +60,6 @@ class Accumulator:
 
     Examples
     --------
-    >>> get_accumulator("hopper").promote
-    4
-    >>> get_accumulator("hopper").split_k
-    'cublas'
     >>> b200_fp8 = Accumulator("mma", group=32, frac_bits=31, sum_bits=24, sum_rounding="rne")
     >>> b200_fp8.frac_bits
     31
@@ -108,7 +103,7 @@ class Accumulator:
 
         Examples
         --------
-        >>> get_accumulator("hopper-fast").splits(32, 32, 16384)
+        >>> Accumulator("mma", split_k="cublas").splits(32, 32, 16384)
         6
         >>> Accumulator("mma", split_k=3).splits(32, 32, 16384)
         3
@@ -118,15 +113,6 @@ class Accumulator:
         if self.split_k == "cublas":
             return cublas_split_k(M, N, K)
         return int(self.split_k)
-
-
-#: The named accumulators.
-ACCUMULATORS = {
-    "exact": Accumulator("exact", name="exact"),
-    "fp32": Accumulator("fp32", name="fp32"),
-    "hopper-fast": Accumulator("mma", 32, 13, 14, "rtz", None, name="hopper-fast", split_k="cublas"),
-    "hopper": Accumulator("mma", 32, 13, 14, "rtz", 4, name="hopper", split_k="cublas"),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,8 +136,6 @@ class BlockScaledAccumulator:
 
     Examples
     --------
-    >>> BLOCK_ACCUMULATORS["blackwell"].frac_bits
-    31
     >>> BlockScaledAccumulator(group=16, frac_bits=13, sum_bits=14, scale_at="block").scale_at
     'block'
     """
@@ -168,12 +152,6 @@ class BlockScaledAccumulator:
         Accumulator("mma", self.group, self.frac_bits, self.sum_bits, self.sum_rounding)
         if self.scale_at not in ("product", "block"):
             raise ValueError(f"scale_at must be 'product' or 'block', got {self.scale_at!r}")
-
-
-#: Named block-scaled accumulators (``"exact"`` and ``"fp32"`` are accepted by name too).
-BLOCK_ACCUMULATORS = {
-    "blackwell": BlockScaledAccumulator(32, 31, 24, "rne", "product", name="blackwell"),
-}
 
 
 def cublas_split_k(M, N, K):
@@ -225,23 +203,3 @@ def split_bounds(K, splits):
     k_tiles = -(-int(K) // SPLIT_K_TILE)
     per = -(-k_tiles // int(splits)) * SPLIT_K_TILE
     return list(range(0, K, per))[:int(splits)] + [K] if K > 0 else [0, 0]
-
-
-def get_accumulator(acc) -> Accumulator:
-    """Return the :class:`Accumulator` for a name or an accumulator object.
-
-    Parameters
-    ----------
-    acc : str or Accumulator
-        One of ``"exact"``, ``"fp32"``, ``"hopper-fast"``, ``"hopper"``, or an object.
-
-    Returns
-    -------
-    Accumulator
-
-    Examples
-    --------
-    >>> get_accumulator("hopper-fast").group
-    32
-    """
-    return named(acc, Accumulator, ACCUMULATORS, "accumulator", "fp8emu.gemm.Accumulator")

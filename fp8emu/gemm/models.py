@@ -18,6 +18,8 @@ rounding takes any width).
 
 Examples
 --------
+>>> list(MODELS)[:5]
+['exact', 'fp32', 'hopper-fast', 'hopper', 'blackwell']
 >>> m = get_model("hopper")
 >>> m.instruction.name, m.policy.promote, m.policy.split_k
 ('hopper-wgmma', 4, 'cublas')
@@ -116,6 +118,13 @@ class GemmModel:
     policy : Policy
     steps : Accumulator or BlockScaledAccumulator or None
         ``"steps"`` models: the step widths (group, fraction bits, result bits and rounding).
+
+    Examples
+    --------
+    >>> from fp8emu.gemm.catalogue import get_instruction
+    >>> ada = GemmModel("ada-promoted", "instruction", get_instruction("ada-mma"), Policy(promote=8))
+    >>> ada.instruction.step * ada.policy.promote          # products between two promotions
+    128
     """
 
     name: str
@@ -256,8 +265,9 @@ def block_steps(model: GemmModel) -> BlockScaledAccumulator:
 
     Examples
     --------
-    >>> block_steps(get_model("blackwell"))
-    BlockScaledAccumulator(group=32, frac_bits=31, sum_bits=24, sum_rounding='rne', scale_at='product', name='blackwell')
+    >>> s = block_steps(get_model("blackwell"))
+    >>> s.group, s.frac_bits, s.sum_bits, s.sum_rounding, s.scale_at
+    (32, 31, 24, 'rne', 'product')
     """
     if model.kind == "steps":
         return model.steps

@@ -204,9 +204,10 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     accumulator = fast_accum_accumulator(use_fast_accum, accumulator)
     model = get_model("hopper" if accumulator is None else accumulator)
     if model.policy.scale_at is not None:
+        fp8 = sorted(n for n, m in MODELS.items() if m.policy.scale_at is None)
         raise ValueError(f"accumulator {model.name!r} is a block-scaled model: give MX / NVFP4 operands "
-                         f"(fp8emu.block_scaled_mm), or use one of {sorted(n for n, m in MODELS.items() if m.policy.scale_at is None)} "
-                         f"or a float32-output instruction preset such as 'hopper-wgmma'")
+                         f"(fp8emu.block_scaled_mm), or use one of {fp8} or a float32-output instruction "
+                         f"preset such as 'hopper-wgmma'")
     ca, fa, scale_a = _operand_and_scale(a, a_format, scale_a, "a")
     cb, fb, scale_b = _operand_and_scale(b, b_format, scale_b, "b")
     M, K = ca.shape
