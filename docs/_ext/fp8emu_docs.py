@@ -36,7 +36,7 @@ API_SECTIONS = [
                          "fp8emu.scaling.delayed", "fp8emu.scaling.mx", "fp8emu.scaling.nvfp4",
                          "fp8emu.scaling.hadamard", "fp8emu.scaling.nvfp4_te", "fp8emu.scaling.ms_eden",
                          "fp8emu.scaling.hifloat4", "fp8emu.scaling.torchao_variants"]),
-    ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.models", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
+    ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.models", "fp8emu.gemm.quantized", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
                                   "fp8emu.gemm.instructions", "fp8emu.gemm.catalogue", "fp8emu.gpu.tc_questions",
                                   "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
                                   "fp8emu.gemm.block_scaled", "fp8emu.gemm.torch_cpu", "fp8emu.gemm.sumtree",
