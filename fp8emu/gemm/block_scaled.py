@@ -25,7 +25,7 @@ Accumulators, each defined exactly:
     are summed in K order with float32 additions from zero, and the block sum is
     added to the running float32 total with *one* rounding,
     ``total = fl32(total + partial * sa * sb)``, blocks in K order.
-:class:`BlockScaledAccumulator` (``"blackwell"`` preset)
+``"blackwell"`` (``blackwell-mma``'s step, :mod:`fp8emu.gemm.models`), or a :class:`BlockScaledAccumulator`
     Chained tensor-core steps as in :mod:`fp8emu.gemm`'s Hopper model (align every
     term of a step to the largest exponent, truncate to ``frac_bits`` fraction bits,
     sum, round the step's result to ``sum_bits``), with ``group`` products per step
