@@ -212,7 +212,7 @@ _MODEL = "model helper's files"
 ALLOWED_PRIVATE = {
     ("fp8emu.attention.emulate", "fp8emu.attention.inputs"): ({"_validate"}, _MODEL),
     ("fp8emu.attention.emulate", "fp8emu.attention.operands"): (
-        {"_chain_acc", "_descales", "_fl32_fma", "_matmul", "_operand_for", "_quantized_operand", "_slice",
+        {"_chain_model", "_descales", "_fl32_fma", "_matmul", "_operand_for", "_quantized_operand", "_slice",
          "_transpose", "_wide_operand"}, _MODEL),
     ("fp8emu.attention.emulate", "fp8emu.attention.recipes"): ({"_WIDE"}, _MODEL),
     ("fp8emu.attention.emulate", "fp8emu.attention.report"): ({"_fill_errors"}, _MODEL),

@@ -145,15 +145,15 @@ def test_every_generated_table_is_included_by_a_page():
 
 
 def test_generated_tables_come_from_the_code():
-    from fp8emu.gemm import ACCUMULATORS, BLOCK_ACCUMULATORS
+    from fp8emu.gemm import MODELS
     from fp8emu.lab.recipes import recipe_names
 
     profiles = fp8emu_docs.profiles_table().splitlines()[2:]
     assert [r.split("|")[1].strip(" `") for r in profiles] == list(fp8emu.profile_names())
     acc = fp8emu_docs.accumulators_table()
-    for name in list(ACCUMULATORS) + list(BLOCK_ACCUMULATORS):
+    for name in MODELS:
         assert f"| `{name}` |" in acc
-    assert "| `hopper` | `'mma'` | `32` | `13` | `14` | `'rtz'` | `4` | `'cublas'` |" in acc
+    assert "| `hopper` | instruction | `hopper-wgmma` | `4` | `'cublas'` | `None` | ieee |" in acc
     recipes = fp8emu_docs.recipes_table().splitlines()[2:]
     assert [r.split("|")[1].strip(" `") for r in recipes] == recipe_names()
     cli = fp8emu_docs.cli_help()

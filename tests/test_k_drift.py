@@ -80,8 +80,9 @@ def test_fast_and_split_give_the_same_bits_up_to_k_128():
 
 def test_the_models_are_the_documented_accumulators():
     models = drift.drift_models()
-    assert models["hopper"][0].promote == 4 and models["hopper-fast"][0].promote is None     # 4 x k32 = 128
-    assert models["hopper"][0].split_k is None and drift.drift_models("cublas")["hopper"][0].split_k == "cublas"
+    assert models["hopper"][0].policy.promote == 4 and models["hopper-fast"][0].policy.promote is None  # 4 x k32
+    assert (models["hopper"][0].policy.split_k is None
+            and drift.drift_models("cublas")["hopper"][0].policy.split_k == "cublas")
     assert models["blackwell"] == ("blackwell-tcgen05-f8f6f4", "float32")
     assert models["bf16-output"] == ("exact", "bfloat16")
 
@@ -171,8 +172,9 @@ def test_every_number_in_the_section_is_in_the_block_or_the_csv(committed):
     # the model constants the prose names are the models'
     prose = re.sub(r"\s+", " ", prose)
     hop = drift.drift_models()["hopper"][0]
-    assert f"{hop.sum_bits} significant bits" in prose
-    assert hop.promote * hop.group == 128 and "every 128 of K" in prose
+    from fp8emu.gemm.models import widths
+    assert f"{widths(hop.instruction)[2]} significant bits" in prose
+    assert hop.policy.promote * hop.instruction.step == 128 and "every 128 of K" in prose
     from fp8emu.gemm import INSTRUCTIONS
     assert f"{INSTRUCTIONS[drift.DRIFT_MODELS['blackwell'][0]].frac_bits} fraction bits" in prose
     assert "three seeds" in prose and len(drift.k_drift.__kwdefaults__["seeds"]) == 3

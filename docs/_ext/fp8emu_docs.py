@@ -37,7 +37,7 @@ API_SECTIONS = [
                          "fp8emu.scaling.hadamard", "fp8emu.scaling.nvfp4_te", "fp8emu.scaling.ms_eden",
                          "fp8emu.scaling.hifloat4", "fp8emu.scaling.torchao_variants"]),
     ("Training recipes and GPU stacks", ["fp8emu.training", "fp8emu.training.recipes", "fp8emu.training.stacks"]),
-    ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
+    ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.models", "fp8emu.gemm.quantized", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
                                   "fp8emu.gemm.instructions", "fp8emu.gemm.catalogue", "fp8emu.gpu.tc_questions",
                                   "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
                                   "fp8emu.gemm.block_scaled", "fp8emu.gemm.torch_cpu", "fp8emu.gemm.sumtree",
@@ -218,20 +218,21 @@ def profiles_table() -> str:
 
 
 def accumulators_table() -> str:
-    """Markdown table of the GEMM accumulator presets and the block-scaled ones."""
-    import dataclasses
-
-    from fp8emu.gemm import ACCUMULATORS, BLOCK_ACCUMULATORS
-    out = []
-    for title, presets in (("`scaled_mm` accumulators (`fp8emu.gemm.ACCUMULATORS`)", ACCUMULATORS),
-                           ("block-scaled accumulators (`fp8emu.gemm.BLOCK_ACCUMULATORS`)", BLOCK_ACCUMULATORS)):
-        fields = [f.name for f in dataclasses.fields(next(iter(presets.values()))) if f.name != "name"]
-        out += [f"**{title}**", "", "| preset | " + " | ".join(fields) + " |", "|---|" + "---|" * len(fields)]
-        for name, acc in presets.items():
-            out.append(f"| `{name}` | " + " | ".join(f"`{getattr(acc, f)!r}`" for f in fields) + " |")
-        out.append("")
+    """Markdown table of the named GEMM models (catalogue row plus kernel policy) and torch's CPU paths."""
+    from fp8emu.gemm import MODELS
     from fp8emu.gemm.torch_cpu import TORCH_CPU_PATHS
-    out += ["**torch's own CPU `_scaled_mm` (`fp8emu.gemm.torch_cpu`)**", "", "| preset | path and evidence |",
+
+    out = ["**GEMM models (`fp8emu.gemm.MODELS`; any float32-output instruction preset by name too)**", "",
+           "| model | kind | instruction | promote | split_k | scale_at | specials |", "|---|---|---|---|---|---|---|"]
+    for name, m in MODELS.items():
+        if m.kind == "torch-cpu":
+            continue
+        p = m.policy
+        ins = f"`{m.instruction.name}`" if m.instruction is not None else "-"
+        out.append(f"| `{name}` | {m.kind} | {ins} | `{p.promote!r}` | `{p.split_k!r}` | `{p.scale_at!r}` | "
+                   f"{p.specials} |")
+    out.append("")
+    out += ["**torch's own CPU `_scaled_mm` (`fp8emu.gemm.torch_cpu`)**", "", "| model | path and evidence |",
             "|---|---|"]
     out += [f"| `{name}` | {_md_escape(text)} |" for name, text in TORCH_CPU_PATHS.items()]
     out.append("")

@@ -86,12 +86,12 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import Format, get_format
-from ..gemm import get_accumulator
+from ..gemm.models import get_model
 from ..gemm.kernels import special_masks
 from .inputs import _validate
-from .operands import (_chain_acc, _descales, _fl32_fma, _matmul, _operand_for, _quantized_operand, _slice,
+from .operands import (_chain_model, _descales, _fl32_fma, _matmul, _operand_for, _quantized_operand, _slice,
                        _transpose, _wide_operand)
-from .recipes import F32, LOG2E, _WIDE, AttentionRecipe, get_recipe
+from .recipes import F32, LOG2E, _WIDE, get_recipe
 from .reference import reference_attention
 from .report import AttentionReport, AttentionResult, _fill_errors
 
@@ -272,8 +272,8 @@ def _head_forward(qop, kop, vop, rows, recipe, softmax_scale, qd, kd, vd, causal
     M = r1 - r0
     dv = vop.values.shape[1]
     qa = _slice(qop, r0, r1)
-    qk_acc = _chain_acc(get_accumulator(recipe.qk_accumulator))
-    pv_acc = _chain_acc(get_accumulator(recipe.pv_accumulator))
+    qk_acc = _chain_model(get_model(recipe.qk_accumulator))
+    pv_acc = _chain_model(get_model(recipe.pv_accumulator))
     c, s_mult = _scale_log2(recipe, softmax_scale, qd, kd)
     c = F32(c)
     exp2 = recipe.exp2

@@ -9,9 +9,9 @@ import numpy as np
 
 from ..codec import encode
 from ..formats import get_format
-from ..gemm import Accumulator
+from ..gemm.models import GemmModel, row_for_formats, run_steps, steps_accumulator
 from ..gemm.fparith import add_scaled_f32
-from ..gemm.kernels import exact_dot, mma_dot, values_and_exponents
+from ..gemm.kernels import any_nonfinite, exact_dot, mma_dot, values_and_exponents
 from ..scaling import current_scale
 from .inputs import _as_heads, _positive_f32
 from .recipes import F32, _WIDE, _fmt_or_wide
@@ -126,22 +126,38 @@ def _transpose(op: _Operand) -> _Operand:
 
 
 # ----------------------------------------------------------------------------- GEMM pieces
-def _chain_acc(acc: Accumulator) -> Accumulator:
-    """The accumulator's step model with no promotion and no split-K (the recipe decides those)."""
-    if acc.kind != "mma":
-        return acc
-    return dataclasses.replace(acc, promote=None, split_k=None)
+def _chain_model(model: GemmModel) -> GemmModel:
+    """The model's step chain with no promotion and no split-K (the recipe decides those)."""
+    if model.kind not in ("instruction", "steps"):
+        return model
+    return dataclasses.replace(model, policy=dataclasses.replace(model.policy, promote=None, split_k=None),
+                               steps=None if model.steps is None else dataclasses.replace(
+                                   model.steps, promote=None, split_k=None))
 
 
-def _matmul(a: _Operand, b_t: _Operand, acc: Accumulator, c=None):
-    """float32 (M, N) result of ``c + a @ b_t.T`` summed as ``acc`` does (``c``: accumulator input)."""
+def _finite_codes(op: _Operand):
+    """The operand's codes with its Inf/NaN codes read as zero, as the sums take them (their IEEE
+    contributions are added apart, :func:`fp8emu.attention.emulate._head_forward`)."""
+    codes = op.codes
+    if any_nonfinite(codes, op.fmt):
+        codes = np.where(op.values == 0, np.uint8(0), codes)
+    return codes
+
+
+def _matmul(a: _Operand, b_t: _Operand, model: GemmModel, c=None):
+    """float32 (M, N) result of ``c + a @ b_t.T`` summed as ``model`` does (``c``: accumulator input)."""
     va, vb = a.values, b_t.values.T
-    if acc.kind == "mma":
+    if model.kind in ("instruction", "steps"):
         if a.fmt is None or b_t.fmt is None:
-            raise ValueError(f"tensor-core accumulator {acc.name!r} needs 8-bit operands; use 'fp32' or "
+            raise ValueError(f"tensor-core accumulator {model.name!r} needs 8-bit operands; use 'fp32' or "
                              "'exact' with float32/bf16/fp16 operands")
-        return mma_dot(va, a.exps, vb, b_t.exps.T, acc, c=c)
-    if acc.kind == "exact":
+        K = va.shape[1]
+        row = None if model.kind == "steps" else row_for_formats(model, a.fmt, b_t.fmt, K)
+        if row is not None:
+            return run_steps(model, _finite_codes(a), a.fmt, _finite_codes(b_t).T, b_t.fmt,
+                             c=None if c is None else np.asarray(c, F32), ins=row)
+        return mma_dot(va, a.exps, vb, b_t.exps.T, steps_accumulator(model), c=c)
+    if model.kind == "exact":
         if a.fmt is not None and b_t.fmt is not None:
             return exact_dot(va, a.exps, vb, b_t.exps.T, a.mbits, b_t.mbits, extra=c)
         r = va @ vb

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..formats import get_format
 from ..registry import named
-from ..gemm import Accumulator, get_accumulator
+from ..gemm import Accumulator, GemmModel, get_model
 
 __all__ = ["AttentionRecipe", "RECIPES", "get_recipe", "off_recipe", "exp2_f32", "fa3_fp8", "fa4_sm100_fp8",
            "fa4_sm100_fp8_pre2717", "flashinfer_fp8_prefill", "flashinfer_fp8_decode", "vllm_fp8_kv_decode",
@@ -94,7 +94,7 @@ class AttentionRecipe:
         ``"amax"``: host-side ``scale = fl32(fmax / amax)``; ``"given"``: from
         ``descales=``; ``"none"``: descale 1 (values cast as they are).
     qk_accumulator, pv_accumulator : str or Accumulator
-        GEMM accumulators (:func:`fp8emu.gemm.get_accumulator`); their own
+        GEMM models (:func:`fp8emu.gemm.get_model`); their own
         promotion and split-K are not used (see ``promote_every``).
     block_n : int
         Keys per block of the online softmax.
@@ -142,8 +142,8 @@ class AttentionRecipe:
     v_format: str | None = "e4m3fn"
     granularity: str = "tensor"
     scale_rule: str = "amax"
-    qk_accumulator: str | Accumulator = "hopper"
-    pv_accumulator: str | Accumulator = "hopper"
+    qk_accumulator: str | Accumulator | GemmModel = "hopper"
+    pv_accumulator: str | Accumulator | GemmModel = "hopper"
     block_n: int = 128
     key_order: str = "reverse"
     fold: str = "fa3"
@@ -169,9 +169,12 @@ class AttentionRecipe:
             if getattr(self, f) not in ok:
                 raise ValueError(f"AttentionRecipe {f} must be one of {ok}, got {getattr(self, f)!r}")
         for f, ops in (("qk_accumulator", ("q_format", "k_format")), ("pv_accumulator", ("p_format", "v_format"))):
-            acc = get_accumulator(getattr(self, f))   # raises on an unknown name
+            acc = get_model(getattr(self, f))   # raises on an unknown name
+            if acc.kind == "torch-cpu" or acc.policy.scale_at is not None:
+                raise ValueError(f"AttentionRecipe {f}={acc.name!r} is not a model of a kernel's tensor-core "
+                                 "GEMM; use a tensor-core model ('hopper', an instruction preset), 'fp32' or 'exact'")
             wide = [o for o in ops if getattr(self, o) is None or getattr(self, o) in _WIDE]
-            if acc.kind == "mma" and wide:   # refused here, not after the Q·K pass has run
+            if acc.kind in ("instruction", "steps") and wide:   # refused here, not after the Q·K pass has run
                 raise ValueError(f"AttentionRecipe {f}={acc.name!r} is a tensor-core model that needs 8-bit "
                                  f"operands, but {', '.join(wide)} {'is' if len(wide) == 1 else 'are'} not; use "
                                  "'fp32' or 'exact'")

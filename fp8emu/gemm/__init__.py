@@ -2,7 +2,9 @@
 
 ``scaled_mm`` computes ``(A @ B) * scale_a * scale_b (+ bias)`` from FP8 codes
 with the semantics of ``torch._scaled_mm``.  How the K products are summed is
-chosen by an *accumulator*:
+chosen by an *accumulator*, a name of the one lookup :func:`get_model` (:data:`MODELS`): a
+tensor-core model is a catalogue :class:`Instruction` row plus a kernel :class:`Policy`
+(:mod:`fp8emu.gemm.models`), evaluated by the catalogue's engine:
 
 ``"exact"``
     The exact sum, rounded once to float32 (round to nearest even).
@@ -38,9 +40,9 @@ outputs recorded on an H200; see ``tests/test_gemm.py``):
    toward zero to 14 significant bits.
 
 A 16-wide step behaves as a 32-wide step with zero products, so K = 16 needs no
-special case.  :class:`Accumulator` exposes every parameter (group size,
-fraction bits, result bits and rounding, promotion interval, split-K) for other
-hardware.
+special case.  ``"hopper"`` is the catalogue row ``hopper-wgmma`` (this step) with the policy
+"promote every 4 steps, cuBLAS's split-K"; :class:`Accumulator` states a step by its widths (group
+size, fraction bits, result bits and rounding, promotion interval, split-K) for other hardware.
 
 Split-K: for long K and few output tiles cuBLAS splits K into ``S`` contiguous
 pieces of ``ceil(ceil(K / 128) / S)`` K-tiles of 128 (the last piece takes the
@@ -83,11 +85,13 @@ M, N and the products of a step, in chunks of rows so memory stays bounded.
 
 from __future__ import annotations
 
-from .accumulator import ACCUMULATORS, Accumulator, cublas_split_k, get_accumulator, split_bounds
-from .block_scaled import BLOCK_ACCUMULATORS, BlockScaledAccumulator, block_scaled_mm, nvfp4_alpha
+from .accumulator import Accumulator, BlockScaledAccumulator, cublas_split_k, split_bounds
+from .block_scaled import block_scaled_mm, nvfp4_alpha
 from .instructions import INSTRUCTIONS, Instruction, dot, get_instruction, mma, presets
+from .models import MODELS, GemmModel, Policy, get_model
 from .scaled_mm import scaled_mm
 
-__all__ = ["Accumulator", "ACCUMULATORS", "scaled_mm", "get_accumulator", "cublas_split_k",
-           "split_bounds", "block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS",
-           "nvfp4_alpha", "Instruction", "INSTRUCTIONS", "get_instruction", "mma", "dot", "presets"]
+__all__ = ["Accumulator", "scaled_mm", "cublas_split_k",
+           "split_bounds", "block_scaled_mm", "BlockScaledAccumulator",
+           "nvfp4_alpha", "Instruction", "INSTRUCTIONS", "get_instruction", "mma", "dot", "presets",
+           "GemmModel", "Policy", "MODELS", "get_model"]

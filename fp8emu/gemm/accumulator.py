@@ -1,13 +1,14 @@
-"""Accumulator models: how the K products of an FP8 GEMM are summed, and cuBLAS's split-K.
+"""Tensor-core step widths as parameters, and cuBLAS's split-K.
 
-See :mod:`fp8emu.gemm` for the model of one Hopper tensor-core step.
+The named GEMM models are catalogue rows plus a kernel policy (:mod:`fp8emu.gemm.models`).  An
+:class:`Accumulator` or :class:`BlockScaledAccumulator` states a step by its widths (products per
+step, fraction bits, result bits and rounding): :func:`fp8emu.gemm.models.get_model` runs it as the
+catalogue row of those widths where one exists, and on :mod:`fp8emu.gemm.kernels` otherwise.
 
 Examples
 --------
->>> list(ACCUMULATORS)
-['exact', 'fp32', 'hopper-fast', 'hopper']
->>> ACCUMULATORS["hopper"].promote, ACCUMULATORS["hopper-fast"].promote
-(4, None)
+>>> Accumulator("mma", 32, 13, 14, "rtz", promote=4).frac_bits
+13
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from ..registry import named
-
-__all__ = ["Accumulator", "ACCUMULATORS", "get_accumulator", "cublas_split_k", "split_bounds",
+__all__ = ["Accumulator", "BlockScaledAccumulator", "cublas_split_k", "split_bounds",
            "HW_K_MULTIPLE", "SPLIT_K_TILE"]
 
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
@@ -61,10 +60,6 @@ class Accumulator:
 
     Examples
     --------
-    >>> get_accumulator("hopper").promote
-    4
-    >>> get_accumulator("hopper").split_k
-    'cublas'
     >>> b200_fp8 = Accumulator("mma", group=32, frac_bits=31, sum_bits=24, sum_rounding="rne")
     >>> b200_fp8.frac_bits
     31
@@ -108,7 +103,7 @@ class Accumulator:
 
         Examples
         --------
-        >>> get_accumulator("hopper-fast").splits(32, 32, 16384)
+        >>> Accumulator("mma", split_k="cublas").splits(32, 32, 16384)
         6
         >>> Accumulator("mma", split_k=3).splits(32, 32, 16384)
         3
@@ -120,13 +115,43 @@ class Accumulator:
         return int(self.split_k)
 
 
-#: The named accumulators.
-ACCUMULATORS = {
-    "exact": Accumulator("exact", name="exact"),
-    "fp32": Accumulator("fp32", name="fp32"),
-    "hopper-fast": Accumulator("mma", 32, 13, 14, "rtz", None, name="hopper-fast", split_k="cublas"),
-    "hopper": Accumulator("mma", 32, 13, 14, "rtz", 4, name="hopper", split_k="cublas"),
-}
+@dataclasses.dataclass(frozen=True)
+class BlockScaledAccumulator:
+    """A block-scaled tensor-core accumulator (chained steps; see :mod:`fp8emu.gemm.block_scaled`).
+
+    Parameters
+    ----------
+    group : int
+        Products summed per tensor-core step.
+    frac_bits : int
+        Fraction bits kept when a step's terms are aligned to the largest exponent.
+    sum_bits : int
+        Significant bits of each step's result.
+    sum_rounding : {"rtz", "rne"}
+        How a step's result is rounded to ``sum_bits``.
+    scale_at : {"product", "block"}
+        Where the block scales apply: to every product before alignment, or to
+        each K-block's partial sum as it joins a float32 accumulator.
+    name : str
+
+    Examples
+    --------
+    >>> BlockScaledAccumulator(group=16, frac_bits=13, sum_bits=14, scale_at="block").scale_at
+    'block'
+    """
+
+    group: int = 32
+    frac_bits: int = 31
+    sum_bits: int = 24
+    sum_rounding: str = "rne"
+    scale_at: str = "product"
+    name: str = "custom"
+
+    def __post_init__(self):
+        # Accumulator's checks of the shared fields
+        Accumulator("mma", self.group, self.frac_bits, self.sum_bits, self.sum_rounding)
+        if self.scale_at not in ("product", "block"):
+            raise ValueError(f"scale_at must be 'product' or 'block', got {self.scale_at!r}")
 
 
 def cublas_split_k(M, N, K):
@@ -178,23 +203,3 @@ def split_bounds(K, splits):
     k_tiles = -(-int(K) // SPLIT_K_TILE)
     per = -(-k_tiles // int(splits)) * SPLIT_K_TILE
     return list(range(0, K, per))[:int(splits)] + [K] if K > 0 else [0, 0]
-
-
-def get_accumulator(acc) -> Accumulator:
-    """Return the :class:`Accumulator` for a name or an accumulator object.
-
-    Parameters
-    ----------
-    acc : str or Accumulator
-        One of ``"exact"``, ``"fp32"``, ``"hopper-fast"``, ``"hopper"``, or an object.
-
-    Returns
-    -------
-    Accumulator
-
-    Examples
-    --------
-    >>> get_accumulator("hopper-fast").group
-    32
-    """
-    return named(acc, Accumulator, ACCUMULATORS, "accumulator", "fp8emu.gemm.Accumulator")

@@ -25,7 +25,7 @@ Accumulators, each defined exactly:
     are summed in K order with float32 additions from zero, and the block sum is
     added to the running float32 total with *one* rounding,
     ``total = fl32(total + partial * sa * sb)``, blocks in K order.
-:class:`BlockScaledAccumulator` (``"blackwell"`` preset)
+``"blackwell"`` (``blackwell-mma``'s step, :mod:`fp8emu.gemm.models`), or a :class:`BlockScaledAccumulator`
     Chained tensor-core steps as in :mod:`fp8emu.gemm`'s Hopper model (align every
     term of a step to the largest exponent, truncate to ``frac_bits`` fraction bits,
     sum, round the step's result to ``sum_bits``), with ``group`` products per step
@@ -59,7 +59,6 @@ B is (K, N) with its blocks along K (axis 0): quantize it with
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from typing import NamedTuple
@@ -73,66 +72,21 @@ from ..interop import ML_NARROW_DTYPES, code_array, to_numpy
 from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import FP4_SCALE_FORMATS, nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
-from .accumulator import Accumulator
+from .accumulator import Accumulator, BlockScaledAccumulator
 from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
 from .fparith import add_scaled_f32
-from .instructions import as_instruction, block_scaled_gemm
+from .catalogue import Instruction
+from .instructions import block_scaled_gemm
+from .models import block_steps, get_model
 from .kernels import (_ZERO_EXP, _ZERO_LOW, accumulate, exact_dot, low_bits, mma_dot,
                       values_and_exponents)
 
-__all__ = ["block_scaled_mm", "BlockScaledAccumulator", "BLOCK_ACCUMULATORS", "nvfp4_alpha"]
+__all__ = ["block_scaled_mm", "nvfp4_alpha"]
 
 #: The instructions' names of the scale formats a ScaledTensor's ``scale_format`` may name.
 _SCALE_KINDS = {"e5m3fnu": "ue5m3", "e4m3fn": "ue4m3"}
 #: float32(1 / (6 * 6 * 448 * 448)), Transformer Engine's ``factor_inv``.
 _TE_FACTOR_INV = np.float32(1.0 / (6.0 * 6.0 * 448.0 * 448.0))
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockScaledAccumulator:
-    """A block-scaled tensor-core accumulator (chained steps; see :mod:`fp8emu.gemm.block_scaled`).
-
-    Parameters
-    ----------
-    group : int
-        Products summed per tensor-core step.
-    frac_bits : int
-        Fraction bits kept when a step's terms are aligned to the largest exponent.
-    sum_bits : int
-        Significant bits of each step's result.
-    sum_rounding : {"rtz", "rne"}
-        How a step's result is rounded to ``sum_bits``.
-    scale_at : {"product", "block"}
-        Where the block scales apply: to every product before alignment, or to
-        each K-block's partial sum as it joins a float32 accumulator.
-    name : str
-
-    Examples
-    --------
-    >>> BLOCK_ACCUMULATORS["blackwell"].frac_bits
-    31
-    >>> BlockScaledAccumulator(group=16, frac_bits=13, sum_bits=14, scale_at="block").scale_at
-    'block'
-    """
-
-    group: int = 32
-    frac_bits: int = 31
-    sum_bits: int = 24
-    sum_rounding: str = "rne"
-    scale_at: str = "product"
-    name: str = "custom"
-
-    def __post_init__(self):
-        # Reuse Accumulator's checks of the shared fields.
-        Accumulator("mma", self.group, self.frac_bits, self.sum_bits, self.sum_rounding)
-        if self.scale_at not in ("product", "block"):
-            raise ValueError(f"scale_at must be 'product' or 'block', got {self.scale_at!r}")
-
-
-#: Named block-scaled accumulators (``"exact"`` and ``"fp32"`` are accepted by name too).
-BLOCK_ACCUMULATORS = {
-    "blackwell": BlockScaledAccumulator(32, 31, 24, "rne", "product", name="blackwell"),
-}
 
 
 class _Operand(NamedTuple):
@@ -307,19 +261,22 @@ def _alpha(A: _Operand, B: _Operand):
 
 
 def _get_acc(acc):
-    if isinstance(acc, BlockScaledAccumulator):
-        return acc
-    if isinstance(acc, Accumulator) and acc.kind in ("exact", "fp32"):
-        return acc.kind
-    if isinstance(acc, str):
-        if acc in ("exact", "fp32"):
-            return acc
-        if acc in BLOCK_ACCUMULATORS:
-            return BLOCK_ACCUMULATORS[acc]
-    raise ValueError(f"unknown block-scaled accumulator {acc!r}; use 'exact', 'fp32', "
-                     f"{', '.join(repr(k) for k in BLOCK_ACCUMULATORS)}, a BlockScaledAccumulator, or a "
-                     f"block-scaled matrix-instruction preset such as 'blackwell-tcgen05-mxf8f6f4' "
-                     f"(fp8emu.gemm.presets() lists them)")
+    """``"exact"``, ``"fp32"``, the step widths of a block-scaled tensor-core model, or the
+    block-scaled instruction row an accumulator names (:func:`fp8emu.gemm.models.get_model`)."""
+    try:
+        model = get_model(acc)
+    except ValueError:
+        model = None
+    if model is not None:
+        if model.kind in ("exact", "fp32"):
+            return model.kind
+        if model.kind == "instruction" and model.policy.specials == "instruction":
+            return model.instruction          # a chain of the row itself (its error if not block-scaled)
+        if model.policy.scale_at is not None:
+            return block_steps(model)
+    raise ValueError(f"unknown block-scaled accumulator {acc!r}; use 'exact', 'fp32', 'blackwell', a "
+                     f"BlockScaledAccumulator, or a block-scaled matrix-instruction preset such as "
+                     f"'blackwell-tcgen05-mxf8f6f4' (fp8emu.gemm.presets() lists them)")
 
 
 def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scales=None,
@@ -387,8 +344,8 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     N, Kb = B.codes.shape
     if Kb != K:
         raise ValueError(f"shape mismatch: a is ({M}, {K}) and b is ({Kb}, {N}); need (M, K) @ (K, N)")
-    ins = as_instruction(accumulator)
-    acc = None if ins is not None else _get_acc(accumulator)
+    acc = _get_acc(accumulator)
+    ins = acc if isinstance(acc, Instruction) else None
     c = _accumulator_input(c, M, N)
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)

@@ -43,15 +43,14 @@ inputs their contracts name, and tests/test_gemm_routes.py holds every one of th
 on every preset.  A GEMM through an instruction is this module's chain of steps along K
 (:func:`fp8emu.gemm.instructions.gemm`).
 
-The schedules of whole GEMMs in ``scaled_mm`` and ``block_scaled_mm`` are the
-:class:`~fp8emu.gemm.accumulator.Accumulator` models (their code: :mod:`fp8emu.gemm.kernels`, whose
-dense step ``_mma_piece`` is their reference and whose fast path is tested against it):
+The schedules of whole GEMMs are the kernel policies of :mod:`fp8emu.gemm.models` (a named model is a
+row of the catalogue plus a :class:`~fp8emu.gemm.models.Policy`, run by
+:func:`~fp8emu.gemm.models.run_steps` as chains of this module's steps):
 
 promotion (``promote = n``, Hopper's FP8 GEMMs: ``n = 4`` steps of 32 products)
-    Each step sums ``group`` products and the running partial sum, every term truncated to
-    ``frac_bits`` fraction bits below the largest exponent, and rounds the result to ``sum_bits``
-    significant bits (``rtz`` or ``rne``); every ``n`` steps the partial sum is added into a
-    float32 accumulator, rounded to nearest even, and restarted from zero.
+    The chain restarts from zero every ``n`` steps; each chain's float32 result is added into a
+    float32 accumulator, rounded to nearest even (with block scales: times its block's scale factor,
+    one rounding).
 split-K (``split_k = s``, or ``"cublas"``: the count cuBLAS's heuristic picks for the shape)
     K is cut into ``s`` contiguous pieces of whole 128-wide K-tiles, each reduced from zero as
     above, and the pieces' float32 results are added in order with float32 additions.

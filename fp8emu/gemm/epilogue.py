@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codec import decode, encode
+from ..codec import encode
 from ..formats import get_format
 from ..interop import real_values, to_numpy
 from ..tables import SOURCE_DTYPES

@@ -12,13 +12,14 @@ import numpy as np
 
 from ..formats import format_of_dtype, get_format
 from ..interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
-from .accumulator import ACCUMULATORS, HW_K_MULTIPLE, get_accumulator
+from .accumulator import HW_K_MULTIPLE, Accumulator
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_scale, to_output
 from .fparith import add_scaled_f32
-from .instructions import as_instruction, gemm as instruction_gemm
+from .instructions import gemm as instruction_gemm
 from .kernels import accumulate, mma_dot, values_and_exponents
-from .torch_cpu import TORCH_CPU_PATHS, fast_accum_accumulator, torch_cpu_mm
+from .models import MODELS, get_model, row_for_formats, run_steps, steps_accumulator
+from .torch_cpu import fast_accum_accumulator, torch_cpu_mm
 
 __all__ = ["scaled_mm"]
 
@@ -199,23 +200,23 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
                                out_dtype=out_dtype, scale_result=scale_result,
                                accumulator="blackwell" if accumulator is None else accumulator)
     accumulator = fast_accum_accumulator(use_fast_accum, accumulator)
-    if accumulator is None:
-        accumulator = "hopper"
+    model = get_model("hopper" if accumulator is None else accumulator)
+    if model.policy.scale_at is not None:
+        fp8 = sorted(n for n, m in MODELS.items() if m.policy.scale_at is None)
+        raise ValueError(f"accumulator {model.name!r} is a block-scaled model: give MX / NVFP4 operands "
+                         f"(fp8emu.block_scaled_mm), or use one of {fp8} or a float32-output instruction "
+                         f"preset such as 'hopper-wgmma'")
     ca, fa, scale_a = _operand_and_scale(a, a_format, scale_a, "a")
     cb, fb, scale_b = _operand_and_scale(b, b_format, scale_b, "b")
     M, K = ca.shape
     if cb.shape[0] != K:
         raise ValueError(f"shape mismatch: a is {ca.shape} and b is {cb.shape}; need (M, K) @ (K, N)")
     N = cb.shape[1]
-    if isinstance(accumulator, str) and accumulator in TORCH_CPU_PATHS:
-        return _torch_cpu(accumulator, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result)
-    ins = as_instruction(accumulator)
-    if ins is None and isinstance(accumulator, str) and accumulator not in ACCUMULATORS:
-        raise ValueError(f"unknown accumulator {accumulator!r}; use one of "
-                         f"{sorted(ACCUMULATORS) + sorted(TORCH_CPU_PATHS)}, a "
-                         f"float32-output matrix-instruction preset such as 'hopper-wgmma' "
-                         f"(fp8emu.gemm.presets() lists them), or an fp8emu.gemm.Accumulator")
-    acc = None if ins is not None else get_accumulator(accumulator)
+    if model.kind == "torch-cpu":
+        return _torch_cpu(model.name, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result)
+    ins = model.instruction
+    if ins is not None and (ins.block_scaled or ins.out != "float32"):
+        instruction_gemm(ca[:0], cb, instruction=ins, a_format=fa, b_format=fb)   # its own error
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
     if K % HW_K_MULTIPLE:
@@ -227,18 +228,24 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
 
     if M == 0 or N == 0:   # an empty result: nothing to accumulate
         return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
-    if ins is not None:
-        # a chain of one matrix instruction along K; it defines its own Inf/NaN results
-        v = _instruction_sum(ca, fa, cb, fb, ins, sa, sb)
-        return to_output(v, bias, odt, ofmt, scale_result)
+    blocks = "block" in (sa.kind, sb.kind)
+    kscale = _kscale(sa, sb, M, N, K) if blocks else None
+    row = None if ins is None else row_for_formats(model, fa, fb, K)
+    if row is not None:
+        v = run_steps(model, ca, fa, cb, fb, kscale=kscale, kblock=_KBLOCK, ins=row)
+        v = v if blocks else _scale_epilogue(v, sa, sb)
+        if model.policy.specials == "instruction":
+            return to_output(v, bias, odt, ofmt, scale_result)   # the instruction's own Inf/NaN results
+        return to_output(ieee_specials(v, ca, fa, cb, fb), bias, odt, ofmt, scale_result)
+    # exact / fp32 sums, and tensor-core steps of widths no catalogue row states (the kernels' adapter)
     va, ea = values_and_exponents(ca, fa)
     vb, eb = values_and_exponents(cb, fb)
-    if "block" in (sa.kind, sb.kind):
-        v = _block_scaled_sum(va, ea, vb, eb, acc, sa, sb, (fa.mbits, fb.mbits))
+    acc = Accumulator(model.kind, name=model.name) if model.kind in ("exact", "fp32") else steps_accumulator(model)
+    if blocks:
+        v = _block_scaled_sum(va, ea, vb, eb, acc, kscale, (fa.mbits, fb.mbits))
     else:
         v = _scale_epilogue(accumulate(va, ea, vb, eb, acc, (fa.mbits, fb.mbits)), sa, sb)
-    v = ieee_specials(v, ca, fa, cb, fb)
-    return to_output(v, bias, odt, ofmt, scale_result)
+    return to_output(ieee_specials(v, ca, fa, cb, fb), bias, odt, ofmt, scale_result)
 
 
 def _torch_cpu(path, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result):
@@ -288,22 +295,6 @@ def _batched(a, b, kw):
     return np.stack(outs) if outs else np.zeros((0,) + tuple(a.shape[1:2]) + (np.shape(b)[-1],), np.float32)
 
 
-def _instruction_sum(ca, fa, cb, fb, ins, sa, sb):
-    """Scaled float32 result of a GEMM run as a chain of ``ins`` (block scales: per 128-wide K block)."""
-    if "block" not in (sa.kind, sb.kind):
-        return _scale_epilogue(instruction_gemm(ca, cb, instruction=ins, a_format=fa, b_format=fb), sa, sb)
-    # software block scaling (DeepGEMM style): each K block's chain from zero, promoted with one rounding
-    M, K = ca.shape
-    SA, SB = _per_kblock(sa, M, K), _per_kblock(sb, cb.shape[1], K)
-    total = np.zeros((M, cb.shape[1]), np.float32)
-    for kb in range(-(-K // _KBLOCK)):
-        sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
-        part = instruction_gemm(ca[:, sl], cb[sl], instruction=ins, a_format=fa, b_format=fb).astype(np.float64)
-        f = (SA[:, kb, None].astype(np.float32) * SB[None, :, kb].astype(np.float32)).astype(np.float64)
-        total = add_scaled_f32(total, part, f)
-    return total
-
-
 def _block_scaled(x):
     return getattr(x, "scale_codes", None) is not None or getattr(x, "block_scale_codes", None) is not None
 
@@ -328,22 +319,25 @@ def _per_kblock(scale, rows, K):
     return np.repeat(scale.values.astype(np.float64), scale.row_block, axis=0)[:rows]
 
 
-def _block_scaled_sum(va, ea, vb, eb, acc, sa, sb, mbits):
-    """Block scales multiply each 128-wide K block's partial sum as it joins the FP32 accumulator."""
-    M, K = va.shape
-    N = vb.shape[1]
+def _kscale(sa, sb, M, N, K):
+    """The float64 (M, N) factor ``fl32(sa[m, kb] * sb[kb, n])`` of each 128-wide K block ``kb``."""
     SA, SB = _per_kblock(sa, M, K), _per_kblock(sb, N, K)
 
-    def kscale(m0, m1, kb):
-        return (SA[m0:m1, kb, None].astype(np.float32) * SB[None, :, kb].astype(np.float32)).astype(np.float64)
+    def kscale(kb):
+        return (SA[:, kb, None].astype(np.float32) * SB[None, :, kb].astype(np.float32)).astype(np.float64)
+    return kscale
 
+
+def _block_scaled_sum(va, ea, vb, eb, acc, kscale, mbits):
+    """Block scales multiply each 128-wide K block's partial sum as it joins the FP32 accumulator."""
+    M, K = va.shape
     if acc.kind == "mma":
-        return mma_dot(va, ea, vb, eb, acc, kscale=kscale, kblock=_KBLOCK)
-    total = np.zeros((M, N), np.float32)
+        return mma_dot(va, ea, vb, eb, acc, kscale=lambda m0, m1, kb: kscale(kb)[m0:m1], kblock=_KBLOCK)
+    total = np.zeros((M, vb.shape[1]), np.float32)
     for kb in range(-(-K // _KBLOCK)):
         sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
         part = accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], acc, mbits).astype(np.float64)
-        total = add_scaled_f32(total, part, kscale(0, M, kb))
+        total = add_scaled_f32(total, part, kscale(kb))
     return total
 
 

@@ -63,15 +63,15 @@ import numpy as np
 
 from ..codec import decode
 from ..gemm import scaled_mm
-from ..gemm.accumulator import get_accumulator
+from ..gemm.models import get_model
 from ..scaling import quantize_tensorwise
 from .analysis import Table
 
 __all__ = ["DRIFT_MODELS", "DRIFT_GEMMS", "DRIFT_DISTRIBUTIONS", "STACK_MODELS", "DEFAULT_KS", "k_drift",
            "drift_models", "write_csv", "read_csv", "figure_k_drift", "first_k_above", "guide_block"]
 
-#: Model name -> (``scaled_mm`` accumulator, output dtype).  The Hopper entries are presets of
-#: :data:`fp8emu.gemm.ACCUMULATORS` whose ``split_k`` :func:`drift_models` sets.
+#: Model name -> (``scaled_mm`` accumulator, output dtype).  The Hopper entries are models of
+#: :data:`fp8emu.gemm.MODELS` whose ``split_k`` :func:`drift_models` sets.
 DRIFT_MODELS = {
     "hopper": ("hopper", "float32"),
     "hopper-fast": ("hopper-fast", "float32"),
@@ -114,20 +114,21 @@ COLUMNS = ("gemm", "a_format", "b_format", "distribution", "k", "model", "stacks
 
 
 def drift_models(split_k=None) -> dict:
-    """Model name -> (accumulator object or instruction name, output dtype).
+    """Model name -> (GEMM model or instruction name, output dtype).
 
     ``split_k``: the Hopper models' split-K (None: none, as in a layer-sized GEMM; ``"cublas"``:
     cuBLAS's choice for the measured shape; an int: that many pieces).
 
     Examples
     --------
-    >>> drift_models()["hopper"][0].promote, drift_models()["hopper-fast"][0].split_k
+    >>> drift_models()["hopper"][0].policy.promote, drift_models()["hopper-fast"][0].policy.split_k
     (4, None)
     """
     out = {}
     for name, (acc, dtype) in DRIFT_MODELS.items():
         if acc in ("hopper", "hopper-fast"):
-            acc = dataclasses.replace(get_accumulator(acc), split_k=split_k)
+            model = get_model(acc)
+            acc = dataclasses.replace(model, policy=dataclasses.replace(model.policy, split_k=split_k))
         out[name] = (acc, dtype)
     return out
 

@@ -1,0 +1,135 @@
+"""The one lookup of GEMM models (fp8emu.gemm.models): named (row, policy) pairs, and the catalogue
+engine under a policy against the reference steps and against the kernels' step-width adapter."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import fp8emu
+from fp8emu.gemm import datapaths, models
+from fp8emu.gemm.accumulator import Accumulator, BlockScaledAccumulator
+from fp8emu.gemm.catalogue import INSTRUCTIONS
+from fp8emu.gemm.kernels import mma_dot, values_and_exponents
+
+RNG = np.random.default_rng(52)
+
+
+def _codes(fmt, shape, kind):
+    """Finite codes: all of them, only subnormals and the smallest normals, or only the largest."""
+    f = fp8emu.get_format(fmt)
+    fin = np.array([c for c in range(1 << f.bits) if np.isfinite(fp8emu.decode(np.uint8(c), f))], np.uint8)
+    v = np.abs(fp8emu.decode(fin, f).astype(np.float64))
+    pick = {"all": fin, "sub": fin[v <= 4 * f.min_normal], "big": fin[v >= v.max() / 4],
+            "ties": fin[np.isin(np.frexp(v)[0], (0.5, 0.75))]}[kind]
+    return RNG.choice(pick, shape)
+
+
+def test_named_models_are_rows_and_policies():
+    assert models.get_model("hopper").instruction is INSTRUCTIONS["hopper-wgmma"]
+    assert models.get_model("hopper").policy == models.Policy(promote=4, split_k="cublas")
+    assert models.get_model("hopper-fast").policy == models.Policy(split_k="cublas")
+    assert models.get_model("blackwell").instruction is INSTRUCTIONS["blackwell-mma"]
+    assert models.get_model("blackwell").policy.scale_at == "product"
+    assert models.get_model("exact").kind == "exact" and models.get_model("fp32").kind == "fp32"
+    assert models.get_model("torch-cpu-onednn").kind == "torch-cpu"
+    # every float32-output row by name: a plain chain with the row's own Inf/NaN rules
+    m = models.get_model("ada-mma")
+    assert m.instruction is INSTRUCTIONS["ada-mma"] and m.policy == models.Policy(specials="instruction")
+    assert fp8emu.get_model is models.get_model and fp8emu.MODELS is models.MODELS
+
+
+def test_accumulator_widths_name_their_row_or_stay_steps():
+    assert models.get_model(Accumulator("mma", 32, 13, 14, "rtz", promote=4)).instruction.name == "hopper-wgmma"
+    assert models.get_model(Accumulator("mma", 32, 31, 24, "rne")).instruction.name == "blackwell-mma"
+    assert models.get_model(Accumulator("mma", 16, 13, 14, "rtz")).instruction.name == "ada-mma"
+    odd = models.get_model(Accumulator("mma", 32, 20, 22, "rne", promote=3, split_k=2))
+    assert odd.kind == "steps" and odd.policy == models.Policy(promote=3, split_k=2)
+    assert models.get_model(BlockScaledAccumulator(32, 31, 24, "rne", "block")).policy.scale_at == "block"
+
+
+@pytest.mark.parametrize("bad, match", [("volta", "unknown accumulator 'volta'"), (3, "unknown accumulator 3")])
+def test_unknown_models_are_named(bad, match):
+    with pytest.raises(ValueError, match=match):
+        models.get_model(bad)
+
+
+@pytest.mark.parametrize("field, value", [("promote", 0), ("promote", True), ("split_k", "auto"),
+                                          ("scale_at", "row"), ("specials", "gpu")])
+def test_policy_rejects_bad_fields(field, value):
+    with pytest.raises(ValueError, match=f"Policy {field} must be"):
+        models.Policy(**{field: value})
+
+
+def test_hopper_promotion_by_exact_arithmetic():
+    # products 1 and 255 x 2**-15: every 128 of K restarts the chain, whose 13 fraction bits below
+    # 2**0 drop 2**-15 only while the 1 is in the same chain
+    a = fp8emu.encode(np.array([[1.0] + [2.0 ** -9] * 255]), "e4m3fn")
+    b = fp8emu.encode(np.array([[1.0]] + [[2.0 ** -6]] * 255), "e4m3fn")
+    fast = fp8emu.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="hopper-fast")
+    slow = fp8emu.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="hopper")
+    assert Fraction(float(fast[0, 0])) == 1
+    assert Fraction(float(slow[0, 0])) == 1 + 128 * Fraction(1, 2 ** 15)
+
+
+@pytest.mark.parametrize("promote", [None, 2, 4])
+def test_run_steps_is_the_reference_chain_per_interval(promote):
+    # the reference steps (datapaths.reference, one K step at a time), restarted from zero per interval
+    # and summed in float32 in K order
+    ins = INSTRUCTIONS["hopper-wgmma"]
+    model = models.GemmModel("t", "instruction", ins, models.Policy(promote=promote))
+    ca, cb = _codes("e4m3fn", (9, 320), "all"), _codes("e5m2", (320, 7), "all")
+    got = models.run_steps(model, ca, "e4m3fn", cb, "e5m2")
+    step = 320 if promote is None else promote * ins.step
+    want = np.zeros((9, 7), np.float32)
+    for k0 in range(0, 320, step):
+        a, b = ca[:, k0:k0 + step], cb[k0:k0 + step]
+        pad = (-a.shape[1]) % ins.step
+        a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
+        part = datapaths.reference(ins, a[:, None, :], b.T[None, :, :], np.zeros((9, 7), np.float32),
+                                   "e4m3fn", "e5m2")
+        want = (want + part).astype(np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("kind", ["all", "sub", "big", "ties"])
+@pytest.mark.parametrize("fa, fb", [("e4m3fn", "e4m3fn"), ("e5m2", "e4m3fn"), ("e5m2", "e5m2")])
+@pytest.mark.parametrize("widths, row, promote", [((32, 13, 14, "rtz"), "hopper-wgmma", None),
+                                                  ((32, 13, 14, "rtz"), "hopper-wgmma", 4),
+                                                  ((32, 31, 24, "rne"), "blackwell-mma", None),
+                                                  ((32, 25, 24, "rtz"), "blackwell-tcgen05-f8f6f4", None),
+                                                  ((16, 13, 14, "rtz"), "ada-mma", None)])
+def test_rows_equal_the_kernels_steps(kind, fa, fb, widths, row, promote):
+    # two implementations of one step: the kernels' widths (Accumulator) and the catalogue row
+    M, N, K = 21, 13, 512
+    ca, cb = _codes(fa, (M, K), kind), _codes(fb, (K, N), kind)
+    c = None
+    if promote is None:
+        c = (RNG.standard_normal((M, N)) * np.exp2(RNG.integers(-20, 20, (M, N)))).astype(np.float32)
+        c[0] = 0
+    va, ea = values_and_exponents(ca, fp8emu.get_format(fa))
+    vb, eb = values_and_exponents(cb, fp8emu.get_format(fb))
+    old = mma_dot(va, ea, vb, eb, Accumulator("mma", *widths, promote=promote), c=c)
+    model = models.GemmModel("t", "instruction", INSTRUCTIONS[row], models.Policy(promote=promote))
+    new = models.run_steps(model, ca, fa, cb, fb, c=c)
+    np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32))
+
+
+def test_formats_beyond_the_row():
+    # a named model takes any format of at most 8 bits: the row with the formats added where its
+    # float32 steps are the model's, the kernels' widths where products leave float32's normal range
+    e2m1, e8m0, e4m3 = (fp8emu.get_format(n) for n in ("e2m1fn", "e8m0fnu", "e4m3fn"))
+    assert models.row_for_formats(models.get_model("hopper"), e2m1, e2m1, 256).formats == ("e2m1fn",)
+    assert models.row_for_formats(models.get_model("hopper"), e8m0, e4m3, 256) is None
+    ca, cb = _codes("e2m1fn", (8, 96), "all"), _codes("e2m1fn", (96, 6), "all")
+    va, ea = values_and_exponents(ca, e2m1)
+    vb, eb = values_and_exponents(cb, e2m1)
+    old = mma_dot(va, ea, vb, eb, Accumulator("mma", 32, 13, 14, "rtz", promote=4))
+    new = fp8emu.scaled_mm(ca, cb, a_format="e2m1fn", b_format="e2m1fn", accumulator="hopper")
+    np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32))
+
+
+def test_block_scaled_models_are_refused_by_scaled_mm():
+    a = fp8emu.encode(np.ones((2, 32)), "e4m3fn")
+    with pytest.raises(ValueError, match="'blackwell' is a block-scaled model"):
+        fp8emu.scaled_mm(a, a.T.copy(), a_format="e4m3fn", b_format="e4m3fn", accumulator="blackwell")
