@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fp8emu.formats import get_format
-from fp8emu.gemm.torch_cpu import cpu_path, torch_cpu_mm
+from fp8emu.gemm.torch_cpu import cpu_path, sgemm, torch_cpu_mm, torchao_emulated_mm
 
 E4, E5 = get_format("e4m3fn"), get_format("e5m2")
 
@@ -57,3 +57,27 @@ def test_onednn_sums_in_k_order_over_any_number_of_rows():
     assert np.array_equal(got.view(np.uint32), _onednn_reference(va, vb, sa, sb).view(np.uint32))
     empty = torch_cpu_mm("torch-cpu-onednn", ca[:, :0], E4, cb[:0], E4, sa, None, sb, None)
     assert empty.shape == (M, N) and not empty.any() and not np.signbit(empty).any()
+
+
+def test_bad_operands_and_outputs_are_refused_naming_what_is_accepted():
+    a, b = np.zeros((2, 16), np.uint8), np.zeros((16, 2), np.uint8)
+    with pytest.raises(ValueError, match="unknown torch CPU path 'torch-cpu'; use one of"):
+        torch_cpu_mm("torch-cpu", a, E4, b, E4, 1.0, None, 1.0, None)
+    with pytest.raises(ValueError, match="writes float32, bfloat16, float16, float8_e4m3fn or float8_e5m2, not e2m1fn"):
+        torch_cpu_mm("torch-cpu-emulated", a, E4, b, E4, 1.0, None, 1.0, None, ofmt=get_format("e2m1fn"))
+    with pytest.raises(ValueError, match="torchao-emulate: out_dtype must be float32, bfloat16 or float16, got float64"):
+        torchao_emulated_mm(a, E4, 1.0, b, E4, 1.0, out_dtype=np.float64)
+    with pytest.raises(ValueError, match="takes float8_e4m3fn / float8_e5m2 operands, got e4m3fnuz"):
+        torchao_emulated_mm(a, E4, 1.0, b, get_format("e4m3fnuz"), 1.0)
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"x is 2x3 and y is 2x2: their inner dimensions must match"):
+        sgemm(x, np.ones((2, 2), np.float32))
+    for bad in (0, True, 1.0):
+        with pytest.raises(ValueError, match="threads must be a positive integer"):
+            sgemm(x, x.T, threads=bad)
+    with pytest.raises(ValueError, match=r"y must be a 2-D matrix, got 1 dimension\(s\)"):
+        sgemm(x, np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="x must be float32 .* got float64"):
+        sgemm(x.astype(np.float64), x.T)
+    assert sgemm(x[:, :0], x.T[:0]).tolist() == [[0.0, 0.0], [0.0, 0.0]]        # an empty sum is +0
+    assert sgemm(x.astype(np.float16), x.T.astype(ml_dtypes.bfloat16), threads=1).tolist() == [[3.0, 3.0], [3.0, 3.0]]

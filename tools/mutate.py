@@ -147,7 +147,8 @@ GROUPS = {
     # subset keeps one or two stacks per recipe of the hand-composition and zero-padding sweeps (the
     # others repeat the same code of linear.py on another stack) and drops the thread-count sweep.
     "torch_linear": (["fp8emu/torch/linear.py"],
-                     ["tests/test_torch_emulate.py", "tests/test_torch_inference.py", "tests/test_torch_autocast.py",
+                     ["tests/test_mut_torch_linear.py", "tests/test_torch_emulate.py", "tests/test_torch_inference.py",
+                      "tests/test_torch_autocast.py",
                       "tests/test_torchao_float8linear.py", "-k",
                       "not (hand_composition and (b200 or fast or te-delayed-cpu or te-current-cpu or deepseek "
                       "or te-nvfp4-no)) and not (thread_count and True) and not (zero_padded_batch and "
@@ -155,7 +156,8 @@ GROUPS = {
     # the swap: its own tests (filters, attention, refusals, reports, diagnostics) and one
     # hand-composed step per kind of multiple (per-tensor, MX, NVFP4, torchao on the CPU)
     "torch_swap": (["fp8emu/torch/swap.py"],
-                   ["tests/test_torch_filter.py", "tests/test_torch_audit.py", "tests/test_torch_autocast.py",
+                   ["tests/test_mut_torch_swap.py", "tests/test_torch_filter.py", "tests/test_torch_audit.py",
+                    "tests/test_torch_autocast.py",
                     *("tests/test_torch_emulate.py::" + t for t in (
                         "test_the_combinations_cover_every_recipe_on_hopper_or_blackwell",
                         "test_diagnostics_rows_count_nan_saturation_and_error", "test_diagnostics_off_records_nothing",
@@ -170,12 +172,12 @@ GROUPS = {
                     "tests/test_torch_inference.py::test_encoder_layer_fast_path_no_longer_bypasses_the_emulated_layers",
                     "tests/test_docs.py::test_docstring_examples[fp8emu.torch.swap]"]),
     # torch's CPU GEMM: recorded and live torch vectors of both paths, the sgemm's FMA chains, torchao's
-    # emulated GEMM against live and recorded Float8Linear steps
+    # emulated GEMM against the recorded Float8Linear outputs (the live torchao layer tests, a minute on
+    # the shared machine, run the same GEMM through the layer: left to the torch_linear group)
     "torch_cpu": (["fp8emu/gemm/torch_cpu.py"],
-                  ["tests/test_sgemm_fma_chain.py", "tests/test_torch_cpu_scaled_mm.py",
-                   "tests/test_torchao_float8linear.py",
-                   "tests/test_torch_emulate.py::test_cpu_stack_equals_torch_scaled_mm_on_the_cpu",
-                   "tests/test_torch_adapter.py::test_scaled_mm_equals_torch_on_the_cpu",
+                  ["tests/test_mut_torch_cpu.py", "tests/test_sgemm_fma_chain.py", "tests/test_torch_cpu_scaled_mm.py",
+                   "tests/test_torchao_float8linear.py::test_torchao_emulate_divides_where_scaled_mm_multiplies",
+                   "tests/test_torchao_float8linear.py::test_first_gemm_equals_the_recorded_torchao_output_with_numpy_only",
                    "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.torch_cpu]"]),
 }
 
