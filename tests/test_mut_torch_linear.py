@@ -95,3 +95,34 @@ def test_a_layer_built_directly_records_no_diagnostics_by_default():
     with torch.no_grad():
         layer(torch.ones(16, 16))
     assert layer.diagnostic_rows == []
+
+
+def _rel(got, ref):
+    ref = np.asarray(ref, np.float64)
+    return np.linalg.norm(np.asarray(got, np.float64) - ref) / np.linalg.norm(ref)
+
+
+def test_each_passs_gemm_error_is_the_relative_frobenius_error_against_float64():
+    """gemm_rel_err as documented (fp8emu.torch.diagnostics): ||out - ref||_F / ||ref||_F, ref the float64
+    product of the unquantized operands (fprop plus the bias its epilogue adds); NaN where ref is zero."""
+    rng = np.random.default_rng(55)
+    x = rng.standard_normal((32, 32)).astype(np.float32)
+    dy = rng.standard_normal((32, 16)).astype(np.float32)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16))
+    ft.emulate(model, "te-current", "exact", diagnostics=True)
+    w, b = (p.detach().numpy().astype(np.float64) for p in (model[0].weight, model[0].bias))
+    xt = torch.from_numpy(x).requires_grad_()
+    y = model(xt)
+    y.backward(torch.from_numpy(dy))
+    err = {r["pass"]: r["gemm_rel_err"] for r in ft.diagnostics(model)}
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    assert err["fprop"] == pytest.approx(_rel(y.detach().numpy(), x64 @ w.T + b), rel=1e-9)
+    assert err["dgrad"] == pytest.approx(_rel(xt.grad.numpy(), dy64 @ w), rel=1e-9)
+    assert err["wgrad"] == pytest.approx(_rel(model[0].weight.grad.numpy(), dy64.T @ x64), rel=1e-9)
+    assert 0 < err["fprop"] < 0.1
+    ft.reset_diagnostics(model)
+    zero = torch.nn.Sequential(torch.nn.Linear(32, 16, bias=False))
+    ft.emulate(zero, "te-current", "exact", diagnostics=True)
+    with torch.no_grad():
+        zero(torch.zeros(32, 32))
+    assert np.isnan(ft.diagnostics(zero)[0]["gemm_rel_err"])
