@@ -126,3 +126,17 @@ def test_each_passs_gemm_error_is_the_relative_frobenius_error_against_float64()
     with torch.no_grad():
         zero(torch.zeros(32, 32))
     assert np.isnan(ft.diagnostics(zero)[0]["gemm_rel_err"])
+
+
+@pytest.mark.parametrize("recipe, gpu", [("te-current", "h100"), ("te-mxfp8", "b200"), ("te-nvfp4", "b200"),
+                                         ("torchao-rowwise", "cpu"), ("te-delayed", "exact")])
+def test_no_tokens_give_nn_linears_empty_output_and_zero_gradients(recipe, gpu):
+    """nn.Linear maps a (2, 0, 64) input to (2, 0, 64) and leaves zero gradients; no emulated step is taken."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    ft.emulate(model, recipe, gpu)
+    x = torch.zeros(2, 0, 64, requires_grad=True)
+    y = model(x)
+    assert y.shape == (2, 0, 64)
+    y.sum().backward()
+    assert not model[0].weight.grad.any() and not model[0].bias.grad.any()
+    assert int(model[0].fp8emu_step) == 0

@@ -99,3 +99,9 @@ def test_a_subclass_of_linear_is_left_as_it_is_and_warned_about():
         rep = ft.emulate(model, "te-current", "h100")
     assert rep.skipped == {"0": "a subclass of nn.Linear (_MyLinear), left as it is"}
     assert type(model[0]) is _MyLinear and list(rep.swapped) == ["1"]
+
+
+def test_the_high_precision_warning_points_at_the_callers_line():
+    with pytest.warns(ft.HighPrecisionWarning) as caught:
+        ft.emulate(torch.nn.Sequential(torch.nn.Linear(16, 10)), "te-current", "h100")
+    assert [w.filename for w in caught] == [__file__]
