@@ -140,3 +140,15 @@ def test_no_tokens_give_nn_linears_empty_output_and_zero_gradients(recipe, gpu):
     y.sum().backward()
     assert not model[0].weight.grad.any() and not model[0].bias.grad.any()
     assert int(model[0].fp8emu_step) == 0
+
+
+def test_forward_only_with_more_tokens_than_features_equals_the_training_forward():
+    """64 tokens (a multiple of 16, no padding) through a 16-feature layer: inference gives training's bits."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, "te-current", "h100")
+    x = torch.randn(4, 16, 16)
+    train = model(x).detach()
+    with torch.no_grad():
+        infer = model(x)
+    assert infer.shape == (4, 16, 16) and torch.equal(infer.view(torch.int16), train.view(torch.int16))
