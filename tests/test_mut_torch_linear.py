@@ -152,3 +152,19 @@ def test_forward_only_with_more_tokens_than_features_equals_the_training_forward
     with torch.no_grad():
         infer = model(x)
     assert infer.shape == (4, 16, 16) and torch.equal(infer.view(torch.int16), train.view(torch.int16))
+
+
+def test_on_the_cpu_stack_the_bias_gradient_is_torchs_own_reduction():
+    """On torch's CPU (the ``cpu`` stack) autograd sums the bias gradient with torch's own reduction, so an
+    emulated layer's bias.grad is bit for bit a plain nn.Linear's; 256 random rows: the order matters
+    (NumPy's pairwise float32 sum differs from torch's in most columns)."""
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(16, 16)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    model[0].load_state_dict(plain.state_dict())
+    ft.emulate(model, "te-current", "cpu")
+    x, dy = torch.randn(256, 16), torch.randn(256, 16)
+    model(x).backward(dy)
+    plain(x).backward(dy)
+    assert torch.equal(model[0].bias.grad.view(torch.int32), plain.bias.grad.view(torch.int32))
+    assert not np.array_equal(dy.numpy().sum(axis=0, dtype=np.float32), plain.bias.grad.numpy())
