@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from fp8emu.formats import get_format
+from fp8emu.gemm import cpu_order
 from fp8emu.gemm.torch_cpu import cpu_path, sgemm, torch_cpu_mm, torchao_emulated_mm
 
-E4, E5 = get_format("e4m3fn"), get_format("e5m2")
+E4 = get_format("e4m3fn")
 
 
 @pytest.mark.parametrize("fa, fb, tensorwise, mkldnn, flags, path", [
@@ -81,3 +82,11 @@ def test_bad_operands_and_outputs_are_refused_naming_what_is_accepted():
         sgemm(x.astype(np.float64), x.T)
     assert sgemm(x[:, :0], x.T[:0]).tolist() == [[0.0, 0.0], [0.0, 0.0]]        # an empty sum is +0
     assert sgemm(x.astype(np.float16), x.T.astype(ml_dtypes.bfloat16), threads=1).tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+def test_sgemms_range_warning_points_at_the_callers_line():
+    """The recorded model is proven for M, N >= 2 only (one row goes to MKL's gemv): a direct sgemm call
+    outside that range is warned about at the caller's line."""
+    with cpu_order.use("mkl-2024.2-avx512"), pytest.warns(RuntimeWarning, match="M, N >= 2") as caught:
+        sgemm(np.ones((1, 8), np.float32), np.ones((8, 2), np.float32))
+    assert [w.filename for w in caught] == [__file__]
