@@ -143,6 +143,42 @@ GROUPS = {
                           # reads figures/, which the mutants' copies leave out
                           "--deselect=tests/test_k_drift.py::test_section_names_the_committed_figure_and_tool",
                           "tests/test_docs.py::test_docstring_examples[fp8emu.training.recipes]"]),
+    # the torch adapter's layer, its swap and torch's CPU GEMM.  The layer's
+    # subset keeps one or two stacks per recipe of the hand-composition and zero-padding sweeps (the
+    # others repeat the same code of linear.py on another stack) and drops the thread-count sweep.
+    "torch_linear": (["fp8emu/torch/linear.py"],
+                     ["tests/test_mut_torch_linear.py", "tests/test_torch_emulate.py", "tests/test_torch_inference.py",
+                      "tests/test_torch_autocast.py",
+                      "tests/test_torchao_float8linear.py", "-k",
+                      "not (hand_composition and (b200 or fast or te-delayed-cpu or te-current-cpu or deepseek "
+                      "or te-nvfp4-no)) and not (thread_count and True) and not (zero_padded_batch and "
+                      "(fast or exact or nvfp4-no))"]),
+    # the swap: its own tests (filters, attention, refusals, reports, diagnostics) and one
+    # hand-composed step per kind of multiple (per-tensor, MX, NVFP4, torchao on the CPU)
+    "torch_swap": (["fp8emu/torch/swap.py"],
+                   ["tests/test_mut_torch_swap.py", "tests/test_torch_filter.py", "tests/test_torch_audit.py",
+                    "tests/test_torch_autocast.py",
+                    *("tests/test_torch_emulate.py::" + t for t in (
+                        "test_the_combinations_cover_every_recipe_on_hopper_or_blackwell",
+                        "test_diagnostics_rows_count_nan_saturation_and_error", "test_diagnostics_off_records_nothing",
+                        "test_underflow_and_flushed_fractions", "test_wrapping_twice_names_the_layer",
+                        "test_layers_the_recipe_cannot_take_are_skipped_with_the_multiple",
+                        "test_a_token_count_the_wgrad_cannot_take_is_refused_naming_the_layer",
+                        "test_unknown_names_and_bad_objects", "test_an_old_torch_is_refused_with_the_version_needed",
+                        "test_same_seed_same_bits_and_another_seed_other_bits",
+                        "test_block_fp8_refusals_name_their_source",
+                        *(f"test_every_pass_equals_the_hand_composition[{c}]" for c in (
+                            "te-delayed-h100", "te-mxfp8-b200", "te-nvfp4-b200", "torchao-rowwise-cpu")))),
+                    "tests/test_torch_inference.py::test_encoder_layer_fast_path_no_longer_bypasses_the_emulated_layers",
+                    "tests/test_docs.py::test_docstring_examples[fp8emu.torch.swap]"]),
+    # torch's CPU GEMM: recorded and live torch vectors of both paths, the sgemm's FMA chains, torchao's
+    # emulated GEMM against the recorded Float8Linear outputs (the live torchao layer tests, a minute on
+    # the shared machine, run the same GEMM through the layer: left to the torch_linear group)
+    "torch_cpu": (["fp8emu/gemm/torch_cpu.py"],
+                  ["tests/test_mut_torch_cpu.py", "tests/test_sgemm_fma_chain.py", "tests/test_torch_cpu_scaled_mm.py",
+                   "tests/test_torchao_float8linear.py::test_torchao_emulate_divides_where_scaled_mm_multiplies",
+                   "tests/test_torchao_float8linear.py::test_first_gemm_equals_the_recorded_torchao_output_with_numpy_only",
+                   "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.torch_cpu]"]),
 }
 
 _BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
@@ -366,8 +402,34 @@ def _scratch_copy(prefix):
         shutil.rmtree(w, ignore_errors=True)
 
 
+_CACHE = ".mutate-fp8emu-cache"
+
+
+def _snapshot_cache(workdir):
+    """The cache folder's files after the baseline run (name -> bytes)."""
+    d = os.path.join(workdir, _CACHE)
+    if not os.path.isdir(d):
+        return {}
+    return {n: open(os.path.join(d, n), "rb").read() for n in os.listdir(d)
+            if os.path.isfile(os.path.join(d, n))}
+
+
+def _reset_cache(workdir, snapshot):
+    d = os.path.join(workdir, _CACHE)
+    shutil.rmtree(d, ignore_errors=True)
+    if snapshot:
+        os.makedirs(d)
+        for n, data in snapshot.items():
+            with open(os.path.join(d, n), "wb") as fh:
+                fh.write(data)
+
+
 def _run_tests(workdir, tests, timeout):
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0")
+    # FP8EMU_CACHE: the revealed CPU summation orders (fp8emu.gemm.cpu_order) go to the copy's own
+    # folder, reset to the baseline run's after each mutant (_reset_cache): a mutant of the order's
+    # code must poison neither the user's cache nor the next mutant's
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0",
+               FP8EMU_CACHE=os.path.join(workdir, _CACHE))
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-W", "ignore",
            "--hypothesis-seed=0", *tests]
     t0 = time.time()
@@ -395,6 +457,7 @@ def run_group(group, sample, seed, timeout, jobs, progress=True):
         status, base, detail = _run_tests(workdirs[0], tests, timeout * 4)
         if status != "survived":
             raise SystemExit(f"{group}: the unmutated tests do not pass ({status}: {detail})")
+        cache = _snapshot_cache(workdirs[0])
         limit = max(timeout, 3 * base)
         if progress:
             print(f"{group}: {len(all_sites)} sites, {len(chosen)} sampled, baseline {base:.1f}s, "
@@ -410,6 +473,7 @@ def run_group(group, sample, seed, timeout, jobs, progress=True):
                 try:
                     with open(target, "w", encoding="utf-8") as fh:
                         fh.write(mutant_source(path, site.index))
+                    _reset_cache(w, cache)
                     status, secs, detail = _run_tests(w, tests, limit)
                 finally:
                     with open(target, "w", encoding="utf-8") as fh:

@@ -1,0 +1,170 @@
+"""fp8emu.torch's emulated linear layer: what the issue-53 mutation samples of ``fp8emu/torch/linear.py``
+found untested (tests/MUTATION.md, "The torch adapter's layer, swap and torch's CPU GEMM").
+
+Expectations are written out from the formats' definitions and torch's own behaviour, not taken
+from the layer's code."""
+
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ft = pytest.importorskip("fp8emu.torch")
+
+from fp8emu.formats import get_format  # noqa: E402
+from fp8emu.torch.linear import EmulatedLinear, _rows, frac_clipped  # noqa: E402
+from fp8emu.torch.recipes import Operand  # noqa: E402
+
+E4M3, E5M2, E2M1 = get_format("e4m3fn"), get_format("e5m2"), get_format("e2m1fn")
+
+
+def _fp8(fmt, scale_inv, shape):
+    return Operand("fp8", np.zeros(shape, np.uint8), fmt, np.asarray(scale_inv, np.float32))
+
+
+def test_frac_clipped_counts_what_lies_beyond_the_largest_value_by_more_than_half_an_ulp():
+    # E4M3FN: largest 448 = 1.75 * 2**8, its ulp 2**(8-3) = 32, so rounding reaches 448 up to 448 + 16 = 464
+    # and clips beyond; with scale_inv 0.5 the input limit is 232 (a tie at the limit itself rounds, not clips)
+    x = np.array([[232.0, np.nextafter(232.0, 300.0), -300.0, 0.0, np.inf, np.nan]])
+    assert frac_clipped(x, _fp8(E4M3, 0.5, x.shape)) == pytest.approx(2 / 6)      # Inf and NaN are not clipping
+    # E5M2: 57344 = 1.75 * 2**15, ulp 2**13, limit 57344 + 4096 = 61440
+    y = np.array([[61440.0, 61441.0, -61442.0, 1.0]])
+    assert frac_clipped(y, _fp8(E5M2, 1.0, y.shape)) == pytest.approx(2 / 4)
+    # per-row scales (M, 1): each row against its own limit 464 * scale_inv
+    r = np.array([[465.0, 464.0, 0, 0], [465.0, 929.0, 0, 0]])
+    assert frac_clipped(r, _fp8(E4M3, [[1.0], [2.0]], r.shape)) == pytest.approx(2 / 8)
+    # K-wise blocks of two columns (2, 2) over a 2 x 3 input (a partial last block)
+    b = np.array([[465.0, 464.0, 929.0], [1857.0, 1856.0, 3713.0]])
+    inv = [[1.0, 2.0], [4.0, 8.0]]             # limits: row 0: 464, 464, 928; row 1: 1856, 1856, 3712
+    assert frac_clipped(b, _fp8(E4M3, inv, b.shape)) == pytest.approx(4 / 6)
+    # block-scaled (E2M1: 6 = 1.5 * 2**2, ulp 2, limit 7): one scale per block of (1, 2)
+    st = types.SimpleNamespace(fmt=E2M1, scale_inv=np.array([[1.0, 3.0]]), block=(1, 2), shape=(1, 4),
+                               codes=np.zeros((1, 4), np.uint8), global_scale=None, scale=None)
+    z = np.array([[7.0, 7.5, 21.0, 21.5]])
+    assert frac_clipped(z, Operand("block", st=st)) == pytest.approx(2 / 4)
+    assert np.isnan(frac_clipped(z, Operand("hp", hp=z)))
+    assert frac_clipped(np.zeros((0, 4)), _fp8(E4M3, 1.0, (0, 4))) == 0.0
+    assert frac_clipped(np.zeros((0, 4)), _fp8(E4M3, np.zeros((0, 1)), (0, 4))) == 0.0     # no rows, no row scales
+
+
+def _caught(recipe, gpu, dtype):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, recipe, gpu)
+    x = torch.linspace(-2, 2, 256).reshape(16, 16).to(dtype).requires_grad_()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model(x).backward(torch.ones(16, 16, dtype=dtype))
+    return [str(w.message) for w in caught if "high-precision wgrad" in str(w.message)]
+
+
+def test_torchaos_high_precision_wgrad_of_a_low_precision_gradient_is_warned_about():
+    """torchao's rowwise_with_gw_hp wgrad of bfloat16 tensors is torch's oneDNN bfloat16 mm, emulated as a
+    float32 sgemm: warned, on torchao's emulated GEMM only, and only for a gradient that is not float32."""
+    msgs = _caught("torchao-rowwise-gw-hp", "cpu", torch.bfloat16)
+    assert len(msgs) == 1 and msgs[0].startswith("layer '0': torchao's high-precision wgrad of torch.bfloat16")
+    assert _caught("torchao-rowwise-gw-hp", "cpu", torch.float32) == []
+    assert _caught("torchao-rowwise-gw-hp", "h100", torch.bfloat16) == []      # a GPU stack: no torch mm
+    assert _caught("torchao-rowwise", "cpu", torch.bfloat16) == []             # an FP8 wgrad
+
+
+def test_a_padded_forward_only_step_reports_the_scales_of_its_real_rows():
+    """Three tokens forward-only on a stack whose multiple is 16: zero rows pad the GEMM, and the
+    diagnostics are of the three real rows, their row-wise scales included.  torchao's rowwise recipe
+    scales each row by 448 / amax rounded down to a power of two: amax 1, 3, 100 give 256, 128, 4
+    (the padding's zero rows would give the largest scale there is), so the median scale is 128."""
+    model = torch.nn.Sequential(torch.nn.Linear(128, 128))
+    ft.emulate(model, "torchao-rowwise", "h100", diagnostics=True)
+    x = torch.zeros(3, 128)
+    x[0, 0], x[1, 5], x[2, 7] = 1.0, -3.0, 100.0
+    with torch.no_grad():
+        model(x)
+    row = ft.diagnostics(model)[0]
+    assert (row["tensor"], row["amax"], row["scale"]) == ("input", 100.0, 128.0)
+
+
+def test_rows_of_an_unquantized_operand_are_its_first_rows():
+    hp = np.arange(12, dtype=np.float32).reshape(4, 3)
+    assert np.array_equal(_rows(Operand("hp", hp=hp), 2).hp, hp[:2])
+
+
+def test_a_layer_built_directly_records_no_diagnostics_by_default():
+    layer = EmulatedLinear(torch.nn.Linear(16, 16), ft.get_recipe("te-current"), ft.get_stack("exact"), "l", 0)
+    assert (layer.diagnostics_enabled, layer.autocast_only, layer.seed, layer.multiple) == (False, False, 0, 1)
+    with torch.no_grad():
+        layer(torch.ones(16, 16))
+    assert layer.diagnostic_rows == []
+
+
+def _rel(got, ref):
+    ref = np.asarray(ref, np.float64)
+    return np.linalg.norm(np.asarray(got, np.float64) - ref) / np.linalg.norm(ref)
+
+
+def test_each_passs_gemm_error_is_the_relative_frobenius_error_against_float64():
+    """gemm_rel_err as documented (fp8emu.torch.diagnostics): ||out - ref||_F / ||ref||_F, ref the float64
+    product of the unquantized operands (fprop plus the bias its epilogue adds); NaN where ref is zero."""
+    rng = np.random.default_rng(55)
+    x = rng.standard_normal((32, 32)).astype(np.float32)
+    dy = rng.standard_normal((32, 16)).astype(np.float32)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16))
+    ft.emulate(model, "te-current", "exact", diagnostics=True)
+    w, b = (p.detach().numpy().astype(np.float64) for p in (model[0].weight, model[0].bias))
+    xt = torch.from_numpy(x).requires_grad_()
+    y = model(xt)
+    y.backward(torch.from_numpy(dy))
+    err = {r["pass"]: r["gemm_rel_err"] for r in ft.diagnostics(model)}
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    assert err["fprop"] == pytest.approx(_rel(y.detach().numpy(), x64 @ w.T + b), rel=1e-9)
+    assert err["dgrad"] == pytest.approx(_rel(xt.grad.numpy(), dy64 @ w), rel=1e-9)
+    assert err["wgrad"] == pytest.approx(_rel(model[0].weight.grad.numpy(), dy64.T @ x64), rel=1e-9)
+    assert 0 < err["fprop"] < 0.1
+    ft.reset_diagnostics(model)
+    zero = torch.nn.Sequential(torch.nn.Linear(32, 16, bias=False))
+    ft.emulate(zero, "te-current", "exact", diagnostics=True)
+    with torch.no_grad():
+        zero(torch.zeros(32, 32))
+    assert np.isnan(ft.diagnostics(zero)[0]["gemm_rel_err"])
+
+
+@pytest.mark.parametrize("recipe, gpu", [("te-current", "h100"), ("te-mxfp8", "b200"), ("te-nvfp4", "b200"),
+                                         ("torchao-rowwise", "cpu"), ("te-delayed", "exact")])
+def test_no_tokens_give_nn_linears_empty_output_and_zero_gradients(recipe, gpu):
+    """nn.Linear maps a (2, 0, 64) input to (2, 0, 64) and leaves zero gradients; no emulated step is taken."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    ft.emulate(model, recipe, gpu)
+    x = torch.zeros(2, 0, 64, requires_grad=True)
+    y = model(x)
+    assert y.shape == (2, 0, 64)
+    y.sum().backward()
+    assert not model[0].weight.grad.any() and not model[0].bias.grad.any()
+    assert int(model[0].fp8emu_step) == 0
+
+
+def test_forward_only_with_more_tokens_than_features_equals_the_training_forward():
+    """64 tokens (a multiple of 16, no padding) through a 16-feature layer: inference gives training's bits."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, "te-current", "h100")
+    x = torch.randn(4, 16, 16)
+    train = model(x).detach()
+    with torch.no_grad():
+        infer = model(x)
+    assert infer.shape == (4, 16, 16) and torch.equal(infer.view(torch.int16), train.view(torch.int16))
+
+
+def test_on_the_cpu_stack_the_bias_gradient_is_torchs_own_reduction():
+    """On torch's CPU (the ``cpu`` stack) autograd sums the bias gradient with torch's own reduction, so an
+    emulated layer's bias.grad is bit for bit a plain nn.Linear's; 256 random rows: the order matters
+    (NumPy's pairwise float32 sum differs from torch's in most columns)."""
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(16, 16)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    model[0].load_state_dict(plain.state_dict())
+    ft.emulate(model, "te-current", "cpu")
+    x, dy = torch.randn(256, 16), torch.randn(256, 16)
+    model(x).backward(dy)
+    plain(x).backward(dy)
+    assert torch.equal(model[0].bias.grad.view(torch.int32), plain.bias.grad.view(torch.int32))
+    assert not np.array_equal(dy.numpy().sum(axis=0, dtype=np.float32), plain.bias.grad.numpy())
