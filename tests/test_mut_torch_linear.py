@@ -15,7 +15,7 @@ ft = pytest.importorskip("fp8emu.torch")
 
 from fp8emu.formats import get_format  # noqa: E402
 from fp8emu.torch.linear import EmulatedLinear, _rows, frac_clipped  # noqa: E402
-from fp8emu.torch.recipes import Operand  # noqa: E402
+from fp8emu.training.recipes import Operand  # noqa: E402
 
 E4M3, E5M2, E2M1 = get_format("e4m3fn"), get_format("e5m2"), get_format("e2m1fn")
 
