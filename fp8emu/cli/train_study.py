@@ -53,7 +53,8 @@ def register(sub, name, help_text):
                     "one hashed result file per run (a rerun into the same --out resumes), runs.csv, "
                     "curves.csv, gaps.csv, diagnostics.csv, inference.csv, figures and report.md/report.html. "
                     "The defaults are the committed study of docs/guides/lm-study.md (every valid pair, its model "
-                    "and schedule): hours of CPU time; --quick is a check of about two minutes. "
+                    "and schedule): hours of CPU time; --quick is a check of about two minutes. --forks starts "
+                    "every run from one float32 checkpoint (the committed fork study; with --quick its CI size). "
                     "Needs the torch extra.")
     p.add_argument("--out", help=f"output folder (default ./{DEFAULT_OUT}, or ./{DEFAULT_OUT}-quick with --quick)")
     p.add_argument("--quick", action="store_true",
@@ -275,8 +276,10 @@ def run(args) -> int:
         if rows:
             prov["infer_windows"] = infer_windows(args)
         runs_ = report.run_rows(res["done"])
-        sections = forks.report_sections(runs_, list(report._curve_rows(res["done"]))) \
-            if cfg.train.fork_at else []
+        sections = []
+        if cfg.train.fork_at:
+            sections = forks.report_sections(runs_, list(report._curve_rows(res["done"])))
+            report.write_csv(out / "fork_gaps.csv", forks.fork_gap_rows(runs_))
         report.write_report(res["done"], out, prov, rows, sections)
     else:
         report.write_tables(res["done"], out)

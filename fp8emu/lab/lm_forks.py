@@ -33,7 +33,7 @@ import numpy as np
 
 from .lm_study import CONTRASTS, _label, _md_table, _read_csv, contrast, gap_stats, identical_results, joint_analysis
 
-__all__ = ["FP32", "RECIPE", "MEASURES", "measure_rows", "paired_gaps", "resolution", "fork_info", "fork_summary",
+__all__ = ["FP32", "RECIPE", "MEASURES", "measure_rows", "paired_gaps", "fork_gap_rows", "resolution", "fork_info", "fork_summary",
            "scratch_resolution", "contrasts", "guide_tables", "readme_block", "figure_resolution", "report_sections"]
 
 #: The trained weights in float32 over the whole validation split.
@@ -82,6 +82,12 @@ def paired_gaps(runs, column=FP32, base="bf16") -> list:
                      "loss": float(np.mean(list(seeds.values()))), "gap": st["mean"], "sd": st["sd"],
                      "ci_low": st["ci_low"], "ci_high": st["ci_high"], "half": (st["ci_high"] - st["ci_low"]) / 2})
     return rows
+
+
+def fork_gap_rows(runs) -> list:
+    """The rows of ``fork_gaps.csv``: :func:`paired_gaps` in both measures, one row per pair and measure."""
+    return [{"measure": m, **{k: g[k] for k in ("recipe", "stack", "label", "seeds", "loss", "gap", "sd", "ci_low",
+                                                 "ci_high", "half")}} for m in (FP32, RECIPE) for g in paired_gaps(runs, m)]
 
 
 def resolution(gaps, same=()) -> dict:
@@ -144,9 +150,12 @@ def fork_summary(runs, curves=(), scratch=None) -> dict:
             _num(r["final_val_loss"]) - _num(r["fp32_window_loss"]))
     infer = {k: float(np.mean(v)) for k, v in infer.items()}
     emu = [v for k, v in infer.items() if "@" in k]
+    try:   # too few results or seeds, or a diverged run: no joint analysis, and the tables say why
+        joint, why = joint_analysis(measure_rows(runs, FP32), curves), ""
+    except ValueError as exc:
+        joint, why = None, str(exc)
     out = {"info": info, "same": same, "gaps": gaps, "res": res, "infer": infer,
-           "infer_range": (min(emu), max(emu)) if emu else (math.nan, math.nan),
-           "joint": joint_analysis(measure_rows(runs, FP32), curves)}
+           "infer_range": (min(emu), max(emu)) if emu else (math.nan, math.nan), "joint": joint, "no_joint": why}
     if scratch:
         out["scratch"] = scratch
         out["sharper"] = {m: scratch["sd"] / r["sd"] if r["sd"] > 0 else math.inf for m, r in res.items()}
@@ -195,6 +204,8 @@ def _ci(st):
 
 def _joint(s) -> tuple:
     j = s["joint"]
+    if j is None:
+        return None, f"No joint analysis: {s['no_joint']}."
     sh, (d1, d2) = j["shift"], j["df"]
     t = [["question", "statistic", "p", "resolves (95 %)"],
          [f"a shift common to the {len(j['labels'])} results against bf16 (mean gap at each seed, "
@@ -266,7 +277,7 @@ def report_sections(runs, curves=(), scratch=None) -> list:
     return [("Forks: resolution of the two designs", res, "median over the distinct results of the seed-to-seed "
              "sd of the paired gap to bf16, and of its 95 % half-width."),
             ("Forks: gap to the bf16 fork per recipe x stack", pairs, read),
-            ("Forks: joint analysis in float32", joint, note),
+            *([("Forks: joint analysis in float32", joint, note)] if joint else []),
             ("Forks: pooled contrasts in float32", contrasts, "as the contrasts of the from-scratch study, on the "
              "float32 whole-split losses of the forks.")]
 
@@ -286,8 +297,8 @@ def guide_tables(folder, scratch_folder) -> str:
         "Resolution of the two designs (gap to bf16 at the same seed, nats/byte):", "", _md_table(res), "",
         "Per pair (float32 whole-split loss of the trained weights; gaps paired by seed with the bf16 fork):", "",
         _md_table(pairs), "",
-        "Joint analysis of the distinct results in float32 (seeds " + ", ".join(map(str, s["joint"]["seeds"]))
-        + "):", "", _md_table(joint), "", note, "",
+        *(["Joint analysis of the distinct results in float32 (seeds " + ", ".join(map(str, s["joint"]["seeds"]))
+           + "):", "", _md_table(joint), "", note, ""] if joint else [note, ""]),
         "Pooled contrasts in float32 (identical results once; per seed the difference averaged over the matched "
         "recipes or stacks, a 95 % t interval over the seeds):", "", _md_table(contrasts)]) + "\n"
 
