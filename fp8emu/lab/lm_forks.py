@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+import csv
 import math
 from pathlib import Path
 
@@ -314,6 +315,12 @@ def _infer_ratio(scratch_folder) -> str:
             f"attention: perplexity {min(ratios):.4f}-{max(ratios):.4f} times bf16's.")
 
 
+def _n_params(folder) -> str:
+    with open(Path(folder) / "provenance.csv", newline="", encoding="utf-8") as f:
+        prov = {r["item"]: r["value"] for r in csv.DictReader(f)}
+    return f"{int(prov['n_params']) / 1000:.0f}k"
+
+
 def readme_block(folder, scratch_folder) -> str:
     """The README's bullets on the language-model study (between its ``lm-study:readme`` markers), every number
     computed from the committed CSV files of the fork study (``folder``) and the from-scratch one."""
@@ -336,24 +343,27 @@ def readme_block(folder, scratch_folder) -> str:
     lines = [
         f"- Resolution. Trained from scratch ({sc['steps']} steps, {sc['seeds']} seeds), a pair's gap to bf16 moves "
         f"from seed to seed by a median sd of {sc['sd']:.4f} nat/byte (95 % half-width {sc['half']:.4f}): "
-        f"far above the published recipe effects (under about 0.07 at this loss, likely under 0.01), so that "
-        f"design can show only that a recipe breaks a small model. Forked from one float32 checkpoint at step "
+        f"far above the effects published for these recipes at scale, so that design can show only that a "
+        f"recipe breaks a small model. Forked from one float32 checkpoint at step "
         f"{info['S']} for {info['F']} steps under each pair, same batches, the trained weights evaluated in "
         f"float32 on the whole validation split: median sd {r32['sd']:.3e} (half-width {r32['half']:.3e}), "
         f"{s['sharper'][FP32]:.0f} times sharper ({rq['sd']:.3e} through each recipe's own forward). What a fork "
         f"measures is what {info['F']} steps under a recipe do, not a whole training run.",
         f"- {n_pairs} pairs are {r32['n']} distinct results" + (f" ({twins} give the same bits)" if twins else "")
-        + f". Joint analysis in float32 (one bf16 fork per seed, shared by every gap): common shift "
-        f"{_g(j['shift']['mean'])} (+-{(j['shift']['ci_high'] - j['shift']['ci_low']) / 2:.3e}); the results "
-        f"differ among themselves F({j['df'][0]}, {j['df'][1]}) = {j['F']:.2f}, p {j['p_F']:.2g}; farthest from "
-        f"the mean {j['max_dev_label']} {_g(j['dev'][j['max_dev_label']])} (+-{j['max_dev_crit']:.3e} for every "
-        f"result at once, p {j['p_max']:.2g}).",
+        + f". Joint analysis in float32 (one bf16 fork per seed, shared by every gap): a shift common to all "
+        f"against bf16 {_g(j['shift']['mean'])} (+-{(j['shift']['ci_high'] - j['shift']['ci_low']) / 2:.3e}, "
+        f"{_verdict(j['shift'])}); differences among the results F({j['df'][0]}, {j['df'][1]}) = {j['F']:.2f}, "
+        f"p {j['p_F']:.2g} (" + ("resolved" if j["p_F"] < 0.05 else "not resolved")
+        + f" at +-{j['pair_diff_half']:.3e} between two results); farthest from the mean "
+        f"{j['max_dev_label']} {_g(j['dev'][j['max_dev_label']])} (+-{j['max_dev_crit']:.3e} for every result "
+        f"at once, p {j['p_max']:.2g}).",
         "- Contrasts in float32 (forks): " + "; ".join([
             said("h100-fast - h100 (same recipes)", "Hopper fast accumulation against its split accumulator"),
             said("te-nvfp4-no-rht - te-nvfp4 (same stacks)", "NVFP4 without its Hadamard transform"),
             said("te-nvfp4-no-sr - te-nvfp4 (same stacks)", "without stochastic rounding"),
             said("te-nvfp4-no-2d - te-nvfp4 (same stacks)", "without 2-D weight scaling")])
-        + f", over {info['F']} steps of a 466k-parameter model; the gradient study measures the mechanisms.",
+        + f", over {info['F']} steps of a {_n_params(folder)}-parameter model; the gradient study measures the "
+        "mechanisms.",
         f"- Quantized inference apart from training: each pair's own forward minus float32 on the same trained "
         f"weights and windows, {_g(lo)} to {_g(hi)} nat/byte (mean over seeds)." + _infer_ratio(scratch_folder),
     ]
