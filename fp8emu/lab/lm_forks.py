@@ -34,7 +34,8 @@ import numpy as np
 
 from .lm_study import CONTRASTS, _label, _md_table, _read_csv, contrast, gap_stats, identical_results, joint_analysis
 
-__all__ = ["FP32", "RECIPE", "MEASURES", "measure_rows", "paired_gaps", "fork_gap_rows", "resolution", "fork_info", "fork_summary",
+__all__ = ["FP32", "RECIPE", "MEASURES", "measure_rows", "paired_gaps", "fork_gap_rows", "resolution", "fork_info",
+           "fork_summary",
            "scratch_resolution", "contrasts", "guide_tables", "readme_block", "figure_resolution", "report_sections"]
 
 #: The trained weights in float32 over the whole validation split.
@@ -87,8 +88,8 @@ def paired_gaps(runs, column=FP32, base="bf16") -> list:
 
 def fork_gap_rows(runs) -> list:
     """The rows of ``fork_gaps.csv``: :func:`paired_gaps` in both measures, one row per pair and measure."""
-    return [{"measure": m, **{k: g[k] for k in ("recipe", "stack", "label", "seeds", "loss", "gap", "sd", "ci_low",
-                                                 "ci_high", "half")}} for m in (FP32, RECIPE) for g in paired_gaps(runs, m)]
+    keys = ("recipe", "stack", "label", "seeds", "loss", "gap", "sd", "ci_low", "ci_high", "half")
+    return [{"measure": m, **{k: g[k] for k in keys}} for m in (FP32, RECIPE) for g in paired_gaps(runs, m)]
 
 
 def resolution(gaps, same=()) -> dict:
