@@ -1,7 +1,9 @@
 """docs/guides/lm-study.md states the numbers of the committed study (docs/data/lm-study/*.csv)."""
 
 import csv
+import math
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "lm-study"
 GUIDE = ROOT / "docs" / "guides" / "lm-study.md"
+FORKS = ROOT / "docs" / "data" / "lm-forks"
 BEGIN, END = "<!-- lm-study:tables -->", "<!-- /lm-study:tables -->"
+FBEGIN, FEND = "<!-- lm-forks:tables -->", "<!-- /lm-forks:tables -->"
 
 
 def _csv(name):
@@ -60,8 +64,8 @@ def test_every_number_in_the_findings_is_in_the_tables():
     text = GUIDE.read_text(encoding="utf-8")
     findings = text[text.index("## Findings"):]
     findings = findings[:findings.index("\n## ", 5)] if "\n## " in findings[5:] else findings
-    block = _block()
-    numbers = re.findall(r"(?<![\w.])[+-]?\d+\.\d+", findings)
+    block = _block() + _fork_block()
+    numbers = re.findall(r"(?<![\w.])[+-]?\d+\.\d+(?:e[+-]\d+)?", findings)
     assert len(numbers) >= 5
     missing = [n for n in numbers if n not in block]
     assert not missing, f"numbers in the findings that the tables do not show: {missing}"
@@ -81,25 +85,58 @@ def test_corpus_sizes_in_the_guide_are_the_study_provenance():
     assert f"{n:_} bytes, {train:_} train".replace("_", " ") in text
 
 
-def test_readme_findings_are_the_committed_csv():
-    """The README's study bullets state only numbers the guide's tables (made from the CSV) show."""
-    from fp8emu.lab import lm_study as report
+def test_readme_block_is_what_the_code_writes():
+    """The README's study bullets are lm_forks.readme_block of the committed CSV, word for word."""
+    from fp8emu.lab import lm_forks
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text[text.index("<!-- lm-study:readme -->") + len("<!-- lm-study:readme -->"):
+                 text.index("<!-- /lm-study:readme -->")]
+    assert block.strip() == lm_forks.readme_block(FORKS, DATA).strip()
+    assert "2.4 would" not in block and "no measurable loss" not in block
+    emulated = [g for g in _csv("gaps.csv") if g["stack"]]
+    assert f"all\n{len(emulated)} recipe x stack pairs" in text
+
+
+def test_readme_numbers_are_in_the_guide_tables():
+    """Every number the README's bullets state is in one of the guide's generated blocks (from the CSV)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = text[text.index("<!-- lm-study:readme -->"):text.index("<!-- /lm-study:readme -->")]
-    numbers = re.findall(r"(?<![\w.])[+-]?\d+\.\d+", block)
-    assert len(numbers) >= 8
-    missing = [n for n in numbers if n not in _block()]
+    numbers = re.findall(r"(?<![\w.])[+-]?\d+\.\d+(?:e[+-]\d+)?", block)
+    assert len(numbers) >= 12
+    tables = _block() + _fork_block()
+    missing = [n for n in numbers if n not in tables and n.lstrip("+") not in tables]
     assert not missing, f"numbers in the README's study bullets that the guide's tables do not show: {missing}"
-    gaps = _csv("gaps.csv")
-    emulated = [g for g in gaps if g["stack"]]
-    assert f"all\n{len(emulated)} recipe x stack pairs" in text
-    same = report.identical_results(report._read_csv(DATA / "runs.csv"), report._read_csv(DATA / "curves.csv"))
-    twins = sum(len(g) - 1 for g in same)
-    assert f"the {len(emulated)} pairs are {len(emulated) - twins} results" in re.sub(r"\s+", " ", block)
-    j = report.joint_analysis(report._read_csv(DATA / "runs.csv"), report._read_csv(DATA / "curves.csv"))
-    flat = re.sub(r"\s+", " ", block)
-    assert f"F({j['df'][0]}, {j['df'][1]}) = {j['F']:.2f}, p {j['p_F']:.2f}" in flat
-    assert f"common shift {j['shift']['mean']:+.4f}" in flat
-    assert "2.4 would" not in block and "every recipe on every stack matches" not in block
-    ratios = [float(r["ppl_ratio_to_bf16"]) for r in _csv("inference.csv")]
-    assert f"perplexity {min(ratios):.4f}-{max(ratios):.4f} times bf16's" in flat
+
+
+def _fork_block():
+    text = GUIDE.read_text(encoding="utf-8")
+    return text[text.index(FBEGIN) + len(FBEGIN):text.index(FEND)]
+
+
+def test_fork_block_is_what_the_code_writes():
+    from fp8emu.lab import lm_forks
+    assert _fork_block().strip() == lm_forks.guide_tables(FORKS, DATA).strip()
+
+
+def test_fork_gaps_are_the_runs_paired_by_seed():
+    """fork_gaps.csv against runs.csv: mean, sd and t half-width over seeds, with Python's statistics."""
+    with open(FORKS / "runs.csv", newline="") as f:
+        runs = list(csv.DictReader(f))
+    with open(FORKS / "fork_gaps.csv", newline="") as f:
+        gaps = list(csv.DictReader(f))
+    assert {r["fork_at"] for r in runs} == {"112"} and len({r["trunk_sha256"] for r in runs}) == 1
+    assert all(float(r["fp32_val_loss"]) > 0 and float(r["fp32_window_loss"]) > 0 for r in runs)
+    loss = {}
+    for r in runs:
+        loss[("fp32_val_loss", r["recipe"], r["stack"], int(r["seed"]))] = float(r["fp32_val_loss"])
+        loss[("final_val_loss", r["recipe"], r["stack"], int(r["seed"]))] = float(r["final_val_loss"])
+    assert len(gaps) == 2 * len({(r["recipe"], r["stack"]) for r in runs})
+    t975 = {3: 4.302652729749464, 2: 12.706204736174705}
+    for g in gaps:
+        d = [loss[(g["measure"], g["recipe"], g["stack"], k)] - loss[(g["measure"], "bf16", "", k)]
+             for k in range(3) if (g["measure"], g["recipe"], g["stack"], k) in loss]
+        assert float(g["gap"]) == pytest.approx(statistics.mean(d), abs=1e-12), g["label"]
+        if g["recipe"] != "bf16":
+            assert float(g["sd"]) == pytest.approx(statistics.stdev(d), rel=1e-9, abs=1e-15), g["label"]
+            assert float(g["half"]) == pytest.approx(t975[len(d)] * statistics.stdev(d) / math.sqrt(len(d)),
+                                                     rel=1e-9, abs=1e-15)

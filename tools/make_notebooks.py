@@ -364,7 +364,13 @@ for stack in stacks:
         "### Final gap to bf16\n"
         "Final validation loss minus bf16's at the same seed, averaged over seeds, with its 95 % Student-t "
         "interval (none where a pair ran one seed).",
-        "fig = report.figure_gaps(gaps)\nfig",
+        """\
+fig = report.figure_gaps(gaps)
+twins = sum(len(g) - 1 for g in report.identical_results(study_runs, read('curves')))
+n_pairs = sum(g['stack'] != '' for g in gaps)
+fig.axes[0].set_title(f'{n_pairs} pairs, {n_pairs - twins} distinct results (identical bits share a result)',
+                      fontsize=9)
+fig""",
         "### The tables: gap to bf16 and inference perplexity\n"
         "The guide's tables, made by `report.guide_tables` from `runs.csv`, `gaps.csv` and `inference.csv`.",
         "display(Markdown(report.guide_tables(DATA)))",
@@ -431,8 +437,10 @@ else:
             display(kfig)""",
         "## Findings, computed from the CSV\n"
         "Every number below is read from the files above when this cell runs (nothing is typed in), so "
-        "they follow the study as it is regenerated. A pair is \"not distinguishable from bf16\" when its "
-        "95 % interval contains zero; with few seeds the intervals are wide.",
+        "they follow the study as it is regenerated. Every pair's gap at a seed subtracts the same bf16 run, so "
+        "the per-pair intervals move together and counting those that exclude zero is no test: the verdict "
+        "comes from one joint analysis over the distinct results (`report.joint_analysis`, identical results "
+        "once), and a pair's own interval only says how small a gap it could resolve.",
         """\
 def interval(g):
     if g['diverged']:
@@ -442,18 +450,6 @@ def interval(g):
     if math.isnan(g['gap_ci95_low']):
         return 'no interval (one seed)'
     return f"95 % interval [{g['gap_ci95_low']:+.4f}, {g['gap_ci95_high']:+.4f}]"
-
-
-def verdict(g):
-    if g['diverged']:
-        return 'with a diverged seed'
-    if math.isnan(g['gap_to_bf16']):
-        return 'without a bf16 run at their seeds'
-    if math.isnan(g['gap_ci95_low']):
-        return 'run with one seed (no interval)'
-    if g['gap_ci95_low'] > 0:
-        return 'worse than bf16'
-    return 'better than bf16' if g['gap_ci95_high'] < 0 else 'not distinguishable from bf16'
 
 
 base = {g['recipe']: g for g in gaps if g['stack'] == ''}
@@ -468,13 +464,37 @@ facts = [f"**The study.** {len(study_runs)} runs of {', '.join(sorted({str(r['st
 if 'fp32' in base:
     facts.append(f"**The noise floor.** fp32 ends {base['fp32']['gap_to_bf16']:+.4f} nats/byte from bf16 "
                  f"({interval(base['fp32'])}): read every recipe's gap against that spread.")
-groups = {}
-for g in pairs:
-    groups.setdefault(verdict(g), []).append(g)
-for name, gs in groups.items():
-    gs = sorted(gs, key=lambda g: g['gap_to_bf16'])
-    facts.append(f"**{len(gs)} of {len(pairs)} pairs {name}:** " + '; '.join(
-        g['label'] + ('' if math.isnan(g['gap_to_bf16']) else f" {g['gap_to_bf16']:+.4f}") for g in gs) + '.')
+curve_rows = read('curves')
+same = report.identical_results(study_runs, curve_rows)
+twins = {lab for grp in same for lab in grp[1:]}
+if same:
+    facts.append(f"**Identical results.** {len(same)} groups of pairs give the same losses bit for bit at every "
+                 f"seed ({'; '.join(' = '.join(grp) for grp in same)}): the {len(pairs)} pairs are "
+                 f"{len(pairs) - len(twins)} distinct results, each counted once below.")
+own = [g for g in pairs if g['label'] not in twins and not math.isnan(g['gap_ci95_low'])]
+if own:
+    halves = sorted((g['gap_ci95_high'] - g['gap_ci95_low']) / 2 for g in own)
+    facts.append(f"**What one pair resolves.** The median 95 % half-width of a pair's own interval is "
+                 f"{halves[len(halves) // 2]:.4f} nats/byte: a smaller gap to bf16 is not excluded. "
+                 f"{sum(g['gap_ci95_low'] > 0 or g['gap_ci95_high'] < 0 for g in own)} of {len(own)} intervals "
+                 "exclude zero, a count that is no test (they share bf16's runs).")
+try:
+    j = report.joint_analysis(study_runs, curve_rows)
+except ValueError as exc:   # too few results or seeds, or a diverged run
+    facts.append(f"**No joint analysis:** {exc}.")
+else:
+    sh = j['shift']
+    differ = j['p_F'] < 0.05 or j['p_max'] < 0.05
+    facts.append(
+        f"**One joint test over the {len(j['labels'])} distinct results.** A shift common to all against bf16: "
+        f"{sh['mean']:+.4f} (95 % interval [{sh['ci_low']:+.4f}, {sh['ci_high']:+.4f}], over "
+        f"{len(j['seeds'])} seeds); differences among them: F({j['df'][0]}, {j['df'][1]}) = {j['F']:.2f}, "
+        f"p = {j['p_F']:.2f}, resolving +-{j['pair_diff_half']:.4f} between two results; the farthest from "
+        f"the mean of all, {j['max_dev_label']} at {j['dev'][j['max_dev_label']]:+.4f}, against "
+        f"+-{j['max_dev_crit']:.4f} for every result at once (permutation p = {j['p_max']:.2f}). "
+        + ("The results differ." if differ else "No result is resolved from the others, and "
+           + ("the common shift from bf16 is resolved." if sh['ci_low'] > 0 or sh['ci_high'] < 0
+              else "no shift from bf16 is resolved, at these resolutions.")))
 finite = [g for g in pairs if not math.isnan(g['gap_to_bf16'])]
 if finite:
     lo = min(finite, key=lambda g: g['gap_to_bf16'])
@@ -519,6 +539,19 @@ if quant:
                  f"{max(r['ppl_ratio_to_bf16'] for r in quant):.4f}x that, the furthest being "
                  f"{worst['config']} ({worst['perplexity']:.3f}).")
 display(Markdown('\\n'.join(f'- {f}' for f in facts)))""",
+        "## (c) Forks from a shared checkpoint\n"
+        "`docs/data/lm-forks` holds the fork study (`fp8emu train-study --forks`): every pair and baseline "
+        "trained its last steps from one float32 checkpoint on the same batches, and its trained weights were "
+        "evaluated in float32 on the whole validation split. `fp8emu.lab.lm_forks` makes its tables and "
+        "compares the resolution of the two designs (the median seed-to-seed sd of a pair's paired gap).",
+        """\
+from fp8emu.lab import lm_forks
+
+FORKS = ROOT / 'docs' / 'data' / 'lm-forks'
+display(Markdown(lm_forks.guide_tables(FORKS, DATA)))""",
+        "### Gap to bf16 per pair, in both designs\n"
+        "Left: from scratch, each run's own forward; right: forked, float32 on the whole split (its own axis).",
+        "fig = lm_forks.figure_resolution(FORKS, DATA)\nfig",
     ],
 }
 

@@ -52,7 +52,8 @@ API_SECTIONS = [
                                       "fp8emu.lab.inputs", "fp8emu.lab.analysis", "fp8emu.lab.plots", "fp8emu.lab.train",
                                       "fp8emu.lab.study", "fp8emu.lab.tensors", "fp8emu.lab.results", "fp8emu.lab.store",
                                       "fp8emu.lab.report", "fp8emu.lab.attention",
-                                      "fp8emu.lab.drift", "fp8emu.lab.lm_study", "fp8emu.lab.grad_study"]),
+                                      "fp8emu.lab.drift", "fp8emu.lab.lm_study", "fp8emu.lab.lm_forks",
+                                      "fp8emu.lab.grad_study"]),
     ("Command line", ["fp8emu.cli"]),
 ]
 # The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.

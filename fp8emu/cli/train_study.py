@@ -27,6 +27,7 @@ from . import int_option, positive_float, scheduler_address, worker_count
 try:   # torch is an optional extra: a missing torch is reported by run(), not at import
     import torch
 
+    from ..lab import lm_forks as forks
     from ..lab import lm_study as report
     from ..torch.study import infer, runs
     from ..torch.study.corpus import load_corpus
@@ -52,11 +53,18 @@ def register(sub, name, help_text):
                     "one hashed result file per run (a rerun into the same --out resumes), runs.csv, "
                     "curves.csv, gaps.csv, diagnostics.csv, inference.csv, figures and report.md/report.html. "
                     "The defaults are the committed study of docs/guides/lm-study.md (every valid pair, its model "
-                    "and schedule): hours of CPU time; --quick is a check of about two minutes. "
+                    "and schedule): hours of CPU time; --quick is a check of about two minutes. --forks starts "
+                    "every run from one float32 checkpoint (the committed fork study; with --quick its CI size). "
                     "Needs the torch extra.")
     p.add_argument("--out", help=f"output folder (default ./{DEFAULT_OUT}, or ./{DEFAULT_OUT}-quick with --quick)")
     p.add_argument("--quick", action="store_true",
                    help="a one-layer model, 24 steps, 2 seeds, te-delayed@h100 and te-nvfp4@b200 (CI; under 2 minutes)")
+    p.add_argument("--forks", action="store_true",
+                   help="the fork design: every run starts from one float32 checkpoint (seed 0) and trains the "
+                        "last steps from it (default: the committed fork study, step 104 of 120; with --quick, "
+                        "step 16 of 24); contrasts between runs then hold only what those steps did")
+    p.add_argument("--fork-at", type=int_option(1), metavar="S",
+                   help="fork at step S (implies --forks; S below --steps)")
     p.add_argument("--recipes", help="comma-separated recipe names, 'all' (default) or 'none' (baselines only)")
     p.add_argument("--stacks", help="comma-separated GPU stacks or 'all' (default); invalid pairs are left out")
     p.add_argument("--pairs", help="comma-separated recipe@stack pairs to run instead of recipes x stacks")
@@ -127,11 +135,12 @@ def _names(text, known, what):
 
 def study_config(args):
     """The :class:`~fp8emu.torch.study.runs.StudyConfig` of the command's options."""
-    base = dict(runs.QUICK) if args.quick else dict(runs.STUDY)
+    forks = args.forks or args.fork_at is not None
+    base = dict((runs.QUICK_FORKS if forks else runs.QUICK) if args.quick else (runs.FORKS if forks else runs.STUDY))
     mc = dataclasses.replace(base["model"],
                              **{k: getattr(args, k) for k in _SIZES if getattr(args, k) is not None})
     tc = base["train"]
-    changes = {k: getattr(args, k) for k in ("steps", "eval_every", "lr") if getattr(args, k) is not None}
+    changes = {k: getattr(args, k) for k in ("steps", "eval_every", "lr", "fork_at") if getattr(args, k) is not None}
     if "steps" in changes:
         # a tenth of the steps, at most the preset's cap (TrainConfig's 30 warm-up steps; --quick's 4)
         cap = tc.warmup if args.quick else TrainConfig().warmup
@@ -157,7 +166,8 @@ def study_config(args):
         recipes = _names(",".join(dict.fromkeys(r for r, _ in pairs)), runs.recipe_names, "recipe")
         stacks = _names(",".join(dict.fromkeys(st for _, st in pairs)), runs.stack_names, "stack")
     return runs.StudyConfig(model=mc, train=tc, recipes=recipes, stacks=stacks, seeds=seeds, baselines=baselines,
-                            corpus=args.corpus, diagnostics=not args.no_diagnostics, pairs=pairs,
+                            corpus=args.corpus, diagnostics=base.get("diagnostics", True) and not args.no_diagnostics,
+                            pairs=pairs,
                             baseline_seeds=baseline_seeds)
 
 
@@ -246,7 +256,7 @@ def run(args) -> int:
     if not specs and not args.report_only:   # before anything is written into --out
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")
-    out = Path(args.out or (DEFAULT_OUT + ("-quick" if args.quick else "")))
+    out = Path(args.out or (DEFAULT_OUT + ("-forks" if cfg.train.fork_at else "") + ("-quick" if args.quick else "")))
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {str(out)!r} is a file; give a folder (created if missing)")
     workers, scheduler = args.workers, args.scheduler
@@ -265,7 +275,12 @@ def run(args) -> int:
         prov = _timing_note(provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1), cfg)
         if rows:
             prov["infer_windows"] = infer_windows(args)
-        report.write_report(res["done"], out, prov, rows)
+        runs_ = report.run_rows(res["done"])
+        sections = []
+        if cfg.train.fork_at:
+            sections = forks.report_sections(runs_, list(report._curve_rows(res["done"])))
+            report.write_csv(out / "fork_gaps.csv", forks.fork_gap_rows(runs_))
+        report.write_report(res["done"], out, prov, rows, sections)
     else:
         report.write_tables(res["done"], out)
     if not args.quiet:

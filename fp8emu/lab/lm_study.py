@@ -5,8 +5,9 @@ tables in ``docs/data/lm-study`` can be read, drawn and summarised where torch i
 
 Tables (CSV, written by :func:`write_tables`):
 
-* ``runs.csv``: one row per run (final validation loss over the final windows,
-  mean of the last ten training losses, divergence, seconds per step);
+* ``runs.csv``: one row per run (final validation loss over the final windows, the trained weights' loss in
+  float32 over the whole validation split and over those windows, mean of the last ten training losses,
+  divergence, seconds per step; for forks, the fork step and the checkpoint's SHA-256, :mod:`.lm_forks`);
 * ``curves.csv``: validation loss at every evaluation step of every run;
 * ``gaps.csv``: per recipe x stack, the final validation loss minus the bf16
   baseline's at the same seed (paired), averaged over seeds, with a 95 %
@@ -73,7 +74,10 @@ def run_rows(results) -> list:
         rows.append({"run_id": r["run_id"], "recipe": s["recipe"], "stack": s["stack"] or "", "seed": s["seed"],
                      "final_val_loss": r["final_val_loss"], "final_train_loss": r["final_train_loss"],
                      "diverged": int(bool(r["diverged"])), "steps": len(r["train_loss"]),
-                     "s_per_step": r["s_per_step"], "wall_s": r["wall_s"], "swapped": len(r["swapped"])})
+                     "s_per_step": r["s_per_step"], "wall_s": r["wall_s"], "swapped": len(r["swapped"]),
+                     "fp32_val_loss": r.get("fp32_val_loss", math.nan),
+                     "fp32_window_loss": r.get("fp32_window_loss", math.nan),
+                     "fork_at": s["train"].get("fork_at", 0), "trunk_sha256": r.get("trunk_sha256", "")})
     return rows
 
 
@@ -673,8 +677,9 @@ _CSS = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 
         "img{max-width:100%;display:block;margin:1em 0}")
 
 
-def write_report(results, out, provenance: dict, inference_rows=None) -> list:
-    """Write the CSV tables, ``figures/*.png``, ``report.md`` and ``report.html`` under ``out``."""
+def write_report(results, out, provenance: dict, inference_rows=None, sections=()) -> list:
+    """Write the CSV tables, ``figures/*.png``, ``report.md`` and ``report.html`` under ``out``
+    (``sections``: more ``(title, table, how to read)`` after the joint analysis)."""
     results = list(results)
     if not results:
         raise ValueError("no finished runs to report")
@@ -702,6 +707,7 @@ def write_report(results, out, provenance: dict, inference_rows=None) -> list:
         tables.append(("Joint analysis over the pairs", *_joint_table(runs_, curves)[1:]))
     except ValueError:
         pass
+    tables += list(sections)
     if inference_rows:
         tables.append(("Inference: perplexity of the trained bf16 model", _infer_table(inference_rows),
                        read["inference"]))
@@ -736,7 +742,8 @@ def _infer_table(rows):
 
 def _read_csv(path) -> list:
     def conv(k, v):
-        if k in ("recipe", "stack", "label", "config", "weights", "activations", "attention", "run_id"):
+        if k in ("recipe", "stack", "label", "config", "weights", "activations", "attention", "run_id",
+                 "trunk_sha256"):
             return v
         if v == "":
             return math.nan

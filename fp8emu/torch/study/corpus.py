@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Corpus", "load_corpus", "TRAIN_FRACTION", "DEFAULT_CORPUS", "sample_batch", "eval_windows"]
+__all__ = ["Corpus", "load_corpus", "TRAIN_FRACTION", "DEFAULT_CORPUS", "sample_batch", "eval_windows", "split_windows"]
 
 #: Fraction of the bytes (from the start) that train; the rest validate.
 TRAIN_FRACTION = (9, 10)
@@ -157,3 +157,30 @@ def eval_windows(data: np.ndarray, n_windows: int, seq_len: int) -> tuple:
     idx = starts[:, None] + np.arange(seq_len + 1)[None, :]
     w = data[idx].astype(np.int64)
     return w[:, :-1], w[:, 1:]
+
+
+def split_windows(data: np.ndarray, seq_len: int) -> tuple:
+    """Windows that predict every byte of ``data`` after the first exactly once: (inputs, targets, counted).
+
+    Consecutive windows of ``seq_len`` targets, back to back; where the bytes do not fill the last one, one
+    more window ends at the last byte and only its targets not yet predicted count (``counted`` is a 0/1
+    float array of the targets' shape).
+
+    Examples
+    --------
+    >>> x, y, m = split_windows(np.arange(12, dtype=np.uint8), 4)
+    >>> x[:, 0].tolist(), y[-1].tolist(), m[-1].tolist(), int(m.sum())
+    ([0, 4, 7], [8, 9, 10, 11], [0.0, 1.0, 1.0, 1.0], 11)
+    """
+    n = int(data.size) - 1          # targets: bytes 1 .. size - 1
+    if n < seq_len:
+        raise ValueError(f"split_windows: {data.size} bytes hold no window of {seq_len} targets")
+    starts = list(range(0, n - seq_len + 1, seq_len))
+    covered = len(starts) * seq_len
+    counted = np.ones((len(starts) + (covered < n), seq_len))
+    if covered < n:
+        starts.append(n - seq_len)
+        counted[-1, :seq_len - (n - covered)] = 0.0
+    idx = np.asarray(starts, dtype=np.int64)[:, None] + np.arange(seq_len + 1)[None, :]
+    w = data[idx].astype(np.int64)
+    return w[:, :-1], w[:, 1:], counted

@@ -42,10 +42,10 @@ from ... import readers
 from ...lab.store import atomic_write, digest, json_restore, json_safe
 from .corpus import load_corpus
 from .model import ModelConfig, check_config
-from .train import BASELINES, RunSpec, TrainConfig, train_run
+from .train import BASELINES, RunSpec, TrainConfig, train_dict, train_run
 
 __all__ = ["recipe_names", "stack_names", "StudyConfig", "plan_runs", "valid_pairs", "digest", "write_result", "read_result",
-           "load_results", "check_study_file", "execute", "all_results", "QUICK", "STUDY"]
+           "load_results", "check_study_file", "execute", "all_results", "QUICK", "STUDY", "FORKS", "QUICK_FORKS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,7 @@ class StudyConfig:
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        d["train"] = train_dict(self.train)
         for k in ("recipes", "stacks", "seeds", "baselines", "baseline_seeds"):
             d[k] = list(d[k])
         d["pairs"] = [f"{r}@{s}" for r, s in self.pairs]
@@ -87,6 +88,17 @@ QUICK = dict(model=ModelConfig(n_layer=1, d_model=128, n_head=4, seq_len=32, bat
              train=TrainConfig(steps=24, warmup=4, eval_every=6, eval_windows=4, final_windows=8),
              pairs=(("te-delayed", "h100"), ("te-nvfp4", "b200")), seeds=(0, 1), baseline_seeds=(0, 1),
              infer_windows=32)
+
+
+#: ``fp8emu train-study --forks``: the committed fork study (``docs/data/lm-forks``): the model and schedule of
+#: :data:`STUDY`, every run forked from the float32 checkpoint at step 112 for the last 8 steps, its own
+#: forward evaluated on 8 windows at the fork and at the end and on 32 at the end; three seeds of every pair and
+#: baseline; no diagnostics (they cost several times a step). Sized to the shared 2-core machine's time.
+FORKS = dict(STUDY, train=dataclasses.replace(STUDY["train"], eval_every=8, eval_windows=8, final_windows=32,
+                                              fork_at=112), baseline_seeds=(0, 1, 2), diagnostics=False)
+
+#: ``--quick --forks``: :data:`QUICK` forked at step 16 for its last 8 steps.
+QUICK_FORKS = dict(QUICK, train=dataclasses.replace(QUICK["train"], eval_every=8, fork_at=16), diagnostics=False)
 
 
 def _api(name):

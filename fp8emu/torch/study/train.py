@@ -15,20 +15,40 @@
   at a seed, so gaps are paired), validation uses fixed windows; torch runs
   and fp8emu's GEMMs (:func:`fp8emu.parallel.set_threads`) run on ``threads`` threads (1 by default).  The same spec gives the same
   losses bit for bit.
+* **Forks** (``TrainConfig.fork_at`` = S > 0): every run starts from one shared
+  checkpoint instead of its own initial weights: a float32 run of seed
+  :data:`TRUNK_SEED` (the fp32 baseline's run at that seed, step for step) to step
+  S, its weights and AdamW state.  From there the run trains the remaining
+  ``steps - S`` steps in its precision, on batches from
+  ``numpy.random.default_rng((seed, S))`` (the same for every precision at a seed),
+  the learning-rate schedule continuing where the checkpoint left it.  Contrasts
+  between forks then hold only what the F steps under each precision did.
+* **Evaluation in float32**: besides the validation loss through the run's own
+  forward (``final_val_loss``, quantized as the recipe trains), every run reports
+  its trained weights evaluated in float32 by a plain :class:`GPT`: over the whole
+  validation split (``fp32_val_loss``, :func:`evaluate_fp32`) and over the same
+  final windows (``fp32_window_loss``), so that what training did and what
+  quantized inference does separate.
 
 Examples
 --------
 >>> spec = RunSpec("fp32", None, 0, ModelConfig(n_layer=1, d_model=128, n_head=4, seq_len=16, batch=2),
 ...                TrainConfig(steps=3, eval_every=3, eval_windows=2, final_windows=2))
 >>> r = train_run(spec)
->>> r["eval_steps"], len(r["train_loss"]), r["diverged"]
-([0, 3], 3, False)
+>>> r["eval_steps"], len(r["train_loss"]), r["diverged"], r["fp32_val_loss"] > 0
+([0, 3], 3, False, True)
+>>> fork = train_run(dataclasses.replace(spec, train=dataclasses.replace(spec.train, steps=4, fork_at=2)))
+>>> fork["eval_steps"], len(fork["train_loss"]), len(fork["trunk_sha256"])
+([2, 3, 4], 2, 64)
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
+import functools
+import hashlib
 import io
 import math
 import time
@@ -40,13 +60,16 @@ import fp8emu.torch as fp8torch
 
 from ... import parallel
 
-from .corpus import eval_windows, load_corpus, sample_batch
+from .corpus import eval_windows, load_corpus, sample_batch, split_windows
 from .model import GPT, ModelConfig, check_config
 
-__all__ = ["RunSpec", "TrainConfig", "train_run", "BASELINES", "evaluate", "precision_context"]
+__all__ = ["RunSpec", "TrainConfig", "train_run", "BASELINES", "evaluate", "evaluate_fp32", "precision_context",
+           "trunk", "TRUNK_SEED", "train_dict", "plain_copy"]
 
 #: The two high-precision baselines (run on no GPU stack).
 BASELINES = ("fp32", "bf16")
+#: The seed of the float32 run whose step ``fork_at`` every fork starts from.
+TRUNK_SEED = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +85,8 @@ class TrainConfig:
     eval_windows: int = 16
     final_windows: int = 64
     threads: int = 1
+    #: 0: every run trains from its own initial weights; S > 0: from the float32 checkpoint at step S.
+    fork_at: int = 0
 
     def check(self) -> "TrainConfig":
         for name in ("steps", "eval_every", "eval_windows", "final_windows", "threads"):
@@ -70,6 +95,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"warmup must be a non-negative integer, got {self.warmup!r}")
+        if isinstance(self.fork_at, bool) or not isinstance(self.fork_at, int) or not 0 <= self.fork_at < self.steps:
+            raise ValueError(f"fork_at must be an integer from 0 (no fork) to steps - 1 = {self.steps - 1} "
+                             f"(a fork trains at least one step), got {self.fork_at!r}")
         for name in ("lr", "clip"):
             v = getattr(self, name)
             # checked as the float32 the optimizer and the clip multiply float32 parameters and gradients by:
@@ -104,12 +132,23 @@ class RunSpec:
         return f"{where}-s{self.seed}"
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d["train"] = train_dict(self.train)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunSpec":
         d = dict(d)
         return cls(model=ModelConfig(**d.pop("model")), train=TrainConfig(**d.pop("train")), **d)
+
+
+def train_dict(tc: TrainConfig) -> dict:
+    """``tc`` as a dict, ``fork_at`` left out when 0 (so a study from scratch keeps the files and hashes
+    it had before forks existed)."""
+    d = dataclasses.asdict(tc)
+    if not d["fork_at"]:
+        del d["fork_at"]
+    return d
 
 
 def precision_context(recipe: str):
@@ -141,6 +180,38 @@ def evaluate(model, recipe, data, n_windows, seq_len, batch) -> float:
     return total / count
 
 
+def plain_copy(model, cfg: ModelConfig) -> GPT:
+    """A plain float32 :class:`GPT` holding ``model``'s weights (an emulated model's too: its extra buffers,
+    the recipes' step counters and scales, are left out)."""
+    plain = GPT(cfg, seed=0)
+    own = plain.state_dict()
+    theirs = model.state_dict()
+    missing = [k for k in own if k not in theirs]
+    if missing:
+        raise ValueError(f"plain_copy: the model has no {missing[0]!r}; it is not a GPT of this configuration")
+    plain.load_state_dict({k: theirs[k].detach().float() for k in own})
+    return plain
+
+
+#: Windows per forward in :func:`evaluate_fp32` (memory, not the result: each window is computed alone).
+_FP32_CHUNK = 64
+
+
+@torch.no_grad()
+def evaluate_fp32(model, data, cfg: ModelConfig) -> float:
+    """Mean cross-entropy (nats/byte) of ``model``'s weights in float32 over every byte of ``data`` after the
+    first (:func:`~fp8emu.torch.study.corpus.split_windows`), no autocast, no emulation; summed in float64."""
+    plain = plain_copy(model, cfg)
+    x, y, counted = split_windows(data, cfg.seq_len)
+    total = 0.0
+    for i in range(0, x.shape[0], _FP32_CHUNK):
+        logits = plain(torch.from_numpy(x[i:i + _FP32_CHUNK]))
+        ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                               torch.from_numpy(y[i:i + _FP32_CHUNK]).reshape(-1), reduction="none")
+        total += float((ce.double() * torch.from_numpy(counted[i:i + _FP32_CHUNK]).reshape(-1)).sum())
+    return total / float(counted.sum())
+
+
 def _optimizer(model, tc):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
@@ -170,18 +241,72 @@ def _diag_bins(rows, bounds):
     return out
 
 
+def _step(model, opt, recipe, x, y, lr, clip) -> float:
+    """One training step; the loss before it."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    with precision_context(recipe):
+        loss = model.loss(torch.from_numpy(x), torch.from_numpy(y))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    return float(loss.detach())
+
+
+def _state_sha256(state: dict) -> str:
+    h = hashlib.sha256()
+    for k in sorted(state):
+        h.update(k.encode("utf-8") + b"\0" + state[k].detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=2)
+def _trunk(model_cfg: ModelConfig, tc: TrainConfig, corpus_path) -> tuple:
+    corpus = load_corpus(corpus_path, min_split_bytes=model_cfg.seq_len + 1)
+    torch.manual_seed(TRUNK_SEED)
+    model = GPT(model_cfg, seed=TRUNK_SEED)
+    opt = _optimizer(model, tc)
+    rng = np.random.default_rng(TRUNK_SEED)
+    for step in range(tc.fork_at):
+        x, y = sample_batch(corpus.train, rng, model_cfg.batch, model_cfg.seq_len)
+        _step(model, opt, "fp32", x, y, _lr_at(step, tc), tc.clip)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return state, copy.deepcopy(opt.state_dict()), _state_sha256(state)
+
+
+def trunk(spec: "RunSpec") -> tuple:
+    """(weights, AdamW state, SHA-256 of the weights) of the shared float32 checkpoint at step
+    ``spec.train.fork_at`` (seed :data:`TRUNK_SEED`); cached per process, copies handed out."""
+    state, opt_state, sha = _trunk(spec.model, spec.train, spec.corpus)
+    return {k: v.clone() for k, v in state.items()}, copy.deepcopy(opt_state), sha
+
+
 def _setup(spec):
     check_config(spec.model)
     spec.train.check()
     corpus = load_corpus(spec.corpus, min_split_bytes=spec.model.seq_len + 1)
+    fork = spec.train.fork_at > 0
+    if fork:
+        state, opt_state, sha = trunk(spec)
     torch.manual_seed(spec.seed)
-    model = GPT(spec.model, seed=spec.seed)
+    model = GPT(spec.model, seed=TRUNK_SEED if fork else spec.seed)
+    if fork:
+        model.load_state_dict(state)
+    names = [n for n, _ in model.named_parameters()]
     swapped, skipped = [], {}
     if spec.recipe not in BASELINES:
         report = fp8torch.emulate(model, recipe=spec.recipe, gpu=spec.stack, diagnostics=spec.diagnostics,
                                   seed=spec.seed)
         swapped, skipped = sorted(report.swapped), {str(k): str(v) for k, v in report.skipped.items()}
-    return corpus, model, swapped, skipped
+    # the checkpoint's AdamW state is matched to parameters by position: emulation must keep them all in order
+    if [n for n, _ in model.named_parameters()] != names:
+        raise RuntimeError("fp8emu.torch.emulate changed the model's parameters; the fork's optimizer state "
+                           "cannot be restored")
+    opt = _optimizer(model, spec.train)
+    if fork:
+        opt.load_state_dict(opt_state)
+    return corpus, model, opt, swapped, skipped, (sha if fork else None)
 
 
 def train_run(spec: RunSpec) -> dict:
@@ -198,25 +323,17 @@ def train_run(spec: RunSpec) -> dict:
 
 def _train(spec):
     t0 = time.perf_counter()
-    corpus, model, swapped, skipped = _setup(spec)
+    corpus, model, opt, swapped, skipped, trunk_sha = _setup(spec)
     tc, mc = spec.train, spec.model
-    opt = _optimizer(model, tc)
-    rng = np.random.default_rng(spec.seed)
+    start = tc.fork_at
+    rng = np.random.default_rng((spec.seed, start) if start else spec.seed)
     ev = lambda n: evaluate(model, spec.recipe, corpus.val, n, mc.seq_len, mc.batch)  # noqa: E731
-    eval_steps, val_loss, train_loss, diag_rows = [0], [ev(tc.eval_windows)], [], []
+    eval_steps, val_loss, train_loss, diag_rows = [start], [ev(tc.eval_windows)], [], []
     diverged = not math.isfinite(val_loss[0])
     t_train = time.perf_counter()
-    for step in range(tc.steps):
+    for step in range(start, tc.steps):
         x, y = sample_batch(corpus.train, rng, mc.batch, mc.seq_len)
-        for g in opt.param_groups:
-            g["lr"] = _lr_at(step, tc)
-        with precision_context(spec.recipe):
-            loss = model.loss(torch.from_numpy(x), torch.from_numpy(y))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
-        opt.step()
-        train_loss.append(float(loss.detach()))
+        train_loss.append(_step(model, opt, spec.recipe, x, y, _lr_at(step, tc), tc.clip))
         if not math.isfinite(train_loss[-1]):
             diverged = True
             break
@@ -228,16 +345,22 @@ def _train(spec):
             val_loss.append(ev(tc.eval_windows))
     train_s = time.perf_counter() - t_train
     final = ev(tc.final_windows) if not diverged else float("nan")
+    fp32_full = evaluate_fp32(model, corpus.val, mc) if not diverged else float("nan")
+    fp32_windows = evaluate(plain_copy(model, mc), "fp32", corpus.val, tc.final_windows, mc.seq_len, mc.batch) \
+        if not diverged else float("nan")
     tail = train_loss[-min(10, len(train_loss)):]
     result = {
         "run_id": spec.run_id, "eval_steps": eval_steps, "val_loss": val_loss, "train_loss": train_loss,
-        "final_val_loss": final, "final_train_loss": float(np.mean(tail)) if tail else float("nan"),
+        "final_val_loss": final, "fp32_val_loss": fp32_full, "fp32_window_loss": fp32_windows,
+        "final_train_loss": float(np.mean(tail)) if tail else float("nan"),
         "diverged": bool(diverged or not math.isfinite(final)), "swapped": swapped, "skipped": skipped,
         "diagnostics": _diag_bins(diag_rows, np.asarray(eval_steps[1:] or [0])),
         "wall_s": time.perf_counter() - t0, "train_s": train_s,
         "s_per_step": train_s / max(1, len(train_loss)), "threads": tc.threads,
         "n_params": mc.n_params, "torch": torch.__version__,
     }
+    if trunk_sha is not None:
+        result["trunk_sha256"] = trunk_sha
     if spec.keep_weights:
         buf = io.BytesIO()
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()
