@@ -278,7 +278,7 @@ def run(args) -> int:
         runs_ = report.run_rows(res["done"])
         sections = []
         if cfg.train.fork_at:
-            sections = forks.report_sections(runs_, list(report._curve_rows(res["done"])))
+            sections = forks.report_sections(runs_, list(report.curve_rows(res["done"])))
             report.write_csv(out / "fork_gaps.csv", forks.fork_gap_rows(runs_))
         report.write_report(res["done"], out, prov, rows, sections)
     else:

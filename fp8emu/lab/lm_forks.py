@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .lm_study import CONTRASTS, _label, _md_table, _read_csv, contrast, gap_stats, identical_results, joint_analysis
+from .lm_study import CONTRASTS, run_label, md_table, read_study_csv, contrast, gap_stats, identical_results, joint_analysis
 
 __all__ = ["FP32", "RECIPE", "MEASURES", "measure_rows", "paired_gaps", "fork_gap_rows", "resolution", "fork_info",
            "fork_summary",
@@ -80,7 +80,7 @@ def paired_gaps(runs, column=FP32, base="bf16") -> list:
     rows = []
     for (recipe, stack), seeds in by.items():
         st = gap_stats([seeds[k] - ref[k] for k in sorted(seeds) if k in ref])
-        rows.append({"recipe": recipe, "stack": stack or "", "label": _label(recipe, stack), "seeds": len(seeds),
+        rows.append({"recipe": recipe, "stack": stack or "", "label": run_label(recipe, stack), "seeds": len(seeds),
                      "loss": float(np.mean(list(seeds.values()))), "gap": st["mean"], "sd": st["sd"],
                      "ci_low": st["ci_low"], "ci_high": st["ci_high"], "half": (st["ci_high"] - st["ci_low"]) / 2})
     return rows
@@ -122,10 +122,10 @@ def scratch_resolution(folder) -> dict:
     """:func:`resolution` of the from-scratch study in ``folder`` (its ``gaps.csv``, identical results from its
     ``runs.csv`` and ``curves.csv``): the numbers its guide's interval line states."""
     folder = Path(folder)
-    runs = _read_csv(folder / "runs.csv")
-    curves = _read_csv(folder / "curves.csv") if (folder / "curves.csv").exists() else []
+    runs = read_study_csv(folder / "runs.csv")
+    curves = read_study_csv(folder / "curves.csv") if (folder / "curves.csv").exists() else []
     gaps = [{"stack": g["stack"], "label": g["label"], "sd": g["gap_sd"],
-             "half": (g["gap_ci95_high"] - g["gap_ci95_low"]) / 2} for g in _read_csv(folder / "gaps.csv")]
+             "half": (g["gap_ci95_high"] - g["gap_ci95_low"]) / 2} for g in read_study_csv(folder / "gaps.csv")]
     seeds = sorted({int(r["seed"]) for r in runs if r["stack"] != ""})
     return {**resolution(gaps, identical_results(runs, curves)), "seeds": len(seeds),
             "steps": max(int(r["steps"]) for r in runs)}
@@ -148,7 +148,7 @@ def fork_summary(runs, curves=(), scratch=None) -> dict:
     res = {m: resolution(g, same) for m, g in gaps.items()}
     infer = {}
     for r in runs:
-        infer.setdefault(_label(r["recipe"], r["stack"] or None), []).append(
+        infer.setdefault(run_label(r["recipe"], r["stack"] or None), []).append(
             _num(r["final_val_loss"]) - _num(r["fp32_window_loss"]))
     infer = {k: float(np.mean(v)) for k, v in infer.items()}
     emu = [v for k, v in infer.items() if "@" in k]
@@ -288,21 +288,21 @@ def guide_tables(folder, scratch_folder) -> str:
     """The fork study's Markdown tables for ``docs/guides/lm-study.md`` (between its ``lm-forks:tables``
     markers; a test regenerates them from the committed CSV and compares)."""
     folder = Path(folder)
-    runs = _read_csv(folder / "runs.csv")
-    curves = _read_csv(folder / "curves.csv")
+    runs = read_study_csv(folder / "runs.csv")
+    curves = read_study_csv(folder / "curves.csv")
     s, res, pairs, joint, note, contrasts = _tables(runs, curves, scratch_resolution(scratch_folder))
     fp8 = [r for r in runs if r["stack"] != ""]
     return "\n".join([
         f"{len(runs)} runs ({len(runs) - len(fp8)} baseline, {len(fp8)} emulated) from one float32 checkpoint "
         f"(SHA-256 {s['info']['trunk'][:16]}...) at step {s['info']['S']}, {s['info']['F']} steps each; the "
         f"runs' wall times add up to {sum(r['wall_s'] for r in runs) / 60:.1f} min, one thread each.", "",
-        "Resolution of the two designs (gap to bf16 at the same seed, nats/byte):", "", _md_table(res), "",
+        "Resolution of the two designs (gap to bf16 at the same seed, nats/byte):", "", md_table(res), "",
         "Per pair (float32 whole-split loss of the trained weights; gaps paired by seed with the bf16 fork):", "",
-        _md_table(pairs), "",
+        md_table(pairs), "",
         *(["Joint analysis of the distinct results in float32 (seeds " + ", ".join(map(str, s["joint"]["seeds"]))
-           + "):", "", _md_table(joint), "", note, ""] if joint else [note, ""]),
+           + "):", "", md_table(joint), "", note, ""] if joint else [note, ""]),
         "Pooled contrasts in float32 (identical results once; per seed the difference averaged over the matched "
-        "recipes or stacks, a 95 % t interval over the seeds):", "", _md_table(contrasts)]) + "\n"
+        "recipes or stacks, a 95 % t interval over the seeds):", "", md_table(contrasts)]) + "\n"
 
 
 
@@ -311,7 +311,7 @@ def _infer_ratio(scratch_folder) -> str:
     path = Path(scratch_folder) / "inference.csv"
     if not path.exists():
         return ""
-    ratios = [r["ppl_ratio_to_bf16"] for r in _read_csv(path)]
+    ratios = [r["ppl_ratio_to_bf16"] for r in read_study_csv(path)]
     return (f" Inference of the from-scratch bf16 model with FP8/FP4 weights, activations, KV cache and "
             f"attention: perplexity {min(ratios):.4f}-{max(ratios):.4f} times bf16's.")
 
@@ -326,8 +326,8 @@ def readme_block(folder, scratch_folder) -> str:
     """The README's bullets on the language-model study (between its ``lm-study:readme`` markers), every number
     computed from the committed CSV files of the fork study (``folder``) and the from-scratch one."""
     folder = Path(folder)
-    runs = _read_csv(folder / "runs.csv")
-    curves = _read_csv(folder / "curves.csv")
+    runs = read_study_csv(folder / "runs.csv")
+    curves = read_study_csv(folder / "curves.csv")
     s, *_ = _tables(runs, curves, scratch_resolution(scratch_folder))
     sc, info, j = s["scratch"], s["info"], s["joint"]
     r32, rq = s["res"][FP32], s["res"][RECIPE]
@@ -374,9 +374,9 @@ def readme_block(folder, scratch_folder) -> str:
 def figure_resolution(folder, scratch_folder):
     """Gap to bf16 per pair, 95 % t interval: from scratch (left) and forked, in float32 (right), every pair."""
     from matplotlib.figure import Figure
-    scratch = [g for g in _read_csv(Path(scratch_folder) / "gaps.csv") if g["stack"] != ""]
-    runs = _read_csv(Path(folder) / "runs.csv")
-    s = fork_summary(runs, _read_csv(Path(folder) / "curves.csv"), scratch_resolution(scratch_folder))
+    scratch = [g for g in read_study_csv(Path(scratch_folder) / "gaps.csv") if g["stack"] != ""]
+    runs = read_study_csv(Path(folder) / "runs.csv")
+    s = fork_summary(runs, read_study_csv(Path(folder) / "curves.csv"), scratch_resolution(scratch_folder))
     forks = {g["label"]: g for g in s["gaps"][FP32] if g["stack"]}
     labels = [g["label"] for g in scratch if g["label"] in forks] + \
         [lab for lab in forks if lab not in {g["label"] for g in scratch}]

@@ -62,7 +62,7 @@ def gap_stats(gaps) -> dict:
     return {"n": n, "mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half}
 
 
-def _label(recipe, stack):
+def run_label(recipe, stack):
     return recipe if stack is None else f"{recipe}@{stack}"
 
 
@@ -96,7 +96,7 @@ def gap_rows(results) -> list:
         paired = [seeds[k]["final_val_loss"] - bf16[k]["final_val_loss"] for k in sorted(seeds) if k in bf16]
         st = gap_stats(paired)
         step, timed, diag_step = _step_time(seeds.values())
-        rows.append({"recipe": recipe, "stack": stack or "", "label": _label(recipe, stack),
+        rows.append({"recipe": recipe, "stack": stack or "", "label": run_label(recipe, stack),
                      "seeds": len(seeds), "diverged": sum(bool(r["diverged"]) for r in seeds.values()),
                      "mean_final_val_loss": float(np.mean(finals)), "gap_to_bf16": st["mean"],
                      "gap_sd": st["sd"], "gap_ci95_low": st["ci_low"], "gap_ci95_high": st["ci_high"],
@@ -192,7 +192,7 @@ def contrast(runs, a, b, same=()) -> dict:
     def sides(k):   # the (a, b) results key k compares, identical labels mapped to one
         pa = tuple(k if p == "*" else p for p in a)
         pb = tuple(k if p == "*" else p for p in b)
-        return tuple(canon.get(_label(*p), _label(*p)) for p in (pa, pb))
+        return tuple(canon.get(run_label(*p), run_label(*p)) for p in (pa, pb))
     merged = {}
     for k in keys:
         first = next(j for j in keys if sides(j) == sides(k))
@@ -322,7 +322,7 @@ def identical_results(runs, curves=()) -> list:
     by = {}
     for r in runs:
         if r["stack"]:
-            by.setdefault(_label(r["recipe"], r["stack"]), {})[int(r["seed"])] = _loss_key(r, curve)
+            by.setdefault(run_label(r["recipe"], r["stack"]), {})[int(r["seed"])] = _loss_key(r, curve)
     groups = {}
     for label, seeds in by.items():
         groups.setdefault(tuple(sorted(seeds.items())), []).append(label)
@@ -371,12 +371,12 @@ def joint_analysis(runs, curves=(), n_perm=9999, seed=0) -> dict:
     dropped = {lab for g in same for lab in g[1:]}
     loss = {}
     for r in runs:
-        lab = _label(r["recipe"], r["stack"] or None)
+        lab = run_label(r["recipe"], r["stack"] or None)
         if lab not in dropped:
             loss.setdefault(lab, {})[int(r["seed"])] = float(r["final_val_loss"])
     if "bf16" not in loss:
         raise ValueError("joint_analysis: the runs have no bf16 baseline; the study's gaps are to bf16")
-    labels = [lab for lab in dict.fromkeys(_label(r["recipe"], r["stack"]) for r in runs if r["stack"])
+    labels = [lab for lab in dict.fromkeys(run_label(r["recipe"], r["stack"]) for r in runs if r["stack"])
               if lab not in dropped]
     # the seeds shared with bf16 that keep the most runs; a result run at fewer is left out ("incomplete")
     sets = [frozenset(loss[lab]) & frozenset(loss["bf16"]) for lab in labels]
@@ -442,7 +442,7 @@ def _joint_table(runs_, curves):
     all_pairs, kept = {}, set(j["labels"]).union(*(g for g in j["identical"] if g[0] in j["labels"]))
     bf = {int(r["seed"]): r["final_val_loss"] for r in runs_ if r["recipe"] == "bf16"}
     for r in runs_:
-        if _label(r["recipe"], r["stack"] or None) in kept and int(r["seed"]) in j["seeds"]:
+        if run_label(r["recipe"], r["stack"] or None) in kept and int(r["seed"]) in j["seeds"]:
             all_pairs.setdefault(int(r["seed"]), []).append(r["final_val_loss"] - bf[int(r["seed"])])
     per = ", ".join(f"{v:+.4f}" for v in j["shift_per_seed"])
     per48 = ", ".join(f"{float(np.mean(all_pairs[s])):+.4f}" for s in j["seeds"])
@@ -464,7 +464,7 @@ def _joint_table(runs_, curves):
     return j, t, note
 
 
-def _curve_rows(results):
+def curve_rows(results):
     for r in results:
         s = r["spec"]
         for step, v in zip(r["eval_steps"], r["val_loss"]):
@@ -489,7 +489,7 @@ def write_tables(results, out) -> dict:
     """Write the four CSV files under ``out``; returns {name: path}."""
     out = Path(out)
     paths = {}
-    for name, rows in (("runs", run_rows(results)), ("curves", _curve_rows(results)),
+    for name, rows in (("runs", run_rows(results)), ("curves", curve_rows(results)),
                        ("gaps", gap_rows(results)), ("diagnostics", _diag_rows(results))):
         paths[name] = out / f"{name}.csv"
         write_csv(paths[name], rows)
@@ -660,7 +660,7 @@ def how_to_read(provenance: dict, gaps=None) -> dict:
     }
 
 
-def _md_table(t):
+def md_table(t):
     lines = ["| " + " | ".join(t[0]) + " |", "|" + "---|" * len(t[0])]
     return "\n".join(lines + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in t[1:]])
 
@@ -698,7 +698,7 @@ def write_report(results, out, provenance: dict, inference_rows=None, sections=(
     prov = [["item", "value"]] + [[k, str(v)] for k, v in provenance.items()]
     write_csv(out / "provenance.csv", [{"item": k, "value": v} for k, v in provenance.items()])
     read = how_to_read(provenance, gaps)
-    runs_, curves = run_rows(results), list(_curve_rows(results))
+    runs_, curves = run_rows(results), list(curve_rows(results))
     same = identical_results(runs_, curves)
     tables = [("Provenance", prov, None),
               ("Final gap to bf16 per recipe x stack", _gap_table(gaps, True, same),
@@ -715,7 +715,7 @@ def write_report(results, out, provenance: dict, inference_rows=None, sections=(
     body = ["<h1>fp8emu train-study report</h1>", "<h2>How to read this report</h2>",
             f"<p>{html.escape(read['report'])}</p>", f"<p>{html.escape(read['figures'])}</p>"]
     for title, t, note in tables:
-        md += [f"## {title}", ""] + ([f"How to read: {note}", ""] if note else []) + [_md_table(t), ""]
+        md += [f"## {title}", ""] + ([f"How to read: {note}", ""] if note else []) + [md_table(t), ""]
         body += [f"<h2>{html.escape(title)}</h2>"] + ([f"<p>How to read: {html.escape(note)}</p>"] if note else []) \
             + [_html_table(t)]
     for name, title, _ in figs:
@@ -740,7 +740,7 @@ def _infer_table(rows):
 
 # --------------------------------------------------------------------------- the guide's tables
 
-def _read_csv(path) -> list:
+def read_study_csv(path) -> list:
     def conv(k, v):
         if k in ("recipe", "stack", "label", "config", "weights", "activations", "attention", "run_id",
                  "trunk_sha256"):
@@ -763,15 +763,15 @@ def guide_tables(folder) -> str:
     regenerates it from the committed CSV and compares.
     """
     folder = Path(folder)
-    runs_ = _read_csv(folder / "runs.csv")
-    gaps = _read_csv(folder / "gaps.csv")
+    runs_ = read_study_csv(folder / "runs.csv")
+    gaps = read_study_csv(folder / "gaps.csv")
     fp8 = [r for r in runs_ if r["stack"] != ""]
-    curves = _read_csv(folder / "curves.csv") if (folder / "curves.csv").exists() else []
+    curves = read_study_csv(folder / "curves.csv") if (folder / "curves.csv").exists() else []
     try:
         j, joint, note = _joint_table(runs_, curves)
         same = j["identical"]
         joint_part = ["Joint analysis of the distinct results (seeds " + ", ".join(map(str, j["seeds"])) + "):", "",
-                      _md_table(joint), "", note, ""]
+                      md_table(joint), "", note, ""]
     except ValueError as e:   # too few results or seeds, or a diverged run: say so instead of a table
         same = identical_results(runs_, curves)
         joint_part = [f"No joint analysis: {e}.", ""]
@@ -779,12 +779,12 @@ def guide_tables(folder) -> str:
              f"add up to {sum(r['wall_s'] for r in runs_) / 60:.1f} min "
              f"({sum(r['wall_s'] for r in fp8) / 60:.1f} min in emulated runs), one thread each.", "",
              "Final validation loss and gap to bf16 (paired by seed; 95 % t interval):", "",
-             _md_table(_gap_table(gaps, same=same)), "", _interval_line(gaps, same), ""] + joint_part + [
+             md_table(_gap_table(gaps, same=same)), "", _interval_line(gaps, same), ""] + joint_part + [
              "Pooled contrasts (final validation loss, nats/byte; identical results once; at each seed the "
              "difference is averaged over the matched recipes or stacks, then a 95 % t interval is taken over "
              "the seeds, whose half-width is what the contrast resolves):", "",
-             _md_table(_contrast_table(runs_, same))]
+             md_table(_contrast_table(runs_, same))]
     if (folder / "inference.csv").exists():
         parts += ["", "Inference of the trained bf16 model (seed 0), validation perplexity:", "",
-                  _md_table(_infer_table(_read_csv(folder / "inference.csv")))]
+                  md_table(_infer_table(read_study_csv(folder / "inference.csv")))]
     return "\n".join(parts) + "\n"
