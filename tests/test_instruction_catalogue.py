@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8emu.gemm.instructions import EVIDENCE, INSTRUCTIONS, dot, get_instruction, mma
+from fp8emu.gemm.catalogue import EVIDENCE, INSTRUCTIONS, get_instruction
+from fp8emu.gemm.instructions import dot, mma
 
 MMASIM = Path(__file__).parent / "data" / "mmasim"
 

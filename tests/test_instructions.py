@@ -23,7 +23,8 @@ import fp8emu
 from fp8emu.gemm import datapaths, instructions as ins_mod, routes
 from fp8emu.gemm.routes import codes as codes_mod, exact as exact_mod, groups as groups_mod, operands as operands_mod
 from fp8emu.gemm.routes import tables as tables_mod
-from fp8emu.gemm.instructions import EVIDENCE, INSTRUCTIONS, Instruction, dot, get_instruction, mma, presets
+from fp8emu.gemm.catalogue import EVIDENCE, INSTRUCTIONS, Instruction, get_instruction, presets
+from fp8emu.gemm.instructions import dot, mma
 
 import mmasim_cases
 

@@ -10,7 +10,8 @@ from ..formats import get_format
 from ..interop import real_values, to_numpy
 from ..tables import SOURCE_DTYPES
 from .fparith import round_hi_lo, two_sum
-from .kernels import any_nonfinite, special_masks
+from .code_tables import any_nonfinite
+from .kernels import special_masks
 
 __all__ = ["as_scale", "bias_values", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
 
