@@ -144,7 +144,8 @@ def _batch_scales(sa, sb, sk):
     """Decoded scales of a batch of tiles, (K / block, rows, T), as the routes take them."""
     if sa is None:
         return None
-    da, db = (instruction_inputs.decode_scales(np.ascontiguousarray(np.transpose(s, (2, 1, 0))), sk, "s") for s in (sa, sb))
+    da, db = (instruction_inputs.decode_scales(np.ascontiguousarray(np.transpose(s, (2, 1, 0))), sk, "s")
+              for s in (sa, sb))
     return da, db, None
 
 

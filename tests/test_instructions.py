@@ -972,7 +972,7 @@ def test_instruction_description_errors():
     with pytest.raises(ValueError, match="block scales go with"):
         dataclasses.replace(base, scales=("ue8m0",))
     assert isinstance(base, Instruction) and not base.block_scaled
-    assert ins_mod.get_instruction(base) is base
+    assert get_instruction(base) is base
 
 
 # ----------------------------------------------------------------------------- GEMM entry points

@@ -2,7 +2,8 @@
 
 :func:`mma` runs one instruction of the catalogue on one tile, or on a batch of tiles,
 ``D = A @ B + C``; :func:`dot` the same as rows; :func:`gemm` and :func:`block_scaled_gemm`
-chain one along K; :func:`fp8emu.gemm.catalogue.presets` lists every instruction with the evidence behind it (public GPU
+chain one along K.  The instructions themselves are the rows of :mod:`fp8emu.gemm.catalogue`, whose
+:func:`~fp8emu.gemm.catalogue.presets` lists every one with the evidence behind it (public GPU
 recordings reproduced, random MMAs equal to MMA-Sim, or model only).
 
 Where things are: the catalogue as data, :mod:`fp8emu.gemm.catalogue` (a new preset is a row);
@@ -17,7 +18,7 @@ import numpy as np
 
 from ..codec import encode
 from ..formats import get_format
-from .catalogue import INSTRUCTIONS, get_instruction
+from . import catalogue
 from .datapaths import reference
 from .instruction_inputs import check_inputs
 from .outputs import OUTPUT_TYPES
@@ -62,7 +63,7 @@ def dot(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     ...  for i in ("hopper-wgmma", "blackwell-mma")]                    # 13 vs 31 fraction bits
     [1.0, 1.000946044921875]
     """
-    ins = get_instruction(instruction)
+    ins = catalogue.get_instruction(instruction)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or a.shape != b.shape:
         raise ValueError(f"a and b must be (n, K) arrays of the same shape, got {a.shape} and {b.shape}")
@@ -125,7 +126,7 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     >>> mma(tiles, b, c, instruction="hopper-wgmma", a_format="e4m3fn")[:, 0, 0].tolist()
     [1.0, 1.125]
     """
-    ins = get_instruction(instruction)
+    ins = catalogue.get_instruction(instruction)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"a must be (..., M, K) and b (..., K, N), got {a.shape} and {b.shape}")
@@ -255,7 +256,7 @@ def gemm(a, b, *, instruction, a_format, b_format, c=None):
     >>> float(gemm(a, b, instruction="rtx-blackwell-mma", a_format="e4m3fn", b_format="e4m3fn")[0, 0])
     448.091796875
     """
-    ins = get_instruction(instruction)
+    ins = catalogue.get_instruction(instruction)
     if ins.out != "float32":
         raise ValueError(f"{ins.name} returns float16; a GEMM accumulator needs a float32-output instruction "
                          f"(use {ins.name.removesuffix('-f16')!r})")
@@ -284,10 +285,11 @@ def block_scaled_gemm(a, a_format, a_scales, b, b_format, b_scales, *, instructi
     (K / block, N) decoded scale values (float64, NaN for a NaN code) of the given ``scale_format``.
     Used by :func:`fp8emu.gemm.block_scaled_mm` when its ``accumulator`` names an instruction.
     """
-    ins = get_instruction(instruction)
+    ins = catalogue.get_instruction(instruction)
     if not ins.block_scaled:
         raise ValueError(f"{ins.name} takes no block scales; use one of "
-                         f"{sorted(n for n, i in INSTRUCTIONS.items() if i.block_scaled)} with MX/NVFP4 operands")
+                         f"{sorted(n for n, i in catalogue.INSTRUCTIONS.items() if i.block_scaled)} "
+                         "with MX/NVFP4 operands")
     sa, sb = _scale_codes(a_scales, scale_format), _scale_codes(b_scales, scale_format)
     K = a.shape[1]
     if K % ins.shape[2]:
