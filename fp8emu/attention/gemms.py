@@ -17,7 +17,15 @@ from .operands import Operand
 
 
 def chain_model(model: GemmModel) -> GemmModel:
-    """The model's step chain with no promotion and no split-K (the recipe decides those)."""
+    """The model's step chain with no promotion and no split-K (the recipe decides those).
+
+    Examples
+    --------
+    >>> from fp8emu.gemm.models import get_model
+    >>> m = chain_model(get_model("hopper"))
+    >>> get_model("hopper").policy.promote, m.policy.promote, m.policy.split_k
+    (4, None, None)
+    """
     if model.kind not in ("instruction", "steps"):
         return model
     return dataclasses.replace(model, policy=dataclasses.replace(model.policy, promote=None, split_k=None),
@@ -63,5 +71,12 @@ def matmul(a: Operand, b_t: Operand, model: GemmModel, c=None):
 
 
 def fl32_fma(a, b, c):
-    """``fl32(a * b + c)`` with one rounding (a, b, c float32 arrays)."""
+    """``fl32(a * b + c)`` with one rounding (a, b, c float32 arrays).
+
+    Examples
+    --------
+    >>> x = np.float32(1 + 2.0 ** -12)
+    >>> float(fl32_fma(x, x, np.float32(-1))) == 2.0 ** -11 + 2.0 ** -24     # exact: no rounding of a * b
+    True
+    """
     return add_scaled_f32(np.asarray(c, F32), np.asarray(a, np.float64), np.asarray(b, np.float64))

@@ -20,7 +20,16 @@ WIDE = {n: WIDE_INPUTS[n].dtype for n in ("bfloat16", "float16")}
 def f32_number(v, what, *, positive, reciprocal=False):
     """Check a real number as the float32 it is used as: finite, > 0 (``positive``) or >= 0, and
     (``reciprocal``) with a finite float32 ``fl32(1 / v)``.  A value that is fine in float64 but
-    overflows or flushes to zero in float32 would otherwise give NaN/Inf outputs silently."""
+    overflows or flushes to zero in float32 would otherwise give NaN/Inf outputs silently.
+
+    Examples
+    --------
+    >>> f32_number(0.125, "p_scale", positive=True)
+    >>> f32_number(1e-46, "p_scale", positive=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: p_scale must be a finite number > 0 as float32 (the type it is used in); got 1e-46, ...
+    """
     want = "> 0" if positive else ">= 0"
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.floating, np.integer)):
         raise ValueError(f"{what} must be a finite real number {want}, got {v!r}")
@@ -36,7 +45,13 @@ def f32_number(v, what, *, positive, reciprocal=False):
 
 def operand_format(name, what, allow_none=True):
     """The name of an operand type a recipe or :func:`~fp8emu.attention.quantize_qkv` names: a format of
-    at most 8 bits, ``"bfloat16"`` or ``"float16"`` (:data:`WIDE`), or ``None`` where ``allow_none``."""
+    at most 8 bits, ``"bfloat16"`` or ``"float16"`` (:data:`WIDE`), or ``None`` where ``allow_none``.
+
+    Examples
+    --------
+    >>> operand_format("e4m3", "q_format"), operand_format("bfloat16", "k_format"), operand_format(None, "x")
+    ('e4m3', 'bfloat16', None)
+    """
     if name is None:
         if allow_none:
             return None
@@ -54,7 +69,13 @@ def operand_format(name, what, allow_none=True):
 
 
 def as_heads(x, what, dtype=F32):
-    """``x`` as a finite (heads, tokens, dim) copy of type ``dtype`` ((tokens, dim): one head)."""
+    """``x`` as a finite (heads, tokens, dim) copy of type ``dtype`` ((tokens, dim): one head).
+
+    Examples
+    --------
+    >>> as_heads(np.ones((4, 8)), "q").shape, as_heads(np.ones((4, 8)), "q").dtype.name
+    ((1, 4, 8), 'float32')
+    """
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{what} must be a numeric array, got {type(x).__name__}")
     a = np.asarray(x)

@@ -21,13 +21,34 @@ _SCALES = {}
 
 def kmajor(x):
     """``x`` with its last (K) axis first, contiguous: a K step is then a slab along axis 0 and its
-    reductions are element-wise over contiguous planes, much faster than reducing a short last axis."""
+    reductions are element-wise over contiguous planes, much faster than reducing a short last axis.
+
+    Examples
+    --------
+    >>> kmajor(np.zeros((2, 3, 32), np.uint8)).shape
+    (32, 2, 3)
+    """
     return np.ascontiguousarray(np.moveaxis(np.asarray(x), -1, 0))
 
 
 def check_inputs(ins, K, a_format, b_format, a_scales, b_scales, scale_format):
     """Check the operand formats, K and the block scales against the instruction; return the decoded
-    scales (values and exponents, K-major) and the block, or ``None`` for instructions without."""
+    scales (values and exponents, K-major) and the block, or ``None`` for instructions without.
+
+    Examples
+    --------
+    >>> from fp8emu.gemm.catalogue import get_instruction
+    >>> check_inputs(get_instruction("hopper-wgmma"), 64, "e4m3fn", "e5m2", None, None, None)
+    (None, None, None)
+    >>> sa, sb, block = check_inputs(get_instruction("blackwell-tcgen05-mxf8f6f4"), 64, "e4m3fn", "e4m3fn",
+    ...                              np.full((1, 2), 127, np.uint8), np.full((1, 2), 128, np.uint8), None)
+    >>> block, sa[0].ravel().tolist(), sb[1].ravel().tolist()          # values of A's, exponents of B's
+    (32, [1.0, 1.0], [1, 1])
+    >>> check_inputs(get_instruction("hopper-wgmma"), 48, "e4m3fn", "e4m3fn", None, None, None)
+    Traceback (most recent call last):
+    ...
+    ValueError: K = 48 must be a positive multiple of hopper-wgmma's step of 32
+    """
     for f, what in ((a_format, "a_format"), (b_format, "b_format")):
         if operand_name(f) not in ins.formats:
             raise ValueError(f"{ins.name} takes {', '.join(ins.formats)} operands, not "
@@ -60,7 +81,15 @@ def check_inputs(ins, K, a_format, b_format, a_scales, b_scales, scale_format):
 
 
 def decode_scales(codes, kind, what):
-    """Block scale values (float64, NaN for NaN codes) and their exponents, looked up per code."""
+    """Block scale values (float64, NaN for NaN codes) and their exponents, looked up per code
+    (:func:`scale_values`, tabulated once per scale type); ``what`` names the scales in the error.
+
+    Examples
+    --------
+    >>> v, e = decode_scales(np.array([126, 255], np.uint8), "ue8m0", "a_scales")
+    >>> v.tolist(), e.tolist()
+    ([0.5, nan], [-1, 128])
+    """
     codes = np.asarray(codes)
     if codes.dtype != np.uint8:
         raise TypeError(f"{what} must be uint8 scale codes, got dtype {codes.dtype}")
@@ -79,7 +108,14 @@ def scale_values(codes, kind):
     E4M3 code read without its sign bit (as the instruction does); ``"ue5m3"``: the unsigned UE5M3
     code (fp8emu's ``e5m3fnu``, ml_dtypes' ``float8_e5m3fnu``: bias 15, 0xFF NaN).  A UE4M3 / UE5M3
     exponent is ``floor(log2 v)``, at least the format's minimum normal exponent (a subnormal scale
-    carries that, as a subnormal operand does)."""
+    carries that, as a subnormal operand does).
+
+    Examples
+    --------
+    >>> v, e = scale_values(np.array([0x38, 0xB8, 0x01], np.uint8), "ue4m3")     # the sign bit is ignored
+    >>> v.tolist(), e.tolist()
+    ([1.0, 1.0, 0.001953125], [0, 0, -6])
+    """
     if kind == "ue8m0":
         e = codes.astype(np.int64) - 127
         v = np.where(codes == 255, np.nan, np.ldexp(1.0, np.minimum(e, 127)))
