@@ -57,7 +57,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import record_mmasim  # noqa: E402
 from fp8emu.formats import get_format  # noqa: E402
 from fp8emu.gemm.routes import codes as route_codes, operands, steps, workspace as route_workspace  # noqa: E402
-from fp8emu.gemm.instructions import INSTRUCTIONS, dot, mma  # noqa: E402
+from fp8emu.gemm.catalogue import INSTRUCTIONS  # noqa: E402
+from fp8emu.gemm.instructions import dot, mma  # noqa: E402
 
 # (preset, a format, b format, scale kind, block, tile n used here)
 BENCH = [("ada-mma", "e4m3fn", "e4m3fn", None, None), ("hopper-wgmma", "e4m3fn", "e5m2", None, None),

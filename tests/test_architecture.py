@@ -203,40 +203,11 @@ def _all_private_crossings():
     return out
 
 
-_MODEL = "model helper's files"
-# The private names that still cross a module boundary, by (importer, the module defining them), each
-# with its reason.  Every one is defined in a file the model helper owns (issue 52 item 1 rewrites
-# fp8emu/gemm/{datapaths,catalogue,kernels,instructions,block_scaled}.py and fp8emu/attention/):
-# each gets a public name in a module of its own there.  The list only shrinks: an entry that no
-# longer crosses fails the test as well.
-ALLOWED_PRIVATE = {
-    ("fp8emu.attention.emulate", "fp8emu.attention.inputs"): ({"_validate"}, _MODEL),
-    ("fp8emu.attention.emulate", "fp8emu.attention.operands"): (
-        {"_chain_model", "_descales", "_fl32_fma", "_matmul", "_operand_for", "_quantized_operand", "_slice",
-         "_transpose", "_wide_operand"}, _MODEL),
-    ("fp8emu.attention.emulate", "fp8emu.attention.recipes"): ({"_WIDE"}, _MODEL),
-    ("fp8emu.attention.emulate", "fp8emu.attention.report"): ({"_fill_errors"}, _MODEL),
-    ("fp8emu.attention.inputs", "fp8emu.attention.recipes"): ({"_WIDE", "_f32_number"}, _MODEL),
-    ("fp8emu.attention.operands", "fp8emu.attention.inputs"): ({"_as_heads", "_positive_f32"}, _MODEL),
-    ("fp8emu.attention.operands", "fp8emu.attention.recipes"): ({"_WIDE", "_fmt_or_wide"}, _MODEL),
-    ("fp8emu.attention.reference", "fp8emu.attention.inputs"): ({"_validate"}, _MODEL),
-    ("fp8emu.gemm.block_scaled", "fp8emu.gemm.kernels"): ({"_ZERO_EXP", "_ZERO_LOW"}, _MODEL),
-    ("fp8emu.gemm.datapaths", "fp8emu.gemm.catalogue"): ({"_OUT"}, _MODEL),
-    ("fp8emu.gemm.instructions", "fp8emu.gemm.catalogue"): ({"_OUT"}, _MODEL),
-    ("fp8emu.gemm.instructions", "fp8emu.gemm.datapaths"): ({"_WIDE", "_check", "_format_name", "_reference"}, _MODEL),
-    # the routes (mine) on the datapaths' arithmetic and tables, the catalogue's output types and the
-    # kernels' per-code tables: public once those files give them public names
-    ("fp8emu.gemm.routes.codes", "fp8emu.gemm.datapaths"): ({"_TABLES", "_sig_exp"}, _MODEL),
-    ("fp8emu.gemm.routes.exact", "fp8emu.gemm.catalogue"): ({"_OUT"}, _MODEL),
-    ("fp8emu.gemm.routes.exact", "fp8emu.gemm.datapaths"): ({"_TABLES", "_kept_bits", "_pow2"}, _MODEL),
-    ("fp8emu.gemm.routes.exact", "fp8emu.gemm.kernels"): ({"_ZERO_LOW", "_low_table", "_value_tables"}, _MODEL),
-    ("fp8emu.gemm.routes.groups", "fp8emu.gemm.datapaths"): ({"_fused_step"}, _MODEL),
-    ("fp8emu.gemm.routes.operands", "fp8emu.gemm.catalogue"): ({"_OUT"}, _MODEL),
-    ("fp8emu.gemm.routes.operands", "fp8emu.gemm.datapaths"): ({"_kept_bits", "_pow2"}, _MODEL),
-    ("fp8emu.gemm.routes.steps", "fp8emu.gemm.catalogue"): ({"_OUT"}, _MODEL),
-    ("fp8emu.gemm.routes.steps", "fp8emu.gemm.datapaths"): ({"_kept_bits", "_pow2", "_round_out", "_trunc_sum"}, _MODEL),
-    ("fp8emu.gemm.routes.tables", "fp8emu.gemm.datapaths"): ({"_fused_step", "_pow2", "_trunc_sum"}, _MODEL),
-}
+# The private names allowed to cross a module boundary, by (importer, the module defining them), each
+# with its reason: none.  A helper that several modules share has a public name in a module of its own
+# (the GEMM datapaths' output types, aligned sums, per-code tables, wide inputs and instruction inputs;
+# attention's input checks, operands and GEMMs).  An entry that no longer crosses fails the test too.
+ALLOWED_PRIVATE: dict = {}
 
 
 def test_no_module_imports_another_modules_private_names():

@@ -411,12 +411,12 @@ def test_smallest_accepted_integer_fields():
 
 
 def test_formats_wider_than_8_bits_are_refused_and_none_is_float32():
-    from fp8emu.attention.recipes import _fmt_or_wide
-    assert _fmt_or_wide(None, "x") is None
+    from fp8emu.attention.inputs import operand_format
+    assert operand_format(None, "x") is None
     with pytest.raises(ValueError, match="x must be a format name"):
-        _fmt_or_wide(None, "x", allow_none=False)
-    assert _fmt_or_wide("bfloat16", "x") == "bfloat16" and _fmt_or_wide("float16", "x") == "float16"
-    assert _fmt_or_wide("e4m3", "x") == "e4m3"
+        operand_format(None, "x", allow_none=False)
+    assert operand_format("bfloat16", "x") == "bfloat16" and operand_format("float16", "x") == "float16"
+    assert operand_format("e4m3", "x") == "e4m3"
 
 
 @pytest.mark.parametrize("which", ["qk", "pv"])
@@ -605,14 +605,14 @@ def test_softmax_scale_default_and_argument_checks():
 def test_error_measures_by_their_definitions():
     """max|O - R| / max|R|, ||O - R|| / ||R||, the cosine, and the lse error over rows with a finite
     reference lse; a zero reference gives the absolute errors, and the cosine of two zero outputs is 1."""
-    from fp8emu.attention.report import AttentionReport, _fill_errors
+    from fp8emu.attention.report import AttentionReport, fill_errors
     z = np.zeros((3, 1), np.int64)
     rep = AttentionReport("x", z, z, z)
     out = np.array([[[3.0, 4.0]], [[0.5, 0.0]], [[0.0, 0.0]]], F32)
     ref = np.array([[[3.0, 3.0]], [[0.0, 0.0]], [[0.0, 0.0]]])
     lse = np.array([[1.5], [2.0], [-np.inf]], F32)
     ref_lse = np.array([[1.0], [-np.inf], [-np.inf]])
-    _fill_errors(rep, out, lse, ref, ref_lse)
+    fill_errors(rep, out, lse, ref, ref_lse)
     assert rep.max_rel_error.tolist() == [1 / 3, 0.5, 0.0]
     assert rep.rms_rel_error.tolist() == [1 / math.sqrt(18), 0.5, 0.0]
     assert rep.cosine[0] == pytest.approx(21 / (5 * math.sqrt(18)), rel=1e-15)

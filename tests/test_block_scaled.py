@@ -296,9 +296,9 @@ def test_ue5m3_scale_decode_is_ml_dtypes_float8_e5m3fnu():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     if not hasattr(ml_dtypes, "float8_e5m3fnu"):
         pytest.skip("ml_dtypes without float8_e5m3fnu (0.7 added it)")
-    from fp8emu.gemm import datapaths
+    from fp8emu.gemm import instruction_inputs
     codes = np.arange(256, dtype=np.uint8)
-    v, e = datapaths._scale_values(codes, "ue5m3")
+    v, e = instruction_inputs.scale_values(codes, "ue5m3")
     peer = codes.view(ml_dtypes.float8_e5m3fnu).astype(np.float64)
     np.testing.assert_array_equal(v, peer)            # NaN where the peer has NaN (0xFF only)
     assert np.isnan(v).tolist() == [c == 0xFF for c in range(256)]

@@ -454,3 +454,20 @@ def test_batched_operands_are_a_batch_of_gemms():
     assert np.array_equal(shared[2], scaled_mm(a[2], b[0], a_format=E4, b_format=E4))
     with pytest.raises(ValueError, match="batch sizes differ"):
         scaled_mm(a, b[:2], a_format=E4, b_format=E4)
+
+
+def test_torch_out_dtypes_name_their_formats():
+    """A torch dtype as out_dtype names the format of the same bits (the one dtype -> format map)."""
+    torch = pytest.importorskip("torch")
+    from fp8emu.gemm.epilogue import output_type
+    want = {torch.float8_e4m3fn: "e4m3fn", torch.float8_e5m2: "e5m2", torch.float8_e4m3fnuz: "e4m3fnuz",
+            torch.float8_e5m2fnuz: "e5m2fnuz"}
+    for dt, name in want.items():
+        assert output_type(dt)[0] is None and output_type(dt)[1].name == name, dt
+    for dt, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16"), (torch.float32, "float32")):
+        assert output_type(dt) == (np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name), None)
+    a = np.full((2, 32), 0x38, np.uint8)
+    got = scaled_mm(a, a.T.copy(), a_format=E4, b_format=E4, out_dtype=torch.float8_e5m2)
+    assert np.array_equal(got, scaled_mm(a, a.T.copy(), a_format=E4, b_format=E4, out_dtype="e5m2"))
+    with pytest.raises(ValueError, match="unknown out_dtype"):
+        output_type(torch.int8)

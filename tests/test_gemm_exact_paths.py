@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm, kernels, scaled_mm
+from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm, code_tables, kernels, scaled_mm
 
 import test_gemm
 import test_tc_recordings
@@ -359,15 +359,15 @@ def test_block_front_end_matches_per_element_form(fmt, K):
         op = op._replace(scales=np.where(np.arange(op.scales.size).reshape(op.scales.shape) == 3,
                                          np.nan, op.scales))          # a NaN scale
     p, e2, l2 = bs._scaled_operand(op, K)
-    va, ea = kernels.values_and_exponents(op.codes, op.fmt)
+    va, ea = code_tables.values_and_exponents(op.codes, op.fmt)
     sa = np.repeat(op.scales, op.block, axis=1)[:, :K]
     sa = np.where(np.isnan(sa), 0.0, sa)
     _, qa = np.frexp(sa)
     pa = va * sa
-    ea2 = np.where(pa == 0, kernels._ZERO_EXP, ea + np.where(sa == 0, 0, qa - 1)).astype(np.int16)
+    ea2 = np.where(pa == 0, code_tables.ZERO_EXP, ea + np.where(sa == 0, 0, qa - 1)).astype(np.int16)
     np.testing.assert_array_equal(p, pa)
     np.testing.assert_array_equal(e2, ea2)
-    np.testing.assert_array_equal(l2, kernels.low_bits(pa))
+    np.testing.assert_array_equal(l2, code_tables.low_bits(pa))
     # low_bits itself: v / 2**low is an odd integer
     nz = pa != 0
     q = pa[nz] / np.exp2(l2[nz].astype(float))

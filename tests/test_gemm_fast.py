@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import kernels
+from fp8emu.gemm import code_tables, kernels
 
 ACCS = ["hopper", "hopper-fast",
         fp8emu.Accumulator("mma", group=8, frac_bits=20, sum_bits=22, sum_rounding="rne", promote=3, split_k=2),
@@ -49,14 +49,14 @@ def test_exponent_weights_give_the_maximum():
     for G in (1, 7, 32, 63, 64, 200):
         ea = rng.integers(-20, 20, (G, 30)).astype(np.int16)
         eb = rng.integers(-20, 20, (G, 40)).astype(np.int16)
-        ea[rng.random(ea.shape) < 0.3] = kernels._ZERO_EXP
-        eb[:, 0] = kernels._ZERO_EXP                       # an all-zero column
+        ea[rng.random(ea.shape) < 0.3] = code_tables.ZERO_EXP
+        eb[:, 0] = code_tables.ZERO_EXP                       # an all-zero column
         wat, wb, c, shift = kernels._exponent_weights(ea, eb, G)
         S = wat.T @ wb
         _, e = np.frexp(S)
         got = np.where(S > 0, (e.astype(np.int64) - 1) // c + shift, -99999)
         sums = ea[:, :, None].astype(np.int64) + eb[:, None, :]
-        sums = np.where((ea[:, :, None] > kernels._ZERO_EXP) & (eb[:, None, :] > kernels._ZERO_EXP), sums, -99999)
+        sums = np.where((ea[:, :, None] > code_tables.ZERO_EXP) & (eb[:, None, :] > code_tables.ZERO_EXP), sums, -99999)
         np.testing.assert_array_equal(got, sums.max(axis=0), err_msg=f"G={G}")
     wide = np.array([[-400], [400]], np.int16)       # a span float64 weights cannot hold
     assert kernels._exponent_weights(wide, wide, 32)[0] is None
@@ -79,11 +79,11 @@ def test_any_nonfinite_finds_every_inf_and_nan_code(name):
     good = np.array(sorted(set(range(1 << bits)) - set(bad)), np.uint8)
     high = np.uint8(0xFF ^ ((1 << bits) - 1)) if bits < 8 else np.uint8(0)
     for c in range(1 << bits):
-        assert kernels.any_nonfinite(np.array([c | high], np.uint8), fmt) == (c in bad), (name, c)
+        assert code_tables.any_nonfinite(np.array([c | high], np.uint8), fmt) == (c in bad), (name, c)
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     for c in bad:
         x = rng.choice(good, (24, 40)) | high
         x[rng.integers(24), 2 * rng.integers(20)] = c
-        assert kernels.any_nonfinite(x[:, ::2], fmt)
-        assert not kernels.any_nonfinite(x[:, 1::2], fmt)
-    assert not kernels.any_nonfinite(good | high, fmt)
+        assert code_tables.any_nonfinite(x[:, ::2], fmt)
+        assert not code_tables.any_nonfinite(x[:, 1::2], fmt)
+    assert not code_tables.any_nonfinite(good | high, fmt)

@@ -10,7 +10,8 @@ import fp8emu
 from fp8emu.gemm import datapaths, models
 from fp8emu.gemm.accumulator import Accumulator, BlockScaledAccumulator
 from fp8emu.gemm.catalogue import INSTRUCTIONS
-from fp8emu.gemm.kernels import mma_dot, values_and_exponents
+from fp8emu.gemm.code_tables import values_and_exponents
+from fp8emu.gemm.kernels import mma_dot
 
 RNG = np.random.default_rng(52)
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import datapaths, instructions, routes
+from fp8emu.gemm import datapaths, instruction_inputs, instructions, routes
 from fp8emu.gemm.catalogue import INSTRUCTIONS
 from fp8emu.gemm.routes import exact as exact_mod, groups as groups_mod, operands as operands_mod
 from fp8emu.gemm.routes import tables as tables_mod
@@ -133,8 +133,8 @@ def _reference(ins, a, b, c, fa, fb, sa, sb, sk):
 
 def _tile_scales(ins, a, b, fa, fb, sa, sb, sk):
     """The decoded scales as the tile routes take them, from the same check as ``mma``."""
-    dsa, dsb, block = datapaths._check(ins, a.shape[-1], fa, fb, None if sa is None else sa[:, None],
-                                       None if sb is None else sb[None], sk)
+    dsa, dsb, block = instruction_inputs.check_inputs(ins, a.shape[-1], fa, fb, None if sa is None else sa[:, None],
+                                                     None if sb is None else sb[None], sk)
     if dsa is None:
         return dsa, dsb, block, None
     return dsa, dsb, block, (dsa, (dsb[0].swapaxes(1, 2), dsb[1].swapaxes(1, 2)), block)
@@ -144,7 +144,8 @@ def _batch_scales(sa, sb, sk):
     """Decoded scales of a batch of tiles, (K / block, rows, T), as the routes take them."""
     if sa is None:
         return None
-    da, db = (datapaths._decode_scales(np.ascontiguousarray(np.transpose(s, (2, 1, 0))), sk, "s") for s in (sa, sb))
+    da, db = (instruction_inputs.decode_scales(np.ascontiguousarray(np.transpose(s, (2, 1, 0))), sk, "s")
+              for s in (sa, sb))
     return da, db, None
 
 
@@ -194,7 +195,7 @@ def test_every_route_gives_the_reference_bits(preset, monkeypatch):
         if sa is not None:
             rsa = np.repeat(sa, N, axis=1).reshape(-1, 1, K // blk)
             rsb = np.tile(sb, (1, M, 1)).reshape(-1, 1, K // blk)
-        dsa, dsb, block = datapaths._check(ins, K, fa, fb, rsa, rsb, sk)
+        dsa, dsb, block = instruction_inputs.check_inputs(ins, K, fa, fb, rsa, rsb, sk)
         d = tables_mod.run_tables(ins, rows_a, rows_b, c.reshape(-1, 1), ga, gb, dsa, dsb, block, K)
         assert (_bits(d.reshape(want.shape)) == _bits(want)).all(), f"{where}: rows through the tables"
     # each route the catalogue sends this preset to was run
@@ -231,11 +232,12 @@ def test_no_fast_route_serves_the_16_bit_inputs(preset):
 
 
 def test_every_cached_table_is_read_only():
-    """The routes share their decode tables through one cache: a caller that wrote into one would change
+    """The datapaths and routes cache their decode tables: a caller that wrote into one would change
     every later GEMM's bits, so each cached array is read-only (instruction mutation sample seed 43: the
     pair tables' flag could be dropped without a test noticing)."""
     from fp8emu.formats import get_format
-    from fp8emu.gemm.datapaths import _TABLES
+    from fp8emu.gemm import code_tables
+    from fp8emu.gemm.routes import codes as codes_mod
     from fp8emu.gemm.routes.codes import _operand_pair_tables, operand_tables
     for name in ("e4m3fn", "e5m2"):
         fmt = get_format(name)
@@ -243,6 +245,8 @@ def test_every_cached_table_is_read_only():
             assert not arr.flags.writeable
             with pytest.raises(ValueError, match="read-only"):
                 arr[0] = 0
-    arrays = [a for v in _TABLES.values() for a in (v if isinstance(v, tuple) else (v,))
+    caches = (code_tables._DATAPATH, codes_mod._TABLES, codes_mod._PAIRS, instruction_inputs._SCALES,
+              exact_mod._POWERS)
+    arrays = [a for cache in caches for v in cache.values() for a in (v if isinstance(v, tuple) else (v,))
               if isinstance(a, np.ndarray)]
     assert arrays and not any(a.flags.writeable for a in arrays)

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8emu.gemm.instructions import EVIDENCE, INSTRUCTIONS, dot, get_instruction, mma
+from fp8emu.gemm.catalogue import EVIDENCE, INSTRUCTIONS, get_instruction
+from fp8emu.gemm.instructions import dot, mma
 
 MMASIM = Path(__file__).parent / "data" / "mmasim"
 
@@ -114,3 +115,15 @@ def test_zero_products_leave_c_truncated_to_13_bits_at_its_own_exponent(instruct
     big_want = np.resize(want, (32, 32))
     got = mma(np.zeros((32, 64), np.uint8), np.zeros((64, 32), np.uint8), big_c, instruction=instruction, a_format=fmt)
     assert (got.view(np.uint32) == big_want.view(np.uint32)).all()
+
+
+def test_the_catalogue_has_one_import_path():
+    """The catalogue's names are imported from fp8emu.gemm or fp8emu.gemm.catalogue; the instructions
+    module re-exports none of them (the old path, removed with a changelog line)."""
+    import fp8emu
+    from fp8emu.gemm import catalogue, instructions
+    for name in ("Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets"):
+        assert not hasattr(instructions, name), name
+        assert name in catalogue.__all__
+    assert fp8emu.gemm.presets is catalogue.presets and fp8emu.gemm.Instruction is catalogue.Instruction
+    assert instructions.__all__ == ["mma", "dot", "gemm", "block_scaled_gemm"]

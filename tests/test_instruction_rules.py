@@ -200,21 +200,21 @@ def test_mma_batch_rules():
 
 
 def test_scale_code_values_of_each_type():
-    """The one rule for a scale code (datapaths._scale_values): UE8M0 ``2**(code - 127)`` with 0xFF NaN (OCP MX
+    """The one rule for a scale code (instruction_inputs.scale_values): UE8M0 ``2**(code - 127)`` with 0xFF NaN (OCP MX
     spec); UE4M3 an E4M3 code read without its sign bit (PTX: the scale is unsigned); UE5M3 as ml_dtypes'
     float8_e5m3fnu reads it.  Exponents: floor(log2 v), at least the format's smallest normal exponent."""
     import ml_dtypes
-    from fp8emu.gemm.datapaths import _scale_values
+    from fp8emu.gemm.instruction_inputs import scale_values
     codes = np.arange(256, dtype=np.uint8)
-    v, e = _scale_values(codes, "ue8m0")
+    v, e = scale_values(codes, "ue8m0")
     assert v[0] == 2.0 ** -127 and v[127] == 1.0 and v[254] == 2.0 ** 127 and np.isnan(v[255])
     assert np.isnan(v).sum() == 1 and e[:255].tolist() == list(range(-127, 128))
-    v, e = _scale_values(codes, "ue4m3")
+    v, e = scale_values(codes, "ue4m3")
     e4 = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
     assert np.array_equal(v[:128], e4[:128], equal_nan=True) and np.array_equal(v[128:], e4[:128], equal_nan=True)
     assert v[0xB8] == 1.0 and e[0x01] == -6 and e[0x08] == -6 and e[0x38] == 0 and e[0x7E] == 8
     if hasattr(ml_dtypes, "float8_e5m3fnu"):
-        v, e = _scale_values(codes, "ue5m3")
+        v, e = scale_values(codes, "ue5m3")
         assert np.array_equal(v, codes.view(ml_dtypes.float8_e5m3fnu).astype(np.float64), equal_nan=True)
         assert e[1] == -14 and e[0x78] == 0
 

@@ -23,7 +23,8 @@ import fp8emu
 from fp8emu.gemm import datapaths, instructions as ins_mod, routes
 from fp8emu.gemm.routes import codes as codes_mod, exact as exact_mod, groups as groups_mod, operands as operands_mod
 from fp8emu.gemm.routes import tables as tables_mod
-from fp8emu.gemm.instructions import EVIDENCE, INSTRUCTIONS, Instruction, dot, get_instruction, mma, presets
+from fp8emu.gemm.catalogue import EVIDENCE, INSTRUCTIONS, Instruction, get_instruction, presets
+from fp8emu.gemm.instructions import dot, mma
 
 import mmasim_cases
 
@@ -971,7 +972,7 @@ def test_instruction_description_errors():
     with pytest.raises(ValueError, match="block scales go with"):
         dataclasses.replace(base, scales=("ue8m0",))
     assert isinstance(base, Instruction) and not base.block_scaled
-    assert ins_mod.get_instruction(base) is base
+    assert get_instruction(base) is base
 
 
 # ----------------------------------------------------------------------------- GEMM entry points

@@ -417,9 +417,9 @@ def test_scaled_tensor_stores_float32_scales():
 
 
 def test_gemm_value_tables_are_read_only():
-    from fp8emu.gemm import kernels
+    from fp8emu.gemm import code_tables
     for name in ("e4m3fn", "e5m2", "binary8p1"):
-        for arr in kernels._value_tables(fp8emu.get_format(name)):
+        for arr in code_tables.value_tables(fp8emu.get_format(name)):
             assert not arr.flags.writeable, name
 
 

@@ -86,7 +86,7 @@ NOTEBOOKS = {
         "## Every tensor core with public evidence\nThe instruction catalogue (`fp8emu.gemm.presets()`) describes each "
         "FP8/FP6/FP4 matrix instruction as data (products per step, alignment bits, result rounding) with the evidence "
         "behind it: public GPU recordings reproduced, or random MMAs equal to MMA-Sim.",
-        "from fp8emu.gemm import instructions\nfor p in instructions.presets():\n"
+        "from fp8emu.gemm import instructions, presets\nfor p in presets():\n"
         "    print(f\"{p['name']:30s} {p['evidence'][0]}\")",
         "# one large product and 31 small ones, 15 binades below: where the presets' alignment differs\n"
         "one = np.ones((1, 32))\nx = fp8emu.encode(np.concatenate([[[256.0]], np.full((1, 31), 2.0 ** -7)], axis=1), 'e4m3fn')\n"

@@ -88,12 +88,12 @@ from ..codec import decode, encode
 from ..formats import Format, get_format
 from ..gemm.models import get_model
 from ..gemm.kernels import special_masks
-from .inputs import _validate
-from .operands import (_chain_model, _descales, _fl32_fma, _matmul, _operand_for, _quantized_operand, _slice,
-                       _transpose, _wide_operand)
-from .recipes import F32, LOG2E, _WIDE, get_recipe
+from .gemms import chain_model, fl32_fma, matmul
+from .inputs import F32, WIDE, validate
+from .operands import operand_descales, operand_for, quantized_operand, slice_rows, transpose, wide_operand
+from .recipes import LOG2E, get_recipe
 from .reference import reference_attention
-from .report import AttentionReport, AttentionResult, _fill_errors
+from .report import AttentionReport, AttentionResult, fill_errors
 
 __all__ = ["attention"]
 
@@ -169,7 +169,7 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     True
     """
     recipe = get_recipe(recipe)
-    q, k, v, softmax_scale, causal, kv_len = _validate(q, k, v, softmax_scale, causal, kv_len)
+    q, k, v, softmax_scale, causal, kv_len = validate(q, k, v, softmax_scale, causal, kv_len)
     if descales is not None:
         if not isinstance(descales, (tuple, list)) or len(descales) != 3:
             raise ValueError("descales must be a tuple (q_descale, k_descale, v_descale)")
@@ -181,19 +181,19 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     Hk, Nk, dv = v.shape
     group = H // Hk
     def narrow(f):
-        return None if f is None or f in _WIDE else f
-    qd, qs = _descales(q, narrow(recipe.q_format), recipe, given[0], "q", group)
-    kd, ks = _descales(k, narrow(recipe.k_format), recipe, given[1], "k")
-    vd, vs = _descales(v, narrow(recipe.v_format), recipe, given[2], "v")
+        return None if f is None or f in WIDE else f
+    qd, qs = operand_descales(q, narrow(recipe.q_format), recipe, given[0], "q", group)
+    kd, ks = operand_descales(k, narrow(recipe.k_format), recipe, given[1], "k")
+    vd, vs = operand_descales(v, narrow(recipe.v_format), recipe, given[2], "v")
     _check_fold(recipe, softmax_scale, qd, kd, group)
     out = np.empty((H, Nq, dv), F32)
     lse = np.empty((H, Nq), F32)
     counts = {n: np.zeros((H, Nq), np.int64) for n in ("p_saturated", "p_underflow", "s_overflow")}
-    ops_k = [_operand_for(k[hk, None], recipe.k_format, ks[hk, None]) for hk in range(Hk)]
-    ops_v = [_operand_for(v[hk, None], recipe.v_format, vs[hk, None]) for hk in range(Hk)]
+    ops_k = [operand_for(k[hk, None], recipe.k_format, ks[hk, None]) for hk in range(Hk)]
+    ops_v = [operand_for(v[hk, None], recipe.v_format, vs[hk, None]) for hk in range(Hk)]
     for h in range(H):
         hk = h // group
-        qop = _operand_for(q[h, None], recipe.q_format, qs[h, None])
+        qop = operand_for(q[h, None], recipe.q_format, qs[h, None])
         for r0 in range(0, Nq, recipe.query_chunk):
             r1 = min(Nq, r0 + recipe.query_chunk)
             o, ls, cnt = _head_forward(qop, ops_k[hk], ops_v[hk], (r0, r1), recipe, softmax_scale,
@@ -206,7 +206,7 @@ def attention(q, k, v, recipe="fa3-fp8", *, causal=False, kv_len=None, softmax_s
     if reference not in (True, False, None, "inputs", "dequantized"):
         raise ValueError(f"reference must be True/'inputs', 'dequantized' or False, got {reference!r}")
     if reference:
-        q_deq = np.stack([_operand_for(q[h, None], recipe.q_format, qs[h, None]).values * float(qd[h])
+        q_deq = np.stack([operand_for(q[h, None], recipe.q_format, qs[h, None]).values * float(qd[h])
                           for h in range(H)])
         k_deq = np.stack([op.values * float(kd[i]) for i, op in enumerate(ops_k)])
         v_deq = np.stack([op.values * float(vd[i]) for i, op in enumerate(ops_v)])
@@ -219,12 +219,12 @@ def _measure(report, out, lse, given, dequantized, reference, opts):
     """Fill ``report``'s errors against float64 attention of the ``given`` inputs or (``reference=
     "dequantized"``) of the ``dequantized`` ones; its ``kernel_*`` errors always against the latter."""
     kernel = AttentionReport(report.recipe, report.p_saturated, report.p_underflow, report.s_overflow)
-    _fill_errors(kernel, out, lse, *reference_attention(*dequantized, **opts))
+    fill_errors(kernel, out, lse, *reference_attention(*dequantized, **opts))
     report.kernel_rms_rel_error, report.kernel_max_rel_error = kernel.rms_rel_error, kernel.max_rel_error
     if reference == "dequantized":
-        _fill_errors(report, out, lse, *reference_attention(*dequantized, **opts))
+        fill_errors(report, out, lse, *reference_attention(*dequantized, **opts))
     else:
-        _fill_errors(report, out, lse, *reference_attention(*given, **opts))
+        fill_errors(report, out, lse, *reference_attention(*given, **opts))
     report.reference = "dequantized" if reference == "dequantized" else "inputs"
 
 
@@ -239,16 +239,16 @@ def _invalid_lse(lse, Nq, Nk, kv_len, causal):
 def _cast_p(p32, recipe, counts_rows):
     """(P operand, its float32 values) after the cast; updates saturation/underflow counts."""
     if recipe.p_format is None:
-        return _wide_operand(p32, None), p32
-    if recipe.p_format in _WIDE:
-        op = _wide_operand(p32, recipe.p_format)
+        return wide_operand(p32, None), p32
+    if recipe.p_format in WIDE:
+        op = wide_operand(p32, recipe.p_format)
         pq = op.values.astype(F32)
         counts_rows["p_underflow"] += ((p32 > 0) & (pq == 0)).sum(1)
         counts_rows["p_saturated"] += (~np.isfinite(pq)).sum(1)
         return op, pq
     fmt = get_format(recipe.p_format)
     codes = encode(p32, fmt, saturate=recipe.p_saturate)
-    op = _quantized_operand(codes, recipe.p_format)
+    op = quantized_operand(codes, recipe.p_format)
     pq = decode(codes, fmt, dtype=np.float32)
     # saturated: the elements a non-saturating cast would overflow (P >= 0 here)
     t, inclusive = _overflow_threshold(fmt)
@@ -271,9 +271,9 @@ def _head_forward(qop, kop, vop, rows, recipe, softmax_scale, qd, kd, vd, causal
     r0, r1 = rows
     M = r1 - r0
     dv = vop.values.shape[1]
-    qa = _slice(qop, r0, r1)
-    qk_acc = _chain_model(get_model(recipe.qk_accumulator))
-    pv_acc = _chain_model(get_model(recipe.pv_accumulator))
+    qa = slice_rows(qop, r0, r1)
+    qk_acc = chain_model(get_model(recipe.qk_accumulator))
+    pv_acc = chain_model(get_model(recipe.pv_accumulator))
     c, s_mult = _scale_log2(recipe, softmax_scale, qd, kd)
     c = F32(c)
     exp2 = recipe.exp2
@@ -292,9 +292,9 @@ def _head_forward(qop, kop, vop, rows, recipe, softmax_scale, qd, kd, vd, causal
         b0, b1 = j * recipe.block_n, min(Nk, (j + 1) * recipe.block_n)
         if b0 >= kv_len or (causal and b0 > qpos[-1, 0]):
             continue   # the kernels skip blocks that are masked for every row
-        kb, vb = _slice(kop, b0, b1), _slice(vop, b0, b1)
+        kb, vb = slice_rows(kop, b0, b1), slice_rows(vop, b0, b1)
         with np.errstate(over="ignore", invalid="ignore"):
-            s = _matmul(qa, kb, qk_acc)
+            s = matmul(qa, kb, qk_acc)
         cnt["s_overflow"] += (~np.isfinite(s)).sum(1)
         if s_mult is not None:   # fold 'none': scale S first, one float32 product per factor
             s = np.multiply(np.multiply(np.multiply(s, s_mult[0], dtype=F32), s_mult[1], dtype=F32),
@@ -330,7 +330,7 @@ def _head_forward(qop, kop, vop, rows, recipe, softmax_scale, qd, kd, vd, causal
             else:
                 pos, neg, nan = _wide_specials(pq, vb.values)
             special += np.where(nan, F32(np.nan), np.where(pos, F32(np.inf), np.where(neg, F32(-np.inf), 0)))
-        o_part = _matmul(pop, _transpose(vb), pv_acc, c=o_part)
+        o_part = matmul(pop, transpose(vb), pv_acc, c=o_part)
         visited += 1
         first = False
         if recipe.promote_every is not None and visited % recipe.promote_every == 0:
@@ -376,7 +376,7 @@ def _exp2_argument(s, m, c, recipe):
     bias = np.subtract(np.multiply(safe, c, dtype=F32), offset, dtype=F32)
     if recipe.fma:
         with np.errstate(invalid="ignore"):
-            return _fl32_fma(s, np.full_like(s, c), -bias[:, None])
+            return fl32_fma(s, np.full_like(s, c), -bias[:, None])
     return np.subtract(np.multiply(s, c, dtype=F32), bias[:, None], dtype=F32)
 
 

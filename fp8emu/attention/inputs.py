@@ -1,6 +1,7 @@
 """The one input contract of :func:`fp8emu.attention.attention` and
 :func:`fp8emu.attention.reference_attention`: Q, K, V shapes, dtypes and finiteness, the softmax
-scale as the float32 it is used as, the causal flag and the padding length."""
+scale as the float32 it is used as, the causal flag and the padding length; and the checks of a real
+number as the float32 it is used as and of an operand format name, which the recipes make too."""
 
 from __future__ import annotations
 
@@ -8,14 +9,77 @@ import math
 
 import numpy as np
 
-from .recipes import F32, _WIDE, _f32_number
+from ..formats import get_format
+from ..gemm.wide_inputs import WIDE_INPUTS
+
+F32 = np.float32
+#: The 16-bit operand types attention's kernels take besides the 8-bit formats, by name: their dtypes.
+WIDE = {n: WIDE_INPUTS[n].dtype for n in ("bfloat16", "float16")}
 
 
-def _as_heads(x, what, dtype=F32):
+def f32_number(v, what, *, positive, reciprocal=False):
+    """Check a real number as the float32 it is used as: finite, > 0 (``positive``) or >= 0, and
+    (``reciprocal``) with a finite float32 ``fl32(1 / v)``.  A value that is fine in float64 but
+    overflows or flushes to zero in float32 would otherwise give NaN/Inf outputs silently.
+
+    Examples
+    --------
+    >>> f32_number(0.125, "p_scale", positive=True)
+    >>> f32_number(1e-46, "p_scale", positive=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: p_scale must be a finite number > 0 as float32 (the type it is used in); got 1e-46, ...
+    """
+    want = "> 0" if positive else ">= 0"
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.floating, np.integer)):
+        raise ValueError(f"{what} must be a finite real number {want}, got {v!r}")
+    with np.errstate(over="ignore", divide="ignore"):
+        v32 = F32(v)
+        inv = F32(1.0 / float(v)) if reciprocal and float(v) != 0 else F32(1)
+    if not np.isfinite(v32) or v32 < 0 or (positive and v32 == 0) or (v32 == 0) != (v == 0) \
+            or not np.isfinite(inv):
+        raise ValueError(f"{what} must be a finite number {want} as float32 (the type it is used in)"
+                         + (", with a finite float32 reciprocal" if reciprocal else "")
+                         + f"; got {v!r}, which is {float(v32)!r} in float32")
+
+
+def operand_format(name, what, allow_none=True):
+    """The name of an operand type a recipe or :func:`~fp8emu.attention.quantize_qkv` names: a format of
+    at most 8 bits, ``"bfloat16"`` or ``"float16"`` (:data:`WIDE`), or ``None`` where ``allow_none``.
+
+    Examples
+    --------
+    >>> operand_format("e4m3", "q_format"), operand_format("bfloat16", "k_format"), operand_format(None, "x")
+    ('e4m3', 'bfloat16', None)
+    """
+    if name is None:
+        if allow_none:
+            return None
+        raise ValueError(f"{what} must be a format name")
+    if isinstance(name, str) and name in WIDE:
+        return name
+    try:
+        fmt = get_format(name)
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{what} must be an 8-bit format name, 'bfloat16', 'float16' or None, "
+                         f"got {name!r}") from None
+    if fmt.bits > 8:
+        raise ValueError(f"{what} must be a format of at most 8 bits, got {fmt.name}")
+    return fmt.name
+
+
+def as_heads(x, what, dtype=F32):
+    """``x`` as a finite (heads, tokens, dim) copy of type ``dtype`` ((tokens, dim): one head).
+
+    Examples
+    --------
+    >>> as_heads(np.ones((4, 8)), "q").shape, as_heads(np.ones((4, 8)), "q").dtype.name
+    ((1, 4, 8), 'float32')
+    """
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{what} must be a numeric array, got {type(x).__name__}")
     a = np.asarray(x)
-    if a.dtype.kind not in "fiu" and a.dtype not in _WIDE.values():
+    if a.dtype.kind not in "fiu" and a.dtype not in WIDE.values():
         raise TypeError(f"{what} must be a real numeric array, got dtype {a.dtype}")
     if a.ndim == 2:
         a = a[None]
@@ -45,7 +109,7 @@ def _no_overflow(src, cast, what):
                          f"magnitude (the largest is {_largest(src[bad])}); scale it down first")
 
 
-def _positive_f32(values, what, *, reciprocal):
+def positive_f32(values, what, *, reciprocal):
     """``values`` (float64) as float32 > 0, with (``reciprocal``) a finite float32 ``1 / v``: refused as
     not finite or not > 0 where that is so, otherwise as overflowing or flushing to zero in float32."""
     d = np.asarray(values, np.float64)
@@ -65,9 +129,9 @@ def _positive_f32(values, what, *, reciprocal):
     return d32, inv
 
 
-def _validate(q, k, v, softmax_scale, causal, kv_len, dtype=F32):
+def validate(q, k, v, softmax_scale, causal, kv_len, dtype=F32):
     """The one contract of :func:`attention` and :func:`reference_attention` (inputs as ``dtype``)."""
-    q, k, v = _as_heads(q, "q", dtype), _as_heads(k, "k", dtype), _as_heads(v, "v", dtype)
+    q, k, v = as_heads(q, "q", dtype), as_heads(k, "k", dtype), as_heads(v, "v", dtype)
     H, Nq, d = q.shape
     Hk, Nk, dk = k.shape
     if H == 0 or Nq == 0 or d == 0 or v.shape[2] == 0:
@@ -86,7 +150,7 @@ def _validate(q, k, v, softmax_scale, causal, kv_len, dtype=F32):
     if isinstance(softmax_scale, (bool, np.bool_)) or not isinstance(softmax_scale, (int, float, np.floating,
                                                                                      np.integer)):
         raise ValueError(f"softmax_scale must be a finite positive number, got {softmax_scale!r}")
-    _f32_number(softmax_scale, "softmax_scale", positive=True)   # the kernels fold it in float32
+    f32_number(softmax_scale, "softmax_scale", positive=True)   # the kernels fold it in float32
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be True or False, got {causal!r}")
     if kv_len is None:

@@ -10,20 +10,17 @@ import dataclasses
 import math
 from typing import Callable
 
-import ml_dtypes
 import numpy as np
 
-from ..formats import get_format
 from ..registry import named
 from ..gemm import Accumulator, GemmModel, get_model
+from .inputs import F32, WIDE, f32_number, operand_format
 
 __all__ = ["AttentionRecipe", "RECIPES", "get_recipe", "off_recipe", "exp2_f32", "fa3_fp8", "fa4_sm100_fp8",
            "fa4_sm100_fp8_pre2717", "flashinfer_fp8_prefill", "flashinfer_fp8_decode", "vllm_fp8_kv_decode",
            "triton_tutorial_fp8"]
 
-F32 = np.float32
 LOG2E = math.log2(math.e)
-_WIDE = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
 
 
 def exp2_f32(x):
@@ -40,40 +37,6 @@ def exp2_f32(x):
     """
     with np.errstate(over="ignore", under="ignore"):
         return np.exp2(np.asarray(x, F32).astype(np.float64)).astype(F32)
-
-
-def _f32_number(v, what, *, positive, reciprocal=False):
-    """Check a real number as the float32 it is used as: finite, > 0 (``positive``) or >= 0, and
-    (``reciprocal``) with a finite float32 ``fl32(1 / v)``.  A value that is fine in float64 but
-    overflows or flushes to zero in float32 would otherwise give NaN/Inf outputs silently."""
-    want = "> 0" if positive else ">= 0"
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.floating, np.integer)):
-        raise ValueError(f"{what} must be a finite real number {want}, got {v!r}")
-    with np.errstate(over="ignore", divide="ignore"):
-        v32 = F32(v)
-        inv = F32(1.0 / float(v)) if reciprocal and float(v) != 0 else F32(1)
-    if not np.isfinite(v32) or v32 < 0 or (positive and v32 == 0) or (v32 == 0) != (v == 0) \
-            or not np.isfinite(inv):
-        raise ValueError(f"{what} must be a finite number {want} as float32 (the type it is used in)"
-                         + (", with a finite float32 reciprocal" if reciprocal else "")
-                         + f"; got {v!r}, which is {float(v32)!r} in float32")
-
-
-def _fmt_or_wide(name, what, allow_none=True):
-    if name is None:
-        if allow_none:
-            return None
-        raise ValueError(f"{what} must be a format name")
-    if isinstance(name, str) and name in _WIDE:
-        return name
-    try:
-        fmt = get_format(name)
-    except (ValueError, KeyError, TypeError):
-        raise ValueError(f"{what} must be an 8-bit format name, 'bfloat16', 'float16' or None, "
-                         f"got {name!r}") from None
-    if fmt.bits > 8:
-        raise ValueError(f"{what} must be a format of at most 8 bits, got {fmt.name}")
-    return fmt.name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +124,7 @@ class AttentionRecipe:
 
     def __post_init__(self):
         for f in ("q_format", "k_format", "v_format", "p_format"):
-            object.__setattr__(self, f, _fmt_or_wide(getattr(self, f), f))
+            object.__setattr__(self, f, operand_format(getattr(self, f), f))
         choices = {"granularity": ("tensor", "head", "kv-head"), "scale_rule": ("amax", "given", "none"),
                    "key_order": ("forward", "reverse"), "fold": ("fa3", "flashinfer", "triton", "none"),
                    "row_sum": ("float32", "quantized"), "normalize": ("reciprocal", "divide")}
@@ -173,7 +136,7 @@ class AttentionRecipe:
             if acc.kind == "torch-cpu" or acc.policy.scale_at is not None:
                 raise ValueError(f"AttentionRecipe {f}={acc.name!r} is not a model of a kernel's tensor-core "
                                  "GEMM; use a tensor-core model ('hopper', an instruction preset), 'fp32' or 'exact'")
-            wide = [o for o in ops if getattr(self, o) is None or getattr(self, o) in _WIDE]
+            wide = [o for o in ops if getattr(self, o) is None or getattr(self, o) in WIDE]
             if acc.kind in ("instruction", "steps") and wide:   # refused here, not after the Q·K pass has run
                 raise ValueError(f"AttentionRecipe {f}={acc.name!r} is a tensor-core model that needs 8-bit "
                                  f"operands, but {', '.join(wide)} {'is' if len(wide) == 1 else 'are'} not; use "
@@ -189,12 +152,12 @@ class AttentionRecipe:
         if isinstance(mo, bool) or not isinstance(mo, (int, np.integer)) or not 0 <= mo <= 64:
             raise ValueError(f"AttentionRecipe max_offset must be an integer in [0, 64], got {mo!r}")
         # both are used in float32 (p_scale also as fl32(1 / p_scale)): checked as float32
-        _f32_number(self.rescale_threshold, "AttentionRecipe rescale_threshold", positive=False)
-        _f32_number(self.p_scale, "AttentionRecipe p_scale", positive=True, reciprocal=True)
+        f32_number(self.rescale_threshold, "AttentionRecipe rescale_threshold", positive=False)
+        f32_number(self.p_scale, "AttentionRecipe p_scale", positive=True, reciprocal=True)
         if not callable(self.exp2):
             raise TypeError(f"AttentionRecipe exp2 must be a callable, got {type(self.exp2).__name__}")
         if self.fold == "triton" and self.scale_rule != "none" and any(
-                f not in (None, *_WIDE) for f in (self.q_format, self.k_format)):
+                f not in (None, *WIDE) for f in (self.q_format, self.k_format)):
             raise ValueError("fold='triton' has no descales: use scale_rule='none' with 8-bit Q/K")
         if self.row_sum == "quantized" and self.p_format is None:
             raise ValueError("row_sum='quantized' needs a p_format")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .inputs import _validate
+from .inputs import validate
 
 __all__ = ["reference_attention"]
 
@@ -22,7 +22,7 @@ def reference_attention(q, k, v, *, causal=False, kv_len=None, softmax_scale=Non
     >>> o[0, 0].tolist(), round(float(l[0, 0]), 12) == round(math.log(3), 12)
     ([1.0, 1.0, 1.0, 1.0], True)
     """
-    q, k, v, scale, causal, kv_len = _validate(q, k, v, softmax_scale, causal, kv_len, np.float64)
+    q, k, v, scale, causal, kv_len = validate(q, k, v, softmax_scale, causal, kv_len, np.float64)
     if isinstance(block_n, (bool, np.bool_)) or not isinstance(block_n, (int, np.integer)) or block_n < 1:
         raise ValueError(f"block_n must be a positive integer, got {block_n!r}")
     H, Nq, d = q.shape

@@ -120,7 +120,8 @@ class AttentionResult:
     descales: tuple
 
 
-def _fill_errors(report, out, lse, ref, ref_lse):
+def fill_errors(report, out, lse, ref, ref_lse):
+    """Write the errors of ``out`` and ``lse`` against the reference ``ref`` and ``ref_lse`` into ``report``."""
     H = out.shape[0]
     o = out.astype(np.float64).reshape(H, -1)
     r = ref.reshape(H, -1)

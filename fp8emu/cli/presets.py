@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..gemm.instructions import INSTRUCTIONS, presets
+from ..gemm.catalogue import INSTRUCTIONS, presets
 
 
 def register(sub, name, help_text):

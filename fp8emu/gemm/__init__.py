@@ -87,7 +87,8 @@ from __future__ import annotations
 
 from .accumulator import Accumulator, BlockScaledAccumulator, cublas_split_k, split_bounds
 from .block_scaled import block_scaled_mm, nvfp4_alpha
-from .instructions import INSTRUCTIONS, Instruction, dot, get_instruction, mma, presets
+from .catalogue import INSTRUCTIONS, Instruction, get_instruction, presets
+from .instructions import dot, mma
 from .models import MODELS, GemmModel, Policy, get_model
 from .scaled_mm import scaled_mm
 

@@ -78,8 +78,8 @@ from .fparith import add_scaled_f32
 from .catalogue import Instruction
 from .instructions import block_scaled_gemm
 from .models import block_steps, get_model
-from .kernels import (_ZERO_EXP, _ZERO_LOW, accumulate, exact_dot, low_bits, mma_dot,
-                      values_and_exponents)
+from .code_tables import ZERO_EXP, ZERO_LOW, low_bits, values_and_exponents
+from .kernels import accumulate, exact_dot, mma_dot
 
 __all__ = ["block_scaled_mm", "nvfp4_alpha"]
 
@@ -405,7 +405,7 @@ def _through_instruction(A: _Operand, B: _Operand, ins, c):
 def _exponents(v):
     """floor(log2|v|) of float64 values as int16-range int64; the zero sentinel for zeros."""
     _, e = np.frexp(v)
-    return np.where(v == 0, _ZERO_EXP, e.astype(np.int64) - 1)
+    return np.where(v == 0, ZERO_EXP, e.astype(np.int64) - 1)
 
 
 def _accumulator_input(c, M, N):
@@ -478,15 +478,15 @@ def _scaled_operand(op: _Operand, K):
     # back only where there are any
     shape3 = (rows, nb, blk)
     p, e2, l2 = va.reshape(shape3), ea.reshape(shape3), la.reshape(shape3)
-    zero = e2 == _ZERO_EXP
+    zero = e2 == ZERO_EXP
     if zero_s.any():
         zero |= zero_s[:, :, None]
     p *= s[:, :, None]
     e2 += q[:, :, None]
     l2 += lq[:, :, None]
     if zero.any():
-        np.copyto(e2, np.int16(_ZERO_EXP), where=zero)
-        np.copyto(l2, np.int16(_ZERO_LOW), where=zero)
+        np.copyto(e2, np.int16(ZERO_EXP), where=zero)
+        np.copyto(l2, np.int16(ZERO_LOW), where=zero)
     return p.reshape(rows, -1)[:, :K], e2.reshape(rows, -1)[:, :K], l2.reshape(rows, -1)[:, :K]
 
 
@@ -501,13 +501,13 @@ def _product_scaled(va, ea, sa, vb, eb, sb, acc, c=None, lows=None):
     _, qa = np.frexp(sa)
     _, qb = np.frexp(sb)
     pa, pb = va * sa, vb * sb
-    ea2 = np.where(pa == 0, _ZERO_EXP, ea + np.where(sa == 0, 0, qa - 1)).astype(np.int16)
-    eb2 = np.where(pb == 0, _ZERO_EXP, eb + np.where(sb == 0, 0, qb - 1)).astype(np.int16)
+    ea2 = np.where(pa == 0, ZERO_EXP, ea + np.where(sa == 0, 0, qa - 1)).astype(np.int16)
+    eb2 = np.where(pb == 0, ZERO_EXP, eb + np.where(sb == 0, 0, qb - 1)).astype(np.int16)
     if lows is not None:
         la, lb, lsa, lsb, ba, bb = lows
         K = la.shape[1]
-        la = np.where(pa == 0, _ZERO_LOW, la + np.repeat(lsa, ba, axis=1)[:, :K])
-        lb = np.where(pb == 0, _ZERO_LOW, lb.T + np.repeat(lsb, bb, axis=1)[:, :K].T)
+        la = np.where(pa == 0, ZERO_LOW, la + np.repeat(lsa, ba, axis=1)[:, :K])
+        lb = np.where(pb == 0, ZERO_LOW, lb.T + np.repeat(lsb, bb, axis=1)[:, :K].T)
         lows = (la, lb)
     step_acc = Accumulator("mma", acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
     with warnings.catch_warnings():

@@ -18,17 +18,16 @@ import dataclasses
 import numpy as np
 
 from ..registry import named
+from .outputs import OUTPUT_TYPES
 
 __all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets"]
 
 _DATAPATHS = ("fused", "scaled", "grouped", "paired")
 _ROUNDINGS = ("rz-e8m13", "rz", "rne")
-#: Block-scale types (their decode: :func:`fp8emu.gemm.datapaths._scale_values`).
+#: Block-scale types (their decode: :func:`fp8emu.gemm.instruction_inputs.scale_values`).
 _SCALES = ("ue8m0", "ue4m3", "ue5m3")
 _FP8 = ("e4m3fn", "e5m2")
 _F8F6F4 = ("e4m3fn", "e5m2", "e3m2fn", "e2m3fn", "e2m1fn")
-_OUT = {"float32": (np.float32, np.uint32, -126, 23, 0x7FFFFFFF),
-        "float16": (np.float16, np.uint16, -14, 10, 0x7FFF)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +101,7 @@ class Instruction:
             raise ValueError(f"Instruction datapath must be one of {_DATAPATHS}, got {self.datapath!r}")
         if self.rounding not in _ROUNDINGS:
             raise ValueError(f"Instruction rounding must be one of {_ROUNDINGS}, got {self.rounding!r}")
-        if self.out not in _OUT:
+        if self.out not in OUTPUT_TYPES:
             raise ValueError(f"Instruction out must be 'float32' or 'float16', got {self.out!r}")
         if self.rounding == "rz-e8m13" and self.out != "float32":
             raise ValueError("rounding 'rz-e8m13' needs a float32 output")

@@ -3,14 +3,16 @@ IEEE specials, bias with one rounding and narrow outputs."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..codec import encode
-from ..formats import get_format
-from ..interop import real_values, to_numpy
+from ..formats import format_of_dtype, get_format
+from ..interop import TORCH_NARROW_NAMES, real_values, to_numpy
 from ..tables import SOURCE_DTYPES
+from .code_tables import any_nonfinite
 from .fparith import round_hi_lo, two_sum
-from .kernels import any_nonfinite, special_masks
+from .kernels import special_masks
 
 __all__ = ["as_scale", "bias_values", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
 
@@ -53,10 +55,13 @@ def as_scale(s, what):
 
 
 def _dtype_name(out_dtype):
-    """A torch dtype (``torch.bfloat16``, ``torch.float8_e4m3fn``) as fp8emu's name for it."""
+    """A torch dtype (``torch.bfloat16``, ``torch.float8_e4m3fn``) as fp8emu's name for it: a narrow
+    one through the ml_dtypes type of the same name and the one map between formats and dtypes
+    (:func:`fp8emu.formats.format_of_dtype`)."""
     if type(out_dtype).__module__ == "torch" and type(out_dtype).__name__ == "dtype":
         name = str(out_dtype).removeprefix("torch.")
-        return name.removeprefix("float8_") if name.startswith("float8_") else name
+        fmt = format_of_dtype(getattr(ml_dtypes, name)) if name in TORCH_NARROW_NAMES else None
+        return name if fmt is None else fmt.name
     return out_dtype
 
 

@@ -2,7 +2,8 @@
 
 :func:`mma` runs one instruction of the catalogue on one tile, or on a batch of tiles,
 ``D = A @ B + C``; :func:`dot` the same as rows; :func:`gemm` and :func:`block_scaled_gemm`
-chain one along K; :func:`presets` lists every instruction with the evidence behind it (public GPU
+chain one along K.  The instructions themselves are the rows of :mod:`fp8emu.gemm.catalogue`, whose
+:func:`~fp8emu.gemm.catalogue.presets` lists every one with the evidence behind it (public GPU
 recordings reproduced, random MMAs equal to MMA-Sim, or model only).
 
 Where things are: the catalogue as data, :mod:`fp8emu.gemm.catalogue` (a new preset is a row);
@@ -17,14 +18,15 @@ import numpy as np
 
 from ..codec import encode
 from ..formats import get_format
-from .catalogue import (_OUT, EVIDENCE, INSTRUCTIONS, Instruction, as_instruction,  # noqa: F401 (the public API)
-                        get_instruction, presets)
-from .datapaths import _WIDE, _check, _format_name, _reference
+from . import catalogue
+from .datapaths import reference
+from .instruction_inputs import check_inputs
+from .outputs import OUTPUT_TYPES
+from .wide_inputs import WIDE_INPUTS, operand_name
 from .routes import run_tiles, tile_route
 from .routes.tables import run_tables
 
-__all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets", "mma", "dot",
-           "gemm", "block_scaled_gemm"]
+__all__ = ["mma", "dot", "gemm", "block_scaled_gemm"]
 
 def dot(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_scales=None,
         scale_format=None):
@@ -61,7 +63,7 @@ def dot(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     ...  for i in ("hopper-wgmma", "blackwell-mma")]                    # 13 vs 31 fraction bits
     [1.0, 1.000946044921875]
     """
-    ins = get_instruction(instruction)
+    ins = catalogue.get_instruction(instruction)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or a.shape != b.shape:
         raise ValueError(f"a and b must be (n, K) arrays of the same shape, got {a.shape} and {b.shape}")
@@ -97,7 +99,7 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     c : array_like, shape (..., M, N), optional
         Accumulator input, in the instruction's output type (float32 or float16); default zero.
     instruction : str or Instruction
-        A name from :data:`INSTRUCTIONS` (see :func:`presets`).
+        A name from :data:`~fp8emu.gemm.catalogue.INSTRUCTIONS` (see :func:`~fp8emu.gemm.catalogue.presets`).
     a_format, b_format : str
         Element formats the instruction accepts (``b_format`` defaults to ``a_format``).
     a_scales : ndarray of uint8, shape (..., M, K // block), optional
@@ -124,7 +126,7 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
     >>> mma(tiles, b, c, instruction="hopper-wgmma", a_format="e4m3fn")[:, 0, 0].tolist()
     [1.0, 1.125]
     """
-    ins = get_instruction(instruction)
+    ins = catalogue.get_instruction(instruction)
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"a must be (..., M, K) and b (..., K, N), got {a.shape} and {b.shape}")
@@ -160,14 +162,14 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
         a_scales, batch + np.shape(a_scales)[-2:]).reshape(T, M, np.shape(a_scales)[-1])
     sb3 = None if b_scales is None else np.swapaxes(
         np.broadcast_to(b_scales, batch + np.shape(b_scales)[-2:]), -1, -2).reshape(T, N, np.shape(b_scales)[-2])
-    if _format_name(a_format) not in _WIDE:
-        sa, sb, block = _check(ins, K, a_format, bf, sa3, sb3, scale_format)
+    if operand_name(a_format) not in WIDE_INPUTS:
+        sa, sb, block = check_inputs(ins, K, a_format, bf, sa3, sb3, scale_format)
         fa, fb = get_format(a_format), get_format(bf)
         route = tile_route(ins, fa, fb, block)
         if cc.size == 0:
             return np.empty(batch + (M, N), cc.dtype)
         if route is not None:
-            # _check's scales are K-major, (K / block, T, M): the tiles innermost instead
+            # check_inputs' scales are K-major, (K / block, T, M): the tiles innermost instead
             scl = None if sa is None else (*((v.transpose(0, 2, 1), e.transpose(0, 2, 1)) for v, e in (sa, sb)), block)
             return route(ins, a3, b3, cc, fa, fb, scl).reshape(batch + (M, N))
     # every other datapath: the tiles' M * N dot products as rows
@@ -181,7 +183,7 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
 
 
 def _c_in(c, shape, ins):
-    dt = _OUT[ins.out][0]
+    dt = OUTPUT_TYPES[ins.out].dtype
     if c is None:
         return np.zeros(shape, dt)
     arr = np.asarray(c)
@@ -211,22 +213,24 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     routes are tested against.
     """
     K = a.shape[-1]
-    sa, sb, block = _check(ins, K, a_format, b_format, a_scales, b_scales, scale_format)
+    if operand_name(a_format) in WIDE_INPUTS:
+        # the reference steps check the inputs themselves
+        return reference(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format)
+    sa, sb, block = check_inputs(ins, K, a_format, b_format, a_scales, b_scales, scale_format)
     if c.size == 0:
         return np.empty(c.shape, c.dtype)
-    if _format_name(a_format) not in _WIDE:
-        fa, fb = get_format(a_format), get_format(b_format)
-        tile = a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1
-        route = tile_route(ins, fa, fb, block) if tile else None
-        if route is run_tiles and a.shape[0] * b.shape[1] < 512:
-            route = None          # a tile of fewer outputs: the code-pair path's fewer NumPy calls win
-        if route is not None:
-            # sa (K / block, M, 1) and sb (K / block, 1, N) as the routes take them, (K / block, N, 1)
-            scl = None if sa is None else (sa, (sb[0].swapaxes(1, 2), sb[1].swapaxes(1, 2)), block)
-            return route(ins, a[None, :, 0], b[None, 0], c[None], fa, fb, scl)[0]
-        # FP8/FP6/FP4 rows (or a block-scaled kind): products from code-pair tables
-        return run_tables(ins, a, b, c, fa, fb, sa, sb, block, K)
-    return _reference(ins, a, b, c, a_format, b_format, sa, sb, block)
+    fa, fb = get_format(a_format), get_format(b_format)
+    tile = a.shape[1] == 1 and b.shape[0] == 1 and a.shape[0] > 1 and b.shape[1] > 1
+    route = tile_route(ins, fa, fb, block) if tile else None
+    if route is run_tiles and a.shape[0] * b.shape[1] < 512:
+        route = None          # a tile of fewer outputs: the code-pair path's fewer NumPy calls win
+    if route is not None:
+        # sa (K / block, M, 1) and sb (K / block, 1, N) as the routes take them, (K / block, N, 1)
+        scl = None if sa is None else (sa, (sb[0].swapaxes(1, 2), sb[1].swapaxes(1, 2)), block)
+        return route(ins, a[None, :, 0], b[None, 0], c[None], fa, fb, scl)[0]
+    # FP8/FP6/FP4 rows (or a block-scaled kind): products from code-pair tables
+    return run_tables(ins, a, b, c, fa, fb, sa, sb, block, K)
+
 
 def _k_padded(ins, a, b):
     """Zero codes appended along K to a whole number of steps, as a kernel pads its last tile."""
@@ -252,7 +256,7 @@ def gemm(a, b, *, instruction, a_format, b_format, c=None):
     >>> float(gemm(a, b, instruction="rtx-blackwell-mma", a_format="e4m3fn", b_format="e4m3fn")[0, 0])
     448.091796875
     """
-    ins = get_instruction(instruction)
+    ins = catalogue.get_instruction(instruction)
     if ins.out != "float32":
         raise ValueError(f"{ins.name} returns float16; a GEMM accumulator needs a float32-output instruction "
                          f"(use {ins.name.removesuffix('-f16')!r})")
@@ -281,10 +285,11 @@ def block_scaled_gemm(a, a_format, a_scales, b, b_format, b_scales, *, instructi
     (K / block, N) decoded scale values (float64, NaN for a NaN code) of the given ``scale_format``.
     Used by :func:`fp8emu.gemm.block_scaled_mm` when its ``accumulator`` names an instruction.
     """
-    ins = get_instruction(instruction)
+    ins = catalogue.get_instruction(instruction)
     if not ins.block_scaled:
         raise ValueError(f"{ins.name} takes no block scales; use one of "
-                         f"{sorted(n for n, i in INSTRUCTIONS.items() if i.block_scaled)} with MX/NVFP4 operands")
+                         f"{sorted(n for n, i in catalogue.INSTRUCTIONS.items() if i.block_scaled)} "
+                         "with MX/NVFP4 operands")
     sa, sb = _scale_codes(a_scales, scale_format), _scale_codes(b_scales, scale_format)
     K = a.shape[1]
     if K % ins.shape[2]:

@@ -1,6 +1,7 @@
-"""GEMM kernels over decoded operands: per-code value tables and the three accumulations.
+"""GEMM kernels over decoded operands: the three accumulations.
 
-Operands arrive as float64 values (non-finite codes zeroed) with int16 exponents;
+Operands arrive as float64 values (non-finite codes zeroed) with int16 exponents, as the per-code
+tables of :mod:`fp8emu.gemm.code_tables` give them;
 each kernel returns the float32 (M, N) result of the K reduction:
 :func:`accumulate` dispatches to the exact sum (:func:`exact_dot`), the
 sequential float32 sum (:func:`fp32_dot`) or chained tensor-core steps
@@ -9,7 +10,6 @@ sequential float32 sum (:func:`fp32_dot`) or chained tensor-core steps
 
 from __future__ import annotations
 
-import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -18,15 +18,12 @@ import numpy as np
 
 from .. import parallel
 from ..codec import decode
-from ..formats import Format
 from .accumulator import Accumulator, split_bounds
+from .code_tables import ZERO_EXP, ZERO_LOW, low_bits
 from .fparith import add_scaled_f32, round_hi_lo, two_sum
 
-__all__ = ["values_and_exponents", "special_masks", "accumulate", "mma_dot", "fp32_dot", "exact_dot"]
+__all__ = ["special_masks", "accumulate", "mma_dot", "fp32_dot", "exact_dot"]
 
-# Exponent given to zero terms: far below any real term, so it never wins the
-# maximum and truncates to nothing; the sum of two still fits in int16.
-_ZERO_EXP = -16000
 #: Elements of the (rows, N, group) product block processed at once.
 _BLOCK_ELEMS = 1 << 20
 #: Multiply-adds below which OpenBLAS computes a matrix product on one thread.
@@ -35,83 +32,13 @@ _BLAS_SERIAL = 1 << 18
 #: of them are still read back from the caches (1.03-1.07x against 16 MiB on this machine).
 _STEP_CHUNK = 1 << 19
 
-@functools.lru_cache(maxsize=64)
-def _value_tables(fmt: Format):
-    """Per-code float64 value (non-finite -> 0) and exponent (subnormals -> emin, zero -> sentinel).
-
-    Cached on the Format object itself, so formats that differ in any field (their Inf/NaN codes
-    too) never share a table.
-    """
-    v = decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64)
-    fin = np.where(np.isfinite(v), v, 0.0)
-    emin = int(np.log2(fmt.min_normal))
-    _, e = np.frexp(fin)
-    e = np.where(fin == 0, _ZERO_EXP, np.maximum(e.astype(np.int64) - 1, emin))
-    fin.setflags(write=False)
-    e = e.astype(np.int16)
-    e.setflags(write=False)
-    return fin, e
-
-
-@functools.lru_cache(maxsize=64)
-def _low_table(fmt: Format):
-    """Per-code exponent of the value's lowest set bit (zero and non-finite codes -> sentinel)."""
-    tv, _ = _value_tables(fmt)
-    low = low_bits(tv).astype(np.int16)
-    low.setflags(write=False)
-    return low
-
-
-def _code_index(codes, fmt: Format):
-    return codes if fmt.bits >= 8 else codes & np.uint8((1 << fmt.bits) - 1)
-
-
-def values_and_exponents(codes, fmt: Format, *, lows=False):
-    """float64 values with non-finite ones zeroed, and per-element int16 exponents; with ``lows``,
-    also the exponents of their lowest set bits (:func:`low_bits` of the values, per code).
-
-    The codes are widened to NumPy's index type once for all the per-code tables (a gather with
-    uint8 indices widens them again for each table).
-
-    Examples
-    --------
-    >>> from fp8emu.formats import get_format
-    >>> v, e, low = values_and_exponents(np.array([0x38, 0x3C, 0], np.uint8), get_format("e4m3fn"), lows=True)
-    >>> v.tolist(), e[:2].tolist(), low[:2].tolist()                  # 1.0, 1.5, 0
-    ([1.0, 1.5, 0.0], [0, 0], [0, -1])
-    """
-    tv, te = _value_tables(fmt)
-    idx = _code_index(codes, fmt).astype(np.intp)
-    out = np.take(tv, idx), np.take(te, idx)
-    return out + (np.take(_low_table(fmt), idx),) if lows else out
-
-
-@functools.lru_cache(maxsize=64)
-def _nonfinite_table(fmt: Format):
-    t = ~np.isfinite(decode(np.arange(1 << fmt.bits, dtype=np.uint8), fmt, dtype=np.float64))
-    t.setflags(write=False)
-    return t
-
-
-def any_nonfinite(codes, fmt: Format) -> bool:
-    """Whether any code decodes to Inf or NaN (a per-code table, not a decode).
-
-    Examples
-    --------
-    >>> from fp8emu.formats import get_format
-    >>> any_nonfinite(np.array([0x38, 0x7F], np.uint8), get_format("e4m3fn"))
-    True
-    """
-    t = _nonfinite_table(fmt)
-    return bool(t.any()) and bool(np.take(t, _code_index(codes, fmt)).any())
-
 
 def _exp_span(e):
     """(lowest, highest) exponent of the non-zero values; (0, 0) when all are zero."""
-    hi = int(e.max(initial=_ZERO_EXP))
-    if hi == _ZERO_EXP:
+    hi = int(e.max(initial=ZERO_EXP))
+    if hi == ZERO_EXP:
         return 0, 0
-    return int(np.where(e > _ZERO_EXP, e, np.int16(32767)).min()), hi
+    return int(np.where(e > ZERO_EXP, e, np.int16(32767)).min()), hi
 
 
 def special_masks(codes_a, fa, codes_b, fb):
@@ -147,11 +74,11 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None, l
     if pad:
         va = np.pad(va, ((0, 0), (0, pad)))
         vb = np.pad(vb, ((0, pad), (0, 0)))
-        ea = np.pad(ea, ((0, 0), (0, pad)), constant_values=_ZERO_EXP)
-        eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=_ZERO_EXP)
+        ea = np.pad(ea, ((0, 0), (0, pad)), constant_values=ZERO_EXP)
+        eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=ZERO_EXP)
         if lows is not None:
-            lows = (np.pad(lows[0], ((0, 0), (0, pad)), constant_values=_ZERO_LOW),
-                    np.pad(lows[1], ((0, pad), (0, 0)), constant_values=_ZERO_LOW))
+            lows = (np.pad(lows[0], ((0, 0), (0, pad)), constant_values=ZERO_LOW),
+                    np.pad(lows[1], ((0, pad), (0, 0)), constant_values=ZERO_LOW))
     ng = (K + pad) // G
     promote = acc.promote
     bounds = split_bounds(K, acc.splits(M, N, K))
@@ -205,8 +132,8 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None, l
     # K-major layout: reductions over a step become element-wise operations on
     # contiguous (rows, N) slabs, much faster than reducing a short last axis
     vat_, vb_ = np.ascontiguousarray(va.T, dtype=dt), vb.astype(dt)
-    eat_ = np.ascontiguousarray(np.maximum(ea, _ZERO_EXP).T, dtype=np.int16)
-    eb_ = np.maximum(eb, _ZERO_EXP).astype(np.int16)
+    eat_ = np.ascontiguousarray(np.maximum(ea, ZERO_EXP).T, dtype=np.int16)
+    eb_ = np.maximum(eb, ZERO_EXP).astype(np.int16)
     ops = _KMajor(vat_, vb_, eat_, eb_, *_exponent_weights(eat_, eb_, G))
     rows = -(-M // max(min(threads, M), -(-M // rows)))   # at least one block per core
 
@@ -236,7 +163,7 @@ def _exponent_weights(eat, eb, G):
     Returns Nones when the weights would leave float64's normal range.
     """
     c = 1 << (int(G).bit_length() - 1).bit_length()   # a power of two with 2**c > G: E is a shift
-    nz_a, nz_b = eat > _ZERO_EXP, eb > _ZERO_EXP
+    nz_a, nz_b = eat > ZERO_EXP, eb > ZERO_EXP
     if not nz_a.any() or not nz_b.any():
         return None, None, c, 0
     la, ha = int(eat[nz_a].min()), int(eat[nz_a].max())
@@ -450,8 +377,6 @@ _CHECKS = frozenset({"span", "small_part", "large_part"})
 #: Entries x steps computed by each route since the last reset (tests read them).
 COUNTERS = {"fast": 0, "fallback": 0, "dense": 0}
 _COUNTER_LOCK = threading.Lock()
-# lowest-set-bit exponent given to zero terms (above any real one, never wins the minimum)
-_ZERO_LOW = 16000
 # the fast path pays off when at least this share of a sample of entries passes the span check
 _FAST_SHARE = 0.5
 
@@ -467,22 +392,6 @@ def _count(**n):
     with _COUNTER_LOCK:
         for k, v in n.items():
             COUNTERS[k] += int(v)
-
-
-def low_bits(v):
-    """Exponent of the lowest set bit of each (normal or zero) float64 value; zeros get a sentinel.
-
-    Examples
-    --------
-    >>> low_bits(np.array([1.0, 6.0, 0.375, -2.0 ** -20])).tolist()
-    [0, 1, -3, -20]
-    """
-    v = np.ascontiguousarray(v, np.float64)
-    bits = v.view(np.int64)
-    mant = (bits & np.int64((1 << 52) - 1)) | np.int64(1 << 52)
-    _, tz = np.frexp((mant & -mant).astype(np.float64))
-    low = ((bits >> 52) & np.int64(0x7FF)) - 1076 + tz
-    return np.where(v == 0, _ZERO_LOW, low).astype(np.int32)
 
 
 def _group_bounds(e, low, G, axis):
@@ -528,8 +437,8 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
         if _span_share(va[:32], ea[:32], vb[:, :32], eb[:, :32], G, F, sa_, sb_) < _FAST_SHARE:
             return None
     la_e, lb_e = lows if lows is not None else (low_bits(va), low_bits(vb))
-    lo_a, lo_b = int(la_e.min(initial=_ZERO_LOW)), int(lb_e.min(initial=_ZERO_LOW))
-    if lo_a < _ZERO_LOW and lo_b < _ZERO_LOW and lo_a + lo_b < e_floor - F:
+    lo_a, lo_b = int(la_e.min(initial=ZERO_LOW)), int(lb_e.min(initial=ZERO_LOW))
+    if lo_a < ZERO_LOW and lo_b < ZERO_LOW and lo_a + lo_b < e_floor - F:
         return None
     lowest = lo_a + lo_b
     if c is not None:
@@ -556,7 +465,7 @@ def _span_share(va, ea, vb, eb, G, F, la=None, lb=None):
     """Share of the (row, step, column) entries of these operands that pass the span check."""
     ha, la = _group_bounds(ea, low_bits(va) if la is None else la, G, 1)
     hb, lb = _group_bounds(eb, low_bits(vb) if lb is None else lb, G, 0)
-    zero = (ha <= _ZERO_EXP)[:, :, None] | (hb <= _ZERO_EXP)[None, :, :]
+    zero = (ha <= ZERO_EXP)[:, :, None] | (hb <= ZERO_EXP)[None, :, :]
     if zero.size == 0:
         return 1.0                  # no entries: none fails the check
     return float(np.mean(zero | ((ha - la)[:, :, None] + (hb - lb)[None, :, :] <= F)))
@@ -638,7 +547,7 @@ def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, promote, e_floor, kscal
     fs = F if "span" in _CHECKS else 1 << 30
     fs = min(fs, 51 - (G - 1).bit_length())
     ha, la = ops.ha[m0:m1], ops.la[m0:m1]
-    zero_a, zero_b = ha <= _ZERO_EXP, ops.hb <= _ZERO_EXP
+    zero_a, zero_b = ha <= ZERO_EXP, ops.hb <= ZERO_EXP
     da = np.where(zero_a, -(1 << 20), ha - la)
     db = np.where(zero_b, -(1 << 20), ops.hb - ops.lb)
     with np.errstate(over="ignore", under="ignore"):

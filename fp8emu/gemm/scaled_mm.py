@@ -17,7 +17,8 @@ from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_scale, to_output
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
-from .kernels import accumulate, mma_dot, values_and_exponents
+from .code_tables import values_and_exponents
+from .kernels import accumulate, mma_dot
 from .models import MODELS, get_model, row_for_formats, run_steps, steps_accumulator
 from .torch_cpu import fast_accum_accumulator, torch_cpu_mm
 

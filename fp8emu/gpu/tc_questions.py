@@ -39,7 +39,7 @@ import numpy as np
 
 from ..codec import decode
 from ..gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
-from ..gemm.instructions import INSTRUCTIONS
+from ..gemm.catalogue import INSTRUCTIONS
 from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import nvfp4_from_codes
 from .validate import gpu_available

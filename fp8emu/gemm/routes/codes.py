@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..datapaths import _TABLES, _sig_exp
+from ..code_tables import datapath_tables
 from .layout import kmajor_codes
 from .workspace import work
 
@@ -17,6 +17,8 @@ from .workspace import work
 #: one, so a maximum over a block sees only its non-zero products.
 ZERO_PRODUCT_EXP = -(1 << 15)
 _PAIRS = {}
+#: The routes' per-code tables, by (kind, format name, ...).
+_TABLES = {}
 
 
 def pair_tables(fa, fb, zero_exp):
@@ -28,10 +30,7 @@ def pair_tables(fa, fb, zero_exp):
     """
     key = (fa.name, fb.name, zero_exp)
     if key not in _PAIRS:
-        for f in (fa, fb):
-            if f.name not in _TABLES:
-                _TABLES[f.name] = _sig_exp(f)
-        (va, ea), (vb, eb) = _TABLES[fa.name], _TABLES[fb.name]
+        (va, ea), (vb, eb) = datapath_tables(fa), datapath_tables(fb)
         with np.errstate(invalid="ignore"):
             p = np.multiply.outer(va, vb).ravel()
         x = np.where(p == 0, zero_exp, np.add.outer(ea, eb).ravel()).astype(np.int16)
@@ -51,9 +50,7 @@ def operand_tables(fmt, dt):
     format, and the smallest exponent of a non-zero code."""
     key = ("operand", fmt.name, dt)
     if key not in _TABLES:
-        if fmt.name not in _TABLES:
-            _TABLES[fmt.name] = _sig_exp(fmt)
-        v, e = _TABLES[fmt.name]
+        v, e = datapath_tables(fmt)
         ev = np.where(v == 0, ZERO_OPERAND_EXP, e).astype(np.int8)
         vv = v.astype(dt)
         vv.flags.writeable = ev.flags.writeable = False

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..catalogue import _OUT
-from ..datapaths import _TABLES, _kept_bits, _pow2
-from ..kernels import _ZERO_LOW, _low_table, _value_tables, any_nonfinite
+from ..aligned_sums import pow2
+from ..code_tables import ZERO_LOW, any_nonfinite, low_bit_table, value_tables
+from ..outputs import OUTPUT_TYPES, kept_bits
 from .codes import ZERO_OPERAND_EXP, operand_tables
 from .operands import OP_TILE, run_operands
-from .steps import OUT_FIELDS, c_exponents, paired_finish, round_results, zero_c_matters
+from .steps import c_exponents, paired_finish, round_results, zero_c_matters
 from .workspace import work
 
 #: A GEMM (one tile) of at least this many outputs tries :func:`run_exact`, which serves it where
@@ -29,6 +29,8 @@ _EXACT_SHARE = 0.9
 #: chunks of steps (outputs per chunk, or decoded operand elements): a chunk's float64 sums (2 MiB)
 #: then stay in the caches for its steps (1.05-1.2x against 2**20 on this machine's 2 MiB L2).
 _EXACT_OUT = 1 << 18
+#: The power tables of :func:`_power_tables`, by (what, formats, step).
+_POWERS = {}
 
 
 def run_exact(ins, a, b, c, fa, fb, scales=None):
@@ -97,9 +99,9 @@ def _plan(ins, a, b, c, fa, fb, scales):
     elif not (paired or (ins.datapath == "fused" and ins.zero_exp <= floor_e)):
         return None
     # per code: float64 values (non-finite ones zeroed) and the exponents of their lowest set bits
-    (va_t, _), (vb_t, _) = _value_tables(fa), _value_tables(fb)
+    (va_t, _), (vb_t, _) = value_tables(fa), value_tables(fb)
     p = SimpleNamespace(ins=ins, fa=fa, fb=fb, scales=scales, K=K, N=N, L=L, F=F, paired=paired, xa=xa, xb=xb,
-              floor_e=floor_e, qa=qa, qb=qb, va_t=va_t, vb_t=vb_t, la_t=_low_table(fa), lb_t=_low_table(fb),
+              floor_e=floor_e, qa=qa, qb=qb, va_t=va_t, vb_t=vb_t, la_t=low_bit_table(fa), lb_t=low_bit_table(fb),
               S=K // L, zero_mark=max(ins.zero_exp, -900) if paired else ins.zero_exp)
     # a sample decides whether enough entries pass (ignoring C, which only adds failures)
     rs, cs, s1 = min(M, 32), min(N, 32), min(p.S, 32)
@@ -113,9 +115,9 @@ def _plan(ins, a, b, c, fa, fb, scales):
     if not cmax + 2.0 * K * vmax * 2.0 ** qmax < 2.0 ** 126:
         return None          # a non-finite C, or sums that could overflow: the operand path
     # the scales known, the smallest real product exponent is too (see zero_c_matters)
-    p.zero_c = zero_c_matters(ins, floor_e) if qa is None else floor_e + qmin < OUT_FIELDS[ins.out][3]
-    p.coarse = not p.zero_c and F <= _kept_bits(ins)
-    p.F2, p.c_bits = ins.pair_bits, _OUT[ins.out][3]
+    p.zero_c = zero_c_matters(ins, floor_e) if qa is None else floor_e + qmin < OUTPUT_TYPES[ins.out].emin
+    p.coarse = not p.zero_c and F <= kept_bits(ins)
+    p.F2, p.c_bits = ins.pair_bits, OUTPUT_TYPES[ins.out].frac_bits
     # each step's largest product exponent and lowest product bit, where the float types allow, from
     # matrix products of powers of two (_power_tables): the bits' bound per row and column above
     # only sends an entry to have its lowest bit formed
@@ -197,8 +199,8 @@ def _chunk(p, ac, bc, g0, g1, rs):
     ch.la, ch.lb = _lowest(ac, p.la_t, L), _lowest(bc, p.lb_t, L)        # (steps of the chunk, rows)
     ch.VA, ch.VB = _per_step(p.va_t, ac, L), _per_step(p.vb_t, bc, L)
     if p.qa is not None:
-        ch.VA *= _pow2(p.qa[g0:g1, rs].T)[:, :, None]
-        ch.VB *= _pow2(p.qb[g0:g1].T)[:, :, None]
+        ch.VA *= pow2(p.qa[g0:g1, rs].T)[:, :, None]
+        ch.VB *= pow2(p.qb[g0:g1].T)[:, :, None]
     ch.sums = _step_sums(ch.VA, ch.VB, "sums")
     if p.powers is None:
         ch.EA = np.ascontiguousarray(_per_step(p.xa, ac, L).transpose(1, 2, 0))
@@ -266,7 +268,7 @@ def _add_c(x, cb, E, ec, F, c_bits):
     cut = E > ec + (F - c_bits)
     nc = np.count_nonzero(cut)
     if nc > cut.size // 4:
-        sc = _pow2(E, F, -1)
+        sc = pow2(E, F, -1)
         x *= sc
         cs_ = cb * sc
         x += np.trunc(cs_, out=cs_)
@@ -275,7 +277,7 @@ def _add_c(x, cb, E, ec, F, c_bits):
         ci = np.flatnonzero(cut)
         xs = x.ravel()[ci]                # those entries' sums, before C is added
         x += cb
-        sc = _pow2(E.ravel()[ci], F, -1)
+        sc = pow2(E.ravel()[ci], F, -1)
         xs *= sc
         xs += np.trunc(cb.ravel()[ci] * sc)
         xs /= sc
@@ -298,7 +300,7 @@ def _cut_sums(pa, pb, E, F):
     products.  ``pa``, ``pb`` (entries, L) hold the float64 values (scales included) of each entry's
     row of A and column of B in the step, E (entries) its largest exponent; every product, term
     and sum is exact in float64."""
-    f = _pow2(E, F, -1)
+    f = pow2(E, F, -1)
     t = np.multiply(pa, pb)
     t *= f[:, None]
     return np.trunc(t, out=t).sum(axis=1) / f
@@ -325,26 +327,26 @@ def _power_tables(fa, fb, L, what):
     where a sum of zero (no non-zero product, binade field 0) reads below every real V.
     """
     key = ("powers", what, fa.name, fb.name, L)
-    if key not in _TABLES:
+    if key not in _POWERS:
         if what == "exponent":
             (_, ea, _), (_, eb, _) = operand_tables(fa, np.float32), operand_tables(fb, np.float32)
-            ea, eb = (np.where(e == ZERO_OPERAND_EXP, _ZERO_LOW, e.astype(int)) for e in (ea, eb))
+            ea, eb = (np.where(e == ZERO_OPERAND_EXP, ZERO_LOW, e.astype(int)) for e in (ea, eb))
         else:
-            ea, eb = (np.where(t == _ZERO_LOW, _ZERO_LOW, -t.astype(int)) for t in (_low_table(fa), _low_table(fb)))
+            ea, eb = (np.where(t == ZERO_LOW, ZERO_LOW, -t.astype(int)) for t in (low_bit_table(fa), low_bit_table(fb)))
         p = int(L).bit_length()
-        real_a, real_b = ea[ea != _ZERO_LOW], eb[eb != _ZERO_LOW]
-        _TABLES[key] = None
+        real_a, real_b = ea[ea != ZERO_LOW], eb[eb != ZERO_LOW]
+        _POWERS[key] = None
         if real_a.size and real_b.size:
             vmin = int(real_a.min() + real_b.min())
             lo, hi = p * vmin, p * (real_a.max() + real_b.max() + 1)
             for dt, it, bias, frac in ((np.float32, np.int32, 127, 23), (np.float64, np.int64, 1023, 52)):
                 if lo >= 1 - bias and hi <= bias and -bias // p < vmin:
-                    ta, tb = (np.where(v == _ZERO_LOW, 0.0, np.ldexp(1.0, p * np.where(v == _ZERO_LOW, 0, v)))
+                    ta, tb = (np.where(v == ZERO_LOW, 0.0, np.ldexp(1.0, p * np.where(v == ZERO_LOW, 0, v)))
                               .astype(dt) for v in (ea, eb))
                     ta.flags.writeable = tb.flags.writeable = False
-                    _TABLES[key] = ta, tb, it, bias, frac, p
+                    _POWERS[key] = ta, tb, it, bias, frac, p
                     break
-    return _TABLES[key]
+    return _POWERS[key]
 
 
 def _largest_sums(px, powers):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...interop import byte_codes
-from ..datapaths import _fused_step
+from ..aligned_sums import fused_step
 from .codes import ZERO_PRODUCT_EXP, pair_decode, pair_tables
 from .steps import c_exponents, round_results
 
@@ -42,7 +42,7 @@ def run_groups(ins, a, b, c, fa, fb, scales):
     one float32 matrix product of the decoded operands; whether a group has a non-zero product at
     all is the AND of its row's and its column's non-zero elements as bit masks (one word of
     ``group`` bits each); the step then aligns the groups' scaled sums and C as
-    :func:`_group_terms` and :func:`_fused_step` do.
+    :func:`_group_terms` and :func:`fused_step` do.
     """
     T, M, N = c.shape
     if N < M:
@@ -99,6 +99,6 @@ def run_groups(ins, a, b, c, fa, fb, scales):
                         exps[zero | (exps < low // 2)] = ins.zero_exp
                         for g0 in range(0, gk, ng):
                             ec = c_exponents(cb, ins)
-                            cb = round_results(_fused_step(terms[g0:g0 + ng], exps[g0:g0 + ng], cb, ec, F), ins)
+                            cb = round_results(fused_step(terms[g0:g0 + ng], exps[g0:g0 + ng], cb, ec, F), ins)
                     out[t0:t1, m0:m1, n0:n1] = cb
     return out

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from ...interop import byte_codes
-from ..catalogue import _OUT
-from ..datapaths import _kept_bits, _pow2
+from ..aligned_sums import pow2
+from ..outputs import OUTPUT_TYPES, kept_bits
 from .codes import decoded_chunk, operand_tables
 from .layout import transposed
 from .steps import c_exponents, canonical, halves, paired_halves, round_results, zero_c_matters
@@ -69,7 +69,7 @@ def _e8m13_step(p, c, E, F, floor_e):
     is zero, so its result is C truncated to 13 fraction bits: C is taken there before the bits are
     cleared, unless a zero times Inf or NaN made it NaN.
     """
-    f = _pow2(np.maximum(E, floor_e), F, -1, np.float32)
+    f = pow2(np.maximum(E, floor_e), F, -1, np.float32)
     np.multiply(p, f, out=p)
     np.trunc(p, out=p)
     s = np.add.reduce(p, axis=0)
@@ -164,11 +164,11 @@ def _operand_plan(ins, fa, fb, scales):
     # truncated results need no care below the output's smallest normal where no step's grid
     # (2**(E - F)) is finer there than the output's (2**(emin - kept bits)): E is at least emin
     # where a zero C cannot carry zero_exp (never so for the scaled datapath, see zero_c_matters)
-    pl.coarse = not pl.zero_c and pl.F <= _kept_bits(ins)
+    pl.coarse = not pl.zero_c and pl.F <= kept_bits(ins)
     # a fused step truncated to e8m13 whose terms sum exactly in float32 stays in float32 throughout
     # (where a step of zero products leaves C's own grid, see _e8m13_step)
     pl.e8m13 = (not pl.scaled and not pl.paired and ins.rounding == "rz-e8m13" and pl.acc == np.float32
-                and pl.F >= 13 and ins.zero_exp <= _OUT["float32"][2])
+                and pl.F >= 13 and ins.zero_exp <= OUTPUT_TYPES["float32"].emin)
     return pl
 
 
@@ -203,16 +203,16 @@ def _operand_step(pl, p, x, cb, k, sel):
     E = np.maximum(Ep, ec)
     if pl.e8m13:
         return _e8m13_step(p, cb, E, F, floor_e)
-    sc = _pow2(E, F, -1)
+    sc = pow2(E, F, -1)
     # the aligning factor 2**(F - E) (times the scales), built in float32's exponent field: capped
     # where every product is zero (E below the smallest real product's), so that it stays finite,
     # and where it is below float32's normals (every term truncates to zero there anyway)
     if pl.scaled:
-        f = _pow2(np.clip(E - Q, floor_e, F + 126), F, -1, np.float32)
+        f = pow2(np.clip(E - Q, floor_e, F + 126), F, -1, np.float32)
         if pl.nan_scales:
             f[pl.nan_a[kb, ms, None, ts] | pl.nan_b[kb, None, ns, ts]] = np.nan
     else:
-        f = _pow2(np.maximum(E, floor_e), F, -1, np.float32)
+        f = pow2(np.maximum(E, floor_e), F, -1, np.float32)
     np.multiply(p, f, out=p)
     np.trunc(p, out=p)
     r = np.add.reduce(p, axis=0, dtype=pl.acc).astype(np.float64, copy=False)

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..catalogue import _OUT
-from ..datapaths import _kept_bits, _pow2, _round_out, _trunc_sum
+from ..aligned_sums import pow2, trunc_sum
+from ..outputs import OUTPUT_TYPES, kept_bits, round_output
 
-#: Per output type: unsigned view, exponent shift, magnitude mask, smallest normal exponent.
-OUT_FIELDS = {"float32": (np.uint32, 23, 0x7FFFFFFF, -126), "float16": (np.uint16, 10, 0x7FFF, -14)}
 _CEXP = {}
 
 
 def _c_exponent_table(out):
     """:func:`_c_exponent` of every sign-and-exponent field of the output type (int16)."""
     if out not in _CEXP:
-        ut, sh, mag, lo = OUT_FIELDS[out]
+        ot = OUTPUT_TYPES[out]
+        ut, sh = ot.uint, ot.frac_bits
         nf = 1 << (8 * np.dtype(ut).itemsize - sh - 1)          # exponent fields
         f = np.arange(2 * nf) % nf
         e = np.where(f == nf - 1, -1, np.maximum(f, 1) - (nf // 2 - 1)).astype(np.int16)
@@ -33,11 +32,11 @@ def c_exponents(c, ins, zero_c=True, out=None):
     """C's exponents as a step aligns it (int16), from its bits: the table's exponent of each
     sign-and-exponent field, and ``zero_exp`` for a zero C where ``zero_c`` (see
     :func:`zero_c_matters`)."""
-    ut, sh, mag, _ = OUT_FIELDS[ins.out]
-    u = c.view(ut)
-    ec = np.take(_c_exponent_table(ins.out), u >> ut(sh), out=out, mode="wrap")
+    ot = OUTPUT_TYPES[ins.out]
+    u = c.view(ot.uint)
+    ec = np.take(_c_exponent_table(ins.out), u >> ot.uint(ot.frac_bits), out=out, mode="wrap")
     if zero_c:
-        ec[(u & ut(mag)) == 0] = ins.zero_exp
+        ec[(u & ot.uint(ot.magnitude)) == 0] = ins.zero_exp
     return ec
 
 
@@ -53,26 +52,27 @@ def zero_c_matters(ins, xmin):
         return False
     if ins.datapath != "fused":
         return True
-    return xmin < OUT_FIELDS[ins.out][3]
+    return xmin < OUTPUT_TYPES[ins.out].emin
 
 
 def round_results(x, ins, E=None, *, coarse=False):
-    """:func:`_round_out` and :func:`_finish` of the float64 step results ``x`` (overwritten).
+    """:func:`~fp8emu.gemm.outputs.round_output` and the datapaths' ``_finish`` of the float64 step
+    results ``x`` (overwritten).
 
     ``E``, where given, is each result's step exponent: ``x`` is then a multiple of
     ``2**(E - frac_bits)``, so where that grid is no finer than the output's below its smallest
     normal, truncating the significand alone is exact.  ``coarse``: the caller knows that it is
     nowhere finer.
     """
-    dt, _, emin, _, _ = _OUT[ins.out]
+    dt, emin = OUTPUT_TYPES[ins.out].dtype, OUTPUT_TYPES[ins.out].emin
     if ins.datapath == "paired":
         r = x.astype(np.float32)
     elif ins.rounding == "rne":
-        r = _round_out(x, ins)
+        r = round_output(x, ins)
     else:
         # truncation: clear the float64 fraction bits below the kept ones (sign-magnitude, so
         # toward zero); below float32's smallest normal the grid is fixed, 2**(emin - bits)
-        bits = _kept_bits(ins)
+        bits = kept_bits(ins)
         fine = not coarse and (E is None or int(E.min()) - ins.frac_bits < emin - bits)
         small = np.abs(x) < 2.0 ** emin if fine else None
         xi = x.view(np.int64)
@@ -87,10 +87,10 @@ def round_results(x, ins, E=None, *, coarse=False):
 def canonical(r, out):
     """Results ``r`` of the output type (overwritten): -0 made +0 and every NaN the quiet NaN, as
     MMA-Sim's models give them."""
-    _, ut, _, _, qnan = _OUT[out]
+    ot = OUTPUT_TYPES[out]
     r += r.dtype.type(0)
     if np.isnan(r.max()):          # one pass where there is no NaN (max propagates NaN)
-        r.view(ut)[np.isnan(r)] = qnan
+        r.view(ot.uint)[np.isnan(r)] = ot.qnan
     return r
 
 def halves(x):
@@ -108,16 +108,16 @@ def paired_halves(ps, E2, c, ec, ins, floor_e=None):
     """
     F, F2 = ins.frac_bits, ins.pair_bits
     if ps.dtype == np.float32:
-        f2 = _pow2(np.maximum(E2, floor_e), F, -1, np.float32)
+        f2 = pow2(np.maximum(E2, floor_e), F, -1, np.float32)
     else:
-        f2 = _pow2(E2, F, -1)
-    s2 = _trunc_sum(halves(ps), f2)                    # units of 2**(E2 - F)
+        f2 = pow2(E2, F, -1)
+    s2 = trunc_sum(halves(ps), f2)                    # units of 2**(E2 - F)
     Ed = np.maximum(E2[0], E2[1])
-    s2 *= _pow2(E2 - Ed)                                # units of 2**(Ed - F)
+    s2 *= pow2(E2 - Ed)                                # units of 2**(Ed - F)
     np.floor(s2, out=s2)
     sd = np.add(s2[0], s2[1], out=s2[0])
     Em = np.maximum(Ed, ec)
-    sd = np.floor(sd * _pow2(Ed - Em, F2 + 1 - F)) * _pow2(Em, -F2 - 1)
+    sd = np.floor(sd * pow2(Ed - Em, F2 + 1 - F)) * pow2(Em, -F2 - 1)
     return paired_finish(sd, Ed, Em, c, ec, ins)
 
 
@@ -127,7 +127,7 @@ def paired_finish(x, Ed, Em, c, ec, ins):
     ``pair_bits + 1`` bits.  Ed is the products' largest exponent, Em the larger of it and C's."""
     F, F2 = ins.frac_bits, ins.pair_bits
     if (Ed > ec + 1).any():
-        gc = _pow2(Em, F, -1)
+        gc = pow2(Em, F, -1)
         cc = np.floor(c * gc)
         cc /= gc
         cc[ec < Em - F - 1] = 0.0
@@ -135,7 +135,7 @@ def paired_finish(x, Ed, Em, c, ec, ins):
     else:
         x += c             # where Em <= ec + 1, a float32 C is on the grid already (most steps)
     _, e = np.frexp(x)     # Inf, NaN and 0 give 0: their q does not matter
-    q = _pow2(np.maximum(e, -125), -1 - F2)
+    q = pow2(np.maximum(e, -125), -1 - F2)
     x /= q
     np.floor(x, out=x)
     x *= q

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from ...interop import byte_codes
-from ..datapaths import _fused_step, _pow2, _trunc_sum
+from ..aligned_sums import fused_step, pow2, trunc_sum
 from .codes import ZERO_PRODUCT_EXP, pair_tables
 from .steps import c_exponents, halves, paired_halves, round_results, zero_c_matters
 
@@ -132,14 +132,14 @@ def _table_rows(ins, p, x, scl, block, c, k_first, zero_c):
         if ins.datapath == "fused":
             ps[L] = c
             E = xs.max(axis=0)
-            sc = _pow2(E, F, -1)
-            x_ = _trunc_sum(ps, sc) / sc
+            sc = pow2(E, F, -1)
+            x_ = trunc_sum(ps, sc) / sc
         elif ins.datapath == "paired":
             x_, E = _paired_sum(ps[:L], xs[:L], c, ec, ins), None
         elif ins.datapath == "scaled":
             x_, E = _scaled_sum(ins, ps[:L], xs[:L], scl, block, k, c, ec)
         else:
-            x_, E = _fused_step(*_grouped_table_terms(ins, ps[:L], xs[:L], scl, block, k), c, ec, F), None
+            x_, E = fused_step(*_grouped_table_terms(ins, ps[:L], xs[:L], scl, block, k), c, ec, F), None
         c = round_results(x_, ins, E)
     return c
 
@@ -168,12 +168,12 @@ def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
     eb = np.where(hi == ZERO_PRODUCT_EXP, ins.zero_exp, hi + q)
     eb = np.where(lo == ZERO_PRODUCT_EXP, np.maximum(eb, ins.zero_exp), eb)
     E = np.maximum(eb.max(axis=0), ec)
-    f = _pow2(q - E, F)
+    f = pow2(q - E, F)
     f[nan] = np.nan
     np.multiply(ps.reshape(nb, bl, -1), f[:, None], out=ps.reshape(nb, bl, -1))
     np.trunc(ps, out=ps)
     t = np.add.reduce(ps, axis=0)
-    sc = _pow2(E, F, -1)
+    sc = pow2(E, F, -1)
     t += np.trunc(c * sc)
     return t / sc, E
 
@@ -203,7 +203,7 @@ def _quad_rows(ins, q, quantum, scl, block, c, k_first):
     for s in range(q.shape[0]):
         ec = c_exponents(c, ins)
         t, e = _group_terms(ins, s_all[s], count[s] == 0, scl, block, k_first + s * L)
-        c = round_results(_fused_step(t, e, c, ec, F), ins)
+        c = round_results(fused_step(t, e, c, ec, F), ins)
     return c
 
 

@@ -1,0 +1,82 @@
+"""The GEMMs of emulated FP8 attention, S = Q·Kᵀ and P·V, on its operands
+(:mod:`fp8emu.attention.operands`) through a GEMM model of :mod:`fp8emu.gemm`, and the one fused
+multiply-add its softmax makes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..gemm.code_tables import any_nonfinite
+from ..gemm.fparith import add_scaled_f32
+from ..gemm.kernels import exact_dot, mma_dot
+from ..gemm.models import GemmModel, row_for_formats, run_steps, steps_accumulator
+from .inputs import F32
+from .operands import Operand
+
+
+def chain_model(model: GemmModel) -> GemmModel:
+    """The model's step chain with no promotion and no split-K (the recipe decides those).
+
+    Examples
+    --------
+    >>> from fp8emu.gemm.models import get_model
+    >>> m = chain_model(get_model("hopper"))
+    >>> get_model("hopper").policy.promote, m.policy.promote, m.policy.split_k
+    (4, None, None)
+    """
+    if model.kind not in ("instruction", "steps"):
+        return model
+    return dataclasses.replace(model, policy=dataclasses.replace(model.policy, promote=None, split_k=None),
+                               steps=None if model.steps is None else dataclasses.replace(
+                                   model.steps, promote=None, split_k=None))
+
+
+def _finite_codes(op: Operand):
+    """The operand's codes with its Inf/NaN codes read as zero, as the sums take them (their IEEE
+    contributions are added apart, :func:`fp8emu.attention.emulate._head_forward`)."""
+    codes = op.codes
+    if any_nonfinite(codes, op.fmt):
+        codes = np.where(op.values == 0, np.uint8(0), codes)
+    return codes
+
+
+def matmul(a: Operand, b_t: Operand, model: GemmModel, c=None):
+    """float32 (M, N) result of ``c + a @ b_t.T`` summed as ``model`` does (``c``: accumulator input)."""
+    va, vb = a.values, b_t.values.T
+    if model.kind in ("instruction", "steps"):
+        if a.fmt is None or b_t.fmt is None:
+            raise ValueError(f"tensor-core accumulator {model.name!r} needs 8-bit operands; use 'fp32' or "
+                             "'exact' with float32/bf16/fp16 operands")
+        K = va.shape[1]
+        row = None if model.kind == "steps" else row_for_formats(model, a.fmt, b_t.fmt, K)
+        if row is not None:
+            return run_steps(model, _finite_codes(a), a.fmt, _finite_codes(b_t).T, b_t.fmt,
+                             c=None if c is None else np.asarray(c, F32), ins=row)
+        return mma_dot(va, a.exps, vb, b_t.exps.T, steps_accumulator(model), c=c)
+    if model.kind == "exact":
+        if a.fmt is not None and b_t.fmt is not None:
+            return exact_dot(va, a.exps, vb, b_t.exps.T, a.mbits, b_t.mbits, extra=c)
+        r = va @ vb
+        return (r if c is None else r + c).astype(F32)
+    # fp32: float32-rounded products added in K order to the accumulator input
+    a32, b32 = va.astype(F32), vb.astype(F32)
+    out = np.zeros((a32.shape[0], b32.shape[1]), F32) if c is None else np.array(c, F32)
+    tmp = np.empty_like(out)
+    for k in range(a32.shape[1]):
+        np.multiply(a32[:, k, None], b32[k], out=tmp)
+        out += tmp
+    return out
+
+
+def fl32_fma(a, b, c):
+    """``fl32(a * b + c)`` with one rounding (a, b, c float32 arrays).
+
+    Examples
+    --------
+    >>> x = np.float32(1 + 2.0 ** -12)
+    >>> float(fl32_fma(x, x, np.float32(-1))) == 2.0 ** -11 + 2.0 ** -24     # exact: no rounding of a * b
+    True
+    """
+    return add_scaled_f32(np.asarray(c, F32), np.asarray(a, np.float64), np.asarray(b, np.float64))

@@ -1,0 +1,75 @@
+"""The output types of the matrix instructions, and how a step's exact sum is rounded to one.
+
+A catalogue row (:class:`~fp8emu.gemm.catalogue.Instruction`) names its output type (``out``, the
+type of C and D) and its result rounding (``rounding``); the reference steps of
+:mod:`fp8emu.gemm.datapaths` and the fast routes of :mod:`fp8emu.gemm.routes` both round with
+:func:`round_output` (or, on whole blocks in place, with what it states), so the rule is written once.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["OutputType", "OUTPUT_TYPES", "kept_bits", "round_output"]
+
+
+class OutputType(NamedTuple):
+    """One output type of the matrix instructions: its NumPy type and the facts of its bits."""
+
+    dtype: type
+    #: the unsigned integer type of its bit patterns
+    uint: type
+    #: exponent of its smallest normal
+    emin: int
+    #: fraction bits
+    frac_bits: int
+    #: all bits but the sign
+    magnitude: int
+    #: its canonical quiet NaN (the pattern MMA-Sim's models give every NaN result)
+    qnan: int
+
+
+#: The output types by name: float32 and float16.
+OUTPUT_TYPES = {"float32": OutputType(np.float32, np.uint32, -126, 23, 0x7FFFFFFF, 0x7FFFFFFF),
+                "float16": OutputType(np.float16, np.uint16, -14, 10, 0x7FFF, 0x7FFF)}
+
+
+def kept_bits(ins):
+    """Fraction bits the instruction's result rounding keeps: 13 for ``"rz-e8m13"``, else its
+    output type's.
+
+    Examples
+    --------
+    >>> from fp8emu.gemm.catalogue import get_instruction
+    >>> kept_bits(get_instruction("hopper-wgmma")), kept_bits(get_instruction("blackwell-mma-f16"))
+    (13, 10)
+    """
+    return 13 if ins.rounding == "rz-e8m13" else OUTPUT_TYPES[ins.out].frac_bits
+
+
+def round_output(x, ins):
+    """The exact float64 sums ``x`` rounded to the instruction's output type by its ``rounding``:
+    ``"rne"`` to nearest even, ``"rz"`` and ``"rz-e8m13"`` toward zero to :func:`kept_bits` fraction
+    bits, below the smallest normal on the fixed grid ``2**(emin - bits)``; overflow gives Inf.
+
+    Examples
+    --------
+    >>> from fp8emu.gemm.catalogue import get_instruction
+    >>> x = np.array([1 + 2.0 ** -13 + 2.0 ** -20])
+    >>> round_output(x.copy(), get_instruction("hopper-wgmma")).tolist()      # 13 bits, toward zero
+    [1.0001220703125]
+    """
+    ot = OUTPUT_TYPES[ins.out]
+    if ins.rounding == "rne" and ins.out == "float32":
+        with np.errstate(over="ignore"):
+            return x.astype(np.float32)
+    bits = kept_bits(ins)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, e = np.frexp(np.where(np.isfinite(x) & (x != 0), x, 1.0))
+    q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, ot.emin) - bits)
+    y = x / q
+    y = np.rint(y) if ins.rounding == "rne" else np.trunc(y)
+    with np.errstate(over="ignore"):
+        return (y * q).astype(ot.dtype)
