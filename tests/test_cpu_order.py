@@ -22,6 +22,14 @@ from fp8emu.gemm import cpu_order
 from fp8emu.gemm.sumtree import NotATreeError, SumTree, evaluate, reveal
 
 
+def _intel_without_mkl_settings(monkeypatch):
+    """Pretend the CPU the recorded model was proven on, whatever runs the suite (AMD, or MKL settings set)."""
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)          # no torch: the recorded model
+    for var in ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx2", "avx512f"})))
+
+
 def _fma32(c, x, y):
     """float32 FMA, exactly: the float32 nearest to c + x*y (ties to even), by rational arithmetic."""
     v = Fraction(float(c)) + Fraction(float(x)) * Fraction(float(y))
@@ -131,7 +139,7 @@ def test_describe_and_blocks():
 
 
 def test_a_recorded_model_off_its_cpu_warns(monkeypatch):
-    monkeypatch.setattr(cpu_order, "_torch", lambda: None)          # no torch: the recorded model
+    _intel_without_mkl_settings(monkeypatch)
     monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("AuthenticAMD", "AMD EPYC", frozenset({"avx2", "avx512f"})))
     with pytest.warns(RuntimeWarning, match="AuthenticAMD.*is not the one mkl-2024.2-avx512 was proven on"):
         order, src = cpu_order.order_for(4, 64, 4, threads=1)
@@ -376,8 +384,7 @@ def test_the_recorded_model_splits_k_on_two_threads_as_measured():
 
 
 def test_the_recorded_model_warns_where_the_thread_split_was_not_measured(monkeypatch):
-    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
-    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx2", "avx512f"})))
+    _intel_without_mkl_settings(monkeypatch)
     for shape, threads, why in [((200, 1000, 200), 2, "proven for M, N <= 128"),
                                 ((8, 3020, 8), 2, "between 192,000 and 195,132"),
                                 ((8, 1000, 8), None, "thread count is not known"),
@@ -395,8 +402,7 @@ def test_the_recorded_model_warns_where_the_thread_split_was_not_measured(monkey
 
 def test_a_thread_count_setting_is_not_another_kernel(monkeypatch):
     """MKL_NUM_THREADS (which dask.distributed sets in its client's process) picks no other kernel."""
-    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
-    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx2", "avx512f"})))
+    _intel_without_mkl_settings(monkeypatch)
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
