@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Accumulator", "BlockScaledAccumulator", "cublas_split_k", "split_bounds",
+__all__ = ["Accumulator", "BlockScaledAccumulator", "cublas_split_k", "split_pieces", "split_bounds",
            "HW_K_MULTIPLE", "SPLIT_K_TILE"]
 
 #: cuBLASLt needs K to be a multiple of this for FP8 operands.
@@ -108,11 +108,23 @@ class Accumulator:
         >>> Accumulator("mma", split_k=3).splits(32, 32, 16384)
         3
         """
-        if self.split_k is None:
-            return 1
-        if self.split_k == "cublas":
-            return cublas_split_k(M, N, K)
-        return int(self.split_k)
+        return split_pieces(self.split_k, M, N, K)
+
+
+def split_pieces(split_k, M, N, K):
+    """Split-K pieces for an M x K by K x N product: ``None`` 1, ``"cublas"`` :func:`cublas_split_k`'s
+    count for the shape, an integer itself.
+
+    Examples
+    --------
+    >>> split_pieces(None, 32, 32, 16384), split_pieces("cublas", 32, 32, 16384), split_pieces(3, 32, 32, 16384)
+    (1, 6, 3)
+    """
+    if split_k is None:
+        return 1
+    if split_k == "cublas":
+        return cublas_split_k(M, N, K)
+    return int(split_k)
 
 
 @dataclasses.dataclass(frozen=True)

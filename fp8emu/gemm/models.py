@@ -37,7 +37,7 @@ import dataclasses
 
 import numpy as np
 
-from .accumulator import Accumulator, BlockScaledAccumulator, cublas_split_k, split_bounds
+from .accumulator import Accumulator, BlockScaledAccumulator, split_bounds, split_pieces
 from .catalogue import INSTRUCTIONS, Instruction
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
@@ -95,11 +95,7 @@ class Policy:
 
     def splits(self, M, N, K):
         """Number of split-K pieces for an M x K by K x N product."""
-        if self.split_k is None:
-            return 1
-        if self.split_k == "cublas":
-            return cublas_split_k(M, N, K)
-        return int(self.split_k)
+        return split_pieces(self.split_k, M, N, K)
 
 
 @dataclasses.dataclass(frozen=True)
