@@ -170,7 +170,7 @@ def test_fork_study_tables_and_report(fork_study):
     # the report's fp32 gap is the mean over seeds of fp32 minus bf16 at the same seed, from runs.csv
     loss = {(r["recipe"], int(r["seed"])): float(r["fp32_val_loss"]) for r in rows}
     gaps = [loss[("fp32", k)] - loss[("bf16", k)] for k in range(3)]
-    g = {r["label"]: r for r in lm_forks.paired_gaps(lm_forks._read_csv(fork_study / "runs.csv"))}["fp32"]
+    g = {r["label"]: r for r in lm_forks.paired_gaps(lm_forks.read_study_csv(fork_study / "runs.csv"))}["fp32"]
     assert g["gap"] == pytest.approx(statistics.mean(gaps), abs=1e-15)
     assert g["sd"] == pytest.approx(statistics.stdev(gaps), rel=1e-12)
     assert g["half"] == pytest.approx(4.302652729749464 * statistics.stdev(gaps) / math.sqrt(3), rel=1e-12)
