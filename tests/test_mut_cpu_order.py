@@ -259,3 +259,50 @@ def test_check_order_counts_the_outputs_an_order_misses():
     assert check_order(right, _mul_add_chain, 3, 40, 4) == 0
     one, two = check_order(wrong, _mul_add_chain, 3, 40, 4, trials=1), check_order(wrong, _mul_add_chain, 3, 40, 4)
     assert 0 < one <= 12 and one < two <= 24
+
+
+# ----------------------------------------------------------------------------- cpu_order: the recorded model
+_REC = cpu_order.RECORDED["mkl-2024.2-avx512"]
+
+
+@pytest.mark.parametrize("M,K,N,threads,want", [
+    # one thread, small driver: kc = 384 while more than 768 remain, then one block or two halves (ceil first)
+    (2, 1, 2, 1, "0"), (2, 384, 2, 1, "[0:384]"), (2, 385, 2, 1, "[0:193] + [193:385]"),
+    (2, 768, 2, 1, "[0:384] + [384:768]"), (2, 769, 2, 1, "[0:384] + [384:577] + [577:769]"),
+    (191, 1000, 500, 1, "[0:384] + [384:692] + [692:1000]"),
+    # M and N both >= 192: the packing driver, plain blocks of 384 beyond 768
+    (192, 1000, 192, 1, "[0:384] + [384:768] + [768:1000]"), (192, 769, 300, 1, "[0:384] + [384:768] + 768"),
+    (192, 768, 192, 1, "[0:384] + [384:768]"),
+    # two threads: K split in halves only for K > 768 and more than 192,000 multiply-adds
+    (16, 768, 16, 2, "[0:384] + [384:768]"), (16, 769, 16, 2, "[0:193] + [193:385] + [385:769]"),
+    (16, 769, 15, 2, "[0:384] + [384:577] + [577:769]"),              # 184,560 multiply-adds: one thread's
+    (16, 769, 16, 1, "[0:384] + [384:577] + [577:769]"),
+    (8, 3001, 8, 2, "[0:384] + [384:768] + [768:1152] + [1152:1501] + ([1501:1885] + [1885:2269] + "
+                    "[2269:2653] + [2653:3001])"),
+])
+def test_the_recorded_models_blocks_written_out(M, K, N, threads, want):
+    assert _REC.order(M, K, N, threads).describe() == "fma " + want
+    assert _REC.order(M, K, N, threads).classes.shape == (M, N)
+
+
+def test_the_recorded_model_says_why_a_shape_is_unproven_at_each_boundary():
+    ok = [(2, 64, 2, 1), (8, 4096, 8, 1), (8, 768, 8, None), (128, 4096, 128, 2), (8, 3000, 8, 2),
+          (23, 1212, 7, 2), (8, 3050, 8, 2), (200, 768, 200, 2), (8, 64, 8, 2)]   # 192,000, 195,132: ends open
+    assert [_REC.unproven(*s) for s in ok] == [None] * len(ok)
+    assert "gemv" in _REC.unproven(1, 64, 8, 1) and "gemv" in _REC.unproven(8, 64, 1, 1)
+    assert _REC.unproven(8, 4097, 8, 1) == "K <= 4096 was proven"
+    assert "thread count is not known" in _REC.unproven(8, 769, 8, None)
+    assert _REC.unproven(8, 64, 8, 3) == "1 and 2 thread(s) were proven"
+    assert _REC.unproven(129, 769, 2, 2).endswith("proven for M, N <= 128")
+    assert _REC.unproven(2, 769, 129, 2).endswith("proven for M, N <= 128")
+    assert _REC.unproven(8, 3001, 8, 2).endswith("between 192,000 and 195,132 multiply-adds")    # 192,064
+    assert _REC.unproven(11, 1772, 10, 2) is not None                                           # 194,920
+    assert _REC.unproven(11, 1774, 10, 2) is None                                               # 195,140
+
+
+def test_the_recorded_model_applies_to_its_vendor_and_kernel_only():
+    here = {"vendor": "GenuineIntel", "flags": ["avx2", "avx512f"], "mkl_env": {}}
+    assert _REC.applies_here(here)
+    assert not _REC.applies_here({**here, "vendor": "AuthenticAMD"})
+    assert not _REC.applies_here({**here, "flags": ["avx2"]})
+    assert not _REC.applies_here({**here, "mkl_env": {"MKL_CBWR": "COMPATIBLE"}})
