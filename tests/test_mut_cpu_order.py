@@ -6,6 +6,8 @@ module under test.
 
 from __future__ import annotations
 
+import json
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -306,3 +308,191 @@ def test_the_recorded_model_applies_to_its_vendor_and_kernel_only():
     assert not _REC.applies_here({**here, "vendor": "AuthenticAMD"})
     assert not _REC.applies_here({**here, "flags": ["avx2"]})
     assert not _REC.applies_here({**here, "mkl_env": {"MKL_CBWR": "COMPATIBLE"}})
+
+
+# ----------------------------------------------------------------------------- cpu_order: policy, machine, cache
+def test_use_nests_and_restores_and_the_environment_is_read_when_no_block_is_active(monkeypatch):
+    monkeypatch.delenv("FP8EMU_CPU_ORDER", raising=False)
+    assert cpu_order.policy() == "auto"
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "")
+    assert cpu_order.policy() == "auto"
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "revealed")
+    with cpu_order.use("mkl-2024.2-avx512"):
+        assert cpu_order.policy() == "mkl-2024.2-avx512"
+        with cpu_order.use("auto"):
+            assert cpu_order.policy() == "auto"
+        assert cpu_order.policy() == "mkl-2024.2-avx512"
+    assert cpu_order.policy() == "revealed"
+    for bad in (None, 1, "Auto"):
+        with pytest.raises(ValueError, match="use 'auto', 'revealed' or a recorded model, one of"):
+            with cpu_order.use(bad):
+                pass
+
+
+def test_cpuinfo_keeps_the_first_cpus_vendor_model_and_flags(monkeypatch):
+    text = ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Xeon X\nflags\t\t: fpu avx2 avx512f\n\n"
+            "processor\t: 1\nvendor_id\t: Other\nmodel name\t: Y\nflags\t\t: sse\n")
+    import io
+    monkeypatch.setattr(cpu_order, "open", lambda *a, **k: io.StringIO(text), raising=False)
+    assert cpu_order._cpuinfo.__wrapped__() == ("GenuineIntel", "Xeon X", frozenset({"fpu", "avx2", "avx512f"}))
+
+    def missing(*a, **k):
+        raise OSError("no /proc")
+    monkeypatch.setattr(cpu_order, "open", missing, raising=False)
+    import platform
+    assert cpu_order._cpuinfo.__wrapped__() == ("", platform.processor(), frozenset())
+
+
+def test_machine_keeps_the_kernel_flags_and_the_mkl_settings_only(monkeypatch):
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"sse", "avx512f", "avx2"})))
+    for k in ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MKL_CBWR", "")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    m = cpu_order.machine()
+    assert m["vendor"] == "GenuineIntel" and m["model"] == "Xeon" and m["flags"] == ["avx2", "avx512f"]
+    assert m["mkl_env"] == {}
+    monkeypatch.setenv("MKL_DEBUG_CPU_TYPE", "5")
+    assert cpu_order.machine()["mkl_env"] == {"MKL_DEBUG_CPU_TYPE": "5"}
+    assert cpu_order.cpu_flags() == frozenset({"sse", "avx512f", "avx2"})
+
+
+def test_cache_path_is_the_environments_or_the_homes(monkeypatch, tmp_path):
+    monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path))
+    assert cpu_order.cache_path() == tmp_path / "cpu-order.json"
+    monkeypatch.setenv("FP8EMU_CACHE", "")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cpu_order.cache_path() == tmp_path / "home" / ".cache" / "fp8emu" / "cpu-order.json"
+
+
+class _FakeTorch:
+    """What cpu_order reads of torch without probing: version, BLAS line, thread count."""
+    __version__ = "9.9.9"
+
+    class __config__:               # noqa: N801 (torch's own name)
+        @staticmethod
+        def show():
+            return "PyTorch built with:\n  - GCC 9\n  - Intel(R) oneAPI Math Kernel Library Version 2099.1\n"
+
+    def __init__(self, threads=3):
+        self.threads = threads
+
+    def get_num_threads(self):
+        return self.threads
+
+
+def test_a_cached_order_is_used_without_probing_and_a_partial_one_warns(monkeypatch, tmp_path):
+    fake = _FakeTorch()
+    monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path))
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "auto")
+    monkeypatch.setattr(cpu_order, "_torch", lambda: fake)
+    monkeypatch.setattr(cpu_order, "_MEMO", {})
+    monkeypatch.setattr(cpu_order, "reveal_here", lambda *a, **k: pytest.fail("probed although cached"))
+    assert cpu_order._library(fake) == {"torch": "9.9.9", "blas": "Intel(R) oneAPI Math Kernel Library Version 2099.1"}
+    tree = SumTree.from_nested(((0, 2), (1, 3)), fma=False)
+    entry = {"order": GemmOrder([tree], np.zeros((2, 5))).to_json(), "explained": 1.0, "calls": 9}
+    info, lib = cpu_order.machine(), cpu_order._library(fake)
+    (tmp_path / "cpu-order.json").write_text(json.dumps({
+        cpu_order._key(info, lib, 3, 2, 4, 5, "NT"): entry,                                  # threads: torch's 3
+        cpu_order._key(info, lib, 1, 2, 4, 5, "NN"): {**entry, "explained": 0.5}}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        order, src = cpu_order.order_for(2, 4, 5, layout="NT")
+    assert src == "revealed" and order.trees == [tree]
+    with pytest.warns(RuntimeWarning, match=r"2x4x5 \(NN\) explains 50.0% of torch's outputs"):
+        order, src = cpu_order.order_for(2, 4, 5, threads=1)
+    assert src == "revealed" and order.trees == [tree]
+    with pytest.raises(ValueError, match="layout must be one of"):
+        cpu_order.order_for(2, 4, 5, layout="nn")
+
+
+def test_a_new_order_is_probed_once_and_stored_next_to_the_others(monkeypatch, tmp_path):
+    fake = _FakeTorch(threads=2)
+    monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path / "sub"))
+    monkeypatch.setattr(cpu_order, "_torch", lambda: fake)
+    monkeypatch.setattr(cpu_order, "_MEMO", {})
+    probes = []
+    tree = SumTree.blocks([0, 3, 6])
+
+    def probe(M, K, N, *, threads, layout):
+        probes.append((M, K, N, threads, layout))
+        return GemmOrder([tree], np.zeros((M, N))), {"explained": 1.0, "calls": 11}
+    monkeypatch.setattr(cpu_order, "reveal_here", probe)
+    with cpu_order.use("revealed"):
+        assert cpu_order.order_for(3, 6, 2)[0].trees == [tree]
+        assert cpu_order.order_for(3, 6, 2)[0].trees == [tree]            # memo
+        monkeypatch.setattr(cpu_order, "_MEMO", {})
+        assert cpu_order.order_for(3, 6, 2)[0].trees == [tree]            # the file
+    assert probes == [(3, 6, 2, 2, "NN")]
+    data = json.loads((tmp_path / "sub" / "cpu-order.json").read_text())
+    assert len(data) == 1 and next(iter(data.values()))["calls"] == 11
+    assert not list((tmp_path / "sub").glob("*.tmp"))
+    # a cache file that holds no mapping, or is no JSON, is read as empty; one that cannot be written is skipped
+    for text in ("[1, 2]", "{not json"):
+        (tmp_path / "sub" / "cpu-order.json").write_text(text)
+        assert cpu_order._load_cache() == {}
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path / "file"))              # a file where the folder should be
+    monkeypatch.setattr(cpu_order, "_MEMO", {})
+    assert cpu_order.order_for(2, 6, 2, threads=1)[1] == "revealed" and len(probes) == 2
+
+
+def test_the_recorded_policy_without_torch_uses_threads_and_shapes_it_was_given(monkeypatch):
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "auto")
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("AuthenticAMD", "EPYC", frozenset({"avx2"})))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # named explicitly: compared with its own CPU's vectors
+        with cpu_order.use("mkl-2024.2-avx512"):
+            order, src = cpu_order.order_for(16, 769, 16, threads=2)
+    assert src == "mkl-2024.2-avx512" and order.describe() == "fma [0:193] + [193:385] + [385:769]"
+    with pytest.warns(RuntimeWarning, match=r"^sgemm: this CPU \(AuthenticAMD, EPYC\) is not the one mkl-2024.2-avx512 was proven on"):
+        order, _ = cpu_order.order_for(16, 769, 16)               # no thread count: one thread's order
+    assert order.describe() == "fma [0:384] + [384:577] + [577:769]"
+    with pytest.warns(RuntimeWarning, match=r"mine: .*4x5000x4 on 1 thread\(s\)\): K <= 4096"):
+        with cpu_order.use("mkl-2024.2-avx512"):
+            cpu_order.order_for(4, 5000, 4, threads=1, name="mine")
+    monkeypatch.setattr(cpu_order, "_torch", lambda: _FakeTorch())
+    monkeypatch.setattr(cpu_order, "reveal_here", lambda *a, **k: pytest.fail("an empty product was probed"))
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx512f"})))
+    with cpu_order.use("auto"):                                   # an empty product: no probe, the model
+        assert cpu_order.order_for(2, 0, 3, threads=1)[1] == "mkl-2024.2-avx512"
+
+
+def test_describe_here_names_each_shapes_order_and_source(monkeypatch):
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx512f"})))
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "auto")
+    lines = cpu_order.describe_here([(4, 1024, 4), (4, 64, 4)], threads=1)
+    assert lines[0] == "CPU: GenuineIntel Xeon (" + __import__("platform").machine() + "); kernel flags: avx512f"
+    assert lines[1] == "MKL settings: {'MKL_CBWR': 'AVX2'}" and lines[2] == "library: torch not installed"
+    assert lines[3].startswith("policy: auto; cache: ")
+    assert lines[4].startswith("4x1024x4 NN: mkl-2024.2-avx512: fma [0:384] + [384:704] + [704:1024]  [warning: ")
+    assert "MKL settings {'MKL_CBWR': 'AVX2'}" in lines[4] and len(lines) == 6
+
+
+def test_reveal_here_needs_torch_a_layout_and_restores_the_thread_count(monkeypatch):
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
+    with pytest.raises(RuntimeError, match="needs torch"):
+        cpu_order.reveal_here(2, 8, 2)
+    monkeypatch.undo()
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match=r"layout must be one of \('NN', 'NT', 'TN', 'TT'\), got 'XY'"):
+        cpu_order.reveal_here(2, 8, 2, layout="XY")
+    old = torch.get_num_threads()
+    want = 1 if old != 1 else 2
+    seen = []
+    real = cpu_order.reveal
+
+    def spy(mm, M, K, N):
+        seen.append(torch.get_num_threads())
+        return real(mm, M, K, N)
+    monkeypatch.setattr(cpu_order, "reveal", spy)
+    with torch.autocast("cpu", dtype=torch.bfloat16):            # the probe's own mm is float32 all the same
+        order, facts = cpu_order.reveal_here(3, 16, 2, threads=want, layout="TN")
+    assert seen == [want] and torch.get_num_threads() == old and facts["threads"] == want
+    assert facts["explained"] == 1.0 and order.trees[0].K == 16
+    order, facts = cpu_order.reveal_here(3, 16, 2)
+    assert facts["threads"] == old and seen == [want, old]
