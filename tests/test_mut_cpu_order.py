@@ -212,11 +212,13 @@ def test_reveal_refuses_bad_shapes_and_a_gemm_of_the_wrong_shape():
 def test_reveal_of_one_term_and_of_a_mul_add_chain():
     order, facts = reveal(_mul_add_chain, 2, 1, 3)
     assert order.uniform and order.trees[0].K == 1 and facts["explained"] == 1.0 and facts["calls"] == 6
+    # packed: a chain's pivot is leaf 0 alone, its 6 queries (0, j) ride on A's 3 rows (M > N: pivots on B's
+    # columns): 2 products, after the 4 checks; each output on its own: one product per query
     order, facts = reveal(_mul_add_chain, 3, 7, 2, check=4)
-    assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0
-    assert facts["calls"] > 4                       # the 4 checks and the probes
+    assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and facts["calls"] == 4 + 2
     order, facts = reveal(_mul_add_chain, 3, 7, 2, uniform=False, check=3)
     assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and order.classes.shape == (3, 2)
+    assert facts["calls"] == 3 + 6
 
 
 def test_reveal_gives_each_output_the_fma_choice_that_explains_it():
