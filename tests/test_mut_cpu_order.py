@@ -198,6 +198,15 @@ def _mul_add_chain(a, b):
     return c
 
 
+def _blocks_mm(a, b, bounds):
+    """float32 mul+add chains over the blocks, the block sums added in order."""
+    total = None
+    for k0, k1 in zip(bounds[:-1], bounds[1:]):
+        c = _mul_add_chain(a[:, k0:k1], b[k0:k1])
+        total = c if total is None else total + c
+    return total
+
+
 def test_reveal_refuses_bad_shapes_and_a_gemm_of_the_wrong_shape():
     with pytest.raises(ValueError, match="M, K, N >= 1, got 0x4x2"):
         reveal(_mul_add_chain, 0, 4, 2)
@@ -219,6 +228,10 @@ def test_reveal_of_one_term_and_of_a_mul_add_chain():
     order, facts = reveal(_mul_add_chain, 3, 7, 2, uniform=False, check=3)
     assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and order.classes.shape == (3, 2)
     assert facts["calls"] == 3 + 6
+    # blocks of 2 (4 x 8 x 4): pivot 0's 7 queries take 2 products (4 leaves each); then the sets (2, 3), (4, 5),
+    # (6, 7) are asked together, pivots 2, 4, 6 on one side, 3, 5, 7 on the other: 1 product
+    order, facts = reveal(lambda a, b: _blocks_mm(a, b, [0, 2, 4, 6, 8]), 4, 8, 4, check=2)
+    assert order.describe() == "mul+add [0:2] + [2:4] + [4:6] + [6:8]" and facts["calls"] == 2 + 3
 
 
 def test_reveal_gives_each_output_the_fma_choice_that_explains_it():
