@@ -51,6 +51,8 @@ _CORE_QUICK = ["tests/test_readme_conventions.py", "tests/test_mutation_kills.py
                                       "test_stochastic_rounding_picks_a_neighbour_as_the_oracle_does")),
                _CODEC + "test_integer_inputs_exact", _CODEC + "test_special_values_spec_examples",
                _CODEC + "test_roundtrip_every_code"]
+#: test_cpu_order.py without its live-torch subprocesses and torchao training runs
+_CPU_ORDER_FAST = "not live_torch and not torchao_on_the_cpu and not empty_batch_is_empty"
 GROUPS = {
     "formats": (["fp8emu/formats.py"],
                 ["tests/test_reliability.py", "tests/test_docs.py", *_CORE_QUICK, _CODEC + "test_constants_match_ml_dtypes",
@@ -179,6 +181,21 @@ GROUPS = {
                    "tests/test_torchao_float8linear.py::test_torchao_emulate_divides_where_scaled_mm_multiplies",
                    "tests/test_torchao_float8linear.py::test_first_gemm_equals_the_recorded_torchao_output_with_numpy_only",
                    "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.torch_cpu]"]),
+    # the summation-tree probe and the CPU order policy: their own fast tests (the live-torch sweeps in
+    # fresh processes and the torchao training runs, minutes on the shared machine, are left out)
+    "sumtree": (["fp8emu/gemm/sumtree.py"],
+                ["tests/test_mut_cpu_order.py", "tests/test_cpu_order.py", "tests/test_sgemm_fma_chain.py",
+                 "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.sumtree]", "-k", _CPU_ORDER_FAST]),
+    "cpu_order": (["fp8emu/gemm/cpu_order.py"],
+                  ["tests/test_mut_cpu_order.py", "tests/test_cpu_order.py", "tests/test_sgemm_fma_chain.py",
+                   "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.cpu_order]", "-k", _CPU_ORDER_FAST]),
+    # the same-state gradient probes: their own tests and the hostile-input ones
+    "torch_probes": (["fp8emu/torch/probes.py"],
+                     ["tests/test_grad_probes.py",
+                      *("tests/test_audit_grad_study.py::" + t for t in (
+                          "test_probe_operands_are_float32_as_the_reference_reads_them",
+                          "test_probe_operand_shapes_are_named", "test_capture_names_what_it_cannot_probe")),
+                      "tests/test_docs.py::test_docstring_examples[fp8emu.torch.probes]"]),
 }
 
 _BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
