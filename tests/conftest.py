@@ -7,7 +7,10 @@
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from fp8emu.cli import main
 
 settings.register_profile(
     "ci", max_examples=25, deadline=None, print_blob=True,
@@ -18,3 +21,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def demo_study(tmp_path_factory):
+    """``fp8emu study --demo`` run once per session (10 s on 2 cores): test_study checks its files and
+    report, test_docs the study guide's numbers against its results."""
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["study", "--demo", "--out", str(out), "--quiet"]) == 0
+    return out

@@ -136,18 +136,16 @@ def test_validate_kernel_cpu_scaled_mm_note_holds():
     assert np.mean(got.numpy() == np.asarray(want)) < 0.5
 
 
-def test_study_guide_numbers_are_the_demo_study():
+def test_study_guide_numbers_are_the_demo_study(demo_study):
     """docs/guides/study.md said NVFP4's median is 20.4 dB when the demo study gave 20.5. Every
-    number of its "What it shows" paragraph is now read back and compared with the study's own output."""
+    number of its "What it shows" paragraph is now read back and compared with the study's own output
+    (``fp8emu study --demo``'s results.csv: tests/conftest.py runs it once for the session)."""
     import statistics
-    import tempfile
     from fp8emu.lab import study
     text = " ".join((ROOT / "docs" / "guides" / "study.md").read_text().split())
     para = text[text.index("What it shows"):text.index("(study-dask)")]
     nums = lambda pat: [float(v) for v in re.search(pat, para).groups()]   # noqa: E731
-    recipes = ["cast-e4m3fn-ocp", "tensor-e4m3fn", "row-e4m3fn", "mx-e2m1fn-floor", "nvfp4", "calib-kl-e4m3fn"]
-    with tempfile.TemporaryDirectory() as d:
-        rows = study.run_study([study.demo_checkpoint()], d, recipes=recipes, progress=False)["rows"]
+    rows = study.read_results(demo_study / "results.csv")
 
     def col(recipe, key="sqnr_db", where=lambda r: True):
         return [float(r[key]) for r in rows if r["recipe"] == recipe and where(r)]

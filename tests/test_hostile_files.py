@@ -301,9 +301,14 @@ def test_a_tensor_with_a_zero_last_dimension_is_studied(tmp_path):
     p = _st_file(tmp_path / "z.safetensors",
                  {"b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                   "w": {"dtype": "F32", "shape": [5, 0], "data_offsets": [8, 8]}}, F32([1, 2]).tobytes())
-    res = study.run_study([p], tmp_path / "out", recipes=["all"], progress=False)
+    res = study.run_study([p], tmp_path / "out", recipes=["all"], progress=False, report=False)
     rows = [r for r in res["rows"] if r["tensor"] == "w"]
     assert len(rows) == len(fp8emu.lab.recipes.select_recipes(["all"])) and all(r["shape"] == "5x0" for r in rows)
+    # The report of such a tensor, with a recipe of each family (the report of all 161 recipes, 10 s of
+    # drawing, is test_study_checkpoints' test_all_recipes_render_without_matplotlib_warnings).
+    few = ["cast-e4m3fn-ocp", "tensor-e4m3fn", "row-e4m3fn", "mx-e2m1fn-floor", "nvfp4", "nvfp4-4over6-te"]
+    study.run_study([p], tmp_path / "few", recipes=few, progress=False)
+    assert (tmp_path / "few" / "report.html").is_file() and " w " in (tmp_path / "few" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("kind", ["safetensors", "npz", "npy"])

@@ -176,8 +176,10 @@ def test_every_code_matches_the_v4_value_tables():
             assert f.has_inf == (domain == "extended") and not f.has_negative_zero
 
 
-@pytest.mark.parametrize("p", range(1, 8))
+@pytest.mark.parametrize("p", _ps(range(1, 8), (1, 4, 7)))
 def test_finite_formats_match_gfloat(p):
+    """The finite domain (no Inf: the top code is finite, the overflow code changes) at the two extreme
+    precisions and one between; the others (same code path, gfloat's rounding at 10 s each) with -m exhaustive."""
     from gfloat.types import Domain
     for signed in (True, False):
         fi = format_info_p3109(8, p, Signedness.Signed if signed else Signedness.Unsigned, Domain.Finite)

@@ -334,10 +334,8 @@ def test_memory_is_bounded_by_the_chunk_not_the_tensor(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    assert main(["study", "--demo", "--out", str(out), "--quiet"]) == 0
-    return out
+def demo_run(demo_study):
+    return demo_study                       # tests/conftest.py: shared with test_docs
 
 
 def test_demo_writes_results_and_reports(demo_run):
