@@ -191,7 +191,7 @@ GROUPS = {
                    "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.cpu_order]", "-k", _CPU_ORDER_FAST]),
     # the same-state gradient probes: their own tests and the hostile-input ones
     "torch_probes": (["fp8emu/torch/probes.py"],
-                     ["tests/test_grad_probes.py",
+                     ["tests/test_mut_torch_probes.py", "tests/test_grad_probes.py",
                       *("tests/test_audit_grad_study.py::" + t for t in (
                           "test_probe_operands_are_float32_as_the_reference_reads_them",
                           "test_probe_operand_shapes_are_named", "test_capture_names_what_it_cannot_probe")),
