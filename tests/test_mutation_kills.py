@@ -365,7 +365,7 @@ def test_float32_table_limit_for_deep_subnormal_user_formats(user_format, bias, 
 def test_as_ml_dtypes_needs_uint8_codes():
     """A wider integer array would be reinterpreted byte by byte (one int64 -> 8 values)."""
     for dt in (np.int64, np.uint16, np.int8, np.float32):
-        with pytest.raises(TypeError, match="expects uint8 codes"):
+        with pytest.raises(TypeError, match=r"must be uint8 codes \(one element per byte\)"):
             fp8emu.as_ml_dtypes(np.array([56], dt), "e4m3fn")
     with pytest.raises(ValueError, match="ml_dtypes has no type for format 'binary8p3'"):
         fp8emu.as_ml_dtypes(np.array([56], np.uint8), "binary8p3")
