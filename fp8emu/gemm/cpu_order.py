@@ -375,9 +375,9 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
                f"{', MKL settings ' + str(info['mkl_env']) if info['mkl_env'] else ''}) is not the one "
                f"{model.name} was proven on ({model.proven_on}); install torch so that fp8emu reveals "
                "this machine's order")
-    elif model.unproven(M, K, N, threads):
+    elif (gap := model.unproven(M, K, N, threads)) is not None:
         why = (f"{model.name} is not proven for this GEMM ({M}x{K}x{N} on {threads or 'an unknown number of'} "
-               f"thread(s)): {model.unproven(M, K, N, threads)}")
+               f"thread(s)): {gap}")
     if why:
         warnings.warn(f"{name}: {why}, so torch may differ in the last bits", RuntimeWarning, stacklevel=stacklevel)
     return model.order(M, K, N, 1 if threads is None else threads), model.name
