@@ -203,3 +203,13 @@ def test_resolution_counts_identical_results_once():
     assert lm_forks.resolution(gaps)["sd"] == 2.0                       # median of 1, 1, 3, 5
     r = lm_forks.resolution(gaps, same=[["a@x", "b@x"]])
     assert (r["n"], r["sd"], r["half"]) == (3, 3.0, 6.0)                # median of 1, 3, 5
+
+
+def test_a_pairs_seed_count_is_the_seeds_its_gap_is_paired_over():
+    # seed 2 has no bf16 run: the gap (and its interval) is over seeds 0 and 1 only, and says so
+    rows = [{"recipe": r, "stack": st, "seed": k, "fp32_val_loss": v, "diverged": 0}
+            for r, st, k, v in [("bf16", "", 0, 2.0), ("bf16", "", 1, 2.5),
+                                ("a", "x", 0, 2.25), ("a", "x", 1, 2.5), ("a", "x", 2, 9.0)]]
+    g = {r["label"]: r for r in lm_forks.paired_gaps(rows)}["a@x"]
+    assert g["seeds"] == 2
+    assert g["gap"] == 0.125

@@ -31,7 +31,6 @@ try:   # torch is an optional extra: a missing torch is reported by run(), not a
     from ..lab import lm_study as report
     from ..torch.study import infer, runs
     from ..torch.study.corpus import load_corpus
-    from ..torch.study.model import ModelConfig
     from ..torch.study.train import BASELINES, TrainConfig
     _MISSING = None
 except ModuleNotFoundError as exc:   # pragma: no cover - the torch leg has torch

@@ -70,7 +70,8 @@ def measure_rows(runs, column=FP32) -> list:
 def paired_gaps(runs, column=FP32, base="bf16") -> list:
     """Per recipe@stack (baselines first, in the runs' order): mean ``column``, the gap to ``base`` at the same
     seed averaged over seeds, its sd and 95 % t interval (:func:`~fp8emu.lab.lm_study.gap_stats`), ``half``
-    (the interval's half-width) and ``seeds``."""
+    (the interval's half-width) and ``seeds`` (the seeds paired with a ``base`` run: a seed the baseline
+    lacks is in ``loss`` but not in the gap)."""
     by = {}
     for r in runs:
         by.setdefault((r["recipe"], r["stack"] or None), {})[int(r["seed"])] = _num(r[column])
@@ -80,7 +81,7 @@ def paired_gaps(runs, column=FP32, base="bf16") -> list:
     rows = []
     for (recipe, stack), seeds in by.items():
         st = gap_stats([seeds[k] - ref[k] for k in sorted(seeds) if k in ref])
-        rows.append({"recipe": recipe, "stack": stack or "", "label": run_label(recipe, stack), "seeds": len(seeds),
+        rows.append({"recipe": recipe, "stack": stack or "", "label": run_label(recipe, stack), "seeds": st["n"],
                      "loss": float(np.mean(list(seeds.values()))), "gap": st["mean"], "sd": st["sd"],
                      "ci_low": st["ci_low"], "ci_high": st["ci_high"], "half": (st["ci_high"] - st["ci_low"]) / 2})
     return rows
