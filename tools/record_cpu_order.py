@@ -10,11 +10,14 @@ family (and MKL setting) to see what a recorded model must say there:
     MKL_ENABLE_INSTRUCTIONS=AVX2 python tools/record_cpu_order.py --out docs/data/cpu-order/NAME-avx2.json
 
 ``--random N`` instead checks a recorded model against torch's own ``mm`` on N random shapes (M, N
-log-uniform in 2 .. 1200, K uniform in 1 .. 4096, 1 and 2 threads, float32 operands of wide magnitudes):
+log-uniform in 2 .. 1200, K uniform in 1 .. 4096, 1 and 2 threads, float32 operands of wide magnitudes;
+``--layouts`` cycles the operand layouts, ``T`` an operand reaching ``mm`` as a transposed view):
 per shape, how many outputs differ and whether the model calls the shape proven (it must match there)
 or warns:
 
     python tools/record_cpu_order.py --random 300 --out docs/data/cpu-order/NAME-random.json
+    MKL_CBWR=COMPATIBLE python tools/record_cpu_order.py --random 300 --seed 1 --layouts NN,NT,TN,TT \
+        --model mkl-2024.2-compatible --out docs/data/cpu-order/NAME-compatible-random.json
 """
 import argparse
 import json
@@ -30,6 +33,11 @@ GRID = [(m, k, n) for m, n in ((2, 2), (3, 5), (8, 8), (13, 16), (32, 32), (64, 
         for k in (16, 64, 208, 384, 385, 512, 768, 1000, 1024, 2048, 4096)]
 
 
+def _operand(x, how):
+    """``x`` as torch gets it: row-major (``N``) or a transposed view of a row-major copy of x.T (``T``)."""
+    return torch.from_numpy(x).clone() if how == "N" else torch.from_numpy(np.ascontiguousarray(x.T)).t()
+
+
 def _random(args, threads):
     """Random shapes: the recorded model against torch.mm here."""
     rec = cpu_order.RECORDED[args.model]
@@ -37,18 +45,20 @@ def _random(args, threads):
     rows = []
     for i in range(args.random):
         t = threads[i % len(threads)]
+        layout = args.layouts[(i // len(threads)) % len(args.layouts)]
         M, N = (int(v) for v in np.exp(rng.uniform(np.log(2), np.log(1201), 2)))
         K = int(rng.integers(1, 4097))
         torch.set_num_threads(t)
 
         def mm(a, b):
-            return torch.mm(torch.from_numpy(a).clone(), torch.from_numpy(b).clone()).numpy()
+            return torch.mm(_operand(a, layout[0]), _operand(b, layout[1])).numpy()
 
         bad = sumtree.check_order(rec.order(M, K, N, t), mm, M, K, N, trials=2, seed=i)
-        why = rec.unproven(M, K, N, t)
-        rows.append({"M": M, "K": K, "N": N, "threads": t, "outputs": 2 * M * N, "differ": bad,
+        why = rec.unproven(M, K, N, t, layout)
+        rows.append({"M": M, "K": K, "N": N, "threads": t, "layout": layout, "outputs": 2 * M * N, "differ": bad,
                      "proven": why is None, "warning": why})
-        print(f"{M}x{K}x{N} t{t}: {bad} of {2 * M * N} differ{'' if why is None else ' (warns)'}", file=sys.stderr)
+        print(f"{M}x{K}x{N} t{t} {layout}: {bad} of {2 * M * N} differ{'' if why is None else ' (warns)'}",
+              file=sys.stderr)
     return rows
 
 
@@ -59,13 +69,20 @@ def main():
     ap.add_argument("--random", type=int, default=0, help="check the recorded model on this many random shapes")
     ap.add_argument("--model", default="mkl-2024.2-avx512")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layouts", default="NN", help="layouts the random shapes cycle through, e.g. NN,NT,TN,TT")
     args = ap.parse_args()
+    args.layouts = args.layouts.split(",")
+    if not args.layouts or any(v not in cpu_order.LAYOUTS for v in args.layouts):
+        ap.error(f"--layouts takes a comma-separated list of {', '.join(cpu_order.LAYOUTS)}")
+    if args.model not in cpu_order.RECORDED:
+        ap.error(f"--model must be one of {', '.join(cpu_order.RECORDED)}")
     threads = [int(v) for v in args.threads.split(",")]
     if args.random:
         rows = _random(args, threads)
         doc = {"machine": cpu_order.machine(), "library": cpu_order._library(torch), "model": args.model,
-               "python": platform.python_version(), "numpy": np.__version__, "layout": "NN", "seed": args.seed,
-               "recorded_by": f"tools/record_cpu_order.py --random {args.random} --seed {args.seed}", "gemms": rows}
+               "python": platform.python_version(), "numpy": np.__version__, "layout": ",".join(args.layouts),
+               "seed": args.seed, "recorded_by": f"tools/record_cpu_order.py --random {args.random} --seed {args.seed}"
+               + (f" --layouts {','.join(args.layouts)}" if args.layouts != ["NN"] else ""), "gemms": rows}
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)
         inside = [r for r in rows if r["proven"]]

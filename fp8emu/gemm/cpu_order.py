@@ -13,10 +13,14 @@ which order :func:`fp8emu.gemm.torch_cpu.sgemm` uses for a shape:
     The default wherever torch is importable: exact on the machine the user has.
 A recorded model (:data:`RECORDED`)
     Used without torch.  Each names where it was proven; on another CPU (or outside its proven
-    shapes) the GEMM runs with it and a RuntimeWarning says why torch may differ.
+    shapes and operand layouts) the GEMM runs with it and a RuntimeWarning says why torch may
+    differ.  ``mkl-2024.2-avx512``: MKL's default kernel on an AVX-512 Xeon;
+    ``mkl-2024.2-compatible``: MKL under ``MKL_CBWR=COMPATIBLE`` (:mod:`fp8emu.gemm.mkl_cnr`), the
+    branch MKL documents as giving the same results on Intel and other vendors' x86 CPUs.
 
 ``FP8EMU_CPU_ORDER`` (environment) or :func:`use` chooses: ``"auto"`` (revealed where torch is
-importable, else the recorded model), ``"revealed"`` (an error without torch) or a recorded
+importable, else the recorded model proven on this CPU and MKL setting, else the one of this
+MKL setting or ``mkl-2024.2-avx512``, with a warning), ``"revealed"`` (an error without torch) or a recorded
 model's name (no probing: what recorded vectors from that CPU are compared with).
 
 Examples
@@ -41,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .mkl_cnr import MODEL as _COMPATIBLE
 from .sumtree import GemmOrder, SumTree, reveal
 
 __all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "machine", "cpu_flags", "cache_path", "LAYOUTS",
@@ -106,10 +111,12 @@ class RecordedModel:
     split_proven_mn: int
     max_k: int
     proven_threads: tuple = (1, 2)
+    proven_layouts: tuple = ("NN",)
+    mkl_env: tuple = ()            # the MKL settings it was measured under, as (name, value) pairs
 
     def applies_here(self, info):
         return info["vendor"] == self.vendor and all(f in info["flags"] for f in self.needs_flags) \
-            and not info["mkl_env"]
+            and info["mkl_env"] == dict(self.mkl_env)
 
     def blocks(self, K, M=2, N=2):
         """Bounds of the K blocks one thread sums separately for an M x K x N product."""
@@ -131,8 +138,11 @@ class RecordedModel:
     def order(self, M, K, N, threads=1):
         return GemmOrder([self.tree(M, K, N, threads)], np.zeros((M, N), np.int16))
 
-    def unproven(self, M, K, N, threads):
-        """Why this shape and thread count lie outside what was proven (``None`` inside)."""
+    def unproven(self, M, K, N, threads, layout="NN"):
+        """Why this shape, thread count and operand layout lie outside what was proven (``None`` inside)."""
+        if layout not in self.proven_layouts:
+            return (f"the order was proven for the layouts {', '.join(self.proven_layouts)}; with {layout} MKL "
+                    "sums some shapes in another order")
         if M < 2 or N < 2:
             return "a single row or column goes to MKL's gemv, whose order is not a fixed tree"
         if K > self.max_k:
@@ -162,9 +172,12 @@ RECORDED = {
         proven_on="Intel Xeon with AVX-512 and AMX (KVM, 2 vCPUs), torch 2.13.0+cpu, MKL 2024.2: "
                   "2,017,364 torch._scaled_mm outputs on one thread (K <= 4096), 1,953,284 on two "
                   "(K <= 768), and torch.mm on 300 random shapes (M, N up to 1200, K up to 4096, 1 and 2 "
-                  "threads); M, N >= 2 (a single row or column goes to MKL's gemv)",
+                  "threads) and 80 more in the layouts TN, TT and NT; M, N >= 2 (a single row or column goes to "
+                  "MKL's gemv); B row-major (NN, TN): with B transposed MKL sums some shapes in another order",
         vendor="GenuineIntel", needs_flags=("avx512f",), kc=384, packed_min=192,
-        split_macs=192_000, split_window=(192_000, 195_132), split_proven_mn=128, max_k=4096),
+        split_macs=192_000, split_window=(192_000, 195_132), split_proven_mn=128, max_k=4096,
+        proven_layouts=("NN", "TN")),
+    _COMPATIBLE.name: _COMPATIBLE,
 }
 _DEFAULT_MODEL = "mkl-2024.2-avx512"
 
@@ -367,15 +380,19 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
             return order, "revealed"
         if p == "revealed":
             raise RuntimeError("FP8EMU_CPU_ORDER='revealed' needs torch to probe this machine's GEMM order")
-    model = RECORDED[p if p in RECORDED else _DEFAULT_MODEL]
     info = machine()
+    # without torch, "auto" takes the recorded model proven on this CPU and MKL setting, else one measured
+    # under this MKL setting on another CPU (it warns), else the default kernel's (it warns)
+    model = RECORDED[p] if p in RECORDED else next(
+        (m for m in RECORDED.values() if m.applies_here(info)),
+        next((m for m in RECORDED.values() if dict(m.mkl_env) == info["mkl_env"]), RECORDED[_DEFAULT_MODEL]))
     why = None
     if p not in RECORDED and not model.applies_here(info):
         why = (f"this CPU ({info['vendor'] or 'unknown vendor'}, {info['model'] or 'unknown model'}"
                f"{', MKL settings ' + str(info['mkl_env']) if info['mkl_env'] else ''}) is not the one "
                f"{model.name} was proven on ({model.proven_on}); install torch so that fp8emu reveals "
                "this machine's order")
-    elif (gap := model.unproven(M, K, N, threads)) is not None:
+    elif (gap := model.unproven(M, K, N, threads, layout)) is not None:
         why = (f"{model.name} is not proven for this GEMM ({M}x{K}x{N} on {threads or 'an unknown number of'} "
                f"thread(s)): {gap}")
     if why:

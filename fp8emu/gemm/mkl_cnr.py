@@ -1,0 +1,189 @@
+"""MKL's reproducible sgemm (``MKL_CBWR=COMPATIBLE``): its float32 summation order, recorded as a rule.
+
+MKL's conditional numerical reproducibility (CNR) branch ``COMPATIBLE`` is its SSE2 code without the
+approximation instructions (``rcpps``/``rsqrtps``) whose results differ between vendors; Intel's
+developer guide gives it as the branch that returns the same results on Intel and Intel-compatible
+CPUs (at a fixed thread count), and ``AUTO`` and ``COMPATIBLE`` as the only branches a non-Intel CPU
+(an AMD EPYC) may be set to.  So where a torch CPU run sets
+``MKL_CBWR=COMPATIBLE``, its GEMMs are one order on every vendor's CPU, which is recorded here.
+
+The order, as found by probing torch 2.13.0+cpu (MKL 2024.2) on an Intel Xeon (KVM, 2 vCPUs; the
+survey and random shapes in ``docs/data/cpu-order/xeon-amx-mkl-2024.2-compatible*.json``), with
+no FMA (each product rounded to float32, then added):
+
+* **Interior tiles** (MKL's kernel tiles of 4 rows of C by 8 columns, where the part of C one
+  thread computes has at least 8 rows and 8 columns): K in blocks of 112, each block a chain from
+  zero; the first block's sum, then the last block's, then the middle blocks' in order, added one
+  after the other (:func:`block_tree`).
+* **Edge columns** (the columns past the last whole 8 of such a part): one chain that starts with
+  product 0, adds the last block's sum, then products 1 .. of the blocks before the last one by
+  one (:func:`edge_tree`).
+* **Everything else** (the rows past the last whole 4; a part under 8 rows or 8 columns): one
+  plain chain over K (:func:`chain_tree`).
+* **Two threads** cut C in two along its longer side (rows where M >= N), the first part
+  ``floor(half)`` long, and each part is tiled as above.
+
+Proven for row-major B (layouts ``"NN"`` and ``"TN"``), M >= 1, N >= 2, K <= 4096, 1 and 2
+threads; with a transposed B (``"NT"``, ``"TT"``) MKL sums the edge tiles in SIMD lanes, so only
+shapes whose every output lies in an interior tile are proven there.  A single column (N = 1)
+goes to MKL's gemv.
+
+Examples
+--------
+>>> m = MODEL
+>>> m.order(16, 400, 9, threads=1).describe()     # 8 columns of whole tiles, one edge column
+'128 outputs: mul+add [0:112] + [336:400] + [112:224] + [224:336]; 16 outputs: mul+add 0 + [336:400] + [1:336]'
+>>> m.order(8, 400, 8, threads=2).describe()      # two threads: 4 x 8 each, too small to tile
+'mul+add [0:400]'
+>>> m.unproven(13, 500, 29, 1, "NT")
+'with a transposed B (NT) MKL sums edge tiles in SIMD lanes; only shapes tiled whole were proven'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .sumtree import GemmOrder, SumTree
+
+__all__ = ["CompatibleModel", "MODEL", "block_tree", "edge_tree", "chain_tree", "tile_classes"]
+
+#: Classes of :func:`tile_classes`.
+INTERIOR, EDGE, PLAIN = 0, 1, 2
+
+
+def _chain(k0, k1, start=None):
+    """Nested pairs of one chain over ``[k0, k1)``, continuing ``start`` where given."""
+    c = k0 if start is None else (start, k0)
+    for k in range(k0 + 1, k1):
+        c = (c, k)
+    return c
+
+
+def _bounds(K, kc):
+    return list(range(0, K, kc)) + [K]
+
+
+def chain_tree(K):
+    """One chain of float32 additions over K, no FMA."""
+    return SumTree.from_nested(_chain(0, K), fma=False)
+
+
+def block_tree(K, kc=112):
+    """Blocks of ``kc``, each a chain; the first block's sum, the last's, then the middle ones', in order.
+
+    Examples
+    --------
+    >>> block_tree(300).describe()
+    '[0:112] + [224:300] + [112:224]'
+    """
+    b = _bounds(K, kc)
+    blocks = list(zip(b[:-1], b[1:]))
+    if len(blocks) > 2:
+        blocks = [blocks[0], blocks[-1]] + blocks[1:-1]
+    t = None
+    for k0, k1 in blocks:
+        c = _chain(k0, k1)
+        t = c if t is None else (t, c)
+    return SumTree.from_nested(t, fma=False)
+
+
+def edge_tree(K, kc=112):
+    """Product 0, plus the last block's sum, then products 1 .. up to the last block, one by one.
+
+    Examples
+    --------
+    >>> edge_tree(300).describe()
+    '0 + [224:300] + [1:224]'
+    """
+    b = _bounds(K, kc)
+    if len(b) <= 2:
+        return chain_tree(K)
+    t = (0, _chain(b[-2], b[-1]))
+    for k in range(1, b[-2]):
+        t = (t, k)
+    return SumTree.from_nested(t, fma=False)
+
+
+def _part(M, N, m_min, m_tile, n_tile):
+    c = np.full((M, N), PLAIN, np.int16)
+    if M >= m_min and N >= n_tile:
+        mb, nb = M - M % m_tile, N - N % n_tile
+        c[:mb, :nb] = INTERIOR
+        c[:mb, nb:] = EDGE
+    return c
+
+
+def tile_classes(M, N, threads=1, *, m_min=8, m_tile=4, n_tile=8):
+    """The (M, N) class of each output: :data:`INTERIOR`, :data:`EDGE` or :data:`PLAIN`.
+
+    Examples
+    --------
+    >>> tile_classes(9, 9)[[0, 8], :][:, [0, 8]].tolist()    # row 8 past the 4-row tiles, column 8 an edge
+    [[0, 1], [2, 2]]
+    >>> tile_classes(20, 20, threads=2)[:, 0].tolist() == [0] * 8 + [2] * 2 + [0] * 8 + [2] * 2
+    True
+    """
+    if threads == 1:
+        return _part(M, N, m_min, m_tile, n_tile)
+    if M >= N:      # the longer side is cut, the first part floor(half) long
+        h = M // 2
+        return np.vstack([_part(h, N, m_min, m_tile, n_tile), _part(M - h, N, m_min, m_tile, n_tile)])
+    h = N // 2
+    return np.hstack([_part(M, h, m_min, m_tile, n_tile), _part(M, N - h, m_min, m_tile, n_tile)])
+
+
+@dataclasses.dataclass(frozen=True)
+class CompatibleModel:
+    """The order of MKL's CNR ``COMPATIBLE`` branch, with where it was proven (module docstring)."""
+
+    name: str
+    proven_on: str
+    vendor: str            # /proc/cpuinfo vendor_id it was measured on
+    mkl_env: tuple         # the MKL settings it was measured under, as (name, value) pairs
+    kc: int = 112
+    max_k: int = 4096
+    proven_threads: tuple = (1, 2)
+    proven_layouts: tuple = ("NN", "TN")
+
+    def applies_here(self, info):
+        return info["vendor"] == self.vendor and info["mkl_env"] == dict(self.mkl_env)
+
+    def order(self, M, K, N, threads=1):
+        """The :class:`~fp8emu.gemm.sumtree.GemmOrder` of an M x K x N product on ``threads``."""
+        trees = [block_tree(K, self.kc), edge_tree(K, self.kc), chain_tree(K)]
+        c = tile_classes(M, N, threads)
+        distinct, index = [], np.zeros(3, np.int16)     # the trees some output takes, each once (K <= kc: one)
+        for u in np.unique(c):
+            if trees[u] not in distinct:
+                distinct.append(trees[u])
+            index[u] = distinct.index(trees[u])
+        return GemmOrder(distinct, index[c])
+
+    def unproven(self, M, K, N, threads, layout="NN"):
+        """Why this GEMM lies outside what was proven (``None`` inside)."""
+        if N < 2 and M > 1:
+            return "a single column goes to MKL's gemv, whose order was not measured"
+        if K > self.max_k:
+            return f"K <= {self.max_k} was proven"
+        if threads is None:
+            if not np.array_equal(tile_classes(M, N, 1), tile_classes(M, N, 2)):
+                return "the thread count is not known, and one and two threads tile this shape differently"
+            return None
+        if threads not in self.proven_threads:
+            return f"{' and '.join(map(str, self.proven_threads))} thread(s) were proven"
+        if layout not in self.proven_layouts and np.any(tile_classes(M, N, threads) != INTERIOR):
+            return (f"with a transposed B ({layout}) MKL sums edge tiles in SIMD lanes; only shapes tiled whole "
+                    "were proven")
+        return None
+
+
+#: ``mkl-2024.2-compatible``: torch 2.13.0+cpu's MKL 2024.2 under ``MKL_CBWR=COMPATIBLE``.
+MODEL = CompatibleModel(
+    name="mkl-2024.2-compatible",
+    proven_on="Intel Xeon (KVM, 2 vCPUs), torch 2.13.0+cpu, MKL 2024.2 with MKL_CBWR=COMPATIBLE: 154 survey "
+              "GEMMs and torch.mm on 300 random shapes (M, N up to 1200, K up to 4096, 1 and 2 threads, all four "
+              "layouts); MKL documents this branch as giving the same results on every Intel or Intel-compatible "
+              "CPU at a fixed thread count, which was not measured on another vendor's CPU",
+    vendor="GenuineIntel", mkl_env=(("MKL_CBWR", "COMPATIBLE"),))
