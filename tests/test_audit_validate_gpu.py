@@ -1,0 +1,32 @@
+"""``fp8emu validate-gpu``'s claims against what it does, without a GPU (tests/AUDIT.md, "Fresh audit of the CPU
+order, probes, compile and filters")."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fp8emu.cli import main
+from fp8emu.gpu import validate
+
+
+def _case(source):
+    return validate.CastCase("ml_dtypes", "e5m2", "ml_dtypes", "rne", source,
+                             lambda x: x.astype(ml_dtypes.float8_e5m2))
+
+
+def test_limit_shortens_the_float32_sweep_only(capsys):
+    # the help says "Cast every float32 (or the first --limit) and every float16/bfloat16 bit pattern" and
+    # "--limit N: validate only the first N float32 patterns"; --limit 100 cast 100 float16 patterns too
+    with pytest.raises(SystemExit):
+        main(["validate-gpu", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "every float16/bfloat16 bit pattern" in text and "only the first N float32 patterns" in text
+    results = validate.run([_case("float16"), _case("bfloat16"), _case("float32")], limit=100, out=lambda s: None)
+    assert [r.inputs for r in results] == [1 << 16, 1 << 16, 100]
+    assert all(r.status == "ok" for r in results)
+    # the inputs counted are the patterns cast: float16's are all 65,536 codes, in order
+    seen = []
+    validate.run([validate.CastCase("ml_dtypes", "e5m2", "ml_dtypes", "rne", "float16",
+                                    lambda x: (seen.append(x.view(np.uint16).copy()), x.astype(
+                                        ml_dtypes.float8_e5m2))[1])], limit=3, out=lambda s: None)
+    assert np.array_equal(np.concatenate(seen), np.arange(1 << 16, dtype=np.uint16))
