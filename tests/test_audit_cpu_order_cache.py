@@ -160,3 +160,12 @@ def test_the_recording_tool_checks_its_options_before_surveying(tmp_path, monkey
         tool()
     assert exc.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_revealed_without_torch_is_one_line_not_a_traceback(monkeypatch, capsys):
+    # order_for's RuntimeError ("needs torch to probe") escaped the command as a traceback
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "revealed")
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
+    assert main(["cpu-order", "4x8x4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "FP8EMU_CPU_ORDER=revealed probes torch's own GEMM" in err[0]
