@@ -30,3 +30,12 @@ def test_limit_shortens_the_float32_sweep_only(capsys):
                                     lambda x: (seen.append(x.view(np.uint16).copy()), x.astype(
                                         ml_dtypes.float8_e5m2))[1])], limit=3, out=lambda s: None)
     assert np.array_equal(np.concatenate(seen), np.arange(1 << 16, dtype=np.uint16))
+
+
+def test_tc_questions_refuse_the_sweeps_options_they_would_ignore(capsys):
+    # `--tc-questions --limit 5 --no-scaled-mm` ran the vectors (or said "skipped") and ignored both options
+    for extra in (["--limit", "5"], ["--no-scaled-mm"]):
+        assert main(["validate-gpu", "--tc-questions", *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"fp8emu validate-gpu: error: --tc-questions runs only the tensor-core vectors; it takes no "
+                       f"{extra[0]}"]

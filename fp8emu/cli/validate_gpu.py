@@ -46,6 +46,10 @@ def run(args) -> int:
     """Run the validation; the exit status says what happened."""
     limit = None if args.limit is None else _positive(args.limit)
     if args.tc_questions:
+        # the tensor-core vectors are a fixed set and run no cast sweep or _scaled_mm: these were ignored
+        given = [opt for opt, v in (("--limit", args.limit), ("--no-scaled-mm", args.no_scaled_mm)) if v]
+        if given:
+            raise ValueError(f"--tc-questions runs only the tensor-core vectors; it takes no {', '.join(given)}")
         res = tc_questions.validate(out=print)
         if res is None:
             status = validate_gpu.EXIT_MISMATCH if args.require_gpu else validate_gpu.EXIT_NO_GPU
