@@ -93,10 +93,11 @@ def test_a_cache_file_with_a_key_twice_is_damaged_not_read_last_wins(cache, monk
     assert json.loads(cache.read_text()) == good
 
 
-@pytest.mark.parametrize("shape", [(-1, 8, 4), (4, 8, -1), (2.5, 8, 4), (0, 8, 4), (4, 0, 4), (True, 8, 4)])
-def test_order_for_takes_positive_integer_sizes(shape):
-    # -1 was NumPy's "negative dimensions are not allowed", K = 0 a one-leaf "fma 0", 2.5 "'float' object ..."
-    with cpu_order.use("mkl-2024.2-avx512"), pytest.raises(ValueError, match="M, K, N must be positive integers"):
+@pytest.mark.parametrize("shape", [(-1, 8, 4), (4, 8, -1), (2.5, 8, 4), (True, 8, 4)])
+def test_order_for_takes_integer_sizes(shape):
+    # -1 was NumPy's "negative dimensions are not allowed", 2.5 "'float' object cannot be interpreted as an
+    # integer", True one row
+    with cpu_order.use("mkl-2024.2-avx512"), pytest.raises(ValueError, match="M, K, N must be non-negative integ"):
         cpu_order.order_for(*shape, threads=1)
 
 

@@ -74,3 +74,21 @@ def test_a_gemm_order_refuses_what_would_sum_nothing_or_fail_later():
             GemmOrder.from_json(bad)
     back = GemmOrder.from_json(d)
     assert back.trees == [t] and back.classes.shape == (2, 3)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: SumTree.blocks([0, 5, 3]), "strictly increasing"),          # a six-term tree, silently
+    (lambda: SumTree.blocks([0, 2.5]), "strictly increasing"),           # "'float' object cannot be ..."
+    (lambda: SumTree.blocks([]), "strictly increasing"),                 # "int() argument must be ... 'NoneType'"
+    (lambda: SumTree.from_nested((0, 1.9)), "integer term indices"),     # 1.9 read as leaf 1
+    (lambda: SumTree.from_nested(("0", "1")), "integer term indices"),   # strings parsed
+    (lambda: SumTree(2.5, [[0, 1]]), "K is an integer"),                 # K = 2
+    (lambda: SumTree(2, [[0.2, 1.7]]), "integer node numbers"),          # children 0 and 1
+    (lambda: SumTree(2, [[0, 1]], fma="no"), "fma must be True or False"),  # read as True
+])
+def test_a_sum_tree_is_built_from_integers_only(make, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        make()
+    # what each meant, written correctly, still builds
+    assert SumTree.blocks(np.array([0, 2, 4])).describe() == "[0:2] + [2:4]"
+    assert SumTree(2, [[0, 1]], fma=np.False_).fma is False

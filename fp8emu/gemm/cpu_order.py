@@ -123,6 +123,8 @@ class RecordedModel:
 
     def tree(self, M, K, N, threads=1):
         """The :class:`SumTree` of one output."""
+        if K == 0:      # an empty product sums nothing (sgemm returns zeros before using an order): a placeholder
+            return SumTree.blocks([0, 1])
         if self.splits_k(M, K, N, threads):
             h = -(-K // 2)
             nested = (_chains(_packed_blocks(h, self.kc)), _chains(_packed_blocks(K - h, self.kc), h))
@@ -379,12 +381,11 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if not all(_is_int(v) and v >= 1 for v in (M, K, N)):
-        raise ValueError(f"{name}: M, K, N must be positive integers (an empty GEMM sums nothing), "
-                         f"got {M!r}, {K!r}, {N!r}")
+    if not all(_is_int(v) and v >= 0 for v in (M, K, N)):
+        raise ValueError(f"{name}: M, K, N must be non-negative integers, got {M!r}, {K!r}, {N!r}")
     _check_threads(threads, name)
     p = policy()
-    if p in ("auto", "revealed"):
+    if p in ("auto", "revealed") and K > 0 and M > 0 and N > 0:     # an empty product: nothing to probe
         hit = _revealed(M, K, N, threads, layout)
         if hit is not None:
             order, explained = hit

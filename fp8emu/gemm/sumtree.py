@@ -66,8 +66,16 @@ class SumTree:
     __slots__ = ("K", "children", "fma")
 
     def __init__(self, K, children, fma=True):
+        # K = 2.5, children 0.2 / 1.7 or fma="no" were truncated or read as truthy: another tree, silently
+        if not _is_int(K):
+            raise TypeError(f"a sum tree's K is an integer, got {K!r}")
+        if not isinstance(fma, (bool, np.bool_)):
+            raise TypeError(f"fma must be True or False, got {fma!r}")
+        raw = np.asarray(children)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise TypeError(f"a sum tree's children are integer node numbers, got {raw.dtype}")
         self.K = int(K)
-        ch = np.asarray(children, np.int64).reshape(-1, 2)
+        ch = raw.astype(np.int64).reshape(-1, 2)
         if self.K < 1 or ch.shape[0] != self.K - 1:
             raise ValueError(f"a sum tree over K={K} leaves has K - 1 = {K - 1} nodes, got {ch.shape[0]}")
         if self.K > 1 and sorted(ch.reshape(-1).tolist()) != list(range(2 * self.K - 2)):
@@ -107,6 +115,8 @@ class SumTree:
                 else:
                     stack += [(t, True), (t[1], False), (t[0], False)]
             else:
+                if not _is_int(t):          # int("1") and int(1.9) would make another tree
+                    raise TypeError(f"a sum tree's leaves are integer term indices, got {t!r}")
                 leaves.append(int(t))
                 ids.append(int(t))
         K = len(leaves)
@@ -117,7 +127,14 @@ class SumTree:
 
     @classmethod
     def blocks(cls, bounds, fma=True):
-        """One chain per K block ``[bounds[b], bounds[b+1])`` in K order, the block sums added in order."""
+        """One chain per K block ``[bounds[b], bounds[b+1])`` in K order, the block sums added in order.
+
+        ``bounds`` are integers from 0, strictly increasing (``[0, 5, 3]`` made a six-term tree)."""
+        bounds = list(bounds)
+        if len(bounds) < 2 or bounds[0] != 0 or not all(_is_int(b) for b in bounds) \
+                or any(b1 <= b0 for b0, b1 in zip(bounds, bounds[1:])):
+            raise ValueError(f"block bounds are integers from 0, strictly increasing (e.g. [0, 384, 768]), "
+                             f"got {bounds!r:.80}")
         t = None
         for k0, k1 in zip(bounds[:-1], bounds[1:]):
             c = k0
