@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fp8emu.cli import main
-from fp8emu.gpu import validate
+from fp8emu.gpu import tc_questions, validate
 
 
 def _case(source):
@@ -39,3 +39,20 @@ def test_tc_questions_refuse_the_sweeps_options_they_would_ignore(capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"fp8emu validate-gpu: error: --tc-questions runs only the tensor-core vectors; it takes no "
                        f"{extra[0]}"]
+
+
+def test_tc_questions_exit_1_when_no_candidate_reproduces_a_question(monkeypatch, capsys):
+    # a GPU that follows none of a question's candidates exited 0, which the help calls "all matched"
+    monkeypatch.setattr(tc_questions, "gpu_available", lambda: (True, None))
+
+    def none_of_them(q, z, torch):
+        got = np.array(z["outputs"][0])
+        got[0] = max(int(v) for v in z["outputs"][:, 0]) + 1     # a bit pattern no candidate gave
+        return got
+    monkeypatch.setattr(tc_questions, "gpu_outputs", none_of_them)
+    assert main(["validate-gpu", "--tc-questions"]) == validate.EXIT_MISMATCH
+    out = capsys.readouterr().out
+    assert "<- reproduces every output" not in out
+    # a GPU that follows the first candidate of every question: all matched
+    monkeypatch.setattr(tc_questions, "gpu_outputs", lambda q, z, torch: z["outputs"][0])
+    assert main(["validate-gpu", "--tc-questions"]) == validate.EXIT_OK
