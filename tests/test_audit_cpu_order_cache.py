@@ -167,6 +167,8 @@ def test_revealed_without_torch_is_one_line_not_a_traceback(monkeypatch, capsys)
     # order_for's RuntimeError ("needs torch to probe") escaped the command as a traceback
     monkeypatch.setenv("FP8EMU_CPU_ORDER", "revealed")
     monkeypatch.setattr(cpu_order, "_torch", lambda: None)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
     assert main(["cpu-order", "4x8x4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "FP8EMU_CPU_ORDER=revealed probes torch's own GEMM" in err[0]

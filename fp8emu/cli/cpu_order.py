@@ -96,7 +96,7 @@ def run(args) -> int:
         raise ValueError(f"--threads must be an integer in 1..{MAX_THREADS}, got {args.threads}")
     args.layout = args.layout or "NN"
     shapes = [_shape(s) for s in (args.shapes or DEFAULT_SHAPES)]
-    if cpu_order.policy() == "revealed" and cpu_order._torch() is None:
+    if cpu_order.policy() == "revealed" and importlib.util.find_spec("torch") is None:
         # order_for's RuntimeError reached the user as a traceback
         raise ValueError("FP8EMU_CPU_ORDER=revealed probes torch's own GEMM, and torch is not installed "
                          "(pip install 'fp8emu[torch]'); use 'auto' or a recorded model, one of "
