@@ -58,3 +58,15 @@ def test_a_token_count_a_recipe_cannot_take_is_refused_before_any_run(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "te-delayed@h100 needs a multiple of 16 tokens per step" in err[0]
     assert "batch 1 x seq_len 8 = 8" in err[0] and not out.exists()
+
+
+def test_forks_with_fewer_baseline_seeds_than_seeds_are_refused_before_training(tmp_path, capsys, monkeypatch):
+    # --seeds 3 --baseline-seeds 1 trained, then each fork row said "seeds 3" and a loss over 3 seeds beside a
+    # gap over seed 0 alone (lm_forks.paired_gaps: loss - bf16 loss != gap)
+    monkeypatch.setattr(runs, "execute", lambda *a, **k: pytest.fail("trained"))
+    out = tmp_path / "o"
+    argv = ["train-study", "--quick", "--forks", "--seeds", "3", "--baseline-seeds", "1", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--baseline-seeds 1 leaves seed(s) 1, 2 of --seeds 3 without one" in err[0]
+    assert not out.exists()

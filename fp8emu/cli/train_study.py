@@ -270,6 +270,13 @@ def run(args) -> int:
         # after every run had trained
         raise ValueError("--forks reports every run's gap to the bf16 fork: --baselines must include bf16 "
                          f"(got {','.join(cfg.baselines) or 'none'}), or give --no-report")
+    unpaired = sorted(set(cfg.seeds) - set(cfg.baseline_seeds or cfg.seeds)) if specs else []
+    if cfg.train.fork_at and unpaired and not args.no_report:
+        # the fork report's gap is paired by seed while its seeds and loss columns count every seed: with
+        # fewer baseline seeds its rows contradicted themselves (loss - bf16 loss != gap)
+        raise ValueError(f"--forks pairs every run with the bf16 fork at its seed: --baseline-seeds "
+                         f"{len(cfg.baseline_seeds)} leaves seed(s) {', '.join(map(str, unpaired))} of --seeds "
+                         f"{len(cfg.seeds)} without one; give --baseline-seeds {len(cfg.seeds)} or more")
     if not specs and not args.report_only:   # before anything is written into --out
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")
