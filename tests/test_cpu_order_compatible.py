@@ -187,3 +187,8 @@ def test_live_torch_under_the_setting_equals_the_model_or_it_warns(request, tmp_
     proven = [r for r in rows if not r[6]]
     assert len(proven) >= 5 and all(r[5] == 0 for r in proven)
     assert [r for r in rows if r[6] and r[4] in ("NT", "TT")]        # the transposed edge tiles warn
+
+
+def test_an_empty_product_has_an_order():
+    assert MODEL.order(0, 4, 3).classes.shape == (0, 3) and MODEL.order(3, 4, 0).classes.shape == (3, 0)
+    assert MODEL.order(2, 0, 3).trees == [SumTree.from_nested(0, fma=False)]

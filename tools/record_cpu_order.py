@@ -21,12 +21,14 @@ or warns:
 """
 import argparse
 import json
+import os
 import platform
 import sys
 
 import numpy as np
 import torch
 
+from fp8emu.cli.cpu_order import MAX_THREADS
 from fp8emu.gemm import cpu_order, sumtree
 
 GRID = [(m, k, n) for m, n in ((2, 2), (3, 5), (8, 8), (13, 16), (32, 32), (64, 64), (128, 96))
@@ -62,21 +64,58 @@ def _random(args, threads):
     return rows
 
 
+def _count(low):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
+        return v
+    return parse
+
+
+def _threads(text):
+    # torch.set_num_threads refuses 0 and crashed (a segmentation fault) at 100000
+    words = [w.strip() for w in text.split(",")]
+    if not all(w.isdigit() and 1 <= int(w) <= MAX_THREADS for w in words):
+        raise argparse.ArgumentTypeError(f"expected thread counts 1..{MAX_THREADS} separated by commas, got {text!r}")
+    return [int(w) for w in words]
+
+
+def _out(text):
+    # checked before the survey (minutes): a file in an existing folder
+    if not text:
+        raise argparse.ArgumentTypeError("'' names no file")
+    folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+    return text
+
+
+def _layouts(text):
+    words = [w.strip() for w in text.split(",")]
+    if not all(w in cpu_order.LAYOUTS for w in words):
+        raise argparse.ArgumentTypeError(f"expected layouts of {', '.join(cpu_order.LAYOUTS)} separated by commas, "
+                                         f"got {text!r}")
+    return words
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--random", type=int, default=0, help="check the recorded model on this many random shapes")
-    ap.add_argument("--model", default="mkl-2024.2-avx512")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--layouts", default="NN", help="layouts the random shapes cycle through, e.g. NN,NT,TN,TT")
+    ap.add_argument("--out", required=True, type=_out, help="the JSON file to write (its folder must exist)")
+    ap.add_argument("--threads", default=[1, 2], type=_threads, help="torch thread counts, e.g. 1,2 (default)")
+    ap.add_argument("--random", type=_count(0), default=0,
+                    help="check the recorded model on this many random shapes (0: the grid survey)")
+    ap.add_argument("--model", default="mkl-2024.2-avx512", choices=sorted(cpu_order.RECORDED))
+    ap.add_argument("--seed", type=_count(0), default=0)
+    ap.add_argument("--layouts", default=["NN"], type=_layouts,
+                    help="layouts the random shapes cycle through, e.g. NN,NT,TN,TT (default NN)")
     args = ap.parse_args()
-    args.layouts = args.layouts.split(",")
-    if not args.layouts or any(v not in cpu_order.LAYOUTS for v in args.layouts):
-        ap.error(f"--layouts takes a comma-separated list of {', '.join(cpu_order.LAYOUTS)}")
-    if args.model not in cpu_order.RECORDED:
-        ap.error(f"--model must be one of {', '.join(cpu_order.RECORDED)}")
-    threads = [int(v) for v in args.threads.split(",")]
+    threads = args.threads
     if args.random:
         rows = _random(args, threads)
         doc = {"machine": cpu_order.machine(), "library": cpu_order._library(torch), "model": args.model,

@@ -17,6 +17,12 @@ MAX_THREADS = 1024
 #: random products' operands and outputs, torch's copies and the packed queries (peak resident memory
 #: grew by 10 to 12 float32 copies probing 512x4096x512 and 2048x1024x2048; this allows 16).
 PROBE_BYTES_PER_ELEMENT = 64
+#: The longest sum described: an order is built term by term (K = 10**6 takes about 15 s), and the probe
+#: (:func:`fp8emu.gemm.sumtree.reveal`) takes K up to 2**20.
+MAX_K = 1 << 20
+#: The most outputs an order describes: its M x N int16 tree indices must stay below NumPy's 2**63 bytes
+#: (beyond, NumPy's own "array is too big" error).
+MAX_OUTPUTS = 1 << 62
 
 
 def _available_bytes():
@@ -43,7 +49,13 @@ def _shape(text):
     m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text.strip())
     if not m or min(int(v) for v in m.groups()) < 1:
         raise ValueError(f"a shape is MxKxN with positive integers (e.g. 64x512x64), got {text!r}")
-    return tuple(int(v) for v in m.groups())
+    M, K, N = (int(v) for v in m.groups())
+    if K > MAX_K:
+        raise ValueError(f"K up to {MAX_K} (2**20) is described, got {text!r}")
+    if M * N > MAX_OUTPUTS:
+        raise ValueError(f"M x N = {M * N:.3g} outputs is more than an array indexes (2**62: an order holds an int16 "
+                         f"tree index per output), got {text!r}")
+    return M, K, N
 
 
 def register(sub, name, help_text):
@@ -70,7 +82,7 @@ def run(args) -> int:
     """Print what this machine's torch CPU GEMMs sum in which order."""
     if args.recorded:
         given = [name for name, v in (("shapes", args.shapes), ("--threads", args.threads),
-                                      ("--layout", args.layout)) if v]
+                                      ("--layout", args.layout)) if v not in (None, [])]   # --threads 0 too
         if given:
             raise ValueError(f"--recorded lists the recorded models; it takes no {', '.join(given)}")
         if args.json:
@@ -84,6 +96,11 @@ def run(args) -> int:
         raise ValueError(f"--threads must be an integer in 1..{MAX_THREADS}, got {args.threads}")
     args.layout = args.layout or "NN"
     shapes = [_shape(s) for s in (args.shapes or DEFAULT_SHAPES)]
+    if cpu_order.policy() == "revealed" and importlib.util.find_spec("torch") is None:
+        # order_for's RuntimeError reached the user as a traceback
+        raise ValueError("FP8EMU_CPU_ORDER=revealed probes torch's own GEMM, and torch is not installed "
+                         "(pip install 'fp8emu[torch]'); use 'auto' or a recorded model, one of "
+                         f"{sorted(cpu_order.RECORDED)}")
     if cpu_order.policy() in ("auto", "revealed") and importlib.util.find_spec("torch") is not None:
         available = _available_bytes()
         for M, K, N in shapes:

@@ -60,8 +60,8 @@ def register(sub, name, help_text):
                    help="a one-layer model, 24 steps, 2 seeds, te-delayed@h100 and te-nvfp4@b200 (CI; under 2 minutes)")
     p.add_argument("--forks", action="store_true",
                    help="the fork design: every run starts from one float32 checkpoint (seed 0) and trains the "
-                        "last steps from it (default: the committed fork study, step 104 of 120; with --quick, "
-                        "step 16 of 24); contrasts between runs then hold only what those steps did")
+                        f"last steps from it (default: the committed fork study, {_forks_text()}); contrasts "
+                        "between runs then hold only what those steps did")
     p.add_argument("--fork-at", type=int_option(1), metavar="S",
                    help="fork at step S (implies --forks; S below --steps)")
     p.add_argument("--recipes", help="comma-separated recipe names, 'all' (default) or 'none' (baselines only)")
@@ -110,6 +110,14 @@ def _preset_value(preset, where, key):
     return getattr(preset[where], key) if where else preset[key]
 
 
+def _forks_text():
+    """``step S of N; with --quick, step S of N`` from the fork presets (so --help cannot drift)."""
+    if _MISSING is not None:    # pragma: no cover - without torch the presets cannot be imported
+        return "see the lm-study guide"
+    full, quick = runs.FORKS["train"], runs.QUICK_FORKS["train"]
+    return f"step {full.fork_at} of {full.steps}; with --quick, step {quick.fork_at} of {quick.steps}"
+
+
 def _default_text(where, key):
     """``default N, the committed study's; M with --quick`` from the presets (so --help cannot drift)."""
     if _MISSING is not None:    # pragma: no cover - without torch the presets cannot be imported
@@ -144,6 +152,10 @@ def study_config(args):
         # a tenth of the steps, at most the preset's cap (TrainConfig's 30 warm-up steps; --quick's 4)
         cap = tc.warmup if args.quick else TrainConfig().warmup
         changes["warmup"] = min(cap, max(1, changes["steps"] // 10))
+    if forks and args.fork_at is None and tc.fork_at >= changes.get("steps", tc.steps):
+        # the preset's fork step, not one the user gave: name the options, not the field
+        raise ValueError(f"--forks forks at step {tc.fork_at} (the preset's), which needs --steps above "
+                         f"{tc.fork_at}, got --steps {changes['steps']}; give --fork-at S below {changes['steps']}")
     tc = dataclasses.replace(tc, **changes)
     quick_pairs = args.quick and not (args.recipes or args.stacks or args.pairs)
     recipes = tuple(dict.fromkeys(r for r, _ in base["pairs"])) if quick_pairs \
@@ -252,6 +264,18 @@ def run(args) -> int:
                                                                              else ""))
         print(f"{len(specs)} runs")
         return 0
+    if cfg.train.fork_at and "bf16" not in cfg.baselines and not args.no_report:
+        # the fork report is every run's gap to the bf16 fork at its seed: without it the report failed
+        # after every run had trained
+        raise ValueError("--forks reports every run's gap to the bf16 fork: --baselines must include bf16 "
+                         f"(got {','.join(cfg.baselines) or 'none'}), or give --no-report")
+    unpaired = sorted(set(cfg.seeds) - set(cfg.baseline_seeds or cfg.seeds)) if specs else []
+    if cfg.train.fork_at and unpaired and not args.no_report:
+        # the fork report's gap is paired by seed while its seeds and loss columns count every seed: with
+        # fewer baseline seeds its rows contradicted themselves (loss - bf16 loss != gap)
+        raise ValueError(f"--forks pairs every run with the bf16 fork at its seed: --baseline-seeds "
+                         f"{len(cfg.baseline_seeds)} leaves seed(s) {', '.join(map(str, unpaired))} of --seeds "
+                         f"{len(cfg.seeds)} without one; give --baseline-seeds {len(cfg.seeds)} or more")
     if not specs and not args.report_only:   # before anything is written into --out
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")

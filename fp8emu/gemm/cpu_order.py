@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..readers import parse_json
 from .mkl_cnr import MODEL as _COMPATIBLE
 from .sumtree import GemmOrder, SumTree, reveal
 
@@ -129,6 +130,8 @@ class RecordedModel:
 
     def tree(self, M, K, N, threads=1):
         """The :class:`SumTree` of one output."""
+        if K == 0:      # an empty product sums nothing (sgemm returns zeros before using an order): a placeholder
+            return SumTree.blocks([0, 1])
         if self.splits_k(M, K, N, threads):
             h = -(-K // 2)
             nested = (_chains(_packed_blocks(h, self.kc)), _chains(_packed_blocks(K - h, self.kc), h))
@@ -200,6 +203,16 @@ def use(name):
 def _check_policy(name, what="CPU order"):
     if not isinstance(name, str) or (name not in ("auto", "revealed") and name not in RECORDED):
         raise ValueError(f"{what} {name!r}: use 'auto', 'revealed' or a recorded model, one of {sorted(RECORDED)}")
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_threads(threads, name):
+    # torch.set_num_threads refuses 0 with its own message; 2.5 or "2" would be truncated or parsed
+    if threads is not None and (not _is_int(threads) or threads < 1):
+        raise ValueError(f"{name}: threads must be a positive integer (torch's thread count) or None, got {threads!r}")
 
 
 def policy():
@@ -294,6 +307,7 @@ def reveal_here(M, K, N, *, threads=None, layout="NN"):
         raise RuntimeError("revealing torch's CPU GEMM order needs torch (pip install 'fp8emu[torch]')")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    _check_threads(threads, "reveal_here")
     old = torch.get_num_threads()
     want = old if threads is None else int(threads)
     ta, tb = layout[0] == "T", layout[1] == "T"
@@ -317,10 +331,27 @@ def reveal_here(M, K, N, *, threads=None, layout="NN"):
 def _load_cache():
     p = cache_path()
     try:
-        data = json.loads(p.read_text())
+        # parse_json refuses a key twice (json.loads would keep the last): such a file is damaged, a miss
+        data = parse_json(p.read_bytes(), p, "fp8emu order cache")
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def _cached(entry, M, K, N):
+    """A cache entry's ``(order, explained)``, or None where it is absent or damaged (probed again).
+
+    Damaged includes an order that does not fit the shape of its key and an ``explained`` outside
+    [0, 1] (a NaN would silence the warning about outputs the order does not explain)."""
+    try:
+        order = GemmOrder.from_json(entry["order"])
+        explained = entry["explained"]
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+    if order.trees[0].K != K or order.classes.shape != (M, N) or isinstance(explained, bool) \
+            or not isinstance(explained, (int, float)) or not 0.0 <= explained <= 1.0:
+        return None
+    return order, float(explained)
 
 
 def _store(key, entry):
@@ -346,11 +377,7 @@ def _revealed(M, K, N, threads, layout):
     with _LOCK:
         hit = _MEMO.get(key)
         if hit is None:
-            entry = _load_cache().get(key)
-            try:
-                hit = (GemmOrder.from_json(entry["order"]), float(entry["explained"]))
-            except (TypeError, KeyError, ValueError):       # absent, or a damaged entry: probe again
-                hit = None
+            hit = _cached(_load_cache().get(key), M, K, N)      # absent, or a damaged entry: probe again
             if hit is None:
                 order, facts = reveal_here(M, K, N, threads=t, layout=layout)
                 hit = (order, facts["explained"])
@@ -367,8 +394,11 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if not all(_is_int(v) and v >= 0 for v in (M, K, N)):
+        raise ValueError(f"{name}: M, K, N must be non-negative integers, got {M!r}, {K!r}, {N!r}")
+    _check_threads(threads, name)
     p = policy()
-    if p in ("auto", "revealed") and K > 0 and M > 0 and N > 0:
+    if p in ("auto", "revealed") and K > 0 and M > 0 and N > 0:     # an empty product: nothing to probe
         hit = _revealed(M, K, N, threads, layout)
         if hit is not None:
             order, explained = hit

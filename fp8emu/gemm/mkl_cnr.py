@@ -152,7 +152,10 @@ class CompatibleModel:
 
     def order(self, M, K, N, threads=1):
         """The :class:`~fp8emu.gemm.sumtree.GemmOrder` of an M x K x N product on ``threads``."""
+        K = max(K, 1)        # an empty sum: one leaf, as the other recorded model answers
         trees = [block_tree(K, self.kc), edge_tree(K, self.kc), chain_tree(K)]
+        if M == 0 or N == 0:
+            return GemmOrder(trees[2:], np.zeros((M, N), np.int16))
         c = tile_classes(M, N, threads)
         distinct, index = [], np.zeros(3, np.int16)     # the trees some output takes, each once (K <= kc: one)
         for u in np.unique(c):

@@ -36,6 +36,8 @@ Examples
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from .fparith import round_hi_lo, two_sum
@@ -64,8 +66,16 @@ class SumTree:
     __slots__ = ("K", "children", "fma")
 
     def __init__(self, K, children, fma=True):
+        # K = 2.5, children 0.2 / 1.7 or fma="no" were truncated or read as truthy: another tree, silently
+        if not _is_int(K):
+            raise TypeError(f"a sum tree's K is an integer, got {K!r}")
+        if not isinstance(fma, (bool, np.bool_)):
+            raise TypeError(f"fma must be True or False, got {fma!r}")
+        raw = np.asarray(children)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise TypeError(f"a sum tree's children are integer node numbers, got {raw.dtype}")
         self.K = int(K)
-        ch = np.asarray(children, np.int64).reshape(-1, 2)
+        ch = raw.astype(np.int64).reshape(-1, 2)
         if self.K < 1 or ch.shape[0] != self.K - 1:
             raise ValueError(f"a sum tree over K={K} leaves has K - 1 = {K - 1} nodes, got {ch.shape[0]}")
         if self.K > 1 and sorted(ch.reshape(-1).tolist()) != list(range(2 * self.K - 2)):
@@ -105,6 +115,8 @@ class SumTree:
                 else:
                     stack += [(t, True), (t[1], False), (t[0], False)]
             else:
+                if not _is_int(t):          # int("1") and int(1.9) would make another tree
+                    raise TypeError(f"a sum tree's leaves are integer term indices, got {t!r}")
                 leaves.append(int(t))
                 ids.append(int(t))
         K = len(leaves)
@@ -115,7 +127,14 @@ class SumTree:
 
     @classmethod
     def blocks(cls, bounds, fma=True):
-        """One chain per K block ``[bounds[b], bounds[b+1])`` in K order, the block sums added in order."""
+        """One chain per K block ``[bounds[b], bounds[b+1])`` in K order, the block sums added in order.
+
+        ``bounds`` are integers from 0, strictly increasing (``[0, 5, 3]`` made a six-term tree)."""
+        bounds = list(bounds)
+        if len(bounds) < 2 or bounds[0] != 0 or not all(_is_int(b) for b in bounds) \
+                or any(b1 <= b0 for b0, b1 in zip(bounds, bounds[1:])):
+            raise ValueError(f"block bounds are integers from 0, strictly increasing (e.g. [0, 384, 768]), "
+                             f"got {bounds!r:.80}")
         t = None
         for k0, k1 in zip(bounds[:-1], bounds[1:]):
             c = k0
@@ -199,6 +218,8 @@ class SumTree:
 
     @classmethod
     def from_json(cls, d):
+        if not isinstance(d.get("fma"), bool) or not _is_int(d.get("K")):
+            raise ValueError(f"a sum tree's JSON has an integer K and a bool fma, got {d!r:.80}")
         return cls(d["K"], np.asarray(d["children"], np.int64), d["fma"])
 
 
@@ -209,7 +230,18 @@ class GemmOrder:
 
     def __init__(self, trees, classes):
         self.trees = list(trees)
+        # a GemmOrder may come from a cache file: an order without trees, of mixed K or with a class
+        # naming no tree would sum nothing (zeros) or fail inside the evaluation
+        if not self.trees or not all(isinstance(t, SumTree) for t in self.trees):
+            raise ValueError(f"a GemmOrder needs one or more SumTree, got {self.trees!r:.80}")
+        if len({t.K for t in self.trees}) != 1:
+            raise ValueError(f"a GemmOrder's trees must sum the same K, got {sorted({t.K for t in self.trees})}")
         self.classes = np.asarray(classes, np.int16)
+        if self.classes.ndim != 2:
+            raise ValueError(f"a GemmOrder's classes must be an M x N array, got shape {self.classes.shape}")
+        if self.classes.size and (self.classes.min() < 0 or self.classes.max() >= len(self.trees)):
+            raise ValueError(f"a GemmOrder's classes must index its {len(self.trees)} tree(s), got values "
+                             f"{int(self.classes.min())}..{int(self.classes.max())}")
 
     @property
     def uniform(self):
@@ -231,9 +263,19 @@ class GemmOrder:
 
     @classmethod
     def from_json(cls, d):
+        shape = d["shape"]
+        if not isinstance(shape, list) or len(shape) != 2 or not all(_is_int(v) and v >= 0 for v in shape):
+            raise ValueError(f"a GemmOrder's JSON shape is [M, N], got {shape!r:.80}")
         trees = [SumTree.from_json(t) for t in d["trees"]]
-        classes = np.zeros(d["shape"], np.int16) if d["classes"] is None else np.asarray(d["classes"], np.int16)
+        classes = np.zeros(shape, np.int16) if d["classes"] is None else np.asarray(d["classes"], np.int16)
+        if classes.shape != tuple(shape):
+            raise ValueError(f"a GemmOrder's JSON classes have shape {classes.shape}, its shape says {tuple(shape)}")
         return cls(trees, classes)
+
+
+def _is_int(v):
+    """An integer (Python's or NumPy's), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -366,8 +408,10 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
         First try one tree for every output (queries packed M x N per call); when random
         products disagree with it, every output is probed on its own.  False: the latter only.
     check : int, keyword-only
-        Random products each candidate must reproduce bit for bit (``fma`` is decided by them).
+        Random products each candidate must reproduce bit for bit (``fma`` is decided by them); at
+        least 1.
     seed : int, keyword-only
+        Non-negative; seeds the random products.
 
     Returns
     -------
@@ -382,9 +426,20 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
     >>> order.describe(), facts["explained"]
     ('fma [0:4] + [4:8]', 1.0)
     """
+    if not all(_is_int(v) for v in (M, K, N)):
+        raise TypeError(f"reveal needs integers M, K, N, got {M!r}, {K!r}, {N!r}")
     M, K, N = int(M), int(K), int(N)
     if min(M, K, N) < 1:
         raise ValueError(f"reveal needs M, K, N >= 1, got {M}x{K}x{N}")
+    if not callable(mm):
+        raise TypeError(f"reveal needs a callable mm(a, b), got {type(mm).__name__}")
+    if not isinstance(uniform, bool):
+        raise TypeError(f"uniform must be True or False, got {uniform!r}")
+    # with no random products checked every candidate would "explain" every output
+    if not _is_int(check) or check < 1:
+        raise ValueError(f"check must be a positive integer (random products the order must reproduce), got {check!r}")
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if K > 1 << 20:
         raise ValueError(f"reveal handles K up to 2**20, got {K}")
     calls = [0]
@@ -486,7 +541,12 @@ def _split(S, L):
     """Pivot and sibling groups of ``S`` given ``L[j]`` = size of the subtree joining pivot and j."""
     groups = {}
     for j in S[1:]:
-        groups.setdefault(int(L[j]), []).append(j)
+        v = L[j]
+        # a NaN, an infinity or a fraction is no subtree size: the box is no tree of float32 additions
+        if not np.isfinite(v) or v != int(v):
+            raise NotATreeError(f"the probed sums are not a summation tree (an answer of {float(v)!r}, not a whole "
+                                "number of terms): the GEMM is not a fixed order of float32 additions at this shape")
+        groups.setdefault(int(v), []).append(j)
     for size, g in groups.items():
         if size < 2 or size > len(S):
             raise NotATreeError("the probed sums are not a summation tree (an answer out of range): "
@@ -571,7 +631,11 @@ def _reveal_each(call, M, K, N):
         for (i, j), labs in need.items():
             b[i, :] = big
             a[:, j] = -big
-            answers[(i, j)] = (K - call(a, b)).astype(np.int64)
+            got = K - call(a, b).astype(np.float64)
+            if not np.all(np.isfinite(got) & (got == np.round(got))):
+                raise NotATreeError("the probed sums are not a summation tree (an answer that is not a whole number "
+                                    "of terms): the GEMM is not a fixed order of float32 additions at this shape")
+            answers[(i, j)] = got.astype(np.int64)
             b[i, :] = 1
             a[:, j] = 1
         new_classes, new_labels = {}, np.full((M, N), -1, np.int64)

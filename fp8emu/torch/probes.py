@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import warnings
 
 import numpy as np
@@ -77,8 +78,22 @@ class LayerCapture:
         return {p: getattr(self, t) for p, t in PASS_TENSORS.items()}
 
 
-def _np32(t):
+#: The dtypes a capture keeps exactly in float32.
+_EXACT32 = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _np32(t, what=None):
+    # float16 and bfloat16 are exact in float32; a float64 tensor would be rounded (a captured output no
+    # longer the product of the captured operands), so capture refuses it rather than cast it
+    if what is not None and t.dtype not in _EXACT32:
+        raise TypeError(f"{what} is {t.dtype}; capture records float32 operands, which hold float32, float16 and "
+                        "bfloat16 exactly: run the model in one of them (model.float())")
     return t.detach().to(torch.float32).contiguous().numpy().copy()
+
+
+def _rows(t):
+    """Tokens flattened into rows (explicit sizes: ``reshape(-1, 0)`` of a zero-width tensor is ambiguous)."""
+    return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
 
 
 #: What each operand's axes are.
@@ -239,7 +254,7 @@ def capture(model, loss_fn) -> tuple:
     ``.grad`` are cleared first (and hold this backward's gradients after).  A ValueError names a layer
     called more than once in the forward (its gradients would be summed over the calls), a layer
     whose output does not reach the loss and a layer whose weight needs no gradient (frozen: it has
-    no wgrad).
+    no wgrad); a TypeError a layer that runs in float64 (float32 would round what it records).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -257,10 +272,11 @@ def capture(model, loss_fn) -> tuple:
                 raise ValueError(f"layer {name!r} was called twice in one forward; a probe needs one call "
                                  "per layer")
             x = inputs[0]
-            rec = seen[name] = {"x": _np32(x.reshape(-1, x.shape[-1])), "y": _np32(out.reshape(-1, out.shape[-1]))}
+            rec = seen[name] = {"x": _np32(_rows(x), f"the input of layer {name!r}"),
+                                "y": _np32(_rows(out), f"the output of layer {name!r}")}
             if x.requires_grad:
-                x.register_hook(lambda g: rec.__setitem__("dx", _np32(g.reshape(-1, g.shape[-1]))))
-            out.register_hook(lambda g: rec.__setitem__("dy", _np32(g.reshape(-1, g.shape[-1]))))
+                x.register_hook(lambda g: rec.__setitem__("dx", _np32(_rows(g))))
+            out.register_hook(lambda g: rec.__setitem__("dy", _np32(_rows(g))))
         return hook
 
     for name, mod in layers.items():
@@ -287,6 +303,7 @@ def capture(model, loss_fn) -> tuple:
         if "dy" not in r or mod.weight.grad is None:
             raise ValueError(f"layer {name!r} ran in the forward but its output does not reach the loss (no "
                              "output gradient): a probe needs every layer it calls on the loss's path")
-        caps[name] = LayerCapture(x=r["x"], w=_np32(mod.weight), b=None if mod.bias is None else _np32(mod.bias),
+        caps[name] = LayerCapture(x=r["x"], w=_np32(mod.weight, f"the weight of layer {name!r}"),
+                                  b=None if mod.bias is None else _np32(mod.bias, f"the bias of layer {name!r}"),
                                   y=r["y"], dy=r["dy"], dx=r.get("dx"), dw=_np32(mod.weight.grad))
     return float(loss.detach()), caps

@@ -210,9 +210,13 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
             report.skipped[name] = f"a subclass of nn.Linear ({type(lin).__name__}), left as it is"
             continue
         mult = required_multiple(R, S)
-        bad = [f"{what} {v} is not a multiple of {mult}, which {R.name} on {S.name} needs"
-               for what, v in (("in_features", lin.in_features), ("out_features", lin.out_features))
-               if v % mult]
+        # a layer of zero width is an empty GEMM (its output its bias, or nothing): nothing to quantize,
+        # and the quantizers' amax of an empty tensor has no value
+        bad = [f"{what} 0: an empty layer, nothing to quantize"
+               for what, v in (("in_features", lin.in_features), ("out_features", lin.out_features)) if v == 0]
+        bad = bad or [f"{what} {v} is not a multiple of {mult}, which {R.name} on {S.name} needs"
+                      for what, v in (("in_features", lin.in_features), ("out_features", lin.out_features))
+                      if v % mult]
         if bad:
             report.skipped[name] = "; ".join(bad)
             continue

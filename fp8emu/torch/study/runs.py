@@ -39,6 +39,8 @@ from torch import nn
 import fp8emu.torch as fp8torch
 
 from ... import readers
+from ...training import get_recipe, get_stack
+from ..swap import check_combination, required_multiple
 from ...lab.store import atomic_write, digest, json_restore, json_safe
 from .corpus import load_corpus
 from .model import ModelConfig, check_config
@@ -171,6 +173,14 @@ def plan_runs(cfg: StudyConfig) -> list:
     if cfg.recipes and not cfg.pairs and not pairs:
         raise ValueError(f"no valid recipe x stack pair among recipes {list(cfg.recipes)} "
                          f"and stacks {list(cfg.stacks)}")
+    tokens = cfg.model.batch * cfg.model.seq_len
+    for r, st in pairs:
+        # a training step's GEMMs take batch x seq_len tokens; a count the recipe cannot take failed inside
+        # that pair's run, after the runs before it had trained
+        mult = required_multiple(check_combination(get_recipe(r), get_stack(st)), get_stack(st))
+        if tokens % mult:
+            raise ValueError(f"{r}@{st} needs a multiple of {mult} tokens per step, got batch {cfg.model.batch} x "
+                             f"seq_len {cfg.model.seq_len} = {tokens}; change --batch or --seq-len")
     common = dict(model=cfg.model, train=cfg.train, corpus=cfg.corpus)
     base_seeds = cfg.baseline_seeds or cfg.seeds
     if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in base_seeds):
