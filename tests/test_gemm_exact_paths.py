@@ -333,14 +333,14 @@ def test_counters_show_the_fast_path_on_gaussian_mx(monkeypatch):
 
 
 def test_choice_falls_back_to_dense_for_narrow_alignment(monkeypatch):
-    # 12 fraction bits (a width no catalogue row states, so the kernels run it) fail the span check
-    # for most entries: the kernel keeps the dense step
+    # 12 fraction bits fail the span check for most entries: the kernel keeps the dense step
     rng = np.random.default_rng(2)
     a, b = _codes(rng, "e4m3fn", (64, 256), "gauss"), _codes(rng, "e4m3fn", (256, 64), "gauss")
     monkeypatch.setattr(kernels, "_PATH", None)
     kernels.reset_counters()
     narrow = fp8emu.Accumulator("mma", 32, 12, 13, "rtz", promote=4, name="narrow")
-    scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator=narrow)
+    f = fp8emu.get_format("e4m3fn")
+    kernels.mma_dot(*code_tables.values_and_exponents(a, f), *code_tables.values_and_exponents(b, f), narrow)
     assert kernels.COUNTERS["dense"] == 64 * 64 * 8 and kernels.COUNTERS["fast"] == 0
 
 

@@ -44,8 +44,15 @@ def test_accumulator_widths_name_their_row_or_stay_steps():
     assert models.get_model(Accumulator("mma", 32, 13, 14, "rtz", promote=4)).instruction.name == "hopper-wgmma"
     assert models.get_model(Accumulator("mma", 32, 31, 24, "rne")).instruction.name == "blackwell-mma"
     assert models.get_model(Accumulator("mma", 16, 13, 14, "rtz")).instruction.name == "ada-mma"
-    odd = models.get_model(Accumulator("mma", 32, 20, 22, "rne", promote=3, split_k=2))
-    assert odd.kind == "steps" and odd.policy == models.Policy(promote=3, split_k=2)
+    # widths no preset has: Hopper's row with the step, fraction bits and result rounding changed
+    odd = models.get_model(Accumulator("mma", 8, 20, 22, "rne", promote=3, split_k=2, name="odd"))
+    assert odd.kind == "instruction" and odd.policy == models.Policy(promote=3, split_k=2)
+    assert (odd.instruction.name, odd.instruction.step, odd.instruction.frac_bits) == ("odd", 8, 20)
+    assert odd.instruction.rounding == "rne-e8m21" and odd.instruction.datapath == "fused"
+    assert models.widths(odd.instruction) == (8, 20, 22, "rne")
+    # results wider than float32 (or of one bit) have no row: the kernels' adapter still runs them
+    assert models.get_model(Accumulator("mma", 32, 30, 30, "rne")).kind == "steps"
+    assert models.get_model(Accumulator("mma", 32, 30, 1, "rtz")).kind == "steps"
     assert models.get_model(BlockScaledAccumulator(32, 31, 24, "rne", "block")).policy.scale_at == "block"
 
 
@@ -99,7 +106,10 @@ def test_run_steps_is_the_reference_chain_per_interval(promote):
                                                   ((32, 13, 14, "rtz"), "hopper-wgmma", 4),
                                                   ((32, 31, 24, "rne"), "blackwell-mma", None),
                                                   ((32, 25, 24, "rtz"), "blackwell-tcgen05-f8f6f4", None),
-                                                  ((16, 13, 14, "rtz"), "ada-mma", None)])
+                                                  ((16, 13, 14, "rtz"), "ada-mma", None),
+                                                  ((8, 20, 22, "rne"), None, 3),
+                                                  ((64, 6, 12, "rtz"), None, None),
+                                                  ((16, 40, 2, "rne"), None, None)])
 def test_rows_equal_the_kernels_steps(kind, fa, fb, widths, row, promote):
     # two implementations of one step: the kernels' widths (Accumulator) and the catalogue row
     M, N, K = 21, 13, 512
@@ -111,7 +121,8 @@ def test_rows_equal_the_kernels_steps(kind, fa, fb, widths, row, promote):
     va, ea = values_and_exponents(ca, fp8emu.get_format(fa))
     vb, eb = values_and_exponents(cb, fp8emu.get_format(fb))
     old = mma_dot(va, ea, vb, eb, Accumulator("mma", *widths, promote=promote), c=c)
-    model = models.GemmModel("t", "instruction", INSTRUCTIONS[row], models.Policy(promote=promote))
+    model = models.get_model(Accumulator("mma", *widths, promote=promote))
+    assert row is None or model.instruction is INSTRUCTIONS[row]
     new = models.run_steps(model, ca, fa, cb, fb, c=c)
     np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32))
 

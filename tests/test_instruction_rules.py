@@ -36,6 +36,18 @@ def test_output_type_is_float32_or_float16(out):
     assert dataclasses.replace(get_instruction("ada-mma-f16"), rounding="rz").out == "float16"
 
 
+@pytest.mark.parametrize("rounding", ["rz-e8m0", "rne-e8m24", "rz-e8m013", "rd-e8m13", "rz-e5m10", None])
+def test_result_roundings_of_any_float32_width(rounding):
+    base = get_instruction("hopper-wgmma")
+    assert dataclasses.replace(base, rounding="rne-e8m21").rounding == "rne-e8m21"
+    assert dataclasses.replace(base, rounding="rz-e8m1").rounding == "rz-e8m1"
+    with pytest.raises(ValueError, match=r"rounding must be one of .* or 'rz-e8mN' / 'rne-e8mN' \(N = 1..23\)"):
+        dataclasses.replace(base, rounding=rounding)
+    # an e8mN width is of a float32 result
+    with pytest.raises(ValueError, match="'rne-e8m9' needs a float32 output"):
+        dataclasses.replace(get_instruction("ada-mma-f16"), rounding="rne-e8m9")
+
+
 def test_block_rules_of_a_grouped_instruction():
     nv = get_instruction("blackwell-tcgen05-mxf4nvf4")
     with pytest.raises(ValueError, match="blocks must be multiples of its group"):

@@ -14,6 +14,7 @@ in :mod:`fp8emu.gemm.datapaths`); :func:`fp8emu.gemm.instructions.mma` runs any 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -24,6 +25,8 @@ __all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_ins
 
 _DATAPATHS = ("fused", "scaled", "grouped", "paired")
 _ROUNDINGS = ("rz-e8m13", "rz", "rne")
+#: Any width of a float32 result: ``"rz-e8mN"`` / ``"rne-e8mN"``, N = 1..23 fraction bits.
+_WIDE_ROUNDING = re.compile(r"(rz|rne)-e8m([1-9]|1[0-9]|2[0-3])")
 #: Block-scale types (their decode: :func:`fp8emu.gemm.instruction_inputs.scale_values`).
 _SCALES = ("ue8m0", "ue4m3", "ue5m3")
 _FP8 = ("e4m3fn", "e5m2")
@@ -53,8 +56,9 @@ class Instruction:
         Products summed by one fused step (a K longer than this is a chain of steps).
     frac_bits : int
         Fraction bits kept when a step's terms are aligned to its largest exponent.
-    rounding : {"rz-e8m13", "rz", "rne"}
-        How a step's exact sum becomes the output.
+    rounding : {"rz-e8m13", "rz", "rne"} or "rz-e8mN" / "rne-e8mN"
+        How a step's exact sum becomes the output: ``"rz"`` / ``"rne"`` to the output type, the
+        ``e8mN`` forms to N fraction bits with float32's exponent range (N = 1..23).
     zero_exp : int
         Exponent carried by a zero term.
     group : int
@@ -99,12 +103,13 @@ class Instruction:
     def __post_init__(self):
         if self.datapath not in _DATAPATHS:
             raise ValueError(f"Instruction datapath must be one of {_DATAPATHS}, got {self.datapath!r}")
-        if self.rounding not in _ROUNDINGS:
-            raise ValueError(f"Instruction rounding must be one of {_ROUNDINGS}, got {self.rounding!r}")
+        if self.rounding not in _ROUNDINGS and not _WIDE_ROUNDING.fullmatch(str(self.rounding)):
+            raise ValueError(f"Instruction rounding must be one of {_ROUNDINGS} or 'rz-e8mN' / 'rne-e8mN' "
+                             f"(N = 1..23), got {self.rounding!r}")
         if self.out not in OUTPUT_TYPES:
             raise ValueError(f"Instruction out must be 'float32' or 'float16', got {self.out!r}")
-        if self.rounding == "rz-e8m13" and self.out != "float32":
-            raise ValueError("rounding 'rz-e8m13' needs a float32 output")
+        if "-e8m" in self.rounding and self.out != "float32":
+            raise ValueError(f"rounding {self.rounding!r} needs a float32 output")
         for field in ("step", "frac_bits", "group", "pair_bits"):
             v = getattr(self, field)
             if not isinstance(v, (int, np.integer)) or v < 1:

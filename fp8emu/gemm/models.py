@@ -11,10 +11,11 @@ with the block scales carried by every product.  ``"exact"`` and ``"fp32"`` are 
 rounding; sequential float32 additions), the ``torch-cpu-*`` models torch's own CPU paths
 (:mod:`fp8emu.gemm.torch_cpu`).
 
-Step widths no catalogue row states (an :class:`~fp8emu.gemm.accumulator.Accumulator` or
-:class:`~fp8emu.gemm.accumulator.BlockScaledAccumulator` of other widths) are models of kind
-``"steps"``, evaluated by :mod:`fp8emu.gemm.kernels` (the documented adapter until the catalogue's
-rounding takes any width).
+Step widths no catalogue row states (an :class:`~fp8emu.gemm.accumulator.Accumulator` of other
+widths) are Hopper's row with the step, fraction bits and result rounding (``"rz-e8mN"`` /
+``"rne-e8mN"``: any width of a float32 result) changed.  Widths no float32 row can state (results
+of more than 24 bits or of one) and :class:`~fp8emu.gemm.accumulator.BlockScaledAccumulator` s
+are models of kind ``"steps"``, evaluated by :mod:`fp8emu.gemm.kernels`.
 
 Examples
 --------
@@ -27,7 +28,9 @@ Examples
 True
 >>> get_model(Accumulator("mma", 32, 13, 14, "rtz", promote=4)).instruction.name   # a row says it
 'hopper-wgmma'
->>> get_model(Accumulator("mma", 32, 20, 22, "rne")).kind                          # no row does
+>>> get_model(Accumulator("mma", 32, 20, 22, "rne")).instruction.rounding         # no preset does
+'rne-e8m21'
+>>> get_model(Accumulator("mma", 32, 30, 30, "rne")).kind                          # no float32 row can
 'steps'
 """
 
@@ -41,6 +44,7 @@ from .accumulator import Accumulator, BlockScaledAccumulator, split_bounds, spli
 from .catalogue import INSTRUCTIONS, Instruction
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
+from .outputs import kept_bits, nearest
 from .torch_cpu import TORCH_CPU_PATHS
 
 __all__ = ["Policy", "GemmModel", "MODELS", "get_model", "widths", "row_for_formats", "steps_accumulator",
@@ -150,10 +154,6 @@ MODELS = {m.name: m for m in [
     *(GemmModel(p, "torch-cpu") for p in TORCH_CPU_PATHS),
 ]}
 
-#: Step widths of the instruction rows an Accumulator can name: (group, frac_bits, sum_bits, rounding).
-_ROW_WIDTHS = {"rz-e8m13": (14, "rtz"), "rz": (24, "rtz"), "rne": (24, "rne")}
-
-
 def widths(ins: Instruction):
     """(group, frac_bits, sum_bits, sum_rounding) of a float32-output ``"fused"`` row's step.
 
@@ -162,20 +162,27 @@ def widths(ins: Instruction):
     >>> widths(INSTRUCTIONS["hopper-wgmma"]), widths(INSTRUCTIONS["blackwell-mma"])
     ((32, 13, 14, 'rtz'), (32, 31, 24, 'rne'))
     """
-    return (ins.step, ins.frac_bits) + _ROW_WIDTHS[ins.rounding]
+    return ins.step, ins.frac_bits, kept_bits(ins) + 1, "rne" if nearest(ins) else "rtz"
 
 
 #: Rows tried first when an Accumulator's widths name one (several rows share one step).
 _PREFERRED = ("hopper-wgmma", "blackwell-mma", "blackwell-tcgen05-f8f6f4", "ada-mma")
 
 
-def _row_for(group, frac_bits, sum_bits, rounding):
-    """The FP8 ``"fused"`` float32 row whose step has these widths, or None."""
+def _row_for(group, frac_bits, sum_bits, rounding, name):
+    """The FP8 ``"fused"`` float32 row whose step has these widths: the catalogue's where one states
+    them, else Hopper's row with these widths; None where the result keeps more bits than float32
+    (or one bit alone, where "nearest even" is not one rule)."""
     for ins in [INSTRUCTIONS[n] for n in _PREFERRED] + list(INSTRUCTIONS.values()):
         if (ins.datapath == "fused" and ins.out == "float32" and "e4m3fn" in ins.formats and "e5m2" in ins.formats
                 and widths(ins) == (group, frac_bits, sum_bits, rounding)):
             return ins
-    return None
+    if not 2 <= sum_bits <= 24:
+        return None
+    mode = "rz" if rounding == "rtz" else "rne"
+    return dataclasses.replace(INSTRUCTIONS["hopper-wgmma"], name=name, shape=(64, 8, group), step=group,
+                               frac_bits=frac_bits, rounding=f"{mode}-e8m{sum_bits - 1}",
+                               model=f"step widths {(group, frac_bits, sum_bits, rounding)}")
 
 
 def get_model(acc) -> GemmModel:
@@ -206,7 +213,7 @@ def get_model(acc) -> GemmModel:
     if isinstance(acc, Accumulator):
         if acc.kind != "mma":
             return GemmModel(acc.name, acc.kind)
-        row = _row_for(acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
+        row = _row_for(acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding, acc.name)
         policy = Policy(promote=acc.promote, split_k=acc.split_k)
         if row is None:
             return GemmModel(acc.name, "steps", None, policy, acc)
@@ -293,10 +300,10 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
     if c is not None and len(bounds) > 2:
         # where C would join a split-K reduction is not known for any GPU
         raise ValueError("an accumulator input C is modelled without split-K only")
+    if len(bounds) > 2 and (bounds[1] - bounds[0]) % ins.step:
+        raise ValueError(f"split-K pieces of {bounds[1] - bounds[0]} do not hold whole steps of group {ins.step}")
+    # promotion intervals start afresh in each split-K piece
     interval = kblock if kscale is not None else (None if pol.promote is None else pol.promote * ins.step)
-    if interval is not None and len(bounds) > 2 and (bounds[1] - bounds[0]) % interval:
-        raise ValueError(f"split-K pieces of {bounds[1] - bounds[0]} do not hold whole promotion intervals "
-                         f"of {interval}")
 
     def chain(k0, k1, c_in=None):
         return instruction_gemm(ca[:, k0:k1], cb[k0:k1], instruction=ins, a_format=fa, b_format=fb, c=c_in)
