@@ -31,9 +31,11 @@ class OutputType(NamedTuple):
     qnan: int
 
 
-#: The output types by name: float32 and float16.
+#: The output types by name: float32 and float16, and float64, which holds the results of step widths
+#: no instruction has (``"rz-e8mN"`` / ``"rne-e8mN"`` of up to 39 fraction bits, exponents unbounded).
 OUTPUT_TYPES = {"float32": OutputType(np.float32, np.uint32, -126, 23, 0x7FFFFFFF, 0x7FFFFFFF),
-                "float16": OutputType(np.float16, np.uint16, -14, 10, 0x7FFF, 0x7FFF)}
+                "float16": OutputType(np.float16, np.uint16, -14, 10, 0x7FFF, 0x7FFF),
+                "float64": OutputType(np.float64, np.uint64, -1022, 52, 0x7FFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF)}
 
 
 def kept_bits(ins):
@@ -59,8 +61,8 @@ def nearest(ins):
 def round_output(x, ins):
     """The exact float64 sums ``x`` rounded to the instruction's output type by its ``rounding``:
     ``"rne"`` and ``"rne-e8mN"`` to nearest even, ``"rz"`` and ``"rz-e8mN"`` toward zero, to
-    :func:`kept_bits` fraction bits, below the smallest normal on the fixed grid
-    ``2**(emin - bits)``; overflow gives Inf.
+    :func:`kept_bits` fraction bits, below the smallest normal (of float32 for the ``e8mN`` forms)
+    on the fixed grid ``2**(emin - bits)``; overflow of the output type gives Inf.
 
     Examples
     --------
@@ -76,7 +78,8 @@ def round_output(x, ins):
             return x.astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(np.where(np.isfinite(x) & (x != 0), x, 1.0))
-    q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, ot.emin) - bits)
+    emin = OUTPUT_TYPES["float32"].emin if "-e8m" in ins.rounding else ot.emin
+    q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, emin) - bits)
     y = x / q
     y = np.rint(y) if nearest(ins) else np.trunc(y)
     with np.errstate(over="ignore"):
