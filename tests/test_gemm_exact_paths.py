@@ -338,7 +338,7 @@ def test_choice_falls_back_to_dense_for_narrow_alignment(monkeypatch):
     a, b = _codes(rng, "e4m3fn", (64, 256), "gauss"), _codes(rng, "e4m3fn", (256, 64), "gauss")
     monkeypatch.setattr(kernels, "_PATH", None)
     kernels.reset_counters()
-    narrow = fp8emu.Accumulator("mma", 32, 12, 13, "rtz", promote=4, name="narrow")
+    narrow = fp8emu.Accumulator("mma", 32, 12, 13, "rtz", name="narrow")
     f = fp8emu.get_format("e4m3fn")
     kernels.mma_dot(*code_tables.values_and_exponents(a, f), *code_tables.values_and_exponents(b, f), narrow)
     assert kernels.COUNTERS["dense"] == 64 * 64 * 8 and kernels.COUNTERS["fast"] == 0
