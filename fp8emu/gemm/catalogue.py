@@ -114,7 +114,8 @@ class Instruction:
                              f"results), got {self.out!r}")
         wide = self.out == "float64"
         if "-e8m" in self.rounding and self.out == "float16":
-            raise ValueError(f"rounding {self.rounding!r} needs a float32 (or float64) output")
+            raise ValueError(f"rounding {self.rounding!r} needs a float32 output (or a float64 one, for step "
+                             f"results wider than float32's)")
         if "-e8m" in self.rounding and int(self.rounding.partition("-e8m")[2]) > (39 if wide else 23):
             raise ValueError(f"rounding {self.rounding!r} keeps more fraction bits than its output "
                              f"{self.out} (at most {39 if wide else 23})")
