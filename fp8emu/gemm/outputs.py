@@ -54,7 +54,14 @@ def kept_bits(ins):
 
 def nearest(ins):
     """Whether the instruction's result rounding is to nearest even (``"rne"``, ``"rne-e8mN"``),
-    not toward zero."""
+    not toward zero.
+
+    Examples
+    --------
+    >>> from fp8emu.gemm.catalogue import get_instruction
+    >>> nearest(get_instruction("hopper-wgmma")), nearest(get_instruction("blackwell-mma"))
+    (False, True)
+    """
     return ins.rounding.startswith("rne")
 
 
