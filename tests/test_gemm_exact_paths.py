@@ -1,11 +1,14 @@
 """The GEMM kernel's exact fast path against its reference step, the dense per-product step.
 
+The kernel (``kernels.mma_dot``) runs the steps of ``block_scaled_mm``'s tensor-core models (every
+other GEMM model runs on the catalogue engine, tests/test_gemm_models.py and test_gemm_routes.py).
+
 The fast path (``kernels._mma_piece_fast``) sums a tensor-core step with one float64 matrix
 product where per-step exponent bounds prove the alignment cuts nothing, and sends the other
 entries through a per-entry copy of the dense step.  Here every result is compared bit for bit
 with the dense step (``kernels._PATH = "dense"``), with the choice left to the kernel and forced
 down each route: all entries fast wherever the checks allow, and all entries through the
-fallback.  The GPU recordings are run down every route too; one adversarial case per check
+fallback.  The B200 recordings are run down every route too; one adversarial case per check
 fails with that check removed; counters show the fast path is really taken.
 """
 
@@ -15,9 +18,8 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm, code_tables, kernels, scaled_mm
+from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm, code_tables, kernels
 
-import test_gemm
 import test_tc_recordings
 
 ROUTES = ["fast", "fallback", None]
@@ -50,27 +52,10 @@ def assert_routes_agree(monkeypatch, fn, routes=ROUTES):
 
 
 # ----------------------------------------------------------------------------- recordings
-def _dev_cases(big):
-    return [c for c in test_gemm.CASES if (("_K16384_" in c or "_K4096_" in c) == big)]
-
-
-@pytest.mark.parametrize("route", ["fast", "fallback"])
-@pytest.mark.parametrize("big", [False, pytest.param(True, marks=pytest.mark.exhaustive)],
-                         ids=["K<=1024", "K4096+"])
-def test_h200_dev_recordings_on_every_route(monkeypatch, route, big):
-    # the hopper steps mostly fail the span check, so both routes spend their time in the
-    # per-entry step: the long-K cases (another minute) run with -m exhaustive
-    monkeypatch.setattr(kernels, "_PATH", route)
-    for case in _dev_cases(big):
-        out = test_gemm._run_golden(case)
-        assert test_gemm._bits_equal(out, test_gemm.GOLDEN[case]).all(), (route, case)
-
-
 @pytest.mark.parametrize("route", ["fast", "fallback"])
 @pytest.mark.parametrize("fmt", sorted(test_tc_recordings.FORMATS))
 def test_tc_recordings_on_every_route(monkeypatch, route, fmt):
     monkeypatch.setattr(kernels, "_PATH", route)
-    test_tc_recordings.test_hopper_accumulator_matches_third_party_h200_recordings(fmt)
     test_tc_recordings.test_blackwell_preset_matches_b200_recordings(fmt)
     if fmt == "e5m2":
         got, d = test_tc_recordings._b200(fmt, BlockScaledAccumulator(32, 30, 24, "rne"))
@@ -160,10 +145,6 @@ def test_fast_path_in_chunks_of_steps(monkeypatch, chunk):
     for acc in ACCS:
         counts = assert_routes_agree(monkeypatch, _bsmm(a, b, accumulator=acc))
         assert counts[None]["fast"] > 0, acc
-    ca, cb = fp8emu.encode(x, "e4m3fn"), fp8emu.encode(y, "e4m3fn")
-    for acc in ("hopper", "hopper-fast"):
-        assert_routes_agree(monkeypatch, lambda acc=acc: scaled_mm(ca, cb, a_format="e4m3fn", b_format="e4m3fn",
-                                                                    accumulator=acc))
 
 
 def test_block_scaled_special_cases(monkeypatch):
@@ -226,48 +207,6 @@ def _codes(rng, fmt, shape, dist):
         return rng.choice(ok, size=shape).astype(np.uint8)
     with np.errstate(over="ignore"):
         return fp8emu.encode(_data(rng, shape, dist), fmt, saturate=True)
-
-
-SCALED_ACCS = ["hopper", "hopper-fast",
-               fp8emu.Accumulator("mma", 32, 31, 24, "rne", name="wide-rne"),
-               fp8emu.Accumulator("mma", 32, 28, 24, "rtz", promote=2, split_k=2, name="wide-split"),
-               fp8emu.Accumulator("mma", 8, 20, 21, "rne", promote=3, name="g8"),
-               fp8emu.Accumulator("mma", 64, 13, 14, "rtz", promote=2, name="g64")]
-
-
-@pytest.mark.parametrize("fa,fb", [("e4m3fn", "e4m3fn"), ("e5m2", "e5m2"), ("e4m3fn", "e5m2"),
-                                   ("e2m1fn", "e3m2fn"), ("e4m3fnuz", "e5m2fnuz")])
-@pytest.mark.parametrize("dist", DISTS)
-def test_scaled_mm_routes_agree(monkeypatch, fa, fb, dist):
-    rng = np.random.default_rng(abs(hash((fa, fb, dist, "s"))) % 2**32)
-    M, N, K = 17, 12, 300 if dist == "gauss" else 256
-    a, b = _codes(rng, fa, (M, K), dist), _codes(rng, fb, (K, N), dist)
-    a[2] = 0
-    for acc in SCALED_ACCS:
-        with pytest.warns(RuntimeWarning) if K % 16 else _nothing():
-            assert_routes_agree(monkeypatch, lambda: scaled_mm(a, b, a_format=fa, b_format=fb, accumulator=acc))
-    # 1x128 block scales (promotion with a scale factor)
-    sa = rng.uniform(0.5, 4, (M, -(-K // 128))).astype(np.float32)
-    sb = rng.uniform(0.5, 4, (-(-K // 128), N)).astype(np.float32)
-    with pytest.warns(RuntimeWarning) if K % 16 else _nothing():
-        assert_routes_agree(monkeypatch, lambda: scaled_mm(a, b, a_format=fa, b_format=fb, scale_a=sa,
-                                                           scale_b=sb, accumulator=SCALED_ACCS[2]))
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def test_scaled_mm_split_k_routes_agree(monkeypatch):
-    rng = np.random.default_rng(5)
-    a, b = _codes(rng, "e4m3fn", (8, 16384), "gauss"), _codes(rng, "e4m3fn", (16384, 6), "gauss")
-    for acc in ("hopper", "hopper-fast", SCALED_ACCS[2]):
-        assert_routes_agree(monkeypatch, lambda: scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn",
-                                                           accumulator=acc))
 
 
 # ----------------------------------------------------------------------------- each check guards a case
@@ -333,14 +272,14 @@ def test_counters_show_the_fast_path_on_gaussian_mx(monkeypatch):
 
 
 def test_choice_falls_back_to_dense_for_narrow_alignment(monkeypatch):
-    # 12 fraction bits (a width no catalogue row states, so the kernels run it) fail the span check
-    # for most entries: the kernel keeps the dense step
+    # 12 fraction bits fail the span check for most entries: the kernel keeps the dense step
     rng = np.random.default_rng(2)
     a, b = _codes(rng, "e4m3fn", (64, 256), "gauss"), _codes(rng, "e4m3fn", (256, 64), "gauss")
     monkeypatch.setattr(kernels, "_PATH", None)
     kernels.reset_counters()
-    narrow = fp8emu.Accumulator("mma", 32, 12, 13, "rtz", promote=4, name="narrow")
-    scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator=narrow)
+    narrow = fp8emu.Accumulator("mma", 32, 12, 13, "rtz", name="narrow")
+    f = fp8emu.get_format("e4m3fn")
+    kernels.mma_dot(*code_tables.values_and_exponents(a, f), *code_tables.values_and_exponents(b, f), narrow)
     assert kernels.COUNTERS["dense"] == 64 * 64 * 8 and kernels.COUNTERS["fast"] == 0
 
 

@@ -26,6 +26,18 @@ def _codes(fmt, shape, kind):
     return RNG.choice(pick, shape)
 
 
+def _promoted(va, ea, vb, eb, acc, promote, c=None):
+    """The kernels' chain of steps, restarted every ``promote`` steps and the chains' float32 results
+    added in K order (round to nearest even): promotion as the old engine computed it."""
+    if promote is None:
+        return mma_dot(va, ea, vb, eb, acc, c=c)
+    total = np.zeros((va.shape[0], vb.shape[1]), np.float32)
+    n = promote * acc.group
+    for k0 in range(0, va.shape[1], n):
+        total = total + mma_dot(va[:, k0:k0 + n], ea[:, k0:k0 + n], vb[k0:k0 + n], eb[k0:k0 + n], acc)
+    return total
+
+
 def test_named_models_are_rows_and_policies():
     assert models.get_model("hopper").instruction is INSTRUCTIONS["hopper-wgmma"]
     assert models.get_model("hopper").policy == models.Policy(promote=4, split_k="cublas")
@@ -44,8 +56,16 @@ def test_accumulator_widths_name_their_row_or_stay_steps():
     assert models.get_model(Accumulator("mma", 32, 13, 14, "rtz", promote=4)).instruction.name == "hopper-wgmma"
     assert models.get_model(Accumulator("mma", 32, 31, 24, "rne")).instruction.name == "blackwell-mma"
     assert models.get_model(Accumulator("mma", 16, 13, 14, "rtz")).instruction.name == "ada-mma"
-    odd = models.get_model(Accumulator("mma", 32, 20, 22, "rne", promote=3, split_k=2))
-    assert odd.kind == "steps" and odd.policy == models.Policy(promote=3, split_k=2)
+    # widths no preset has: Hopper's row with the step, fraction bits and result rounding changed
+    odd = models.get_model(Accumulator("mma", 8, 20, 22, "rne", promote=3, split_k=2, name="odd"))
+    assert odd.kind == "instruction" and odd.policy == models.Policy(promote=3, split_k=2)
+    assert (odd.instruction.name, odd.instruction.step, odd.instruction.frac_bits) == ("odd", 8, 20)
+    assert odd.instruction.rounding == "rne-e8m21" and odd.instruction.datapath == "fused"
+    assert models.widths(odd.instruction) == (8, 20, 22, "rne")
+    # results wider than float32's: the row's results held in float64 (exponents unbounded)
+    wide = models.get_model(Accumulator("mma", 32, 30, 30, "rne")).instruction
+    assert (wide.out, wide.rounding, wide.zero_exp) == ("float64", "rne-e8m29", -900)
+    assert models.get_model(Accumulator("mma", 32, 30, 1, "rtz")).instruction.rounding == "rz-e8m0"
     assert models.get_model(BlockScaledAccumulator(32, 31, 24, "rne", "block")).policy.scale_at == "block"
 
 
@@ -99,7 +119,12 @@ def test_run_steps_is_the_reference_chain_per_interval(promote):
                                                   ((32, 13, 14, "rtz"), "hopper-wgmma", 4),
                                                   ((32, 31, 24, "rne"), "blackwell-mma", None),
                                                   ((32, 25, 24, "rtz"), "blackwell-tcgen05-f8f6f4", None),
-                                                  ((16, 13, 14, "rtz"), "ada-mma", None)])
+                                                  ((16, 13, 14, "rtz"), "ada-mma", None),
+                                                  ((8, 20, 22, "rne"), None, 3),
+                                                  ((64, 6, 12, "rtz"), None, None),
+                                                  ((16, 40, 2, "rne"), None, None),
+                                                  ((32, 30, 30, "rtz"), None, 2),
+                                                  ((64, 40, 40, "rne"), None, None)])
 def test_rows_equal_the_kernels_steps(kind, fa, fb, widths, row, promote):
     # two implementations of one step: the kernels' widths (Accumulator) and the catalogue row
     M, N, K = 21, 13, 512
@@ -110,8 +135,9 @@ def test_rows_equal_the_kernels_steps(kind, fa, fb, widths, row, promote):
         c[0] = 0
     va, ea = values_and_exponents(ca, fp8emu.get_format(fa))
     vb, eb = values_and_exponents(cb, fp8emu.get_format(fb))
-    old = mma_dot(va, ea, vb, eb, Accumulator("mma", *widths, promote=promote), c=c)
-    model = models.GemmModel("t", "instruction", INSTRUCTIONS[row], models.Policy(promote=promote))
+    old = _promoted(va, ea, vb, eb, Accumulator("mma", *widths), promote, c)
+    model = models.get_model(Accumulator("mma", *widths, promote=promote))
+    assert row is None or model.instruction is INSTRUCTIONS[row]
     new = models.run_steps(model, ca, fa, cb, fb, c=c)
     np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32))
 
@@ -121,13 +147,15 @@ def test_formats_beyond_the_row():
     # float32 steps are the model's, the kernels' widths where products leave float32's normal range
     e2m1, e8m0, e4m3 = (fp8emu.get_format(n) for n in ("e2m1fn", "e8m0fnu", "e4m3fn"))
     assert models.row_for_formats(models.get_model("hopper"), e2m1, e2m1, 256).formats == ("e2m1fn",)
-    assert models.row_for_formats(models.get_model("hopper"), e8m0, e4m3, 256) is None
-    ca, cb = _codes("e2m1fn", (8, 96), "all"), _codes("e2m1fn", (96, 6), "all")
-    va, ea = values_and_exponents(ca, e2m1)
-    vb, eb = values_and_exponents(cb, e2m1)
-    old = mma_dot(va, ea, vb, eb, Accumulator("mma", 32, 13, 14, "rtz", promote=4))
-    new = fp8emu.scaled_mm(ca, cb, a_format="e2m1fn", b_format="e2m1fn", accumulator="hopper")
-    np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32))
+    wide = models.row_for_formats(models.get_model("hopper"), e8m0, e4m3, 256)
+    assert wide == models.wide_row(INSTRUCTIONS["hopper-wgmma"], formats=("e8m0fnu", "e4m3fn"))
+    for fa, fb in (("e2m1fn", "e2m1fn"), ("e8m0fnu", "e4m3fn"), ("e8m0fnu", "e8m0fnu")):
+        ca, cb = _codes(fa, (8, 96), "all"), _codes(fb, (96, 6), "all")
+        va, ea = values_and_exponents(ca, fp8emu.get_format(fa))
+        vb, eb = values_and_exponents(cb, fp8emu.get_format(fb))
+        old = _promoted(va, ea, vb, eb, Accumulator("mma", 32, 13, 14, "rtz"), 4)
+        new = fp8emu.scaled_mm(ca, cb, a_format=fa, b_format=fb, accumulator="hopper")
+        np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32), err_msg=f"{fa} x {fb}")
 
 
 def test_block_scaled_models_are_refused_by_scaled_mm():

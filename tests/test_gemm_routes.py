@@ -13,6 +13,7 @@ values, and Inf / NaN.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import numpy as np
@@ -25,7 +26,13 @@ from fp8emu.gemm.routes import exact as exact_mod, groups as groups_mod, operand
 from fp8emu.gemm.routes import tables as tables_mod
 
 WIDE = ("float16", "bfloat16", "tf32")
-CODE_PRESETS = sorted(n for n, i in INSTRUCTIONS.items() if i.formats[0] not in WIDE)
+#: Rows of step widths no preset has (results rounded to any width, "rz-e8mN" / "rne-e8mN"), as
+#: fp8emu.gemm.models builds them for an Accumulator of those widths.
+WIDTH_ROWS = {f"widths-{g}-{f}-{r}": dataclasses.replace(INSTRUCTIONS["hopper-wgmma"], name=f"widths-{g}-{f}-{r}",
+                                                        shape=(64, 8, g), step=g, frac_bits=f, rounding=r)
+              for g, f, r in [(8, 20, "rne-e8m21"), (64, 6, "rz-e8m5"), (16, 40, "rne-e8m9"), (32, 13, "rne-e8m1")]}
+ROWS = {**INSTRUCTIONS, **WIDTH_ROWS}
+CODE_PRESETS = sorted(n for n, i in INSTRUCTIONS.items() if i.formats[0] not in WIDE) + list(WIDTH_ROWS)
 WIDE_PRESETS = sorted(n for n, i in INSTRUCTIONS.items() if i.formats[0] in WIDE)
 M, N, T = 12, 10, 3
 TILES = ("codes", "gaussian", "zeros", "subnormals", "cancel", "spread")
@@ -101,7 +108,7 @@ def _scale_codes(rng, kind, shape, extremes):
 
 def _cases(preset):
     """(format pair, tile kind, scale kind, block) of a preset."""
-    ins = INSTRUCTIONS[preset]
+    ins = ROWS[preset]
     f = ins.formats
     pairs = sorted({(f[0], f[0]), (f[-1], f[0]), (f[min(1, len(f) - 1)], f[-1])})
     scales = list(ins.scale_modes) or [(None, None)]
@@ -109,7 +116,7 @@ def _cases(preset):
 
 
 def _tile(preset, fa, fb, kind, sk, blk):
-    ins = INSTRUCTIONS[preset]
+    ins = ROWS[preset]
     rng = np.random.default_rng(zlib.crc32(f"{preset}{fa}{fb}{kind}{sk}{blk}".encode()))
     ga, gb = fp8emu.get_format(fa), fp8emu.get_format(fb)
     K = 3 * ins.step
@@ -199,7 +206,7 @@ def test_every_route_gives_the_reference_bits(preset, monkeypatch):
         d = tables_mod.run_tables(ins, rows_a, rows_b, c.reshape(-1, 1), ga, gb, dsa, dsb, block, K)
         assert (_bits(d.reshape(want.shape)) == _bits(want)).all(), f"{where}: rows through the tables"
     # each route the catalogue sends this preset to was run
-    ins = INSTRUCTIONS[preset]
+    ins = ROWS[preset]
     if ins.datapath in ("fused", "paired") or (ins.datapath == "scaled" and ins.blocks[0] % ins.step == 0):
         assert taken["operands"], preset
     if ins.datapath == "grouped":

@@ -28,12 +28,29 @@ def test_frac_bits_are_at_most_40():
         dataclasses.replace(base, frac_bits=41)
 
 
-@pytest.mark.parametrize("out", ["bfloat16", "float64", None])
+@pytest.mark.parametrize("out", ["bfloat16", "float128", None])
 def test_output_type_is_float32_or_float16(out):
     with pytest.raises(ValueError, match="out must be 'float32' or 'float16'"):
         dataclasses.replace(get_instruction("ada-mma-f16"), out=out)
     # rne and rz take a float16 output; rz-e8m13 needs float32 (its 13 bits are of a float32)
     assert dataclasses.replace(get_instruction("ada-mma-f16"), rounding="rz").out == "float16"
+
+
+@pytest.mark.parametrize("rounding", ["rz-e8m-1", "rne-e8m40", "rz-e8m013", "rd-e8m13", "rz-e5m10", None])
+def test_result_roundings_of_any_width(rounding):
+    base = get_instruction("hopper-wgmma")
+    assert dataclasses.replace(base, rounding="rne-e8m21").rounding == "rne-e8m21"
+    assert dataclasses.replace(base, rounding="rz-e8m1").rounding == "rz-e8m1"
+    assert dataclasses.replace(base, rounding="rz-e8m39", out="float64").out == "float64"
+    with pytest.raises(ValueError, match=r"rounding must be one of .* or 'rz-e8mN' / 'rne-e8mN' \(N = 0..39\)"):
+        dataclasses.replace(base, rounding=rounding)
+    # an e8mN width is of a float32 result, or of a float64 one (wider than 23 bits)
+    with pytest.raises(ValueError, match="'rne-e8m9' needs a float32 output \\(or a float64 one"):
+        dataclasses.replace(get_instruction("ada-mma-f16"), rounding="rne-e8m9")
+    with pytest.raises(ValueError, match="'rne-e8m24' keeps more fraction bits than its output float32"):
+        dataclasses.replace(base, rounding="rne-e8m24")
+    with pytest.raises(ValueError, match="a float64 output takes an 'rz-e8mN' / 'rne-e8mN' rounding, got 'rz'"):
+        dataclasses.replace(base, rounding="rz", out="float64")
 
 
 def test_block_rules_of_a_grouped_instruction():

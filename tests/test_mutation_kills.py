@@ -634,12 +634,18 @@ def test_split_bounds_needs_at_least_one_piece():
             split_bounds(4096, bad)
 
 
-def test_mma_dot_refuses_an_accumulator_input_with_split_k():
+def test_an_accumulator_input_with_split_k_is_refused():
+    from fp8emu.gemm import models
     from fp8emu.gemm.kernels import mma_dot
-    va = np.ones((1, 512))
-    ea = np.zeros((1, 512), np.int16)
+    a = np.full((1, 512), 0x38, np.uint8)
     with pytest.raises(ValueError, match="without split-K"):
-        mma_dot(va, ea, va.T.copy(), ea.T.copy(), Accumulator("mma", split_k=2), c=np.zeros((1, 1)))
+        models.run_steps(models.get_model(Accumulator("mma", split_k=2)), a, "e4m3fn", a.T.copy(), "e4m3fn",
+                         c=np.zeros((1, 1), np.float32))
+    # the kernels run one chain: split-K and promotion are the models' policy alone
+    va, ea = np.ones((1, 512)), np.zeros((1, 512), np.int16)
+    for acc in (Accumulator("mma", split_k=2), Accumulator("mma", promote=4)):
+        with pytest.raises(ValueError, match="promotion and split-K are a GemmModel's Policy"):
+            mma_dot(va, ea, va.T.copy(), ea.T.copy(), acc)
 
 
 # --- seed 8 sample (scaling) -------------------------------------------------------------

@@ -10,8 +10,8 @@ import numpy as np
 
 from ..gemm.code_tables import any_nonfinite
 from ..gemm.fparith import add_scaled_f32
-from ..gemm.kernels import exact_dot, mma_dot
-from ..gemm.models import GemmModel, row_for_formats, run_steps, steps_accumulator
+from ..gemm.kernels import exact_dot
+from ..gemm.models import GemmModel, row_for_formats, run_steps
 from .inputs import F32
 from .operands import Operand
 
@@ -26,11 +26,9 @@ def chain_model(model: GemmModel) -> GemmModel:
     >>> get_model("hopper").policy.promote, m.policy.promote, m.policy.split_k
     (4, None, None)
     """
-    if model.kind not in ("instruction", "steps"):
+    if model.kind != "instruction":
         return model
-    return dataclasses.replace(model, policy=dataclasses.replace(model.policy, promote=None, split_k=None),
-                               steps=None if model.steps is None else dataclasses.replace(
-                                   model.steps, promote=None, split_k=None))
+    return dataclasses.replace(model, policy=dataclasses.replace(model.policy, promote=None, split_k=None))
 
 
 def _finite_codes(op: Operand):
@@ -45,16 +43,13 @@ def _finite_codes(op: Operand):
 def matmul(a: Operand, b_t: Operand, model: GemmModel, c=None):
     """float32 (M, N) result of ``c + a @ b_t.T`` summed as ``model`` does (``c``: accumulator input)."""
     va, vb = a.values, b_t.values.T
-    if model.kind in ("instruction", "steps"):
+    if model.kind == "instruction":
         if a.fmt is None or b_t.fmt is None:
             raise ValueError(f"tensor-core accumulator {model.name!r} needs 8-bit operands; use 'fp32' or "
                              "'exact' with float32/bf16/fp16 operands")
-        K = va.shape[1]
-        row = None if model.kind == "steps" else row_for_formats(model, a.fmt, b_t.fmt, K)
-        if row is not None:
-            return run_steps(model, _finite_codes(a), a.fmt, _finite_codes(b_t).T, b_t.fmt,
-                             c=None if c is None else np.asarray(c, F32), ins=row)
-        return mma_dot(va, a.exps, vb, b_t.exps.T, steps_accumulator(model), c=c)
+        row = row_for_formats(model, a.fmt, b_t.fmt, va.shape[1])
+        return run_steps(model, _finite_codes(a), a.fmt, _finite_codes(b_t).T, b_t.fmt,
+                         c=None if c is None else np.asarray(c, F32), ins=row)
     if model.kind == "exact":
         if a.fmt is not None and b_t.fmt is not None:
             return exact_dot(va, a.exps, vb, b_t.exps.T, a.mbits, b_t.mbits, extra=c)

@@ -137,7 +137,7 @@ class AttentionRecipe:
                 raise ValueError(f"AttentionRecipe {f}={acc.name!r} is not a model of a kernel's tensor-core "
                                  "GEMM; use a tensor-core model ('hopper', an instruction preset), 'fp32' or 'exact'")
             wide = [o for o in ops if getattr(self, o) is None or getattr(self, o) in WIDE]
-            if acc.kind in ("instruction", "steps") and wide:   # refused here, not after the Q·K pass has run
+            if acc.kind == "instruction" and wide:   # refused here, not after the Q·K pass has run
                 raise ValueError(f"AttentionRecipe {f}={acc.name!r} is a tensor-core model that needs 8-bit "
                                  f"operands, but {', '.join(wide)} {'is' if len(wide) == 1 else 'are'} not; use "
                                  "'fp32' or 'exact'")

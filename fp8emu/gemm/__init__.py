@@ -42,7 +42,8 @@ outputs recorded on an H200; see ``tests/test_gemm.py``):
 A 16-wide step behaves as a 32-wide step with zero products, so K = 16 needs no
 special case.  ``"hopper"`` is the catalogue row ``hopper-wgmma`` (this step) with the policy
 "promote every 4 steps, cuBLAS's split-K"; :class:`Accumulator` states a step by its widths (group
-size, fraction bits, result bits and rounding, promotion interval, split-K) for other hardware.
+size, fraction bits, result bits and rounding, promotion interval, split-K) for other hardware, and
+runs as Hopper's row with those widths (:func:`fp8emu.gemm.models.get_model`).
 
 Split-K: for long K and few output tiles cuBLAS splits K into ``S`` contiguous
 pieces of ``ceil(ceil(K / 128) / S)`` K-tiles of 128 (the last piece takes the

@@ -2,8 +2,9 @@
 
 The named GEMM models are catalogue rows plus a kernel policy (:mod:`fp8emu.gemm.models`).  An
 :class:`Accumulator` or :class:`BlockScaledAccumulator` states a step by its widths (products per
-step, fraction bits, result bits and rounding): :func:`fp8emu.gemm.models.get_model` runs it as the
-catalogue row of those widths where one exists, and on :mod:`fp8emu.gemm.kernels` otherwise.
+step, fraction bits, result bits and rounding): :func:`fp8emu.gemm.models.get_model` runs an
+:class:`Accumulator` as the catalogue row of those widths (a preset's, or Hopper's row with the
+widths changed), a :class:`BlockScaledAccumulator` on :mod:`fp8emu.gemm.kernels`.
 
 Examples
 --------

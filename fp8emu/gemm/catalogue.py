@@ -14,6 +14,7 @@ in :mod:`fp8emu.gemm.datapaths`); :func:`fp8emu.gemm.instructions.mma` runs any 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -24,6 +25,9 @@ __all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_ins
 
 _DATAPATHS = ("fused", "scaled", "grouped", "paired")
 _ROUNDINGS = ("rz-e8m13", "rz", "rne")
+#: Any width of a result with float32's exponent range: ``"rz-e8mN"`` / ``"rne-e8mN"``, N fraction bits
+#: (0..23; up to 39 held in a float64 output, step widths no instruction has).
+_WIDE_ROUNDING = re.compile(r"(rz|rne)-e8m([0-9]|[1-3][0-9])")
 #: Block-scale types (their decode: :func:`fp8emu.gemm.instruction_inputs.scale_values`).
 _SCALES = ("ue8m0", "ue4m3", "ue5m3")
 _FP8 = ("e4m3fn", "e5m2")
@@ -46,15 +50,18 @@ class Instruction:
         ``(m, n, k)`` of one instruction.
     formats : tuple of str
         fp8emu element formats accepted for A and B.
-    out : {"float32", "float16"}
-        Type of C and D.
+    out : {"float32", "float16", "float64"}
+        Type of C and D (``"float64"``: no instruction's; results of step widths no instruction
+        has, wider than float32's or with exponents below its range, see :mod:`fp8emu.gemm.models`).
     datapath : {"fused", "scaled", "grouped", "paired"}
     step : int
         Products summed by one fused step (a K longer than this is a chain of steps).
     frac_bits : int
         Fraction bits kept when a step's terms are aligned to its largest exponent.
-    rounding : {"rz-e8m13", "rz", "rne"}
-        How a step's exact sum becomes the output.
+    rounding : {"rz-e8m13", "rz", "rne"} or "rz-e8mN" / "rne-e8mN"
+        How a step's exact sum becomes the output: ``"rz"`` / ``"rne"`` to the output type, the
+        ``e8mN`` forms to N fraction bits with float32's exponent range (N = 0..23; up to 39 with
+        the float64 output that carries step results wider than float32's).
     zero_exp : int
         Exponent carried by a zero term.
     group : int
@@ -99,12 +106,21 @@ class Instruction:
     def __post_init__(self):
         if self.datapath not in _DATAPATHS:
             raise ValueError(f"Instruction datapath must be one of {_DATAPATHS}, got {self.datapath!r}")
-        if self.rounding not in _ROUNDINGS:
-            raise ValueError(f"Instruction rounding must be one of {_ROUNDINGS}, got {self.rounding!r}")
+        if self.rounding not in _ROUNDINGS and not _WIDE_ROUNDING.fullmatch(str(self.rounding)):
+            raise ValueError(f"Instruction rounding must be one of {_ROUNDINGS} or 'rz-e8mN' / 'rne-e8mN' "
+                             f"(N = 0..39), got {self.rounding!r}")
         if self.out not in OUTPUT_TYPES:
-            raise ValueError(f"Instruction out must be 'float32' or 'float16', got {self.out!r}")
-        if self.rounding == "rz-e8m13" and self.out != "float32":
-            raise ValueError("rounding 'rz-e8m13' needs a float32 output")
+            raise ValueError(f"Instruction out must be 'float32' or 'float16' (or 'float64' for wider step "
+                             f"results), got {self.out!r}")
+        wide = self.out == "float64"
+        if "-e8m" in self.rounding and self.out == "float16":
+            raise ValueError(f"rounding {self.rounding!r} needs a float32 output (or a float64 one, for step "
+                             f"results wider than float32's)")
+        if "-e8m" in self.rounding and int(self.rounding.partition("-e8m")[2]) > (39 if wide else 23):
+            raise ValueError(f"rounding {self.rounding!r} keeps more fraction bits than its output "
+                             f"{self.out} (at most {39 if wide else 23})")
+        if wide and "-e8m" not in self.rounding:
+            raise ValueError(f"a float64 output takes an 'rz-e8mN' / 'rne-e8mN' rounding, got {self.rounding!r}")
         for field in ("step", "frac_bits", "group", "pair_bits"):
             v = getattr(self, field)
             if not isinstance(v, (int, np.integer)) or v < 1:

@@ -31,7 +31,9 @@ taken from its description, code written here):
 
 Result roundings: ``"rz-e8m13"`` truncates to 14 significant bits with float32's exponent
 range (subnormals on the grid ``2**-139``), ``"rz"`` truncates to float32 (subnormals
-included), ``"rne"`` rounds to the output type (float32 or float16) to nearest even.
+included), ``"rne"`` rounds to the output type (float32 or float16) to nearest even; ``"rz-e8mN"``
+and ``"rne-e8mN"`` (N = 1..23) are those roundings to N fraction bits with float32's exponent
+range (subnormals on the grid ``2**(-126 - N)``), for step widths no instruction has.
 A result ``>= 2**128`` (float16: that rounds to ``2**16``) is infinite.  Zero results
 are ``+0``; NaN results are the canonical quiet NaN ``0x7fffffff`` (float16
 ``0x7fff``); a NaN operand or block scale, ``0 * Inf`` and ``Inf - Inf`` give NaN.

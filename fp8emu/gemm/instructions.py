@@ -162,7 +162,7 @@ def mma(a, b, c=None, *, instruction, a_format, b_format=None, a_scales=None, b_
         a_scales, batch + np.shape(a_scales)[-2:]).reshape(T, M, np.shape(a_scales)[-1])
     sb3 = None if b_scales is None else np.swapaxes(
         np.broadcast_to(b_scales, batch + np.shape(b_scales)[-2:]), -1, -2).reshape(T, N, np.shape(b_scales)[-2])
-    if operand_name(a_format) not in WIDE_INPUTS:
+    if operand_name(a_format) not in WIDE_INPUTS and ins.out != "float64":
         sa, sb, block = check_inputs(ins, K, a_format, bf, sa3, sb3, scale_format)
         fa, fb = get_format(a_format), get_format(bf)
         route = tile_route(ins, fa, fb, block)
@@ -209,12 +209,13 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     each operand once (:func:`~fp8emu.gemm.routes.run_tiles`, from 512 outputs;
     ``kind::mxf4nvf4``: :func:`~fp8emu.gemm.routes.groups.run_groups`), anything else gathers its
     products from the code-pair tables (:func:`~fp8emu.gemm.routes.tables.run_tables`).  The
-    16-bit inputs take the reference steps (:func:`fp8emu.gemm.datapaths.reference`), which the
-    routes are tested against.
+    16-bit inputs and the float64 results of step widths no instruction has take the reference
+    steps (:func:`fp8emu.gemm.datapaths.reference`), which the routes are tested against.
     """
     K = a.shape[-1]
-    if operand_name(a_format) in WIDE_INPUTS:
-        # the reference steps check the inputs themselves
+    if operand_name(a_format) in WIDE_INPUTS or ins.out == "float64":
+        # the reference steps check the inputs themselves (float64 results: step widths no
+        # instruction has, which no fast route serves)
         return reference(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format)
     sa, sb, block = check_inputs(ins, K, a_format, b_format, a_scales, b_scales, scale_format)
     if c.size == 0:
@@ -244,7 +245,8 @@ def gemm(a, b, *, instruction, a_format, b_format, c=None):
     """float32 ``A @ B (+ C)`` as a chain of one instruction along K (the K-loop of an MMA kernel).
 
     K is padded with zero codes to a whole number of steps.  Used by :func:`fp8emu.scaled_mm`
-    when its ``accumulator`` names an instruction; the instruction must have a float32 output.
+    when its ``accumulator`` names an instruction; the instruction must have a float32 output (or
+    float64, a row of step widths no instruction has: D is then float64, the chain's last result).
 
     Examples
     --------
@@ -257,7 +259,7 @@ def gemm(a, b, *, instruction, a_format, b_format, c=None):
     448.091796875
     """
     ins = catalogue.get_instruction(instruction)
-    if ins.out != "float32":
+    if ins.out == "float16":
         raise ValueError(f"{ins.name} returns float16; a GEMM accumulator needs a float32-output instruction "
                          f"(use {ins.name.removesuffix('-f16')!r})")
     if ins.block_scaled:
@@ -265,7 +267,7 @@ def gemm(a, b, *, instruction, a_format, b_format, c=None):
     a, b = _k_padded(ins, np.asarray(a), np.asarray(b))
     if a.ndim == 2 and b.ndim == 2 and a.shape[1] == 0 == b.shape[0]:
         # no step along K: D is C (zero where not given), as np.matmul's empty sum
-        return _c_in(c, (a.shape[0], b.shape[1]), ins).astype(np.float32, copy=True)
+        return _c_in(c, (a.shape[0], b.shape[1]), ins).astype(OUTPUT_TYPES[ins.out].dtype, copy=True)
     return mma(a, b, c, instruction=ins, a_format=a_format, b_format=b_format)
 
 

@@ -4,8 +4,10 @@ Operands arrive as float64 values (non-finite codes zeroed) with int16 exponents
 tables of :mod:`fp8emu.gemm.code_tables` give them;
 each kernel returns the float32 (M, N) result of the K reduction:
 :func:`accumulate` dispatches to the exact sum (:func:`exact_dot`), the
-sequential float32 sum (:func:`fp32_dot`) or chained tensor-core steps
-(:func:`mma_dot`).  NaN/Inf semantics are applied by :func:`special_masks`.
+sequential float32 sum (:func:`fp32_dot`) or one chain of tensor-core steps
+(:func:`mma_dot`, which only :func:`fp8emu.block_scaled_mm`'s
+:class:`~fp8emu.gemm.accumulator.BlockScaledAccumulator` steps still take: every other GEMM model
+runs on the catalogue engine, :mod:`fp8emu.gemm.models`).  NaN/Inf semantics are applied by :func:`special_masks`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import numpy as np
 
 from .. import parallel
 from ..codec import decode
-from .accumulator import Accumulator, split_bounds
+from .accumulator import Accumulator
 from .code_tables import ZERO_EXP, ZERO_LOW, low_bits
-from .fparith import add_scaled_f32, round_hi_lo, two_sum
+from .fparith import round_hi_lo, two_sum
 
 __all__ = ["special_masks", "accumulate", "mma_dot", "fp32_dot", "exact_dot"]
 
@@ -57,8 +59,9 @@ def special_masks(codes_a, fa, codes_b, fb):
     return pos > 0, neg > 0, (nan > 0) | ((pos > 0) & (neg > 0))
 
 
-def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None, lows=None):
-    """Chained tensor-core steps (with optional promotion and per-K-block scales).
+def mma_dot(va, ea, vb, eb, acc: Accumulator, c=None, lows=None):
+    """One chain of tensor-core steps along K (promotion and split-K are the catalogue engine's,
+    :func:`fp8emu.gemm.models.run_steps`; ``acc`` states neither).
 
     ``c``, a float32 (M, N) array or None, is the accumulator input of the first
     step (the MMA's C operand): it joins that step's alignment as its running sum.
@@ -80,20 +83,9 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None, l
             lows = (np.pad(lows[0], ((0, 0), (0, pad)), constant_values=ZERO_LOW),
                     np.pad(lows[1], ((0, pad), (0, 0)), constant_values=ZERO_LOW))
     ng = (K + pad) // G
-    promote = acc.promote
-    bounds = split_bounds(K, acc.splits(M, N, K))
-    if len(bounds) > 2 and (bounds[1] % G):
-        raise ValueError(f"split-K pieces of {bounds[1]} do not hold whole steps of group {G}")
-    # step ranges of the split-K pieces (the last one also takes the padding)
-    pieces = [(b0 // G, b1 // G) for b0, b1 in zip(bounds[:-2], bounds[1:-1])] + [(bounds[-2] // G, ng)]
-    if c is not None and len(pieces) > 1:
-        # where C would join a split-K reduction is not known for any GPU
-        raise ValueError("an accumulator input C is modelled without split-K only")
-    if kscale is not None:
-        # block scales are applied when a K-block's partial sum is promoted
-        if kblock % G:
-            raise ValueError(f"block scales need a K block ({kblock}) that is a multiple of the group ({G})")
-        promote = kblock // G
+    if acc.promote is not None or acc.split_k not in (None, 1):
+        raise ValueError("the kernels run one chain of steps: promotion and split-K are a GemmModel's "
+                         "Policy (fp8emu.gemm.models.run_steps)")
     out = np.empty((M, N), np.float32)
     threads = parallel.resolve_threads(None, M * N * K)
     rows = max(1, min(M, _BLOCK_ELEMS // max(1, N * G)))
@@ -110,13 +102,8 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None, l
     fast = _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows)
     if fast is not None:
         def row_block_fast(m0, m1):
-            result = None
-            for g0, g1 in pieces:
-                piece = _mma_piece_fast(fast, (m0, m1), (g0, g1), acc, promote=promote, e_floor=e_floor,
-                                        kscale=kscale, kblock=kblock,
-                                        c_in=None if c is None else c[m0:m1], threads=threads)
-                result = piece if result is None else (result + piece).astype(np.float32)
-            out[m0:m1] = result
+            out[m0:m1] = _mma_piece_fast(fast, (m0, m1), (0, ng), acc, e_floor=e_floor,
+                                         c_in=None if c is None else c[m0:m1], threads=threads)
 
         # row blocks of about 2**16 entries keep a step's (rows, N) arrays in cache
         rows_f = min(-(-M // max(1, min(threads, M))), max(1, (1 << 16) // max(1, N)))
@@ -140,13 +127,8 @@ def mma_dot(va, ea, vb, eb, acc: Accumulator, kscale=None, kblock=128, c=None, l
     def row_block(m0, m1):
         P = np.empty((G, m1 - m0, N), dt)
         Eb = None if ops.wat is not None else np.empty((G, m1 - m0, N), np.int16)
-        result = None
-        for g0, g1 in pieces:
-            piece = _mma_piece(ops, (m0, m1), (g0, g1), (P, Eb), acc, promote=promote, e_floor=e_floor,
-                               kscale=kscale, kblock=kblock, c_in=None if c is None else c[m0:m1])
-            # split-K: the pieces' float32 results are added in piece order
-            result = piece if result is None else (result + piece).astype(np.float32)
-        out[m0:m1] = result
+        out[m0:m1] = _mma_piece(ops, (m0, m1), (0, ng), (P, Eb), acc, e_floor=e_floor,
+                                c_in=None if c is None else c[m0:m1])
 
     _over_row_blocks(M, rows, row_block, threads)
     return out
@@ -208,7 +190,7 @@ class _KMajor(NamedTuple):
     shift: int
 
 
-def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, kscale, kblock, c_in=None):
+def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, e_floor, c_in=None):
     """float32 result of steps ``steps = (g0, g1)`` for rows ``rows = (m0, m1)``, from accumulator ``c_in`` (or zero).
 
     ``buffers = (P, Eb)`` are (group, rows, N) scratch arrays for the products and (only
@@ -223,8 +205,6 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, ksc
     part, sc, tmp, s, fr = (np.zeros(shape) for _ in range(5))
     if c_in is not None:
         part[...] = c_in
-    total = np.zeros(shape, np.float32)
-    part32 = np.empty(shape, np.float32)
     sc_dt, psum = np.empty(shape, dt), np.empty(shape, dt)
     E, ep, lo_e = np.empty(shape, np.int32), np.empty(shape, np.int32), np.empty(shape, np.int32)
     mask = np.empty(shape, bool)
@@ -279,16 +259,9 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, promote, e_floor, ksc
         (np.trunc if rtz else np.rint)(s, out=s)
         np.divide(s, tmp, out=s)
         np.divide(s, sc, out=part)
-        if promote and ((g + 1 - g0) % promote == 0 or g == g1 - 1):
-            if kscale is None:
-                np.copyto(part32, part, casting="same_kind")
-                np.add(total, part32, out=total)
-            else:
-                total = add_scaled_f32(total, part, kscale(m0, m1, (g * G) // kblock))
-            part.fill(0)
     # a zero step result is +0 whatever the signs that cancelled or truncated away (the
     # fixed-point sum has no signed zero; MMA-Sim's models agree, no recording shows -0)
-    return total if promote else part.astype(np.float32) + np.float32(0)
+    return part.astype(np.float32) + np.float32(0)
 
 
 def fp32_dot(va, vb):
@@ -532,7 +505,7 @@ def _out_of_f32(v):
     return bool(((a < _F32_TINY) & (a != 0)).any() or not np.isfinite(a).all())
 
 
-def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, promote, e_floor, kscale, kblock, c_in, threads):
+def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, e_floor, c_in, threads):
     (m0, m1), (g0, g1) = rows, steps
     G, F, B = acc.group, acc.frac_bits, acc.sum_bits
     N = ops.vbt.shape[0]
@@ -540,8 +513,6 @@ def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, promote, e_floor, kscal
     part = np.zeros(shape, np.float32 if f32 else np.float64)
     if c_in is not None:
         part[...] = c_in
-    total = np.zeros(shape, np.float32)
-    part32 = np.empty(shape, np.float32)
     ap, t = np.empty(shape), np.empty(shape)
     ok, ok2, bad = np.empty(shape, bool), np.empty(shape, bool), np.empty(shape, bool)
     fs = F if "span" in _CHECKS else 1 << 30
@@ -613,16 +584,7 @@ def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, promote, e_floor, kscal
             _round_in_place(part, B, acc.sum_rounding)
         if idx.size:
             part[mi, ni] = slow
-        if promote and ((g + 1 - g0) % promote == 0 or g == g1 - 1):
-            if f32 and _out_of_f32(part):
-                raise _Restart
-            if kscale is None:
-                np.copyto(part32, part, casting="same_kind")
-                np.add(total, part32, out=total)
-            else:
-                total = add_scaled_f32(total, part.astype(np.float64), kscale(m0, m1, (g * G) // kblock))
-            part.fill(0)
-    if not promote and f32 and _out_of_f32(part):
+    if f32 and _out_of_f32(part):
         raise _Restart
     _count(fast=(g1 - g0) * part.size - n_slow, fallback=n_slow)
-    return total if promote else part.astype(np.float32)
+    return part.astype(np.float32)

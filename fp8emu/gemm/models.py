@@ -11,10 +11,14 @@ with the block scales carried by every product.  ``"exact"`` and ``"fp32"`` are 
 rounding; sequential float32 additions), the ``torch-cpu-*`` models torch's own CPU paths
 (:mod:`fp8emu.gemm.torch_cpu`).
 
-Step widths no catalogue row states (an :class:`~fp8emu.gemm.accumulator.Accumulator` or
-:class:`~fp8emu.gemm.accumulator.BlockScaledAccumulator` of other widths) are models of kind
-``"steps"``, evaluated by :mod:`fp8emu.gemm.kernels` (the documented adapter until the catalogue's
-rounding takes any width).
+Step widths no catalogue row states (an :class:`~fp8emu.gemm.accumulator.Accumulator` of other
+widths) are Hopper's row with the step, fraction bits and result rounding (``"rz-e8mN"`` /
+``"rne-e8mN"``: any width) changed; results wider than float32's, and operands whose products
+leave float32's range, take the row's form of unbounded exponents, its results held in float64
+(:func:`wide_row`, evaluated by the reference steps).  Only a
+:class:`~fp8emu.gemm.accumulator.BlockScaledAccumulator` (block scales carried by products of
+any scale kind and block, or applied per K block) is still a model of kind ``"steps"``, evaluated
+by :mod:`fp8emu.gemm.kernels`.
 
 Examples
 --------
@@ -27,8 +31,10 @@ Examples
 True
 >>> get_model(Accumulator("mma", 32, 13, 14, "rtz", promote=4)).instruction.name   # a row says it
 'hopper-wgmma'
->>> get_model(Accumulator("mma", 32, 20, 22, "rne")).kind                          # no row does
-'steps'
+>>> get_model(Accumulator("mma", 32, 20, 22, "rne")).instruction.rounding         # no preset does
+'rne-e8m21'
+>>> get_model(Accumulator("mma", 32, 30, 30, "rne")).instruction.out              # wider than float32
+'float64'
 """
 
 from __future__ import annotations
@@ -41,9 +47,10 @@ from .accumulator import Accumulator, BlockScaledAccumulator, split_bounds, spli
 from .catalogue import INSTRUCTIONS, Instruction
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
+from .outputs import kept_bits, nearest
 from .torch_cpu import TORCH_CPU_PATHS
 
-__all__ = ["Policy", "GemmModel", "MODELS", "get_model", "widths", "row_for_formats", "steps_accumulator",
+__all__ = ["Policy", "GemmModel", "MODELS", "get_model", "widths", "wide_row", "row_for_formats",
            "block_steps", "run_steps"]
 
 _KINDS = ("instruction", "steps", "exact", "fp32", "torch-cpu")
@@ -107,12 +114,12 @@ class GemmModel:
     name : str
     kind : {"instruction", "steps", "exact", "fp32", "torch-cpu"}
         ``"instruction"``: a chain of ``instruction`` (a catalogue row) under ``policy``;
-        ``"steps"``: tensor-core steps of widths no row states (``steps``, the adapter);
+        ``"steps"``: a :class:`BlockScaledAccumulator`'s steps (``steps``, run by the kernels);
         ``"exact"``: the exact sum rounded once; ``"fp32"``: float32 additions in K order;
         ``"torch-cpu"``: torch's CPU ``_scaled_mm`` path ``name``.
     instruction : Instruction or None
     policy : Policy
-    steps : Accumulator or BlockScaledAccumulator or None
+    steps : BlockScaledAccumulator or None
         ``"steps"`` models: the step widths (group, fraction bits, result bits and rounding).
 
     Examples
@@ -127,7 +134,7 @@ class GemmModel:
     kind: str
     instruction: Instruction | None = None
     policy: Policy = Policy()
-    steps: Accumulator | BlockScaledAccumulator | None = None
+    steps: BlockScaledAccumulator | None = None
 
     def __post_init__(self):
         if self.kind not in _KINDS:
@@ -150,10 +157,6 @@ MODELS = {m.name: m for m in [
     *(GemmModel(p, "torch-cpu") for p in TORCH_CPU_PATHS),
 ]}
 
-#: Step widths of the instruction rows an Accumulator can name: (group, frac_bits, sum_bits, rounding).
-_ROW_WIDTHS = {"rz-e8m13": (14, "rtz"), "rz": (24, "rtz"), "rne": (24, "rne")}
-
-
 def widths(ins: Instruction):
     """(group, frac_bits, sum_bits, sum_rounding) of a float32-output ``"fused"`` row's step.
 
@@ -162,20 +165,54 @@ def widths(ins: Instruction):
     >>> widths(INSTRUCTIONS["hopper-wgmma"]), widths(INSTRUCTIONS["blackwell-mma"])
     ((32, 13, 14, 'rtz'), (32, 31, 24, 'rne'))
     """
-    return (ins.step, ins.frac_bits) + _ROW_WIDTHS[ins.rounding]
+    return ins.step, ins.frac_bits, kept_bits(ins) + 1, "rne" if nearest(ins) else "rtz"
 
 
 #: Rows tried first when an Accumulator's widths name one (several rows share one step).
 _PREFERRED = ("hopper-wgmma", "blackwell-mma", "blackwell-tcgen05-f8f6f4", "ada-mma")
 
 
-def _row_for(group, frac_bits, sum_bits, rounding):
-    """The FP8 ``"fused"`` float32 row whose step has these widths, or None."""
+#: The exponent a zero term carries in the rows of step widths no instruction has: below every
+#: product of operands of at most 8 bits, so that, as in a datapath of unbounded exponents, a zero
+#: never sets a step's alignment.
+_NO_ZERO_EXP = -900
+
+
+def _row_for(group, frac_bits, sum_bits, rounding, name):
+    """The FP8 ``"fused"`` float32 row whose step has these widths: the catalogue's where one states
+    them, else Hopper's row with these widths (:func:`wide_row` where the result keeps more bits than
+    float32's)."""
     for ins in [INSTRUCTIONS[n] for n in _PREFERRED] + list(INSTRUCTIONS.values()):
         if (ins.datapath == "fused" and ins.out == "float32" and "e4m3fn" in ins.formats and "e5m2" in ins.formats
                 and widths(ins) == (group, frac_bits, sum_bits, rounding)):
             return ins
-    return None
+    mode = "rz" if rounding == "rtz" else "rne"
+    row = dataclasses.replace(INSTRUCTIONS["hopper-wgmma"], name=name, shape=(64, 8, group), step=group,
+                              frac_bits=frac_bits, rounding=f"{mode}-e8m{min(sum_bits, 24) - 1}",
+                              model=f"step widths {(group, frac_bits, sum_bits, rounding)}")
+    return row if sum_bits <= 24 else wide_row(row, sum_bits)
+
+
+def wide_row(ins: Instruction, sum_bits=None, formats=None):
+    """The float32 ``"fused"`` row ``ins`` with exponents unbounded: its steps' results (of
+    ``sum_bits`` significant bits, default its own) held in float64, below float32's normal range
+    on float32's grid of that width, a zero term never setting the alignment, no overflow; what
+    the step computes for operands whose products leave float32's range (``formats``: the row then
+    takes them).
+
+    Examples
+    --------
+    >>> w = wide_row(INSTRUCTIONS["hopper-wgmma"])
+    >>> w.out, w.rounding, w.zero_exp, widths(w) == widths(INSTRUCTIONS["hopper-wgmma"])
+    ('float64', 'rz-e8m13', -900, True)
+    """
+    if ins.datapath != "fused" or ins.out == "float16":
+        raise ValueError(f"{ins.name} ({ins.datapath} datapath, {ins.out} output) has no form of unbounded "
+                         f"exponents: only float32-output 'fused' rows do")
+    bits = kept_bits(ins) + 1 if sum_bits is None else sum_bits
+    mode = "rne" if nearest(ins) else "rz"
+    return dataclasses.replace(ins, out="float64", rounding=f"{mode}-e8m{bits - 1}", zero_exp=_NO_ZERO_EXP,
+                               formats=ins.formats if formats is None else formats)
 
 
 def get_model(acc) -> GemmModel:
@@ -206,11 +243,8 @@ def get_model(acc) -> GemmModel:
     if isinstance(acc, Accumulator):
         if acc.kind != "mma":
             return GemmModel(acc.name, acc.kind)
-        row = _row_for(acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
-        policy = Policy(promote=acc.promote, split_k=acc.split_k)
-        if row is None:
-            return GemmModel(acc.name, "steps", None, policy, acc)
-        return GemmModel(acc.name, "instruction", row, policy)
+        row = _row_for(acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding, acc.name)
+        return GemmModel(acc.name, "instruction", row, Policy(promote=acc.promote, split_k=acc.split_k))
     if isinstance(acc, BlockScaledAccumulator):
         return GemmModel(acc.name, "steps", None, Policy(scale_at=acc.scale_at), acc)
     names = sorted(MODELS) + ["a float32-output instruction preset such as 'hopper-wgmma'"]
@@ -219,40 +253,31 @@ def get_model(acc) -> GemmModel:
 
 
 def row_for_formats(model: GemmModel, fa, fb, K):
-    """The model's row, taking operands of formats ``fa`` and ``fb`` (Formats) along ``K``, where its
-    float32 steps give the model's bits; ``None`` where they may not (the caller then runs the
-    model's widths on the kernels, :func:`steps_accumulator`).
+    """The model's row, taking operands of formats ``fa`` and ``fb`` (Formats) along ``K``.
 
     A named tensor-core model (``"hopper"``) takes any format of at most 8 bits, the row a few: its
     arithmetic is the model's as long as no product lies below float32's normal range or near the
     row's zero exponent (``zero_exp``, where a zero term could win the alignment) and no partial sum
-    nears float32's overflow; there the row, with the formats added, is the model.
+    nears float32's overflow; there the row, with the formats added, is the model, elsewhere the
+    row of unbounded exponents (:func:`wide_row`).
 
     Examples
     --------
     >>> from fp8emu.formats import get_format
     >>> row_for_formats(get_model("hopper"), get_format("e2m1fn"), get_format("e2m1fn"), 64).formats
     ('e2m1fn',)
-    >>> row_for_formats(get_model("hopper"), get_format("e8m0fnu"), get_format("e4m3fn"), 64) is None
-    True
+    >>> row_for_formats(get_model("hopper"), get_format("e8m0fnu"), get_format("e4m3fn"), 64).out
+    'float64'
     """
     ins = model.instruction
     if model.policy.specials == "instruction" or (fa.name in ins.formats and fb.name in ins.formats):
         return ins
     lo = float(fa.min_subnormal) * float(fb.min_subnormal)
     hi = float(fa.max) * float(fb.max) * max(1, K)
-    if lo < 2.0 ** -126 or hi >= 2.0 ** 120 or ins.datapath != "fused" or ins.zero_exp > -127:
-        return None
-    return dataclasses.replace(ins, formats=tuple(dict.fromkeys((fa.name, fb.name))))
-
-
-def steps_accumulator(model: GemmModel) -> Accumulator:
-    """A tensor-core model's widths and policy as the kernels (:func:`fp8emu.gemm.kernels.mma_dot`)
-    take them: its own step widths, or its row's."""
-    if model.kind == "steps":
-        return model.steps
-    p = model.policy
-    return Accumulator("mma", *widths(model.instruction), promote=p.promote, split_k=p.split_k, name=model.name)
+    formats = tuple(dict.fromkeys((fa.name, fb.name)))
+    if lo < 2.0 ** -126 or hi >= 2.0 ** 120 or ins.zero_exp > -127:
+        return wide_row(ins, formats=formats)
+    return dataclasses.replace(ins, formats=formats)
 
 
 def block_steps(model: GemmModel) -> BlockScaledAccumulator:
@@ -293,10 +318,10 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
     if c is not None and len(bounds) > 2:
         # where C would join a split-K reduction is not known for any GPU
         raise ValueError("an accumulator input C is modelled without split-K only")
+    if len(bounds) > 2 and (bounds[1] - bounds[0]) % ins.step:
+        raise ValueError(f"split-K pieces of {bounds[1] - bounds[0]} do not hold whole steps of group {ins.step}")
+    # promotion intervals start afresh in each split-K piece
     interval = kblock if kscale is not None else (None if pol.promote is None else pol.promote * ins.step)
-    if interval is not None and len(bounds) > 2 and (bounds[1] - bounds[0]) % interval:
-        raise ValueError(f"split-K pieces of {bounds[1] - bounds[0]} do not hold whole promotion intervals "
-                         f"of {interval}")
 
     def chain(k0, k1, c_in=None):
         return instruction_gemm(ca[:, k0:k1], cb[k0:k1], instruction=ins, a_format=fa, b_format=fb, c=c_in)
@@ -304,7 +329,7 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
     result = None
     for k0, k1 in zip(bounds[:-1], bounds[1:]):
         if interval is None:
-            piece = chain(k0, k1, c)
+            piece = chain(k0, k1, c).astype(np.float32, copy=False)   # a float64 row's last result
         else:
             piece = np.zeros((M, N), np.float32)
             for j in range(k0, k1, interval):

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["OutputType", "OUTPUT_TYPES", "kept_bits", "round_output"]
+__all__ = ["OutputType", "OUTPUT_TYPES", "kept_bits", "nearest", "round_output"]
 
 
 class OutputType(NamedTuple):
@@ -31,14 +31,16 @@ class OutputType(NamedTuple):
     qnan: int
 
 
-#: The output types by name: float32 and float16.
+#: The output types by name: float32 and float16, and float64, which holds the results of step widths
+#: no instruction has (``"rz-e8mN"`` / ``"rne-e8mN"`` of up to 39 fraction bits, exponents unbounded).
 OUTPUT_TYPES = {"float32": OutputType(np.float32, np.uint32, -126, 23, 0x7FFFFFFF, 0x7FFFFFFF),
-                "float16": OutputType(np.float16, np.uint16, -14, 10, 0x7FFF, 0x7FFF)}
+                "float16": OutputType(np.float16, np.uint16, -14, 10, 0x7FFF, 0x7FFF),
+                "float64": OutputType(np.float64, np.uint64, -1022, 52, 0x7FFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF)}
 
 
 def kept_bits(ins):
-    """Fraction bits the instruction's result rounding keeps: 13 for ``"rz-e8m13"``, else its
-    output type's.
+    """Fraction bits the instruction's result rounding keeps: N for ``"rz-e8mN"`` / ``"rne-e8mN"``,
+    else its output type's.
 
     Examples
     --------
@@ -46,13 +48,28 @@ def kept_bits(ins):
     >>> kept_bits(get_instruction("hopper-wgmma")), kept_bits(get_instruction("blackwell-mma-f16"))
     (13, 10)
     """
-    return 13 if ins.rounding == "rz-e8m13" else OUTPUT_TYPES[ins.out].frac_bits
+    _, sep, bits = ins.rounding.partition("-e8m")
+    return int(bits) if sep else OUTPUT_TYPES[ins.out].frac_bits
+
+
+def nearest(ins):
+    """Whether the instruction's result rounding is to nearest even (``"rne"``, ``"rne-e8mN"``),
+    not toward zero.
+
+    Examples
+    --------
+    >>> from fp8emu.gemm.catalogue import get_instruction
+    >>> nearest(get_instruction("hopper-wgmma")), nearest(get_instruction("blackwell-mma"))
+    (False, True)
+    """
+    return ins.rounding.startswith("rne")
 
 
 def round_output(x, ins):
     """The exact float64 sums ``x`` rounded to the instruction's output type by its ``rounding``:
-    ``"rne"`` to nearest even, ``"rz"`` and ``"rz-e8m13"`` toward zero to :func:`kept_bits` fraction
-    bits, below the smallest normal on the fixed grid ``2**(emin - bits)``; overflow gives Inf.
+    ``"rne"`` and ``"rne-e8mN"`` to nearest even, ``"rz"`` and ``"rz-e8mN"`` toward zero, to
+    :func:`kept_bits` fraction bits, below the smallest normal (of float32 for the ``e8mN`` forms)
+    on the fixed grid ``2**(emin - bits)``; overflow of the output type gives Inf.
 
     Examples
     --------
@@ -62,14 +79,15 @@ def round_output(x, ins):
     [1.0001220703125]
     """
     ot = OUTPUT_TYPES[ins.out]
-    if ins.rounding == "rne" and ins.out == "float32":
+    bits = kept_bits(ins)
+    if nearest(ins) and bits == ot.frac_bits and ins.out == "float32":
         with np.errstate(over="ignore"):
             return x.astype(np.float32)
-    bits = kept_bits(ins)
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(np.where(np.isfinite(x) & (x != 0), x, 1.0))
-    q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, ot.emin) - bits)
+    emin = OUTPUT_TYPES["float32"].emin if "-e8m" in ins.rounding else ot.emin
+    q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, emin) - bits)
     y = x / q
-    y = np.rint(y) if ins.rounding == "rne" else np.trunc(y)
+    y = np.rint(y) if nearest(ins) else np.trunc(y)
     with np.errstate(over="ignore"):
         return (y * q).astype(ot.dtype)

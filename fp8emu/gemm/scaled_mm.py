@@ -18,8 +18,8 @@ from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
 from .code_tables import values_and_exponents
-from .kernels import accumulate, mma_dot
-from .models import MODELS, get_model, row_for_formats, run_steps, steps_accumulator
+from .kernels import accumulate
+from .models import MODELS, get_model, row_for_formats, run_steps
 from .torch_cpu import fast_accum_accumulator, torch_cpu_mm
 
 __all__ = ["scaled_mm"]
@@ -216,7 +216,7 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     if model.kind == "torch-cpu":
         return _torch_cpu(model.name, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result)
     ins = model.instruction
-    if ins is not None and (ins.block_scaled or ins.out != "float32"):
+    if ins is not None and (ins.block_scaled or ins.out == "float16"):
         instruction_gemm(ca[:0], cb, instruction=ins, a_format=fa, b_format=fb)   # its own error
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
@@ -238,10 +238,10 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         if model.policy.specials == "instruction":
             return to_output(v, bias, odt, ofmt, scale_result)   # the instruction's own Inf/NaN results
         return to_output(ieee_specials(v, ca, fa, cb, fb), bias, odt, ofmt, scale_result)
-    # exact / fp32 sums, and tensor-core steps of widths no catalogue row states (the kernels' adapter)
+    # exact / fp32 sums
     va, ea = values_and_exponents(ca, fa)
     vb, eb = values_and_exponents(cb, fb)
-    acc = Accumulator(model.kind, name=model.name) if model.kind in ("exact", "fp32") else steps_accumulator(model)
+    acc = Accumulator(model.kind, name=model.name)
     if blocks:
         v = _block_scaled_sum(va, ea, vb, eb, acc, kscale, (fa.mbits, fb.mbits))
     else:
@@ -332,8 +332,6 @@ def _kscale(sa, sb, M, N, K):
 def _block_scaled_sum(va, ea, vb, eb, acc, kscale, mbits):
     """Block scales multiply each 128-wide K block's partial sum as it joins the FP32 accumulator."""
     M, K = va.shape
-    if acc.kind == "mma":
-        return mma_dot(va, ea, vb, eb, acc, kscale=lambda m0, m1, kb: kscale(kb)[m0:m1], kblock=_KBLOCK)
     total = np.zeros((M, vb.shape[1]), np.float32)
     for kb in range(-(-K // _KBLOCK)):
         sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)

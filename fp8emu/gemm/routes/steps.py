@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..aligned_sums import pow2, trunc_sum
-from ..outputs import OUTPUT_TYPES, kept_bits, round_output
+from ..outputs import OUTPUT_TYPES, kept_bits, nearest, round_output
 
 _CEXP = {}
 
@@ -67,7 +67,7 @@ def round_results(x, ins, E=None, *, coarse=False):
     dt, emin = OUTPUT_TYPES[ins.out].dtype, OUTPUT_TYPES[ins.out].emin
     if ins.datapath == "paired":
         r = x.astype(np.float32)
-    elif ins.rounding == "rne":
+    elif nearest(ins):
         r = round_output(x, ins)
     else:
         # truncation: clear the float64 fraction bits below the kept ones (sign-magnitude, so
