@@ -111,10 +111,17 @@ def main():
     ap.add_argument("--random", type=_count(0), default=0,
                     help="check the recorded model on this many random shapes (0: the grid survey)")
     ap.add_argument("--model", default="mkl-2024.2-avx512", choices=sorted(cpu_order.RECORDED))
-    ap.add_argument("--seed", type=_count(0), default=0)
-    ap.add_argument("--layouts", default=["NN"], type=_layouts,
-                    help="layouts the random shapes cycle through, e.g. NN,NT,TN,TT (default NN)")
+    ap.add_argument("--seed", type=_count(0), default=None, help="the random shapes' seed (default 0; --random only)")
+    ap.add_argument("--layouts", default=None, type=_layouts,
+                    help="layouts the random shapes cycle through, e.g. NN,NT,TN,TT (default NN; --random only)")
     args = ap.parse_args()
+    # the grid survey probes the NN layout with no random draw: these options were ignored there, the file
+    # saying "layout": "NN" while --layouts NT was asked for
+    given = [o for o, v in (("--seed", args.seed), ("--layouts", args.layouts)) if v is not None]
+    if given and not args.random:
+        ap.error(f"{' and '.join(given)} apply to --random N only (the grid survey probes the NN layout)")
+    args.seed = 0 if args.seed is None else args.seed
+    args.layouts = args.layouts or ["NN"]
     threads = args.threads
     if args.random:
         rows = _random(args, threads)
