@@ -111,11 +111,14 @@ def _operands(x, w, b, dy) -> tuple:
         if a is None and name == "b":
             out.append(None)
             continue
-        arr = np.asarray(a.detach() if isinstance(a, torch.Tensor) else a)
-        if arr.dtype != np.float32:
+        # a bfloat16 tensor has no NumPy dtype (np.asarray raised torch's "unsupported ScalarType"): its
+        # dtype is checked as torch names it, before any conversion
+        got = a.dtype if isinstance(a, torch.Tensor) else None
+        arr = np.asarray(a.detach().cpu()) if got == torch.float32 else None if got is not None else np.asarray(a)
+        if arr is None or arr.dtype != np.float32:
             raise TypeError(f"{name} must be a float32 array (a probe's operands are float32, as a float32 run "
-                            f"captures them), got {arr.dtype}; convert it with .astype(np.float32) if that "
-                            "rounding is meant")
+                            f"captures them), got {got if arr is None else arr.dtype}; convert it (.astype(np.float32), "
+                            "tensor.float()) if that rounding is meant")
         if arr.ndim != nd:
             raise ValueError(f"{name} must be {'a 2-D matrix' if nd == 2 else '1-D'} ({_AXES[name]}), "
                              f"got shape {arr.shape}")
@@ -272,11 +275,17 @@ def capture(model, loss_fn) -> tuple:
                 raise ValueError(f"layer {name!r} was called twice in one forward; a probe needs one call "
                                  "per layer")
             x = inputs[0]
+            if torch.is_autocast_enabled(x.device.type):
+                # autocast ran the layer on rounded copies of x and w: the captured y was not their product
+                raise RuntimeError(f"layer {name!r} ran under torch.autocast, which rounds its input and weight "
+                                   "before the product; capture records the operands as the layer holds them: "
+                                   "run loss_fn without autocast (model.to(dtype) for a low-precision model)")
             rec = seen[name] = {"x": _np32(_rows(x), f"the input of layer {name!r}"),
                                 "y": _np32(_rows(out), f"the output of layer {name!r}")}
             if x.requires_grad:
                 x.register_hook(lambda g: rec.__setitem__("dx", _np32(_rows(g))))
-            out.register_hook(lambda g: rec.__setitem__("dy", _np32(_rows(g))))
+            if out.requires_grad:     # not under no_grad (torch refuses a hook there); the checks below name it
+                out.register_hook(lambda g: rec.__setitem__("dy", _np32(_rows(g))))
         return hook
 
     for name, mod in layers.items():
@@ -288,6 +297,9 @@ def capture(model, loss_fn) -> tuple:
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
             raise ValueError(f"loss_fn must return a scalar loss tensor, got {got}")
+        if not loss.requires_grad:        # torch's own "element 0 of tensors does not require grad"
+            raise ValueError("loss_fn returned a loss that does not depend on the model's parameters (it needs no "
+                             "gradient: detached, or computed under no_grad); capture needs its backward")
         loss.backward()
     finally:
         for h in handles:
