@@ -44,8 +44,7 @@ TABLES = ("probes", "bias", "draws", "operands", "ksweep", "widths", "spike", "f
 
 def compare(a, ref) -> dict:
     """``rel_err``, ``cosine`` and ``shrink`` of ``a`` against ``ref`` (float64; NaN for a zero reference)."""
-    a = np.asarray(a, np.float64).ravel()
-    r = np.asarray(ref, np.float64).ravel()
+    a, r = _real(a, "compare"), _real(ref, "compare")
     if a.shape != r.shape:
         raise ValueError(f"compare: shapes differ ({a.size} against {r.size} elements)")
     rr = _dot(r, r)
@@ -56,6 +55,13 @@ def compare(a, ref) -> dict:
     return {"rel_err": math.sqrt(_dot(d, d)) / math.sqrt(rr),
             "cosine": _dot(a, r) / (na * math.sqrt(rr)) if na > 0 else math.nan,
             "shrink": _dot(d, r) / rr}
+
+
+def _real(a, where):
+    # a complex array cast to float64 lost its imaginary part with only NumPy's ComplexWarning
+    if np.iscomplexobj(a):
+        raise TypeError(f"{where}: takes real arrays, got a complex one")
+    return np.asarray(a, np.float64).ravel()
 
 
 def _dot(a, b) -> float:
@@ -72,7 +78,7 @@ def norm(a) -> float:
     >>> norm(np.array([[3.0], [4.0]]))
     5.0
     """
-    a = np.asarray(a, np.float64).ravel()
+    a = _real(a, "norm")
     return math.sqrt(_dot(a, a))
 
 
@@ -93,6 +99,10 @@ def mean_curve(draws, ref, ns) -> list:
     draws = [np.asarray(d, np.float64) for d in draws]
     if max(ns) > len(draws):
         raise ValueError(f"mean_curve: {max(ns)} draws asked for, {len(draws)} given")
+    shapes = {d.shape for d in draws} | {np.shape(ref)}
+    if len(shapes) > 1:        # NumPy broadcast (or failed with its own message) draws of another shape
+        raise ValueError(f"mean_curve: every draw must have the reference's shape {np.shape(ref)}, got shapes "
+                         f"{sorted({d.shape for d in draws})}")
     out, acc = [], np.zeros_like(draws[0])
     for i, d in enumerate(draws, 1):
         acc += d
@@ -104,7 +114,11 @@ def mean_curve(draws, ref, ns) -> list:
 def loglog_slope(xs, ys) -> float:
     """Least-squares slope of ``log y`` against ``log x`` (NaN with fewer than two positive points)."""
     x, y = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
-    ok = (x > 0) & (y > 0) & np.isfinite(y)
+    if x.ndim != 1 or x.shape != y.shape:
+        # NumPy's broadcast error named neither argument
+        raise ValueError(f"loglog_slope: xs and ys must be 1-D of one length, got shapes {x.shape} and {y.shape}")
+    # an infinite x (as an infinite y) is no point of a power law: LAPACK's SVD failed on it
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
     if ok.sum() < 2:
         return math.nan
     return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
@@ -123,6 +137,12 @@ def fit_floor(ns, errs) -> tuple:
     """
     n = np.asarray(ns, np.float64)
     e2 = np.asarray(errs, np.float64) ** 2
+    # no points fitted "b = 0, v = 0" (a claim about nothing); other lengths, or n <= 0 (1/n), failed in LAPACK
+    if n.ndim != 1 or n.shape != e2.shape or n.size == 0:
+        raise ValueError(f"fit_floor: ns and errs must be 1-D of one length >= 1, got shapes {n.shape} and "
+                         f"{e2.shape}")
+    if not np.all(np.isfinite(n) & (n > 0)):
+        raise ValueError(f"fit_floor: ns are draw counts, finite and > 0, got {list(ns)}")
     A = np.stack([np.ones_like(n), 1 / n], axis=1)
     best = None
     # the four active sets of a two-variable non-negative least squares
@@ -282,11 +302,19 @@ def spike_summary(rows, factor=None) -> dict:
     the spike plus ``THRESHOLDS['e_floor']``.  Steps 1 .. spike-1 are "before" (delayed scaling runs
     its first step with scale 1)."""
     factor = THRESHOLDS["e_factor"] if factor is None else factor
+    if isinstance(factor, bool) or not isinstance(factor, (int, float, np.integer, np.floating)) \
+            or not (math.isfinite(factor) and factor > 0):
+        # a NaN factor called every step "not saturated, not off"; a negative one every step saturated
+        raise ValueError(f"spike_summary: factor must be a finite number > 0, got {factor!r}")
     out = {}
     for recipe in dict.fromkeys(r["recipe"] for r in rows):
         rs = sorted((r for r in rows if r["recipe"] == recipe), key=lambda r: int(r["step"]))
-        spike = next(int(r["step"]) for r in rs if str(r["spiked"]) in ("1", "True"))
-        before = [r for r in rs if 0 < int(r["step"]) < spike]
+        spike = next((int(r["step"]) for r in rs if str(r["spiked"]) in ("1", "True")), None)
+        before = [r for r in rs if spike is not None and 0 < int(r["step"]) < spike]
+        if spike is None or not before:    # StopIteration, or max() of no steps
+            raise ValueError(f"spike_summary: recipe {recipe!r} has "
+                             + ("no spiked step" if spike is None else f"no step between 1 and its spike {spike}")
+                             + "; the summary compares steps before a spike with the steps after")
         after = [r for r in rs if int(r["step"]) > spike]
         at = next(r for r in rs if int(r["step"]) == spike)
         err0 = float(np.median([float(r["fprop_rel_err"]) for r in before]))
