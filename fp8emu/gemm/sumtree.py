@@ -279,9 +279,18 @@ def _is_int(v):
 
 
 # ---------------------------------------------------------------------- evaluation
+def _operands(x, y):
+    """x (M, K) and y (K, N) as float32, or one error: y's rows past K were left out (a silent wrong sum),
+    fewer rows were NumPy's IndexError."""
+    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
+        raise ValueError(f"x @ y needs x (M, K) and y (K, N) of one K, got shapes {x.shape} and {y.shape}")
+    return x, y
+
+
 def evaluate(tree, x, y):
     """``x @ y`` (float32 (M, K) and (K, N)) summed in ``tree``'s order, float32 (M, N)."""
-    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    x, y = _operands(x, y)
     M, K = x.shape
     N = y.shape[1]
     if K != tree.K:
@@ -308,7 +317,11 @@ def evaluate_order(order, x, y):
     """``x @ y`` with each output summed by its own tree of ``order`` (:class:`GemmOrder`)."""
     if order.uniform:
         return evaluate(order.trees[0], x, y)
-    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    x, y = _operands(x, y)
+    if order.classes.shape != (x.shape[0], y.shape[1]):
+        # the outputs past the order's shape were left zero (silently), fewer were NumPy's IndexError
+        raise ValueError(f"the order is for {order.classes.shape[0]} x {order.classes.shape[1]} outputs, the operands "
+                         f"make {x.shape[0]} x {y.shape[1]}")
     out = np.zeros((x.shape[0], y.shape[1]), np.float32)
     for c, t in enumerate(order.trees):
         mask = order.classes == c
@@ -675,9 +688,16 @@ def _reveal_each(call, M, K, N):
 
 def check_order(order, mm, M, K, N, *, trials=2, seed=1):
     """Outputs of ``mm`` that ``order`` does not reproduce on random products (0 when it holds)."""
+    # trials 0 (or less) checked nothing and answered 0, "the order holds"
+    if not _is_int(trials) or trials < 1:
+        raise ValueError(f"trials must be a positive integer (random products checked), got {trials!r}")
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     bad = 0
     for a, b in _trials(M, K, N, trials, seed):
         want = np.asarray(mm(a, b), np.float32)
+        if want.shape != (M, N):
+            raise ValueError(f"the checked GEMM returned shape {want.shape}, expected {(M, N)}")
         got = evaluate_order(order, a, b)
         bad += int(np.sum((got.view(np.int32) != want.view(np.int32)) & ~(np.isnan(got) & np.isnan(want))))
     return bad
