@@ -142,7 +142,8 @@ def test_fork_at_beyond_the_steps_is_one_line(tmp_path, capsys):
     out = tmp_path / "o"
     assert main(["train-study", "--quick", "--fork-at", "24", "--recipes", "none", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "fork_at must be an integer from 0" in err[0] and not out.exists()
+    assert len(err) == 1 and "--fork-at 24 needs --steps above 24, got --steps 24 (the preset's)" in err[0] \
+        and not out.exists()
 
 
 def test_a_scratch_study_keeps_its_files_without_fork_at():

@@ -152,10 +152,21 @@ def study_config(args):
         # a tenth of the steps, at most the preset's cap (TrainConfig's 30 warm-up steps; --quick's 4)
         cap = tc.warmup if args.quick else TrainConfig().warmup
         changes["warmup"] = min(cap, max(1, changes["steps"] // 10))
-    if forks and args.fork_at is None and tc.fork_at >= changes.get("steps", tc.steps):
+    steps = changes.get("steps", tc.steps)
+    if forks and steps < 2:
+        # "give --fork-at S below 1" asked for what --fork-at refuses: a fork is at step 1 or later and
+        # trains at least one step after it
+        raise ValueError(f"--forks needs --steps 2 or more (a fork at step S >= 1 then trains at least one step), "
+                         f"got --steps {steps}")
+    if forks and args.fork_at is None and tc.fork_at >= steps:
         # the preset's fork step, not one the user gave: name the options, not the field
         raise ValueError(f"--forks forks at step {tc.fork_at} (the preset's), which needs --steps above "
-                         f"{tc.fork_at}, got --steps {changes['steps']}; give --fork-at S below {changes['steps']}")
+                         f"{tc.fork_at}, got --steps {steps}; give --fork-at S below {steps}")
+    if args.fork_at is not None and args.fork_at >= steps:
+        # TrainConfig's "fork_at must be ... from 0 (no fork)": a field, and a 0 that --fork-at refuses
+        raise ValueError(f"--fork-at {args.fork_at} needs --steps above {args.fork_at}, got --steps {steps}"
+                         f"{'' if 'steps' in changes else ' (the preset' + chr(39) + 's)'}; give --fork-at S from 1 "
+                         f"to {steps - 1}")
     tc = dataclasses.replace(tc, **changes)
     quick_pairs = args.quick and not (args.recipes or args.stacks or args.pairs)
     recipes = tuple(dict.fromkeys(r for r, _ in base["pairs"])) if quick_pairs \

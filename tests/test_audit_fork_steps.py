@@ -1,0 +1,31 @@
+"""Second fresh audit (issue 53): ``fp8emu train-study --forks / --fork-at`` against ``--steps``.  Nothing trains."""
+
+import pytest
+
+pytest.importorskip("torch")
+from fp8emu.cli import main  # noqa: E402
+
+
+@pytest.mark.parametrize("fork, steps", [(["--fork-at", "5"], "5"), (["--fork-at", "9"], "3"), (["--forks", "--fork-at", "2"], "2")])
+def test_a_fork_at_or_past_the_last_step_names_the_options(tmp_path, capsys, fork, steps):
+    # before: "fork_at must be an integer from 0 (no fork) to steps - 1 = 4": a field, and a 0 --fork-at refuses
+    out = tmp_path / "o"
+    assert main(["train-study", "--quick", *fork, "--steps", steps, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    s = int(steps)
+    assert len(err) == 1 and f"{fork[-1]} needs --steps above {fork[-1]}, got --steps {steps};" in err[0]
+    assert f"give --fork-at S from 1 to {s - 1}" in err[0] and "fork_at must" not in err[0] and not out.exists()
+
+
+def test_forks_with_one_step_ask_for_more_steps_not_an_impossible_fork(tmp_path, capsys):
+    # before: "give --fork-at S below 1", a value --fork-at (1 or more) refuses
+    out = tmp_path / "o"
+    assert main(["train-study", "--quick", "--forks", "--steps", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--forks needs --steps 2 or more" in err[0] and "below 1" not in err[0]
+    assert not out.exists()
+
+
+def test_a_fork_before_the_last_step_is_listed(capsys):
+    assert main(["train-study", "--quick", "--fork-at", "4", "--steps", "5", "--list"]) == 0
+    assert "runs" in capsys.readouterr().out
