@@ -230,9 +230,15 @@ def _npy_header_from(fh, path, data_size):
         raise _fail(path, "truncated .npy header")
     try:
         text = raw.decode("utf-8" if major == 3 else "latin1")
-        d = ast.literal_eval(text)
+        tree = ast.parse(text.strip(), mode="eval")
+        d = ast.literal_eval(tree)
     except (UnicodeDecodeError, ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
         raise _fail(path, f"malformed .npy header ({type(exc).__name__})") from None
+    # a dict literal keeps the last of a key given twice (as json.loads would): refused, as in JSON headers
+    keys = [k.value for k in getattr(tree.body, "keys", []) if isinstance(k, ast.Constant)]
+    twice = sorted({k for k in keys if keys.count(k) > 1}, key=str)
+    if twice:
+        raise _fail(path, f"malformed .npy header (the key {twice[0]!r} appears twice)")
     if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"}:
         raise _fail(path, "malformed .npy header (expected the keys descr, fortran_order, shape)")
     if not isinstance(d["fortran_order"], bool):
