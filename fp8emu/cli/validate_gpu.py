@@ -2,7 +2,8 @@
 
 Exit status: 0 all matched (with ``--tc-questions``: every question has a
 candidate that reproduces every output); 1 any mismatch or failed case (or
-no GPU with ``--require-gpu``); 3 no CUDA device or no torch (nothing validated).
+no GPU with ``--require-gpu``); 3 no CUDA device or no torch, or every case skipped
+(nothing validated).
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ def register(sub, name, help_text):
                                    "few shapes, and compare bit for bit with fp8emu's profiles.",
                        epilog="exit status: 0 all matched (with --tc-questions: every question has a candidate "
                               "that reproduces every output); 1 a mismatch or a failed case (or no GPU with "
-                              "--require-gpu); 3 no CUDA device or torch, nothing validated")
+                              "--require-gpu); 3 no CUDA device or torch, or every case skipped: nothing validated")
     p.add_argument("--limit", default=None, metavar="N",
                    help="validate only the first N float32 patterns (a positive integer)")
-    p.add_argument("--require-gpu", action="store_true", help="exit 1 instead of 3 when there is no GPU/torch")
+    p.add_argument("--require-gpu", action="store_true",
+                   help="exit 1 instead of 3 when nothing was validated (no GPU/torch, or every case skipped)")
     p.add_argument("--no-scaled-mm", action="store_true", help="skip the torch._scaled_mm checks")
     p.add_argument("--tc-questions", action="store_true",
                    help="run only the discriminating tensor-core vectors (fp8emu.gpu.tc_questions: B200 FP8 width and "
@@ -80,6 +82,8 @@ def run(args) -> int:
         results, device = res
         report = validate_gpu.report_dict(results, device=device)
         status = report["exit_status"]
+        if status == validate_gpu.EXIT_NO_GPU and args.require_gpu:     # every case skipped: nothing validated
+            status = validate_gpu.EXIT_MISMATCH
     report["exit_status"] = status
     if args.json:
         with open(args.json, "w") as fh:

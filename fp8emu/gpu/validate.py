@@ -18,8 +18,8 @@ real GPU calls.
 Exit status of ``fp8emu validate-gpu`` (:func:`exit_status`)
 -------------------------------------------------------------
 0 every case compared and matched; 1 a mismatch or a failed case (or no GPU
-with ``--require-gpu``); 3 (:data:`EXIT_NO_GPU`) no CUDA device or no torch:
-nothing was validated.  A library that is not installed (Triton, JAX) is
+with ``--require-gpu``); 3 (:data:`EXIT_NO_GPU`) no CUDA device or no torch, or
+every case skipped: nothing was validated.  A library that is not installed (Triton, JAX) is
 reported as skipped and does not fail the run.
 """
 
@@ -257,16 +257,23 @@ def check_scaled_mm(mm, *, shapes=MM_SHAPES, pairs=MM_PAIRS, seed=0, n_examples=
 
 
 def exit_status(results) -> int:
-    """:data:`EXIT_MISMATCH` if any case mismatched or failed, else :data:`EXIT_OK`.
+    """:data:`EXIT_MISMATCH` if any case mismatched or failed, :data:`EXIT_NO_GPU` if no case was compared
+    (every one skipped: nothing was validated), else :data:`EXIT_OK`.
 
     Examples
     --------
-    >>> exit_status([CaseResult("torch", "cast", "x", "p", status="skipped")])
+    >>> skipped = CaseResult("torch", "cast", "x", "p", status="skipped")
+    >>> exit_status([skipped, CaseResult("torch", "cast", "y", "p", status="ok")])
     0
+    >>> exit_status([skipped])
+    3
     >>> exit_status([CaseResult("torch", "cast", "x", "p", status="failed")])
     1
     """
-    return EXIT_MISMATCH if any(r.status in ("mismatch", "failed") for r in results) else EXIT_OK
+    if any(r.status in ("mismatch", "failed") for r in results):
+        return EXIT_MISMATCH
+    # every case skipped (no library could cast) said 0, "every case compared and matched"
+    return EXIT_OK if any(r.status == "ok" for r in results) else EXIT_NO_GPU
 
 
 def markdown(results) -> list:
