@@ -192,7 +192,9 @@ def _check_out(out: Path):
     for p in [q for q in reversed(out.parents) if str(q) not in ("", ".")] + [out]:
         if p.exists() and not p.is_dir():
             raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a file; give a folder (created if missing)")
-    for name, folder in (("cells", True), ("figures", True), ("study.json", False)):
+    # the report's files too: a folder at report.md was "[Errno 21] Is a directory" after every cell had run
+    files = [f"{t}.csv" for t in report.TABLES] + ["findings.csv", "provenance.csv", "report.md", "report.html"]
+    for name, folder in (("cells", True), ("figures", True), ("study.json", False), *((f, False) for f in files)):
         p = out / name
         if p.exists() and p.is_dir() != folder:
             raise ValueError(f"--out {str(out)!r} holds {name} as a {'file' if folder else 'folder'}, where the "
