@@ -1,9 +1,11 @@
-"""Second fresh audit (issue 53): ``fp8emu train-study --forks / --fork-at`` against ``--steps``.  Nothing trains."""
+"""Second fresh audit (issue 53): ``fp8emu train-study --forks / --fork-at`` against ``--steps``, and ``--out``.
+Nothing trains."""
 
 import pytest
 
 pytest.importorskip("torch")
 from fp8emu.cli import main  # noqa: E402
+from fp8emu.torch.study import runs  # noqa: E402
 
 
 @pytest.mark.parametrize("fork, steps", [(["--fork-at", "5"], "5"), (["--fork-at", "9"], "3"), (["--forks", "--fork-at", "2"], "2")])
@@ -29,3 +31,19 @@ def test_forks_with_one_step_ask_for_more_steps_not_an_impossible_fork(tmp_path,
 def test_a_fork_before_the_last_step_is_listed(capsys):
     assert main(["train-study", "--quick", "--fork-at", "4", "--steps", "5", "--list"]) == 0
     assert "runs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, make", [("report.md", "mkdir"), ("fork_gaps.csv", "mkdir"), ("runs", "file")])
+def test_a_train_study_out_holding_the_wrong_kind_of_entry_is_refused_before_training(tmp_path, monkeypatch, capsys,
+                                                                                         name, make):
+    # before: every run trained, then "[Errno 21] Is a directory: 'o/report.md'"
+    monkeypatch.setattr(runs, "execute", lambda *a, **k: pytest.fail("a run trained"))
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / name).mkdir() if make == "mkdir" else (out / name).write_text("")
+    argv = ["train-study", "--quick", "--forks", "--recipes", "none", "--seeds", "1", "--steps", "3", "--fork-at", "2",
+            "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    kind = "folder" if make == "mkdir" else "file"
+    assert len(err) == 1 and f"holds {name} as a {kind}, where the study writes a" in err[0]

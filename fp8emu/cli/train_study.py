@@ -293,6 +293,14 @@ def run(args) -> int:
     out = Path(args.out or (DEFAULT_OUT + ("-forks" if cfg.train.fork_at else "") + ("-quick" if args.quick else "")))
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {str(out)!r} is a file; give a folder (created if missing)")
+    # what the study writes in --out, checked before any run: a folder at report.md was "[Errno 21] Is a
+    # directory" after every run had trained
+    for name in ("runs", "models", "figures", "study.json", "runs.csv", "curves.csv", "gaps.csv", "diagnostics.csv",
+                 "inference.csv", "fork_gaps.csv", "provenance.csv", "report.md", "report.html"):
+        p, folder = out / name, "." not in name
+        if p.exists() and p.is_dir() != folder:
+            raise ValueError(f"--out {str(out)!r} holds {name} as a {'file' if folder else 'folder'}, where the "
+                             f"study writes a {'folder' if folder else 'file'}; use another --out")
     workers, scheduler = args.workers, args.scheduler
     if args.report_only:
         if not (out / "study.json").exists():
