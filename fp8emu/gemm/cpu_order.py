@@ -344,6 +344,9 @@ def _cached(entry, M, K, N):
     Damaged includes an order that does not fit the shape of its key and an ``explained`` outside
     [0, 1] (a NaN would silence the warning about outputs the order does not explain)."""
     try:
+        # the shape first: from_json builds an array of the entry's shape (a MemoryError at [2**40, 3])
+        if entry["order"]["shape"] != [M, N]:
+            return None
         order = GemmOrder.from_json(entry["order"])
         explained = entry["explained"]
     except (TypeError, KeyError, ValueError, AttributeError):
