@@ -1,4 +1,4 @@
-"""Second fresh audit (issue 53): an order cache entry whose recorded shape no array can hold."""
+"""Second fresh audit (issue 53): orders of shapes no array can hold (the order cache, ``fp8emu cpu-order``)."""
 
 import json
 import warnings
@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
+from fp8emu.cli import main
 from fp8emu.gemm import cpu_order, torch_cpu
 
 
@@ -41,3 +42,14 @@ def test_an_entry_of_a_shape_no_array_holds_is_damaged_not_a_memory_error(cache,
         got = torch_cpu.sgemm(x, y, threads=1)
     assert np.array_equal(got.view(np.int32), _torch_mm(x, y).view(np.int32))
     assert next(iter(json.loads(cache.read_text()).values()))["order"]["shape"] == [4, 4]    # probed again
+
+
+@pytest.mark.parametrize("model", ["mkl-2024.2-avx512", "mkl-2024.2-compatible"])
+def test_exactly_2_to_the_62_outputs_is_refused_by_the_command(monkeypatch, capsys, model):
+    # before: the bound let M x N = 2**62 through (2**63 bytes of int16, one byte over NumPy's limit): NumPy's
+    # "array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible size"
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", model)
+    monkeypatch.setattr(cpu_order, "order_for", lambda *a, **k: pytest.fail("described"))
+    assert main(["cpu-order", f"{2 ** 31}x64x{2 ** 31}"]) == 2
+    err = capsys.readouterr().err
+    assert "outputs is more than an array indexes (2**62 - 1" in err and "arr.size" not in err

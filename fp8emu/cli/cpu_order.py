@@ -21,8 +21,8 @@ PROBE_BYTES_PER_ELEMENT = 64
 #: (:func:`fp8emu.gemm.sumtree.reveal`) takes K up to 2**20.
 MAX_K = 1 << 20
 #: The most outputs an order describes: its M x N int16 tree indices must stay below NumPy's 2**63 bytes
-#: (beyond, NumPy's own "array is too big" error).
-MAX_OUTPUTS = 1 << 62
+#: (beyond, NumPy's own "array is too big" error; 2**62 outputs are 2**63 bytes, one too many).
+MAX_OUTPUTS = (1 << 62) - 1
 
 
 def _available_bytes():
@@ -53,8 +53,8 @@ def _shape(text):
     if K > MAX_K:
         raise ValueError(f"K up to {MAX_K} (2**20) is described, got {text!r}")
     if M * N > MAX_OUTPUTS:
-        raise ValueError(f"M x N = {M * N:.3g} outputs is more than an array indexes (2**62: an order holds an int16 "
-                         f"tree index per output), got {text!r}")
+        raise ValueError(f"M x N = {M * N:.3g} outputs is more than an array indexes (2**62 - 1: an order holds an "
+                         f"int16 tree index per output), got {text!r}")
     return M, K, N
 
 
