@@ -64,3 +64,19 @@ def test_spike_summary_names_a_recipe_without_a_spike_or_steps_before_it(spike, 
     # before: StopIteration; "max() arg is an empty sequence" with NumPy's mean-of-empty warning
     with pytest.raises(ValueError, match=f"recipe 'r' has {what}"):
         gs.spike_summary(_spike_rows(spike))
+
+
+def test_read_tables_of_a_missing_folder_is_an_error_not_a_study_of_nothing(tmp_path):
+    # before: {} for a mistyped folder, so guide_table / readme_block said every finding "not run"
+    with pytest.raises(FileNotFoundError, match="no such study folder"):
+        gs.read_tables(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError):
+        gs.readme_block(tmp_path / "nope")
+    assert gs.read_tables(tmp_path) == {}          # an existing folder without tables: a study of no cells
+
+
+def test_finding_e_with_one_recipes_spike_rows_is_not_run():
+    # before: TypeError "'NoneType' object is not subscriptable" (no te-delayed rows)
+    rows = [dict(r, recipe="te-current", frac_saturated=0.0) for r in _spike_rows()]
+    e = next(r for r in gs.findings({"spike": rows}) if r["finding"] == "e")
+    assert e["verdict"] == "not at this scale" and "not run" in e["measured"]

@@ -334,6 +334,8 @@ def _finding_e(t):
         return math.nan, "not run", "not at this scale"
     s = spike_summary(rows)
     d, c = s.get("te-delayed"), s.get("te-current")
+    if d is None or c is None:      # the finding compares both recipes ('NoneType' is not subscriptable)
+        return math.nan, "not run", "not at this scale"
     number = (f"delayed (history {d['history']}): fprop error {d['err_before']:.3g} before, {d['err_at']:.3g} at "
               f"the spike ({'saturated' if d['saturated'] else 'not saturated'}), then {d['off']} steps with up to "
               f"{d['under_after']:.3g} of the input "
@@ -465,6 +467,8 @@ def read_csv(path) -> list:
 def read_tables(folder) -> dict:
     """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out)."""
     folder = Path(folder)
+    if not folder.is_dir():     # a mistyped folder read as a study of no cells: every finding "not run"
+        raise FileNotFoundError(f"{folder}: no such study folder (the grad-study's --out)")
     return {k: read_csv(folder / f"{k}.csv") for k in TABLES if (folder / f"{k}.csv").exists()}
 
 
