@@ -1,6 +1,7 @@
-"""Second fresh audit (issue 53): ``tools/record_cpu_order.py``'s options that apply to ``--random`` only."""
+"""Second fresh audit (issue 53): ``tools/record_cpu_order.py``: options of ``--random`` only, and its "proven" marks."""
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -48,3 +49,24 @@ def test_random_still_takes_its_layouts_and_seed(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", "--out", "s.json", "--random", "2"])
     mod.main()
     assert seen == {"layouts": ["NN"], "seed": 0}
+
+
+@pytest.mark.parametrize("env, proven", [({}, False), ({"MKL_CBWR": "COMPATIBLE"}, True)])
+def test_random_rows_are_proven_only_where_the_model_applies(tmp_path, monkeypatch, capsys, env, proven):
+    # before: without MKL_CBWR=COMPATIBLE every row of `--model mkl-2024.2-compatible` said "proven": true (and
+    # its differing outputs read as the model's fault) where order_for warns for every shape
+    mod = _tool()
+    info = {"vendor": "GenuineIntel", "model": "x", "arch": "x86_64", "flags": ["avx512f"], "mkl_env": env}
+    monkeypatch.setattr(mod.cpu_order, "machine", lambda: info)
+    monkeypatch.setattr(mod.sumtree, "check_order", lambda *a, **k: 0)        # no GEMM: only the marks
+    monkeypatch.setattr(mod.torch, "set_num_threads", lambda t: None)
+    monkeypatch.setattr(mod.cpu_order, "_library", lambda torch: {})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", "--out", "r.json", "--random", "3", "--threads", "1",
+                                      "--model", "mkl-2024.2-compatible"])
+    mod.main()
+    rows = json.loads((tmp_path / "r.json").read_text())["gemms"]
+    m = mod.cpu_order.RECORDED["mkl-2024.2-compatible"]
+    want = [proven and m.unproven(r["M"], r["K"], r["N"], 1, "NN") is None for r in rows]
+    assert [r["proven"] for r in rows] == want and (proven or "is not where mkl-2024.2-compatible was proven"
+                                                     in capsys.readouterr().err)
