@@ -10,6 +10,7 @@ import base64
 import math
 import re
 import statistics
+import struct
 
 import numpy as np
 import pytest
@@ -439,6 +440,8 @@ def test_write_report_writes_every_table_figure_and_section(tmp_path):
     for name in ("spike", "forks"):
         png = (out / "figures" / f"{name}.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        # the whole 12 x 4.2 inch figure at 90 dpi, not cropped to what is drawn (IHDR: width, height)
+        assert struct.unpack(">II", png[16:24]) == (1080, 378)
         assert f"src=\"data:image/png;base64,{base64.b64encode(png).decode('ascii')}\">" in page
     assert page.endswith("</body></html>")
 
