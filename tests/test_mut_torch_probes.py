@@ -92,3 +92,19 @@ def test_capture_clears_the_gradients_a_previous_backward_left():
     fresh(x).sum().backward()
     assert np.array_equal(caps["0"].dw, fresh.weight.grad.numpy())
     assert torch.equal(model[0].weight.grad, fresh.weight.grad) and torch.equal(model[0].bias.grad, fresh.bias.grad)
+
+
+def test_emulated_model_is_a_copy_at_draw_0_by_default():
+    """``emulated_model`` leaves the original float32 and, like ``emulate``, draws with seed 0 unless told."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    x = torch.randn(64, 64)
+
+    def wgrad(m):
+        m(x).square().sum().backward()
+        return m[0].weight.grad
+
+    copies = [probes.emulated_model(model, "te-nvfp4", "b200", **kw) for kw in ({}, {"seed": 0}, {"seed": 1})]
+    assert type(model[0]) is torch.nn.Linear and all(type(c[0]) is not torch.nn.Linear for c in copies)
+    g = [wgrad(c) for c in copies]
+    assert torch.equal(g[0], g[1]) and not torch.equal(g[0], g[2])
