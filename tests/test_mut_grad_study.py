@@ -209,10 +209,10 @@ def test_finding_a_between_reproduced_and_contradicted():
 
 
 def _spike(delayed_err_at=0.9, off=range(3, 7), current_off=(), current_err_at=0.03):
-    rows = []
+    rows, spike_err = [], {"te-delayed": delayed_err_at, "te-current": current_err_at}
     for recipe, offs in (("te-delayed", off), ("te-current", current_off)):
         for step in range(10):
-            at = {"te-delayed": delayed_err_at, "te-current": current_err_at}[recipe] if step == 2 else 0.03 + step / 1000
+            at = spike_err[recipe] if step == 2 else 0.03 + step / 1000
             rows.append({"recipe": recipe, "history": 4, "step": step, "spiked": str(step == 2),
                          "fprop_rel_err": at, "frac_saturated": 0.0,
                          "frac_underflow": 0.006 if step in offs else 0.0001 * (step % 2)})
