@@ -165,6 +165,11 @@ def test_finding_g_needs_floor_to_saturate_and_round_up_not_to_with_no_larger_er
     at = _by(gs.findings(_mx(0.01, 0.0, 1.0, 1.05)))["g"]          # 1.05 x floor's exactly: not above it
     assert at["value"] == 1.05 and at["verdict"] == "not at this scale"
     assert _by(gs.findings({}))["g"]["measured"] == "not run"
+    # either wgrad error missing is a run that did not happen
+    for variant in ("floor", "rceil"):
+        part = {"operands": [r for r in _mx(0.01, 0.0, 0.1, 0.08)["operands"]
+                             if (r["case"], r["variant"]) != ("wgrad", variant)]}
+        assert _by(gs.findings(part))["g"]["measured"] == "not run", variant
 
 
 def _mismatch(two, one):
@@ -203,6 +208,11 @@ def test_finding_a_between_reproduced_and_contradicted():
     # a slope of -1 (outside [-0.65, -0.35]), SR better: not decided
     fast = [0.2 / n for n in (1, 4, 16, 64)]
     assert _by(gs.findings(_bias(fast, [0.15] * 4, wg, [0.2] * 4)))["a"]["verdict"] == "not at this scale"
+    # a flat SR curve (slope 0: biased, above -0.35) or a growing one, SR still better: not decided
+    for curve in ([0.1] * 4, [0.1 * n ** 0.25 for n in (1, 4, 16, 64)]):
+        assert _by(gs.findings(_bias(curve, [0.5] * 4, wg, [0.2] * 4)))["a"]["verdict"] == "not at this scale"
+    # SR's wgrad at the last N (0.103) no better than no-SR's last (0.1), though below its first (0.3): contradicted
+    assert _by(gs.findings(_bias(unbiased, [0.15] * 4, wg, [0.3, 0.2, 0.15, 0.1])))["a"]["verdict"] == "contradicted"
     # the operand's SR no better than RNE at the last N: contradicted
     assert _by(gs.findings(_bias(fast, [0.2 / 64] * 4, wg, [0.2] * 4)))["a"]["verdict"] == "contradicted"
     assert _by(gs.findings(_bias(unbiased, [], wg, [0.2] * 4)))["a"]["measured"] == "not run"
