@@ -380,12 +380,12 @@ def test_figure_ksweep_plots_wgrad_against_tokens_and_fprop_dgrad_against_width(
     assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
     assert tuple(fig.get_size_inches()) == (7, 4.2)             # one panel: narrower than two
     t["widths"] = [{"stack": "h100", "gemm": g, "K": k, "accum_err": e} for g in ("dgrad", "fprop")
-                   for k, e in ((512, 2e-3), (256, 1e-3))]
+                   for k, e in ((512, 2e-3), (256, 0.0))]
     fig = gs.figure_ksweep(t)
     assert len(fig.axes) == 2 and tuple(fig.get_size_inches()) == (12, 4.2)
     wl = fig.axes[1].get_lines()
     assert [ln.get_label() for ln in wl] == ["h100: fprop", "h100: dgrad"]
-    assert list(wl[0].get_xdata()) == [256, 512] and list(wl[0].get_ydata()) == [1e-3, 2e-3]
+    assert list(wl[0].get_xdata()) == [256, 512] and list(wl[0].get_ydata()) == [1e-12, 2e-3]   # 0 drawn at 1e-12
     assert fig.axes[1].get_xlabel() == "K (layer width), fprop and dgrad"
 
 
@@ -410,6 +410,7 @@ def test_figure_spike_and_forks_plot_every_recipe_and_mark_the_spike():
     assert [ln.get_label() for ln in loss.get_lines()] == ["a", "b"]
     assert list(loss.get_lines()[1].get_ydata()) == [0.0, 2.0, 4.0]
     assert list(dist.get_lines()[1].get_ydata()) == [0.0, 0.5, 1.0]
+    assert all(ln.get_linewidth() > 0 for ax in (loss, dist) for ln in ax.get_lines())      # drawn, not invisible
 
 
 # ----------------------------------------------------------------------------- the report
