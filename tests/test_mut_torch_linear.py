@@ -4,6 +4,7 @@ found untested (tests/MUTATION.md, "The torch adapter's layer, swap and torch's 
 Expectations are written out from the formats' definitions and torch's own behaviour, not taken
 from the layer's code."""
 
+import copy
 import types
 import warnings
 
@@ -14,7 +15,7 @@ torch = pytest.importorskip("torch")
 ft = pytest.importorskip("fp8emu.torch")
 
 from fp8emu.formats import get_format  # noqa: E402
-from fp8emu.torch.linear import EmulatedLinear, _rows, frac_clipped  # noqa: E402
+from fp8emu.torch.linear import LAYERS, EmulatedLinear, _rows, frac_clipped  # noqa: E402
 from fp8emu.training.recipes import Operand  # noqa: E402
 
 E4M3, E5M2, E2M1 = get_format("e4m3fn"), get_format("e5m2"), get_format("e2m1fn")
@@ -168,3 +169,58 @@ def test_on_the_cpu_stack_the_bias_gradient_is_torchs_own_reduction():
     plain(x).backward(dy)
     assert torch.equal(model[0].bias.grad.view(torch.int32), plain.bias.grad.view(torch.int32))
     assert not np.array_equal(dy.numpy().sum(axis=0, dtype=np.float32), plain.bias.grad.numpy())
+
+
+# ----------------------------------------------------------------------------- seed 60 (fresh sample)
+def test_frac_clipped_of_a_tall_operand_and_of_a_single_element():
+    """Scales repeated over their rows, not their columns: a (3, 2) input with one scale per row has
+    the row limits 464 * scale_inv = 464, 928, 1856; one element beyond its limit is a fraction of 1."""
+    x = np.array([[465.0, 0.0], [929.0, 928.0], [1856.0, 1857.0]])
+    assert frac_clipped(x, _fp8(E4M3, [[1.0], [2.0], [4.0]], x.shape)) == pytest.approx(3 / 6)
+    # one (1, 1) block scale repeated over a (3, 2) input: every row against 464
+    assert frac_clipped(x, _fp8(E4M3, [[1.0]], x.shape)) == pytest.approx(5 / 6)
+    assert frac_clipped(np.array([[465.0]]), _fp8(E4M3, 1.0, (1, 1))) == 1.0
+    assert frac_clipped(np.array([[464.0]]), _fp8(E4M3, 1.0, (1, 1))) == 0.0
+
+
+def test_each_layer_and_each_copy_has_its_own_non_persistent_key():
+    """The compiled op finds its layer by the ``fp8emu_key`` buffer (the layer's id): a buffer, so that
+    it moves with the module and is not saved; a copy (shallow or deep) is a layer of its own."""
+    layer = EmulatedLinear(torch.nn.Linear(16, 16), ft.get_recipe("te-current"), ft.get_stack("exact"), "l", 0)
+    assert "fp8emu_key" in dict(layer.named_buffers())
+    assert int(layer.fp8emu_key) == id(layer) and LAYERS[id(layer)] is layer
+    assert "fp8emu_key" not in layer.state_dict()
+    for other in (copy.copy(layer), copy.deepcopy(layer)):
+        assert int(other.fp8emu_key) == id(other) != id(layer) and LAYERS[id(other)] is other
+        assert int(layer.fp8emu_key) == id(layer)       # the original's key is its own still
+
+
+def test_a_gemm_error_against_a_zero_reference_is_nan_even_when_the_emulated_product_is_not_zero():
+    """x . w = 1 + 16 - 17 = 0 exactly in float64, but current scaling puts 17 at E4M3's 448, where 16 and 1
+    round to 416 and 26 (16 * 448 / 17 = 421.6 between 416 and 448, 26.35 between 26 and 28): the
+    emulated product is not zero, and an error relative to a zero reference is NaN, not Inf."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16, bias=False))
+    ft.emulate(model, "te-current", "exact", diagnostics=True)
+    x, w = torch.zeros(16, 16), torch.zeros(16, 16)
+    x[:, :3] = torch.tensor([1.0, 16.0, 17.0])
+    w[:, :3] = torch.tensor([1.0, 1.0, -1.0])
+    assert not (x.double() @ w.double().T).any()
+    with torch.no_grad():
+        model[0].weight.copy_(w)
+        y = model(x)
+    assert (y != 0).all()
+    assert np.isnan(ft.diagnostics(model)[0]["gemm_rel_err"])
+
+
+def test_an_input_that_is_no_float_tensor_is_refused_naming_what_it_got():
+    """nn.Linear itself refuses an integer input; the layer casts its output to the input's dtype, so it
+    must refuse one too rather than hand back truncated values."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, "te-current", "exact")
+    with pytest.raises(RuntimeError):
+        torch.nn.Linear(16, 16)(torch.ones(16, 16, dtype=torch.int64))
+    for bad, got in ((torch.ones(16, 16, dtype=torch.int64), "torch.int64"),
+                     (torch.ones(16, 16, dtype=torch.bool), "torch.bool"), ([[1.0] * 16] * 16, "list")):
+        with pytest.raises(TypeError, match=f"layer '0': input must be a float32, bfloat16, float16 or float64 "
+                                            f"tensor, got {got}"):
+            model(bad)

@@ -36,3 +36,75 @@ def test_capture_keeps_each_layers_bias_and_input_gradient_for_3d_inputs():
     h = torch.tanh(x.detach() @ model[0].weight.detach().T).requires_grad_(True)
     (model[2](h)).square().sum().backward()
     assert np.array_equal(caps["2"].dx, h.grad.reshape(10, 3).numpy())
+
+
+def test_exact_passes_are_float64_products_with_the_bias_in_fprop_only():
+    """Small integers and halves: every product is exact, so the three passes are the hand sums."""
+    x = np.array([[1.0, 2.0], [0.5, -1.0], [3.0, 0.0]], np.float32)          # 3 tokens, 2 in_features
+    w = np.array([[1.0, -1.0], [2.0, 0.5]], np.float32)                       # 2 out_features
+    dy = np.array([[1.0, 0.0], [0.0, 2.0], [-1.0, 1.0]], np.float32)
+    b = np.array([0.25, -4.0], np.float32)
+    xw = np.array([[-1.0, 3.0], [1.5, 0.5], [3.0, 6.0]])                       # x @ w.T by hand
+    out = probes.exact_passes(x, w, b, dy)
+    assert all(v.dtype == np.float64 for v in out.values())
+    assert np.array_equal(out["fprop"], xw + [0.25, -4.0])
+    assert np.array_equal(probes.exact_passes(x, w, None, dy)["fprop"], xw)
+    assert np.array_equal(out["dgrad"], [[1.0, -1.0], [4.0, 1.0], [1.0, 1.5]])     # dy @ w
+    assert np.array_equal(out["wgrad"], [[-2.0, 2.0], [4.0, -2.0]])                 # dy.T @ x
+
+
+def test_layer_passes_default_to_draw_0_and_to_a_warmed_delayed_history():
+    """The documented defaults: ``seed=0`` (draw 0 of the stochastic rounding) and ``warm=True`` (a delayed
+    recipe's amax history holds these operands' amax, not the first step's scale 1)."""
+    rng = np.random.default_rng(3)
+    x, w, dy = (rng.standard_normal(s).astype(np.float32) for s in ((64, 64), (64, 64), (64, 64)))
+    same = lambda a, b: all(np.array_equal(a[p], b[p]) for p in a)      # noqa: E731
+    sr = [probes.layer_passes(x, w, None, dy, "te-nvfp4", "b200", **kw) for kw in ({}, {"seed": 0}, {"seed": 1})]
+    assert same(sr[0], sr[1]) and not np.array_equal(sr[0]["wgrad"], sr[2]["wgrad"])
+    # a cold history quantizes with scale 1, a warm one with 448 / amax (standard-normal operands, amax
+    # about 4): other E4M3 codes, other passes
+    d = [probes.layer_passes(x, w, None, dy, "te-delayed", "h100", **kw) for kw in ({}, {"warm": True},
+                                                                                    {"warm": False})]
+    assert same(d[0], d[1]) and not np.array_equal(d[0]["fprop"], d[2]["fprop"])
+
+
+def test_capture_flattens_the_tokens_of_each_layers_input_and_output_into_rows():
+    """A (3, 5, 4) input through a 4 -> 2 layer: x is (15, 4), y (15, 2), each torch's own values."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    x = torch.randn(3, 5, 4)
+    _, caps = probes.capture(model, lambda m: m(x).sum())
+    assert np.array_equal(caps["0"].x, x.reshape(15, 4).numpy())
+    assert np.array_equal(caps["0"].y, model(x).detach().reshape(15, 2).numpy())
+    assert caps["0"].dx is None and np.array_equal(caps["0"].dy, np.ones((15, 2), np.float32))
+
+
+def test_capture_clears_the_gradients_a_previous_backward_left():
+    """Gradients left from an earlier backward are not added in: ``dw`` and the layer's ``.grad`` after
+    the capture are this backward's alone (torch's own gradient of a fresh copy)."""
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    x = torch.randn(6, 4)
+    model(x).square().sum().backward()            # stale gradients
+    _, caps = probes.capture(model, lambda m: m(x).sum())
+    fresh = torch.nn.Linear(4, 3)
+    fresh.load_state_dict(model[0].state_dict())
+    fresh(x).sum().backward()
+    assert np.array_equal(caps["0"].dw, fresh.weight.grad.numpy())
+    assert torch.equal(model[0].weight.grad, fresh.weight.grad) and torch.equal(model[0].bias.grad, fresh.bias.grad)
+
+
+def test_emulated_model_is_a_copy_at_draw_0_by_default():
+    """``emulated_model`` leaves the original float32 and, like ``emulate``, draws with seed 0 unless told."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    x = torch.randn(64, 64)
+
+    def wgrad(m):
+        m(x).square().sum().backward()
+        return m[0].weight.grad
+
+    copies = [probes.emulated_model(model, "te-nvfp4", "b200", **kw) for kw in ({}, {"seed": 0}, {"seed": 1})]
+    assert type(model[0]) is torch.nn.Linear and all(type(c[0]) is not torch.nn.Linear for c in copies)
+    g = [wgrad(c) for c in copies]
+    assert torch.equal(g[0], g[1]) and not torch.equal(g[0], g[2])

@@ -196,6 +196,13 @@ GROUPS = {
                           "test_probe_operands_are_float32_as_the_reference_reads_them",
                           "test_probe_operand_shapes_are_named", "test_capture_names_what_it_cannot_probe")),
                       "tests/test_docs.py::test_docstring_examples[fp8emu.torch.probes]"]),
+    # the gradient study's numbers, findings and report (torch-free): its test files and its doctests,
+    # less the one-and-two-threads-and-dask run (45 s of training cells that reach this module only
+    # through compare / mean_curve / norm, which the other tests pin)
+    "grad_study": (["fp8emu/lab/grad_study.py"],
+                   ["tests/test_mut_grad_study.py", "tests/test_grad_study.py", "tests/test_audit_grad_study.py",
+                    "tests/test_docs.py::test_docstring_examples[fp8emu.lab.grad_study]",
+                    "-k", "not same_bits_on_one_and_two_threads_and_on_dask"]),
 }
 
 _BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
