@@ -5,13 +5,16 @@ Expectations are written out from torch's source as the module docstring cites i
 (``aten/src/ATen/native/Blas.cpp``: which path runs; oneDNN's per-product scaling in K order) and
 computed here with NumPy float32 step by step, never by the module's own functions."""
 
+import json
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 from fp8emu.formats import get_format
 from fp8emu.gemm import cpu_order
-from fp8emu.gemm.torch_cpu import cpu_path, sgemm, torch_cpu_mm, torchao_emulated_mm
+from fp8emu.gemm.torch_cpu import EMULATED_MAX_K, cpu_path, sgemm, torch_cpu_mm, torchao_emulated_mm
 
 E4 = get_format("e4m3fn")
 
@@ -127,3 +130,10 @@ def test_torchaos_bias_is_converted_to_the_output_dtype_and_added_after_the_gemm
     assert bf.dtype == ml_dtypes.bfloat16 and bf.astype(np.float32).tolist() == [[3.0, 1.5], [3.0, 1.5]]
     assert f32.dtype == np.float32 and f32.tolist() == [[3 + 2.0**-10, 1.5], [3 + 2.0**-10, 1.5]]
     assert plain.tolist() == [[2.0, 2.0], [2.0, 2.0]]
+
+
+def test_emulated_max_k_is_the_largest_k_recorded_on_the_xeon():
+    """The public bound of the emulated path's proof: the largest K of the one-thread GEMMs recorded on
+    the Xeon (docs/data/cpu-order/xeon-amx-mkl-2024.2.json), 4096 as the changelog says."""
+    rec = json.loads((Path(__file__).parent.parent / "docs/data/cpu-order/xeon-amx-mkl-2024.2.json").read_text())
+    assert EMULATED_MAX_K == max(g["K"] for g in rec["gemms"] if g["threads"] == 1) == 4096
