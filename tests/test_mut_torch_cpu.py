@@ -6,6 +6,7 @@ Expectations are written out from torch's source as the module docstring cites i
 computed here with NumPy float32 step by step, never by the module's own functions."""
 
 import json
+import warnings
 from pathlib import Path
 
 import ml_dtypes
@@ -137,3 +138,19 @@ def test_emulated_max_k_is_the_largest_k_recorded_on_the_xeon():
     the Xeon (docs/data/cpu-order/xeon-amx-mkl-2024.2.json), 4096 as the changelog says."""
     rec = json.loads((Path(__file__).parent.parent / "docs/data/cpu-order/xeon-amx-mkl-2024.2.json").read_text())
     assert EMULATED_MAX_K == max(g["K"] for g in rec["gemms"] if g["threads"] == 1) == 4096
+
+
+def test_an_empty_output_is_returned_without_asking_for_an_order():
+    """No output column (N = 0) is an empty product: (M, 0) at once, no order and no range warning."""
+    with cpu_order.use("mkl-2024.2-avx512"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = sgemm(np.ones((2, 3), np.float32), np.ones((3, 0), np.float32))
+    assert out.shape == (2, 0) and out.dtype == np.float32
+
+
+def test_onednn_refuses_a_row_wise_scale_on_either_side():
+    a, b = np.full((2, 16), 0x38, np.uint8), np.full((16, 2), 0x38, np.uint8)
+    row, col = np.ones((2, 1), np.float32), np.ones((1, 2), np.float32)
+    for sa, sa_row, sb, sb_col in ((1.0, None, None, col), (None, row, 1.0, None)):
+        with pytest.raises(ValueError, match="torch-cpu-onednn takes tensor-wise .scalar. scales only"):
+            torch_cpu_mm("torch-cpu-onednn", a, E4, b, E4, sa, sa_row, sb, sb_col)
