@@ -511,3 +511,32 @@ def test_reveal_here_needs_torch_a_layout_and_restores_the_thread_count(monkeypa
     assert facts["explained"] == 1.0 and order.trees[0].K == 16
     order, facts = cpu_order.reveal_here(3, 16, 2)
     assert facts["threads"] == old and seen == [want, old]
+
+
+def test_a_single_row_or_column_is_revealed_and_a_second_order_joins_the_cache_file(monkeypatch, tmp_path):
+    """torch's own order is revealed for any non-empty product, gemv's (one row or column) included; each new
+    key is added to the file already there (its folder exists by then)."""
+    fake = _FakeTorch(threads=1)
+    monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_order, "_torch", lambda: fake)
+    monkeypatch.setattr(cpu_order, "_MEMO", {})
+    probes = []
+
+    def probe(M, K, N, *, threads, layout):
+        probes.append((M, K, N))
+        return GemmOrder([SumTree.blocks([0, K])], np.zeros((M, N))), {"explained": 1.0, "calls": len(probes)}
+    monkeypatch.setattr(cpu_order, "reveal_here", probe)
+    with cpu_order.use("auto"), warnings.catch_warnings():
+        warnings.simplefilter("error")                  # the recorded model would warn about gemv
+        assert cpu_order.order_for(3, 6, 1)[1] == "revealed"
+        assert cpu_order.order_for(1, 6, 3)[1] == "revealed"
+    assert probes == [(3, 6, 1), (1, 6, 3)]
+    data = json.loads((tmp_path / "cpu-order.json").read_text())
+    assert sorted(e["calls"] for e in data.values()) == [1, 2]
+
+
+def test_the_recorded_orders_default_is_one_thread():
+    """16x769x16 is 196,864 multiply-adds: two threads would split K; order() without a thread count is one's."""
+    assert _REC.order(16, 769, 16).describe() == "fma [0:384] + [384:577] + [577:769]"
+    assert _REC.tree(16, 769, 16).describe() == "[0:384] + [384:577] + [577:769]"
+    assert _REC.order(16, 769, 16, 2).describe() == "fma [0:193] + [193:385] + [385:769]"

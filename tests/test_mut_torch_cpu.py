@@ -5,13 +5,17 @@ Expectations are written out from torch's source as the module docstring cites i
 (``aten/src/ATen/native/Blas.cpp``: which path runs; oneDNN's per-product scaling in K order) and
 computed here with NumPy float32 step by step, never by the module's own functions."""
 
+import json
+import warnings
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 from fp8emu.formats import get_format
 from fp8emu.gemm import cpu_order
-from fp8emu.gemm.torch_cpu import cpu_path, sgemm, torch_cpu_mm, torchao_emulated_mm
+from fp8emu.gemm.torch_cpu import EMULATED_MAX_K, cpu_path, sgemm, torch_cpu_mm, torchao_emulated_mm
 
 E4 = get_format("e4m3fn")
 
@@ -90,3 +94,63 @@ def test_sgemms_range_warning_points_at_the_callers_line():
     with cpu_order.use("mkl-2024.2-avx512"), pytest.warns(RuntimeWarning, match="a single row or column goes to MKL.s gemv") as caught:
         sgemm(np.ones((1, 8), np.float32), np.ones((8, 2), np.float32))
     assert [w.filename for w in caught] == [__file__]
+
+
+def test_a_single_column_or_row_is_summed_not_taken_for_an_empty_product():
+    """A K x 1 (or 1 x K) product is a real sum (MKL's gemv, warned about under the recorded model),
+    not the +0 of an empty one; small integers make every order's sum exact."""
+    x = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    y = np.array([[1], [-2], [4]], np.float32)
+    want = [[1 - 4 + 12], [4 - 10 + 24]]                 # 9, 18
+    with cpu_order.use("mkl-2024.2-avx512"), pytest.warns(RuntimeWarning, match="gemv"):
+        assert sgemm(x, y).tolist() == want
+    with cpu_order.use("mkl-2024.2-avx512"), pytest.warns(RuntimeWarning, match="gemv"):
+        assert sgemm(y.T, x.T).tolist() == [[9, 18]]
+
+
+def test_sgemm_takes_array_likes_of_float32():
+    """Operands go through np.asarray: a list of float32 rows is a float32 matrix (a list of Python
+    floats would be float64, and is refused)."""
+    rows = [np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32)]
+    with cpu_order.use("mkl-2024.2-avx512"):
+        assert sgemm(rows, rows).tolist() == [[7.0, 10.0], [15.0, 22.0]]      # 1+6, 2+8, 3+12, 6+16
+    with pytest.raises(TypeError, match="x must be float32 .* got float64"):
+        sgemm([[1.0, 2.0]], np.ones((2, 2), np.float32))
+
+
+def test_torchaos_bias_is_converted_to_the_output_dtype_and_added_after_the_gemm():
+    """Float8Linear: ``output + bias.to(output.dtype)``: the bias is rounded to bfloat16 first
+    (1 + 2**-10 -> 1: bfloat16 keeps 7 fraction bits), one per column, and the float32 sum rounded once."""
+    a = np.full((2, 2), 0x38, np.uint8)                  # E4M3FN 1.0
+    b = np.full((2, 2), 0x38, np.uint8)
+    bias = np.array([1 + 2.0**-10, -0.5], np.float32)
+    with cpu_order.use("mkl-2024.2-avx512"):
+        bf = torchao_emulated_mm(a, E4, 1.0, b, E4, 1.0, out_dtype=ml_dtypes.bfloat16, bias=bias)
+        f32 = torchao_emulated_mm(a, E4, 1.0, b, E4, 1.0, bias=bias)
+        plain = torchao_emulated_mm(a, E4, 1.0, b, E4, 1.0)
+    assert bf.dtype == ml_dtypes.bfloat16 and bf.astype(np.float32).tolist() == [[3.0, 1.5], [3.0, 1.5]]
+    assert f32.dtype == np.float32 and f32.tolist() == [[3 + 2.0**-10, 1.5], [3 + 2.0**-10, 1.5]]
+    assert plain.tolist() == [[2.0, 2.0], [2.0, 2.0]]
+
+
+def test_emulated_max_k_is_the_largest_k_recorded_on_the_xeon():
+    """The public bound of the emulated path's proof: the largest K of the one-thread GEMMs recorded on
+    the Xeon (docs/data/cpu-order/xeon-amx-mkl-2024.2.json), 4096 as the changelog says."""
+    rec = json.loads((Path(__file__).parent.parent / "docs/data/cpu-order/xeon-amx-mkl-2024.2.json").read_text())
+    assert EMULATED_MAX_K == max(g["K"] for g in rec["gemms"] if g["threads"] == 1) == 4096
+
+
+def test_an_empty_output_is_returned_without_asking_for_an_order():
+    """No output column (N = 0) is an empty product: (M, 0) at once, no order and no range warning."""
+    with cpu_order.use("mkl-2024.2-avx512"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = sgemm(np.ones((2, 3), np.float32), np.ones((3, 0), np.float32))
+    assert out.shape == (2, 0) and out.dtype == np.float32
+
+
+def test_onednn_refuses_a_row_wise_scale_on_either_side():
+    a, b = np.full((2, 16), 0x38, np.uint8), np.full((16, 2), 0x38, np.uint8)
+    row, col = np.ones((2, 1), np.float32), np.ones((1, 2), np.float32)
+    for sa, sa_row, sb, sb_col in ((1.0, None, None, col), (None, row, 1.0, None)):
+        with pytest.raises(ValueError, match="torch-cpu-onednn takes tensor-wise .scalar. scales only"):
+            torch_cpu_mm("torch-cpu-onednn", a, E4, b, E4, sa, sa_row, sb, sb_col)

@@ -140,7 +140,8 @@ GROUPS = {
     "ms_eden": (["fp8emu/scaling/ms_eden.py"],
                 ["tests/test_ms_eden.py", "tests/test_docs.py::test_docstring_examples[fp8emu.scaling.ms_eden]"]),
     "training_recipes": (["fp8emu/training/recipes.py"],
-                         ["tests/test_training_recipes.py", "tests/test_torch_audit.py", "tests/test_k_drift.py",
+                         ["tests/test_mut_training_recipes.py", "tests/test_training_recipes.py",
+                          "tests/test_torch_audit.py", "tests/test_k_drift.py",
                           "tests/test_torch_emulate.py",
                           # reads figures/, which the mutants' copies leave out
                           "--deselect=tests/test_k_drift.py::test_section_names_the_committed_figure_and_tool",

@@ -595,9 +595,8 @@ def _reveal_packed(call, M, K, N):
                     ov.append(j)
                     if len(ov) == n_oth:
                         break
-            if not ov:                 # every pending leaf is also a pivot here: one pivot at a time
-                pv, pset = [pending[0][0]], {pending[0][0]}
-                ov = [j for i, j in pending if i == pv[0]][:n_oth]
+            # ov is never empty: the sets asked about are disjoint, so a pending leaf is no set's pivot,
+            # and the first pending pair's pivot is in pset (the first pivot taken) with its leaf in ov
             a = np.ones((M, K), np.float32)
             b = np.ones((K, N), np.float32)
             rows, cols = (pv, ov) if piv_rows else (ov, pv)
