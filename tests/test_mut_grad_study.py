@@ -333,6 +333,7 @@ def test_csv_roundtrip_and_the_guide_and_readme_text(tmp_path):
     assert ("Per recipe x stack at step 2 (relative errors against float64, averaged over the layers; model "
             "level: the whole backward, against torch float32 and QAT):") in text
     assert "\n| te-current@h100 | 0.06 | 0.12 | 0.24 | -0.008 | 0.0008 | 0.16 | 0.016 |\n" in text
+    (tmp_path / "none").mkdir()          # a study folder holding no tables (a missing one is an error)
     assert "Per recipe" not in gs.guide_table(tmp_path / "none")
     lines = gs.readme_block(tmp_path).splitlines()
     assert lines[0] == "- (a) not at this scale: SR makes NVFP4's weight gradient unbiased (not run)"
@@ -340,8 +341,8 @@ def test_csv_roundtrip_and_the_guide_and_readme_text(tmp_path):
     assert len(lines) == 7
 
 
-def test_a_pipe_in_a_cell_is_escaped_in_the_markdown_table():
-    text = gs.guide_table("no-such-folder")
+def test_a_pipe_in_a_cell_is_escaped_in_the_markdown_table(tmp_path):
+    text = gs.guide_table(tmp_path)          # a study folder holding no tables
     row_b = next(line for line in text.splitlines() if line.startswith("| (b) "))
     assert "\\|Q_fprop" not in row_b        # "not run" measured; the rule has no pipe
     assert gs._md_table([["x", "y"], ["a|b", 1]]) == "| x | y |\n|---|---|\n| a\\|b | 1 |"
