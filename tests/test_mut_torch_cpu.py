@@ -154,3 +154,17 @@ def test_onednn_refuses_a_row_wise_scale_on_either_side():
     for sa, sa_row, sb, sb_col in ((1.0, None, None, col), (None, row, 1.0, None)):
         with pytest.raises(ValueError, match="torch-cpu-onednn takes tensor-wise .scalar. scales only"):
             torch_cpu_mm("torch-cpu-onednn", a, E4, b, E4, sa, sa_row, sb, sb_col)
+
+
+def test_onednn_forms_one_row_at_a_time_when_a_rows_products_exceed_the_block():
+    """K * N above 2**22 products: the oneDNN sum forms a single row's (K, N) block at a time (never zero
+    rows, which would leave the loop no step), and each output is still the K-order sum."""
+    rng = np.random.default_rng(65)
+    M, K, N = 3, 2049, 2048                          # K * N = 2**22 + 2048
+    ca = (rng.integers(0, 0x7F, (M, K)) | (rng.integers(0, 2, (M, K)) << 7)).astype(np.uint8)   # no NaN code
+    cb = (rng.integers(0, 0x7F, (K, N)) | (rng.integers(0, 2, (K, N)) << 7)).astype(np.uint8)
+    va, vb = (c.view(ml_dtypes.float8_e4m3fn).astype(np.float32) for c in (ca, cb))
+    sa, sb = np.float32(0.37), np.float32(1.9)
+    got = torch_cpu_mm("torch-cpu-onednn", ca, E4, cb, E4, sa, None, sb, None)
+    assert got.shape == (M, N)
+    assert np.array_equal(got.view(np.uint32), _onednn_reference(va, vb, sa, sb).view(np.uint32))
