@@ -540,3 +540,68 @@ def test_the_recorded_orders_default_is_one_thread():
     assert _REC.order(16, 769, 16).describe() == "fma [0:384] + [384:577] + [577:769]"
     assert _REC.tree(16, 769, 16).describe() == "[0:384] + [384:577] + [577:769]"
     assert _REC.order(16, 769, 16, 2).describe() == "fma [0:193] + [193:385] + [385:769]"
+
+
+# ----------------------------------------------------------------------------- seed 66's survivors
+def test_two_threads_split_k_only_beyond_twice_kc_and_an_empty_product_has_a_one_leaf_placeholder():
+    # K = 768 = 2 kc is not split (the rule is K > 2 kc), though its tree is the same as the split one's
+    assert _REC.splits_k(16, 768, 16, 2) is False and _REC.splits_k(16, 769, 16, 2) is True
+    assert _REC.splits_k(16, 769, 16, 1) is False
+    # K = 0: sgemm returns zeros before reading an order; the placeholder sums nothing (one leaf, no addition)
+    t = _REC.tree(3, 0, 2)
+    assert t.K == 1 and t.children.shape == (0, 2)
+    assert _REC.order(3, 0, 2).classes.shape == (3, 2)
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_reveal_here_gives_torch_each_operand_in_its_own_layout(monkeypatch, layout):
+    """A is transposed for a first letter T and B for a second: each operand's own letter (a 3 x 4 A and a
+    4 x 2 B, so neither is contiguous as a transposed view)."""
+    pytest.importorskip("torch")
+    real, seen = cpu_order._tensor, []
+
+    def spy(torch, a, transposed):
+        t = real(torch, a, transposed)
+        seen.append((tuple(t.shape), t.is_contiguous()))
+        return t
+    monkeypatch.setattr(cpu_order, "_tensor", spy)
+    order, facts = cpu_order.reveal_here(3, 4, 2, threads=1, layout=layout)
+    assert facts["explained"] == 1.0
+    want = [((3, 4), layout[0] == "N"), ((4, 2), layout[1] == "N")]
+    pairs = [seen[i:i + 2] for i in range(0, len(seen), 2)]          # each mm call: A, then B
+    assert pairs and all(p == want for p in pairs)
+
+
+def test_the_cache_key_is_canonical_json_and_each_damaged_entry_is_probed_again(monkeypatch, tmp_path):
+    fake = _FakeTorch(threads=1)
+    monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_order, "_torch", lambda: fake)
+    monkeypatch.setattr(cpu_order, "_MEMO", {})
+    probes = []
+    good = SumTree.blocks([0, 2, 4])
+
+    def probe(M, K, N, *, threads, layout):
+        probes.append((M, K, N))
+        return GemmOrder([good], np.zeros((M, N))), {"explained": 1.0, "calls": 5}
+    monkeypatch.setattr(cpu_order, "reveal_here", probe)
+    with cpu_order.use("revealed"):
+        cpu_order.order_for(2, 4, 3)
+    (key,) = json.loads((tmp_path / "cpu-order.json").read_text())
+    # the key is sorted-keys JSON (the same key whatever order a dict was built in, so a file stays readable)
+    assert key == json.dumps(json.loads(key), sort_keys=True)
+    info, lib, threads, *shape = json.loads(key)
+    assert info == cpu_order.machine() and lib == {"torch": "9.9.9", "blas": "Intel(R) oneAPI Math Kernel "
+                                                   "Library Version 2099.1"} and [threads, *shape] == [1, 2, 4, 3, "NN"]
+    entry = {"order": GemmOrder([good], np.zeros((2, 3))).to_json(), "explained": 1.0, "calls": 5}
+    damaged = [{**entry, "order": GemmOrder([SumTree.blocks([0, 5])], np.zeros((2, 3))).to_json()},  # K = 5 tree
+               {**entry, "explained": 1.5}, {**entry, "explained": -0.5}, {**entry, "explained": True},
+               {**entry, "explained": "1.0"}]
+    assert cpu_order._cached(entry, 2, 4, 3)[1] == 1.0
+    for bad in damaged:
+        assert cpu_order._cached(bad, 2, 4, 3) is None, bad
+        (tmp_path / "cpu-order.json").write_text(json.dumps({key: bad}))
+        monkeypatch.setattr(cpu_order, "_MEMO", {})
+        n = len(probes)
+        with cpu_order.use("revealed"):
+            assert cpu_order.order_for(2, 4, 3)[0].trees == [good]
+        assert len(probes) == n + 1, bad

@@ -463,3 +463,66 @@ def test_the_probe_table_shows_sixty_rows():
     t = gs._probe_table(rows)
     assert len(t) == 61 and t[-1][0] == 59
     assert len(gs._probe_table(rows, limit=5)) == 6
+
+
+# ----------------------------------------------------------------------------- seed 64's holes
+def test_mean_curve_takes_any_iterable_of_draw_counts():
+    # draws 2 and 0.5 of a reference of ones: the mean of one is 2 (error 1), of both 1.25 (error 0.25);
+    # an array of counts or a generator of them is as good as a list
+    ref = np.ones(3)
+    draws = [2 * ref, 0.5 * ref]
+    for ns in ([1, 2], np.array([1, 2]), (n for n in (1, 2)), range(1, 3)):
+        assert gs.mean_curve(draws, ref, ns) == pytest.approx([1.0, 0.25], rel=1e-15), ns
+
+
+def test_fit_floor_of_no_points_is_refused_and_a_fit_may_have_no_floor():
+    with pytest.raises(ValueError, match=r"fit_floor: ns and errs must be 1-D of one length >= 1"):
+        gs.fit_floor([], [])
+    # err^2 = 1, 1/4, 1/16 at n = 1, 2, 4 falls faster than 1/n: the free fit's floor b^2 is negative
+    # (-5/16). Of the one-part fits, v alone (v = sum(e2/n) / sum(1/n^2) = (73/64) / (84/64) = 73/84,
+    # residual 1.0664 - (73/64)^2 / (84/64) = 0.075) beats b alone (b^2 = the mean 7/16, residual 0.49).
+    b, v = gs.fit_floor([1, 2, 4], [1.0, 0.5, 0.25])
+    assert b == 0.0 and v == pytest.approx(73 / 84, rel=1e-12)
+
+
+@pytest.mark.parametrize("factor", [0, 0.0, -0.5])
+def test_spike_summary_refuses_a_factor_that_is_not_above_zero(factor):
+    with pytest.raises(ValueError, match=r"spike_summary: factor must be a finite number > 0"):
+        gs.spike_summary(_spike(), factor=factor)
+
+
+def test_finding_c_reads_the_nan_of_its_own_draws_only():
+    t = _draws(([0.08, 0.10], [0.10, 0.10]), ([0.18, 0.18], [0.2, 0.2]))
+    # a NaN in the RHT recipe's dgrad draw and in another recipe's wgrad draw: neither is a draw of the rule
+    for r in t["draws"]:
+        if r["gemm"] == "dgrad" or r["recipe"] == "te-mxfp8":
+            r["rel_err"] = math.nan
+    c = _by(gs.findings(t))["c"]
+    assert c["verdict"] == "reproduced" and c["value"] == pytest.approx(0.9) and "NaN" not in c["measured"]
+    # a NaN in one of its own wgrad draws: no verdict
+    t["draws"][0]["rel_err"] = math.nan
+    c = _by(gs.findings(t))["c"]
+    assert c["verdict"] == "not at this scale" and c["measured"].endswith("; 1 NaN measurement(s): no verdict")
+
+
+def test_the_figures_legend_sizes_marker_sizes_and_axis_labels():
+    t = _eden(0.02, 0.01, [0.2, 0.1, 0.05, 0.025])
+    t["bias"] += [{"case": "plain", "recipe": "te-nvfp4", "level": "wgrad", "n": n, "rel_err_mean": 1 / n}
+                  for n in (1, 4)]
+    bias = gs.figure_bias(t)
+    ksweep = gs.figure_ksweep(_ksweep([1e-3, 2e-3, 4e-3], [1e-4, 2e-4, 4e-4]))
+    spike = gs.figure_spike({"spike": _spike()})
+    forks = gs.figure_forks({"forks": [{"label": "a", "step": s, "loss_minus_fp32": s, "weight_dist": s}
+                                       for s in range(3)]})
+    for fig, size in ((bias, 7), (ksweep, 7), (spike, 7), (forks, 6)):
+        for ax in fig.axes:
+            assert {t.get_fontsize() for t in ax.get_legend().get_texts()} == {size}
+    # every line drawn with markers (not the references, spike marks or fork lines) has size 3
+    marked = [ln for fig in (bias, ksweep, spike) for ax in fig.axes for ln in ax.get_lines()
+              if ln.get_marker() not in ("None", None, "")]
+    assert len(marked) == 3 + 4 + 2 * 3 and {ln.get_markersize() for ln in marked} == {3}
+    assert [ln.get_marker() for ln in spike.axes[1].get_lines()[:2]] == ["o", "x"]
+    assert [ax.get_ylabel() for ax in spike.axes] == ["fprop relative error", "fraction of the input"]
+    assert [ax.get_ylabel() for ax in forks.axes] == ["eval loss - fp32 fork's (nats/byte)",
+                                                      "|theta - theta_fp32| / |theta_fp32 - theta_0|"]
+    assert [ax.get_xlabel() for ax in forks.axes] == ["steps after the fork"] * 2
