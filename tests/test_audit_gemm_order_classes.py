@@ -47,3 +47,4 @@ def test_a_cache_entry_whose_classes_are_no_tree_index_is_probed_again(tmp_path,
     assert src == "revealed"
     rewritten = json.loads(cpu_order.cache_path().read_text())[key]["order"]
     assert rewritten != order
+
