@@ -273,7 +273,7 @@ def capture(model, loss_fn) -> tuple:
     def pre(mod, args, kwargs):
         # the layer's own view of its input: a hook on the input itself got the input's whole gradient (the
         # sum over q, k and v projections of one input, or a residual path), not this layer's dgrad
-        if args:
+        if args and isinstance(args[0], torch.Tensor):
             return (args[0].view_as(args[0]), *args[1:]), kwargs
         if isinstance(kwargs.get("input"), torch.Tensor):
             return args, {**kwargs, "input": kwargs["input"].view_as(kwargs["input"])}
