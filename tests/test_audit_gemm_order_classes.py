@@ -48,3 +48,21 @@ def test_a_cache_entry_whose_classes_are_no_tree_index_is_probed_again(tmp_path,
     rewritten = json.loads(cpu_order.cache_path().read_text())[key]["order"]
     assert rewritten != order
 
+
+
+@pytest.mark.parametrize("children", [[0, 1, 4, 2, 3], [0, 1, 4, 2, 3, 5, 6], np.array([[0, 1, 4], [2, 3, 5]])])
+def test_sum_tree_children_are_pairs(children):
+    # an odd count was NumPy's "cannot reshape array of size 5 into shape (2)"; a 2 x 3 array was read as
+    # the pairs (0, 1), (4, 2), (3, 5): a valid tree of K = 4 nobody gave
+    with pytest.raises(ValueError, match="pairs of node numbers"):
+        SumTree(4, children)
+    with pytest.raises(ValueError, match="pairs of node numbers"):
+        SumTree.from_json({"K": 4, "fma": True, "children": np.asarray(children).tolist()})
+
+
+@pytest.mark.parametrize("children", [[0.2, 1.7], ["0", "1"], [True, False]])
+def test_sum_tree_json_children_are_integers_as_the_constructors(children):
+    # from_json cast them to int64 first: 0.2 / 1.7 truncated to (0, 1), strings parsed (audit2's #9 held only
+    # for the constructors)
+    with pytest.raises(TypeError, match="integer node numbers"):
+        SumTree.from_json({"K": 2, "fma": True, "children": children})

@@ -74,6 +74,11 @@ class SumTree:
         raw = np.asarray(children)
         if raw.size and raw.dtype.kind not in "iu":
             raise TypeError(f"a sum tree's children are integer node numbers, got {raw.dtype}")
+        # pairs (n, 2) or their flat list (JSON's): an odd count was NumPy's "cannot reshape", and a (2, 3)
+        # array was read as three other pairs
+        if not ((raw.ndim == 2 and raw.shape[1] == 2) or (raw.ndim == 1 and raw.size % 2 == 0)):
+            raise ValueError(f"a sum tree's children are pairs of node numbers (an n x 2 array, or a flat list of "
+                             f"even length), got shape {raw.shape}")
         self.K = int(K)
         ch = raw.astype(np.int64).reshape(-1, 2)
         if self.K < 1 or ch.shape[0] != self.K - 1:
@@ -220,7 +225,8 @@ class SumTree:
     def from_json(cls, d):
         if not isinstance(d.get("fma"), bool) or not _is_int(d.get("K")):
             raise ValueError(f"a sum tree's JSON has an integer K and a bool fma, got {d!r:.80}")
-        return cls(d["K"], np.asarray(d["children"], np.int64), d["fma"])
+        # no cast here: the constructor refuses children 0.2 / 1.7 or "1" (a cast truncated or parsed them)
+        return cls(d["K"], np.asarray(d["children"]), d["fma"])
 
 
 class GemmOrder:
