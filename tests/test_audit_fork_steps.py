@@ -47,3 +47,17 @@ def test_a_train_study_out_holding_the_wrong_kind_of_entry_is_refused_before_tra
     err = capsys.readouterr().err.strip().splitlines()
     kind = "folder" if make == "mkdir" else "file"
     assert len(err) == 1 and f"holds {name} as a {kind}, where the study writes a" in err[0]
+
+
+@pytest.mark.parametrize("name", ["figures/val_loss_curves.png", "runs/fp32-s0.json", "models/fp32-s0.pt"])
+def test_a_folder_where_train_study_writes_a_file_inside_its_folders_is_refused_before_training(
+        tmp_path, monkeypatch, capsys, name):
+    # third fresh audit: a folder at figures/<name>.png was "[Errno 21] Is a directory" after every run trained
+    monkeypatch.setattr(runs, "execute", lambda *a, **k: pytest.fail("a run trained"))
+    out = tmp_path / "o"
+    (out / name).mkdir(parents=True)
+    argv = ["train-study", "--quick", "--forks", "--recipes", "none", "--seeds", "1", "--steps", "3", "--fork-at", "2",
+            "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"holds {name} as a folder, where the study writes a file" in err[0]

@@ -17,3 +17,15 @@ def test_a_folder_where_the_report_writes_a_file_is_refused_before_any_cell(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"holds {name} as a folder, where the study writes a file" in err[0]
     assert sorted(p.name for p in out.iterdir()) == [name]
+
+
+@pytest.mark.parametrize("name", ["figures/bias_vs_n.png", "cells/bias_case=plain.json"])
+def test_a_folder_where_the_study_writes_a_file_inside_its_folders_is_refused_before_any_cell(
+        tmp_path, monkeypatch, capsys, name):
+    # third fresh audit: a folder at figures/bias_vs_n.png was "[Errno 21] Is a directory" after every cell
+    monkeypatch.setattr(grad_study, "execute", lambda *a, **k: pytest.fail("a cell ran"))
+    out = tmp_path / "o"
+    (out / name).mkdir(parents=True)
+    assert main(["grad-study", "--quick", "--kinds", "bias", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"holds {name} as a folder, where the study writes a file" in err[0]

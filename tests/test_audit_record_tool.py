@@ -70,3 +70,22 @@ def test_random_rows_are_proven_only_where_the_model_applies(tmp_path, monkeypat
     want = [proven and m.unproven(r["M"], r["K"], r["N"], 1, "NN") is None for r in rows]
     assert [r["proven"] for r in rows] == want and (proven or "is not where mkl-2024.2-compatible was proven"
                                                      in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("args, message", [
+    # third fresh audit: FileNotFoundError after the whole survey
+    (["--out", "/proc/r.json"], "cannot write a file in the folder of '/proc/r.json'"),
+    # "²".isdigit() is True, int("²") a ValueError: argparse's "invalid _threads value"
+    (["--threads", "²"], "expected thread counts 1..1024 separated by commas, got '²'"),
+])
+def test_an_out_folder_that_takes_no_file_and_a_non_ascii_digit_are_refused_before_surveying(
+        tmp_path, monkeypatch, capsys, args, message):
+    mod = _tool()
+    monkeypatch.setattr(mod, "_random", lambda *a: pytest.fail("surveyed"))
+    monkeypatch.chdir(tmp_path)
+    full = ["--random", "1"] + (args if "--out" in args else ["--out", "r.json"] + args)
+    monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", *full])
+    with pytest.raises(SystemExit) as exc:
+        mod.main()
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

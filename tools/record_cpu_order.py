@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -87,7 +88,8 @@ def _count(low):
 def _threads(text):
     # torch.set_num_threads refuses 0 and crashed (a segmentation fault) at 100000
     words = [w.strip() for w in text.split(",")]
-    if not all(w.isdigit() and 1 <= int(w) <= MAX_THREADS for w in words):
+    # ASCII digits only: "²" is a digit to str.isdigit but not to int() (argparse's "invalid _threads value")
+    if not all(w.isascii() and w.isdigit() and 1 <= int(w) <= MAX_THREADS for w in words):
         raise argparse.ArgumentTypeError(f"expected thread counts 1..{MAX_THREADS} separated by commas, got {text!r}")
     return [int(w) for w in words]
 
@@ -101,6 +103,10 @@ def _out(text):
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+    try:        # a folder that takes no new file (/proc, a read-only mount) failed only after the survey
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write a file in the folder of {text!r}: {e.strerror}") from None
     return text
 
 

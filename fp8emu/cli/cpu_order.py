@@ -47,6 +47,10 @@ def _check_probe_memory(M, K, N, available):
 
 def _shape(text):
     m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text.strip())
+    if m and max(len(v) for v in m.groups()) > 30:
+        # past every bound below; int() of over 4300 digits was Python's "use sys.set_int_max_str_digits()"
+        raise ValueError(f"a size of {max(len(v) for v in m.groups())} digits is past what is described (K up to "
+                         f"2**20, M x N below 2**62), got {text[:40]!r}...")
     if not m or min(int(v) for v in m.groups()) < 1:
         raise ValueError(f"a shape is MxKxN with positive integers (e.g. 64x512x64), got {text!r}")
     M, K, N = (int(v) for v in m.groups())

@@ -198,10 +198,11 @@ class CompatibleModel:
         if threads is None:
             if not np.array_equal(tile_classes(M, N, 1), tile_classes(M, N, 2)):
                 return "the thread count is not known, and one and two threads tile this shape differently"
-            return None
-        if threads not in self.proven_threads:
+            # one and two threads tile it alike: the layout's caveat still applies (it returned None here,
+            # calling edge tiles of a transposed B proven where either thread count warns)
+        elif threads not in self.proven_threads:
             return f"{' and '.join(map(str, self.proven_threads))} thread(s) were proven"
-        if layout not in self.proven_layouts and np.any(tile_classes(M, N, threads) != INTERIOR):
+        if layout not in self.proven_layouts and np.any(tile_classes(M, N, threads or 1) != INTERIOR):
             return (f"with a transposed B ({layout}) MKL sums edge tiles in SIMD lanes; only shapes tiled whole "
                     "were proven")
         return None

@@ -74,6 +74,11 @@ class SumTree:
         raw = np.asarray(children)
         if raw.size and raw.dtype.kind not in "iu":
             raise TypeError(f"a sum tree's children are integer node numbers, got {raw.dtype}")
+        # pairs (n, 2) or their flat list (JSON's): an odd count was NumPy's "cannot reshape", and a (2, 3)
+        # array was read as three other pairs
+        if not ((raw.ndim == 2 and raw.shape[1] == 2) or (raw.ndim == 1 and raw.size % 2 == 0)):
+            raise ValueError(f"a sum tree's children are pairs of node numbers (an n x 2 array, or a flat list of "
+                             f"even length), got shape {raw.shape}")
         self.K = int(K)
         ch = raw.astype(np.int64).reshape(-1, 2)
         if self.K < 1 or ch.shape[0] != self.K - 1:
@@ -220,7 +225,8 @@ class SumTree:
     def from_json(cls, d):
         if not isinstance(d.get("fma"), bool) or not _is_int(d.get("K")):
             raise ValueError(f"a sum tree's JSON has an integer K and a bool fma, got {d!r:.80}")
-        return cls(d["K"], np.asarray(d["children"], np.int64), d["fma"])
+        # no cast here: the constructor refuses children 0.2 / 1.7 or "1" (a cast truncated or parsed them)
+        return cls(d["K"], np.asarray(d["children"]), d["fma"])
 
 
 class GemmOrder:
@@ -236,12 +242,19 @@ class GemmOrder:
             raise ValueError(f"a GemmOrder needs one or more SumTree, got {self.trees!r:.80}")
         if len({t.K for t in self.trees}) != 1:
             raise ValueError(f"a GemmOrder's trees must sum the same K, got {sorted({t.K for t in self.trees})}")
-        self.classes = np.asarray(classes, np.int16)
-        if self.classes.ndim != 2:
-            raise ValueError(f"a GemmOrder's classes must be an M x N array, got shape {self.classes.shape}")
-        if self.classes.size and (self.classes.min() < 0 or self.classes.max() >= len(self.trees)):
+        # checked before the cast to int16: a cast would truncate 1.7 to 1, parse "1", and wrap 65536 to 0
+        # (another tree, silently), and 70000 in a cache file would be NumPy's OverflowError in every GEMM
+        classes = np.asarray(classes)
+        if classes.ndim != 2:
+            raise ValueError(f"a GemmOrder's classes must be an M x N array, got shape {classes.shape}")
+        if classes.size and not (classes.dtype.kind in "iu" or (
+                classes.dtype.kind == "f" and np.all(np.isfinite(classes)) and np.all(classes == np.trunc(classes)))):
+            raise ValueError(f"a GemmOrder's classes must be integer tree indices (whole numbers), got an array "
+                             f"of dtype {classes.dtype}")
+        if classes.size and (classes.min() < 0 or classes.max() >= len(self.trees)):
             raise ValueError(f"a GemmOrder's classes must index its {len(self.trees)} tree(s), got values "
-                             f"{int(self.classes.min())}..{int(self.classes.max())}")
+                             f"{int(classes.min())}..{int(classes.max())}")
+        self.classes = classes.astype(np.int16, copy=False)
 
     @property
     def uniform(self):
@@ -267,7 +280,7 @@ class GemmOrder:
         if not isinstance(shape, list) or len(shape) != 2 or not all(_is_int(v) and v >= 0 for v in shape):
             raise ValueError(f"a GemmOrder's JSON shape is [M, N], got {shape!r:.80}")
         trees = [SumTree.from_json(t) for t in d["trees"]]
-        classes = np.zeros(shape, np.int16) if d["classes"] is None else np.asarray(d["classes"], np.int16)
+        classes = np.zeros(shape, np.int16) if d["classes"] is None else np.asarray(d["classes"])
         if classes.shape != tuple(shape):
             raise ValueError(f"a GemmOrder's JSON classes have shape {classes.shape}, its shape says {tuple(shape)}")
         return cls(trees, classes)

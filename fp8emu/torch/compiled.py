@@ -13,7 +13,7 @@ forward and backward, whatever the recipe, the stack, the autocast block or the 
 code runs.  The op is functional: it returns the buffers the forward updates (the step counter,
 delayed scaling's input and weight state) and the traced code copies them back, so the compiler sees
 the updates.  The state a backward needs
-is kept, per call, until that backward runs (or the layer is deleted).
+is kept, per call, until that backward runs or the graph that would run it is dropped (or the layer is deleted).
 
 The layer is found through its non-persistent ``fp8emu_key`` buffer (a graph input, so one compiled
 graph serves every model of the same shapes without recompiling).  Torch's own kernels around the
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import weakref
 from typing import List, Optional
 
 import torch
@@ -107,7 +108,12 @@ def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
         y = functional_call(layer, tensors, (leaves.get("x", x),), strict=False)
     handle = next(_HANDLES)
     layer.compiled_pending[handle] = (y, leaves)
-    return [y.detach().clone(), torch.full((), handle, dtype=torch.int64), *after]
+    token = torch.full((), handle, dtype=torch.int64)
+    # the graph saves the handle for its backward: when the graph is dropped without a backward (a loss
+    # computed with autograd on and never backpropagated), the eager call's graph goes with it (it was kept
+    # for ever, one entry per such forward)
+    weakref.finalize(token, layer.compiled_pending.pop, handle, None)
+    return [y.detach().clone(), token, *after]
 
 
 @_emulated_linear.register_fake

@@ -255,7 +255,8 @@ def capture(model, loss_fn) -> tuple:
     Returns ``(loss, {layer name: LayerCapture})``: every linear layer the forward calls (a layer it
     does not call is left out).  ``loss_fn(model)`` must return a scalar tensor.  The parameters'
     ``.grad`` are cleared first (and hold this backward's gradients after).  A ValueError names a layer
-    called more than once in the forward (its gradients would be summed over the calls), a layer
+    called more than once in the forward (its gradients would be summed over the calls), two called
+    layers sharing one weight (tied: the same sum), a layer
     whose output does not reach the loss and a layer whose weight needs no gradient (frozen: it has
     no wgrad); a TypeError a layer that runs in float64 (float32 would round what it records).
     """
@@ -269,12 +270,24 @@ def capture(model, loss_fn) -> tuple:
     layers = _linears(model)
     seen, handles = {}, []
 
+    def pre(mod, args, kwargs):
+        # the layer's own view of its input: a hook on the input itself got the input's whole gradient (the
+        # sum over q, k and v projections of one input, or a residual path), not this layer's dgrad
+        if args and isinstance(args[0], torch.Tensor):
+            return (args[0].view_as(args[0]), *args[1:]), kwargs
+        if isinstance(kwargs.get("input"), torch.Tensor):
+            return args, {**kwargs, "input": kwargs["input"].view_as(kwargs["input"])}
+        return None
+
     def fwd(name):
-        def hook(mod, inputs, out):
+        def hook(mod, args, kwargs, out):
             if name in seen:
                 raise ValueError(f"layer {name!r} was called twice in one forward; a probe needs one call "
                                  "per layer")
-            x = inputs[0]
+            x = args[0] if args else kwargs.get("input")      # lin(input=x): no positional input
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"layer {name!r} was called without an input tensor (args {len(args)}, "
+                                f"keywords {sorted(kwargs)})")
             if torch.is_autocast_enabled(x.device.type):
                 # autocast ran the layer on rounded copies of x and w: the captured y was not their product
                 raise RuntimeError(f"layer {name!r} ran under torch.autocast, which rounds its input and weight "
@@ -289,7 +302,8 @@ def capture(model, loss_fn) -> tuple:
         return hook
 
     for name, mod in layers.items():
-        handles.append(mod.register_forward_hook(fwd(name)))
+        handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(mod.register_forward_hook(fwd(name), with_kwargs=True))
     try:
         for p in model.parameters():
             p.grad = None
@@ -304,10 +318,14 @@ def capture(model, loss_fn) -> tuple:
     finally:
         for h in handles:
             h.remove()
-    caps = {}
+    caps, owner = {}, {}
     for name, mod in layers.items():
         if name not in seen:
             continue
+        # a weight two called layers share (tied) gets the sum of their wgrads in .grad, not this layer's
+        if (other := owner.setdefault(id(mod.weight), name)) != name:
+            raise ValueError(f"layers {other!r} and {name!r} share one weight (tied), so its gradient is the sum "
+                             "of both layers' wgrads; a probe needs each called layer's own weight")
         r = seen[name]
         if not mod.weight.requires_grad:
             raise ValueError(f"the weight of layer {name!r} needs no gradient (frozen), so it has no wgrad to "
