@@ -550,6 +550,8 @@ def test_finding_a_slope_range_includes_both_ends(monkeypatch):
 def test_the_figures_sizes_and_each_laid_out_tightly():
     import matplotlib as mpl
     t = _eden(0.02, 0.01, [0.2, 0.1, 0.05, 0.025])
+    t["bias"] += [{"case": "plain", "recipe": "te-nvfp4", "level": "wgrad", "n": n, "rel_err_mean": 1 / n}
+                  for n in (1, 4)]         # a wgrad curve, so that both panels have a legend
     bias = gs.figure_bias(t)
     ksweep = gs.figure_ksweep(_ksweep([1e-3, 2e-3, 4e-3], [1e-4, 2e-4, 4e-4]))
     spike = gs.figure_spike({"spike": _spike()})
