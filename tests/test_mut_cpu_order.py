@@ -605,3 +605,22 @@ def test_the_cache_key_is_canonical_json_and_each_damaged_entry_is_probed_again(
         with cpu_order.use("revealed"):
             assert cpu_order.order_for(2, 4, 3)[0].trees == [good]
         assert len(probes) == n + 1, bad
+
+
+# ----------------------------------------------------------------------------- seed 68's holes
+def test_an_empty_product_in_any_dimension_is_never_probed(monkeypatch):
+    monkeypatch.setattr(cpu_order, "_torch", lambda: _FakeTorch())
+    monkeypatch.setattr(cpu_order, "_revealed", lambda *a, **k: pytest.fail("an empty product was probed"))
+    monkeypatch.setattr(cpu_order, "reveal_here", lambda *a, **k: pytest.fail("an empty product was probed"))
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx512f"})))
+    with cpu_order.use("auto"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # M or N of 0 or 1 is gemv's: the unproven warning
+        for M, K, N in ((0, 5, 3), (2, 0, 3), (2, 5, 0)):
+            assert cpu_order.order_for(M, K, N, threads=1)[1] == "mkl-2024.2-avx512", (M, K, N)
+
+
+def test_cpuinfo_keeps_a_model_name_with_a_colon_whole(monkeypatch):
+    import io
+    text = "vendor_id\t: GenuineIntel\nmodel name\t: Xeon CPU @ 2.0GHz: stepping 7\nflags\t\t: avx2\n"
+    monkeypatch.setattr(cpu_order, "open", lambda *a, **k: io.StringIO(text), raising=False)
+    assert cpu_order._cpuinfo.__wrapped__()[1] == "Xeon CPU @ 2.0GHz: stepping 7"

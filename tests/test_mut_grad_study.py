@@ -526,3 +526,37 @@ def test_the_figures_legend_sizes_marker_sizes_and_axis_labels():
     assert [ax.get_ylabel() for ax in forks.axes] == ["eval loss - fp32 fork's (nats/byte)",
                                                       "|theta - theta_fp32| / |theta_fp32 - theta_0|"]
     assert [ax.get_xlabel() for ax in forks.axes] == ["steps after the fork"] * 2
+
+
+# ----------------------------------------------------------------------------- seed 67's holes
+def test_loglog_slope_refuses_unequal_or_two_dimensional_points():
+    # unequal lengths (NumPy's own broadcast error named neither argument) and a 2-D pair of one shape
+    # (which the mask would silently flatten into a fit)
+    for xs, ys in (([1, 2, 3], [1, 2]), ([[1, 2], [4, 8]], [[1, 0.5], [0.25, 0.125]])):
+        with pytest.raises(ValueError, match="loglog_slope: xs and ys must be 1-D of one length"):
+            gs.loglog_slope(xs, ys)
+
+
+def test_finding_a_slope_range_includes_both_ends(monkeypatch):
+    # the rule: SR's operand slope in [-0.65, -0.35] (closed) and a floor below 0.8 x no-SR's wgrad error
+    wg = [math.sqrt(0.01 + 0.04 / n) for n in (1, 4, 16, 64)]          # floor 0.1 < 0.8 x 0.2
+    t = _bias([0.2 / math.sqrt(n) for n in (1, 4, 16, 64)], [0.15] * 4, wg, [0.2] * 4)
+    for slope, verdict in ((-0.65, "reproduced"), (-0.35, "reproduced"), (-0.66, "not at this scale"),
+                           (-0.34, "not at this scale")):
+        monkeypatch.setattr(gs, "loglog_slope", lambda xs, ys, s=slope: s)
+        assert _by(gs.findings(t))["a"]["verdict"] == verdict, slope
+
+
+def test_the_figures_sizes_and_each_laid_out_tightly():
+    import matplotlib as mpl
+    t = _eden(0.02, 0.01, [0.2, 0.1, 0.05, 0.025])
+    t["bias"] += [{"case": "plain", "recipe": "te-nvfp4", "level": "wgrad", "n": n, "rel_err_mean": 1 / n}
+                  for n in (1, 4)]         # a wgrad curve, so that both panels have a legend
+    bias = gs.figure_bias(t)
+    ksweep = gs.figure_ksweep(_ksweep([1e-3, 2e-3, 4e-3], [1e-4, 2e-4, 4e-4]))
+    spike = gs.figure_spike({"spike": _spike()})
+    assert tuple(bias.get_size_inches()) == (12, 4.2)
+    for fig in (bias, ksweep, spike):
+        # tight_layout moves the margins off matplotlib's defaults (0.125 left, 0.9 right)
+        p = fig.subplotpars
+        assert p.left != mpl.rcParams["figure.subplot.left"] and p.right != mpl.rcParams["figure.subplot.right"]
