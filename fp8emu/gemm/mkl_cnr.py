@@ -53,9 +53,9 @@ __all__ = ["CompatibleModel", "MODEL", "block_tree", "edge_tree", "chain_tree", 
 INTERIOR, EDGE, PLAIN = 0, 1, 2
 
 
-def _chain(k0, k1, start=None):
-    """Nested pairs of one chain over ``[k0, k1)``, continuing ``start`` where given."""
-    c = k0 if start is None else (start, k0)
+def _chain(k0, k1):
+    """Nested pairs of one chain over ``[k0, k1)``."""
+    c = k0
     for k in range(k0 + 1, k1):
         c = (c, k)
     return c
@@ -67,7 +67,7 @@ def _bounds(K, kc):
 
 def chain_tree(K):
     """One chain of float32 additions over K, no FMA."""
-    return SumTree.from_nested(_chain(0, K), fma=False)
+    return SumTree.blocks([0, K], fma=False)
 
 
 def block_tree(K, kc=112):
@@ -124,13 +124,19 @@ def _part_present(M, N, m_min=8, m_tile=4, n_tile=8):
     return {PLAIN}
 
 
+def _parts(M, N, threads):
+    """The parts of C the threads compute, and the axis they are stacked along: two threads cut the
+    longer side, the first part floor(half) long."""
+    if threads == 1:
+        return [(M, N)], 0
+    if M >= N:
+        return [(M // 2, N), (M - M // 2, N)], 0
+    return [(M, N // 2), (M, N - N // 2)], 1
+
+
 def _present(M, N, threads=1):
     """The classes :func:`tile_classes` gives some output, in class order, without building the array."""
-    if threads == 1:
-        return sorted(_part_present(M, N))
-    if M >= N:
-        return sorted(_part_present(M // 2, N) | _part_present(M - M // 2, N))
-    return sorted(_part_present(M, N // 2) | _part_present(M, N - N // 2))
+    return sorted(set().union(*(_part_present(m, n) for m, n in _parts(M, N, threads)[0])))
 
 
 def tile_classes(M, N, threads=1, *, m_min=8, m_tile=4, n_tile=8):
@@ -143,13 +149,9 @@ def tile_classes(M, N, threads=1, *, m_min=8, m_tile=4, n_tile=8):
     >>> tile_classes(20, 20, threads=2)[:, 0].tolist() == [0] * 8 + [2] * 2 + [0] * 8 + [2] * 2
     True
     """
-    if threads == 1:
-        return _part(M, N, m_min, m_tile, n_tile)
-    if M >= N:      # the longer side is cut, the first part floor(half) long
-        h = M // 2
-        return np.vstack([_part(h, N, m_min, m_tile, n_tile), _part(M - h, N, m_min, m_tile, n_tile)])
-    h = N // 2
-    return np.hstack([_part(M, h, m_min, m_tile, n_tile), _part(M, N - h, m_min, m_tile, n_tile)])
+    parts, axis = _parts(M, N, threads)
+    classes = [_part(m, n, m_min, m_tile, n_tile) for m, n in parts]
+    return classes[0] if len(classes) == 1 else np.concatenate(classes, axis=axis)    # one part: no copy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +204,7 @@ class CompatibleModel:
             # calling edge tiles of a transposed B proven where either thread count warns)
         elif threads not in self.proven_threads:
             return f"{' and '.join(map(str, self.proven_threads))} thread(s) were proven"
-        if layout not in self.proven_layouts and np.any(tile_classes(M, N, threads or 1) != INTERIOR):
+        if layout not in self.proven_layouts and _present(M, N, threads or 1) not in ([], [INTERIOR]):
             return (f"with a transposed B ({layout}) MKL sums edge tiles in SIMD lanes; only shapes tiled whole "
                     "were proven")
         return None
