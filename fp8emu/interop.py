@@ -31,13 +31,25 @@ True
 
 from __future__ import annotations
 
+import numbers
 import sys
 
 import ml_dtypes
 import numpy as np
 
 __all__ = ["to_numpy", "source_array", "narrow_codes", "byte_codes", "code_array", "real_values", "unpack_nibbles",
-           "ML_NARROW_DTYPES"]
+           "ML_NARROW_DTYPES", "is_integer"]
+
+def is_integer(v) -> bool:
+    """Whether ``v`` is an integer (Python's or NumPy's), not a bool: a size or count as given.
+
+    Examples
+    --------
+    >>> is_integer(3), is_integer(np.int64(3)), is_integer(True), is_integer(3.0), is_integer("3")
+    (True, True, False, False, False)
+    """
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
 
 #: Every ml_dtypes type of 8 bits or fewer (FP8, FP6, FP4, E8M0), as NumPy dtypes.
 ML_NARROW_DTYPES = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in dir(ml_dtypes)

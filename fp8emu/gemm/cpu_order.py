@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..interop import is_integer
 from ..readers import parse_json
 from .mkl_cnr import MODEL as _COMPATIBLE
 from .sumtree import GemmOrder, SumTree, reveal
@@ -205,13 +206,9 @@ def _check_policy(name, what="CPU order"):
         raise ValueError(f"{what} {name!r}: use 'auto', 'revealed' or a recorded model, one of {sorted(RECORDED)}")
 
 
-def _is_int(v):
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def _check_threads(threads, name):
     # torch.set_num_threads refuses 0 with its own message; 2.5 or "2" would be truncated or parsed
-    if threads is not None and (not _is_int(threads) or threads < 1):
+    if threads is not None and (not is_integer(threads) or threads < 1):
         raise ValueError(f"{name}: threads must be a positive integer (torch's thread count) or None, got {threads!r}")
 
 
@@ -397,7 +394,7 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if not all(_is_int(v) and v >= 0 for v in (M, K, N)):
+    if not all(is_integer(v) and v >= 0 for v in (M, K, N)):
         raise ValueError(f"{name}: M, K, N must be non-negative integers, got {M!r}, {K!r}, {N!r}")
     _check_threads(threads, name)
     p = policy()

@@ -36,10 +36,9 @@ Examples
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
+from ..interop import is_integer
 from .fparith import round_hi_lo, two_sum
 
 __all__ = ["SumTree", "GemmOrder", "evaluate", "evaluate_order", "reveal", "check_order", "NotATreeError"]
@@ -67,7 +66,7 @@ class SumTree:
 
     def __init__(self, K, children, fma=True):
         # K = 2.5, children 0.2 / 1.7 or fma="no" were truncated or read as truthy: another tree, silently
-        if not _is_int(K):
+        if not is_integer(K):
             raise TypeError(f"a sum tree's K is an integer, got {K!r}")
         if not isinstance(fma, (bool, np.bool_)):
             raise TypeError(f"fma must be True or False, got {fma!r}")
@@ -120,7 +119,7 @@ class SumTree:
                 else:
                     stack += [(t, True), (t[1], False), (t[0], False)]
             else:
-                if not _is_int(t):          # int("1") and int(1.9) would make another tree
+                if not is_integer(t):          # int("1") and int(1.9) would make another tree
                     raise TypeError(f"a sum tree's leaves are integer term indices, got {t!r}")
                 leaves.append(int(t))
                 ids.append(int(t))
@@ -136,7 +135,7 @@ class SumTree:
 
         ``bounds`` are integers from 0, strictly increasing (``[0, 5, 3]`` made a six-term tree)."""
         bounds = list(bounds)
-        if len(bounds) < 2 or bounds[0] != 0 or not all(_is_int(b) for b in bounds) \
+        if len(bounds) < 2 or bounds[0] != 0 or not all(is_integer(b) for b in bounds) \
                 or any(b1 <= b0 for b0, b1 in zip(bounds, bounds[1:])):
             raise ValueError(f"block bounds are integers from 0, strictly increasing (e.g. [0, 384, 768]), "
                              f"got {bounds!r:.80}")
@@ -223,7 +222,7 @@ class SumTree:
 
     @classmethod
     def from_json(cls, d):
-        if not isinstance(d.get("fma"), bool) or not _is_int(d.get("K")):
+        if not isinstance(d.get("fma"), bool) or not is_integer(d.get("K")):
             raise ValueError(f"a sum tree's JSON has an integer K and a bool fma, got {d!r:.80}")
         # no cast here: the constructor refuses children 0.2 / 1.7 or "1" (a cast truncated or parsed them)
         return cls(d["K"], np.asarray(d["children"]), d["fma"])
@@ -277,18 +276,13 @@ class GemmOrder:
     @classmethod
     def from_json(cls, d):
         shape = d["shape"]
-        if not isinstance(shape, list) or len(shape) != 2 or not all(_is_int(v) and v >= 0 for v in shape):
+        if not isinstance(shape, list) or len(shape) != 2 or not all(is_integer(v) and v >= 0 for v in shape):
             raise ValueError(f"a GemmOrder's JSON shape is [M, N], got {shape!r:.80}")
         trees = [SumTree.from_json(t) for t in d["trees"]]
         classes = np.zeros(shape, np.int16) if d["classes"] is None else np.asarray(d["classes"])
         if classes.shape != tuple(shape):
             raise ValueError(f"a GemmOrder's JSON classes have shape {classes.shape}, its shape says {tuple(shape)}")
         return cls(trees, classes)
-
-
-def _is_int(v):
-    """An integer (Python's or NumPy's), not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -452,7 +446,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
     >>> order.describe(), facts["explained"]
     ('fma [0:4] + [4:8]', 1.0)
     """
-    if not all(_is_int(v) for v in (M, K, N)):
+    if not all(is_integer(v) for v in (M, K, N)):
         raise TypeError(f"reveal needs integers M, K, N, got {M!r}, {K!r}, {N!r}")
     M, K, N = int(M), int(K), int(N)
     if min(M, K, N) < 1:
@@ -462,9 +456,9 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
     if not isinstance(uniform, bool):
         raise TypeError(f"uniform must be True or False, got {uniform!r}")
     # with no random products checked every candidate would "explain" every output
-    if not _is_int(check) or check < 1:
+    if not is_integer(check) or check < 1:
         raise ValueError(f"check must be a positive integer (random products the order must reproduce), got {check!r}")
-    if not _is_int(seed) or seed < 0:
+    if not is_integer(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if K > 1 << 20:
         raise ValueError(f"reveal handles K up to 2**20, got {K}")
@@ -701,9 +695,9 @@ def _reveal_each(call, M, K, N):
 def check_order(order, mm, M, K, N, *, trials=2, seed=1):
     """Outputs of ``mm`` that ``order`` does not reproduce on random products (0 when it holds)."""
     # trials 0 (or less) checked nothing and answered 0, "the order holds"
-    if not _is_int(trials) or trials < 1:
+    if not is_integer(trials) or trials < 1:
         raise ValueError(f"trials must be a positive integer (random products checked), got {trials!r}")
-    if not _is_int(seed) or seed < 0:
+    if not is_integer(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     bad = 0
     for a, b in _trials(M, K, N, trials, seed):
