@@ -37,7 +37,8 @@ def test_the_report_prints_every_layer_and_its_state():
 
 
 def test_a_model_without_linear_layers_reports_no_first_or_last():
-    rep = ft.emulate(torch.nn.Sequential(torch.nn.ReLU()), "te-current", "h100")
+    with pytest.warns(UserWarning, match="holds no nn.Linear layer"):
+        rep = ft.emulate(torch.nn.Sequential(torch.nn.ReLU()), "te-current", "h100")
     assert (rep.first, rep.last, rep.swapped, rep.high_precision) == (None, None, {}, {})
     assert str(rep) == "0 layer(s) emulated with te-current on h100"
 

@@ -39,6 +39,7 @@ import functools
 import json
 import os
 import platform
+import stat
 import threading
 import warnings
 from pathlib import Path
@@ -325,13 +326,51 @@ def reveal_here(M, K, N, *, threads=None, layout="NN"):
     return order, facts
 
 
-def _load_cache():
+#: The largest order cache read (bytes): past it the file is not read and nothing more is stored in it.
+CACHE_LIMIT = 256 << 20
+
+
+def _cache_file():
+    """The cache file's bytes; None where it is absent or unreadable (a miss).  A path that is not a
+    regular file (a FIFO would block the read, a device never end) or a file past :data:`CACHE_LIMIT`
+    warns once and is neither read nor replaced."""
     p = cache_path()
     try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))   # a FIFO opens at once, unread
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > CACHE_LIMIT:
+        os.close(fd)
+        _refuse_cache(p, "is not a regular file" if not stat.S_ISREG(st.st_mode) else
+                      f"holds {st.st_size} bytes, past the {CACHE_LIMIT}-byte limit")
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read(CACHE_LIMIT + 1)
+        except OSError:
+            return None
+
+
+def _refuse_cache(p, why):
+    if str(p) not in _REFUSED:
+        _REFUSED.add(str(p))
+        warnings.warn(f"the order cache {p} {why}: it is not read or written (orders are kept for this process "
+                      f"only); set FP8EMU_CACHE to another folder or remove it", RuntimeWarning, stacklevel=4)
+
+
+_REFUSED: set = set()
+
+
+def _load_cache():
+    raw = _cache_file()
+    if raw is None:
+        return {}
+    try:
         # parse_json refuses a key twice (json.loads would keep the last): such a file is damaged, a miss
-        data = parse_json(p.read_bytes(), p, "fp8emu order cache")
+        data = parse_json(raw, cache_path(), "fp8emu order cache")
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except ValueError:
         return {}
 
 
@@ -356,9 +395,13 @@ def _cached(entry, M, K, N):
 
 def _store(key, entry):
     p = cache_path()
+    if str(p) in _REFUSED:
+        return                # not a regular file, or too large: left as it is
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         data = _load_cache()
+        if str(p) in _REFUSED:
+            return
         data[key] = entry
         tmp = p.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data))

@@ -466,10 +466,20 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
 
     def call(a, b):
         calls[0] += 1
-        out = np.asarray(mm(a, b), np.float32)
+        out = np.asarray(mm(a, b))
         if out.shape != (M, N):
             raise ValueError(f"the probed GEMM returned shape {out.shape}, expected {(M, N)}")
-        return out
+        if out.dtype.kind != "f":
+            raise TypeError(f"the probed GEMM returned {out.dtype} values; reveal needs the float32 results of a "
+                            "float32 GEMM")
+        out32 = out.astype(np.float32)
+        # a wider float answer is accepted only where it holds float32 values: rounding it here would
+        # make up sums the GEMM did not make
+        if out.dtype != np.float32 and not np.array_equal(out32.astype(np.float64), out.astype(np.float64),
+                                                          equal_nan=True):
+            raise ValueError(f"the probed GEMM returned {out.dtype} values that are not float32 values; reveal "
+                             "needs the float32 results of a float32 GEMM")
+        return out32
 
     trials = _trials(M, K, N, check, seed)
     wants = [call(a, b) for a, b in trials]

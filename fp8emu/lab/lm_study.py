@@ -741,18 +741,56 @@ def _infer_table(rows):
 # --------------------------------------------------------------------------- the guide's tables
 
 def read_study_csv(path) -> list:
-    def conv(k, v):
-        if k in ("recipe", "stack", "label", "config", "weights", "activations", "attention", "run_id",
-                 "trunk_sha256"):
+    """The rows of a study CSV (``runs.csv``, ``gaps.csv``, ``curves.csv``, ...) as dicts.
+
+    Text columns stay strings, empty cells become NaN, the rest ints or floats.  A header naming a
+    column twice (which of the two would a reader keep?), a row whose field count differs from the
+    header's, and a number column holding text are refused with the file and line.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp(); f = os.path.join(d, "runs.csv")
+    >>> _ = open(f, "w").write("recipe,seed,loss\\nbf16,0,1.5\\nte-delayed,0,\\n")
+    >>> read_study_csv(f)
+    [{'recipe': 'bf16', 'seed': 0, 'loss': 1.5}, {'recipe': 'te-delayed', 'seed': 0, 'loss': nan}]
+    """
+    def conv(k, v, line):
+        if k in _TEXT_COLUMNS:
             return v
         if v == "":
             return math.nan
         try:
             return int(v)
         except ValueError:
+            pass
+        try:
             return float(v)
+        except ValueError:
+            raise ValueError(f"{path}, line {line}: column {k!r} holds {v!r}, which is not a number") from None
     with open(path, newline="", encoding="utf-8") as f:
-        return [{k: conv(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return []
+        twice = sorted({k for k in header if header.count(k) > 1})
+        if twice:
+            raise ValueError(f"{path}: the header names column {twice[0]!r} more than once; a study CSV names "
+                             "each column once")
+        rows = []
+        for row in reader:
+            if not row:                      # a blank line (csv.DictReader skips these too)
+                continue
+            if len(row) != len(header):
+                raise ValueError(f"{path}, line {reader.line_num}: {len(row)} fields where the header names "
+                                 f"{len(header)}")
+            rows.append({k: conv(k, v, reader.line_num) for k, v in zip(header, row)})
+        return rows
+
+
+#: Study CSV columns that hold text (every other column holds numbers).
+_TEXT_COLUMNS = frozenset(("recipe", "stack", "label", "config", "weights", "activations", "attention", "run_id",
+                           "trunk_sha256"))
 
 
 def guide_tables(folder) -> str:

@@ -191,6 +191,9 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
     for n, m in model.named_modules(remove_duplicate=False):
         if isinstance(m, nn.Linear):
             refs.setdefault(id(m), (m, []))[1].append(n)
+    if not refs:
+        warnings.warn(f"fp8emu.torch.emulate: {type(model).__name__} holds no nn.Linear layer, so nothing is "
+                      "emulated (emulate swaps nn.Linear layers)", HighPrecisionWarning, stacklevel=2)
     names = [n for _, ns in refs.values() for n in ns]
     report.first, report.last = (names[0], names[-1]) if names else (None, None)
     wanted = {key: _accepted(module_filter_fn, lin, ns) for key, (lin, ns) in refs.items()}
