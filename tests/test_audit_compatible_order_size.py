@@ -1,4 +1,4 @@
-"""Second fresh audit (issue 53): the ``mkl-2024.2-compatible`` order of a large output (``fp8emu.gemm.mkl_cnr``)."""
+"""Hostile input: the ``mkl-2024.2-compatible`` order of a large output (``fp8emu.gemm.mkl_cnr``)."""
 
 import tracemalloc
 

@@ -1,5 +1,4 @@
-"""Hostile input to compiled emulated layers, module filters and inference at any batch (issue 53's
-self-audit, tests/AUDIT.md)."""
+"""Hostile input to compiled emulated layers, module filters and inference at any batch (tests/AUDIT.md)."""
 
 import copy
 

@@ -1,4 +1,4 @@
-"""Hostile input to ``fp8emu cpu-order`` and ``FP8EMU_CPU_ORDER`` (issue 53's self-audit, tests/AUDIT.md)."""
+"""Hostile input to ``fp8emu cpu-order`` and ``FP8EMU_CPU_ORDER`` (tests/AUDIT.md)."""
 
 import json
 import warnings

@@ -1,4 +1,4 @@
-"""Second fresh audit (issue 53): ``fp8emu train-study --forks / --fork-at`` against ``--steps``, and ``--out``.
+"""Hostile input: ``fp8emu train-study --forks / --fork-at`` against ``--steps``, and ``--out``.
 Nothing trains."""
 
 import pytest

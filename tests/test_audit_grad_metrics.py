@@ -1,4 +1,4 @@
-"""Second fresh audit (issue 53): the grad-study's public metrics (``fp8emu.lab.grad_study``)."""
+"""Hostile input: the grad-study's public metrics (``fp8emu.lab.grad_study``)."""
 
 import math
 

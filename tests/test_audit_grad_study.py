@@ -1,5 +1,5 @@
 """Hostile input to the same-state probes, the gradient study's configuration and cells, ``fp8emu
-grad-study`` and its verdict rules (issue 53's self-audit, tests/AUDIT.md)."""
+grad-study`` and its verdict rules (tests/AUDIT.md)."""
 
 import copy
 import dataclasses

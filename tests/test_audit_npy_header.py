@@ -1,4 +1,4 @@
-"""Second fresh audit (issue 53, item 1's class): a ``.npy`` header holding a key twice."""
+"""Hostile input: a ``.npy`` header holding a key twice."""
 
 import struct
 import zipfile

@@ -1,4 +1,4 @@
-"""Second fresh audit (issue 53): the same-state probes' inputs (``fp8emu.torch.probes``)."""
+"""Hostile input: the same-state probes' inputs (``fp8emu.torch.probes``)."""
 
 import numpy as np
 import pytest

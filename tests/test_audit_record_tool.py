@@ -1,4 +1,4 @@
-"""Second fresh audit (issue 53): ``tools/record_cpu_order.py``: options of ``--random`` only, and its "proven" marks."""
+"""Hostile input: ``tools/record_cpu_order.py``: options of ``--random`` only, and its "proven" marks."""
 
 import importlib.util
 import json

@@ -1,4 +1,4 @@
-"""Second fresh audit (issue 53): evaluating and checking a summation order (``fp8emu.gemm.sumtree``)."""
+"""Hostile input: evaluating and checking a summation order (``fp8emu.gemm.sumtree``)."""
 
 import numpy as np
 import pytest

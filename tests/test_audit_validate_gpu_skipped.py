@@ -1,4 +1,4 @@
-"""Second fresh audit (issue 53): ``validate-gpu`` when every case is skipped (no library could cast)."""
+"""Hostile input: ``validate-gpu`` when every case is skipped (no library could cast)."""
 
 import json
 
