@@ -22,6 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from .registry import Registry
+from .interop import is_integer
 
 __all__ = ["Format", "get_format", "format_names", "register_format", "format_table", "p3109_format"]
 
@@ -403,7 +404,7 @@ def p3109_format(p: int, *, signed: bool = True, domain: str = "extended") -> Fo
     >>> p3109_format(3, domain="finite").max
     57344.0
     """
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+    if not is_integer(p):
         raise TypeError(f"p must be an int, got {p!r}")
     if domain not in ("extended", "finite"):
         raise ValueError(f"domain must be 'extended' or 'finite', got {domain!r}")

@@ -37,7 +37,7 @@ import dataclasses
 import numpy as np
 
 from .formats import get_format
-from .interop import unpack_nibbles
+from .interop import unpack_nibbles, is_integer
 from .scaling.mx import MXINT8, mx_from_codes
 from .scaling.nvfp4 import NVFP4_BLOCK, nvfp4_from_codes
 from .scaling.tensor import ScaledTensor, code_array, expand, int_arg, size_arg
@@ -393,7 +393,7 @@ def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None
     True
     """
     nvfp4 = isinstance(fmt, str) and fmt == "nvfp4"
-    if isinstance(k_axis, bool) or not isinstance(k_axis, (int, np.integer)) or k_axis not in (0, 1):
+    if not is_integer(k_axis) or k_axis not in (0, 1):
         raise ValueError(f"k_axis must be 0 or 1, got {k_axis!r}")
     k = size_arg(k, "k", minimum=1)
     arr = np.asarray(data)
@@ -442,7 +442,7 @@ def import_kernel_buffers(data, scales, *, fmt, k: int, block: int | None = None
 def _tiled(t: ScaledTensor, block_shape, kblock) -> ScaledTensor:
     """``t`` (one scale per ``kblock`` along its axis) with one scale per ``block_shape`` tile."""
     if (not isinstance(block_shape, (tuple, list)) or len(block_shape) != 2
-            or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in block_shape)):
+            or any(not is_integer(b) or b < 1 for b in block_shape)):
         raise ValueError(f"block_shape must be two positive ints, got {block_shape!r}")
     bs = tuple(int(b) for b in block_shape)
     if bs[t.axis] != kblock:

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 from .rounding import STOCHASTIC_MODES
+from .interop import is_integer
 
 # Bit generators whose ``random_raw`` is the 64-bit stream that ``Generator.integers``
 # splits into two 32-bit draws (low half first); MT19937's raw output is 32-bit.
@@ -78,7 +79,7 @@ def random_source(rounding, rng, sr_bits, random_bits, shape):
             sr_bits = rb.dtype.itemsize * 8
     if sr_bits is None:
         sr_bits = 32
-    if isinstance(sr_bits, bool) or not isinstance(sr_bits, (int, np.integer)) or not 1 <= sr_bits <= 32:
+    if not is_integer(sr_bits) or not 1 <= sr_bits <= 32:
         raise ValueError(f"sr_bits must be an int in 1..32, got {sr_bits!r}")
     if rb is not None:
         try:
@@ -88,7 +89,7 @@ def random_source(rounding, rng, sr_bits, random_bits, shape):
         if rb.size and (rb.min() < 0 or int(rb.max()) >= (1 << sr_bits)):
             raise ValueError(f"random_bits must lie in [0, 2**sr_bits) = [0, {1 << sr_bits})")
         return int(sr_bits), rb, None
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+    if is_integer(rng):
         rng = np.random.default_rng(int(rng))
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator or an int seed, got {type(rng).__name__}")

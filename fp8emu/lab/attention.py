@@ -38,6 +38,7 @@ import numpy as np
 
 from ..attention import RECIPES, attention, get_recipe
 from .inputs import load_data
+from ..interop import is_integer
 
 __all__ = ["attention_study", "make_qkv", "figure_attention", "EXPERIMENTS", "DISTRIBUTIONS",
            "study_table", "attention_error", "figure_data_attention"]
@@ -72,7 +73,7 @@ def make_qkv(distribution, *, heads=1, queries=8, context=1024, head_dim=128, se
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
     for name, val in (("heads", heads), ("queries", queries), ("context", context), ("head_dim", head_dim)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+        if not is_integer(val) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((heads, queries, head_dim)).astype(np.float32)
@@ -160,7 +161,7 @@ def attention_study(*, contexts=(1024, 2048, 4096), queries=8, head_dim=128, exp
         largest over heads; counts: summed).
     """
     contexts = tuple(contexts)
-    if not contexts or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1
+    if not contexts or any(not is_integer(n) or n < 1
                            for n in contexts):
         raise ValueError(f"contexts must be positive integers, got {contexts!r}")
     if list(contexts) != sorted(contexts):
@@ -169,10 +170,10 @@ def attention_study(*, contexts=(1024, 2048, 4096), queries=8, head_dim=128, exp
     if bad:
         raise ValueError(f"unknown experiment or distribution {bad[0]!r}; experiments: {EXPERIMENTS}, "
                          f"distributions: {DISTRIBUTIONS}")
-    if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1 for p in promote_every):
+    if any(not is_integer(p) or p < 1 for p in promote_every):
         raise ValueError(f"promote_every must be positive integers, got {promote_every!r}")
     for name, val in (("queries", queries), ("head_dim", head_dim)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+        if not is_integer(val) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
     cases = _cases(contexts, experiments, distributions, promote_every)
     if client is not None:

@@ -66,6 +66,7 @@ from ..gemm import scaled_mm
 from ..gemm.models import get_model
 from ..scaling import quantize_tensorwise
 from .analysis import Table
+from ..interop import is_integer
 
 __all__ = ["DRIFT_MODELS", "DRIFT_GEMMS", "DRIFT_DISTRIBUTIONS", "STACK_MODELS", "DEFAULT_KS", "k_drift",
            "drift_models", "write_csv", "read_csv", "figure_k_drift", "first_k_above", "guide_block"]
@@ -149,12 +150,12 @@ def _names(value, accepted, what):
 
 
 def _ints(value, what, *, minimum, multiple=1):
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if is_integer(value):
         value = (value,)
     if isinstance(value, str) or not hasattr(value, "__iter__"):
         raise TypeError(f"{what} must be a sequence of integers, got {value!r}")
     value = tuple(value)
-    ok = value and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= minimum
+    ok = value and all(is_integer(v) and v >= minimum
                        and v % multiple == 0 for v in value)
     if not ok:
         need = f"integers >= {minimum}" + (f" and multiples of {multiple}" if multiple > 1 else "")
@@ -233,7 +234,7 @@ def k_drift(ks=DEFAULT_KS, *, models=tuple(DRIFT_MODELS), gemms=tuple(DRIFT_GEMM
     gemms = _names(gemms, tuple(DRIFT_GEMMS), "gemms")
     distributions = _names(distributions, DRIFT_DISTRIBUTIONS, "distributions")
     for v, what in ((m, "m"), (n, "n")):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+        if not is_integer(v) or v < 1:
             raise ValueError(f"{what} must be a positive integer, got {v!r}")
     seeds = _ints(seeds, "seeds", minimum=0)
     chosen = {k: v for k, v in drift_models(split_k).items() if k in models}

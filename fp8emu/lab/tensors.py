@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import readers
+from ..interop import is_integer
 
 __all__ = ["TensorRef", "discover", "chunk_ranges"]
 
@@ -261,7 +262,7 @@ def chunk_ranges(ref: TensorRef, chunk_elems: int) -> list:
     per_index = math.prod(shape[1:])
     rows_per_index = math.prod(shape[1:-1])
     unit = 128 // math.gcd(rows_per_index, 128) if rows_per_index else 1
-    if isinstance(chunk_elems, bool) or not isinstance(chunk_elems, (int, np.integer)) or chunk_elems < 1:
+    if not is_integer(chunk_elems) or chunk_elems < 1:
         raise ValueError(f"chunk_elems must be a positive integer, got {chunk_elems!r}")
     step = max(unit, (int(chunk_elems) // max(per_index, 1)) // unit * unit)
     if step >= shape[0]:

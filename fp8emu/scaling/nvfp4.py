@@ -6,7 +6,7 @@ import numpy as np
 
 from ..codec import decode, encode
 from ..formats import get_format
-from ..interop import real_values
+from ..interop import real_values, is_integer
 from . import torchao_variants as torchao
 from .hadamard import rht
 from .ms_eden import ms_eden_nvfp4
@@ -37,7 +37,7 @@ def _scale_options(scale_format, scale_max, block_size):
             or scale_max not in accepted:
         raise ValueError(f"scale_max must be {' or '.join(f'{v:g}' for v in accepted)} for "
                          f"{scale_format} block scales, got {scale_max!r}")
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) \
+    if not is_integer(block_size) \
             or block_size not in FP4_BLOCK_SIZES:
         raise ValueError(f"block_size must be one of {FP4_BLOCK_SIZES}, got {block_size!r}")
     return get_format(scale_format), float(scale_max), int(block_size)

@@ -127,6 +127,7 @@ from ..codec import decode, encode
 from ..formats import get_format
 from .hadamard import RHT_SIZE, hadamard_matrix, TE_WGRAD_SIGNS
 from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32
+from ..interop import is_integer
 
 __all__ = ["NVFP4Quantizer", "quantize_nvfp4_te", "TE_COMMIT", "TE_4OVER6_ERR_MODES", "QUARTET2_COMMIT"]
 
@@ -467,7 +468,7 @@ def quantize_nvfp4_te(x, quantizer: NVFP4Quantizer | None = None, *, axis=-1, gl
     if q.with_2d_quantization and xf.ndim != 2:
         raise ValueError("with_2d_quantization needs a 2-D array (TE tiles the (M, N) view; "
                          "reshape to 2-D first)")
-    ax = axis if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) else None
+    ax = axis if is_integer(axis) else None
     if ax is None or not -xf.ndim <= ax < xf.ndim:
         raise ValueError(f"axis {axis!r} is out of range for an array of {xf.ndim} dimensions")
     ax = int(ax) % xf.ndim

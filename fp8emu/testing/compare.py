@@ -22,7 +22,7 @@ import numpy as np
 from ..codec import decode, encode
 from ..describe import code_bits
 from ..formats import get_format
-from ..interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
+from ..interop import ML_NARROW_DTYPES, narrow_codes, to_numpy, is_integer
 from ..tables import SOURCE_DTYPES
 
 __all__ = ["Comparison", "compare_codes", "to_codes", "assert_fp8_equal", "UlpComparison", "compare_ulp",
@@ -385,7 +385,7 @@ class UlpComparison:
 
 def _count(value, what):
     """A count option: a non-negative int (2.5 or True is refused, not truncated)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+    if not is_integer(value) or value < 0:
         raise ValueError(f"{what} must be a non-negative integer, got {value!r}")
     return int(value)
 
@@ -443,7 +443,7 @@ def compare_ulp(actual, expected, dtype, *, max_ulp=0, n_worst=10) -> UlpCompari
     key = dtype if isinstance(dtype, str) else np.dtype(dtype).name
     if key not in SOURCE_DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}; accepted: {', '.join(SOURCE_DTYPES)}")
-    if not isinstance(max_ulp, (int, np.integer)) or isinstance(max_ulp, bool) or max_ulp < 0:
+    if not is_integer(max_ulp) or max_ulp < 0:
         raise ValueError(f"max_ulp must be a non-negative integer, got {max_ulp!r}")
     n_worst = _count(n_worst, "n_worst")
     dt = SOURCE_DTYPES[key]

@@ -58,7 +58,7 @@ from ..readers import read_json, read_npz, read_text
 from ..rounding import ROUNDING_MODES, check_saturation
 from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
 from ..formats import get_format
-from ..interop import narrow_codes
+from ..interop import narrow_codes, is_integer
 from ..gemm import scaled_mm
 
 __all__ = ["FORMAT_VERSION", "SOURCE_DTYPES", "golden_vectors", "save_golden", "load_golden", "c_header",
@@ -180,7 +180,7 @@ def golden_vectors(fmt, *, source_dtype="float32", profile="ocp", rounding="rne"
         if seed is None:
             raise ValueError("stochastic vectors need a seed for their random bits (seed=..., --seed)")
         k = 32 if sr_bits is None else sr_bits
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= 32:
+        if not is_integer(k) or not 1 <= k <= 32:
             raise ValueError(f"sr_bits must be an int in 1..32, got {sr_bits!r}")
         n = x.size
         x = np.tile(x, 4)
