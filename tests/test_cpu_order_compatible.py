@@ -120,6 +120,27 @@ def test_it_is_proven_where_it_was_measured(shape, threads, layout):
     assert MODEL.unproven(*shape, threads, layout) is None
 
 
+@pytest.mark.parametrize("M", [0, 1, 7, 8, 9, 15, 16, 17, 24, 31, 33, 40])
+def test_an_unknown_thread_count_warns_exactly_where_the_tilings_differ(M):
+    import numpy as np
+    for N in range(2, 42):
+        differ = not np.array_equal(mkl_cnr.tile_classes(M, N, 1), mkl_cnr.tile_classes(M, N, 2))
+        why = MODEL.unproven(M, 64, N, None)
+        assert (why is not None and "tile this shape differently" in why) == differ, (M, N)
+
+
+def test_an_unknown_thread_count_on_a_huge_output_builds_no_array():
+    import tracemalloc
+    tracemalloc.start()
+    answers = [MODEL.unproven(40000, 64, 40001, None), MODEL.unproven(40001, 64, 40000, None)]
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # 40001 rows cut as 20000 + 20001: both parts' 4-row tiles end where one thread's do (row 40000);
+    # 40001 columns cut as 20000 + 20001 likewise end their 8-column tiles at column 40000
+    assert answers == [None, None]
+    assert peak < 1 << 20            # two 40000 x 40001 int16 arrays would take 6.4 GB
+
+
 def _pretend(monkeypatch, vendor, mkl_env):
     monkeypatch.setattr(cpu_order, "_torch", lambda: None)
     for var in ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE"):
