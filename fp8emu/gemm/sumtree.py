@@ -288,8 +288,15 @@ class GemmOrder:
 # ---------------------------------------------------------------------- evaluation
 def _operands(x, y):
     """x (M, K) and y (K, N) as float32, or one error: y's rows past K were left out (a silent wrong sum),
-    fewer rows were NumPy's IndexError."""
-    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    fewer rows were NumPy's IndexError.  float16 and bfloat16 are exact in float32; another dtype is
+    refused (a cast rounded float64, overflowed 1e39 to Inf, dropped a complex part and parsed strings)."""
+    x, y = np.asarray(x), np.asarray(y)
+    for what, a in (("x", x), ("y", y)):
+        if a.dtype.name not in ("float32", "float16", "bfloat16"):
+            raise TypeError(f"{what} must be float32 (float16 and bfloat16 are taken exactly), got {a.dtype}: "
+                            "a float32 GEMM's sum tree adds float32 products; convert it (.astype(np.float32)) "
+                            "if that rounding is meant")
+    x, y = x.astype(np.float32, copy=False), y.astype(np.float32, copy=False)
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
         raise ValueError(f"x @ y needs x (M, K) and y (K, N) of one K, got shapes {x.shape} and {y.shape}")
     return x, y
