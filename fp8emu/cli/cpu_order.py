@@ -46,19 +46,22 @@ def _check_probe_memory(M, K, N, available):
 
 
 def _shape(text):
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text.strip())
-    if m and max(len(v) for v in m.groups()) > 30:
+    shown = repr(text) if len(text) <= 60 else repr(text[:40]) + "..."      # one short line, whatever was given
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text.strip(), re.ASCII)      # ASCII: "٠" is no zero to lstrip
+    # leading zeros are no size: 0...04 of 33 digits is 4 (it was called "past what is described")
+    digits = max(len(v.lstrip("0")) for v in m.groups()) if m else 0
+    if digits > 30:
         # past every bound below; int() of over 4300 digits was Python's "use sys.set_int_max_str_digits()"
-        raise ValueError(f"a size of {max(len(v) for v in m.groups())} digits is past what is described (K up to "
-                         f"2**20, M x N below 2**62), got {text[:40]!r}...")
-    if not m or min(int(v) for v in m.groups()) < 1:
-        raise ValueError(f"a shape is MxKxN with positive integers (e.g. 64x512x64), got {text!r}")
-    M, K, N = (int(v) for v in m.groups())
+        raise ValueError(f"a size of {digits} digits is past what is described (K up to "
+                         f"2**20, M x N below 2**62), got {shown}")
+    if not m or min(int(v.lstrip("0") or "0") for v in m.groups()) < 1:
+        raise ValueError(f"a shape is MxKxN with positive integers (e.g. 64x512x64), got {shown}")
+    M, K, N = (int(v.lstrip("0") or "0") for v in m.groups())
     if K > MAX_K:
-        raise ValueError(f"K up to {MAX_K} (2**20) is described, got {text!r}")
+        raise ValueError(f"K up to {MAX_K} (2**20) is described, got {shown}")
     if M * N > MAX_OUTPUTS:
         raise ValueError(f"M x N = {M * N:.3g} outputs is more than an array indexes (2**62 - 1: an order holds an "
-                         f"int16 tree index per output), got {text!r}")
+                         f"int16 tree index per output), got {shown}")
     return M, K, N
 
 
