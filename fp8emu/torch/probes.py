@@ -287,7 +287,7 @@ def capture(model, loss_fn) -> tuple:
     called more than once in the forward (its gradients would be summed over the calls), two called
     layers sharing one weight (tied: the same sum), a layer whose weight reaches the loss outside the
     layer too (tied to an embedding, or in a penalty of ``loss_fn``: the same sum), a layer
-    whose output does not reach the loss and a layer whose weight needs no gradient (frozen: it has
+    run with autograd off inside the forward, a layer whose output does not reach the loss and a layer whose weight needs no gradient (frozen: it has
     no wgrad); a TypeError a layer that runs in float64 (float32 would round what it records).
     """
     if not isinstance(model, nn.Module):
@@ -324,7 +324,8 @@ def capture(model, loss_fn) -> tuple:
                                    "before the product; capture records the operands as the layer holds them: "
                                    "run loss_fn without autocast (model.to(dtype) for a low-precision model)")
             rec = seen[name] = {"x": _np32(_rows(x), f"the input of layer {name!r}"),
-                                "y": _np32(_rows(out), f"the output of layer {name!r}")}
+                                "y": _np32(_rows(out), f"the output of layer {name!r}"),
+                                "grad_mode": torch.is_grad_enabled()}
             if x.requires_grad:
                 x.register_hook(lambda g: rec.__setitem__("dx", _np32(_rows(g))))
             if out.requires_grad:     # not under no_grad (torch refuses a hook there); the checks below name it
@@ -361,6 +362,11 @@ def capture(model, loss_fn) -> tuple:
         if not mod.weight.requires_grad:
             raise ValueError(f"the weight of layer {name!r} needs no gradient (frozen), so it has no wgrad to "
                              "probe; call requires_grad_(True) on it for the probe")
+        if not r["grad_mode"]:
+            # the output may well reach the loss's value: "does not reach the loss" was false here
+            raise ValueError(f"layer {name!r} ran with autograd off (under torch.no_grad() or torch.inference_mode() "
+                             "inside the model's forward or loss_fn), so it has no gradients: a probe needs autograd "
+                             "on for every layer it calls")
         if "dy" not in r or mod.weight.grad is None:
             raise ValueError(f"layer {name!r} ran in the forward but its output does not reach the loss (no "
                              "output gradient): a probe needs every layer it calls on the loss's path")
