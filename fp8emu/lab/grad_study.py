@@ -44,9 +44,14 @@ TABLES = ("probes", "bias", "draws", "operands", "ksweep", "widths", "spike", "f
 
 def compare(a, ref) -> dict:
     """``rel_err``, ``cosine`` and ``shrink`` of ``a`` against ``ref`` (float64; NaN for a zero reference)."""
+    shapes = np.shape(a), np.shape(ref)
     a, r = _real(a, "compare"), _real(ref, "compare")
     if a.shape != r.shape:
         raise ValueError(f"compare: shapes differ ({a.size} against {r.size} elements)")
+    # the shapes as given (axes of length 1 aside): compared flattened, a (2, 3) array against a (3, 2)
+    # reference (a transposed gradient) passed and was measured element by element in the wrong pairing
+    if tuple(d for d in shapes[0] if d != 1) != tuple(d for d in shapes[1] if d != 1):
+        raise ValueError(f"compare: shapes differ ({shapes[0]} against the reference's {shapes[1]})")
     rr = _dot(r, r)
     if rr == 0 or not np.all(np.isfinite(a)):
         return {"rel_err": math.nan, "cosine": math.nan, "shrink": math.nan}
