@@ -708,9 +708,19 @@ def check_order(order, mm, M, K, N, *, trials=2, seed=1):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     bad = 0
     for a, b in _trials(M, K, N, trials, seed):
-        want = np.asarray(mm(a, b), np.float32)
-        if want.shape != (M, N):
-            raise ValueError(f"the checked GEMM returned shape {want.shape}, expected {(M, N)}")
+        raw = np.asarray(mm(a, b))
+        if raw.shape != (M, N):
+            raise ValueError(f"the checked GEMM returned shape {raw.shape}, expected {(M, N)}")
+        # a cast to float32 dropped a complex answer's imaginary part, parsed strings and rounded wider floats
+        # into values the GEMM did not return: the order then "held" against made-up outputs
+        if raw.dtype.kind != "f":
+            raise TypeError(f"the checked GEMM returned {raw.dtype} values; check_order compares the float32 "
+                            "results of a float32 GEMM")
+        want = raw.astype(np.float32)
+        if raw.dtype != np.float32 and not np.array_equal(want.astype(np.float64), raw.astype(np.float64),
+                                                          equal_nan=True):
+            raise ValueError(f"the checked GEMM returned {raw.dtype} values that are not float32 values; "
+                             "check_order compares the float32 results of a float32 GEMM")
         got = evaluate_order(order, a, b)
         bad += int(np.sum((got.view(np.int32) != want.view(np.int32)) & ~(np.isnan(got) & np.isnan(want))))
     return bad
