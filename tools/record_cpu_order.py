@@ -101,6 +101,9 @@ def _out(text):
     folder = os.path.dirname(os.path.abspath(text))
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+    # abspath drops a trailing separator: 'new/' passed, and open() failed with "Is a directory" after the survey
+    if text.endswith((os.sep, os.altsep or os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} ends with {text[-1]!r}, a folder's name; give a file name")
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
     try:        # a folder that takes no new file (/proc, a read-only mount) failed only after the survey

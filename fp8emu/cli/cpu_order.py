@@ -45,20 +45,39 @@ def _check_probe_memory(M, K, N, available):
                          "FP8EMU_CPU_ORDER=<a recorded model> to describe without probing")
 
 
+#: The most products a probe's first round may take.  Its first question is which terms join term 0
+#: first: one product answers it for at most max(M, N) other terms (one per output of a row or column),
+#: so that round alone takes ceil((K - 1) / max(M, N)) products, each writing the M x K and K x N operands
+#: (1x8000x1: 7999 products, 11 s; 1x131072x1 had not finished after 15 minutes).
+MAX_PROBE_PRODUCTS = 1 << 13
+
+
+def _check_probe_work(M, K, N):
+    least = -(-(K - 1) // max(M, N))
+    if least > MAX_PROBE_PRODUCTS:
+        raise ValueError(f"probing {M}x{K}x{N} takes at least {least:,} products of that size (its first round "
+                         f"asks about K - 1 = {K - 1:,} terms, at most max(M, N) = {max(M, N):,} per product; "
+                         f"{MAX_PROBE_PRODUCTS:,} are allowed): give a larger M or N or a smaller K, or "
+                         "FP8EMU_CPU_ORDER=<a recorded model> to describe without probing")
+
+
 def _shape(text):
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text.strip())
-    if m and max(len(v) for v in m.groups()) > 30:
+    shown = repr(text) if len(text) <= 60 else repr(text[:40]) + "..."      # one short line, whatever was given
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text.strip(), re.ASCII)      # ASCII: "٠" is no zero to lstrip
+    # leading zeros are no size: 0...04 of 33 digits is 4 (it was called "past what is described")
+    digits = max(len(v.lstrip("0")) for v in m.groups()) if m else 0
+    if digits > 30:
         # past every bound below; int() of over 4300 digits was Python's "use sys.set_int_max_str_digits()"
-        raise ValueError(f"a size of {max(len(v) for v in m.groups())} digits is past what is described (K up to "
-                         f"2**20, M x N below 2**62), got {text[:40]!r}...")
-    if not m or min(int(v) for v in m.groups()) < 1:
-        raise ValueError(f"a shape is MxKxN with positive integers (e.g. 64x512x64), got {text!r}")
-    M, K, N = (int(v) for v in m.groups())
+        raise ValueError(f"a size of {digits} digits is past what is described (K up to "
+                         f"2**20, M x N below 2**62), got {shown}")
+    if not m or min(int(v.lstrip("0") or "0") for v in m.groups()) < 1:
+        raise ValueError(f"a shape is MxKxN with positive integers (e.g. 64x512x64), got {shown}")
+    M, K, N = (int(v.lstrip("0") or "0") for v in m.groups())
     if K > MAX_K:
-        raise ValueError(f"K up to {MAX_K} (2**20) is described, got {text!r}")
+        raise ValueError(f"K up to {MAX_K} (2**20) is described, got {shown}")
     if M * N > MAX_OUTPUTS:
         raise ValueError(f"M x N = {M * N:.3g} outputs is more than an array indexes (2**62 - 1: an order holds an "
-                         f"int16 tree index per output), got {text!r}")
+                         f"int16 tree index per output), got {shown}")
     return M, K, N
 
 
@@ -109,6 +128,7 @@ def run(args) -> int:
         available = _available_bytes()
         for M, K, N in shapes:
             _check_probe_memory(M, K, N, available)
+            _check_probe_work(M, K, N)
     if args.json:
         rows = []
         for M, K, N in shapes:

@@ -192,6 +192,9 @@ def _check_out(out: Path):
     for p in [q for q in reversed(out.parents) if str(q) not in ("", ".")] + [out]:
         if p.exists() and not p.is_dir():
             raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a file; give a folder (created if missing)")
+        if p.is_symlink() and not p.exists():      # mkdir said "[Errno 17] File exists" of what does not exist
+            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a symbolic link to nothing (dangling, or a loop); "
+                             "give a folder (created if missing)")
     # the report's files too: a folder at report.md was "[Errno 21] Is a directory" after every cell had run
     files = [f"{t}.csv" for t in report.TABLES] + ["findings.csv", "provenance.csv", "report.md", "report.html"]
     for name, folder in (("cells", True), ("figures", True), ("study.json", False), *((f, False) for f in files)):

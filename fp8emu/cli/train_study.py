@@ -293,6 +293,10 @@ def run(args) -> int:
     out = Path(args.out or (DEFAULT_OUT + ("-forks" if cfg.train.fork_at else "") + ("-quick" if args.quick else "")))
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {str(out)!r} is a file; give a folder (created if missing)")
+    for p in [out, *out.parents]:
+        if p.is_symlink() and not p.exists():      # mkdir said "[Errno 17] File exists" of what does not exist
+            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a symbolic link to nothing (dangling, or a loop); "
+                             "give a folder (created if missing)")
     # what the study writes in --out, checked before any run: a folder at report.md was "[Errno 21] Is a
     # directory" after every run had trained
     for name in ("runs", "models", "figures", "study.json", "runs.csv", "curves.csv", "gaps.csv", "diagnostics.csv",

@@ -128,11 +128,15 @@ class RecordedModel:
 
     def splits_k(self, M, K, N, threads):
         """Whether MKL gives each of two threads half of K (the rule as measured)."""
+        # "2" or None read as one thread (another order, silently); order_for passes 1 for an unknown count
+        if not is_integer(threads) or threads < 1:
+            raise ValueError(f"threads must be a positive integer (torch's thread count), got {threads!r}")
         return threads == 2 and K > 2 * self.kc and M * K * N > self.split_macs
 
     def tree(self, M, K, N, threads=1):
         """The :class:`SumTree` of one output."""
         if K == 0:      # an empty product sums nothing (sgemm returns zeros before using an order): a placeholder
+            self.splits_k(M, K, N, threads)          # threads checked all the same
             return SumTree.blocks([0, 1])
         if self.splits_k(M, K, N, threads):
             h = -(-K // 2)

@@ -45,6 +45,7 @@ import dataclasses
 
 import numpy as np
 
+from ..interop import is_integer
 from .sumtree import GemmOrder, SumTree
 
 __all__ = ["CompatibleModel", "MODEL", "block_tree", "edge_tree", "chain_tree", "tile_classes"]
@@ -127,6 +128,10 @@ def _part_present(M, N, m_min=8, m_tile=4, n_tile=8):
 def _parts(M, N, threads):
     """The parts of C the threads compute, and the axis they are stacked along: two threads cut the
     longer side, the first part floor(half) long."""
+    # None, 0, 2.5 or "2" tiled as two threads, True as one (order_for takes None for an unknown count and
+    # passes 1): each another order, silently
+    if not is_integer(threads) or threads < 1:
+        raise ValueError(f"threads must be a positive integer (torch's thread count), got {threads!r}")
     if threads == 1:
         return [(M, N)], 0
     if M >= N:

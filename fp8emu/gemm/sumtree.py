@@ -288,8 +288,15 @@ class GemmOrder:
 # ---------------------------------------------------------------------- evaluation
 def _operands(x, y):
     """x (M, K) and y (K, N) as float32, or one error: y's rows past K were left out (a silent wrong sum),
-    fewer rows were NumPy's IndexError."""
-    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    fewer rows were NumPy's IndexError.  float16 and bfloat16 are exact in float32; another dtype is
+    refused (a cast rounded float64, overflowed 1e39 to Inf, dropped a complex part and parsed strings)."""
+    x, y = np.asarray(x), np.asarray(y)
+    for what, a in (("x", x), ("y", y)):
+        if a.dtype.name not in ("float32", "float16", "bfloat16"):
+            raise TypeError(f"{what} must be float32 (float16 and bfloat16 are taken exactly), got {a.dtype}: "
+                            "a float32 GEMM's sum tree adds float32 products; convert it (.astype(np.float32)) "
+                            "if that rounding is meant")
+    x, y = x.astype(np.float32, copy=False), y.astype(np.float32, copy=False)
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
         raise ValueError(f"x @ y needs x (M, K) and y (K, N) of one K, got shapes {x.shape} and {y.shape}")
     return x, y
@@ -711,9 +718,19 @@ def check_order(order, mm, M, K, N, *, trials=2, seed=1):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     bad = 0
     for a, b in _trials(M, K, N, trials, seed):
-        want = np.asarray(mm(a, b), np.float32)
-        if want.shape != (M, N):
-            raise ValueError(f"the checked GEMM returned shape {want.shape}, expected {(M, N)}")
+        raw = np.asarray(mm(a, b))
+        if raw.shape != (M, N):
+            raise ValueError(f"the checked GEMM returned shape {raw.shape}, expected {(M, N)}")
+        # a cast to float32 dropped a complex answer's imaginary part, parsed strings and rounded wider floats
+        # into values the GEMM did not return: the order then "held" against made-up outputs
+        if raw.dtype.kind != "f":
+            raise TypeError(f"the checked GEMM returned {raw.dtype} values; check_order compares the float32 "
+                            "results of a float32 GEMM")
+        want = raw.astype(np.float32)
+        if raw.dtype != np.float32 and not np.array_equal(want.astype(np.float64), raw.astype(np.float64),
+                                                          equal_nan=True):
+            raise ValueError(f"the checked GEMM returned {raw.dtype} values that are not float32 values; "
+                             "check_order compares the float32 results of a float32 GEMM")
         got = evaluate_order(order, a, b)
         bad += int(np.sum((got.view(np.int32) != want.view(np.int32)) & ~(np.isnan(got) & np.isnan(want))))
     return bad

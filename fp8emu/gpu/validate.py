@@ -36,7 +36,7 @@ import numpy as np
 
 from ..codec import encode
 from ..formats import get_format
-from ..interop import narrow_codes, to_numpy
+from ..interop import is_integer, narrow_codes, to_numpy
 from ..tables import SOURCE_DTYPES
 from ..testing import scaled_mm_cases
 
@@ -120,6 +120,13 @@ def gpu_available():
     return True, torch
 
 
+def _check_limit(limit):
+    # 0 or -5 swept nothing and the case said "ok" with 0 inputs; 2.5 and "3" were truncated and parsed
+    if limit is not None and (not is_integer(limit) or limit < 1):
+        raise ValueError(f"limit must be None (every pattern) or a positive integer (the first N "
+                         f"patterns), got {limit!r}")
+
+
 def source_chunks(source, limit=None, chunk_bits=24):
     """Every bit pattern of ``source`` (or the first ``limit``) as arrays of that dtype, in order.
 
@@ -130,6 +137,7 @@ def source_chunks(source, limit=None, chunk_bits=24):
     >>> next(source_chunks("float32", limit=3)).view("u4").tolist()
     [0, 1, 2]
     """
+    _check_limit(limit)
     dt = SOURCE_DTYPES[source]
     total = 1 << (dt.itemsize * 8)
     if limit is not None:
@@ -155,6 +163,7 @@ def check_cast(case: CastCase, *, limit=None, chunk_bits=24, n_examples=5, on_ch
     >>> r.status, r.inputs, r.mismatches
     ('ok', 65536, 0)
     """
+    _check_limit(limit)        # here, not inside the try below, where it was reported as a failed case
     name = f"{case.source}->{case.format}" + (f" ({case.rounding})" if case.rounding != "rne" else "")
     res = CaseResult(case.library, "cast", name, case.profile)
     if case.cast is None:
@@ -327,6 +336,7 @@ def run(cast_cases, mm=None, *, limit=None, chunk_bits=24, out=print, mm_options
     ``limit``: cast only the first ``limit`` float32 patterns (the float16 and bfloat16 sources are
     always swept whole).  ``progress`` shows how many inputs have been compared on stderr.
     """
+    _check_limit(limit)
     bar = None
 
     def cap(c):

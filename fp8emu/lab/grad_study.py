@@ -44,9 +44,14 @@ TABLES = ("probes", "bias", "draws", "operands", "ksweep", "widths", "spike", "f
 
 def compare(a, ref) -> dict:
     """``rel_err``, ``cosine`` and ``shrink`` of ``a`` against ``ref`` (float64; NaN for a zero reference)."""
+    shapes = np.shape(a), np.shape(ref)
     a, r = _real(a, "compare"), _real(ref, "compare")
     if a.shape != r.shape:
         raise ValueError(f"compare: shapes differ ({a.size} against {r.size} elements)")
+    # the shapes as given (axes of length 1 aside): compared flattened, a (2, 3) array against a (3, 2)
+    # reference (a transposed gradient) passed and was measured element by element in the wrong pairing
+    if tuple(d for d in shapes[0] if d != 1) != tuple(d for d in shapes[1] if d != 1):
+        raise ValueError(f"compare: shapes differ ({shapes[0]} against the reference's {shapes[1]})")
     rr = _dot(r, r)
     if rr == 0 or not np.all(np.isfinite(a)):
         return {"rel_err": math.nan, "cosine": math.nan, "shrink": math.nan}
@@ -459,9 +464,29 @@ def write_csv(path, rows, columns=None):
 
 
 def read_csv(path) -> list:
-    """Rows of a CSV written by :func:`write_csv`, values as strings (the finding rules convert)."""
+    """Rows of a CSV written by :func:`write_csv`, values as strings (the finding rules convert).
+
+    A header naming a column twice and a row whose field count is not the header's are refused with
+    the file (and line): ``csv.DictReader`` kept the last of two columns of one name (finding (d) read
+    the second ``accum_err``) and filled a short row with None."""
     with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return []
+        twice = sorted({k for k in header if header.count(k) > 1})
+        if twice:
+            raise ValueError(f"{path}: the header names column {twice[0]!r} more than once; a study CSV names "
+                             "each column once")
+        rows = []
+        for row in reader:
+            if not row:                      # a blank line (csv.DictReader skipped these too)
+                continue
+            if len(row) != len(header):
+                raise ValueError(f"{path}, line {reader.line_num}: {len(row)} fields where the header names "
+                                 f"{len(header)}")
+            rows.append(dict(zip(header, row)))
+        return rows
 
 
 def read_tables(folder) -> dict:

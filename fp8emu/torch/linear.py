@@ -269,6 +269,18 @@ class EmulatedLinear(nn.Module):
         with _acting_as(self, *state.resolve(self)):
             return self._forward(x)
 
+    def _check_fits_float32(self, x):
+        """A float64 input is computed in float32: a finite value beyond float32's range became Inf there, and
+        the recipe then gave finite garbage (te-current: outputs near 864 for inputs near 1e39) or NaN."""
+        x = x.detach()
+        over = torch.isfinite(x) & torch.isinf(x.to(torch.float32))      # float32 rounding decides, not a bound
+        if bool(over.any()):
+            raise ValueError(f"layer {self.layer_name!r}: input overflows float32, the type the layer computes "
+                             f"in: {int(over.sum())} finite float64 value(s) round to Inf in float32 (its largest "
+                             f"finite value is {torch.finfo(torch.float32).max!r}; largest magnitude given "
+                             f"{float(x[over].abs().max()):.6g}); scale the input, or leave the "
+                             "layer out of the emulation (module_filter_fn) to run it in float64")
+
     def _forward(self, x):
         if COMPILED_FORWARD is not None and torch.compiler.is_compiling():
             # Dynamo started tracing here (it skips a frame that raised once and compiles the frames it
@@ -278,6 +290,8 @@ class EmulatedLinear(nn.Module):
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
             x = x.to(torch.get_autocast_dtype(dev))
+        if x.dtype == torch.float64:
+            self._check_fits_float32(x)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         if x2.shape[0] == 0:                # no tokens: nn.Linear's empty output (and zero gradients)

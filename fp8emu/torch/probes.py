@@ -249,6 +249,35 @@ def _linears(model):
             if isinstance(m, (nn.Linear, EmulatedLinear, _QATLinear)) and n not in inner}
 
 
+def _check_own_weights(loss, called):
+    """One error naming a called layer whose weight reaches the loss by a path outside its calls.
+
+    ``.grad`` sums every path: an embedding tied to the layer (a GPT's ``lm_head``) or a penalty on the
+    weight in ``loss_fn`` added its gradient to the layer's wgrad, which capture returned as ``dw``.  The
+    weight's paths are the edges into its gradient accumulator in the loss's graph, one per call."""
+    calls = {}
+    for mod in called.values():
+        calls[id(mod.weight)] = calls.get(id(mod.weight), 0) + 1
+    paths = dict.fromkeys(calls, 0)
+    seen, stack = set(), [loss.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        for nxt, _ in fn.next_functions:
+            if nxt is not None:
+                key = id(getattr(nxt, "variable", None))
+                if key in paths:
+                    paths[key] += 1
+                stack.append(nxt)
+    for name, mod in called.items():
+        if paths[id(mod.weight)] > calls[id(mod.weight)]:
+            raise ValueError(f"the weight of layer {name!r} reaches the loss outside the layer too (tied to an "
+                             "embedding, or used in loss_fn), so its gradient is more than the layer's wgrad; a "
+                             "probe needs a weight that only its layer uses (untie it for the probe)")
+
+
 def capture(model, loss_fn) -> tuple:
     """One forward and backward of ``loss_fn(model)`` with every linear layer's operands and results.
 
@@ -256,8 +285,9 @@ def capture(model, loss_fn) -> tuple:
     does not call is left out).  ``loss_fn(model)`` must return a scalar tensor.  The parameters'
     ``.grad`` are cleared first (and hold this backward's gradients after).  A ValueError names a layer
     called more than once in the forward (its gradients would be summed over the calls), two called
-    layers sharing one weight (tied: the same sum), a layer
-    whose output does not reach the loss and a layer whose weight needs no gradient (frozen: it has
+    layers sharing one weight (tied: the same sum), a layer whose weight reaches the loss outside the
+    layer too (tied to an embedding, or in a penalty of ``loss_fn``: the same sum), a layer
+    run with autograd off inside the forward, a layer whose output does not reach the loss and a layer whose weight needs no gradient (frozen: it has
     no wgrad); a TypeError a layer that runs in float64 (float32 would round what it records).
     """
     if not isinstance(model, nn.Module):
@@ -294,7 +324,8 @@ def capture(model, loss_fn) -> tuple:
                                    "before the product; capture records the operands as the layer holds them: "
                                    "run loss_fn without autocast (model.to(dtype) for a low-precision model)")
             rec = seen[name] = {"x": _np32(_rows(x), f"the input of layer {name!r}"),
-                                "y": _np32(_rows(out), f"the output of layer {name!r}")}
+                                "y": _np32(_rows(out), f"the output of layer {name!r}"),
+                                "grad_mode": torch.is_grad_enabled()}
             if x.requires_grad:
                 x.register_hook(lambda g: rec.__setitem__("dx", _np32(_rows(g))))
             if out.requires_grad:     # not under no_grad (torch refuses a hook there); the checks below name it
@@ -314,6 +345,7 @@ def capture(model, loss_fn) -> tuple:
         if not loss.requires_grad:        # torch's own "element 0 of tensors does not require grad"
             raise ValueError("loss_fn returned a loss that does not depend on the model's parameters (it needs no "
                              "gradient: detached, or computed under no_grad); capture needs its backward")
+        _check_own_weights(loss, {n: m for n, m in layers.items() if n in seen})
         loss.backward()
     finally:
         for h in handles:
@@ -330,6 +362,11 @@ def capture(model, loss_fn) -> tuple:
         if not mod.weight.requires_grad:
             raise ValueError(f"the weight of layer {name!r} needs no gradient (frozen), so it has no wgrad to "
                              "probe; call requires_grad_(True) on it for the probe")
+        if not r["grad_mode"]:
+            # the output may well reach the loss's value: "does not reach the loss" was false here
+            raise ValueError(f"layer {name!r} ran with autograd off (under torch.no_grad() or torch.inference_mode() "
+                             "inside the model's forward or loss_fn), so it has no gradients: a probe needs autograd "
+                             "on for every layer it calls")
         if "dy" not in r or mod.weight.grad is None:
             raise ValueError(f"layer {name!r} ran in the forward but its output does not reach the loss (no "
                              "output gradient): a probe needs every layer it calls on the loss's path")
