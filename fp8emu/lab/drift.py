@@ -66,6 +66,7 @@ from ..gemm import scaled_mm
 from ..gemm.models import get_model
 from ..scaling import quantize_tensorwise
 from .analysis import Table
+from .store import read_rows
 from ..interop import is_integer
 
 __all__ = ["DRIFT_MODELS", "DRIFT_GEMMS", "DRIFT_DISTRIBUTIONS", "STACK_MODELS", "DEFAULT_KS", "k_drift",
@@ -292,8 +293,7 @@ def read_csv(path) -> Table:
     >>> back.rows() == t.rows()
     True
     """
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_rows(path, kind="k_drift CSV")
     if not rows or tuple(rows[0]) != COLUMNS:
         raise ValueError(f"{path}: not a k_drift CSV (expected the columns {', '.join(COLUMNS)})")
     conv = {c: int for c in _INT_COLUMNS} | {c: float for c in _FLOAT_COLUMNS}

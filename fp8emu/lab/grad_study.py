@@ -24,7 +24,6 @@ Examples
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import math
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .report import png_bytes
-from .store import write_rows
+from .store import read_rows, write_rows
 
 __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "spike_summary",
            "write_csv", "read_csv", "read_tables", "write_report", "guide_table", "readme_block", "pair_summary", "TABLES",
@@ -464,29 +463,10 @@ def write_csv(path, rows, columns=None):
 
 
 def read_csv(path) -> list:
-    """Rows of a CSV written by :func:`write_csv`, values as strings (the finding rules convert).
-
-    A header naming a column twice and a row whose field count is not the header's are refused with
-    the file (and line): ``csv.DictReader`` kept the last of two columns of one name (finding (d) read
-    the second ``accum_err``) and filled a short row with None."""
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            return []
-        twice = sorted({k for k in header if header.count(k) > 1})
-        if twice:
-            raise ValueError(f"{path}: the header names column {twice[0]!r} more than once; a study CSV names "
-                             "each column once")
-        rows = []
-        for row in reader:
-            if not row:                      # a blank line (csv.DictReader skipped these too)
-                continue
-            if len(row) != len(header):
-                raise ValueError(f"{path}, line {reader.line_num}: {len(row)} fields where the header names "
-                                 f"{len(header)}")
-            rows.append(dict(zip(header, row)))
-        return rows
+    """Rows of a CSV written by :func:`write_csv`, values as strings (the finding rules convert);
+    refused as every study CSV is (:func:`fp8emu.lab.store.read_rows`: a column named twice made
+    finding (d) read the second ``accum_err``)."""
+    return read_rows(path, kind="grad-study CSV")
 
 
 def read_tables(folder) -> dict:

@@ -26,12 +26,12 @@ Examples
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 import numpy as np
 
+from .store import read_rows
 from .lm_study import CONTRASTS, run_label, md_table, read_study_csv, contrast, gap_stats, identical_results, joint_analysis
 
 __all__ = ["FP32", "RECIPE", "MEASURES", "measure_rows", "paired_gaps", "fork_gap_rows", "resolution", "fork_info",
@@ -318,8 +318,7 @@ def _infer_ratio(scratch_folder) -> str:
 
 
 def _n_params(folder) -> str:
-    with open(Path(folder) / "provenance.csv", newline="", encoding="utf-8") as f:
-        prov = {r["item"]: r["value"] for r in csv.DictReader(f)}
+    prov = {r["item"]: r["value"] for r in read_rows(Path(folder) / "provenance.csv")}
     return f"{int(prov['n_params']) / 1000:.0f}k"
 
 

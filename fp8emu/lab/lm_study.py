@@ -26,7 +26,6 @@ Examples
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import math
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .report import png_bytes
-from .store import write_rows
+from .store import read_rows, write_rows
 
 __all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "how_to_read",
            "guide_tables", "T975",
@@ -755,7 +754,7 @@ def read_study_csv(path) -> list:
     >>> read_study_csv(f)
     [{'recipe': 'bf16', 'seed': 0, 'loss': 1.5}, {'recipe': 'te-delayed', 'seed': 0, 'loss': nan}]
     """
-    def conv(k, v, line):
+    def conv(k, v):
         if k in _TEXT_COLUMNS:
             return v
         if v == "":
@@ -767,25 +766,8 @@ def read_study_csv(path) -> list:
         try:
             return float(v)
         except ValueError:
-            raise ValueError(f"{path}, line {line}: column {k!r} holds {v!r}, which is not a number") from None
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            return []
-        twice = sorted({k for k in header if header.count(k) > 1})
-        if twice:
-            raise ValueError(f"{path}: the header names column {twice[0]!r} more than once; a study CSV names "
-                             "each column once")
-        rows = []
-        for row in reader:
-            if not row:                      # a blank line (csv.DictReader skips these too)
-                continue
-            if len(row) != len(header):
-                raise ValueError(f"{path}, line {reader.line_num}: {len(row)} fields where the header names "
-                                 f"{len(header)}")
-            rows.append({k: conv(k, v, reader.line_num) for k, v in zip(header, row)})
-        return rows
+            raise ValueError(f"column {k!r} holds {v!r}, which is not a number") from None
+    return read_rows(path, convert=conv)
 
 
 #: Study CSV columns that hold text (every other column holds numbers).

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import math
 import os
@@ -25,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["json_safe", "json_restore", "digest", "atomic_write", "csv_value", "write_rows"]
+from .. import readers
+
+__all__ = ["json_safe", "json_restore", "digest", "atomic_write", "csv_value", "write_rows", "read_rows"]
 
 
 def json_safe(obj):
@@ -97,3 +100,49 @@ def write_rows(path, rows, columns):
         w.writerow(columns)
         for row in rows:
             w.writerow([csv_value(row.get(c)) for c in columns])
+
+
+def read_rows(path, *, convert=None, kind="study CSV") -> list:
+    """The rows of a CSV that :func:`write_rows` wrote, as dicts keyed by its header.
+
+    Every study's CSV is read here, so each is refused the same way, with the file (and line): a path
+    that is not a regular file or not UTF-8 text (:func:`fp8emu.readers.read_text`), a header naming a
+    column twice (which of the two would a reader keep?), a row whose field count is not the
+    header's, and what ``convert(column, text)`` refuses with a ValueError.  Blank lines are skipped.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> f = os.path.join(tempfile.mkdtemp(), "t.csv")
+    >>> write_rows(f, [{"a": 1.5, "b": "x, y"}], ["a", "b"])
+    >>> read_rows(f)
+    [{'a': '1.5', 'b': 'x, y'}]
+    >>> read_rows(f, convert=lambda col, text: float(text) if col == "a" else text)
+    [{'a': 1.5, 'b': 'x, y'}]
+    """
+    reader = csv.reader(io.StringIO(readers.read_text(path, kind=kind), newline=""))
+    rows = []
+    try:
+        header = next(reader, None)
+        if header is None:
+            return []
+        twice = sorted({k for k in header if header.count(k) > 1})
+        if twice:
+            raise ValueError(f"{path}: the header names column {twice[0]!r} more than once; a {kind} names each "
+                             "column once")
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise ValueError(f"{path}, line {reader.line_num}: {len(row)} fields where the header names "
+                                 f"{len(header)}")
+            if convert is None:
+                rows.append(dict(zip(header, row)))
+                continue
+            try:
+                rows.append({k: convert(k, v) for k, v in zip(header, row)})
+            except ValueError as exc:
+                raise ValueError(f"{path}, line {reader.line_num}: {exc}") from None
+    except csv.Error as exc:
+        raise ValueError(f"{path}, line {reader.line_num}: not CSV ({exc})") from None
+    return rows
