@@ -655,8 +655,8 @@ def test_order_for_refuses_zero_threads_and_negative_or_fractional_sizes(monkeyp
 
 
 def test_the_cpu_is_read_once_per_process(monkeypatch):
-    # machine() runs for every GEMM order asked for; /proc/cpuinfo (hundreds of kB on a large server) is read
-    # once and kept
+    # machine() runs for every GEMM order asked for; /proc/cpuinfo (about 1.4 kB per logical CPU, so it grows
+    # with the machine) is read once and kept
     import io
     reads = []
 
