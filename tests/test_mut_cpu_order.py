@@ -671,3 +671,25 @@ def test_the_cpu_is_read_once_per_process(monkeypatch):
         assert reads == ["/proc/cpuinfo"]
     finally:
         cpu_order._cpuinfo.cache_clear()        # the next caller reads this machine's own file
+
+
+# ----------------------------------------------------------------------------- seed 72's hole
+@pytest.mark.parametrize("where", ["env", "home"])
+def test_a_revealed_order_is_stored_where_no_folder_of_the_cache_path_exists_yet(monkeypatch, tmp_path, where):
+    # a fresh home has no ~/.cache; $FP8EMU_CACHE may name a folder several levels below any that exist
+    if where == "env":
+        monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path / "a" / "b" / "c"))
+        want = tmp_path / "a" / "b" / "c" / "cpu-order.json"
+    else:
+        monkeypatch.setenv("FP8EMU_CACHE", "")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        want = tmp_path / "home" / ".cache" / "fp8emu" / "cpu-order.json"
+    monkeypatch.setattr(cpu_order, "_torch", lambda: _FakeTorch(threads=1))
+    monkeypatch.setattr(cpu_order, "_MEMO", {})
+    tree = SumTree.blocks([0, 2, 5])
+    monkeypatch.setattr(cpu_order, "reveal_here", lambda M, K, N, *, threads, layout: (
+        GemmOrder([tree], np.zeros((M, N))), {"explained": 1.0, "calls": 7}))
+    with cpu_order.use("revealed"):
+        assert cpu_order.order_for(2, 5, 3)[0].trees == [tree]
+    data = json.loads(want.read_text())
+    assert [v["calls"] for v in data.values()] == [7]
