@@ -624,3 +624,72 @@ def test_cpuinfo_keeps_a_model_name_with_a_colon_whole(monkeypatch):
     text = "vendor_id\t: GenuineIntel\nmodel name\t: Xeon CPU @ 2.0GHz: stepping 7\nflags\t\t: avx2\n"
     monkeypatch.setattr(cpu_order, "open", lambda *a, **k: io.StringIO(text), raising=False)
     assert cpu_order._cpuinfo.__wrapped__()[1] == "Xeon CPU @ 2.0GHz: stepping 7"
+
+
+# ----------------------------------------------------------------------------- seed 71's holes
+def test_two_threads_split_k_beyond_192000_multiply_adds_not_at_it():
+    # the recorded rule: split at MORE than 192,000 multiply-adds (K > 768).  192,001 = 101 x 1901 is reached
+    # only with a 1 (gemv's shapes, which the model still orders); 192,000 = 1 x 960 x 200 is not split
+    assert _REC.split_macs == 192_000
+    assert _REC.splits_k(101, 1901, 1, 2) and _REC.splits_k(1, 1901, 101, 2)
+    assert not _REC.splits_k(1, 960, 200, 2) and not _REC.splits_k(101, 1901, 1, 1)
+    # halves of 951 and 950 (both beyond 768: the packing driver's plain blocks of 384), the second added to the
+    # first; the small driver's 960 on one thread: 384, then the 576 left in two halves
+    assert _REC.order(101, 1901, 1, 2).describe() == \
+        "fma [0:384] + [384:768] + [768:951] + ([951:1335] + [1335:1719] + [1719:1901])"
+    assert _REC.order(1, 960, 200, 2).describe() == "fma [0:384] + [384:672] + [672:960]"
+
+
+def test_order_for_refuses_zero_threads_and_negative_or_fractional_sizes(monkeypatch):
+    monkeypatch.setattr(cpu_order, "_cpuinfo", lambda: ("GenuineIntel", "Xeon", frozenset({"avx512f"})))
+    with cpu_order.use("mkl-2024.2-avx512"):
+        for threads in (0, -1):          # torch.set_num_threads refuses them; a recorded model would not notice
+            with pytest.raises(ValueError, match="sgemm: threads must be a positive integer"):
+                cpu_order.order_for(2, 4, 3, threads=threads)
+            with pytest.raises(ValueError, match="describe_here: threads must be a positive integer"):
+                cpu_order.order_for(2, 4, 3, threads=threads, name="describe_here")
+        for M, K, N in ((-1, 4, 3), (2, -4, 3), (2, 4, -3), (2.5, 4, 3), (2, 4.0, 3), (2, 4, np.float64(3))):
+            with pytest.raises(ValueError, match="sgemm: M, K, N must be non-negative integers"):
+                cpu_order.order_for(M, K, N, threads=1)
+        assert cpu_order.order_for(np.int64(2), 4, np.int32(3), threads=1)[0].classes.shape == (2, 3)
+
+
+def test_the_cpu_is_read_once_per_process(monkeypatch):
+    # machine() runs for every GEMM order asked for; /proc/cpuinfo (about 1.4 kB per logical CPU, so it grows
+    # with the machine) is read once and kept
+    import io
+    reads = []
+
+    def fake_open(path, *a, **k):
+        reads.append(path)
+        return io.StringIO("vendor_id\t: GenuineIntel\nmodel name\t: Xeon\nflags\t\t: avx2 avx512f\n")
+    monkeypatch.setattr(cpu_order, "open", fake_open, raising=False)
+    cpu_order._cpuinfo.cache_clear()
+    try:
+        first = cpu_order.machine()
+        assert cpu_order.machine() == first and cpu_order.cpu_flags() == frozenset({"avx2", "avx512f"})
+        assert reads == ["/proc/cpuinfo"]
+    finally:
+        cpu_order._cpuinfo.cache_clear()        # the next caller reads this machine's own file
+
+
+# ----------------------------------------------------------------------------- seed 72's hole
+@pytest.mark.parametrize("where", ["env", "home"])
+def test_a_revealed_order_is_stored_where_no_folder_of_the_cache_path_exists_yet(monkeypatch, tmp_path, where):
+    # a fresh home has no ~/.cache; $FP8EMU_CACHE may name a folder several levels below any that exist
+    if where == "env":
+        monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path / "a" / "b" / "c"))
+        want = tmp_path / "a" / "b" / "c" / "cpu-order.json"
+    else:
+        monkeypatch.setenv("FP8EMU_CACHE", "")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        want = tmp_path / "home" / ".cache" / "fp8emu" / "cpu-order.json"
+    monkeypatch.setattr(cpu_order, "_torch", lambda: _FakeTorch(threads=1))
+    monkeypatch.setattr(cpu_order, "_MEMO", {})
+    tree = SumTree.blocks([0, 2, 5])
+    monkeypatch.setattr(cpu_order, "reveal_here", lambda M, K, N, *, threads, layout: (
+        GemmOrder([tree], np.zeros((M, N))), {"explained": 1.0, "calls": 7}))
+    with cpu_order.use("revealed"):
+        assert cpu_order.order_for(2, 5, 3)[0].trees == [tree]
+    data = json.loads(want.read_text())
+    assert [v["calls"] for v in data.values()] == [7]

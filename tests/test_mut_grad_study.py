@@ -560,3 +560,22 @@ def test_the_figures_sizes_and_each_laid_out_tightly():
         # tight_layout moves the margins off matplotlib's defaults (0.125 left, 0.9 right)
         p = fig.subplotpars
         assert p.left != mpl.rcParams["figure.subplot.left"] and p.right != mpl.rcParams["figure.subplot.right"]
+
+
+# ----------------------------------------------------------------------------- seed 69's hole
+def test_the_bias_and_ksweep_figures_label_both_axes_of_every_panel():
+    # the spike and forks figures' labels are checked above; these two figures' were not (a dropped y label
+    # left a panel of error curves with no unit)
+    t = _eden(0.02, 0.01, [0.2, 0.1, 0.05, 0.025])
+    t["bias"] += [{"case": "plain", "recipe": "te-nvfp4", "level": "wgrad", "n": n, "rel_err_mean": 1 / n}
+                  for n in (1, 4)]
+    bias = gs.figure_bias(t)
+    assert [(ax.get_xlabel(), ax.get_ylabel()) for ax in bias.axes] == \
+        [("draws N", "relative error of the mean vs float64")] * 2
+    assert [ax.title.get_fontsize() for ax in bias.axes] == [9, 9]
+    t = _ksweep([1e-3, 2e-3, 4e-3], [1e-4, 2e-4, 4e-4])
+    t["widths"] = [{"stack": "h100", "gemm": g, "K": k, "accum_err": 1e-3} for g in ("fprop", "dgrad") for k in (256, 512)]
+    ksweep = gs.figure_ksweep(t)
+    assert [(ax.get_xlabel(), ax.get_ylabel()) for ax in ksweep.axes] == [
+        ("K (tokens per batch), wgrad", "accumulation error (stack vs exact accumulation)"),
+        ("K (layer width), fprop and dgrad", "accumulation error (stack vs exact accumulation)")]
