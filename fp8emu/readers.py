@@ -33,7 +33,7 @@ import zlib
 import ml_dtypes
 import numpy as np
 
-__all__ = ["read_json", "parse_json", "read_text", "NpyHeader", "npy_header", "read_npy", "npz_headers", "read_npz",
+__all__ = ["read_bytes", "read_json", "parse_json", "read_text", "NpyHeader", "npy_header", "read_npy", "npz_headers", "read_npz",
            "read_npz_member", "SafetensorsEntry", "safetensors_header", "read_safetensors",
            "SAFETENSORS_DTYPES", "UNPACKED_DTYPES"]
 
@@ -135,6 +135,25 @@ def parse_json(raw, path, kind="JSON file"):
         raise _fail(path, f"not a {kind} (JSON nested too deeply)") from None
     except (json.JSONDecodeError, ValueError) as exc:
         raise _fail(path, f"not a {kind} (invalid JSON: {exc})") from None
+
+
+def read_bytes(path, *, kind="file", max_bytes=1 << 30) -> bytes:
+    """A regular file's bytes, or one ValueError naming the file: a path that is not a regular file (a
+    FIFO would block the read, a device never end) or one larger than ``max_bytes`` (default 1 GiB) is
+    refused before any of it is read.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp(); p = os.path.join(d, "x.bin")
+    >>> _ = open(p, "wb").write(b"ab"); read_bytes(p)
+    b'ab'
+    >>> read_bytes(d, kind="model file")
+    Traceback (most recent call last):
+    ...
+    ValueError: ...: is not a regular file
+    """
+    return _read_bytes(path, max_bytes, kind)
 
 
 def read_json(path, *, kind="JSON file", max_bytes=1 << 30):

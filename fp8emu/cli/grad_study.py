@@ -82,7 +82,7 @@ def write_cell(out: Path, cfg_sha: str, cell: dict, rows: dict) -> Path:
 def read_cell(path: Path, cfg_sha: str, cell: dict) -> dict:
     """The rows of a cell file, after checking its hash, its configuration and its cell."""
     try:
-        payload = readers.parse_json(path.read_bytes(), path)
+        payload = readers.read_json(path)
         body = {k: payload[k] for k in ("config_sha256", "cell", "rows")}
         stored = payload["sha256"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
@@ -114,7 +114,7 @@ def execute(out: Path, cfg, cells, *, client=None, progress=True) -> dict:
     study = out / "study.json"
     if study.exists():
         try:
-            theirs = readers.parse_json(study.read_bytes(), study)
+            theirs = readers.read_json(study)
         except ValueError as exc:     # parse_json's line names the file and the fault (a key twice, bad JSON)
             raise ValueError(f"{exc}; use another --out or delete the folder") from None
         if not (isinstance(theirs, dict) and isinstance(theirs.get("config"), dict) and "config_sha256" in theirs):

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..gemm.torch_cpu import cpu_path
+from .. import readers
 from ..lab.study import dask_client
 from ..version import __version__
 from . import int_option, positive_float, scheduler_address, worker_count
@@ -252,7 +253,7 @@ def _inference(out: Path, results, cfg, args):
     if first is None or args.no_inference:
         return None
     path = out / "models" / f"{first['run_id']}.pt"
-    data = path.read_bytes() if path.exists() else b""
+    data = readers.read_bytes(path, kind="model file", max_bytes=1 << 34) if path.exists() else b""
     if hashlib.sha256(data).hexdigest() != first["weights_sha256"]:
         raise ValueError(f"{path} is missing or was modified (its SHA-256 is not the one its run recorded); "
                          f"delete {out / 'runs' / (first['run_id'] + '.json')} to retrain it")

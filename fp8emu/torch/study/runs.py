@@ -216,7 +216,7 @@ def read_result(path, expected: RunSpec | None = None) -> dict:
     """
     path = Path(path)
     try:
-        payload = readers.parse_json(path.read_bytes(), path)
+        payload = readers.read_json(path)
         spec_d, result, stored = payload["spec"], payload["result"], payload["sha256"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"result file {path} is unreadable ({type(exc).__name__}); delete it to rerun its run") \
@@ -237,9 +237,12 @@ def check_study_file(out: Path, cfg: StudyConfig):
     mine["corpus_sha256"] = load_corpus(cfg.corpus).sha256
     if path.exists():
         try:
-            theirs = readers.parse_json(path.read_bytes(), path)
-        except ValueError:
-            raise ValueError(f"{path} is not valid JSON; use another --out or delete the folder") from None
+            theirs = readers.read_json(path)
+        except ValueError as exc:   # read_json's line names the file and the fault (not a file, bad JSON, a key twice)
+            raise ValueError(f"{exc}; use another --out or delete the folder") from None
+        if not isinstance(theirs, dict):
+            raise ValueError(f"{path} holds a JSON {type(theirs).__name__}, not a study's settings; use another "
+                             "--out or delete the folder")
         keep = ("model", "train", "corpus", "corpus_sha256")
         if {k: theirs.get(k) for k in keep} != {k: mine.get(k) for k in keep}:
             raise ValueError(f"{out} holds a study with another model, schedule or corpus; "
