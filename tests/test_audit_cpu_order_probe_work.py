@@ -40,3 +40,29 @@ def test_a_recorded_model_describes_the_shape_without_probing(monkeypatch, capsy
     monkeypatch.setenv("FP8EMU_CPU_ORDER", "mkl-2024.2-avx512")
     assert main(["cpu-order", "1x131072x1", "--threads", "1"]) == 0
     assert "1x131072x1 NN: mkl-2024.2-avx512:" in capsys.readouterr().out
+
+
+def test_order_for_does_not_probe_a_shape_past_the_bound(monkeypatch, tmp_path):
+    # the CLI's bound holds for every caller: a GEMM of 1x131072x1 from Python probed for minutes
+    pytest.importorskip("torch")
+    from fp8emu.gemm import cpu_order
+    monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path))
+    monkeypatch.delenv("FP8EMU_CPU_ORDER", raising=False)
+    monkeypatch.setattr(cpu_order, "reveal_here", lambda *a, **k: pytest.fail("probed"))
+    with pytest.warns(RuntimeWarning, match=r"probing 1x131072x1 takes at least 131,071 products.*is used instead"):
+        order, source = cpu_order.order_for(1, 131072, 1, threads=1)
+    assert source in cpu_order.RECORDED and order.classes.shape == (1, 1)
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "revealed")
+    with pytest.raises(RuntimeError, match="takes at least 131,071 products"):
+        cpu_order.order_for(1, 131072, 1, threads=1)
+
+
+def test_without_torch_the_bound_is_not_mentioned(monkeypatch):
+    from fp8emu.gemm import cpu_order
+    monkeypatch.delenv("FP8EMU_CPU_ORDER", raising=False)
+    monkeypatch.setattr(cpu_order, "_torch", lambda: None)
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cpu_order.order_for(1, 131072, 1, threads=1)
+    assert not any("takes at least" in str(w.message) for w in caught)

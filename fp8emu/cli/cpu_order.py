@@ -45,20 +45,11 @@ def _check_probe_memory(M, K, N, available):
                          "FP8EMU_CPU_ORDER=<a recorded model> to describe without probing")
 
 
-#: The most products a probe's first round may take.  Its first question is which terms join term 0
-#: first: one product answers it for at most max(M, N) other terms (one per output of a row or column),
-#: so that round alone takes ceil((K - 1) / max(M, N)) products, each writing the M x K and K x N operands
-#: (1x8000x1: 7999 products, 11 s; 1x131072x1 had not finished after 15 minutes).
-MAX_PROBE_PRODUCTS = 1 << 13
-
-
 def _check_probe_work(M, K, N):
-    least = -(-(K - 1) // max(M, N))
-    if least > MAX_PROBE_PRODUCTS:
-        raise ValueError(f"probing {M}x{K}x{N} takes at least {least:,} products of that size (its first round "
-                         f"asks about K - 1 = {K - 1:,} terms, at most max(M, N) = {max(M, N):,} per product; "
-                         f"{MAX_PROBE_PRODUCTS:,} are allowed): give a larger M or N or a smaller K, or "
-                         "FP8EMU_CPU_ORDER=<a recorded model> to describe without probing")
+    too_long = cpu_order.probe_too_long(M, K, N)
+    if too_long:
+        raise ValueError(f"{too_long}: give a larger M or N or a smaller K, or FP8EMU_CPU_ORDER=<a recorded "
+                         "model> to describe without probing")
 
 
 def _shape(text):

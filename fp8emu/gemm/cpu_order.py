@@ -51,7 +51,8 @@ from ..readers import parse_json
 from .mkl_cnr import MODEL as _COMPATIBLE
 from .sumtree import GemmOrder, SumTree, reveal
 
-__all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "machine", "cpu_flags", "cache_path", "LAYOUTS",
+__all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "probe_too_long", "MAX_PROBE_PRODUCTS",
+           "machine", "cpu_flags", "cache_path", "LAYOUTS",
            "reveal_here", "describe_here"]
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -433,6 +434,33 @@ def _revealed(M, K, N, threads, layout):
     return hit
 
 
+#: The most products a probe's first round may take (:func:`probe_too_long`).
+MAX_PROBE_PRODUCTS = 1 << 13
+
+
+def probe_too_long(M, K, N):
+    """Why probing an M x K x N product would take too long (``None`` where it would not).
+
+    The probe's first question is which terms join term 0 first; one product answers it for at most
+    max(M, N) other terms (one per output of a row or column), so that round alone takes
+    ceil((K - 1) / max(M, N)) products of the full size (1x8000x1: 7999 products, 11 s on a 2-vCPU
+    Xeon; 1x131072x1 had not finished after 15 minutes).
+
+    Examples
+    --------
+    >>> probe_too_long(64, 4096, 64) is None
+    True
+    >>> probe_too_long(1, 131072, 1)
+    'probing 1x131072x1 takes at least 131,071 products of that size (its first round asks about K - 1 = 131,071 terms, at most max(M, N) = 1 per product; 8,192 are allowed)'
+    """
+    least = -(-(K - 1) // max(M, N, 1))
+    if least <= MAX_PROBE_PRODUCTS:
+        return None
+    return (f"probing {M}x{K}x{N} takes at least {least:,} products of that size (its first round asks about "
+            f"K - 1 = {K - 1:,} terms, at most max(M, N) = {max(M, N):,} per product; {MAX_PROBE_PRODUCTS:,} "
+            "are allowed)")
+
+
 def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3):
     """``(GemmOrder, source)`` for torch's CPU ``mm`` of this shape under the policy in force.
 
@@ -445,7 +473,11 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
         raise ValueError(f"{name}: M, K, N must be non-negative integers, got {M!r}, {K!r}, {N!r}")
     _check_threads(threads, name)
     p = policy()
-    if p in ("auto", "revealed") and K > 0 and M > 0 and N > 0:     # an empty product: nothing to probe
+    too_long = probe_too_long(M, K, N) if p in ("auto", "revealed") else None
+    if too_long and p == "revealed":
+        raise RuntimeError(f"FP8EMU_CPU_ORDER='revealed': {too_long}; set FP8EMU_CPU_ORDER=<a recorded model> "
+                           "to describe it without probing")
+    if p in ("auto", "revealed") and K > 0 and M > 0 and N > 0 and not too_long:   # an empty product: nothing to probe
         hit = _revealed(M, K, N, threads, layout)
         if hit is not None:
             order, explained = hit
@@ -464,7 +496,9 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
         (m for m in RECORDED.values() if m.applies_here(info)),
         next((m for m in RECORDED.values() if dict(m.mkl_env) == info["mkl_env"]), RECORDED[_DEFAULT_MODEL]))
     why = None
-    if p not in RECORDED and not model.applies_here(info):
+    if too_long and _torch() is not None:
+        why = f"{too_long}, so {model.name} is used instead of this machine's order"
+    elif p not in RECORDED and not model.applies_here(info):
         why = (f"this CPU ({info['vendor'] or 'unknown vendor'}, {info['model'] or 'unknown model'}"
                f"{', MKL settings ' + str(info['mkl_env']) if info['mkl_env'] else ''}) is not the one "
                f"{model.name} was proven on ({model.proven_on}); install torch so that fp8emu reveals "
