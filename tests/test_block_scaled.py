@@ -9,10 +9,15 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
+from fp8emu.gemm import GemmModel, Policy, block_scaled_mm, scaled_mm, step_row
 from fp8emu.scaling import MXINT8
 from fp8emu.scaling.nvfp4 import nvfp4_from_codes
 from oracle import floor_log2, round_f32
+
+
+def _model(group=32, frac_bits=31, sum_bits=24, sum_rounding="rne", scale_at="product"):
+    """A block-scaled model of these step widths: a catalogue row and where the scales apply."""
+    return GemmModel("widths", "instruction", step_row(group, frac_bits, sum_bits, sum_rounding), Policy(scale_at=scale_at))
 
 def frac_values(codes, fmt):
     return [[Fraction(float(v)) for v in row] for row in fp8emu.decode(codes, fmt, dtype=np.float64)]
@@ -159,12 +164,12 @@ def test_wide_mma_equals_exact_when_nothing_is_cut():
     rng = np.random.default_rng(9)
     a = fp8emu.quantize_mx(rng.standard_normal((4, 64)), "e4m3fn")
     b = fp8emu.quantize_mx(rng.standard_normal((64, 5)), "e4m3fn", axis=0)
-    wide = BlockScaledAccumulator(group=32, frac_bits=40, sum_bits=40)
+    wide = _model(group=32, frac_bits=40, sum_bits=40)
     assert np.array_equal(block_scaled_mm(a, b, accumulator=wide), block_scaled_mm(a, b, accumulator="exact"))
-    narrow = BlockScaledAccumulator(group=32, frac_bits=4, sum_bits=6)
+    narrow = _model(group=32, frac_bits=4, sum_bits=6)
     assert not np.array_equal(block_scaled_mm(a, b, accumulator=narrow),
                               block_scaled_mm(a, b, accumulator="exact"))
-    blockwise = BlockScaledAccumulator(group=32, frac_bits=40, sum_bits=40, scale_at="block")
+    blockwise = _model(group=32, frac_bits=40, sum_bits=40, scale_at="block")
     assert np.array_equal(block_scaled_mm(a, b, accumulator=blockwise), block_scaled_mm(a, b, accumulator="fp32"))
 
 
@@ -218,8 +223,9 @@ def step_reference(a_row, b_col, c, emin, frac_bits, sum_bits):
 
 
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
-@pytest.mark.parametrize("acc", [BlockScaledAccumulator(32, 31, 24, "rne"), BlockScaledAccumulator(32, 12, 24, "rne")])
-def test_accumulator_input_c_joins_the_first_step(fmt, acc):
+@pytest.mark.parametrize("widths", [(32, 31, 24, "rne"), (32, 12, 24, "rne")])
+def test_accumulator_input_c_joins_the_first_step(fmt, widths):
+    acc = _model(*widths)
     rng = np.random.default_rng(17)
     f = fp8emu.get_format(fmt)
     ca, cb = finite_codes(rng, f, (3, 32)), finite_codes(rng, f, (32, 4))
@@ -235,7 +241,7 @@ def test_accumulator_input_c_joins_the_first_step(fmt, acc):
     for m in range(3):
         for n in range(4):
             want = step_reference(A[m], [B[k][n] for k in range(32)], Fraction(float(c[m, n])),
-                                  EMIN[fmt], acc.frac_bits, acc.sum_bits)
+                                  EMIN[fmt], widths[1], widths[2])
             assert Fraction(float(got[m, n])) == want, (m, n)
     # and "exact" is the exact sum with C, rounded once
     exact = block_scaled_mm(ca, cb, a_format=fmt, b_format=fmt, a_scales=ones_a, b_scales=ones_b,
