@@ -188,6 +188,9 @@ def test_nan_scale_and_errors():
         block_scaled_mm(a, b.codes, b_format="e4m3fn")
     with pytest.raises(ValueError, match="unknown block-scaled accumulator 'hopper'.*instruction preset"):
         block_scaled_mm(a, b, accumulator="hopper")
+    promoted = GemmModel("promoted", "instruction", step_row(32, 31, 24, "rne"), Policy(promote=4, scale_at="product"))
+    with pytest.raises(ValueError, match="'promoted': block_scaled_mm models one chain of steps .*no promotion"):
+        block_scaled_mm(a, b, accumulator=promoted)
     with pytest.raises(ValueError, match="leave scale_a"):
         scaled_mm(a, b, scale_a=2.0)
 

@@ -268,6 +268,10 @@ def _get_model(acc):
         model = get_model(acc)
     except ValueError:
         model = None
+    if model is not None and model.policy.scale_at is not None and (
+            model.policy.promote is not None or model.policy.split_k not in (None, 1)):
+        raise ValueError(f"block-scaled model {model.name!r}: block_scaled_mm models one chain of steps along K "
+                         f"(no promotion, no split-K), got {model.policy}")
     if model is not None and (model.kind in ("exact", "fp32") or model.policy.scale_at is not None or (
             model.kind == "instruction" and model.policy.specials == "instruction")):
         return model
