@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import GemmModel, Policy, block_scaled_mm, scaled_mm, step_row
+from fp8emu.gemm import GemmModel, Policy, block_scaled_mm, datapaths, models, scaled_mm, step_row
 from fp8emu.scaling import MXINT8
 from fp8emu.scaling.nvfp4 import nvfp4_from_codes
 from oracle import floor_log2, round_f32
@@ -416,3 +416,26 @@ def test_rubin_model_is_blackwell_mxf4nvf4_on_blackwells_modes(kind, block):
     rubin = fp8emu.gemm.mma(a, b, c, instruction="rubin-tcgen05-mxf4nvf4", **kw)
     blackwell = fp8emu.gemm.mma(a, b, c, instruction="blackwell-tcgen05-mxf4nvf4", **kw)
     np.testing.assert_array_equal(rubin.view(np.uint32), blackwell.view(np.uint32))
+
+
+@pytest.mark.parametrize("widths", [(32, 31, 24, "rne"), (64, 25, 24, "rtz"), (16, 12, 13, "rtz")])
+def test_product_scaled_models_are_their_scaled_rows_reference_steps(widths):
+    # block_scaled_mm of a scale_at="product" model is the reference chain of its row's "scaled" form of
+    # unbounded exponents (fp8emu.gemm.models.scaled_row), E8M0 scales per 32 on A and UE4M3 per 16 on B
+    # (subnormal and zero scales among them), C given
+    rng = np.random.default_rng(zlib.crc32(repr(widths).encode()))
+    M, N, K = 6, 5, 128
+    e4, e2 = fp8emu.get_format("e4m3fn"), fp8emu.get_format("e2m1fn")
+    a, b = finite_codes(rng, e4, (M, K)), finite_codes(rng, e2, (K, N))
+    sa = rng.integers(100, 150, (M, K // 32)).astype(np.uint8)
+    sb = rng.integers(0, 0x7F, (K // 16, N)).astype(np.uint8)
+    sb[0, 0], sb[1, 1] = 0, 3                                   # a zero and a subnormal UE4M3 scale
+    c = (rng.standard_normal((M, N)) * 4).astype(np.float32)
+    model = GemmModel("w", "instruction", step_row(*widths), Policy(scale_at="product"))
+    got = block_scaled_mm(a, b, a_format="e4m3fn", a_scales=sa, b_format="nvfp4", b_scales=sb, b_global_scale=1.0,
+                          accumulator=model, c=c)
+    row = models.scaled_row(step_row(*widths), formats=("e4m3fn", "e2m1fn"))
+    ref = datapaths.reference(row, a[:, None], b.T[None], c.astype(np.float64), "e4m3fn", "e2m1fn", sa[:, None],
+                              sb.T[None], ("ue8m0", "ue4m3"))
+    assert np.count_nonzero(got) > M * N // 2
+    np.testing.assert_array_equal(got.view(np.uint32), ref.astype(np.float32).view(np.uint32))

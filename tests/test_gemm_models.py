@@ -37,11 +37,12 @@ def _promoted(va, ea, vb, eb, widths, promote, c=None):
     results added in K order (round to nearest even): promotion written out apart."""
     row = _wide(widths)
     if promote is None:
-        return run_wide(row, va, ea, vb, eb, c=c)
+        return run_wide(row, va, ea, vb, eb, c=c).astype(np.float32)     # the chain's float32 result
     total = np.zeros((va.shape[0], vb.shape[1]), np.float32)
     n = promote * row.step
     for k0 in range(0, va.shape[1], n):
-        total = total + run_wide(row, va[:, k0:k0 + n], ea[:, k0:k0 + n], vb[k0:k0 + n], eb[k0:k0 + n])
+        total = total + run_wide(row, va[:, k0:k0 + n], ea[:, k0:k0 + n], vb[k0:k0 + n],
+                                 eb[k0:k0 + n]).astype(np.float32)
     return total
 
 

@@ -312,3 +312,24 @@ def test_the_wide_route_gives_the_reference_bits(name):
                 wide_mod._PATH = None
             assert got.dtype == ref.dtype == np.float64
             assert np.array_equal(got.view(np.uint64), ref.view(np.uint64)), (name, trial, path)
+
+
+def test_float64_rows_take_the_wide_route_where_it_serves_them():
+    # instructions.gemm of a float64 "fused" row: the wide route where its codes are finite and its zero
+    # terms never set the alignment, the reference steps elsewhere; the same bits either way
+    rng = np.random.default_rng(8)
+    f = fp8emu.get_format("e5m2")
+    a, b = _codes(rng, f, "subnormals", (16, 96)), _codes(rng, f, "codes", (8, 96))
+    row = models.wide_row(INSTRUCTIONS["hopper-wgmma"], formats=("e5m2",))
+    late_zero = dataclasses.replace(row, zero_exp=-133)       # a zero term can set the alignment
+    assert wide_mod.serves(row) and not wide_mod.serves(late_zero)
+    with pytest.raises(ValueError, match="zero_exp <= -600"):
+        wide_mod.run_wide(late_zero, *code_tables.values_and_exponents(a, f), *code_tables.values_and_exponents(b.T, f))
+    for ins in (row, late_zero):
+        for bb in (b, np.where(np.isfinite(_values(f)[b]), b, 0).astype(np.uint8)):     # Inf/NaN codes, none
+            ref = datapaths.reference(ins, a[:, None], bb[None], np.zeros((16, 8)), "e5m2", "e5m2")
+            wide_mod.reset_counters()
+            got = instructions.gemm(a, bb.T, instruction=ins, a_format="e5m2", b_format="e5m2")
+            assert np.array_equal(got.view(np.uint64), ref.view(np.uint64))
+            took = sum(wide_mod.COUNTERS.values()) > 0
+            assert took == (ins is row and bb is not b), (ins.zero_exp, took)

@@ -27,7 +27,7 @@ from .outputs import OUTPUT_TYPES
 from .wide_inputs import WIDE_INPUTS, operand_name
 from .routes import run_tiles, tile_route
 from .routes.tables import run_tables
-from .routes.wide import run_wide
+from .routes.wide import run_wide, serves
 
 __all__ = ["mma", "dot", "gemm", "block_scaled_gemm"]
 
@@ -218,7 +218,7 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     tested against.
     """
     K = a.shape[-1]
-    if ins.out == "float64" and ins.datapath == "fused" and operand_name(a_format) not in WIDE_INPUTS:
+    if ins.datapath == "fused" and serves(ins) and operand_name(a_format) not in WIDE_INPUTS:
         d = _wide(ins, a, b, c, a_format, b_format)
         if d is not None:
             return d

@@ -25,7 +25,7 @@ from ..code_tables import ZERO_EXP, ZERO_LOW, low_bits, values_and_exponents
 from ..kernels import exp_span, over_row_blocks
 from ..outputs import kept_bits, nearest
 
-__all__ = ["run_wide", "scaled_operand", "COUNTERS", "reset_counters"]
+__all__ = ["run_wide", "serves", "scaled_operand", "ZERO_BELOW", "COUNTERS", "reset_counters"]
 
 #: Elements of the (rows, N, group) product block processed at once.
 _BLOCK_ELEMS = 1 << 20
@@ -34,6 +34,27 @@ _BLAS_SERIAL = 1 << 18
 #: Step sums (rows x N x steps, float64) one batched matrix product forms on the fast path: 4 MiB
 #: of them are still read back from the caches (1.03-1.07x against 16 MiB on this machine).
 _STEP_CHUNK = 1 << 19
+
+
+#: The rows the route serves carry a zero term's exponent at or below this: below every product of
+#: operands of at most 8 bits and their block scales (E8M0 x E8M0 x the smallest subnormals:
+#: about 2**-290) and every float32 C, so that a zero never sets a step's alignment, as the route
+#: takes it (:func:`fp8emu.gemm.models.wide_row` gives -900).
+ZERO_BELOW = -600
+
+
+def serves(ins):
+    """Whether the route serves the row ``ins`` (see :data:`ZERO_BELOW`).
+
+    Examples
+    --------
+    >>> from fp8emu.gemm.catalogue import get_instruction
+    >>> import dataclasses
+    >>> hop = get_instruction("hopper-wgmma")
+    >>> serves(hop), serves(dataclasses.replace(hop, out="float64", rounding="rz-e8m13", zero_exp=-900))
+    (False, True)
+    """
+    return ins.out == "float64" and ins.datapath in ("fused", "scaled") and ins.zero_exp <= ZERO_BELOW
 
 
 class _Widths(NamedTuple):
@@ -102,8 +123,9 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
     nothing to the alignment take the exact fast path (:func:`_mma_piece_fast`); the others,
     entry by entry, the dense step (:func:`_mma_piece`).
     """
-    if ins.out != "float64" or ins.datapath not in ("fused", "scaled"):
-        raise ValueError(f"{ins.name}: the wide route serves float64-output 'fused' / 'scaled' rows only")
+    if not serves(ins):
+        raise ValueError(f"{ins.name}: the wide route serves float64-output 'fused' / 'scaled' rows whose zero "
+                         f"terms never set a step's alignment (zero_exp <= {ZERO_BELOW}) only")
     acc = _Widths(ins.step, ins.frac_bits, kept_bits(ins) + 1, "rne" if nearest(ins) else "rtz")
     M, K = va.shape
     N = vb.shape[1]
