@@ -31,7 +31,7 @@ from .scaling import (
     HYBRID, DelayedScaling, ScaledTensor, current_scale, quantize_axiswise, quantize_blockwise,
     quantize_mx, quantize_nvfp4, quantize_tensorwise, recipe_formats,
 )
-from .gemm import MODELS, Accumulator, GemmModel, block_scaled_mm, get_model, scaled_mm
+from .gemm import MODELS, GemmModel, Policy, block_scaled_mm, get_model, scaled_mm, step_row
 from .testing import assert_close_ulp, assert_fp8_equal, compare_codes, golden_vectors, save_golden
 
 from .version import __version__
@@ -43,6 +43,6 @@ __all__ = [
     "encode", "decode", "quantize", "as_ml_dtypes", "__version__",
     "HYBRID", "DelayedScaling", "ScaledTensor", "current_scale", "quantize_axiswise",
     "quantize_blockwise", "quantize_mx", "quantize_nvfp4", "quantize_tensorwise", "recipe_formats",
-    "scaled_mm", "block_scaled_mm", "Accumulator", "GemmModel", "MODELS", "get_model",
+    "scaled_mm", "block_scaled_mm", "GemmModel", "Policy", "step_row", "MODELS", "get_model",
     "assert_fp8_equal", "compare_codes", "assert_close_ulp", "golden_vectors", "save_golden",
 ]

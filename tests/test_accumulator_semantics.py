@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm
+from fp8emu.gemm import GemmModel, Policy, block_scaled_mm, step_row
+
+
+def _model(group=32, frac_bits=31, sum_bits=24, sum_rounding="rne", scale_at="product"):
+    """A block-scaled model of these step widths: a catalogue row and where the scales apply."""
+    return GemmModel("widths", "instruction", step_row(group, frac_bits, sum_bits, sum_rounding), Policy(scale_at=scale_at))
 
 TINY = 2.0 ** -149          # float32's smallest subnormal
 
@@ -37,9 +42,9 @@ A, B = [1.0, 0.75], [1.0, 2.0 ** -9]    # 2**-140 + 0.75 * 2**-149: between two 
 def test_rtz_step_truncates_in_the_subnormal_range():
     v = _exact(A, B)
     below = int(v / Fraction(TINY)) * TINY           # toward zero onto the subnormal grid
-    got = _mm(A, B, BlockScaledAccumulator(32, 31, 24, "rtz"))
+    got = _mm(A, B, _model(32, 31, 24, "rtz"))
     assert float(got) == below == 2.0 ** -140
-    neg = _mm([-x for x in A], B, BlockScaledAccumulator(32, 31, 24, "rtz"))
+    neg = _mm([-x for x in A], B, _model(32, 31, 24, "rtz"))
     assert float(neg) == -below
 
 
@@ -47,17 +52,17 @@ def test_rne_step_rounds_once_in_the_subnormal_range():
     v = _exact(A, B)
     q = v / Fraction(TINY)
     nearest = (int(q) + (1 if q - int(q) > Fraction(1, 2) else 0)) * TINY
-    assert float(_mm(A, B, BlockScaledAccumulator(32, 31, 24, "rne"))) == nearest == 2.0 ** -140 + TINY
+    assert float(_mm(A, B, _model(32, 31, 24, "rne"))) == nearest == 2.0 ** -140 + TINY
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_a_result_truncated_to_zero_is_plus_zero(sign):
     # 14 significant bits with float32's exponent range: the grid there is 2**-139, and
     # |2**-140 + ...| < 2**-139 truncates to zero; the zero is +0 for either sign
-    got = _mm([sign * x for x in A], B, BlockScaledAccumulator(32, 31, 14, "rtz"))
+    got = _mm([sign * x for x in A], B, _model(32, 31, 14, "rtz"))
     assert np.float32(got).view(np.uint32) == 0
 
 
 def test_exact_cancellation_gives_plus_zero():
-    got = _mm([1.0, -1.0], [0.5, 0.5], BlockScaledAccumulator(32, 13, 14, "rtz"), scale_exp=0)
+    got = _mm([1.0, -1.0], [0.5, 0.5], _model(32, 13, 14, "rtz"), scale_exp=0)
     assert np.float32(got).view(np.uint32) == 0

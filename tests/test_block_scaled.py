@@ -9,10 +9,15 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
+from fp8emu.gemm import GemmModel, Policy, block_scaled_mm, datapaths, models, scaled_mm, step_row
 from fp8emu.scaling import MXINT8
 from fp8emu.scaling.nvfp4 import nvfp4_from_codes
 from oracle import floor_log2, round_f32
+
+
+def _model(group=32, frac_bits=31, sum_bits=24, sum_rounding="rne", scale_at="product"):
+    """A block-scaled model of these step widths: a catalogue row and where the scales apply."""
+    return GemmModel("widths", "instruction", step_row(group, frac_bits, sum_bits, sum_rounding), Policy(scale_at=scale_at))
 
 def frac_values(codes, fmt):
     return [[Fraction(float(v)) for v in row] for row in fp8emu.decode(codes, fmt, dtype=np.float64)]
@@ -159,12 +164,12 @@ def test_wide_mma_equals_exact_when_nothing_is_cut():
     rng = np.random.default_rng(9)
     a = fp8emu.quantize_mx(rng.standard_normal((4, 64)), "e4m3fn")
     b = fp8emu.quantize_mx(rng.standard_normal((64, 5)), "e4m3fn", axis=0)
-    wide = BlockScaledAccumulator(group=32, frac_bits=40, sum_bits=40)
+    wide = _model(group=32, frac_bits=40, sum_bits=40)
     assert np.array_equal(block_scaled_mm(a, b, accumulator=wide), block_scaled_mm(a, b, accumulator="exact"))
-    narrow = BlockScaledAccumulator(group=32, frac_bits=4, sum_bits=6)
+    narrow = _model(group=32, frac_bits=4, sum_bits=6)
     assert not np.array_equal(block_scaled_mm(a, b, accumulator=narrow),
                               block_scaled_mm(a, b, accumulator="exact"))
-    blockwise = BlockScaledAccumulator(group=32, frac_bits=40, sum_bits=40, scale_at="block")
+    blockwise = _model(group=32, frac_bits=40, sum_bits=40, scale_at="block")
     assert np.array_equal(block_scaled_mm(a, b, accumulator=blockwise), block_scaled_mm(a, b, accumulator="fp32"))
 
 
@@ -183,6 +188,9 @@ def test_nan_scale_and_errors():
         block_scaled_mm(a, b.codes, b_format="e4m3fn")
     with pytest.raises(ValueError, match="unknown block-scaled accumulator 'hopper'.*instruction preset"):
         block_scaled_mm(a, b, accumulator="hopper")
+    promoted = GemmModel("promoted", "instruction", step_row(32, 31, 24, "rne"), Policy(promote=4, scale_at="product"))
+    with pytest.raises(ValueError, match="'promoted': block_scaled_mm models one chain of steps .*no promotion"):
+        block_scaled_mm(a, b, accumulator=promoted)
     with pytest.raises(ValueError, match="leave scale_a"):
         scaled_mm(a, b, scale_a=2.0)
 
@@ -218,8 +226,9 @@ def step_reference(a_row, b_col, c, emin, frac_bits, sum_bits):
 
 
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
-@pytest.mark.parametrize("acc", [BlockScaledAccumulator(32, 31, 24, "rne"), BlockScaledAccumulator(32, 12, 24, "rne")])
-def test_accumulator_input_c_joins_the_first_step(fmt, acc):
+@pytest.mark.parametrize("widths", [(32, 31, 24, "rne"), (32, 12, 24, "rne")])
+def test_accumulator_input_c_joins_the_first_step(fmt, widths):
+    acc = _model(*widths)
     rng = np.random.default_rng(17)
     f = fp8emu.get_format(fmt)
     ca, cb = finite_codes(rng, f, (3, 32)), finite_codes(rng, f, (32, 4))
@@ -235,7 +244,7 @@ def test_accumulator_input_c_joins_the_first_step(fmt, acc):
     for m in range(3):
         for n in range(4):
             want = step_reference(A[m], [B[k][n] for k in range(32)], Fraction(float(c[m, n])),
-                                  EMIN[fmt], acc.frac_bits, acc.sum_bits)
+                                  EMIN[fmt], widths[1], widths[2])
             assert Fraction(float(got[m, n])) == want, (m, n)
     # and "exact" is the exact sum with C, rounded once
     exact = block_scaled_mm(ca, cb, a_format=fmt, b_format=fmt, a_scales=ones_a, b_scales=ones_b,
@@ -407,3 +416,26 @@ def test_rubin_model_is_blackwell_mxf4nvf4_on_blackwells_modes(kind, block):
     rubin = fp8emu.gemm.mma(a, b, c, instruction="rubin-tcgen05-mxf4nvf4", **kw)
     blackwell = fp8emu.gemm.mma(a, b, c, instruction="blackwell-tcgen05-mxf4nvf4", **kw)
     np.testing.assert_array_equal(rubin.view(np.uint32), blackwell.view(np.uint32))
+
+
+@pytest.mark.parametrize("widths", [(32, 31, 24, "rne"), (64, 25, 24, "rtz"), (16, 12, 13, "rtz")])
+def test_product_scaled_models_are_their_scaled_rows_reference_steps(widths):
+    # block_scaled_mm of a scale_at="product" model is the reference chain of its row's "scaled" form of
+    # unbounded exponents (fp8emu.gemm.models.scaled_row), E8M0 scales per 32 on A and UE4M3 per 16 on B
+    # (subnormal and zero scales among them), C given
+    rng = np.random.default_rng(zlib.crc32(repr(widths).encode()))
+    M, N, K = 6, 5, 128
+    e4, e2 = fp8emu.get_format("e4m3fn"), fp8emu.get_format("e2m1fn")
+    a, b = finite_codes(rng, e4, (M, K)), finite_codes(rng, e2, (K, N))
+    sa = rng.integers(100, 150, (M, K // 32)).astype(np.uint8)
+    sb = rng.integers(0, 0x7F, (K // 16, N)).astype(np.uint8)
+    sb[0, 0], sb[1, 1] = 0, 3                                   # a zero and a subnormal UE4M3 scale
+    c = (rng.standard_normal((M, N)) * 4).astype(np.float32)
+    model = GemmModel("w", "instruction", step_row(*widths), Policy(scale_at="product"))
+    got = block_scaled_mm(a, b, a_format="e4m3fn", a_scales=sa, b_format="nvfp4", b_scales=sb, b_global_scale=1.0,
+                          accumulator=model, c=c)
+    row = models.scaled_row(step_row(*widths), formats=("e4m3fn", "e2m1fn"))
+    ref = datapaths.reference(row, a[:, None], b.T[None], c.astype(np.float64), "e4m3fn", "e2m1fn", sa[:, None],
+                              sb.T[None], ("ue8m0", "ue4m3"))
+    assert np.count_nonzero(got) > M * N // 2
+    np.testing.assert_array_equal(got.view(np.uint32), ref.astype(np.float32).view(np.uint32))

@@ -12,7 +12,7 @@ import pytest
 
 import fp8emu
 from fp8emu.data import golden_path
-from fp8emu import Accumulator, scaled_mm
+from fp8emu import GemmModel, Policy, scaled_mm, step_row
 
 GOLDEN = np.load(golden_path("scaled_mm_dev.npz"))
 E4 = "e4m3fn"
@@ -104,7 +104,7 @@ def test_golden_k16384_needs_the_split():
     # one unsplit chain over K = 16384 reproduces almost none of the GPU's fast-accum outputs
     case = "e4m3fnxe5m2_codes_K16384_fast1_f32"
     key = case.rsplit("_fast", 1)[0]
-    chain = Accumulator("mma", name="one chain")
+    chain = GemmModel("one chain", "instruction", step_row(32, 13, 14, "rtz"))
     out = scaled_mm(GOLDEN[key + "_a"], GOLDEN[key + "_b"], a_format=E4, b_format="e5m2",
                     accumulator=chain)
     assert _bits_equal(out, GOLDEN[case]).mean() < 0.05
@@ -125,15 +125,15 @@ def test_split_pieces_restart_the_tensor_core_accumulator():
     # and is dropped; in its own split-K piece it is exact, and float32 keeps 1 + 2**-15
     a, b = padded([(0, 1.0, 1.0), (128, 2.0 ** -9, 2.0 ** -6)], 256)
     assert one_dot(a, b, "hopper-fast") == 1
-    assert one_dot(a, b, Accumulator("mma", split_k=2)) == 1 + Fraction(1, 2 ** 15)
-    assert one_dot(a, b, Accumulator("mma", promote=4, split_k=2)) == 1 + Fraction(1, 2 ** 15)
+    assert one_dot(a, b, GemmModel("split", "instruction", step_row(32, 13, 14, "rtz"), Policy(split_k=2))) == 1 + Fraction(1, 2 ** 15)
+    assert one_dot(a, b, GemmModel("split", "instruction", step_row(32, 13, 14, "rtz"), Policy(promote=4, split_k=2))) == 1 + Fraction(1, 2 ** 15)
 
 
 def test_split_pieces_are_added_in_order_in_float32():
     # pieces 2**24, 1, -2**24: (2**24 + 1) ties to 2**24 in float32, minus 2**24 gives 0
     # (any other order, or an exact sum, gives 1)
     a, b = padded([(0, 2.0 ** 12, 2.0 ** 12), (128, 1.0, 1.0), (256, -(2.0 ** 12), 2.0 ** 12)], 384)
-    assert one_dot(a, b, Accumulator("mma", split_k=3), "e5m2", "e5m2") == 0
+    assert one_dot(a, b, GemmModel("split", "instruction", step_row(32, 13, 14, "rtz"), Policy(split_k=3)), "e5m2", "e5m2") == 0
     assert one_dot(a, b, "exact", "e5m2", "e5m2") == 1
 
 
@@ -198,7 +198,7 @@ def test_promotion_every_128_products():
 
 
 def test_custom_accumulator_with_more_bits_keeps_small_terms():
-    wide = Accumulator("mma", group=32, frac_bits=25, sum_bits=25)
+    wide = GemmModel("wide", "instruction", step_row(32, 25, 25))
     a, b = padded([(0, 1.0, 1.0)] + [(k, 2.0 ** -9, 2.0 ** -6) for k in range(1, 16)], 16)
     assert one_dot(a, b, wide) == 1 + Fraction(15, 2 ** 15)
 
@@ -209,7 +209,7 @@ def test_rne_step_rounding_option():
     # RTZ gives 2 + 2**-12, RNE (a tie, to even) gives 2 + 2*2**-12
     a, b = padded([(0, 1.0, 1.0), (1, 1.0, 1.0), (2, 1.5 * 2.0 ** -6, 2.0 ** -6)])
     assert one_dot(a, b, "hopper-fast") == 2 + Fraction(1, 2 ** 12)
-    rne = Accumulator("mma", sum_rounding="rne")
+    rne = GemmModel("rne", "instruction", step_row(32, 13, 14, "rne"))
     assert one_dot(a, b, rne) == 2 + Fraction(2, 2 ** 12)
 
 
@@ -369,14 +369,14 @@ def test_errors():
     with pytest.raises(ValueError, match="scale_result"):
         scaled_mm(a, b, a_format=E4, b_format=E4, scale_result=2.0)
     with pytest.raises(ValueError, match="frac_bits"):
-        Accumulator("mma", frac_bits=0)
+        step_row(32, 0, 14)
     with pytest.raises(ValueError, match="kind"):
-        Accumulator("bf16")
+        GemmModel("bf16", "bf16")
     for bad in (0, -2, "auto", 1.5, True):
         with pytest.raises(ValueError, match="split_k"):
-            Accumulator("mma", split_k=bad)
+            Policy(split_k=bad)
     with pytest.raises(ValueError, match="split_k"):
-        Accumulator("fp32", split_k=2)
+        GemmModel("fp32", "fp32", policy=Policy(split_k=2))
 
 
 def test_k_not_multiple_of_16_warns_but_computes():

@@ -1,12 +1,13 @@
-"""The GEMM kernel's exact fast path against its reference step, the dense per-product step.
+"""The wide route's exact fast path against its dense per-product step.
 
-The kernel (``kernels.mma_dot``) runs the steps of ``block_scaled_mm``'s tensor-core models (every
-other GEMM model runs on the catalogue engine, tests/test_gemm_models.py and test_gemm_routes.py).
+The wide route (``routes.wide.run_wide``) runs the rows of unbounded exponents: the steps of
+``block_scaled_mm``'s tensor-core models among them (tests/test_gemm_routes.py holds it to the
+reference steps).
 
-The fast path (``kernels._mma_piece_fast``) sums a tensor-core step with one float64 matrix
+The fast path (``wide._mma_piece_fast``) sums a tensor-core step with one float64 matrix
 product where per-step exponent bounds prove the alignment cuts nothing, and sends the other
 entries through a per-entry copy of the dense step.  Here every result is compared bit for bit
-with the dense step (``kernels._PATH = "dense"``), with the choice left to the kernel and forced
+with the dense step (``wide._PATH = "dense"``), with the choice left to the route and forced
 down each route: all entries fast wherever the checks allow, and all entries through the
 fallback.  The B200 recordings are run down every route too; one adversarial case per check
 fails with that check removed; counters show the fast path is really taken.
@@ -18,7 +19,8 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm, code_tables, kernels
+from fp8emu.gemm import GemmModel, Policy, block_scaled_mm, code_tables, models, step_row
+from fp8emu.gemm.routes import wide
 
 import test_tc_recordings
 
@@ -30,10 +32,10 @@ def _bits(x):
 
 
 def _on_route(monkeypatch, route, fn):
-    monkeypatch.setattr(kernels, "_PATH", route)
-    kernels.reset_counters()
+    monkeypatch.setattr(wide, "_PATH", route)
+    wide.reset_counters()
     out = fn()
-    return out, dict(kernels.COUNTERS)
+    return out, dict(wide.COUNTERS)
 
 
 def assert_routes_agree(monkeypatch, fn, routes=ROUTES):
@@ -55,10 +57,10 @@ def assert_routes_agree(monkeypatch, fn, routes=ROUTES):
 @pytest.mark.parametrize("route", ["fast", "fallback"])
 @pytest.mark.parametrize("fmt", sorted(test_tc_recordings.FORMATS))
 def test_tc_recordings_on_every_route(monkeypatch, route, fmt):
-    monkeypatch.setattr(kernels, "_PATH", route)
+    monkeypatch.setattr(wide, "_PATH", route)
     test_tc_recordings.test_blackwell_preset_matches_b200_recordings(fmt)
     if fmt == "e5m2":
-        got, d = test_tc_recordings._b200(fmt, BlockScaledAccumulator(32, 30, 24, "rne"))
+        got, d = test_tc_recordings._b200(fmt, _model(32, 30, 24, "rne"))
         assert test_tc_recordings.mismatches(got, d) == [3935, 4630]
 
 
@@ -109,8 +111,13 @@ def _bsmm(A, B, **kw):
     return lambda: block_scaled_mm(*args, **opts, **kw)
 
 
-ACCS = [BLACKWELL := "blackwell", BlockScaledAccumulator(32, 25, 24, "rtz"),
-        BlockScaledAccumulator(16, 40, 30, "rne"), BlockScaledAccumulator(32, 31, 24, "rne", "block")]
+def _model(group, frac_bits, sum_bits, sum_rounding, scale_at="product"):
+    """A block-scaled model of these step widths: a catalogue row and where the scales apply."""
+    return GemmModel("widths", "instruction", step_row(group, frac_bits, sum_bits, sum_rounding), Policy(scale_at=scale_at))
+
+
+ACCS = [BLACKWELL := "blackwell", _model(32, 25, 24, "rtz"),
+        _model(16, 40, 30, "rne"), _model(32, 31, 24, "rne", "block")]
 
 
 @pytest.mark.parametrize("fa,fb", PAIRS)
@@ -123,7 +130,7 @@ def test_block_scaled_routes_agree(monkeypatch, fa, fb, dist):
     A, B = _operand(rng, fa, (M, K), dist, 1), _operand(rng, fb, (K, N), dist, 0)
     accs = ACCS if dist == "gauss" else ACCS[:2]
     if "nvfp4" in (fa, fb):
-        accs = [x for x in accs if getattr(x, "scale_at", "") != "block"]   # 16-wide blocks
+        accs = [x for x in accs if getattr(getattr(x, "policy", None), "scale_at", "") != "block"]   # 16-wide blocks
     for acc in accs:
         assert_routes_agree(monkeypatch, _bsmm(A, B, accumulator=acc))
 
@@ -137,7 +144,7 @@ def test_fast_path_in_chunks_of_steps(monkeypatch, chunk):
     rng = np.random.default_rng(11)
     M, N, K = 24, 20, 32 * 11
     per_step = M * N if chunk == "one step" else 3 * M * N
-    monkeypatch.setattr(kernels, "_STEP_CHUNK", per_step)
+    monkeypatch.setattr(wide, "_STEP_CHUNK", per_step)
     x, y = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     x[rng.random((M, K)) < 0.02] *= 2.0 ** -9
     x[4, 64:96] = 0.0
@@ -245,7 +252,7 @@ def test_each_check_guards_a_case(monkeypatch, check):
     got, cnt = _on_route(monkeypatch, "fast", fn)
     assert np.array_equal(_bits(got), _bits(ref))
     assert cnt["fallback"] > 0, "the check must send this case to the per-entry step"
-    monkeypatch.setattr(kernels, "_CHECKS", kernels._CHECKS - {check})
+    monkeypatch.setattr(wide, "_CHECKS", wide._CHECKS - {check})
     got, cnt = _on_route(monkeypatch, "fast", fn)
     assert not np.array_equal(_bits(got), _bits(ref)), f"without {check!r} the fast path is wrong here"
     assert cnt["fallback"] == 0
@@ -266,21 +273,21 @@ def test_counters_show_the_fast_path_on_gaussian_mx(monkeypatch):
                   fp8emu.quantize_mx(rng.standard_normal((512, 32)), "e2m1fn", axis=0)),
                  (fp8emu.quantize_nvfp4(rng.standard_normal((32, 512))),
                   fp8emu.quantize_nvfp4(rng.standard_normal((512, 32)), axis=0))):
-        kernels.reset_counters()
+        wide.reset_counters()
         block_scaled_mm(x, y)
-        assert kernels.COUNTERS["fast"] >= 0.95 * 32 * 32 * 16
+        assert wide.COUNTERS["fast"] >= 0.95 * 32 * 32 * 16
 
 
 def test_choice_falls_back_to_dense_for_narrow_alignment(monkeypatch):
-    # 12 fraction bits fail the span check for most entries: the kernel keeps the dense step
+    # 12 fraction bits fail the span check for most entries: the route keeps the dense step
     rng = np.random.default_rng(2)
     a, b = _codes(rng, "e4m3fn", (64, 256), "gauss"), _codes(rng, "e4m3fn", (256, 64), "gauss")
-    monkeypatch.setattr(kernels, "_PATH", None)
-    kernels.reset_counters()
-    narrow = fp8emu.Accumulator("mma", 32, 12, 13, "rtz", name="narrow")
+    monkeypatch.setattr(wide, "_PATH", None)
+    wide.reset_counters()
+    narrow = models.wide_row(step_row(32, 12, 13, "rtz", name="narrow"))
     f = fp8emu.get_format("e4m3fn")
-    kernels.mma_dot(*code_tables.values_and_exponents(a, f), *code_tables.values_and_exponents(b, f), narrow)
-    assert kernels.COUNTERS["dense"] == 64 * 64 * 8 and kernels.COUNTERS["fast"] == 0
+    wide.run_wide(narrow, *code_tables.values_and_exponents(a, f), *code_tables.values_and_exponents(b, f))
+    assert wide.COUNTERS["dense"] == 64 * 64 * 8 and wide.COUNTERS["fast"] == 0
 
 
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e2m1fn", "int8", "nvfp4"])
@@ -297,7 +304,7 @@ def test_block_front_end_matches_per_element_form(fmt, K):
     if fmt != "nvfp4":
         op = op._replace(scales=np.where(np.arange(op.scales.size).reshape(op.scales.shape) == 3,
                                          np.nan, op.scales))          # a NaN scale
-    p, e2, l2 = bs._scaled_operand(op, K)
+    p, e2, l2 = wide.scaled_operand(op.codes, op.fmt, np.where(np.isnan(op.scales), 0.0, op.scales), op.block)
     va, ea = code_tables.values_and_exponents(op.codes, op.fmt)
     sa = np.repeat(op.scales, op.block, axis=1)[:, :K]
     sa = np.where(np.isnan(sa), 0.0, sa)

@@ -1,4 +1,4 @@
-"""The GEMM kernel's exponent-maximum product and reused buffers against the per-term path.
+"""The wide route's exponent-maximum product and reused buffers against the per-term path.
 
 The step maximum ``max_k(ea_k + eb_k)`` read off one matrix product of exponent
 weights must equal the elementwise maximum (the original algorithm, still used
@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import code_tables, kernels
+from fp8emu.gemm import code_tables, models
+from fp8emu.gemm.routes import wide
 
-ACCS = [fp8emu.Accumulator("mma", group=32, frac_bits=13, sum_bits=14, sum_rounding="rtz"),
-        fp8emu.Accumulator("mma", group=8, frac_bits=20, sum_bits=22, sum_rounding="rne"),
-        fp8emu.Accumulator("mma", group=64, frac_bits=30, sum_bits=30)]
+#: Rows of unbounded exponents of three step widths (step, fraction bits, result bits, rounding).
+ACCS = [models.wide_row(models.step_row(32, 13, 14, "rtz")), models.wide_row(models.step_row(8, 20, 22, "rne")),
+        models.step_row(64, 30, 30, "rtz")]
 
 
 def _codes(rng, shape, fmt, scale):
@@ -29,7 +30,7 @@ def _codes(rng, shape, fmt, scale):
 
 
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2", "e2m1fn", "e3m2fn", "e4m3fnuz"])
-@pytest.mark.parametrize("acc", ACCS, ids=lambda a: f"g{a.group}")
+@pytest.mark.parametrize("acc", ACCS, ids=lambda a: f"g{a.step}")
 def test_weights_path_equals_elementwise_path(monkeypatch, fmt, acc):
     rng = np.random.default_rng(len(fmt))
     M, N, K = 37, 19, 300
@@ -38,10 +39,10 @@ def test_weights_path_equals_elementwise_path(monkeypatch, fmt, acc):
     if f.has_nan:
         a[0, 5] = f.nan_code
     ops = (*code_tables.values_and_exponents(a, f), *code_tables.values_and_exponents(b, f))
-    monkeypatch.setattr(kernels, "_PATH", "dense")            # the steps that read the exponent maximum
-    fast = kernels.mma_dot(*ops, acc)
-    monkeypatch.setattr(kernels, "_exponent_weights", lambda eat, eb, G: (None, None, 1, 0))
-    slow = kernels.mma_dot(*ops, acc)
+    monkeypatch.setattr(wide, "_PATH", "dense")            # the steps that read the exponent maximum
+    fast = wide.run_wide(acc, *ops)
+    monkeypatch.setattr(wide, "_exponent_weights", lambda eat, eb, G: (None, None, 1, 0))
+    slow = wide.run_wide(acc, *ops)
     np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
 
 
@@ -52,15 +53,15 @@ def test_exponent_weights_give_the_maximum():
         eb = rng.integers(-20, 20, (G, 40)).astype(np.int16)
         ea[rng.random(ea.shape) < 0.3] = code_tables.ZERO_EXP
         eb[:, 0] = code_tables.ZERO_EXP                       # an all-zero column
-        wat, wb, c, shift = kernels._exponent_weights(ea, eb, G)
+        wat, wb, c, shift = wide._exponent_weights(ea, eb, G)
         S = wat.T @ wb
         _, e = np.frexp(S)
         got = np.where(S > 0, (e.astype(np.int64) - 1) // c + shift, -99999)
         sums = ea[:, :, None].astype(np.int64) + eb[:, None, :]
         sums = np.where((ea[:, :, None] > code_tables.ZERO_EXP) & (eb[:, None, :] > code_tables.ZERO_EXP), sums, -99999)
         np.testing.assert_array_equal(got, sums.max(axis=0), err_msg=f"G={G}")
-    wide = np.array([[-400], [400]], np.int16)       # a span float64 weights cannot hold
-    assert kernels._exponent_weights(wide, wide, 32)[0] is None
+    span = np.array([[-400], [400]], np.int16)       # a span float64 weights cannot hold
+    assert wide._exponent_weights(span, span, 32)[0] is None
 
 
 @pytest.mark.parametrize("name", ["e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz", "e3m4", "e4m3",

@@ -1,5 +1,6 @@
 """The one lookup of GEMM models (fp8emu.gemm.models): named (row, policy) pairs, and the catalogue
-engine under a policy against the reference steps and against the kernels' step-width adapter."""
+engine under a policy against the reference steps and against the wide route's steps (rows of
+unbounded exponents, from decoded operands)."""
 
 from fractions import Fraction
 
@@ -8,10 +9,9 @@ import pytest
 
 import fp8emu
 from fp8emu.gemm import datapaths, models
-from fp8emu.gemm.accumulator import Accumulator, BlockScaledAccumulator
 from fp8emu.gemm.catalogue import INSTRUCTIONS
 from fp8emu.gemm.code_tables import values_and_exponents
-from fp8emu.gemm.kernels import mma_dot
+from fp8emu.gemm.routes.wide import run_wide
 
 RNG = np.random.default_rng(52)
 
@@ -26,15 +26,23 @@ def _codes(fmt, shape, kind):
     return RNG.choice(pick, shape)
 
 
-def _promoted(va, ea, vb, eb, acc, promote, c=None):
-    """The kernels' chain of steps, restarted every ``promote`` steps and the chains' float32 results
-    added in K order (round to nearest even): promotion as the old engine computed it."""
+def _wide(widths):
+    """The row of unbounded exponents of step widths (group, fraction bits, result bits, rounding)."""
+    row = models.step_row(*widths)
+    return row if row.out == "float64" else models.wide_row(row)
+
+
+def _promoted(va, ea, vb, eb, widths, promote, c=None):
+    """The wide route's chain of steps, restarted every ``promote`` steps and the chains' float32
+    results added in K order (round to nearest even): promotion written out apart."""
+    row = _wide(widths)
     if promote is None:
-        return mma_dot(va, ea, vb, eb, acc, c=c)
+        return run_wide(row, va, ea, vb, eb, c=c).astype(np.float32)     # the chain's float32 result
     total = np.zeros((va.shape[0], vb.shape[1]), np.float32)
-    n = promote * acc.group
+    n = promote * row.step
     for k0 in range(0, va.shape[1], n):
-        total = total + mma_dot(va[:, k0:k0 + n], ea[:, k0:k0 + n], vb[k0:k0 + n], eb[k0:k0 + n], acc)
+        total = total + run_wide(row, va[:, k0:k0 + n], ea[:, k0:k0 + n], vb[k0:k0 + n],
+                                 eb[k0:k0 + n]).astype(np.float32)
     return total
 
 
@@ -52,21 +60,29 @@ def test_named_models_are_rows_and_policies():
     assert fp8emu.get_model is models.get_model and fp8emu.MODELS is models.MODELS
 
 
-def test_accumulator_widths_name_their_row_or_stay_steps():
-    assert models.get_model(Accumulator("mma", 32, 13, 14, "rtz", promote=4)).instruction.name == "hopper-wgmma"
-    assert models.get_model(Accumulator("mma", 32, 31, 24, "rne")).instruction.name == "blackwell-mma"
-    assert models.get_model(Accumulator("mma", 16, 13, 14, "rtz")).instruction.name == "ada-mma"
+def test_step_widths_name_their_row_or_change_hoppers():
+    assert models.step_row(32, 13, 14, "rtz").name == "hopper-wgmma"
+    assert models.step_row(32, 31, 24, "rne").name == "blackwell-mma"
+    assert models.step_row(16, 13, 14, "rtz").name == "ada-mma"
     # widths no preset has: Hopper's row with the step, fraction bits and result rounding changed
-    odd = models.get_model(Accumulator("mma", 8, 20, 22, "rne", promote=3, split_k=2, name="odd"))
-    assert odd.kind == "instruction" and odd.policy == models.Policy(promote=3, split_k=2)
+    odd = models.GemmModel("odd", "instruction", models.step_row(8, 20, 22, "rne", name="odd"),
+                           models.Policy(promote=3, split_k=2))
+    assert models.get_model(odd) is odd
     assert (odd.instruction.name, odd.instruction.step, odd.instruction.frac_bits) == ("odd", 8, 20)
     assert odd.instruction.rounding == "rne-e8m21" and odd.instruction.datapath == "fused"
     assert models.widths(odd.instruction) == (8, 20, 22, "rne")
     # results wider than float32's: the row's results held in float64 (exponents unbounded)
-    wide = models.get_model(Accumulator("mma", 32, 30, 30, "rne")).instruction
+    wide = models.step_row(32, 30, 30, "rne")
     assert (wide.out, wide.rounding, wide.zero_exp) == ("float64", "rne-e8m29", -900)
-    assert models.get_model(Accumulator("mma", 32, 30, 1, "rtz")).instruction.rounding == "rz-e8m0"
-    assert models.get_model(BlockScaledAccumulator(32, 31, 24, "rne", "block")).policy.scale_at == "block"
+    assert models.step_row(32, 30, 1, "rtz").rounding == "rz-e8m0"
+    # block-scaled: the row's "scaled" form of unbounded exponents, a scale type and block per operand
+    sr = models.scaled_row(models.step_row(32, 31, 24, "rne"))
+    assert (sr.datapath, sr.out, sr.zero_exp, sr.scale_modes) == ("scaled", "float64", -900, tuple(
+        (k, b) for k in ("ue8m0", "ue4m3", "ue5m3") for b in (16, 32)))
+    for bad in ({"step": 0}, {"frac_bits": 41}, {"rounding": "rna"}):
+        args = {"step": 32, "frac_bits": 13, "result_bits": 14, "rounding": "rtz", **bad}
+        with pytest.raises(ValueError, match=list(bad)[0].replace("step", "step_row step")):
+            models.step_row(**args)
 
 
 @pytest.mark.parametrize("bad, match", [("volta", "unknown accumulator 'volta'"), (3, "unknown accumulator 3")])
@@ -126,7 +142,7 @@ def test_run_steps_is_the_reference_chain_per_interval(promote):
                                                   ((32, 30, 30, "rtz"), None, 2),
                                                   ((64, 40, 40, "rne"), None, None)])
 def test_rows_equal_the_kernels_steps(kind, fa, fb, widths, row, promote):
-    # two implementations of one step: the kernels' widths (Accumulator) and the catalogue row
+    # two implementations of one step: the wide route's and the catalogue row's (run_steps)
     M, N, K = 21, 13, 512
     ca, cb = _codes(fa, (M, K), kind), _codes(fb, (K, N), kind)
     c = None
@@ -135,8 +151,8 @@ def test_rows_equal_the_kernels_steps(kind, fa, fb, widths, row, promote):
         c[0] = 0
     va, ea = values_and_exponents(ca, fp8emu.get_format(fa))
     vb, eb = values_and_exponents(cb, fp8emu.get_format(fb))
-    old = _promoted(va, ea, vb, eb, Accumulator("mma", *widths), promote, c)
-    model = models.get_model(Accumulator("mma", *widths, promote=promote))
+    old = _promoted(va, ea, vb, eb, widths, promote, c)
+    model = models.GemmModel("widths", "instruction", models.step_row(*widths), models.Policy(promote=promote))
     assert row is None or model.instruction is INSTRUCTIONS[row]
     new = models.run_steps(model, ca, fa, cb, fb, c=c)
     np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32))
@@ -153,7 +169,7 @@ def test_formats_beyond_the_row():
         ca, cb = _codes(fa, (8, 96), "all"), _codes(fb, (96, 6), "all")
         va, ea = values_and_exponents(ca, fp8emu.get_format(fa))
         vb, eb = values_and_exponents(cb, fp8emu.get_format(fb))
-        old = _promoted(va, ea, vb, eb, Accumulator("mma", 32, 13, 14, "rtz"), 4)
+        old = _promoted(va, ea, vb, eb, (32, 13, 14, "rtz"), 4)
         new = fp8emu.scaled_mm(ca, cb, a_format=fa, b_format=fb, accumulator="hopper")
         np.testing.assert_array_equal(new.view(np.uint32), old.view(np.uint32), err_msg=f"{fa} x {fb}")
 

@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import datapaths, instruction_inputs, instructions, routes
+from fp8emu.gemm import code_tables, datapaths, instruction_inputs, instructions, models, routes
 from fp8emu.gemm.catalogue import INSTRUCTIONS
 from fp8emu.gemm.routes import exact as exact_mod, groups as groups_mod, operands as operands_mod
-from fp8emu.gemm.routes import tables as tables_mod
+from fp8emu.gemm.routes import tables as tables_mod, wide as wide_mod
 
 WIDE = ("float16", "bfloat16", "tf32")
 #: Rows of step widths no preset has (results rounded to any width, "rz-e8mN" / "rne-e8mN"), as
-#: fp8emu.gemm.models builds them for an Accumulator of those widths.
+#: fp8emu.gemm.models.step_row builds them for those widths.
 WIDTH_ROWS = {f"widths-{g}-{f}-{r}": dataclasses.replace(INSTRUCTIONS["hopper-wgmma"], name=f"widths-{g}-{f}-{r}",
                                                         shape=(64, 8, g), step=g, frac_bits=f, rounding=r)
               for g, f, r in [(8, 20, "rne-e8m21"), (64, 6, "rz-e8m5"), (16, 40, "rne-e8m9"), (32, 13, "rne-e8m1")]}
@@ -257,3 +257,79 @@ def test_every_cached_table_is_read_only():
     arrays = [a for cache in caches for v in cache.values() for a in (v if isinstance(v, tuple) else (v,))
               if isinstance(a, np.ndarray)]
     assert arrays and not any(a.flags.writeable for a in arrays)
+
+
+#: Rows of unbounded exponents (float64 results) as the block-scaled models and the step widths no
+#: instruction has run them (fp8emu.gemm.models): "scaled" with a scale type and block per operand.
+WIDE_ROWS = {"blackwell-scaled": models.scaled_row(INSTRUCTIONS["blackwell-mma"], formats=("e4m3fn", "e5m2", "e2m1fn")),
+             "f25-scaled": models.scaled_row(models.step_row(64, 25, 24, "rtz"), formats=("e4m3fn", "e5m2", "e2m1fn")),
+             "narrow-scaled": models.scaled_row(models.step_row(16, 12, 13, "rtz"), formats=("e4m3fn", "e5m2", "e2m1fn")),
+             "hopper-wide": models.wide_row(INSTRUCTIONS["hopper-wgmma"], formats=("e4m3fn", "e5m2", "e2m1fn")),
+             "wide-40": models.step_row(32, 40, 30, "rne")}
+
+
+@pytest.mark.parametrize("name", list(WIDE_ROWS))
+def test_the_wide_route_gives_the_reference_bits(name):
+    """The wide route (scaled operands, unbounded exponents) against the reference steps: mixed
+    element formats, scale types (E8M0 x UE4M3, UE5M3) and blocks (32 x 16), zero and subnormal scales,
+    subnormal and zero codes, cancelling tiles, C given or not."""
+    ins = WIDE_ROWS[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    K = 128
+    for trial, (fa, fb) in enumerate([("e4m3fn", "e5m2"), ("e2m1fn", "e4m3fn"), ("e5m2", "e5m2")]):
+        fa_, fb_ = fp8emu.get_format(fa), fp8emu.get_format(fb)
+        if fa not in ins.formats or fb not in ins.formats:
+            ins = dataclasses.replace(ins, formats=tuple(dict.fromkeys(ins.formats + (fa, fb))))
+        kind = TILES[trial % len(TILES)] if trial else "subnormals"
+        a = _codes(rng, fa_, kind, (M, K))
+        b = _codes(rng, fb_, "cancel" if trial == 1 else "gaussian", (N, K))
+        a[np.isnan(_values(fa_)[a]) | np.isinf(_values(fa_)[a])] = 0     # the route takes finite codes
+        b[np.isnan(_values(fb_)[b]) | np.isinf(_values(fb_)[b])] = 0
+        c = np.zeros((M, N), np.float32) if trial != 1 else (rng.standard_normal((M, N)) * 2.0 ** -4).astype(np.float32)
+        if ins.datapath == "scaled":
+            kinds, blocks = [("ue8m0", "ue4m3"), ("ue4m3", "ue5m3"), ("ue8m0", "ue8m0")][trial], [(32, 16), (16, 16), (16, 32)][trial]
+            sc = []
+            for kd, blk, rows in zip(kinds, blocks, (M, N)):
+                lo, hi = {"ue8m0": (100, 150), "ue4m3": (0, 0x7F), "ue5m3": (0, 0xFE)}[kd]
+                sc.append(rng.integers(lo, hi, (rows, K // blk)).astype(np.uint8))
+                sc[-1][0, 0] = 0 if kd != "ue8m0" else 1     # a zero scale (or the smallest E8M0)
+            ref = datapaths.reference(ins, a[:, None], b[None], c.astype(np.float64), fa, fb, sc[0][:, None], sc[1][None],
+                                      kinds)
+            ops = []
+            for codes, fmt, s, kd, blk in zip((a, b), (fa_, fb_), sc, kinds, blocks):
+                vals = instruction_inputs.decode_scales(s, kd, "s", unbounded=True)[0]
+                ops.append(wide_mod.scaled_operand(codes, fmt, vals, blk))
+            (va, ea, la), (vb, eb, lb) = ops
+        else:
+            ref = datapaths.reference(ins, a[:, None], b[None], c.astype(np.float64), fa, fb)
+            va, ea, la = code_tables.values_and_exponents(a, fa_, lows=True)
+            vb, eb, lb = code_tables.values_and_exponents(b, fb_, lows=True)
+        for path in (None, "dense", "fallback"):
+            wide_mod._PATH = path
+            try:
+                got = wide_mod.run_wide(ins, va, ea, vb.T, eb.T, c=None if trial != 1 else c, lows=(la, lb.T))
+            finally:
+                wide_mod._PATH = None
+            assert got.dtype == ref.dtype == np.float64
+            assert np.array_equal(got.view(np.uint64), ref.view(np.uint64)), (name, trial, path)
+
+
+def test_float64_rows_take_the_wide_route_where_it_serves_them():
+    # instructions.gemm of a float64 "fused" row: the wide route where its codes are finite and its zero
+    # terms never set the alignment, the reference steps elsewhere; the same bits either way
+    rng = np.random.default_rng(8)
+    f = fp8emu.get_format("e5m2")
+    a, b = _codes(rng, f, "subnormals", (16, 96)), _codes(rng, f, "codes", (8, 96))
+    row = models.wide_row(INSTRUCTIONS["hopper-wgmma"], formats=("e5m2",))
+    late_zero = dataclasses.replace(row, zero_exp=-133)       # a zero term can set the alignment
+    assert wide_mod.serves(row) and not wide_mod.serves(late_zero)
+    with pytest.raises(ValueError, match="zero_exp <= -600"):
+        wide_mod.run_wide(late_zero, *code_tables.values_and_exponents(a, f), *code_tables.values_and_exponents(b.T, f))
+    for ins in (row, late_zero):
+        for bb in (b, np.where(np.isfinite(_values(f)[b]), b, 0).astype(np.uint8)):     # Inf/NaN codes, none
+            ref = datapaths.reference(ins, a[:, None], bb[None], np.zeros((16, 8)), "e5m2", "e5m2")
+            wide_mod.reset_counters()
+            got = instructions.gemm(a, bb.T, instruction=ins, a_format="e5m2", b_format="e5m2")
+            assert np.array_equal(got.view(np.uint64), ref.view(np.uint64))
+            took = sum(wide_mod.COUNTERS.values()) > 0
+            assert took == (ins is row and bb is not b), (ins.zero_exp, took)

@@ -850,11 +850,11 @@ def test_mma_tile_equals_rowwise_dot():
 
 
 def test_ada_mma_is_two_chained_k16_steps():
-    # the Accumulator the issue names reproduces ada-mma (C = 0) on random finite codes
+    # the step widths the issue names (a model of step_row's row) reproduce ada-mma (C = 0) on random finite codes
     rng = np.random.default_rng(5)
     a = rng.integers(0, 126, (64, 32), dtype=np.uint8) | (rng.integers(0, 2, (64, 32), dtype=np.uint8) << 7)
     b = rng.integers(0, 126, (32, 64), dtype=np.uint8)
-    acc = fp8emu.gemm.Accumulator("mma", 16, 13, 14, "rtz")
+    acc = fp8emu.GemmModel("widths", "instruction", fp8emu.step_row(16, 13, 14, "rtz"))
     want = fp8emu.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator=acc)
     got = mma(a, b, instruction="ada-mma", a_format="e4m3fn")
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
@@ -1003,7 +1003,7 @@ def test_scaled_mm_through_an_instruction_is_its_chain_along_k():
 
 
 def test_hopper_fast_equals_the_wgmma_chain_on_finite_data():
-    # two descriptions of one datapath: the Accumulator preset and MMA-Sim's wgmma model
+    # two descriptions of one datapath: the hopper-fast model and MMA-Sim's wgmma model
     rng = np.random.default_rng(12)
     a, b = _codes(rng, (16, 256), "e4m3fn"), _codes(rng, (256, 16), "e4m3fn")
     x = fp8emu.scaled_mm(a, b, a_format="e4m3fn", b_format="e4m3fn", accumulator="hopper-fast")

@@ -16,7 +16,7 @@ import pytest
 import fp8emu
 import oracle
 from fp8emu import Format
-from fp8emu.gemm import Accumulator, cublas_split_k, split_bounds
+from fp8emu.gemm import GemmModel, Policy, cublas_split_k, split_bounds, step_row
 
 
 def f32(q) -> float:
@@ -130,10 +130,9 @@ def test_split_k_none_is_one_piece(K):
     g = np.random.default_rng(K)
     a = fp8emu.encode(g.uniform(0, 1, (2, K)), "e4m3fn")
     b = fp8emu.encode(g.uniform(0, 1, (K, 2)), "e4m3fn")
-    none = Accumulator("mma", promote=4, split_k=None)
-    one = Accumulator("mma", promote=4, split_k=1)
-    three = Accumulator("mma", promote=4, split_k=3)
-    assert none.splits(2, 2, K) == 1 and three.splits(2, 2, K) == 3
+    none, one, three = (GemmModel("hopper-like", "instruction", step_row(32, 13, 14, "rtz"), Policy(promote=4, split_k=s))
+                        for s in (None, 1, 3))
+    assert none.policy.splits(2, 2, K) == 1 and three.policy.splits(2, 2, K) == 3
     r_none = mm(a, b, "e4m3fn", "e4m3fn", accumulator=none)
     np.testing.assert_array_equal(r_none, mm(a, b, "e4m3fn", "e4m3fn", accumulator=one))
     # three pieces: each reduced alone, the float32 results summed in order
@@ -430,9 +429,9 @@ def test_split_k_pieces_must_hold_whole_steps():
     b = np.full((512, 2), 0x38, np.uint8)
     for splits in (2, 3):
         with pytest.raises(ValueError, match="do not hold whole steps of group 48"):
-            mm(a, b, "e4m3fn", "e4m3fn", accumulator=Accumulator("mma", group=48, split_k=splits))
+            mm(a, b, "e4m3fn", "e4m3fn", accumulator=GemmModel("g48", "instruction", step_row(48, 13, 14), Policy(split_k=splits)))
     # one piece is fine: 512 ones summed exactly
-    assert mm(a, b, "e4m3fn", "e4m3fn", accumulator=Accumulator("mma", group=48, split_k=1))[0, 0] == 512
+    assert mm(a, b, "e4m3fn", "e4m3fn", accumulator=GemmModel("g48", "instruction", step_row(48, 13, 14), Policy(split_k=1)))[0, 0] == 512
 
 
 # ----------------------------------------------------------------------------- survivors of the seed-3 sample
@@ -636,16 +635,10 @@ def test_split_bounds_needs_at_least_one_piece():
 
 def test_an_accumulator_input_with_split_k_is_refused():
     from fp8emu.gemm import models
-    from fp8emu.gemm.kernels import mma_dot
     a = np.full((1, 512), 0x38, np.uint8)
+    split = GemmModel("split", "instruction", step_row(32, 13, 14, "rtz"), Policy(split_k=2))
     with pytest.raises(ValueError, match="without split-K"):
-        models.run_steps(models.get_model(Accumulator("mma", split_k=2)), a, "e4m3fn", a.T.copy(), "e4m3fn",
-                         c=np.zeros((1, 1), np.float32))
-    # the kernels run one chain: split-K and promotion are the models' policy alone
-    va, ea = np.ones((1, 512)), np.zeros((1, 512), np.int16)
-    for acc in (Accumulator("mma", split_k=2), Accumulator("mma", promote=4)):
-        with pytest.raises(ValueError, match="promotion and split-K are a GemmModel's Policy"):
-            mma_dot(va, ea, va.T.copy(), ea.T.copy(), acc)
+        models.run_steps(split, a, "e4m3fn", a.T.copy(), "e4m3fn", c=np.zeros((1, 1), np.float32))
 
 
 # --- seed 8 sample (scaling) -------------------------------------------------------------

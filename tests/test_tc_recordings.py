@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 import fp8emu
-from fp8emu.gemm import BlockScaledAccumulator, block_scaled_mm
+from fp8emu.gemm import GemmModel, Policy, block_scaled_mm, step_row
+
+
+def _model(group=32, frac_bits=31, sum_bits=24, sum_rounding="rne", scale_at="product"):
+    """A block-scaled model of these step widths: a catalogue row and where the scales apply."""
+    return GemmModel("widths", "instruction", step_row(group, frac_bits, sum_bits, sum_rounding), Policy(scale_at=scale_at))
 
 DATA = Path(__file__).parent / "data" / "tc_recordings"
 FORMATS = {"e4m3": "e4m3fn", "e5m2": "e5m2"}
@@ -77,8 +82,8 @@ def test_b200_recordings_reject_truncating_and_narrow_accumulators(fmt):
     # The published B200 model's widths (25 fraction bits, result truncated to float32)
     # and the earlier placeholder (25 bits, 25-bit truncated steps) both miss hundreds of rows:
     # the data pin the preset down rather than merely failing to contradict it.
-    for acc in (BlockScaledAccumulator(32, 25, 24, "rtz"), BlockScaledAccumulator(32, 25, 25, "rtz"),
-                BlockScaledAccumulator(32, 25, 24, "rne")):
+    for acc in (_model(32, 25, 24, "rtz"), _model(32, 25, 25, "rtz"),
+                _model(32, 25, 24, "rne")):
         got, d = _b200(fmt, acc)
         assert len(mismatches(got, d)) > 100, acc
 
@@ -86,7 +91,7 @@ def test_b200_recordings_reject_truncating_and_narrow_accumulators(fmt):
 def test_b200_recordings_bound_the_alignment_width():
     # 31 fraction bits is the narrowest alignment that reproduces every E5M2 row (but 3935):
     # one bit fewer loses two more rows, so the preset's width is the data's lower bound
-    got, d = _b200("e5m2", BlockScaledAccumulator(32, 30, 24, "rne"))
+    got, d = _b200("e5m2", _model(32, 30, 24, "rne"))
     assert mismatches(got, d) == [3935, 4630]
 
 

@@ -97,7 +97,7 @@ GROUPS = {
                  "tests/test_layouts.py", "tests/test_scaling_errors.py",
                  "tests/test_properties.py::test_scaling_recipes_dequantize_within_half_a_unit",
                  "tests/test_properties.py::TestDelayedScalingModel"]),
-    "gemm": (["fp8emu/gemm/accumulator.py", "fp8emu/gemm/kernels.py", "fp8emu/gemm/fparith.py",
+    "gemm": (["fp8emu/gemm/models.py", "fp8emu/gemm/kernels.py", "fp8emu/gemm/routes/wide.py", "fp8emu/gemm/fparith.py",
               "fp8emu/gemm/scaled_mm.py", "fp8emu/gemm/block_scaled.py", "fp8emu/gemm/epilogue.py"],
              ["tests/test_gemm.py", "tests/test_mutation_kills.py", "tests/test_reliability.py",
               "tests/test_block_scaled.py", "tests/test_tc_recordings.py",

@@ -37,7 +37,7 @@ API_SECTIONS = [
                          "fp8emu.scaling.hadamard", "fp8emu.scaling.nvfp4_te", "fp8emu.scaling.ms_eden",
                          "fp8emu.scaling.hifloat4", "fp8emu.scaling.torchao_variants"]),
     ("Training recipes and GPU stacks", ["fp8emu.training", "fp8emu.training.recipes", "fp8emu.training.stacks"]),
-    ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.models", "fp8emu.gemm.quantized", "fp8emu.gemm.accumulator", "fp8emu.gemm.kernels",
+    ("GEMM and storage layouts", ["fp8emu.gemm", "fp8emu.gemm.models", "fp8emu.gemm.quantized", "fp8emu.gemm.kernels",
                                   "fp8emu.gemm.instructions", "fp8emu.gemm.catalogue", "fp8emu.gemm.outputs",
                                   "fp8emu.gemm.aligned_sums", "fp8emu.gemm.code_tables", "fp8emu.gemm.wide_inputs",
                                   "fp8emu.gemm.instruction_inputs", "fp8emu.gpu.tc_questions",

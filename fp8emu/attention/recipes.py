@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from ..registry import named
-from ..gemm import Accumulator, GemmModel, get_model
+from ..gemm import GemmModel, get_model
 from .inputs import F32, WIDE, f32_number, operand_format
 
 __all__ = ["AttentionRecipe", "RECIPES", "get_recipe", "off_recipe", "exp2_f32", "fa3_fp8", "fa4_sm100_fp8",
@@ -56,7 +56,7 @@ class AttentionRecipe:
     scale_rule : {"amax", "given", "none"}
         ``"amax"``: host-side ``scale = fl32(fmax / amax)``; ``"given"``: from
         ``descales=``; ``"none"``: descale 1 (values cast as they are).
-    qk_accumulator, pv_accumulator : str or Accumulator
+    qk_accumulator, pv_accumulator : str or GemmModel
         GEMM models (:func:`fp8emu.gemm.get_model`); their own
         promotion and split-K are not used (see ``promote_every``).
     block_n : int
@@ -105,8 +105,8 @@ class AttentionRecipe:
     v_format: str | None = "e4m3fn"
     granularity: str = "tensor"
     scale_rule: str = "amax"
-    qk_accumulator: str | Accumulator | GemmModel = "hopper"
-    pv_accumulator: str | Accumulator | GemmModel = "hopper"
+    qk_accumulator: str | GemmModel = "hopper"
+    pv_accumulator: str | GemmModel = "hopper"
     block_n: int = 128
     key_order: str = "reverse"
     fold: str = "fa3"

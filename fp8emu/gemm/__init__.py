@@ -41,9 +41,9 @@ outputs recorded on an H200; see ``tests/test_gemm.py``):
 
 A 16-wide step behaves as a 32-wide step with zero products, so K = 16 needs no
 special case.  ``"hopper"`` is the catalogue row ``hopper-wgmma`` (this step) with the policy
-"promote every 4 steps, cuBLAS's split-K"; :class:`Accumulator` states a step by its widths (group
-size, fraction bits, result bits and rounding, promotion interval, split-K) for other hardware, and
-runs as Hopper's row with those widths (:func:`fp8emu.gemm.models.get_model`).
+"promote every 4 steps, cuBLAS's split-K"; other hardware is a :class:`GemmModel` of a row
+(:func:`step_row` states a step by its widths: products per step, fraction bits, result bits and
+rounding) and a :class:`Policy` (promotion interval, split-K, where block scales apply).
 
 Split-K: for long K and few output tiles cuBLAS splits K into ``S`` contiguous
 pieces of ``ceil(ceil(K / 128) / S)`` K-tiles of 128 (the last piece takes the
@@ -86,14 +86,12 @@ M, N and the products of a step, in chunks of rows so memory stays bounded.
 
 from __future__ import annotations
 
-from .accumulator import Accumulator, BlockScaledAccumulator, cublas_split_k, split_bounds
 from .block_scaled import block_scaled_mm, nvfp4_alpha
 from .catalogue import INSTRUCTIONS, Instruction, get_instruction, presets
 from .instructions import dot, mma
-from .models import MODELS, GemmModel, Policy, get_model
+from .models import MODELS, GemmModel, Policy, cublas_split_k, get_model, split_bounds, step_row
 from .scaled_mm import scaled_mm
 
-__all__ = ["Accumulator", "scaled_mm", "cublas_split_k",
-           "split_bounds", "block_scaled_mm", "BlockScaledAccumulator",
+__all__ = ["scaled_mm", "cublas_split_k", "split_bounds", "block_scaled_mm", "step_row",
            "nvfp4_alpha", "Instruction", "INSTRUCTIONS", "get_instruction", "mma", "dot", "presets",
            "GemmModel", "Policy", "MODELS", "get_model"]

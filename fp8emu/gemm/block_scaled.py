@@ -25,14 +25,14 @@ Accumulators, each defined exactly:
     are summed in K order with float32 additions from zero, and the block sum is
     added to the running float32 total with *one* rounding,
     ``total = fl32(total + partial * sa * sb)``, blocks in K order.
-``"blackwell"`` (``blackwell-mma``'s step, :mod:`fp8emu.gemm.models`), or a :class:`BlockScaledAccumulator`
-    Chained tensor-core steps as in :mod:`fp8emu.gemm`'s Hopper model (align every
-    term of a step to the largest exponent, truncate to ``frac_bits`` fraction bits,
-    sum, round the step's result to ``sum_bits``), with ``group`` products per step
-    and the block scales applied either to each product (``scale_at="product"``:
-    the scale exponents join the product exponents before alignment, as a
-    hardware MMA that consumes the scales does) or to each K-block's partial sum
-    (``scale_at="block"``: ``total = fl32(total + partial * sa * sb)``, as software
+``"blackwell"`` (``blackwell-mma``'s step, :mod:`fp8emu.gemm.models`), or a block-scaled :class:`~fp8emu.gemm.GemmModel`
+    Chained tensor-core steps of a catalogue row (align every term of a step to the
+    largest exponent, truncate to its fraction bits, sum, round the step's result), with
+    exponents unbounded (:func:`fp8emu.gemm.models.wide_row`) and the block scales applied
+    either to each product (``Policy(scale_at="product")``: the scale exponents join the
+    product exponents before alignment, as a hardware MMA that consumes the scales does,
+    :func:`fp8emu.gemm.models.scaled_row`) or to each K-block's partial sum
+    (``Policy(scale_at="block")``: ``total = fl32(total + partial * sa * sb)``, as software
     block scaling on Hopper does).
 
 The ``"blackwell"`` preset: 32 products per step, every term aligned to the step's largest
@@ -50,7 +50,8 @@ misses 246.  What the recordings do *not* cover is how the block scales enter:
 ``tcgen05.mma``'s block-scaled kinds were not recorded.  The preset lets each product
 carry its scales into the alignment (``scale_at="product"``), so unit scales give the
 recorded FP8 datapath exactly.  That step for scales other than 1 is unverified.
-Pass a :class:`BlockScaledAccumulator` to model other widths.
+To model other widths pass ``GemmModel(name, "instruction", step_row(...), Policy(scale_at=...))``
+(:func:`fp8emu.gemm.models.step_row`).
 
 B is (K, N) with its blocks along K (axis 0): quantize it with
 ``quantize_mx(b, fmt, axis=0)`` / ``quantize_nvfp4(b, axis=0)``.  2-D blocks
@@ -72,14 +73,13 @@ from ..interop import ML_NARROW_DTYPES, code_array, to_numpy
 from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import FP4_SCALE_FORMATS, nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
-from .accumulator import Accumulator, BlockScaledAccumulator
 from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
 from .fparith import add_scaled_f32
-from .catalogue import Instruction
 from .instructions import block_scaled_gemm
-from .models import block_steps, get_model
-from .code_tables import ZERO_EXP, ZERO_LOW, low_bits, values_and_exponents
-from .kernels import accumulate, exact_dot, mma_dot
+from .models import get_model, scaled_row, wide_row
+from .code_tables import ZERO_EXP, values_and_exponents
+from .kernels import exact_dot, fp32_dot
+from .routes.wide import run_wide, scaled_operand
 
 __all__ = ["block_scaled_mm", "nvfp4_alpha"]
 
@@ -260,23 +260,24 @@ def _alpha(A: _Operand, B: _Operand):
     return alpha
 
 
-def _get_acc(acc):
-    """``"exact"``, ``"fp32"``, the step widths of a block-scaled tensor-core model, or the
-    block-scaled instruction row an accumulator names (:func:`fp8emu.gemm.models.get_model`)."""
+def _get_model(acc):
+    """The :class:`~fp8emu.gemm.models.GemmModel` an accumulator names, if block-scaled GEMMs take
+    it: ``"exact"``, ``"fp32"``, a model with block scales (``Policy(scale_at=...)``), or a
+    block-scaled instruction row (a chain of the row itself: its error if not block-scaled)."""
     try:
         model = get_model(acc)
     except ValueError:
         model = None
-    if model is not None:
-        if model.kind in ("exact", "fp32"):
-            return model.kind
-        if model.kind == "instruction" and model.policy.specials == "instruction":
-            return model.instruction          # a chain of the row itself (its error if not block-scaled)
-        if model.policy.scale_at is not None:
-            return block_steps(model)
+    if model is not None and model.policy.scale_at is not None and (
+            model.policy.promote is not None or model.policy.split_k not in (None, 1)):
+        raise ValueError(f"block-scaled model {model.name!r}: block_scaled_mm models one chain of steps along K "
+                         f"(no promotion, no split-K), got {model.policy}")
+    if model is not None and (model.kind in ("exact", "fp32") or model.policy.scale_at is not None or (
+            model.kind == "instruction" and model.policy.specials == "instruction")):
+        return model
     raise ValueError(f"unknown block-scaled accumulator {acc!r}; use 'exact', 'fp32', 'blackwell', a "
-                     f"BlockScaledAccumulator, or a block-scaled matrix-instruction preset such as "
-                     f"'blackwell-tcgen05-mxf8f6f4' (fp8emu.gemm.presets() lists them)")
+                     f"GemmModel with Policy(scale_at='product' or 'block'), or a block-scaled matrix-instruction "
+                     f"preset such as 'blackwell-tcgen05-mxf8f6f4' (fp8emu.gemm.presets() lists them)")
 
 
 def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scales=None,
@@ -306,7 +307,7 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
         :func:`fp8emu.gemm.mma`) read it: 0xB8 is 1.0 like 0x38.
     a_global_scale, b_global_scale : float, optional
         For raw NVFP4 codes: ``S_enc``.
-    accumulator : {"blackwell", "exact", "fp32"}, BlockScaledAccumulator, or a block-scaled instruction
+    accumulator : {"blackwell", "exact", "fp32"}, a block-scaled GemmModel, or a block-scaled instruction
         See :mod:`fp8emu.gemm.block_scaled`.  A block-scaled matrix instruction of
         :data:`fp8emu.gemm.INSTRUCTIONS` (``"blackwell-tcgen05-mxf8f6f4"``, ``"...-mxf4nvf4"``,
         the RTX Blackwell ``mma.block_scale`` kinds, Rubin's ``"rubin-tcgen05-mxf4nvf4"``, a
@@ -344,13 +345,12 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     N, Kb = B.codes.shape
     if Kb != K:
         raise ValueError(f"shape mismatch: a is ({M}, {K}) and b is ({Kb}, {N}); need (M, K) @ (K, N)")
-    acc = _get_acc(accumulator)
-    ins = acc if isinstance(acc, Instruction) else None
+    model = _get_model(accumulator)
     c = _accumulator_input(c, M, N)
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
-    if ins is not None:
-        v = _through_instruction(A, B, ins, c)
+    if model.kind == "instruction" and model.policy.scale_at is None:
+        v = _through_instruction(A, B, model.instruction, c)
         alpha = _alpha(A, B)
         if alpha is not None:
             with np.errstate(over="ignore", invalid="ignore"):
@@ -362,26 +362,25 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     nan_rows = np.isnan(A.scales).any(axis=1)
     nan_cols = np.isnan(B.scales).any(axis=1)
     with np.errstate(over="ignore", invalid="ignore"):   # float32 overflow gives Inf, as the GPU
-        if isinstance(acc, BlockScaledAccumulator) and acc.scale_at == "product":
-            pa, ea2, la = _scaled_operand(A, K)
-            pbt, eb2t, lbt = _scaled_operand(B, K)
-            step_acc = Accumulator("mma", acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
+        if model.policy.scale_at == "product":
+            # a NaN scale's row or column is NaN whatever the sum (below): the sum takes a zero scale
+            row = scaled_row(model.instruction, formats=tuple(dict.fromkeys((A.fmt.name, B.fmt.name))))
+            pa, ea2, la = scaled_operand(A.codes, A.fmt, _finite(A.scales), A.block)
+            pbt, eb2t, lbt = scaled_operand(B.codes, B.fmt, _finite(B.scales), B.block)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                v = mma_dot(pa, ea2, pbt.T, eb2t.T, step_acc, c=c, lows=(la, lbt.T))
+                v = run_wide(row, pa, ea2, pbt.T, eb2t.T, c=c, lows=(la, lbt.T)).astype(np.float32)
         else:
             va, ea = values_and_exponents(A.codes, A.fmt)
             vbt, ebt = values_and_exponents(B.codes, B.fmt)
-            sa = np.repeat(A.scales, A.block, axis=1)[:, :K]          # (M, K) per-element scale
-            sbt = np.repeat(B.scales, B.block, axis=1)[:, :K]         # (N, K)
-            sa = np.where(np.isnan(sa), 0.0, sa)
-            sbt = np.where(np.isnan(sbt), 0.0, sbt)
-            if acc == "exact":
+            if model.kind == "exact":
+                sa = np.repeat(_finite(A.scales), A.block, axis=1)[:, :K]          # (M, K) per-element scale
+                sbt = np.repeat(_finite(B.scales), B.block, axis=1)[:, :K]         # (N, K)
                 v = _exact(va, sa, vbt.T, sbt.T, A.fmt.mbits, B.fmt.mbits, c)
-            elif acc == "fp32" or acc.scale_at == "block":
-                v = _blockwise(va, ea, vbt.T, ebt.T, A.scales, B.scales.T, A.block, B.block, acc, c)
             else:
-                v = _product_scaled(va, ea, sa, vbt.T, ebt.T, sbt.T, acc, c)
+                row = None if model.kind == "fp32" else wide_row(
+                    model.instruction, formats=tuple(dict.fromkeys((A.fmt.name, B.fmt.name))))
+                v = _blockwise(va, ea, vbt.T, ebt.T, A.scales, B.scales.T, A.block, B.block, row, c)
     v = np.where(nan_rows[:, None] | nan_cols[None, :], np.float32(np.nan), v).astype(np.float32)
     v = ieee_specials(v, A.codes, A.fmt, np.ascontiguousarray(B.codes.T), B.fmt)
     alpha = _alpha(A, B)
@@ -437,79 +436,30 @@ def _exact(va, sa, vb, sb, ma, mb, c=None):
     return exact_dot(pa, _exponents(pa), pb, _exponents(pb), ma + 4, mb + 4, extra=c)
 
 
-def _blockwise(va, ea, vb, eb, sa_blocks, sb_blocks, ba, bb, acc, c=None):
-    """K-blocks with constant scales; each block's partial joins a float32 total with one rounding."""
+def _finite(scales):
+    """Block scales with NaN made zero (a NaN scale's row or column is made NaN apart)."""
+    return np.where(np.isnan(scales), 0.0, scales)
+
+
+def _blockwise(va, ea, vb, eb, sa_blocks, sb_blocks, ba, bb, row, c=None):
+    """K-blocks with constant scales, each summed from zero by ``row``'s chain of steps (``None``:
+    float32 additions); each block's partial joins a float32 total with one rounding."""
     M, K = va.shape
     N = vb.shape[1]
     g = math.gcd(ba, bb)
-    if acc != "fp32" and g % acc.group:
-        raise ValueError(f"scale_at='block' needs K blocks ({g}) that are a multiple of the group "
-                         f"({acc.group})")
-    step_acc = Accumulator("fp32") if acc == "fp32" else Accumulator(
-        "mma", acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
+    if row is not None and g % row.step:
+        raise ValueError(f"scale_at='block' needs K blocks ({g}) that are a multiple of the step "
+                         f"({row.step})")
     total = np.zeros((M, N), np.float32) if c is None else c.copy()
     for k0 in range(0, K, g):
         sl = slice(k0, min(K, k0 + g))
-        part = accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], step_acc).astype(np.float64)
+        if row is None:
+            part = fp32_dot(va[:, sl], vb[sl])
+        else:
+            with np.errstate(over="ignore"):      # a step result beyond float32's range: Inf, as the GPU
+                part = run_wide(row, va[:, sl], ea[:, sl], vb[sl], eb[sl]).astype(np.float32)
         f = sa_blocks[:, k0 // ba][:, None] * sb_blocks[k0 // bb][None, :]
         f = np.where(np.isnan(f), 0.0, f)
         with np.errstate(over="ignore", invalid="ignore"):
-            total = add_scaled_f32(total, part, f)
+            total = add_scaled_f32(total, part.astype(np.float64), f)
     return total
-
-
-def _scaled_operand(op: _Operand, K):
-    """Block-scaled values ``v * s`` (rows, K), their step exponents ``e(v) + floor(log2 s)`` (zero
-    terms: the sentinel) and lowest set bits, worked out per (row, block) and broadcast over the
-    block: what :func:`_product_scaled` computes from per-element scales, without those arrays.
-    The lowest set bit of a product of binary numbers is the sum of theirs.
-    """
-    rows, nb, blk = op.codes.shape[0], op.scales.shape[1], op.block
-    s = np.where(np.isnan(op.scales), 0.0, op.scales)
-    _, q = np.frexp(s)
-    zero_s = s == 0
-    q = np.where(zero_s, 0, q - 1).astype(np.int16)
-    lq = low_bits(s).astype(np.int16)
-    va, ea, la = values_and_exponents(op.codes, op.fmt, lows=True)
-    pad = nb * blk - K
-    if pad:
-        va, ea, la = (np.pad(x, ((0, 0), (0, pad))) for x in (va, ea, la))
-    # the gathered arrays are this call's own: scaled in place, and the zero terms' sentinels put
-    # back only where there are any
-    shape3 = (rows, nb, blk)
-    p, e2, l2 = va.reshape(shape3), ea.reshape(shape3), la.reshape(shape3)
-    zero = e2 == ZERO_EXP
-    if zero_s.any():
-        zero |= zero_s[:, :, None]
-    p *= s[:, :, None]
-    e2 += q[:, :, None]
-    l2 += lq[:, :, None]
-    if zero.any():
-        np.copyto(e2, np.int16(ZERO_EXP), where=zero)
-        np.copyto(l2, np.int16(ZERO_LOW), where=zero)
-    return p.reshape(rows, -1)[:, :K], e2.reshape(rows, -1)[:, :K], l2.reshape(rows, -1)[:, :K]
-
-
-def _product_scaled(va, ea, sa, vb, eb, sb, acc, c=None, lows=None):
-    """Chained steps whose products carry their block scales (scale exponents join the alignment).
-
-    The reference form of the ``scale_at="product"`` front end, from per-element scales (the
-    kernel's dense step is the reference for the fast path; tests compare the two front ends).
-    ``lows``: (element low-bit exponents of A (M, K) and of B (N, K), of the scales A (M, blocks)
-    and B (N, blocks), the two blocks) for the kernel's fast path.
-    """
-    _, qa = np.frexp(sa)
-    _, qb = np.frexp(sb)
-    pa, pb = va * sa, vb * sb
-    ea2 = np.where(pa == 0, ZERO_EXP, ea + np.where(sa == 0, 0, qa - 1)).astype(np.int16)
-    eb2 = np.where(pb == 0, ZERO_EXP, eb + np.where(sb == 0, 0, qb - 1)).astype(np.int16)
-    if lows is not None:
-        la, lb, lsa, lsb, ba, bb = lows
-        K = la.shape[1]
-        la = np.where(pa == 0, ZERO_LOW, la + np.repeat(lsa, ba, axis=1)[:, :K])
-        lb = np.where(pb == 0, ZERO_LOW, lb.T + np.repeat(lsb, bb, axis=1)[:, :K].T)
-        lows = (la, lb)
-    step_acc = Accumulator("mma", acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return mma_dot(pa, ea2, pb, eb2, step_acc, c=c, lows=lows)

@@ -4,7 +4,7 @@ A GEMM decodes its FP8/FP6/FP4 operands once per code, not once per element: eve
 one entry per code of a format and is cached and read-only (a caller that wrote into one would change
 every later GEMM's bits).  Two readings of a code:
 
-* the kernels' (:mod:`fp8emu.gemm.kernels`, the exact route): the value with Inf/NaN zeroed (their
+* the sums' (:mod:`fp8emu.gemm.kernels`, the exact and wide routes): the value with Inf/NaN zeroed (their
   IEEE semantics are applied apart), the exponent ``floor(log2|v|)`` at least the format's smallest
   normal one, :data:`ZERO_EXP` for zeros, and the exponent of the lowest set bit (:func:`low_bits`,
   :data:`ZERO_LOW` for zeros): :func:`value_tables`, :func:`low_bit_table`, :func:`values_and_exponents`;

@@ -16,7 +16,9 @@ taken from its description, code written here):
     exactly and the sum is rounded once to the output (``rounding``).  K longer than
     ``step`` is a chain of steps, each step's result the next one's C.
 ``"scaled"`` (``kind::mxf8f6f4``)
-    As ``"fused"``, each product also carrying the exponents of its two E8M0 block scales.
+    As ``"fused"``, each product also carrying the exponents of its two E8M0 block scales.  A row of
+    unbounded exponents (float64 output: a block-scaled model's, :func:`fp8emu.gemm.models.scaled_row`)
+    takes a scale type and a block per operand, each scale carrying ``floor(log2 s)``.
 ``"grouped"`` (``kind::mxf4``, ``kind::mxf4nvf4``)
     Products are first summed exactly in groups of ``group`` (16); a group's sum times
     its two scales is one term whose exponent is the two scales' exponents alone (the
@@ -153,8 +155,10 @@ def _step_terms(ins, ops, scl, block, k0):
     if ins.datapath == "grouped":
         return _grouped_terms(ins, p, scl, block, k0)
     if ins.datapath == "scaled":
-        kb = (k0 + np.arange(L)) // block
-        s_a, s_b, q_a, q_b = scl[0][kb], scl[2][kb], scl[1][kb], scl[3][kb]
+        # a block per operand (a row of unbounded exponents), or one for both
+        ba, bb = block if isinstance(block, tuple) else (block, block)
+        ka, kb = (k0 + np.arange(L)) // ba, (k0 + np.arange(L)) // bb
+        s_a, s_b, q_a, q_b = scl[0][ka], scl[2][kb], scl[1][ka], scl[3][kb]
         zero = p == 0
         with np.errstate(invalid="ignore", over="ignore"):
             p = p * s_a * s_b

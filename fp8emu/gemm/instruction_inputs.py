@@ -12,6 +12,7 @@ import numpy as np
 
 from ..codec import decode
 from ..formats import get_format
+from .code_tables import ZERO_EXP
 from .wide_inputs import operand_name
 
 __all__ = ["check_inputs", "decode_scales", "scale_values", "kmajor"]
@@ -60,29 +61,40 @@ def check_inputs(ins, K, a_format, b_format, a_scales, b_scales, scale_format):
     if ins.block_scaled:
         if a_scales is None or b_scales is None:
             raise ValueError(f"{ins.name} is block-scaled: give a_scales and b_scales")
-        kind = ins.scales[0] if scale_format is None else scale_format
-        if kind not in ins.scales:
-            raise ValueError(f"{ins.name} takes {', '.join(ins.scales)} scales, not {scale_format!r}")
-        if a_scales.shape[-1] != b_scales.shape[-1] or K % a_scales.shape[-1]:
-            raise ValueError(f"scales must hold K / block entries along K for both operands, got "
+        # a row of unbounded exponents (float64 output, a block-scaled model's) takes a scale type and
+        # a block per operand; an instruction one of each for both
+        wide = ins.out == "float64"
+        kinds = tuple(scale_format) if wide and isinstance(scale_format, tuple) else (scale_format,) * 2
+        kinds = tuple(ins.scales[0] if k is None else k for k in kinds)
+        for k in kinds:
+            if k not in ins.scales:
+                raise ValueError(f"{ins.name} takes {', '.join(ins.scales)} scales, not {k!r}")
+        if (not wide and a_scales.shape[-1] != b_scales.shape[-1]) or any(
+                x.shape[-1] == 0 or K % x.shape[-1] for x in (a_scales, b_scales)):
+            raise ValueError(f"scales must hold K / block entries along K for "
+                             f"{'each operand' if wide else 'both operands'}, got "
                              f"{a_scales.shape[-1]} and {b_scales.shape[-1]} for K = {K}")
-        block = K // a_scales.shape[-1]
-        if block not in ins.blocks:
-            raise ValueError(f"{ins.name} takes blocks of {', '.join(map(str, ins.blocks))} along K, "
-                             f"got {block}")
-        if (kind, block) not in ins.scale_modes:
-            raise ValueError(f"{ins.name} takes {kind} scales with blocks of "
-                             f"{', '.join(str(b) for k, b in ins.scale_modes if k == kind)} along K, got {block}")
-        sa = decode_scales(kmajor(a_scales), kind, "a_scales")
-        sb = decode_scales(kmajor(b_scales), kind, "b_scales")
+        blocks = (K // a_scales.shape[-1], K // b_scales.shape[-1])
+        for kind, blk in zip(kinds, blocks):
+            if blk not in ins.blocks:
+                raise ValueError(f"{ins.name} takes blocks of {', '.join(map(str, ins.blocks))} along K, "
+                                 f"got {blk}")
+            if (kind, blk) not in ins.scale_modes:
+                raise ValueError(f"{ins.name} takes {kind} scales with blocks of "
+                                 f"{', '.join(str(b) for k, b in ins.scale_modes if k == kind)} along K, got {blk}")
+        sa = decode_scales(kmajor(a_scales), kinds[0], "a_scales", unbounded=wide)
+        sb = decode_scales(kmajor(b_scales), kinds[1], "b_scales", unbounded=wide)
+        block = blocks if wide else blocks[0]
     elif a_scales is not None or b_scales is not None or scale_format is not None:
         raise ValueError(f"{ins.name} takes no block scales")
     return sa, sb, block
 
 
-def decode_scales(codes, kind, what):
+def decode_scales(codes, kind, what, unbounded=False):
     """Block scale values (float64, NaN for NaN codes) and their exponents, looked up per code
     (:func:`scale_values`, tabulated once per scale type); ``what`` names the scales in the error.
+    ``unbounded``: the exponents of a row of unbounded exponents, ``floor(log2 v)`` of the value itself
+    (a subnormal scale's too), ``ZERO_EXP`` for a zero scale (its products are zero terms).
 
     Examples
     --------
@@ -99,7 +111,12 @@ def decode_scales(codes, kind, what):
         _SCALES[kind] = v, e
     v, e = _SCALES[kind]
     idx = codes.astype(np.intp)
-    return np.take(v, idx), np.take(e, idx)
+    v = np.take(v, idx)
+    if unbounded:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            _, q = np.frexp(np.where(np.isfinite(v), v, 1.0))
+        return v, np.where(v == 0, ZERO_EXP, q.astype(np.int64) - 1)
+    return v, np.take(e, idx)
 
 
 def scale_values(codes, kind):

@@ -18,13 +18,16 @@ import numpy as np
 
 from ..codec import encode
 from ..formats import get_format
+from ..interop import byte_codes
 from . import catalogue
+from .code_tables import any_nonfinite, values_and_exponents
 from .datapaths import reference
 from .instruction_inputs import check_inputs
 from .outputs import OUTPUT_TYPES
 from .wide_inputs import WIDE_INPUTS, operand_name
 from .routes import run_tiles, tile_route
 from .routes.tables import run_tables
+from .routes.wide import run_wide, serves
 
 __all__ = ["mma", "dot", "gemm", "block_scaled_gemm"]
 
@@ -209,10 +212,16 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
     each operand once (:func:`~fp8emu.gemm.routes.run_tiles`, from 512 outputs;
     ``kind::mxf4nvf4``: :func:`~fp8emu.gemm.routes.groups.run_groups`), anything else gathers its
     products from the code-pair tables (:func:`~fp8emu.gemm.routes.tables.run_tables`).  The
-    16-bit inputs and the float64 results of step widths no instruction has take the reference
-    steps (:func:`fp8emu.gemm.datapaths.reference`), which the routes are tested against.
+    float64 results of step widths no instruction has take the wide route
+    (:func:`~fp8emu.gemm.routes.wide.run_wide`) where their codes are finite, the 16-bit inputs
+    and the rest the reference steps (:func:`fp8emu.gemm.datapaths.reference`), which the routes are
+    tested against.
     """
     K = a.shape[-1]
+    if ins.datapath == "fused" and serves(ins) and operand_name(a_format) not in WIDE_INPUTS:
+        d = _wide(ins, a, b, c, a_format, b_format)
+        if d is not None:
+            return d
     if operand_name(a_format) in WIDE_INPUTS or ins.out == "float64":
         # the reference steps check the inputs themselves (float64 results: step widths no
         # instruction has, which no fast route serves)
@@ -231,6 +240,23 @@ def _run(ins, a, b, c, a_format, b_format, a_scales, b_scales, scale_format):
         return route(ins, a[None, :, 0], b[None, 0], c[None], fa, fb, scl)[0]
     # FP8/FP6/FP4 rows (or a block-scaled kind): products from code-pair tables
     return run_tables(ins, a, b, c, fa, fb, sa, sb, block, K)
+
+
+def _wide(ins, a, b, c, a_format, b_format):
+    """D of a tile through a ``"fused"`` row of unbounded exponents by the wide route
+    (:func:`~fp8emu.gemm.routes.wide.run_wide`), or ``None`` where the reference steps serve it: rows
+    of dot products, Inf/NaN codes, or a C that is not float32 (the route takes float32's)."""
+    check_inputs(ins, a.shape[-1], a_format, b_format, None, None, None)
+    fa, fb = get_format(a_format), get_format(b_format)
+    if c.size == 0 or not (a.shape[1] == 1 and b.shape[0] == 1) or any_nonfinite(a, fa) or any_nonfinite(b, fb):
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        c32 = c.astype(np.float32)
+    if not np.array_equal(c32, c):          # NaN too
+        return None
+    va, ea, la = values_and_exponents(byte_codes(a[:, 0], fa, "a"), fa, lows=True)
+    vb, eb, lb = values_and_exponents(byte_codes(b[0], fb, "b"), fb, lows=True)
+    return run_wide(ins, va, ea, vb.T, eb.T, c=None if not c32.any() else c32, lows=(la, lb.T))
 
 
 def _k_padded(ins, a, b):

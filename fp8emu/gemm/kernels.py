@@ -1,41 +1,27 @@
-"""GEMM kernels over decoded operands: the three accumulations.
+"""The sums of GEMMs that are no tensor core: the exact sum and the sequential float32 sum.
 
 Operands arrive as float64 values (non-finite codes zeroed) with int16 exponents, as the per-code
-tables of :mod:`fp8emu.gemm.code_tables` give them;
-each kernel returns the float32 (M, N) result of the K reduction:
-:func:`accumulate` dispatches to the exact sum (:func:`exact_dot`), the
-sequential float32 sum (:func:`fp32_dot`) or one chain of tensor-core steps
-(:func:`mma_dot`, which only :func:`fp8emu.block_scaled_mm`'s
-:class:`~fp8emu.gemm.accumulator.BlockScaledAccumulator` steps still take: every other GEMM model
-runs on the catalogue engine, :mod:`fp8emu.gemm.models`).  NaN/Inf semantics are applied by :func:`special_masks`.
+tables of :mod:`fp8emu.gemm.code_tables` give them; :func:`exact_dot` (the ``"exact"`` model: one
+rounding) and :func:`fp32_dot` (the ``"fp32"`` model: float32 additions in K order) return the float32
+(M, N) result of the K reduction.  NaN/Inf semantics are applied apart, from :func:`special_masks`.
+Tensor-core models run on the catalogue engine (:mod:`fp8emu.gemm.models`).
 """
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
 
 import numpy as np
 
 from .. import parallel
 from ..codec import decode
-from .accumulator import Accumulator
-from .code_tables import ZERO_EXP, ZERO_LOW, low_bits
+from .code_tables import ZERO_EXP
 from .fparith import round_hi_lo, two_sum
 
-__all__ = ["special_masks", "accumulate", "mma_dot", "fp32_dot", "exact_dot"]
-
-#: Elements of the (rows, N, group) product block processed at once.
-_BLOCK_ELEMS = 1 << 20
-#: Multiply-adds below which OpenBLAS computes a matrix product on one thread.
-_BLAS_SERIAL = 1 << 18
-#: Step sums (rows x N x steps, float64) one batched matrix product forms on the fast path: 4 MiB
-#: of them are still read back from the caches (1.03-1.07x against 16 MiB on this machine).
-_STEP_CHUNK = 1 << 19
+__all__ = ["special_masks", "fp32_dot", "exact_dot", "exp_span", "over_row_blocks"]
 
 
-def _exp_span(e):
+def exp_span(e):
     """(lowest, highest) exponent of the non-zero values; (0, 0) when all are zero."""
     hi = int(e.max(initial=ZERO_EXP))
     if hi == ZERO_EXP:
@@ -59,109 +45,7 @@ def special_masks(codes_a, fa, codes_b, fb):
     return pos > 0, neg > 0, (nan > 0) | ((pos > 0) & (neg > 0))
 
 
-def mma_dot(va, ea, vb, eb, acc: Accumulator, c=None, lows=None):
-    """One chain of tensor-core steps along K (promotion and split-K are the catalogue engine's,
-    :func:`fp8emu.gemm.models.run_steps`; ``acc`` states neither).
-
-    ``c``, a float32 (M, N) array or None, is the accumulator input of the first
-    step (the MMA's C operand): it joins that step's alignment as its running sum.
-    ``lows``, optional: the operands' lowest-set-bit exponents (:func:`low_bits` of ``va`` and
-    ``vb``), when the caller has them from per-code tables.  Steps whose terms provably lose
-    nothing to the alignment take the exact fast path (:func:`_mma_piece_fast`); the others,
-    entry by entry, the reference step.
-    """
-    M, K = va.shape
-    N = vb.shape[1]
-    G = acc.group
-    pad = (-K) % G
-    if pad:
-        va = np.pad(va, ((0, 0), (0, pad)))
-        vb = np.pad(vb, ((0, pad), (0, 0)))
-        ea = np.pad(ea, ((0, 0), (0, pad)), constant_values=ZERO_EXP)
-        eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=ZERO_EXP)
-        if lows is not None:
-            lows = (np.pad(lows[0], ((0, 0), (0, pad)), constant_values=ZERO_LOW),
-                    np.pad(lows[1], ((0, pad), (0, 0)), constant_values=ZERO_LOW))
-    ng = (K + pad) // G
-    if acc.promote is not None or acc.split_k not in (None, 1):
-        raise ValueError("the kernels run one chain of steps: promotion and split-K are a GemmModel's "
-                         "Policy (fp8emu.gemm.models.run_steps)")
-    out = np.empty((M, N), np.float32)
-    threads = parallel.resolve_threads(None, M * N * K)
-    rows = max(1, min(M, _BLOCK_ELEMS // max(1, N * G)))
-    F = acc.frac_bits
-    # Lowest exponent any non-zero term can have; all-zero steps are clamped to it
-    # (their result is zero whatever the alignment).
-    e_floor = _exp_span(ea)[0] + _exp_span(eb)[0] - 2
-    if c is not None:
-        # C's terms are aligned like a running sum: the floor must reach its lowest exponent
-        c = np.asarray(c, np.float64)
-        nz = c[c != 0]
-        if nz.size:
-            e_floor = min(e_floor, int(np.frexp(np.abs(nz).min())[1]) - 2)
-    fast = _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows)
-    if fast is not None:
-        def row_block_fast(m0, m1):
-            out[m0:m1] = _mma_piece_fast(fast, (m0, m1), (0, ng), acc, e_floor=e_floor,
-                                         c_in=None if c is None else c[m0:m1], threads=threads)
-
-        # row blocks of about 2**16 entries keep a step's (rows, N) arrays in cache
-        rows_f = min(-(-M // max(1, min(threads, M))), max(1, (1 << 16) // max(1, N)))
-        _over_row_blocks(M, rows_f, row_block_fast, threads)
-        return out
-    _count(dense=M * N * ng)
-    amax, bmax = np.abs(va).max(initial=0.0), np.abs(vb).max(initial=0.0)
-    # float32 is exact when scaled terms stay integers below 2**24 even after
-    # summing a group, and when products and scale factors stay normal float32
-    small = (F + 2 + int(np.ceil(np.log2(G))) <= 24 and F - e_floor < 120 and e_floor > -120
-             and amax * bmax < 2.0 ** 120)
-    dt = np.float32 if small else np.float64
-    # K-major layout: reductions over a step become element-wise operations on
-    # contiguous (rows, N) slabs, much faster than reducing a short last axis
-    vat_, vb_ = np.ascontiguousarray(va.T, dtype=dt), vb.astype(dt)
-    eat_ = np.ascontiguousarray(np.maximum(ea, ZERO_EXP).T, dtype=np.int16)
-    eb_ = np.maximum(eb, ZERO_EXP).astype(np.int16)
-    ops = _KMajor(vat_, vb_, eat_, eb_, *_exponent_weights(eat_, eb_, G))
-    rows = -(-M // max(min(threads, M), -(-M // rows)))   # at least one block per core
-
-    def row_block(m0, m1):
-        P = np.empty((G, m1 - m0, N), dt)
-        Eb = None if ops.wat is not None else np.empty((G, m1 - m0, N), np.int16)
-        out[m0:m1] = _mma_piece(ops, (m0, m1), (0, ng), (P, Eb), acc, e_floor=e_floor,
-                                c_in=None if c is None else c[m0:m1])
-
-    _over_row_blocks(M, rows, row_block, threads)
-    return out
-
-
-def _exponent_weights(eat, eb, G):
-    """``(2**(c*(ea - sa)), 2**(c*(eb - sb)), c, sa + sb)`` for the exponent-maximum matmul, or Nones.
-
-    A step's largest exponent ``E = max_k(ea_k + eb_k)`` is read off
-    ``S = sum_k 2**(c*(ea_k + eb_k - s))``, one matrix product: with
-    ``2**c > G`` (``c`` a power of two), ``2**(c*(E - s)) <= S < 2**(c*(E - s) + c)`` (the rounded sum
-    of positive terms stays within those representable bounds), so
-    ``E = s + floor(log2(S) / c)``.  Zero terms (exponent sentinel) weigh 0.
-    Returns Nones when the weights would leave float64's normal range.
-    """
-    c = 1 << (int(G).bit_length() - 1).bit_length()   # a power of two with 2**c > G: E is a shift
-    nz_a, nz_b = eat > ZERO_EXP, eb > ZERO_EXP
-    if not nz_a.any() or not nz_b.any():
-        return None, None, c, 0
-    la, ha = int(eat[nz_a].min()), int(eat[nz_a].max())
-    lb, hb = int(eb[nz_b].min()), int(eb[nz_b].max())
-    sa, sb = (la + ha) // 2, (lb + hb) // 2
-    for dt, lo, hi in ((np.float32, -126, 127), (np.float64, -1022, 1023)):
-        ok = (c * (la - sa) >= lo and c * (ha - sa) <= hi and c * (lb - sb) >= lo and c * (hb - sb) <= hi
-              and c * (la - sa + lb - sb) >= lo and c * (ha - sa + hb - sb) + c <= hi)
-        if ok:
-            wat = np.where(nz_a, np.ldexp(dt(1), c * (eat.astype(np.int32) - sa)), dt(0)).astype(dt)
-            wb = np.where(nz_b, np.ldexp(dt(1), c * (eb.astype(np.int32) - sb)), dt(0)).astype(dt)
-            return wat, wb, c, sa + sb
-    return None, None, c, 0
-
-
-def _over_row_blocks(M, rows, fn, threads):
+def over_row_blocks(M, rows, fn, threads):
     """Call ``fn(m0, m1)`` for each block of output rows, spread over the cores.
 
     Row blocks are independent and NumPy releases the GIL inside its loops, so
@@ -174,94 +58,6 @@ def _over_row_blocks(M, rows, fn, threads):
     else:
         for b in blocks:
             fn(*b)
-
-
-class _KMajor(NamedTuple):
-    """Operands laid out K-major: values of A transposed (K, M), of B (K, N), their exponents,
-    and the exponent weights of :func:`_exponent_weights` (None where not usable)."""
-
-    vat: np.ndarray
-    vb: np.ndarray
-    eat: np.ndarray
-    eb: np.ndarray
-    wat: np.ndarray | None
-    wb: np.ndarray | None
-    c: int
-    shift: int
-
-
-def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, e_floor, c_in=None):
-    """float32 result of steps ``steps = (g0, g1)`` for rows ``rows = (m0, m1)``, from accumulator ``c_in`` (or zero).
-
-    ``buffers = (P, Eb)`` are (group, rows, N) scratch arrays for the products and (only
-    without exponent weights) their exponents.  Every (rows, N) temporary is a reused
-    buffer written with ``out=``: fresh arrays of this size would be new pages each step.
-    """
-    vat_, vb_, eat_, eb_, wat, wb, c, shift = ops
-    (m0, m1), (g0, g1), (P, Eb) = rows, steps, buffers
-    dt = P.dtype
-    G, F = acc.group, acc.frac_bits
-    shape = (m1 - m0, vb_.shape[1])
-    part, sc, tmp, s, fr = (np.zeros(shape) for _ in range(5))
-    if c_in is not None:
-        part[...] = c_in
-    sc_dt, psum = np.empty(shape, dt), np.empty(shape, dt)
-    E, ep, lo_e = np.empty(shape, np.int32), np.empty(shape, np.int32), np.empty(shape, np.int32)
-    mask = np.empty(shape, bool)
-    S = np.empty(shape, wat.dtype) if wat is not None else None
-    fs = np.empty(shape, wat.dtype) if wat is not None else None
-    sub = max(1, _BLAS_SERIAL // (G * shape[1]))
-    c_log2 = np.int32(c.bit_length() - 1)
-    e_floor = np.int32(e_floor)
-    rtz = acc.sum_rounding == "rtz"
-    for g in range(g0, g1):
-        sl = slice(g * G, (g + 1) * G)
-        if wat is not None:
-            # small products: OpenBLAS runs them on the calling thread (larger ones start
-            # its own threads, which contend with ours)
-            for r in range(m0, m1, sub):
-                np.matmul(wat[sl, r:min(m1, r + sub)].T, wb[sl], out=S[r - m0:min(m1, r + sub) - m0])
-            np.frexp(S, out=(fs, E))
-            E -= 1
-            np.right_shift(E, c_log2, out=E)      # floor division by c
-            E += shift
-            np.equal(S, 0, out=mask)
-            np.copyto(E, e_floor, where=mask)
-        else:
-            np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
-            np.max(Eb, axis=0, out=ep)
-            E[...] = ep
-        np.einsum("km,kn->kmn", vat_[sl, m0:m1], vb_[sl], out=P)
-        np.frexp(part, out=(fr, ep))
-        ep -= 1
-        np.equal(part, 0, out=mask)
-        np.copyto(ep, e_floor, where=mask)
-        np.maximum(E, ep, out=E)
-        np.maximum(E, e_floor, out=E)
-        np.subtract(F, E, out=ep)
-        np.ldexp(1.0, ep, out=sc)
-        np.copyto(sc_dt, sc)
-        np.multiply(P, sc_dt[None], out=P)        # exact: a power-of-two scaling
-        np.trunc(P, out=P)
-        np.add.reduce(P, axis=0, out=psum)
-        np.multiply(part, sc, out=tmp)
-        np.trunc(tmp, out=tmp)
-        np.add(psum, tmp, out=s, dtype=np.float64)
-        # part = round_bits(s, sum_bits, sum_rounding) / sc, in place; the rounding grid
-        # stops shrinking at float32's subnormal range (value exponent -126), so a result
-        # there is rounded once, in the step's own direction, and is a float32 value
-        np.frexp(s, out=(fr, ep))
-        np.subtract(F - 125, E, out=lo_e)
-        np.maximum(ep, lo_e, out=ep)
-        np.subtract(acc.sum_bits, ep, out=ep)
-        np.ldexp(1.0, ep, out=tmp)
-        np.multiply(s, tmp, out=s)
-        (np.trunc if rtz else np.rint)(s, out=s)
-        np.divide(s, tmp, out=s)
-        np.divide(s, sc, out=part)
-    # a zero step result is +0 whatever the signs that cancelled or truncated away (the
-    # fixed-point sum has no signed zero; MMA-Sim's models agree, no recording shows -0)
-    return part.astype(np.float32) + np.float32(0)
 
 
 def fp32_dot(va, vb):
@@ -279,7 +75,7 @@ def fp32_dot(va, vb):
             rows_acc += tmp
 
     threads = parallel.resolve_threads(None, M * b.shape[1] * at.shape[0])
-    _over_row_blocks(M, max(1, -(-M // threads)), row_block, threads)
+    over_row_blocks(M, max(1, -(-M // threads)), row_block, threads)
     return acc
 
 
@@ -297,7 +93,7 @@ def exact_dot(va, ea, vb, eb, mbits_a=6, mbits_b=6, extra=None):
     # times 2**(lo - mbits); band-pair sums stay below 2**(ma + mb + wa + wb + kbits)
     room = 53 - kbits - mbits_a - mbits_b
 
-    (la, ha), (lb, hb) = _exp_span(ea), _exp_span(eb)
+    (la, ha), (lb, hb) = exp_span(ea), exp_span(eb)
     wa = max(1, min(ha - la + 1, room // 2))
     wb = max(1, room - wa)
 
@@ -321,270 +117,3 @@ def exact_dot(va, ea, vb, eb, mbits_a=6, mbits_b=6, extra=None):
     return round_hi_lo(hi, lo)
 
 
-def accumulate(va, ea, vb, eb, acc: Accumulator, mbits=(6, 6)):
-    """float32 (M, N) result of summing the K products as ``acc`` does."""
-    if acc.kind == "exact":
-        return exact_dot(va, ea, vb, eb, *mbits)
-    if acc.kind == "fp32":
-        return fp32_dot(va, vb)
-    return mma_dot(va, ea, vb, eb, acc)
-
-
-# ----------------------------------------------------------------------------- exact fast path
-# A step's truncation to F fraction bits below its largest exponent E is the identity when every
-# product and the incoming partial are multiples of 2**(E - F).  Per (row, step) and (step, column)
-# the largest exponent H and the lowest set bit L of the operands bound that: with
-# (Ha - La) + (Hb - Lb) <= F nothing of the products is cut (unless the partial raises E), and
-# one float64 matmul per step gives their exact sum.  Entries failing a check take the
-# per-entry copy of the dense step (:func:`_entry_step`).
-
-#: Internal switch: None chooses, "dense" runs the reference step (:func:`_mma_piece`) everywhere,
-#: "fast" the fast path wherever its checks hold, "fallback" the fast path's machinery with every
-#: entry sent through the per-entry step.  Tests force each in turn.
-_PATH = None
-#: The fast path's per-entry checks; tests drop one to show a case it guards.
-#: "span": (Ha - La) + (Hb - Lb) <= F (and the 53-bit bound of the float64 sum);
-#: "small_part": a nonzero partial is not cut by a larger step maximum;
-#: "large_part": a partial that raises E does not cut the products.
-_CHECKS = frozenset({"span", "small_part", "large_part"})
-#: Entries x steps computed by each route since the last reset (tests read them).
-COUNTERS = {"fast": 0, "fallback": 0, "dense": 0}
-_COUNTER_LOCK = threading.Lock()
-# the fast path pays off when at least this share of a sample of entries passes the span check
-_FAST_SHARE = 0.5
-
-
-def reset_counters():
-    """Zero :data:`COUNTERS` (tests)."""
-    with _COUNTER_LOCK:
-        for k in COUNTERS:
-            COUNTERS[k] = 0
-
-
-def _count(**n):
-    with _COUNTER_LOCK:
-        for k, v in n.items():
-            COUNTERS[k] += int(v)
-
-
-def _group_bounds(e, low, G, axis):
-    """Per step: largest exponent H and lowest set bit L over each run of G along ``axis``."""
-    if axis == 1:
-        M, K = e.shape
-        return (e.reshape(M, K // G, G).max(axis=2).astype(np.int32),
-                low.reshape(M, K // G, G).min(axis=2).astype(np.int32))
-    K, N = e.shape
-    return (e.reshape(K // G, G, N).max(axis=1).astype(np.int32),
-            low.reshape(K // G, G, N).min(axis=1).astype(np.int32))
-
-
-class _FastOps(NamedTuple):
-    """Row-major operands and per-step bounds for the fast path."""
-
-    va: np.ndarray        # (M, K) float64
-    vbt: np.ndarray       # (N, K) float64: B transposed, so both operands' steps are contiguous
-    ea: np.ndarray        # (M, K) int16
-    ebt: np.ndarray       # (N, K) int16
-    ha: np.ndarray        # (M, steps) int32: largest exponent (zero-step sentinel)
-    la: np.ndarray        # (M, steps) int32: lowest set bit (zero-step sentinel)
-    hb: np.ndarray        # (steps, N)
-    lb: np.ndarray        # (steps, N)
-    normal_f32: bool      # every nonzero partial is a multiple of 2**-126 (never a float32 subnormal)
-
-
-def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
-    """The :class:`_FastOps` when the fast path applies to this product, else None.
-
-    Global conditions: each step's result keeps at most F + 1 bits (so a partial that sets E is
-    never cut), its exact sum fits float64, every term is a multiple of 2**(e_floor - F) (so the
-    floor exponent never cuts one) and of 2**-126 (so no partial is a float32 subnormal), and C
-    holds no -0.0 (whose sign the dense step keeps).
-    """
-    G, F = acc.group, acc.frac_bits
-    glog = (G - 1).bit_length()
-    if _PATH == "dense" or acc.sum_bits > F + 1 or F + 3 + glog > 53:
-        return None
-    if _PATH is None:
-        # a sample of entries decides whether enough of them pass the span check
-        sa_, sb_ = (lows[0][:32], lows[1][:, :32]) if lows is not None else (None, None)
-        if _span_share(va[:32], ea[:32], vb[:, :32], eb[:, :32], G, F, sa_, sb_) < _FAST_SHARE:
-            return None
-    la_e, lb_e = lows if lows is not None else (low_bits(va), low_bits(vb))
-    lo_a, lo_b = int(la_e.min(initial=ZERO_LOW)), int(lb_e.min(initial=ZERO_LOW))
-    if lo_a < ZERO_LOW and lo_b < ZERO_LOW and lo_a + lo_b < e_floor - F:
-        return None
-    lowest = lo_a + lo_b
-    if c is not None:
-        cz = c == 0
-        if np.signbit(c[cz]).any():
-            return None
-        nz = c[~cz]
-        if nz.size:
-            lowest = min(lowest, int(low_bits(nz).min()))
-            if lowest < e_floor - F:
-                return None
-    if lowest < -126:
-        # a partial could land in float32's subnormal range, where a step's rounding to
-        # sum_bits and float32's own grid part ways: the dense step decides there
-        return None
-    ha, la = _group_bounds(ea, la_e, G, 1)
-    ebt = np.ascontiguousarray(eb.T)
-    hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G, 1))
-    return _FastOps(np.ascontiguousarray(va, np.float64), np.ascontiguousarray(vb.T, np.float64),
-                    np.ascontiguousarray(ea), ebt, ha, la, hb, lb, lowest >= -126)
-
-
-def _span_share(va, ea, vb, eb, G, F, la=None, lb=None):
-    """Share of the (row, step, column) entries of these operands that pass the span check."""
-    ha, la = _group_bounds(ea, low_bits(va) if la is None else la, G, 1)
-    hb, lb = _group_bounds(eb, low_bits(vb) if lb is None else lb, G, 0)
-    zero = (ha <= ZERO_EXP)[:, :, None] | (hb <= ZERO_EXP)[None, :, :]
-    if zero.size == 0:
-        return 1.0                  # no entries: none fails the check
-    return float(np.mean(zero | ((ha - la)[:, :, None] + (hb - lb)[None, :, :] <= F)))
-
-
-def _entry_step(ops: _FastOps, mi, ni, sl, part, acc, e_floor):
-    """The dense step (:func:`_mma_piece`) for the entries (mi, ni) alone: their new partials."""
-    F = acc.frac_bits
-    P = ops.va[mi, sl] * ops.vbt[ni, sl]                      # (n, G): exact products
-    E = (ops.ea[mi, sl].astype(np.int32) + ops.ebt[ni, sl]).max(axis=1)
-    fr, ep = np.frexp(part)
-    ep = np.where(part == 0, e_floor, ep - 1)
-    E = np.maximum(np.maximum(E, ep), e_floor)
-    sc = np.ldexp(1.0, F - E)
-    s = np.trunc(P * sc[:, None]).sum(axis=1) + np.trunc(part * sc)
-    _, es = np.frexp(s)
-    t = np.ldexp(1.0, acc.sum_bits - es)
-    s = (np.trunc if acc.sum_rounding == "rtz" else np.rint)(s * t) / t
-    return s / sc
-
-
-def _round_in_place(s, bits, rounding):
-    """Round normal float64 values (or zeros) in place to ``bits`` significant bits on their bit
-    patterns: the same values as :func:`fparith.round_bits`."""
-    u = s.view(np.int64)
-    drop = 53 - bits
-    if drop <= 0:
-        return
-    if rounding == "rne":
-        lsb = np.right_shift(u, drop)
-        np.bitwise_and(lsb, 1, out=lsb)
-        u += np.int64((1 << (drop - 1)) - 1)
-        u += lsb
-    u &= np.int64(-(1 << drop))
-
-
-class _Restart(Exception):
-    """A float32-held partial left float32's normal range: redo the row block in float64."""
-
-
-def _mma_piece_fast(ops: _FastOps, rows, steps, acc, **kw):
-    """:func:`_mma_piece` by the fast path: one float64 matmul per step, checks per entry.
-
-    Steps rounded to nearest even at 24 bits keep their partials in float32, so one add
-    with a float32 output both sums and rounds; a partial leaving float32's normal range
-    (where that cast and the 24-bit rounding differ: Inf; subnormals cannot arise, since
-    :func:`_fast_plan` finds every term a multiple of 2**-126) sends the block to float64 partials.
-    """
-    if acc.sum_rounding == "rne" and acc.sum_bits == 24 and ops.normal_f32:
-        try:
-            return _fast_steps(ops, rows, steps, acc, f32=True, **kw)
-        except _Restart:
-            pass
-    return _fast_steps(ops, rows, steps, acc, f32=False, **kw)
-
-
-_F32_TINY = float(np.finfo(np.float32).tiny)
-_F32_LIMIT = 2.0 ** 128 - 2.0 ** 103      # float64 values at or above round to Inf in float32
-
-
-def _out_of_f32(v):
-    """Nonzero values below float32's normal range, or non-finite ones."""
-    a = np.abs(v)
-    return bool(((a < _F32_TINY) & (a != 0)).any() or not np.isfinite(a).all())
-
-
-def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, e_floor, c_in, threads):
-    (m0, m1), (g0, g1) = rows, steps
-    G, F, B = acc.group, acc.frac_bits, acc.sum_bits
-    N = ops.vbt.shape[0]
-    shape = (m1 - m0, N)
-    part = np.zeros(shape, np.float32 if f32 else np.float64)
-    if c_in is not None:
-        part[...] = c_in
-    ap, t = np.empty(shape), np.empty(shape)
-    ok, ok2, bad = np.empty(shape, bool), np.empty(shape, bool), np.empty(shape, bool)
-    fs = F if "span" in _CHECKS else 1 << 30
-    fs = min(fs, 51 - (G - 1).bit_length())
-    ha, la = ops.ha[m0:m1], ops.la[m0:m1]
-    zero_a, zero_b = ha <= ZERO_EXP, ops.hb <= ZERO_EXP
-    da = np.where(zero_a, -(1 << 20), ha - la)
-    db = np.where(zero_b, -(1 << 20), ops.hb - ops.lb)
-    with np.errstate(over="ignore", under="ignore"):
-        # |part| < tla * tlb  <=>  floor(log2|part|) <= La + Lb + F   (the products are not cut)
-        tla = np.where(zero_a, np.inf, np.ldexp(1.0, np.clip(la + F + 1, -1070, 1020)))
-        tlb = np.where(zero_b, np.inf, np.ldexp(1.0, np.clip(ops.lb, -1070, 1020)))
-        # |part| >= tha * thb  <=>  floor(log2|part|) >= Ha + Hb - F + B - 1   (the partial is not cut)
-        tha = np.where(zero_a, 0.0, np.ldexp(1.0, np.clip(ha - F + B - 1, -1070, 1020)))
-        thb = np.where(zero_b, 0.0, np.ldexp(1.0, np.clip(ops.hb, -1070, 1020)))
-    span_ok = da.max(axis=0, initial=-(1 << 20)) + db.max(axis=1, initial=-(1 << 20)) <= fs
-    force_fallback = _PATH == "fallback"
-    chunk = max(1, min(g1 - g0, _STEP_CHUNK // max(1, shape[0] * N)))
-    sub = shape[0] if threads <= 1 else max(1, _BLAS_SERIAL // (G * N))
-    S = np.empty((chunk,) + shape)
-    va3 = ops.va[m0:m1].reshape(shape[0], -1, G)
-    vb3 = ops.vbt.reshape(N, -1, G).transpose(1, 2, 0)       # (steps, G, N) views
-    n_slow = 0
-    for g in range(g0, g1):
-        j = (g - g0) % chunk
-        if j == 0:
-            c1 = min(g1, g + chunk)
-            for r in range(0, shape[0], sub):
-                r1 = min(shape[0], r + sub)
-                np.matmul(va3[r:r1, g:c1].transpose(1, 0, 2), vb3[g:c1], out=S[:c1 - g, r:r1])
-        first_c = c_in is not None and g == g0
-        bp = 24 if first_c else B        # bits of the incoming partial (C is float32)
-        if force_fallback:
-            ok.fill(False)
-        else:
-            np.abs(part, out=ap)
-            if bp > F + 1:
-                # a partial that sets E would be cut: only a zero partial passes
-                np.equal(ap, 0, out=ok)
-            else:
-                if "large_part" in _CHECKS:
-                    np.multiply(tla[:, g:g + 1], tlb[g], out=t)
-                    np.less(ap, t, out=ok)
-                else:
-                    ok.fill(True)
-                if "small_part" in _CHECKS:
-                    np.multiply(tha[:, g:g + 1], thb[g], out=t)
-                    if bp != B:
-                        t *= 2.0 ** (bp - B)
-                    np.greater_equal(ap, t, out=ok2)
-                    np.equal(ap, 0, out=bad)
-                    ok2 |= bad
-                    ok &= ok2
-            if not span_ok[g]:
-                ok &= (da[:, g:g + 1] + db[g]) <= fs
-        np.logical_not(ok, out=bad)
-        idx = np.flatnonzero(bad)
-        if idx.size:
-            mi, ni = np.divmod(idx, N)
-            old = part[mi, ni].astype(np.float64)
-            slow = _entry_step(ops, mi + m0, ni, slice(g * G, (g + 1) * G), old, acc, e_floor)
-            # (no subnormals: ops.normal_f32) an Inf partial, or one that float32 cannot hold
-            if f32 and not (np.abs(old).max() < np.inf and np.abs(slow).max() < _F32_LIMIT):
-                raise _Restart
-            n_slow += idx.size
-        # exact: every term is a multiple of 2**(E - F); the float32 output rounds once (RNE)
-        np.add(part, S[j], out=part, casting="same_kind")
-        if not f32:
-            _round_in_place(part, B, acc.sum_rounding)
-        if idx.size:
-            part[mi, ni] = slow
-    if f32 and _out_of_f32(part):
-        raise _Restart
-    _count(fast=(g1 - g0) * part.size - n_slow, fallback=n_slow)
-    return part.astype(np.float32)

@@ -11,14 +11,15 @@ with the block scales carried by every product.  ``"exact"`` and ``"fp32"`` are 
 rounding; sequential float32 additions), the ``torch-cpu-*`` models torch's own CPU paths
 (:mod:`fp8emu.gemm.torch_cpu`).
 
-Step widths no catalogue row states (an :class:`~fp8emu.gemm.accumulator.Accumulator` of other
-widths) are Hopper's row with the step, fraction bits and result rounding (``"rz-e8mN"`` /
-``"rne-e8mN"``: any width) changed; results wider than float32's, and operands whose products
-leave float32's range, take the row's form of unbounded exponents, its results held in float64
-(:func:`wide_row`, evaluated by the reference steps).  Only a
-:class:`~fp8emu.gemm.accumulator.BlockScaledAccumulator` (block scales carried by products of
-any scale kind and block, or applied per K block) is still a model of kind ``"steps"``, evaluated
-by :mod:`fp8emu.gemm.kernels`.
+Step widths no catalogue row states are a row too (:func:`step_row`: Hopper's row with the step,
+fraction bits and result rounding, ``"rz-e8mN"`` / ``"rne-e8mN"``, changed); results wider than
+float32's, and operands whose products leave float32's range, take the row's form of unbounded
+exponents, its results held in float64 (:func:`wide_row`).  A block-scaled model
+(``Policy(scale_at=...)``) runs its row's form of unbounded exponents too: ``"product"`` as a
+``"scaled"`` row whose products carry the block scales of either operand, of any kind and block
+(:func:`scaled_row`), ``"block"`` with each K block's chain times its scales joining a float32
+accumulator (:func:`fp8emu.gemm.block_scaled_mm`); both evaluated by the wide route
+(:mod:`fp8emu.gemm.routes.wide`).
 
 Examples
 --------
@@ -29,12 +30,10 @@ Examples
 ('hopper-wgmma', 4, 'cublas')
 >>> get_model("hopper-wgmma").policy == Policy(specials="instruction")
 True
->>> get_model(Accumulator("mma", 32, 13, 14, "rtz", promote=4)).instruction.name   # a row says it
+>>> step_row(32, 13, 14, "rtz").name                     # a row states these widths
 'hopper-wgmma'
->>> get_model(Accumulator("mma", 32, 20, 22, "rne")).instruction.rounding         # no preset does
-'rne-e8m21'
->>> get_model(Accumulator("mma", 32, 30, 30, "rne")).instruction.out              # wider than float32
-'float64'
+>>> step_row(32, 20, 22, "rne").rounding, step_row(32, 30, 30, "rne").out    # no row does; wider than float32
+('rne-e8m21', 'float64')
 """
 
 from __future__ import annotations
@@ -43,17 +42,27 @@ import dataclasses
 
 import numpy as np
 
-from .accumulator import Accumulator, BlockScaledAccumulator, split_bounds, split_pieces
 from .catalogue import INSTRUCTIONS, Instruction
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
 from .outputs import kept_bits, nearest
 from .torch_cpu import TORCH_CPU_PATHS
 
-__all__ = ["Policy", "GemmModel", "MODELS", "get_model", "widths", "wide_row", "row_for_formats",
-           "block_steps", "run_steps"]
+__all__ = ["Policy", "GemmModel", "MODELS", "get_model", "widths", "step_row", "wide_row", "scaled_row",
+           "row_for_formats", "run_steps", "cublas_split_k", "split_pieces", "split_bounds", "HW_K_MULTIPLE",
+           "SPLIT_K_TILE"]
 
-_KINDS = ("instruction", "steps", "exact", "fp32", "torch-cpu")
+_KINDS = ("instruction", "exact", "fp32", "torch-cpu")
+
+#: cuBLASLt needs K to be a multiple of this for FP8 operands.
+HW_K_MULTIPLE = 16
+#: K extent of one CTA K-tile of cuBLAS's sm_90 FP8 kernels: split-K pieces are whole tiles.
+SPLIT_K_TILE = 128
+#: Observed heuristic (see cublas_split_k): the fewest K-tiles cuBLAS gives one split-K piece,
+#: the number of SMs of an H200, and the output tile assumed when counting tiles.
+_MIN_TILES_PER_SPLIT = 20
+_NUM_SMS = 132
+_OUT_TILE = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,15 +121,12 @@ class GemmModel:
     Parameters
     ----------
     name : str
-    kind : {"instruction", "steps", "exact", "fp32", "torch-cpu"}
+    kind : {"instruction", "exact", "fp32", "torch-cpu"}
         ``"instruction"``: a chain of ``instruction`` (a catalogue row) under ``policy``;
-        ``"steps"``: a :class:`BlockScaledAccumulator`'s steps (``steps``, run by the kernels);
         ``"exact"``: the exact sum rounded once; ``"fp32"``: float32 additions in K order;
         ``"torch-cpu"``: torch's CPU ``_scaled_mm`` path ``name``.
     instruction : Instruction or None
     policy : Policy
-    steps : BlockScaledAccumulator or None
-        ``"steps"`` models: the step widths (group, fraction bits, result bits and rounding).
 
     Examples
     --------
@@ -134,13 +140,15 @@ class GemmModel:
     kind: str
     instruction: Instruction | None = None
     policy: Policy = Policy()
-    steps: BlockScaledAccumulator | None = None
 
     def __post_init__(self):
         if self.kind not in _KINDS:
             raise ValueError(f"GemmModel kind must be one of {_KINDS}, got {self.kind!r}")
         if (self.kind == "instruction") != (self.instruction is not None):
             raise ValueError("an 'instruction' model names its instruction, and only it does")
+        if self.kind != "instruction" and self.policy != Policy():
+            raise ValueError(f"a {self.kind!r} model has no steps to schedule: its policy (promote, split_k, "
+                             f"scale_at) must be the default, got {self.policy}")
 
 
 def _ins(name, **policy):
@@ -168,7 +176,7 @@ def widths(ins: Instruction):
     return ins.step, ins.frac_bits, kept_bits(ins) + 1, "rne" if nearest(ins) else "rtz"
 
 
-#: Rows tried first when an Accumulator's widths name one (several rows share one step).
+#: Rows tried first when step widths name one (several rows share one step).
 _PREFERRED = ("hopper-wgmma", "blackwell-mma", "blackwell-tcgen05-f8f6f4", "ada-mma")
 
 
@@ -178,19 +186,37 @@ _PREFERRED = ("hopper-wgmma", "blackwell-mma", "blackwell-tcgen05-f8f6f4", "ada-
 _NO_ZERO_EXP = -900
 
 
-def _row_for(group, frac_bits, sum_bits, rounding, name):
-    """The FP8 ``"fused"`` float32 row whose step has these widths: the catalogue's where one states
-    them, else Hopper's row with these widths (:func:`wide_row` where the result keeps more bits than
-    float32's)."""
+def step_row(step, frac_bits, result_bits, rounding="rtz", name="custom"):
+    """The FP8 ``"fused"`` float32 row whose step sums ``step`` products aligned to ``frac_bits``
+    fraction bits and rounds its result to ``result_bits`` significant bits (``rounding`` "rtz" or
+    "rne"): the catalogue's where a row states these widths, else Hopper's row with them
+    (:func:`wide_row`, results in float64, where they keep more bits than float32's).  How to model a
+    tensor core of other widths: ``GemmModel(name, "instruction", step_row(...), Policy(...))``.
+
+    Examples
+    --------
+    >>> step_row(32, 31, 24, "rne").name, step_row(16, 13, 14).name
+    ('blackwell-mma', 'ada-mma')
+    >>> r = step_row(8, 20, 22, "rne", name="odd")
+    >>> r.name, widths(r)
+    ('odd', (8, 20, 22, 'rne'))
+    """
+    for field, v in (("step", step), ("frac_bits", frac_bits), ("result_bits", result_bits)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"step_row {field} must be a positive integer, got {v!r}")
+    if frac_bits > 40 or result_bits > 40:
+        raise ValueError("step_row frac_bits and result_bits must be at most 40 (exact in float64 up to there)")
+    if rounding not in ("rtz", "rne"):
+        raise ValueError(f"step_row rounding must be 'rtz' or 'rne', got {rounding!r}")
     for ins in [INSTRUCTIONS[n] for n in _PREFERRED] + list(INSTRUCTIONS.values()):
         if (ins.datapath == "fused" and ins.out == "float32" and "e4m3fn" in ins.formats and "e5m2" in ins.formats
-                and widths(ins) == (group, frac_bits, sum_bits, rounding)):
+                and widths(ins) == (step, frac_bits, result_bits, rounding)):
             return ins
     mode = "rz" if rounding == "rtz" else "rne"
-    row = dataclasses.replace(INSTRUCTIONS["hopper-wgmma"], name=name, shape=(64, 8, group), step=group,
-                              frac_bits=frac_bits, rounding=f"{mode}-e8m{min(sum_bits, 24) - 1}",
-                              model=f"step widths {(group, frac_bits, sum_bits, rounding)}")
-    return row if sum_bits <= 24 else wide_row(row, sum_bits)
+    row = dataclasses.replace(INSTRUCTIONS["hopper-wgmma"], name=name, shape=(64, 8, step), step=step,
+                              frac_bits=frac_bits, rounding=f"{mode}-e8m{min(result_bits, 24) - 1}",
+                              model=f"step widths {(step, frac_bits, result_bits, rounding)}")
+    return row if result_bits <= 24 else wide_row(row, result_bits)
 
 
 def wide_row(ins: Instruction, sum_bits=None, formats=None):
@@ -220,9 +246,9 @@ def get_model(acc) -> GemmModel:
 
     Parameters
     ----------
-    acc : str, GemmModel, Instruction, Accumulator or BlockScaledAccumulator
+    acc : str, GemmModel or Instruction
         A name of :data:`MODELS`, a catalogue instruction (name or row: a chain of it along K, its
-        own Inf/NaN results), or a model object.
+        own Inf/NaN results), or a model (a row and a :class:`Policy`).
 
     Examples
     --------
@@ -240,16 +266,9 @@ def get_model(acc) -> GemmModel:
             return _ins(acc)
     if isinstance(acc, Instruction):
         return GemmModel(acc.name, "instruction", acc, Policy(specials="instruction"))
-    if isinstance(acc, Accumulator):
-        if acc.kind != "mma":
-            return GemmModel(acc.name, acc.kind)
-        row = _row_for(acc.group, acc.frac_bits, acc.sum_bits, acc.sum_rounding, acc.name)
-        return GemmModel(acc.name, "instruction", row, Policy(promote=acc.promote, split_k=acc.split_k))
-    if isinstance(acc, BlockScaledAccumulator):
-        return GemmModel(acc.name, "steps", None, Policy(scale_at=acc.scale_at), acc)
     names = sorted(MODELS) + ["a float32-output instruction preset such as 'hopper-wgmma'"]
     raise ValueError(f"unknown accumulator {acc!r}; use one of {names} (fp8emu.gemm.presets() lists the "
-                     f"instructions), or an fp8emu.gemm.GemmModel / Accumulator")
+                     f"instructions), or an fp8emu.gemm.GemmModel (a row, e.g. fp8emu.gemm.step_row(...), and a Policy)")
 
 
 def row_for_formats(model: GemmModel, fa, fb, K):
@@ -280,19 +299,20 @@ def row_for_formats(model: GemmModel, fa, fb, K):
     return dataclasses.replace(ins, formats=formats)
 
 
-def block_steps(model: GemmModel) -> BlockScaledAccumulator:
-    """A block-scaled tensor-core model's step widths and ``scale_at``, as the kernels that evaluate
-    steps whose products carry their scales take them (:mod:`fp8emu.gemm.block_scaled`).
+def scaled_row(ins: Instruction, formats=None):
+    """The ``"scaled"`` form of unbounded exponents (:func:`wide_row`) of a ``"fused"`` row: every
+    product carries the block scales of its two operands (of any kind: the scales' exponents are
+    ``floor(log2 s)``, unbounded too; a zero scale's product is a zero term), as a block-scaled model
+    with ``Policy(scale_at="product")`` runs it.
 
     Examples
     --------
-    >>> s = block_steps(get_model("blackwell"))
-    >>> s.group, s.frac_bits, s.sum_bits, s.sum_rounding, s.scale_at
-    (32, 31, 24, 'rne', 'product')
+    >>> r = scaled_row(INSTRUCTIONS["blackwell-mma"])
+    >>> r.datapath, r.out, r.rounding, r.scales, r.blocks
+    ('scaled', 'float64', 'rne-e8m23', ('ue8m0', 'ue4m3', 'ue5m3'), (16, 32))
     """
-    if model.kind == "steps":
-        return model.steps
-    return BlockScaledAccumulator(*widths(model.instruction), scale_at=model.policy.scale_at, name=model.name)
+    w = wide_row(ins, formats=formats)
+    return dataclasses.replace(w, datapath="scaled", scales=("ue8m0", "ue4m3", "ue5m3"), blocks=(16, 32), modes=())
 
 
 def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None, ins=None):
@@ -341,3 +361,70 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
         # split-K: the pieces' float32 results are added in piece order
         result = piece if result is None else np.add(result, piece, dtype=np.float32)
     return result
+
+
+def split_pieces(split_k, M, N, K):
+    """Split-K pieces for an M x K by K x N product: ``None`` 1, ``"cublas"`` :func:`cublas_split_k`'s
+    count for the shape, an integer itself.
+
+    Examples
+    --------
+    >>> split_pieces(None, 32, 32, 16384), split_pieces("cublas", 32, 32, 16384), split_pieces(3, 32, 32, 16384)
+    (1, 6, 3)
+    """
+    if split_k is None:
+        return 1
+    if split_k == "cublas":
+        return cublas_split_k(M, N, K)
+    return int(split_k)
+
+
+def cublas_split_k(M, N, K):
+    """Split-K count cuBLASLt (CUDA 13.0, H200) is assumed to choose for an FP8 GEMM.
+
+    Observed (``torch._scaled_mm``, M = N = 32, both ``use_fast_accum``
+    settings): no split for K <= 4096, and at K = 16384 six pieces of 22
+    K-tiles (K = 2816) with the last of 18.  Every other contiguous split
+    (2-16 pieces, remainder first or last) matches at most 2% of those outputs.
+    The rule below is the simplest one consistent with that: as many pieces as
+    give each at least 20 K-tiles of 128 (so 8192 -> 3), and no more pieces
+    than fit next to the output tiles (assumed 128 x 128) on the 132 SMs.  Both
+    limits are *assumptions* outside the recorded shapes; pass an integer
+    ``split_k`` to :class:`Policy` to model another choice.
+
+    Parameters
+    ----------
+    M, N, K : int
+        Problem shape.
+
+    Returns
+    -------
+    int
+        Number of pieces (1 = no split).
+
+    Examples
+    --------
+    >>> cublas_split_k(32, 32, 4096), cublas_split_k(32, 32, 16384)
+    (1, 6)
+    """
+    k_tiles = -(-int(K) // SPLIT_K_TILE)
+    tiles = -(-int(M) // _OUT_TILE) * -(-int(N) // _OUT_TILE)
+    s = min(k_tiles // _MIN_TILES_PER_SPLIT, _NUM_SMS // max(1, tiles))
+    return max(1, s)
+
+
+def split_bounds(K, splits):
+    """K offsets bounding the split-K pieces: whole 128-wide K-tiles, remainder last.
+
+    Examples
+    --------
+    >>> split_bounds(16384, 6)
+    [0, 2816, 5632, 8448, 11264, 14080, 16384]
+    >>> split_bounds(4096, 1)
+    [0, 4096]
+    """
+    if int(splits) < 1:
+        raise ValueError(f"splits must be >= 1, got {splits}")
+    k_tiles = -(-int(K) // SPLIT_K_TILE)
+    per = -(-k_tiles // int(splits)) * SPLIT_K_TILE
+    return list(range(0, K, per))[:int(splits)] + [K] if K > 0 else [0, 0]

@@ -12,14 +12,13 @@ import numpy as np
 
 from ..formats import format_of_dtype, get_format
 from ..interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
-from .accumulator import HW_K_MULTIPLE, Accumulator
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_scale, to_output
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
 from .code_tables import values_and_exponents
-from .kernels import accumulate
-from .models import MODELS, get_model, row_for_formats, run_steps
+from .kernels import exact_dot, fp32_dot
+from .models import HW_K_MULTIPLE, MODELS, get_model, row_for_formats, run_steps
 from .torch_cpu import fast_accum_accumulator, torch_cpu_mm
 
 __all__ = ["scaled_mm"]
@@ -147,9 +146,10 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     out_dtype : str, numpy dtype or torch.dtype
         ``"float32"``, ``"bfloat16"``, ``"float16"``, an FP8/narrow format name, or the
         matching torch dtype (``torch.bfloat16``, ``torch.float8_e4m3fn``, ...).
-    accumulator : str or Accumulator, optional
+    accumulator : str or GemmModel, optional
         ``"hopper"`` (``use_fast_accum=False``, the default), ``"hopper-fast"``
-        (``use_fast_accum=True``), ``"fp32"``, ``"exact"``, an :class:`Accumulator`, or a
+        (``use_fast_accum=True``), ``"fp32"``, ``"exact"``, a :class:`~fp8emu.gemm.GemmModel` (a catalogue
+        row, e.g. :func:`~fp8emu.gemm.models.step_row` of other step widths, and a kernel policy), or a
         float32-output matrix instruction of :data:`fp8emu.gemm.INSTRUCTIONS` (name or
         :class:`Instruction`): the GEMM is then that instruction chained along K from C = 0
         (K padded with zeros to whole steps), with the instruction's own Inf/NaN results.
@@ -241,11 +241,16 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     # exact / fp32 sums
     va, ea = values_and_exponents(ca, fa)
     vb, eb = values_and_exponents(cb, fb)
-    acc = Accumulator(model.kind, name=model.name)
-    if blocks:
-        v = _block_scaled_sum(va, ea, vb, eb, acc, kscale, (fa.mbits, fb.mbits))
+    if model.kind == "exact":
+        def dot(va, ea, vb, eb):
+            return exact_dot(va, ea, vb, eb, fa.mbits, fb.mbits)
     else:
-        v = _scale_epilogue(accumulate(va, ea, vb, eb, acc, (fa.mbits, fb.mbits)), sa, sb)
+        def dot(va, ea, vb, eb):
+            return fp32_dot(va, vb)
+    if blocks:
+        v = _block_scaled_sum(va, ea, vb, eb, dot, kscale)
+    else:
+        v = _scale_epilogue(dot(va, ea, vb, eb), sa, sb)
     return to_output(ieee_specials(v, ca, fa, cb, fb), bias, odt, ofmt, scale_result)
 
 
@@ -329,13 +334,14 @@ def _kscale(sa, sb, M, N, K):
     return kscale
 
 
-def _block_scaled_sum(va, ea, vb, eb, acc, kscale, mbits):
-    """Block scales multiply each 128-wide K block's partial sum as it joins the FP32 accumulator."""
+def _block_scaled_sum(va, ea, vb, eb, dot, kscale):
+    """Block scales multiply each 128-wide K block's partial sum (``dot``'s) as it joins the FP32
+    accumulator."""
     M, K = va.shape
     total = np.zeros((M, vb.shape[1]), np.float32)
     for kb in range(-(-K // _KBLOCK)):
         sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
-        part = accumulate(va[:, sl], ea[:, sl], vb[sl], eb[sl], acc, mbits).astype(np.float64)
+        part = dot(va[:, sl], ea[:, sl], vb[sl], eb[sl]).astype(np.float64)
         total = add_scaled_f32(total, part, kscale(kb))
     return total
 

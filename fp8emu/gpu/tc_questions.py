@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ..codec import decode
-from ..gemm import BlockScaledAccumulator, block_scaled_mm, scaled_mm
+from ..gemm import GemmModel, Policy, block_scaled_mm, scaled_mm, step_row
 from ..gemm.catalogue import INSTRUCTIONS
 from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import nvfp4_from_codes
@@ -62,6 +62,13 @@ class Question:
     block: int = 16      # "fp4-ue5m3": elements per block scale along K
 
 
+def _block_model(name, scale_at):
+    """A block-scaled model of 25 fraction bits, truncated float32 steps of 64 products (scales at each
+    product) or 32 (each K block's sum scaled into float32): a catalogue row plus where scales apply."""
+    return GemmModel(name, "instruction", step_row(64 if scale_at == "product" else 32, 25, 24, "rtz"),
+                     Policy(scale_at=scale_at))
+
+
 def _rubin_candidates(block):
     """The plausible models of Rubin's FP4 MMA with UE5M3 scales per ``block`` (the catalogue's first)."""
     ins = INSTRUCTIONS["rubin-tcgen05-mxf4nvf4"]
@@ -74,7 +81,7 @@ def _rubin_candidates(block):
                     dataclasses.replace(ins, name="rubin-g32", group=32, scales=("ue5m3",), blocks=(32,),
                                         modes=(("ue5m3", 32),))))
     return tuple(out + [("scaled products aligned, 25 bits, truncated",
-                         BlockScaledAccumulator(64, 25, 24, "rtz", "product")),
+                         _block_model("scaled-products-f25", "product")),
                         ("exact sum, rounded once", "exact")])
 
 
@@ -86,12 +93,12 @@ QUESTIONS = {q.name: q for q in [
                dataclasses.replace(INSTRUCTIONS["blackwell-tcgen05-f8f6f4"], name="b200tcrn", rounding="rne")))),
     Question("nvfp4-accumulation", "B200 NVFP4 GEMM: how FP4 products are accumulated", "nvfp4", 64,
              (("MMA-Sim mxf4nvf4 (sums of 16, 35 bits, truncated)", "blackwell-tcgen05-mxf4nvf4"),
-              ("scaled products aligned, 25 bits, truncated", BlockScaledAccumulator(64, 25, 24, "rtz", "product")),
+              ("scaled products aligned, 25 bits, truncated", _block_model("scaled-products-f25", "product")),
               ("exact sum, rounded once", "exact"))),
     Question("mxfp8-scale-alignment", "B200 MXFP8 GEMM: where the block scales enter the alignment", "mxfp8", 64,
              (("MMA-Sim mxf8f6f4 (scale exponents join the products')", "blackwell-tcgen05-mxf8f6f4"),
               ("block sums scaled into float32 (25 bits, truncated steps)",
-               BlockScaledAccumulator(32, 25, 24, "rtz", "block")))),
+               _block_model("block-sums-f25", "block")))),
     *(Question(f"rubin-fp4-ue5m3x{blk}", f"Rubin FP4 GEMM, UE5M3 scales per {blk}: how the scaled groups accumulate",
                "fp4-ue5m3", 64, _rubin_candidates(blk), blk) for blk in (16, 32)),
 ]}

@@ -42,13 +42,13 @@ class Stack:
     Attributes
     ----------
     name, description : str
-    split, fast : str or Accumulator
+    split, fast : str or GemmModel
         :func:`fp8emu.gemm.scaled_mm` accumulator of a per-tensor / row-wise FP8 GEMM with
         the split accumulator (``use_split_accumulator=True``) and with fast accumulation.
-    block_fp8 : str, Accumulator or None
-        Accumulator of 1x128 / 128x128 block-scaled FP8 GEMMs (block scales applied as each
+    block_fp8 : str, GemmModel or None
+        GEMM model of 1x128 / 128x128 block-scaled FP8 GEMMs (block scales applied as each
         128-wide K block joins the FP32 accumulator); None: the stack does not run them.
-    mx, nvfp4 : str, BlockScaledAccumulator or None
+    mx, nvfp4 : str, block-scaled GemmModel or None
         :func:`fp8emu.gemm.block_scaled_mm` accumulator for MXFP8 / NVFP4 operands; None:
         the stack has no such tensor cores.
     dtype : {"bfloat16", "float32"}

@@ -18,7 +18,11 @@ groups (:mod:`.groups`)                   tiles and GEMMs through ``"grouped"`` 
                                           group sums are exact in float32
 tables (:mod:`.tables`)                   anything else of FP8/FP6/FP4 codes: rows, small tiles,
                                           other block-scaled kinds
-reference (:mod:`fp8emu.gemm.datapaths`)  the 16-bit inputs (float16, bfloat16, tf32)
+wide (:mod:`.wide`)                       rows of unbounded exponents (float64 output: step
+                                          widths no instruction has, the block-scaled models)
+                                          on decoded finite operands, block scales folded in
+reference (:mod:`fp8emu.gemm.datapaths`)  the 16-bit inputs (float16, bfloat16, tf32), and the
+                                          rest
 ========================================  ======================================================
 
 What the routes share has a module of its own: :mod:`.codes` (per-code tables and decoding),
