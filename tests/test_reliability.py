@@ -60,10 +60,27 @@ def test_scaled_mm_scaledtensor_with_conflicting_format_is_an_error():
 
 @pytest.mark.parametrize("kw", [{"scale_a": 1e39}, {"scale_b": -1e39}, {"scale_a": np.array([[1.0], [1e40]])},
                                 {"scale_a": np.inf}, {"scale_b": np.nan}])
-def test_scaled_mm_scales_that_are_not_finite_in_float32_are_errors(kw):
+def test_scaled_mm_scales_that_are_not_finite_in_float32_warn_and_multiply_as_ieee(kw):
+    # cuBLAS's epilogue multiplies whatever the scale holds (torchao passes 1 / 0 = Inf for a tensor holding
+    # Inf): the emulation does the same, and says so once
+    a, b = _ab()
+    with pytest.warns(RuntimeWarning, match="not finite in float32.*IEEE float32"):
+        out = fp8emu.scaled_mm(a, b, a_format=E4, b_format=E4, accumulator="exact", **kw)
+    acc = fp8emu.scaled_mm(a, b, a_format=E4, b_format=E4, accumulator="exact")
+    sa = np.broadcast_to(np.asarray(kw.get("scale_a", 1.0), np.float64), (2, 1))
+    sb = np.asarray(kw.get("scale_b", 1.0), np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        # float64 products of a float32 acc and +-Inf / NaN / 1: the IEEE sign rules, independently
+        want = (acc.astype(np.float64) * np.where(np.abs(sa) > 3.5e38, np.sign(sa) * np.inf, sa)
+                * np.where(np.abs(sb) > 3.5e38, np.sign(sb) * np.inf, sb))
+    np.testing.assert_array_equal(out, want.astype(np.float32))
+    assert not np.isfinite(out).all()
+
+
+def test_the_result_scale_must_still_be_finite():
     a, b = _ab()
     with pytest.raises(ValueError, match="finite in float32"):
-        fp8emu.scaled_mm(a, b, a_format=E4, b_format=E4, **kw)
+        fp8emu.scaled_mm(a, b, a_format=E4, b_format=E4, out_dtype="e4m3fn", scale_result=np.inf)
 
 
 def test_scaled_mm_largest_float32_scale_is_accepted():

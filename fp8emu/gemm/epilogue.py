@@ -3,6 +3,8 @@ IEEE specials, bias with one rounding and narrow outputs."""
 
 from __future__ import annotations
 
+import warnings
+
 import ml_dtypes
 import numpy as np
 
@@ -44,13 +46,24 @@ def bias_values(bias):
     return arr
 
 
-def as_scale(s, what):
-    """A scale as float32, as torch passes them; finite after that conversion (1e39 is not)."""
+def as_scale(s, what, *, finite=True, stacklevel=3):
+    """A scale as float32, as torch passes them.
+
+    ``finite=True``: one ValueError where a value is not finite after that conversion (1e39 is not).
+    ``finite=False`` (the dequantisation scales of ``scaled_mm``, which cuBLAS's epilogue multiplies
+    in IEEE float32 whatever they hold: torchao's ``1 / scale`` of a tensor holding Inf is Inf): such
+    values are kept, with one RuntimeWarning saying the result follows IEEE arithmetic there.
+    """
     with np.errstate(over="ignore"):
         arr = real_array(s, what).astype(np.float32)
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{what} must be finite in float32 (|scale| <= {float(np.finfo(np.float32).max):g}), "
-                         "got non-finite values")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        if finite:
+            raise ValueError(f"{what} must be finite in float32 (|scale| <= {float(np.finfo(np.float32).max):g}), "
+                             "got non-finite values")
+        warnings.warn(f"{what} holds {int(bad.sum())} value(s) that are not finite in float32 (Inf or NaN, or "
+                      "beyond float32's range): the result is multiplied by them in IEEE float32, as cuBLAS's "
+                      "epilogue, giving Inf or NaN", RuntimeWarning, stacklevel=stacklevel)
     return arr
 
 

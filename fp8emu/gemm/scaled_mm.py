@@ -223,8 +223,8 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     if K % HW_K_MULTIPLE:
         warnings.warn(f"K = {K} is not a multiple of {HW_K_MULTIPLE}: cuBLASLt rejects such FP8 "
                       "GEMMs; computing anyway", RuntimeWarning, stacklevel=2)
-    sa = _classify_scale(as_scale(scale_a, "scale_a"), M, K, "scale_a", f"({M}, 1) row-wise")
-    sb = _classify_scale(as_scale(scale_b, "scale_b"), N, K, "scale_b", f"(1, {N}) column-wise",
+    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False), M, K, "scale_a", f"({M}, 1) row-wise")
+    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False), N, K, "scale_b", f"(1, {N}) column-wise",
                          transposed=True)
 
     if M == 0 or N == 0:   # an empty result: nothing to accumulate
@@ -260,8 +260,8 @@ def _torch_cpu(path, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_re
     N = cb.shape[1]
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
-    sa = _classify_scale(as_scale(scale_a, "scale_a"), M, K, "scale_a", f"({M}, 1) row-wise")
-    sb = _classify_scale(as_scale(scale_b, "scale_b"), N, K, "scale_b", f"(1, {N}) column-wise",
+    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False), M, K, "scale_a", f"({M}, 1) row-wise")
+    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False), N, K, "scale_b", f"(1, {N}) column-wise",
                          transposed=True)
     if "block" in (sa.kind, sb.kind) or (sa.kind != sb.kind):
         raise ValueError(f"{path}: torch's CPU _scaled_mm takes tensor-wise scales for both operands or "
