@@ -138,7 +138,9 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         ``scale_b`` (1, N)), or block scales: ``scale_a`` (M, ceil(K/128)) for 1x128
         blocks or (ceil(M/128), ceil(K/128)) for 128x128 blocks; ``scale_b``
         (ceil(K/128), N) or (ceil(K/128), ceil(N/128)).  Block scales multiply each
-        128-wide K block's partial sum before it joins the FP32 accumulator.
+        128-wide K block's partial sum before it joins the FP32 accumulator.  Inf and NaN
+        (or values beyond float32's range) are multiplied in IEEE float32, as cuBLAS's
+        epilogue does, with a RuntimeWarning.
     bias : array_like of shape (N,), optional
         Added to every row; converted to the output type first (as torch does on the
         GPU; the ``torch-cpu-*`` accumulators add it in float32, as torch's CPU does).
