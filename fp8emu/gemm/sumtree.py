@@ -421,6 +421,24 @@ def _big(K):
     return np.float32(2.0 ** (26 + int(np.ceil(np.log2(max(K, 2))))))
 
 
+def _float32_answer(raw, M, N, who, caller):
+    """A black box's answer as float32 (M, N), or one error.  A cast alone would drop a complex answer's
+    imaginary part, parse strings and round wider floats into sums the GEMM did not make (an order then
+    "held" against made-up outputs): wider floats are taken only where they hold float32 values."""
+    out = np.asarray(raw)
+    if out.shape != (M, N):
+        raise ValueError(f"the {who} GEMM returned shape {out.shape}, expected {(M, N)}")
+    if out.dtype.kind != "f":
+        raise TypeError(f"the {who} GEMM returned {out.dtype} values; {caller} needs the float32 results of a "
+                        "float32 GEMM")
+    out32 = out.astype(np.float32)
+    if out.dtype != np.float32 and not np.array_equal(out32.astype(np.float64), out.astype(np.float64),
+                                                      equal_nan=True):
+        raise ValueError(f"the {who} GEMM returned {out.dtype} values that are not float32 values; {caller} "
+                         "needs the float32 results of a float32 GEMM")
+    return out32
+
+
 def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
     """The summation order of the float32 GEMM ``mm`` at shape (M, K, N), found by probing.
 
@@ -473,20 +491,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
 
     def call(a, b):
         calls[0] += 1
-        out = np.asarray(mm(a, b))
-        if out.shape != (M, N):
-            raise ValueError(f"the probed GEMM returned shape {out.shape}, expected {(M, N)}")
-        if out.dtype.kind != "f":
-            raise TypeError(f"the probed GEMM returned {out.dtype} values; reveal needs the float32 results of a "
-                            "float32 GEMM")
-        out32 = out.astype(np.float32)
-        # a wider float answer is accepted only where it holds float32 values: rounding it here would
-        # make up sums the GEMM did not make
-        if out.dtype != np.float32 and not np.array_equal(out32.astype(np.float64), out.astype(np.float64),
-                                                          equal_nan=True):
-            raise ValueError(f"the probed GEMM returned {out.dtype} values that are not float32 values; reveal "
-                             "needs the float32 results of a float32 GEMM")
-        return out32
+        return _float32_answer(mm(a, b), M, N, "probed", "reveal")
 
     trials = _trials(M, K, N, check, seed)
     wants = [call(a, b) for a, b in trials]
@@ -718,19 +723,7 @@ def check_order(order, mm, M, K, N, *, trials=2, seed=1):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     bad = 0
     for a, b in _trials(M, K, N, trials, seed):
-        raw = np.asarray(mm(a, b))
-        if raw.shape != (M, N):
-            raise ValueError(f"the checked GEMM returned shape {raw.shape}, expected {(M, N)}")
-        # a cast to float32 dropped a complex answer's imaginary part, parsed strings and rounded wider floats
-        # into values the GEMM did not return: the order then "held" against made-up outputs
-        if raw.dtype.kind != "f":
-            raise TypeError(f"the checked GEMM returned {raw.dtype} values; check_order compares the float32 "
-                            "results of a float32 GEMM")
-        want = raw.astype(np.float32)
-        if raw.dtype != np.float32 and not np.array_equal(want.astype(np.float64), raw.astype(np.float64),
-                                                          equal_nan=True):
-            raise ValueError(f"the checked GEMM returned {raw.dtype} values that are not float32 values; "
-                             "check_order compares the float32 results of a float32 GEMM")
+        want = _float32_answer(mm(a, b), M, N, "checked", "check_order")
         got = evaluate_order(order, a, b)
         bad += int(np.sum((got.view(np.int32) != want.view(np.int32)) & ~(np.isnan(got) & np.isnan(want))))
     return bad
