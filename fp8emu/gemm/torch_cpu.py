@@ -67,7 +67,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codec import decode, encode
-from .cpu_order import RECORDED, cpu_flags, order_for
+from .cpu_order import LAYOUTS, RECORDED, cpu_flags, order_for
 from .sumtree import SumTree, evaluate, evaluate_order
 
 __all__ = ["TORCH_CPU_PATHS", "cpu_path", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
@@ -223,6 +223,8 @@ def sgemm(x, y, *, threads=None, layout="NN", name="sgemm", stacklevel=2):
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
                                 or threads < 1):
         raise ValueError(f"{name}: threads must be a positive integer (torch's thread count) or None, got {threads!r}")
+    if not isinstance(layout, str) or layout not in LAYOUTS:   # checked for an empty product too
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if K == 0 or M == 0 or N == 0:
         return np.zeros((M, N), np.float32)          # torch.mm's empty sum is +0
     order, _ = order_for(M, K, N, threads=threads, layout=layout, name=name, stacklevel=stacklevel + 1)
