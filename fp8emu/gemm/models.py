@@ -42,6 +42,7 @@ import dataclasses
 
 import numpy as np
 
+from ..interop import is_integer
 from .catalogue import INSTRUCTIONS, Instruction
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
@@ -77,7 +78,9 @@ class Policy:
         ``scaled_mm`` (1x128 / 128x128) promote every 128 of K whatever this says.
     split_k : int, "cublas" or None
         K cut into this many contiguous pieces of whole 128-wide K-tiles, each reduced from zero,
-        their float32 results added in order; ``"cublas"``: :func:`cublas_split_k`'s count.
+        their float32 results added in order; ``"cublas"``: :func:`cublas_split_k`'s count.  The
+        pieces are ``ceil(tiles / split_k)`` tiles each, the remainder last (:func:`split_bounds`): an
+        integer that makes fewer pieces at a K (4 at K = 640, five tiles: 2 + 2 + 1) is refused there.
     scale_at : {None, "product", "block"}
         Block-scaled (MX / NVFP4) models: the scales join every product before alignment, or
         multiply each K-block's partial sum as it joins a float32 accumulator; ``None``: a model
@@ -142,6 +145,15 @@ class GemmModel:
     policy: Policy = Policy()
 
     def __post_init__(self):
+        # a row's name or a dict was taken here and failed at the first GEMM ("'str' object has no attribute
+        # 'block_scaled'")
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"GemmModel name must be a non-empty string, got {self.name!r}")
+        if self.instruction is not None and not isinstance(self.instruction, Instruction):
+            raise TypeError(f"GemmModel instruction must be an fp8emu.gemm.Instruction (a catalogue row, e.g. "
+                            f"fp8emu.gemm.INSTRUCTIONS[name] or fp8emu.step_row(...)) or None, got {self.instruction!r}")
+        if not isinstance(self.policy, Policy):
+            raise TypeError(f"GemmModel policy must be an fp8emu.Policy, got {self.policy!r}")
         if self.kind not in _KINDS:
             raise ValueError(f"GemmModel kind must be one of {_KINDS}, got {self.kind!r}")
         if (self.kind == "instruction") != (self.instruction is not None):
@@ -340,6 +352,13 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
         raise ValueError("an accumulator input C is modelled without split-K only")
     if len(bounds) > 2 and (bounds[1] - bounds[0]) % ins.step:
         raise ValueError(f"split-K pieces of {bounds[1] - bounds[0]} do not hold whole steps of group {ins.step}")
+    if is_integer(pol.split_k) and K > 0 and len(bounds) - 1 != pol.split_k:
+        # the rule's equal pieces of whole K-tiles make fewer pieces than asked here: run as asked or not at all
+        tiles = -(-K // SPLIT_K_TILE)
+        raise ValueError(f"{model.name!r}: Policy split_k={pol.split_k} cannot cut K = {K} ({tiles} K-tile(s) of "
+                         f"{SPLIT_K_TILE}) into {pol.split_k} pieces: pieces are ceil({tiles} / {pol.split_k}) whole "
+                         f"K-tiles, the remainder last, which makes {len(bounds) - 1}; give a split_k that makes its "
+                         "count at this K, or None")
     # promotion intervals start afresh in each split-K piece
     interval = kblock if kscale is not None else (None if pol.promote is None else pol.promote * ins.step)
 
