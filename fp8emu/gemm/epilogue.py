@@ -14,7 +14,7 @@ from .code_tables import any_nonfinite
 from .fparith import round_hi_lo, two_sum
 from .kernels import special_masks
 
-__all__ = ["as_scale", "bias_values", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
+__all__ = ["as_scale", "bias_values", "bias_in", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
 
 OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
 
@@ -42,6 +42,29 @@ def bias_values(bias):
             raise TypeError(f"bias must be float32, float16 or bfloat16 values, got dtype {arr.dtype}")
         arr = arr.astype(np.float32)
     return arr
+
+
+def bias_in(bias, target):
+    """The bias as ``target`` values, the type it is added in; a finite value that overflows it is an
+    error (a float64 1e39 became Inf there, and so did its column of the output, silently).
+
+    Examples
+    --------
+    >>> bias_in(np.array([1.0, 65519.0]), np.float16).tolist()
+    [1.0, 65504.0]
+    >>> bias_in(np.array([1.0, 65520.0]), np.float16)
+    Traceback (most recent call last):
+    ...
+    ValueError: bias overflows float16, the type it is added in: 1 finite value(s) round to Inf there (largest magnitude 65520)
+    """
+    wide = np.asarray(bias, np.float64)
+    with np.errstate(over="ignore"):
+        cast = wide.astype(target)
+    over = np.isfinite(wide) & ~np.isfinite(cast.astype(np.float64))
+    if over.any():
+        raise ValueError(f"bias overflows {np.dtype(target).name}, the type it is added in: {int(over.sum())} finite "
+                         f"value(s) round to Inf there (largest magnitude {float(np.abs(wide[over]).max()):.6g})")
+    return cast
 
 
 def as_scale(s, what):
@@ -117,7 +140,7 @@ def to_output(v, bias, odt, ofmt, scale_result):
         bias = real_array(bias_values(bias), "bias", "an array of floats").astype(np.float64)
         if bias.shape not in ((N,), (1, N)):
             raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
-        bias = bias.reshape(1, N).astype(target).astype(np.float64)
+        bias = bias_in(bias.reshape(1, N), target).astype(np.float64)
         with np.errstate(invalid="ignore"):
             hi, lo = two_sum(v.astype(np.float64), bias)
             lo = np.where(np.isfinite(hi), lo, 0.0)

@@ -68,6 +68,7 @@ import numpy as np
 
 from ..codec import decode, encode
 from .cpu_order import LAYOUTS, RECORDED, cpu_flags, order_for
+from .epilogue import bias_in
 from .sumtree import SumTree, evaluate, evaluate_order
 
 __all__ = ["TORCH_CPU_PATHS", "cpu_path", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
@@ -262,7 +263,7 @@ def torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result):
     """Bias, ``scale_result`` and the output conversion of one CPU path (``v``: float32 sums)."""
     with np.errstate(all="ignore"):
         if bias is not None:
-            v = (v + bias.reshape(1, -1).astype(np.float32)).astype(np.float32)
+            v = (v + bias_in(bias.reshape(1, -1), np.float32)).astype(np.float32)
         if ofmt is None:
             return v.astype(odt)
         if scale_result is not None:
