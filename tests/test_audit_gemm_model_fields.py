@@ -81,3 +81,15 @@ def test_an_integer_split_k_the_rule_makes_runs_as_its_pieces(K, split):
             part = scaled_mm(a[:, k0:k1], b[k0:k1], a_format="e4m3fn", b_format="e4m3fn", accumulator=one)
             want = (want + part).astype(np.float32)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("policy, kscale", [(Policy(promote=4), None), (Policy(), lambda kb: np.ones((1, 1)))])
+def test_run_steps_refuses_an_accumulator_input_it_would_drop(policy, kscale):
+    # the promoted chains start from zero: c was left out of the sum silently (ones gave the sum without them)
+    from fp8emu.gemm.models import run_steps
+    a = np.full((1, 256), 0x38, np.uint8)
+    m = GemmModel("h", "instruction", HOPPER, policy)
+    with pytest.raises(ValueError, match=r"an accumulator input C is modelled without promotion"):
+        run_steps(m, a, "e4m3fn", a.T.copy(), "e4m3fn", c=np.ones((1, 1), np.float32), kscale=kscale)
+    one = GemmModel("one", "instruction", HOPPER, Policy())
+    assert run_steps(one, a, "e4m3fn", a.T.copy(), "e4m3fn", c=np.ones((1, 1), np.float32))[0, 0] == 257

@@ -331,7 +331,7 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
     """float32 (M, N) ``A @ B`` of FP8 codes through an ``"instruction"`` model: its row chained
     along K under its policy (split-K pieces, promotion into float32; ``kscale(kb)``: the float64
     (M, N) factor of K block ``kb``, which promotes every ``kblock`` with one rounding, as
-    DeepGEMM's FMA does).  ``c``: the accumulator input of the first step (no split-K); ``ins``:
+    DeepGEMM's FMA does).  ``c``: the accumulator input of the first step (no split-K, no promotion); ``ins``:
     the row to chain (default the model's; :func:`row_for_formats`).
 
     Examples
@@ -361,6 +361,9 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
                          "count at this K, or None")
     # promotion intervals start afresh in each split-K piece
     interval = kblock if kscale is not None else (None if pol.promote is None else pol.promote * ins.step)
+    if c is not None and interval is not None:
+        # each interval's chain starts from zero: C was left out of the sum, silently
+        raise ValueError("an accumulator input C is modelled without promotion (and without block scales) only")
 
     def chain(k0, k1, c_in=None):
         return instruction_gemm(ca[:, k0:k1], cb[k0:k1], instruction=ins, a_format=fa, b_format=fb, c=c_in)
