@@ -93,3 +93,27 @@ def test_run_steps_refuses_an_accumulator_input_it_would_drop(policy, kscale):
         run_steps(m, a, "e4m3fn", a.T.copy(), "e4m3fn", c=np.ones((1, 1), np.float32), kscale=kscale)
     one = GemmModel("one", "instruction", HOPPER, Policy())
     assert run_steps(one, a, "e4m3fn", a.T.copy(), "e4m3fn", c=np.ones((1, 1), np.float32))[0, 0] == 257
+
+
+@pytest.mark.parametrize("args", [(32, 32, 2.7e4), (32, 32, "16384"), (-5, 32, 16384), (32, 32, True),
+                                  (32.9, 32, 16384), (32, None, 16384)], ids=repr)
+def test_cublas_split_k_takes_non_negative_integer_sizes(args):
+    # 2.7e4 was truncated, "16384" parsed, True read as K = 1, a negative M counted as one output tile
+    from fp8emu.gemm import cublas_split_k
+    with pytest.raises(ValueError, match=r"cublas_split_k: M, N, K must be non-negative integers"):
+        cublas_split_k(*args)
+
+
+@pytest.mark.parametrize("args", [(16384, 2.5), (16384, True), (16384, "6"), (16384, 6.0), (16384.0, 6),
+                                  ("16384", 6), (-128, 2)], ids=repr)
+def test_split_bounds_takes_integers(args):
+    # splits 2.5 made 2 pieces, True 1, "6" and 6.0 were taken; K = -128 gave [0, 0]
+    with pytest.raises(ValueError, match=r"split_bounds: K must be a non-negative integer and splits a positive"):
+        split_bounds(*args)
+
+
+def test_split_helpers_answer_as_before():
+    from fp8emu.gemm import cublas_split_k
+    assert cublas_split_k(32, 32, 16384) == 6 and cublas_split_k(np.int64(32), 32, np.int64(4096)) == 1
+    assert split_bounds(16384, np.int64(6)) == [0, 2816, 5632, 8448, 11264, 14080, 16384]
+    assert split_bounds(0, 4) == [0, 0] and split_bounds(300, 1) == [0, 300]

@@ -429,6 +429,8 @@ def cublas_split_k(M, N, K):
     >>> cublas_split_k(32, 32, 4096), cublas_split_k(32, 32, 16384)
     (1, 6)
     """
+    if not all(is_integer(v) and v >= 0 for v in (M, N, K)):    # int() truncated 2.7e4, parsed "16384"
+        raise ValueError(f"cublas_split_k: M, N, K must be non-negative integers, got {M!r}, {N!r}, {K!r}")
     k_tiles = -(-int(K) // SPLIT_K_TILE)
     tiles = -(-int(M) // _OUT_TILE) * -(-int(N) // _OUT_TILE)
     s = min(k_tiles // _MIN_TILES_PER_SPLIT, _NUM_SMS // max(1, tiles))
@@ -445,6 +447,9 @@ def split_bounds(K, splits):
     >>> split_bounds(4096, 1)
     [0, 4096]
     """
+    if not is_integer(K) or K < 0 or not is_integer(splits):     # splits 2.5 made 2 pieces, True 1
+        raise ValueError(f"split_bounds: K must be a non-negative integer and splits a positive integer, got "
+                         f"{K!r}, {splits!r}")
     if int(splits) < 1:
         raise ValueError(f"splits must be >= 1, got {splits}")
     k_tiles = -(-int(K) // SPLIT_K_TILE)
