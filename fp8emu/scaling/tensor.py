@@ -57,7 +57,8 @@ def as_f32(x, what="x") -> np.ndarray:
     if src_dtype is not None and src_dtype.kind == "f" and src_dtype.itemsize > 4:
         # a finite float64 beyond float32's range became Inf here, and a recipe's Inf rule (a NaN MX block,
         # a saturated or zeroed tensor) was applied to a value the caller gave finite
-        over = np.isinf(out) & np.isfinite(src)
+        inf = np.isinf(out)
+        over = inf & np.isfinite(src) if inf.any() else inf      # the float64 pass only where an Inf appeared
         if over.any():
             big = float(np.max(np.abs(np.asarray(src, np.float64)[over])))
             raise ValueError(f"{what} overflows float32, the type the recipe computes in: {int(over.sum())} finite "
