@@ -101,3 +101,19 @@ def test_sgemm_checks_its_layout_for_an_empty_product_too(shape):
         torch_cpu.sgemm(x, y, layout="XX")
     out = torch_cpu.sgemm(x, y, layout="TT")
     assert out.shape == (shape[0][0], shape[1][1]) and not out.any()
+
+
+@pytest.mark.parametrize("kw", [dict(m_tile=0), dict(m_tile=-4), dict(m_tile=True), dict(n_tile=0),
+                                dict(n_tile=2.5), dict(m_min=-1), dict(m_min="8")], ids=repr)
+def test_tile_classes_takes_positive_integer_tiles(kw):
+    # m_tile=0 was ZeroDivisionError, -4 and True tiled as some other kernel, 2.5 a slicing TypeError
+    with pytest.raises(ValueError, match=r"tile_classes: m_min, m_tile and n_tile must be positive integers"):
+        mkl_cnr.tile_classes(9, 9, **kw)
+
+
+@pytest.mark.parametrize("shape", [(-1, 4), (2.5, 4), (True, 3), (4, "4")], ids=repr)
+def test_tile_classes_takes_non_negative_integer_sizes(shape):
+    # NumPy's "negative dimensions are not allowed", "'float' object cannot be interpreted as an integer"
+    with pytest.raises(ValueError, match=r"tile_classes: M, N must be non-negative integers"):
+        mkl_cnr.tile_classes(*shape)
+    assert mkl_cnr.tile_classes(9, 9)[[0, 8], :][:, [0, 8]].tolist() == [[0, 1], [2, 2]]

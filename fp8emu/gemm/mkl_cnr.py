@@ -222,6 +222,11 @@ def tile_classes(M, N, threads=1, *, m_min=8, m_tile=4, n_tile=8):
     >>> tile_classes(20, 20, threads=2)[:, 0].tolist() == [0] * 8 + [2] * 2 + [0] * 8 + [2] * 2
     True
     """
+    if not all(is_integer(v) and v >= 0 for v in (M, N)):     # NumPy's "negative dimensions are not allowed"
+        raise ValueError(f"tile_classes: M, N must be non-negative integers, got {M!r}, {N!r}")
+    if not all(is_integer(v) and v >= 1 for v in (m_min, m_tile, n_tile)):   # m_tile=0 divided by zero
+        raise ValueError(f"tile_classes: m_min, m_tile and n_tile must be positive integers, got {m_min!r}, "
+                         f"{m_tile!r}, {n_tile!r}")
     parts, axis = _parts(M, N, threads)
     classes = [_part(m, n, m_min, m_tile, n_tile) for m, n in parts]
     return classes[0] if len(classes) == 1 else np.concatenate(classes, axis=axis)    # one part: no copy
