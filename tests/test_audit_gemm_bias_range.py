@@ -1,4 +1,4 @@
-"""A GEMM's bias is checked in the type it is added in: a finite value that overflows it is named.
+"""A GEMM's bias and scales are checked in the type they are used in: a finite value that overflows it is named.
 
 ``scaled_mm`` and ``block_scaled_mm`` add the bias in the output type (float32, bfloat16 or
 float16; float32 for FP8 outputs) and the ``torch-cpu-*`` paths in float32.  A float64 bias of
@@ -59,3 +59,20 @@ def test_a_bias_at_the_types_edge_or_given_as_inf_or_nan_is_added_as_before(mm):
     assert mm(np.array([-65519.99, 0.0]), "float16")[0, 0] == np.float16(-65472)
     with pytest.raises(ValueError, match=r"bias overflows float16"):
         mm(np.array([-65520.0, 0.0]), "float16")
+
+
+@pytest.mark.parametrize("kw", [{"scale_a": 1e39}, {"scale_b": -1e39}, {"scale_a": np.array([[1.0], [1e40]])}])
+def test_a_finite_scale_beyond_float32_is_named_an_overflow_not_non_finite(kw):
+    # it said "must be finite in float32 (...), got non-finite values" for a finite 1e39 (item 1's confusion)
+    a = np.full((2, 32), 0x38, np.uint8)
+    with pytest.raises(ValueError, match=r"overflows float32, the type torch passes scales in: its largest "
+                                         r"magnitude 1e\+(39|40)") as exc:
+        scaled_mm(a, B, a_format="e4m3fn", b_format="e4m3fn", **kw)
+    assert "non-finite" not in str(exc.value)
+
+
+@pytest.mark.parametrize("kw", [{"scale_a": np.inf}, {"scale_b": np.nan}, {"scale_a": np.array([[1.0], [-np.inf]])}])
+def test_a_nan_or_inf_scale_is_still_not_finite(kw):
+    a = np.full((2, 32), 0x38, np.uint8)
+    with pytest.raises(ValueError, match=r"must be finite in float32 \(\|scale\| <= 3.40282e\+38\), got non-finite"):
+        scaled_mm(a, B, a_format="e4m3fn", b_format="e4m3fn", **kw)

@@ -69,11 +69,16 @@ def bias_in(bias, target):
 
 def as_scale(s, what):
     """A scale as float32, as torch passes them; finite after that conversion (1e39 is not)."""
+    src = real_array(s, what)
     with np.errstate(over="ignore"):
-        arr = real_array(s, what).astype(np.float32)
+        arr = src.astype(np.float32)
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{what} must be finite in float32 (|scale| <= {float(np.finfo(np.float32).max):g}), "
-                         "got non-finite values")
+        limit = float(np.finfo(np.float32).max)
+        if np.all(np.isfinite(src)):      # a finite 1e39 was said to be "non-finite"
+            big = float(np.max(np.abs(src.astype(np.float64))))
+            raise ValueError(f"{what} overflows float32, the type torch passes scales in: its largest magnitude "
+                             f"{big:.6g} is beyond {limit:g} (a scale must be finite in float32)")
+        raise ValueError(f"{what} must be finite in float32 (|scale| <= {limit:g}), got non-finite values")
     return arr
 
 
