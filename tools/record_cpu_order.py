@@ -104,6 +104,13 @@ def _out(text):
     # abspath drops a trailing separator: 'new/' passed, and open() failed with "Is a directory" after the survey
     if text.endswith((os.sep, os.altsep or os.sep)):
         raise argparse.ArgumentTypeError(f"{text!r} ends with {text[-1]!r}, a folder's name; give a file name")
+    if os.path.islink(text) and not os.path.exists(text):
+        # open() follows the link: to nothing (a missing folder, a loop) it failed after the survey
+        target = os.path.realpath(text)
+        if os.path.islink(target) or not os.path.isdir(os.path.dirname(target)):
+            raise argparse.ArgumentTypeError(f"{text!r} is a symbolic link to nothing (dangling, or a loop); give "
+                                             "a file name")
+        folder = os.path.dirname(target)        # where the file will be written
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
     try:        # a folder that takes no new file (/proc, a read-only mount) failed only after the survey
@@ -119,6 +126,13 @@ def _layouts(text):
         raise argparse.ArgumentTypeError(f"expected layouts of {', '.join(cpu_order.LAYOUTS)} separated by commas, "
                                          f"got {text!r}")
     return words
+
+
+def _also(args):
+    """The options besides --random, --seed and --layouts that the file's rows depend on (it said the defaults'
+    command for a survey of --threads 2, or of another --model)."""
+    return ((f" --threads {','.join(map(str, args.threads))}" if args.threads != [1, 2] else "")
+            + (f" --model {args.model}" if args.model != "mkl-2024.2-avx512" else ""))
 
 
 def main():
@@ -145,7 +159,7 @@ def main():
         doc = {"machine": cpu_order.machine(), "library": cpu_order._library(torch), "model": args.model,
                "python": platform.python_version(), "numpy": np.__version__, "layout": ",".join(args.layouts),
                "seed": args.seed, "recorded_by": f"tools/record_cpu_order.py --random {args.random} --seed {args.seed}"
-               + (f" --layouts {','.join(args.layouts)}" if args.layouts != ["NN"] else ""), "gemms": rows}
+               + (f" --layouts {','.join(args.layouts)}" if args.layouts != ["NN"] else "") + _also(args), "gemms": rows}
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)
         inside = [r for r in rows if r["proven"]]
@@ -165,7 +179,8 @@ def main():
             print(f"{M}x{K}x{N} t{t}: {'=' if hit else '!'} {order.describe()[:100]}", file=sys.stderr)
     info = cpu_order.machine()
     doc = {"machine": info, "library": cpu_order._library(torch), "python": platform.python_version(),
-           "numpy": np.__version__, "layout": "NN", "recorded_by": "tools/record_cpu_order.py", "gemms": rows}
+           "numpy": np.__version__, "layout": "NN", "recorded_by": "tools/record_cpu_order.py" + _also(args),
+           "gemms": rows}
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
     print(f"{len(rows)} GEMMs; {same} in {args.model}'s order; "

@@ -48,6 +48,7 @@ import numpy as np
 
 from ..interop import is_integer
 from ..readers import parse_json
+from .mkl_cnr import LAYOUTS, check_gemm
 from .mkl_cnr import MODEL as _COMPATIBLE
 from .sumtree import GemmOrder, SumTree, reveal
 
@@ -55,7 +56,6 @@ __all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "probe_too
            "machine", "cpu_flags", "cache_path", "LAYOUTS",
            "reveal_here", "describe_here"]
 
-LAYOUTS = ("NN", "NT", "TN", "TT")
 
 
 def _small_blocks(K, kc):
@@ -124,6 +124,7 @@ class RecordedModel:
 
     def blocks(self, K, M=2, N=2):
         """Bounds of the K blocks one thread sums separately for an M x K x N product."""
+        check_gemm(M, K, N, name=self.name)       # K = -5 gave [0, 0], 2.5 gave [0, 2.5]
         packed = min(M, N) >= self.packed_min
         return (_packed_blocks if packed else _small_blocks)(K, self.kc)
 
@@ -136,6 +137,7 @@ class RecordedModel:
 
     def tree(self, M, K, N, threads=1):
         """The :class:`SumTree` of one output."""
+        check_gemm(M, K, N, name=self.name)
         if K == 0:      # an empty product sums nothing (sgemm returns zeros before using an order): a placeholder
             self.splits_k(M, K, N, threads)          # threads checked all the same
             return SumTree.blocks([0, 1])
@@ -150,6 +152,7 @@ class RecordedModel:
 
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this shape, thread count and operand layout lie outside what was proven (``None`` inside)."""
+        check_gemm(M, K, N, threads, layout, name=self.name)    # "2" was "outside 1 and 2 thread(s)", True 1
         if layout not in self.proven_layouts:
             return (f"the order was proven for the layouts {', '.join(self.proven_layouts)}; with {layout} MKL "
                     "sums some shapes in another order")
@@ -453,6 +456,7 @@ def probe_too_long(M, K, N):
     >>> probe_too_long(1, 131072, 1)
     'probing 1x131072x1 takes at least 131,071 products of that size (its first round asks about K - 1 = 131,071 terms, at most max(M, N) = 1 per product; 8,192 are allowed)'
     """
+    check_gemm(M, K, N, name="probe_too_long")    # True x 10**6 x True answered "probing Truex1000000xTrue"
     least = -(-(K - 1) // max(M, N, 1))
     if least <= MAX_PROBE_PRODUCTS:
         return None

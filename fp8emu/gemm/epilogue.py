@@ -16,7 +16,7 @@ from .code_tables import any_nonfinite
 from .fparith import round_hi_lo, two_sum
 from .kernels import special_masks
 
-__all__ = ["as_scale", "bias_values", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
+__all__ = ["as_scale", "bias_values", "bias_in", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
 
 OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
 
@@ -46,24 +46,53 @@ def bias_values(bias):
     return arr
 
 
+def bias_in(bias, target):
+    """The bias as ``target`` values, the type it is added in; a finite value that overflows it is an
+    error (a float64 1e39 became Inf there, and so did its column of the output, silently).
+
+    Examples
+    --------
+    >>> bias_in(np.array([1.0, 65519.0]), np.float16).tolist()
+    [1.0, 65504.0]
+    >>> bias_in(np.array([1.0, 65520.0]), np.float16)
+    Traceback (most recent call last):
+    ...
+    ValueError: bias overflows float16, the type it is added in: 1 finite value(s) round to Inf there (largest magnitude 65520)
+    """
+    wide = np.asarray(bias, np.float64)
+    with np.errstate(over="ignore"):
+        cast = wide.astype(target)
+    over = np.isfinite(wide) & ~np.isfinite(cast.astype(np.float64))
+    if over.any():
+        raise ValueError(f"bias overflows {np.dtype(target).name}, the type it is added in: {int(over.sum())} finite "
+                         f"value(s) round to Inf there (largest magnitude {float(np.abs(wide[over]).max()):.6g})")
+    return cast
+
+
 def as_scale(s, what, *, finite=True, stacklevel=3):
     """A scale as float32, as torch passes them.
 
-    ``finite=True``: one ValueError where a value is not finite after that conversion (1e39 is not).
-    ``finite=False`` (the dequantisation scales of ``scaled_mm``, which cuBLAS's epilogue multiplies
-    in IEEE float32 whatever they hold: torchao's ``1 / scale`` of a tensor holding Inf is Inf): such
-    values are kept, with one RuntimeWarning saying the result follows IEEE arithmetic there.
+    A finite value that overflows float32 (a float64 1e39) is always an error: torch could not pass it.
+    ``finite=True``: an Inf or NaN is an error too.  ``finite=False`` (the dequantisation scales of
+    ``scaled_mm``, which cuBLAS's epilogue multiplies in IEEE float32 whatever they hold: torchao's
+    ``1 / scale`` of a tensor holding Inf is Inf): Inf and NaN are kept, with one RuntimeWarning saying
+    the result follows IEEE arithmetic there.
     """
+    src = real_array(s, what)
     with np.errstate(over="ignore"):
-        arr = real_array(s, what).astype(np.float32)
+        arr = src.astype(np.float32)
     bad = ~np.isfinite(arr)
     if bad.any():
+        limit = float(np.finfo(np.float32).max)
+        over = bad & np.isfinite(src)
+        if over.any():      # a finite 1e39 was said to be "non-finite"
+            big = float(np.max(np.abs(src[over].astype(np.float64))))
+            raise ValueError(f"{what} overflows float32, the type torch passes scales in: its largest magnitude "
+                             f"{big:.6g} is beyond {limit:g} (a scale must be finite in float32)")
         if finite:
-            raise ValueError(f"{what} must be finite in float32 (|scale| <= {float(np.finfo(np.float32).max):g}), "
-                             "got non-finite values")
-        warnings.warn(f"{what} holds {int(bad.sum())} value(s) that are not finite in float32 (Inf or NaN, or "
-                      "beyond float32's range): the result is multiplied by them in IEEE float32, as cuBLAS's "
-                      "epilogue, giving Inf or NaN", RuntimeWarning, stacklevel=stacklevel)
+            raise ValueError(f"{what} must be finite in float32 (|scale| <= {limit:g}), got non-finite values")
+        warnings.warn(f"{what} holds {int(bad.sum())} Inf or NaN value(s): the result is multiplied by them in IEEE "
+                      "float32, as cuBLAS's epilogue, giving Inf or NaN", RuntimeWarning, stacklevel=stacklevel)
     return arr
 
 
@@ -130,7 +159,7 @@ def to_output(v, bias, odt, ofmt, scale_result):
         bias = real_array(bias_values(bias), "bias", "an array of floats").astype(np.float64)
         if bias.shape not in ((N,), (1, N)):
             raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
-        bias = bias.reshape(1, N).astype(target).astype(np.float64)
+        bias = bias_in(bias.reshape(1, N), target).astype(np.float64)
         with np.errstate(invalid="ignore"):
             hi, lo = two_sum(v.astype(np.float64), bias)
             lo = np.where(np.isfinite(hi), lo, 0.0)

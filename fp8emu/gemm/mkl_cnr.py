@@ -48,10 +48,35 @@ import numpy as np
 from ..interop import is_integer
 from .sumtree import GemmOrder, SumTree
 
-__all__ = ["CompatibleModel", "MODEL", "block_tree", "edge_tree", "chain_tree", "tile_classes"]
+__all__ = ["CompatibleModel", "MODEL", "block_tree", "edge_tree", "chain_tree", "tile_classes", "LAYOUTS",
+           "check_gemm"]
 
 #: Classes of :func:`tile_classes`.
 INTERIOR, EDGE, PLAIN = 0, 1, 2
+#: How A and B reach a BLAS: row-major (N) or transposed views (T), as ``transa`` / ``transb``.
+LAYOUTS = ("NN", "NT", "TN", "TT")
+
+
+def check_gemm(M, K, N, threads=None, layout="NN", *, name="order"):
+    """One ValueError for sizes that are no non-negative integers, a thread count neither None nor a
+    positive integer, or a layout outside :data:`LAYOUTS` (a recorded model's methods read a negative K,
+    ``True`` threads or a layout ``"XX"`` as another order, or as proven, silently).
+
+    Examples
+    --------
+    >>> check_gemm(4, 0, 2, 2, "TN") is None
+    True
+    >>> check_gemm(4, -1, 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: order: M, K, N must be non-negative integers, got 4, -1, 2
+    """
+    if not all(is_integer(v) and v >= 0 for v in (M, K, N)):
+        raise ValueError(f"{name}: M, K, N must be non-negative integers, got {M!r}, {K!r}, {N!r}")
+    if threads is not None and (not is_integer(threads) or threads < 1):
+        raise ValueError(f"{name}: threads must be a positive integer (torch's thread count) or None, got {threads!r}")
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
 def _chain(k0, k1):
@@ -62,12 +87,22 @@ def _chain(k0, k1):
     return c
 
 
+def _terms(K):
+    # K = 0 or True gave a tree of None leaves or of one term; the trees describe K >= 1 products
+    if not is_integer(K) or K < 1:
+        raise ValueError(f"K must be a positive integer (the number of products summed), got {K!r}")
+
+
 def _bounds(K, kc):
+    _terms(K)
+    if not is_integer(kc) or kc < 1:   # kc=True read as blocks of one term, edge_tree(300, -5) as one chain
+        raise ValueError(f"kc must be a positive integer (the K block MKL sums as one chain), got {kc!r}")
     return list(range(0, K, kc)) + [K]
 
 
 def chain_tree(K):
     """One chain of float32 additions over K, no FMA."""
+    _terms(K)
     return SumTree.blocks([0, K], fma=False)
 
 
@@ -187,6 +222,11 @@ def tile_classes(M, N, threads=1, *, m_min=8, m_tile=4, n_tile=8):
     >>> tile_classes(20, 20, threads=2)[:, 0].tolist() == [0] * 8 + [2] * 2 + [0] * 8 + [2] * 2
     True
     """
+    if not all(is_integer(v) and v >= 0 for v in (M, N)):     # NumPy's "negative dimensions are not allowed"
+        raise ValueError(f"tile_classes: M, N must be non-negative integers, got {M!r}, {N!r}")
+    if not all(is_integer(v) and v >= 1 for v in (m_min, m_tile, n_tile)):   # m_tile=0 divided by zero
+        raise ValueError(f"tile_classes: m_min, m_tile and n_tile must be positive integers, got {m_min!r}, "
+                         f"{m_tile!r}, {n_tile!r}")
     parts, axis = _parts(M, N, threads)
     classes = [_part(m, n, m_min, m_tile, n_tile) for m, n in parts]
     return classes[0] if len(classes) == 1 else np.concatenate(classes, axis=axis)    # one part: no copy
@@ -210,6 +250,7 @@ class CompatibleModel:
 
     def order(self, M, K, N, threads=1):
         """The :class:`~fp8emu.gemm.sumtree.GemmOrder` of an M x K x N product on ``threads``."""
+        check_gemm(M, K, N, name=self.name)     # K = -8 was read as an empty sum, 2.5 failed inside range()
         K = max(K, 1)        # an empty sum: one leaf, as the other recorded model answers
         trees = [block_tree(K, self.kc), edge_tree(K, self.kc), chain_tree(K)]
         if M == 0 or N == 0:
@@ -231,6 +272,7 @@ class CompatibleModel:
 
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this GEMM lies outside what was proven (``None`` inside)."""
+        check_gemm(M, K, N, threads, layout, name=self.name)   # "XX" was proven, True one thread
         if N < 2 and M > 1:
             return "a single column goes to MKL's gemv, whose order was not measured"
         if K > self.max_k:

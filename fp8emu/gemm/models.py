@@ -42,6 +42,7 @@ import dataclasses
 
 import numpy as np
 
+from ..interop import is_integer
 from .catalogue import INSTRUCTIONS, Instruction
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
@@ -77,7 +78,9 @@ class Policy:
         ``scaled_mm`` (1x128 / 128x128) promote every 128 of K whatever this says.
     split_k : int, "cublas" or None
         K cut into this many contiguous pieces of whole 128-wide K-tiles, each reduced from zero,
-        their float32 results added in order; ``"cublas"``: :func:`cublas_split_k`'s count.
+        their float32 results added in order; ``"cublas"``: :func:`cublas_split_k`'s count.  The
+        pieces are ``ceil(tiles / split_k)`` tiles each, the remainder last (:func:`split_bounds`): an
+        integer that makes fewer pieces at a K (4 at K = 640, five tiles: 2 + 2 + 1) is refused there.
     scale_at : {None, "product", "block"}
         Block-scaled (MX / NVFP4) models: the scales join every product before alignment, or
         multiply each K-block's partial sum as it joins a float32 accumulator; ``None``: a model
@@ -142,6 +145,15 @@ class GemmModel:
     policy: Policy = Policy()
 
     def __post_init__(self):
+        # a row's name or a dict was taken here and failed at the first GEMM ("'str' object has no attribute
+        # 'block_scaled'")
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"GemmModel name must be a non-empty string, got {self.name!r}")
+        if self.instruction is not None and not isinstance(self.instruction, Instruction):
+            raise TypeError(f"GemmModel instruction must be an fp8emu.gemm.Instruction (a catalogue row, e.g. "
+                            f"fp8emu.gemm.INSTRUCTIONS[name] or fp8emu.step_row(...)) or None, got {self.instruction!r}")
+        if not isinstance(self.policy, Policy):
+            raise TypeError(f"GemmModel policy must be an fp8emu.Policy, got {self.policy!r}")
         if self.kind not in _KINDS:
             raise ValueError(f"GemmModel kind must be one of {_KINDS}, got {self.kind!r}")
         if (self.kind == "instruction") != (self.instruction is not None):
@@ -319,7 +331,7 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
     """float32 (M, N) ``A @ B`` of FP8 codes through an ``"instruction"`` model: its row chained
     along K under its policy (split-K pieces, promotion into float32; ``kscale(kb)``: the float64
     (M, N) factor of K block ``kb``, which promotes every ``kblock`` with one rounding, as
-    DeepGEMM's FMA does).  ``c``: the accumulator input of the first step (no split-K); ``ins``:
+    DeepGEMM's FMA does).  ``c``: the accumulator input of the first step (no split-K, no promotion); ``ins``:
     the row to chain (default the model's; :func:`row_for_formats`).
 
     Examples
@@ -340,8 +352,18 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
         raise ValueError("an accumulator input C is modelled without split-K only")
     if len(bounds) > 2 and (bounds[1] - bounds[0]) % ins.step:
         raise ValueError(f"split-K pieces of {bounds[1] - bounds[0]} do not hold whole steps of group {ins.step}")
+    if is_integer(pol.split_k) and K > 0 and len(bounds) - 1 != pol.split_k:
+        # the rule's equal pieces of whole K-tiles make fewer pieces than asked here: run as asked or not at all
+        tiles = -(-K // SPLIT_K_TILE)
+        raise ValueError(f"{model.name!r}: Policy split_k={pol.split_k} cannot cut K = {K} ({tiles} K-tile(s) of "
+                         f"{SPLIT_K_TILE}) into {pol.split_k} pieces: pieces are ceil({tiles} / {pol.split_k}) whole "
+                         f"K-tiles, the remainder last, which makes {len(bounds) - 1}; give a split_k that makes its "
+                         "count at this K, or None")
     # promotion intervals start afresh in each split-K piece
     interval = kblock if kscale is not None else (None if pol.promote is None else pol.promote * ins.step)
+    if c is not None and interval is not None:
+        # each interval's chain starts from zero: C was left out of the sum, silently
+        raise ValueError("an accumulator input C is modelled without promotion (and without block scales) only")
 
     def chain(k0, k1, c_in=None):
         return instruction_gemm(ca[:, k0:k1], cb[k0:k1], instruction=ins, a_format=fa, b_format=fb, c=c_in)
@@ -407,6 +429,8 @@ def cublas_split_k(M, N, K):
     >>> cublas_split_k(32, 32, 4096), cublas_split_k(32, 32, 16384)
     (1, 6)
     """
+    if not all(is_integer(v) and v >= 0 for v in (M, N, K)):    # int() truncated 2.7e4, parsed "16384"
+        raise ValueError(f"cublas_split_k: M, N, K must be non-negative integers, got {M!r}, {N!r}, {K!r}")
     k_tiles = -(-int(K) // SPLIT_K_TILE)
     tiles = -(-int(M) // _OUT_TILE) * -(-int(N) // _OUT_TILE)
     s = min(k_tiles // _MIN_TILES_PER_SPLIT, _NUM_SMS // max(1, tiles))
@@ -423,6 +447,9 @@ def split_bounds(K, splits):
     >>> split_bounds(4096, 1)
     [0, 4096]
     """
+    if not is_integer(K) or K < 0 or not is_integer(splits):     # splits 2.5 made 2 pieces, True 1
+        raise ValueError(f"split_bounds: K must be a non-negative integer and splits a positive integer, got "
+                         f"{K!r}, {splits!r}")
     if int(splits) < 1:
         raise ValueError(f"splits must be >= 1, got {splits}")
     k_tiles = -(-int(K) // SPLIT_K_TILE)

@@ -222,10 +222,19 @@ class SumTree:
 
     @classmethod
     def from_json(cls, d):
+        _json_keys(d, "a sum tree's JSON", ("K", "fma", "children"))
         if not isinstance(d.get("fma"), bool) or not is_integer(d.get("K")):
             raise ValueError(f"a sum tree's JSON has an integer K and a bool fma, got {d!r:.80}")
         # no cast here: the constructor refuses children 0.2 / 1.7 or "1" (a cast truncated or parsed them)
         return cls(d["K"], np.asarray(d["children"]), d["fma"])
+
+
+def _json_keys(d, what, keys):
+    # a list, a string or a missing key was a KeyError / TypeError / AttributeError; a key of another
+    # name (a typo) was read as absent
+    if not isinstance(d, dict) or set(d) != set(keys):
+        got = sorted(map(str, d)) if isinstance(d, dict) else type(d).__name__
+        raise ValueError(f"{what} is an object of the keys {', '.join(keys)}, got {str(got):.120}")
 
 
 class GemmOrder:
@@ -275,6 +284,9 @@ class GemmOrder:
 
     @classmethod
     def from_json(cls, d):
+        _json_keys(d, "a GemmOrder's JSON", ("trees", "classes", "shape"))
+        if not isinstance(d["trees"], list):
+            raise ValueError(f"a GemmOrder's JSON trees are a list of sum trees, got {d['trees']!r:.80}")
         shape = d["shape"]
         if not isinstance(shape, list) or len(shape) != 2 or not all(is_integer(v) and v >= 0 for v in shape):
             raise ValueError(f"a GemmOrder's JSON shape is [M, N], got {shape!r:.80}")

@@ -67,7 +67,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..codec import decode, encode
-from .cpu_order import RECORDED, cpu_flags, order_for
+from .cpu_order import LAYOUTS, RECORDED, cpu_flags, order_for
+from .epilogue import bias_in
 from .sumtree import SumTree, evaluate, evaluate_order
 
 __all__ = ["TORCH_CPU_PATHS", "cpu_path", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
@@ -124,8 +125,16 @@ def cpu_path(a_format, b_format, *, tensorwise, mkldnn=True, flags=None) -> str:
     for name, v in (("tensorwise", tensorwise), ("mkldnn", mkldnn)):
         if not isinstance(v, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False, got {v!r}")
+    # one string of flags was read as its characters (an AMX CPU said to take the emulated path)
+    if isinstance(flags, (str, bytes)):
+        raise TypeError(f"flags must be an iterable of CPU flag names (e.g. {{'amx_int8'}}), not one string: "
+                        f"got {flags!r:.60}")
+    names = [getattr(f, "name", f) for f in (a_format, b_format)]
+    if not all(isinstance(n, str) and n in ("e4m3fn", "e5m2") for n in names):
+        raise ValueError(f"torch's CPU _scaled_mm takes float8_e4m3fn / float8_e5m2 operands (formats 'e4m3fn', "
+                         f"'e5m2'), got {a_format!r} and {b_format!r}")
     have = cpu_flags() if flags is None else frozenset(flags)
-    same = str(a_format) == str(b_format)
+    same = names[0] == names[1]
     if mkldnn and tensorwise and "amx_int8" in have and (same or "amx_fp16" in have):
         return "torch-cpu-onednn"
     return "torch-cpu-emulated"
@@ -223,6 +232,8 @@ def sgemm(x, y, *, threads=None, layout="NN", name="sgemm", stacklevel=2):
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
                                 or threads < 1):
         raise ValueError(f"{name}: threads must be a positive integer (torch's thread count) or None, got {threads!r}")
+    if not isinstance(layout, str) or layout not in LAYOUTS:   # checked for an empty product too
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if K == 0 or M == 0 or N == 0:
         return np.zeros((M, N), np.float32)          # torch.mm's empty sum is +0
     order, _ = order_for(M, K, N, threads=threads, layout=layout, name=name, stacklevel=stacklevel + 1)
@@ -260,7 +271,7 @@ def torch_cpu_epilogue(path, v, bias, odt, ofmt, scale_result):
     """Bias, ``scale_result`` and the output conversion of one CPU path (``v``: float32 sums)."""
     with np.errstate(all="ignore"):
         if bias is not None:
-            v = (v + bias.reshape(1, -1).astype(np.float32)).astype(np.float32)
+            v = (v + bias_in(bias.reshape(1, -1), np.float32)).astype(np.float32)
         if ofmt is None:
             return v.astype(odt)
         if scale_result is not None:
@@ -363,6 +374,6 @@ def torchao_emulated_mm(ca, fa, div_a, cb, fb, div_b, *, out_dtype=np.float32, b
         y = (_f32_values(cb, fb) / np.asarray(div_b, np.float32)).astype(np.float32)
         out = sgemm(x, y, threads=threads, layout=layout, name=TORCHAO_EMULATE, stacklevel=3).astype(odt)
         if bias is not None:
-            b = np.asarray(bias).reshape(1, -1).astype(odt).astype(np.float32)
+            b = bias_in(np.asarray(bias).reshape(1, -1), odt).astype(np.float32)
             out = (out.astype(np.float32) + b).astype(odt)
     return out

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import readers
 from ..formats import get_format
 from ..version import __version__
 
@@ -724,7 +725,8 @@ def check_in_browser(report_html, *, screenshot=None, executable=None, width=128
     cmd = _chromium(executable)
     with tempfile.TemporaryDirectory() as d:
         probe = Path(d) / "probe.html"
-        probe.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
+        # a regular UTF-8 file or one line naming it (a FIFO blocked here, a folder was IsADirectoryError)
+        probe.write_text(readers.read_text(page, kind="report page").replace("</body>", _PROBE + "</body>"))
         run = subprocess.run(cmd + ["--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
                              capture_output=True, text=True, timeout=timeout)
     m = re.search(r'<pre id="fp8emu-image-check">(.*?)</pre>', run.stdout, re.S)

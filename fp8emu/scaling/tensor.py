@@ -50,7 +50,21 @@ def as_f32(x, what="x") -> np.ndarray:
     """
     # np.asarray with order="C", not np.ascontiguousarray: that one turns a 0-d array into 1-d,
     # which would slip past the recipes' "at least one dimension" checks with a changed shape
-    return np.asarray(source_array(x, what), dtype=np.float32, order="C")
+    src = source_array(x, what)
+    with np.errstate(over="ignore"):
+        out = np.asarray(src, dtype=np.float32, order="C")
+    src_dtype = getattr(src, "dtype", None)
+    if src_dtype is not None and src_dtype.kind == "f" and src_dtype.itemsize > 4:
+        # a finite float64 beyond float32's range became Inf here, and a recipe's Inf rule (a NaN MX block,
+        # a saturated or zeroed tensor) was applied to a value the caller gave finite
+        inf = np.isinf(out)
+        over = inf & np.isfinite(src) if inf.any() else inf      # the float64 pass only where an Inf appeared
+        if over.any():
+            big = float(np.max(np.abs(np.asarray(src, np.float64)[over])))
+            raise ValueError(f"{what} overflows float32, the type the recipe computes in: {int(over.sum())} finite "
+                             f"value(s) round to Inf in float32 (largest magnitude {big:.6g}; float32's largest "
+                             f"finite value is {float(np.finfo(np.float32).max):.6g})")
+    return out
 
 
 def size_arg(value, what, *, minimum=0) -> int:
