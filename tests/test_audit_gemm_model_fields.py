@@ -117,3 +117,12 @@ def test_split_helpers_answer_as_before():
     assert cublas_split_k(32, 32, 16384) == 6 and cublas_split_k(np.int64(32), 32, np.int64(4096)) == 1
     assert split_bounds(16384, np.int64(6)) == [0, 2816, 5632, 8448, 11264, 14080, 16384]
     assert split_bounds(0, 4) == [0, 0] and split_bounds(300, 1) == [0, 300]
+
+
+@pytest.mark.parametrize("step", [4097, 1 << 40])
+def test_a_step_of_more_than_4096_products_is_refused_before_any_gemm(step):
+    # 2**40 was accepted, and the first GEMM failed with NumPy's "Unable to allocate 4.00 TiB"
+    from fp8emu.gemm import step_row
+    with pytest.raises(ValueError, match=r"step must be at most 4096 products"):
+        step_row(step, 13, 14)
+    assert step_row(4096, 13, 14).step == 4096

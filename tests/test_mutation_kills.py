@@ -109,13 +109,18 @@ def test_scaled_mm_inf_and_nan_rules(acc):
 # ----------------------------------------------------------------------------- split-K
 @pytest.mark.parametrize("M, N, K", [(256, 256, 16384), (1024, 1024, 16384), (1024, 512, 16384),
                                      (2048, 2048, 16384), (129, 64, 16384), (64, 64, 2560), (64, 64, 2559),
-                                     (4096, 4096, 1 << 20), (1, 1, 128 * 40)])
+                                     (4096, 4096, 1 << 20), (1, 1, 128 * 40), (32, 32, 56448)])
 def test_cublas_split_k_rule(M, N, K):
     """The documented rule: as many pieces as give each >= 20 K-tiles of 128, but no more than
-    fit next to the output tiles (128 x 128) on 132 SMs; at least one."""
+    fit next to the output tiles (128 x 128) on 132 SMs; at least one; counted as the pieces of
+    ceil(tiles / s) whole K-tiles make them (441 tiles for s = 22 make 21 pieces of 21)."""
     k_tiles = math.ceil(K / 128)
     out_tiles = math.ceil(M / 128) * math.ceil(N / 128)
-    assert cublas_split_k(M, N, K) == max(1, min(k_tiles // 20, 132 // out_tiles))
+    s = max(1, min(k_tiles // 20, 132 // out_tiles))
+    per = math.ceil(k_tiles / s)
+    assert cublas_split_k(M, N, K) == math.ceil(k_tiles / per) == len(split_bounds(K, s)) - 1
+    if K == 56448:
+        assert (s, cublas_split_k(M, N, K)) == (22, 21)
 
 
 def test_split_bounds_rule():

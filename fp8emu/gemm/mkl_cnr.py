@@ -23,10 +23,11 @@ no FMA (each product rounded to float32, then added):
 * **Two threads** cut C in two along its longer side (rows where M >= N), the first part
   ``floor(half)`` long, and each part is tiled as above.
 
-Proven for row-major B (layouts ``"NN"`` and ``"TN"``), M >= 1, N >= 2, K <= 4096, 1 and 2
-threads; with a transposed B (``"NT"``, ``"TT"``) MKL sums the edge tiles in SIMD lanes, so only
-shapes whose every output lies in an interior tile are proven there.  A single column (N = 1)
-goes to MKL's gemv.
+Proven for row-major B (layouts ``"NN"`` and ``"TN"``), M >= 1, N >= 2 (and the single output
+1 x K x 1, one plain chain as measured), K <= 4096, 1 and 2 threads; with a transposed B (``"NT"``,
+``"TT"``) MKL sums the edge tiles in SIMD lanes, so only shapes whose every output lies in an
+interior tile are proven there.  A single column of more than one row (N = 1 < M) goes to MKL's
+gemv, whose order was not measured.
 
 Examples
 --------

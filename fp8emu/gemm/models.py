@@ -198,6 +198,10 @@ _PREFERRED = ("hopper-wgmma", "blackwell-mma", "blackwell-tcgen05-f8f6f4", "ada-
 _NO_ZERO_EXP = -900
 
 
+#: The most products one :func:`step_row` step may sum (the catalogue's steps sum 4 to 128).
+MAX_STEP = 4096
+
+
 def step_row(step, frac_bits, result_bits, rounding="rtz", name="custom"):
     """The FP8 ``"fused"`` float32 row whose step sums ``step`` products aligned to ``frac_bits``
     fraction bits and rounds its result to ``result_bits`` significant bits (``rounding`` "rtz" or
@@ -216,6 +220,9 @@ def step_row(step, frac_bits, result_bits, rounding="rtz", name="custom"):
     for field, v in (("step", step), ("frac_bits", frac_bits), ("result_bits", result_bits)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"step_row {field} must be a positive integer, got {v!r}")
+    if step > MAX_STEP:    # 2**40 was taken, and the first GEMM asked NumPy for terabytes
+        raise ValueError(f"step_row step must be at most {MAX_STEP} products (tensor-core steps sum 4 to 128), "
+                         f"got {step}")
     if frac_bits > 40 or result_bits > 40:
         raise ValueError("step_row frac_bits and result_bits must be at most 40 (exact in float64 up to there)")
     if rounding not in ("rtz", "rne"):
@@ -422,7 +429,8 @@ def cublas_split_k(M, N, K):
     Returns
     -------
     int
-        Number of pieces (1 = no split).
+        Number of pieces (1 = no split): those :func:`split_bounds` cuts for the rule's count, which
+        can be one or more fewer than it.
 
     Examples
     --------
@@ -433,8 +441,10 @@ def cublas_split_k(M, N, K):
         raise ValueError(f"cublas_split_k: M, N, K must be non-negative integers, got {M!r}, {N!r}, {K!r}")
     k_tiles = -(-int(K) // SPLIT_K_TILE)
     tiles = -(-int(M) // _OUT_TILE) * -(-int(N) // _OUT_TILE)
-    s = min(k_tiles // _MIN_TILES_PER_SPLIT, _NUM_SMS // max(1, tiles))
-    return max(1, s)
+    s = max(1, min(k_tiles // _MIN_TILES_PER_SPLIT, _NUM_SMS // max(1, tiles)))
+    # pieces of ceil(k_tiles / s) whole K-tiles can be fewer than s (441 tiles, s = 22: 21 pieces of 21):
+    # the count returned is the one the pieces make, so that what is reported is what runs
+    return len(split_bounds(K, s)) - 1 if K > 0 else 1
 
 
 def split_bounds(K, splits):
