@@ -287,8 +287,11 @@ def capture(model, loss_fn) -> tuple:
     called more than once in the forward (its gradients would be summed over the calls), two called
     layers sharing one weight (tied: the same sum), a layer whose weight reaches the loss outside the
     layer too (tied to an embedding, or in a penalty of ``loss_fn``: the same sum), a layer
-    run with autograd off inside the forward, a layer whose output does not reach the loss and a layer whose weight needs no gradient (frozen: it has
-    no wgrad); a TypeError a layer that runs in float64 (float32 would round what it records).
+    run with autograd off inside the forward, a layer whose output does not reach the loss, a layer whose weight
+    needs no gradient (frozen: it has no wgrad) and a layer whose weight is computed (a parametrization or
+    weight norm); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
+    hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
+    output and its gradient, before the hook.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -334,7 +337,9 @@ def capture(model, loss_fn) -> tuple:
 
     for name, mod in layers.items():
         handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(mod.register_forward_hook(fwd(name), with_kwargs=True))
+        # first of the layer's forward hooks: the layer's own output (a user's hook may return another, which
+        # the captured y and dy then were, while dw stayed the layer's: y was not x w^T + b, dw not dy^T x)
+        handles.append(mod.register_forward_hook(fwd(name), with_kwargs=True, prepend=True))
     try:
         for p in model.parameters():
             p.grad = None
@@ -345,7 +350,16 @@ def capture(model, loss_fn) -> tuple:
         if not loss.requires_grad:        # torch's own "element 0 of tensors does not require grad"
             raise ValueError("loss_fn returned a loss that does not depend on the model's parameters (it needs no "
                              "gradient: detached, or computed under no_grad); capture needs its backward")
-        _check_own_weights(loss, {n: m for n, m in layers.items() if n in seen})
+        called = {n: m for n, m in layers.items() if n in seen}
+        for name, mod in called.items():
+            # a parametrization or weight norm computes the weight at each access: it has no .grad (capture
+            # said "does not reach the loss") and no fixed identity (the tie check below raised a KeyError)
+            if mod.weight.requires_grad and not mod.weight.is_leaf:
+                raise ValueError(f"the weight of layer {name!r} is computed at each use (a parametrization or "
+                                 "weight norm), not a Parameter, so it has no gradient of its own to probe; remove "
+                                 "it for the probe (torch.nn.utils.parametrize.remove_parametrizations(layer, "
+                                 "'weight'), torch.nn.utils.remove_weight_norm(layer))")
+        _check_own_weights(loss, called)
         loss.backward()
     finally:
         for h in handles:
