@@ -1,0 +1,51 @@
+"""``train-study``'s result folder after a user's edits: a copied or renamed run file.
+
+Every ``runs/*.json`` is read into the report (a study grows run by run), and each was counted as one
+more run whatever its name: a Finder-style copy ``bf16-s0 copy.json`` put bf16's seed 0 twice in
+``runs.csv`` and ``curves.csv``.  A run file must carry its run's name.
+"""
+
+import shutil
+
+import pytest
+
+pytest.importorskip("torch")
+
+from fp8emu.cli import main  # noqa: E402
+
+TINY = ["--quick", "--recipes", "none", "--baselines", "bf16,fp32", "--seeds", "2", "--steps", "4",
+        "--eval-every", "2", "--no-inference", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ts") / "study"
+    assert main(["train-study", *TINY, "--out", str(out)]) == 0
+    return out
+
+
+def _run_ids(out):
+    lines = (out / "runs.csv").read_text().splitlines()[1:]
+    return [ln.split(",", 1)[0] for ln in lines]
+
+
+def test_the_study_reports_each_run_once(study):
+    assert sorted(_run_ids(study)) == ["bf16-s0", "bf16-s1", "fp32-s0", "fp32-s1"]
+
+
+@pytest.mark.parametrize("edit", ["copy", "rename"])
+@pytest.mark.parametrize("report_only", [True, False])
+def test_a_copied_or_renamed_run_file_is_refused_not_counted_twice(study, tmp_path, capsys, edit, report_only):
+    out = tmp_path / "o"
+    shutil.copytree(study, out)
+    src = out / "runs" / "bf16-s0.json"
+    dst = out / "runs" / ("bf16-s0 copy.json" if edit == "copy" else "bf16-s7.json")
+    (shutil.copy if edit == "copy" else shutil.move)(src, dst)
+    (out / "runs.csv").unlink()
+    argv = ["train-study", *TINY, "--out", str(out)] + (["--report-only"] if report_only else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{dst.name} holds run 'bf16-s0'" in err and "runs/bf16-s0.json" in err
+    assert not (out / "runs.csv").exists()
+    # renamed: bf16-s0 is missing, and is refused before it is trained again (not after)
+    assert (out / "runs" / "bf16-s0.json").exists() == (edit == "copy")
