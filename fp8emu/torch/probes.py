@@ -234,10 +234,15 @@ def qat_model(model, recipe, gpu, *, seed=0):
     """A deep copy of ``model`` whose swapped layers run the recipe's quantized forward and the exact
     float32 backward (:class:`_QATLinear`); layers the recipe cannot take stay float32."""
     m = emulated_model(model, recipe, gpu, seed=seed)
-    for name, mod in list(m.named_modules()):
-        for child_name, child in list(mod.named_children()):
+    # every name of a layer used twice (named_children yields a module once: Sequential(lin, act, lin) kept
+    # its second use emulated, its backward quantized), one wrapper per layer so that its uses stay shared
+    wrappers = {}
+    for mod in list(m.modules()):
+        for child_name, child in list(mod._modules.items()):
             if isinstance(child, EmulatedLinear):
-                setattr(mod, child_name, _QATLinear(child))
+                if id(child) not in wrappers:
+                    wrappers[id(child)] = _QATLinear(child)
+                setattr(mod, child_name, wrappers[id(child)])
     return m
 
 
