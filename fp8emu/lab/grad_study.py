@@ -40,6 +40,19 @@ __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESH
 #: The CSV tables a study writes (one per cell kind; ``findings.csv`` is computed from them).
 TABLES = ("probes", "bias", "draws", "operands", "ksweep", "widths", "spike", "forks")
 
+#: The columns of each table that the finding rules, figures and summaries read (the cells write these and more).
+COLUMNS = {
+    "probes": ("accum_err", "cosine", "draws", "gemm", "layer", "model_rel_err_fp32", "model_rel_err_qat",
+               "qat_rel_err_fp32", "quant_err", "recipe", "rel_err", "rel_err_mean", "shrink", "stack", "state"),
+    "bias": ("case", "level", "n", "recipe", "rel_err_mean"),
+    "draws": ("case", "gemm", "recipe", "rel_err"),
+    "operands": ("case", "finding", "metric", "value"),
+    "ksweep": ("K", "accum_err", "accum_max_rel", "gemm", "quant_err", "recipe", "rel_err", "stack"),
+    "widths": ("K", "accum_err", "accum_max_rel", "gemm", "quant_err", "stack"),
+    "spike": ("fprop_rel_err", "frac_saturated", "frac_underflow", "history", "recipe", "spiked", "step"),
+    "forks": ("label", "loss_minus_fp32", "step", "weight_dist"),
+}
+
 
 def compare(a, ref) -> dict:
     """``rel_err``, ``cosine`` and ``shrink`` of ``a`` against ``ref`` (float64; NaN for a zero reference)."""
@@ -470,11 +483,26 @@ def read_csv(path) -> list:
 
 
 def read_tables(folder) -> dict:
-    """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out)."""
+    """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out); a table
+    without the columns of :data:`COLUMNS` is a ValueError naming the file."""
     folder = Path(folder)
     if not folder.is_dir():     # a mistyped folder read as a study of no cells: every finding "not run"
         raise FileNotFoundError(f"{folder}: no such study folder (the grad-study's --out)")
-    return {k: read_csv(folder / f"{k}.csv") for k in TABLES if (folder / f"{k}.csv").exists()}
+    tables = {}
+    for k in TABLES:
+        path = folder / f"{k}.csv"
+        if not path.exists():
+            continue
+        rows = read_csv(path)
+        # a table of other columns (edited, or another file under the name) was a raw KeyError in a finding
+        # rule; the report reads every table in the folder, not only those this invocation wrote
+        missing = [c for c in COLUMNS[k] if rows and c not in rows[0]]
+        if missing:
+            raise ValueError(f"{path}: not a grad-study {k} table (it lacks the column(s) "
+                             f"{', '.join(map(repr, missing[:4]))}{', ...' if len(missing) > 4 else ''}); delete it "
+                             f"(a grad-study run of its kind writes it again from the cells)")
+        tables[k] = rows
+    return tables
 
 
 # --------------------------------------------------------------------------- figures
