@@ -1,7 +1,8 @@
 """The grad-study report reads every table in ``--out``, including those an earlier run wrote and a user edited.
 
 A table of other columns (an edited ``probes.csv``, or another file saved under a table's name) was a raw
-``KeyError`` inside a finding rule when the report was rebuilt; it is one line naming the file.
+``KeyError`` inside a finding rule when the report was rebuilt, and text in a number column was Python's
+"invalid literal for int() with base 10" of no file; each is one line naming the file (and line, column).
 """
 
 import shutil
@@ -40,3 +41,17 @@ def test_the_command_names_an_edited_table_in_one_line(tmp_path, capsys):
     assert main(["grad-study", "--quick", "--kinds", "spike", "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "probes.csv: not a grad-study probes table" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("table,column,kind", [("spike", "step", "an integer"), ("ksweep", "K", "an integer"),
+                                               ("bias", "n", "an integer"), ("probes", "state", "an integer"),
+                                               ("draws", "rel_err", "a number"),
+                                               ("spike", "fprop_rel_err", "a number")])
+def test_text_in_a_number_column_names_file_line_and_column(tmp_path, table, column, kind):
+    lines = (COMMITTED / f"{table}.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[1].split(",")
+    row[header.index(column)] = "abc"
+    (tmp_path / f"{table}.csv").write_text("\n".join([lines[0], lines[1], ",".join(row)]) + "\n")
+    with pytest.raises(ValueError, match=rf"{table}\.csv, line 3: column '{column}' holds 'abc', not {kind}"):
+        gs.findings(gs.read_tables(tmp_path))

@@ -482,6 +482,24 @@ def read_csv(path) -> list:
     return read_rows(path, kind="grad-study CSV")
 
 
+#: Columns the rules read as integers; every other column of :data:`COLUMNS` but the names is read as a float.
+_INTS = ("n", "K", "step", "state", "history")
+_NAMES = ("recipe", "stack", "layer", "gemm", "case", "level", "finding", "metric", "label", "spiked")
+
+
+def _checked(col, text):
+    """``text`` as it is, once it reads as its column's number (the rules' ``int()`` named no file)."""
+    try:
+        if col in _INTS:
+            int(text)
+        elif col not in _NAMES and text != "" and any(col in c for c in COLUMNS.values()):
+            float(text)
+    except ValueError:
+        kind = "an integer" if col in _INTS else "a number"
+        raise ValueError(f"column {col!r} holds {text!r}, not {kind}") from None
+    return text
+
+
 def read_tables(folder) -> dict:
     """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out); a table
     without the columns of :data:`COLUMNS` is a ValueError naming the file."""
@@ -489,18 +507,14 @@ def read_tables(folder) -> dict:
     if not folder.is_dir():     # a mistyped folder read as a study of no cells: every finding "not run"
         raise FileNotFoundError(f"{folder}: no such study folder (the grad-study's --out)")
     tables = {}
-    for k in TABLES:
+    for k in (k for k in TABLES if (folder / f"{k}.csv").exists()):
         path = folder / f"{k}.csv"
-        if not path.exists():
-            continue
-        rows = read_csv(path)
-        # a table of other columns (edited, or another file under the name) was a raw KeyError in a finding
-        # rule; the report reads every table in the folder, not only those this invocation wrote
+        rows = read_rows(path, kind="grad-study CSV", convert=_checked)
+        # an edited table was a raw KeyError in a rule; the report reads every table in the folder
         missing = [c for c in COLUMNS[k] if rows and c not in rows[0]]
         if missing:
-            raise ValueError(f"{path}: not a grad-study {k} table (it lacks the column(s) "
-                             f"{', '.join(map(repr, missing[:4]))}{', ...' if len(missing) > 4 else ''}); delete it "
-                             f"(a grad-study run of its kind writes it again from the cells)")
+            raise ValueError(f"{path}: not a grad-study {k} table (it lacks the column(s) {', '.join(map(repr, missing))}"
+                             "); delete it (a grad-study run of its kind writes it again from the cells)")
         tables[k] = rows
     return tables
 
