@@ -185,7 +185,9 @@ def study_config(args):
         words = [w.strip() for w in args.pairs.split(",") if w.strip()]
         if not words or any(w.count("@") != 1 for w in words):
             raise ValueError(f"--pairs takes recipe@stack items separated by commas, got {args.pairs!r}")
-        pairs = tuple(tuple(w.split("@")) for w in words)
+        # each side stripped as --recipes and --stacks strip their names ("te-delayed @ h100" was "unknown
+        # recipe 'te-delayed '" beside a list that names te-delayed)
+        pairs = tuple(tuple(p.strip() for p in w.split("@")) for w in words)
         recipes = _names(",".join(dict.fromkeys(r for r, _ in pairs)), runs.recipe_names, "recipe")
         stacks = _names(",".join(dict.fromkeys(st for _, st in pairs)), runs.stack_names, "stack")
     return runs.StudyConfig(model=mc, train=tc, recipes=recipes, stacks=stacks, seeds=seeds, baselines=baselines,
