@@ -159,6 +159,14 @@ class EmulatedLinear(nn.Module):
         self.compiled_pending = {}      # compiled calls awaiting their backward: handle -> eager graph
         LAYERS[id(self)] = self
 
+    def __getstate__(self):
+        # a copy has its own pending compiled calls (none): the eager graphs kept for a compiled call's backward
+        # hold non-leaf tensors, and copy.deepcopy of the model between such a forward and its backward was
+        # torch's "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol"
+        state = super().__getstate__()
+        state["compiled_pending"] = {}
+        return state
+
     def __setstate__(self, state):
         super().__setstate__(state)
         self._register()
