@@ -168,10 +168,10 @@ def exact_accumulation(gpu):
 
 def _single(w, b):
     lin = nn.Linear(w.shape[1], w.shape[0], bias=b is not None)
-    with torch.no_grad():
-        lin.weight.copy_(torch.from_numpy(np.asarray(w, np.float32)))
+    with torch.no_grad():      # contiguous: torch.from_numpy refuses a view of negative strides (w[::-1])
+        lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(w, np.float32)))
         if b is not None:
-            lin.bias.copy_(torch.from_numpy(np.asarray(b, np.float32)))
+            lin.bias.copy_(torch.from_numpy(np.ascontiguousarray(b, np.float32)))
     return lin
 
 
