@@ -1,8 +1,9 @@
-"""``train-study``'s result folder after a user's edits: a copied or renamed run file.
+"""``train-study``'s result folder after a user's edits (a copied or renamed run file), and ``--report-only``'s options.
 
 Every ``runs/*.json`` is read into the report (a study grows run by run), and each was counted as one
 more run whatever its name: a Finder-style copy ``bf16-s0 copy.json`` put bf16's seed 0 twice in
-``runs.csv`` and ``curves.csv``.  A run file must carry its run's name.
+``runs.csv`` and ``curves.csv``.  A run file must carry its run's name.  ``--report-only`` trains nothing:
+``--workers 3`` was ignored, and ``provenance.csv`` said "workers 3".
 """
 
 import shutil
@@ -49,3 +50,13 @@ def test_a_copied_or_renamed_run_file_is_refused_not_counted_twice(study, tmp_pa
     assert not (out / "runs.csv").exists()
     # renamed: bf16-s0 is missing, and is refused before it is trained again (not after)
     assert (out / "runs" / "bf16-s0.json").exists() == (edit == "copy")
+
+
+@pytest.mark.parametrize("option", [["--workers", "3"], ["--scheduler", "tcp://127.0.0.1:8786"]])
+def test_report_only_refuses_the_workers_it_would_ignore(study, tmp_path, capsys, option):
+    out = tmp_path / "o"
+    shutil.copytree(study, out)
+    (out / "provenance.csv").unlink()
+    assert main(["train-study", *TINY, "--out", str(out), "--report-only", *option]) == 2
+    assert f"--report-only trains nothing: {option[0]} would be ignored" in capsys.readouterr().err
+    assert not (out / "provenance.csv").exists()

@@ -290,6 +290,10 @@ def run(args) -> int:
         raise ValueError(f"--forks pairs every run with the bf16 fork at its seed: --baseline-seeds "
                          f"{len(cfg.baseline_seeds)} leaves seed(s) {', '.join(map(str, unpaired))} of --seeds "
                          f"{len(cfg.seeds)} without one; give --baseline-seeds {len(cfg.seeds)} or more")
+    if args.report_only and (args.workers or args.scheduler):
+        # ignored, and provenance.csv then said "workers 3" of a report that no worker made
+        raise ValueError(f"--report-only trains nothing: {'--workers' if args.workers else '--scheduler'} would be "
+                         "ignored; leave it out")
     if not specs and not args.report_only:   # before anything is written into --out
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")
