@@ -294,7 +294,7 @@ def capture(model, loss_fn) -> tuple:
     layer too (tied to an embedding, or in a penalty of ``loss_fn``: the same sum), a layer
     run with autograd off inside the forward, a layer whose output does not reach the loss, a layer whose weight
     needs no gradient (frozen: it has no wgrad) and a layer whose weight is computed (a parametrization or
-    weight norm); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
+    weight norm), and a ``loss_fn`` that runs a backward itself; a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
     hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
     output and its gradient, before the hook.
     """
@@ -352,6 +352,11 @@ def capture(model, loss_fn) -> tuple:
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
             raise ValueError(f"loss_fn must return a scalar loss tensor, got {got}")
+        if any(p.grad is not None for p in model.parameters()):
+            # a training step as loss_fn: its backward freed the graph (torch then advised retain_graph=True,
+            # with which capture's backward doubled every .grad: dw twice the layer's wgrad)
+            raise ValueError("loss_fn ran a backward itself (the model has gradients before capture's backward); "
+                             "capture runs the one backward: return the loss without calling backward()")
         if not loss.requires_grad:        # torch's own "element 0 of tensors does not require grad"
             raise ValueError("loss_fn returned a loss that does not depend on the model's parameters (it needs no "
                              "gradient: detached, or computed under no_grad); capture needs its backward")
