@@ -101,3 +101,15 @@ def test_capture_names_a_computed_weight(how):
             model[0] = torch.nn.utils.parametrizations.weight_norm(model[0])
     with pytest.raises(ValueError, match=r"weight of layer '0' is computed at each use"):
         probes.capture(model, _loss(torch.randn(16, 32)))
+
+
+def test_a_pruned_layer_keeps_its_mask():
+    model = _mlp()
+    from torch.nn.utils import prune
+    prune.l1_unstructured(model[0], "weight", amount=0.5)
+    report, _ = _emulate(model)
+    assert "0" not in report.swapped and "not a Parameter" in report.skipped["0"]
+    x = torch.randn(16, 32)
+    model(x).sum().backward()
+    assert int((model[0].weight == 0).sum()) == 32 * 32 // 2       # the mask still applies
+    assert model[0].weight_orig.grad is not None
