@@ -3,7 +3,8 @@
 Every ``runs/*.json`` is read into the report (a study grows run by run), and each was counted as one
 more run whatever its name: a Finder-style copy ``bf16-s0 copy.json`` put bf16's seed 0 twice in
 ``runs.csv`` and ``curves.csv``.  A run file must carry its run's name.  ``--report-only`` trains nothing:
-``--workers 3`` was ignored, and ``provenance.csv`` said "workers 3".
+``--workers 3`` was ignored, and ``provenance.csv`` said "workers 3"; ``--seeds 5`` made the report say
+"5 per recipe x stack, 5 per baseline" of a study of two seeds.
 """
 
 import shutil
@@ -60,3 +61,15 @@ def test_report_only_refuses_the_workers_it_would_ignore(study, tmp_path, capsys
     assert main(["train-study", *TINY, "--out", str(out), "--report-only", *option]) == 2
     assert f"--report-only trains nothing: {option[0]} would be ignored" in capsys.readouterr().err
     assert not (out / "provenance.csv").exists()
+
+
+def test_the_reports_seed_count_is_the_runs_not_the_options(study, tmp_path):
+    out = tmp_path / "o"
+    shutil.copytree(study, out)
+    argv = ["train-study", *TINY, "--out", str(out), "--report-only"]
+    argv[argv.index("--seeds") + 1] = "5"        # the folder holds two seeds per baseline
+    assert main(argv) == 0
+    prov = dict(ln.split(",", 1) for ln in (out / "provenance.csv").read_text().splitlines()[1:])
+    assert prov["seeds"] == '"0 per recipe x stack, 2 per baseline"'
+    assert prov["diagnostics"] == "none"
+    assert "| seeds | 0 per recipe x stack, 2 per baseline |" in (out / "report.md").read_text()

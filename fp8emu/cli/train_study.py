@@ -15,6 +15,7 @@ import platform
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -243,10 +244,20 @@ def provenance(cfg, argv, wall_s, workers) -> dict:
     return prov
 
 
-def _timing_note(prov, cfg):
-    """Seeds and diagnostics, so that the report's timing columns can be read."""
-    prov["seeds"] = f"{len(cfg.seeds)} per recipe x stack, {len(cfg.baseline_seeds or cfg.seeds)} per baseline"
-    prov["diagnostics"] = "first seed of each recipe x stack" if cfg.diagnostics else "none"
+def _timing_note(prov, results):
+    """Seeds and diagnostics of the runs the report holds, so that its timing columns can be read.
+
+    Counted from the runs, not the options: ``--report-only --seeds 5`` of a two-seed study said "5 per
+    recipe x stack, 5 per baseline" beside tables of two seeds (and a grown study holds runs of earlier
+    invocations)."""
+    def seeds(baseline):
+        n = sorted(set(Counter((r["spec"]["recipe"], r["spec"]["stack"]) for r in results
+                               if (r["spec"]["stack"] is None) == baseline).values()))
+        return "0" if not n else str(n[0]) if len(n) == 1 else f"{n[0]} to {n[-1]}"
+
+    prov["seeds"] = f"{seeds(False)} per recipe x stack, {seeds(True)} per baseline"
+    prov["diagnostics"] = ("first seed of each recipe x stack"
+                           if any(r["spec"].get("diagnostics") for r in results) else "none")
     return prov
 
 
@@ -331,7 +342,7 @@ def run(args) -> int:
             res = runs.execute(out, cfg, specs, client=client, progress=not args.quiet)
     if not args.no_report:
         rows = _inference(out, res["done"], cfg, args)
-        prov = _timing_note(provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1), cfg)
+        prov = _timing_note(provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1), res["done"])
         if rows:
             prov["infer_windows"] = infer_windows(args)
         runs_ = report.run_rows(res["done"])
