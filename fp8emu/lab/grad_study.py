@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .report import png_bytes
+from .report import log_y, png_bytes
 from .store import read_rows, write_rows
 
 __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "spike_summary",
@@ -539,7 +539,7 @@ def figure_bias(t):
             line, = ax.plot(n, e, "o-", ms=3, label=f"{recipe} ({case})")
             ax.plot(n, [e[0] / math.sqrt(k) for k in n], ":", color=line.get_color(), lw=0.8)
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        log_y(ax)
         ax.set_xlabel("draws N")
         ax.set_ylabel("relative error of the mean vs float64")
         ax.set_title(title + "; dotted: err(1)/sqrt(N)", fontsize=9)
@@ -568,7 +568,7 @@ def figure_ksweep(t):
                              ms=3, label=f"{stack}: {gemm}")
     for a, lab in zip(axes, ("K (tokens per batch), wgrad", "K (layer width), fprop and dgrad")):
         a.set_xscale("log", base=2)
-        a.set_yscale("log")
+        log_y(a)
         a.set_xlabel(lab)
         a.set_ylabel("accumulation error (stack vs exact accumulation)")
         a.legend(fontsize=7)
