@@ -2,7 +2,8 @@
 
 The findings say "no verdict" of NaN measurements, but the bias and K-sweep figures set log y axes on lines
 of NaN only, and matplotlib's "Data cannot be log-scaled because all values are <= 0" ended ``write_report``
-after every cell had run: no report.  Such an axis stays linear.
+after every cell had run: no report.  Such an axis stays linear.  Findings (b), (f) and (g) said "not run; 8
+NaN measurement(s)" of measurements they had made (the first audit fixed the same claim for (c) only).
 """
 
 import csv
@@ -44,3 +45,14 @@ def test_the_committed_studys_figures_keep_their_log_axes():
     tables = gs.read_tables(COMMITTED)
     assert [a.get_yscale() for a in gs.figure_bias(tables).axes] == ["log", "log"]
     assert [a.get_yscale() for a in gs.figure_ksweep(tables).axes] == ["log", "log"]
+
+
+def test_a_finding_of_nan_measurements_says_it_ran(tmp_path):
+    _all_nan(tmp_path)
+    rows = {r["finding"]: r for r in gs.findings(gs.read_tables(tmp_path))}
+    for key in "abcdefg":
+        assert "not run" not in rows[key]["measured"] and "NaN measurement(s): no verdict" in rows[key]["measured"]
+        assert rows[key]["verdict"] == "not at this scale"
+    assert rows["b"]["measured"].startswith("ran; ")
+    # a finding whose tables are missing is still "not run"
+    assert {r["finding"]: r["measured"] for r in gs.findings({})}["b"] == "not run"

@@ -456,8 +456,8 @@ def findings(tables) -> list:
     for key, (rule, fn) in _RULES.items():
         value, number, verdict = fn(tables)
         bad = _nan_inputs(tables, key)
-        if bad:
-            number = f"{number}; {bad} NaN measurement(s): no verdict"
+        if bad:     # a rule's "not run" of NaN numbers was false: the finding ran, and measured NaN
+            number = f"{'ran' if number == 'not run' else number}; {bad} NaN measurement(s): no verdict"
             value, verdict = math.nan, "not at this scale"
         out.append({"finding": key, "claim": CLAIMS[key], "paper": PAPERS[key], "value": value,
                     "measured": number, "verdict": verdict, "rule": rule})
