@@ -15,6 +15,7 @@ import platform
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -185,7 +186,9 @@ def study_config(args):
         words = [w.strip() for w in args.pairs.split(",") if w.strip()]
         if not words or any(w.count("@") != 1 for w in words):
             raise ValueError(f"--pairs takes recipe@stack items separated by commas, got {args.pairs!r}")
-        pairs = tuple(tuple(w.split("@")) for w in words)
+        # each side stripped as --recipes and --stacks strip their names ("te-delayed @ h100" was "unknown
+        # recipe 'te-delayed '" beside a list that names te-delayed)
+        pairs = tuple(tuple(p.strip() for p in w.split("@")) for w in words)
         recipes = _names(",".join(dict.fromkeys(r for r, _ in pairs)), runs.recipe_names, "recipe")
         stacks = _names(",".join(dict.fromkeys(st for _, st in pairs)), runs.stack_names, "stack")
     return runs.StudyConfig(model=mc, train=tc, recipes=recipes, stacks=stacks, seeds=seeds, baselines=baselines,
@@ -241,10 +244,20 @@ def provenance(cfg, argv, wall_s, workers) -> dict:
     return prov
 
 
-def _timing_note(prov, cfg):
-    """Seeds and diagnostics, so that the report's timing columns can be read."""
-    prov["seeds"] = f"{len(cfg.seeds)} per recipe x stack, {len(cfg.baseline_seeds or cfg.seeds)} per baseline"
-    prov["diagnostics"] = "first seed of each recipe x stack" if cfg.diagnostics else "none"
+def _timing_note(prov, results):
+    """Seeds and diagnostics of the runs the report holds, so that its timing columns can be read.
+
+    Counted from the runs, not the options: ``--report-only --seeds 5`` of a two-seed study said "5 per
+    recipe x stack, 5 per baseline" beside tables of two seeds (and a grown study holds runs of earlier
+    invocations)."""
+    def seeds(baseline):
+        n = sorted(set(Counter((r["spec"]["recipe"], r["spec"]["stack"]) for r in results
+                               if (r["spec"]["stack"] is None) == baseline).values()))
+        return "0" if not n else str(n[0]) if len(n) == 1 else f"{n[0]} to {n[-1]}"
+
+    prov["seeds"] = f"{seeds(False)} per recipe x stack, {seeds(True)} per baseline"
+    prov["diagnostics"] = ("first seed of each recipe x stack"
+                           if any(r["spec"].get("diagnostics") for r in results) else "none")
     return prov
 
 
@@ -288,6 +301,10 @@ def run(args) -> int:
         raise ValueError(f"--forks pairs every run with the bf16 fork at its seed: --baseline-seeds "
                          f"{len(cfg.baseline_seeds)} leaves seed(s) {', '.join(map(str, unpaired))} of --seeds "
                          f"{len(cfg.seeds)} without one; give --baseline-seeds {len(cfg.seeds)} or more")
+    if args.report_only and (args.workers or args.scheduler):
+        # ignored, and provenance.csv then said "workers 3" of a report that no worker made
+        raise ValueError(f"--report-only trains nothing: {'--workers' if args.workers else '--scheduler'} would be "
+                         "ignored; leave it out")
     if not specs and not args.report_only:   # before anything is written into --out
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")
@@ -325,7 +342,7 @@ def run(args) -> int:
             res = runs.execute(out, cfg, specs, client=client, progress=not args.quiet)
     if not args.no_report:
         rows = _inference(out, res["done"], cfg, args)
-        prov = _timing_note(provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1), cfg)
+        prov = _timing_note(provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1), res["done"])
         if rows:
             prov["infer_windows"] = infer_windows(args)
         runs_ = report.run_rows(res["done"])

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .report import png_bytes
+from .report import log_y, png_bytes
 from .store import read_rows, write_rows
 
 __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "spike_summary",
@@ -39,6 +39,19 @@ __all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESH
 
 #: The CSV tables a study writes (one per cell kind; ``findings.csv`` is computed from them).
 TABLES = ("probes", "bias", "draws", "operands", "ksweep", "widths", "spike", "forks")
+
+#: The columns of each table that the finding rules, figures and summaries read (the cells write these and more).
+COLUMNS = {
+    "probes": ("accum_err", "cosine", "draws", "gemm", "layer", "model_rel_err_fp32", "model_rel_err_qat",
+               "qat_rel_err_fp32", "quant_err", "recipe", "rel_err", "rel_err_mean", "shrink", "stack", "state"),
+    "bias": ("case", "level", "n", "recipe", "rel_err_mean"),
+    "draws": ("case", "gemm", "recipe", "rel_err"),
+    "operands": ("case", "finding", "metric", "value"),
+    "ksweep": ("K", "accum_err", "accum_max_rel", "gemm", "quant_err", "recipe", "rel_err", "stack"),
+    "widths": ("K", "accum_err", "accum_max_rel", "gemm", "quant_err", "stack"),
+    "spike": ("fprop_rel_err", "frac_saturated", "frac_underflow", "history", "recipe", "spiked", "step"),
+    "forks": ("label", "loss_minus_fp32", "step", "weight_dist"),
+}
 
 
 def compare(a, ref) -> dict:
@@ -443,8 +456,8 @@ def findings(tables) -> list:
     for key, (rule, fn) in _RULES.items():
         value, number, verdict = fn(tables)
         bad = _nan_inputs(tables, key)
-        if bad:
-            number = f"{number}; {bad} NaN measurement(s): no verdict"
+        if bad:     # a rule's "not run" of NaN numbers was false: the finding ran, and measured NaN
+            number = f"{'ran' if number == 'not run' else number}; {bad} NaN measurement(s): no verdict"
             value, verdict = math.nan, "not at this scale"
         out.append({"finding": key, "claim": CLAIMS[key], "paper": PAPERS[key], "value": value,
                     "measured": number, "verdict": verdict, "rule": rule})
@@ -469,12 +482,41 @@ def read_csv(path) -> list:
     return read_rows(path, kind="grad-study CSV")
 
 
+#: Columns the rules read as integers; every other column of :data:`COLUMNS` but the names is read as a float.
+_INTS = ("n", "K", "step", "state", "history")
+_NAMES = ("recipe", "stack", "layer", "gemm", "case", "level", "finding", "metric", "label", "spiked")
+
+
+def _checked(col, text):
+    """``text`` as it is, once it reads as its column's number (the rules' ``int()`` named no file)."""
+    try:
+        if col in _INTS:
+            int(text)
+        elif col not in _NAMES and text != "" and any(col in c for c in COLUMNS.values()):
+            float(text)
+    except ValueError:
+        kind = "an integer" if col in _INTS else "a number"
+        raise ValueError(f"column {col!r} holds {text!r}, not {kind}") from None
+    return text
+
+
 def read_tables(folder) -> dict:
-    """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out)."""
+    """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out); a table
+    without the columns of :data:`COLUMNS` is a ValueError naming the file."""
     folder = Path(folder)
     if not folder.is_dir():     # a mistyped folder read as a study of no cells: every finding "not run"
         raise FileNotFoundError(f"{folder}: no such study folder (the grad-study's --out)")
-    return {k: read_csv(folder / f"{k}.csv") for k in TABLES if (folder / f"{k}.csv").exists()}
+    tables = {}
+    for k in (k for k in TABLES if (folder / f"{k}.csv").exists()):
+        path = folder / f"{k}.csv"
+        rows = read_rows(path, kind="grad-study CSV", convert=_checked)
+        # an edited table was a raw KeyError in a rule; the report reads every table in the folder
+        missing = [c for c in COLUMNS[k] if rows and c not in rows[0]]
+        if missing:
+            raise ValueError(f"{path}: not a grad-study {k} table (it lacks the column(s) {', '.join(map(repr, missing))}"
+                             "); delete it (a grad-study run of its kind writes it again from the cells)")
+        tables[k] = rows
+    return tables
 
 
 # --------------------------------------------------------------------------- figures
@@ -497,7 +539,7 @@ def figure_bias(t):
             line, = ax.plot(n, e, "o-", ms=3, label=f"{recipe} ({case})")
             ax.plot(n, [e[0] / math.sqrt(k) for k in n], ":", color=line.get_color(), lw=0.8)
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        log_y(ax)
         ax.set_xlabel("draws N")
         ax.set_ylabel("relative error of the mean vs float64")
         ax.set_title(title + "; dotted: err(1)/sqrt(N)", fontsize=9)
@@ -526,7 +568,7 @@ def figure_ksweep(t):
                              ms=3, label=f"{stack}: {gemm}")
     for a, lab in zip(axes, ("K (tokens per batch), wgrad", "K (layer width), fprop and dgrad")):
         a.set_xscale("log", base=2)
-        a.set_yscale("log")
+        log_y(a)
         a.set_xlabel(lab)
         a.set_ylabel("accumulation error (stack vs exact accumulation)")
         a.legend(fontsize=7)

@@ -532,8 +532,8 @@ def figure_curves(results):
         ax.set_title(f"stack {stack}" if stack else "baselines")
         ax.set_xlabel("step")
         ax.set_ylabel("validation loss (nats/byte)")
-        lo = min(min(r["val_loss"]) for r in results)
-        ax.set_ylim(lo - 0.05, lo + 1.5)
+        if (lo := min((v for r in results for v in r["val_loss"] if np.isfinite(v)), default=None)) is not None:
+            ax.set_ylim(lo - 0.05, lo + 1.5)      # finite losses only: NaN limits (diverged forks) raised
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -493,6 +493,13 @@ def figure_sqnr_vs_range(rows):
     return fig
 
 
+def log_y(ax) -> None:
+    """A log y axis where its lines hold a positive finite value, else linear: an axis of NaN only (every
+    measurement NaN) made matplotlib raise "Data cannot be log-scaled" when the figure was drawn."""
+    if any((np.isfinite(y) & (y > 0)).any() for y in (np.asarray(ln.get_ydata(), float) for ln in ax.get_lines())):
+        ax.set_yscale("log")
+
+
 def png_bytes(fig, dpi=100, *, crop=True) -> bytes:
     """The figure as PNG bytes, reproducibly (no software stamp); ``crop``: cropped to what is drawn.
 

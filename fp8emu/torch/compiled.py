@@ -87,6 +87,22 @@ def _autocast(x, autocast_dtype):
     return torch.autocast(x.device.type, dtype=autocast_dtype)
 
 
+class _Bare(torch.nn.Module):
+    """The layer's ``forward`` without its module hooks: the call that reached the op ran them already (a
+    logging hook that graph-breaks ran twice per compiled call, and capture saw each layer "called twice")."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        return self.layer.forward(x)
+
+
+def _call(layer, tensors, x):
+    return functional_call(_Bare(layer), {f"layer.{k}": v for k, v in tensors.items()}, (x,), strict=False)
+
+
 @torch.library.custom_op("fp8emu::emulated_linear", mutates_args=())
 def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                      state: List[torch.Tensor], key: torch.Tensor, training: bool,
@@ -98,14 +114,14 @@ def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
                **dict(zip(_state_names(layer), after))}
     if not training:
         with _eager(), torch.no_grad(), _autocast(x, autocast_dtype):
-            y = functional_call(layer, tensors, (x,), strict=False)
+            y = _call(layer, tensors, x)
         return [y.clone(), torch.zeros((), dtype=torch.int64), *after]
     # an input that is no float is passed on as it is, for the layer's own check to name it
     leaves = {k: v.detach().requires_grad_(True) for k, v in (("x", x), ("weight", weight), ("bias", bias))
               if v is not None and v.is_floating_point()}
     tensors.update({k: v for k, v in leaves.items() if k != "x"})
     with _eager(), torch.enable_grad(), _autocast(x, autocast_dtype):
-        y = functional_call(layer, tensors, (leaves.get("x", x),), strict=False)
+        y = _call(layer, tensors, leaves.get("x", x))
     handle = next(_HANDLES)
     layer.compiled_pending[handle] = (y, leaves)
     token = torch.full((), handle, dtype=torch.int64)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import types
 import warnings
 import weakref
@@ -44,6 +45,18 @@ _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 #: transposed view T; torchao 0.18: ``input @ weight.t()``, ``grad @ weight``, ``grad.t() @ input``),
 #: which can change the CPU BLAS's summation order (:mod:`fp8emu.gemm.cpu_order`).
 _MM_LAYOUT = {"fprop": "NT", "dgrad": "NN", "wgrad": "TN"}
+
+
+#: How many of its last calls a layer can replay for activation checkpointing's recompute (each keeps its state:
+#: delayed scaling's 3 x 1024 amax are 12 KiB).
+_RECOMPUTE_KEPT = 16
+
+
+def _call_key(x: torch.Tensor) -> tuple:
+    """A call's input by its values (a recompute gets equal values in new tensors)."""
+    a = x.detach().contiguous()
+    raw = a.view(torch.uint8) if a.dtype == torch.bfloat16 else a
+    return (str(a.dtype), tuple(a.shape), hashlib.blake2b(raw.cpu().numpy().tobytes(), digest_size=16).digest())
 
 
 def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
@@ -157,7 +170,16 @@ class EmulatedLinear(nn.Module):
         else:
             self.register_buffer("fp8emu_key", key, persistent=False)
         self.compiled_pending = {}      # compiled calls awaiting their backward: handle -> eager graph
+        self.recompute_states = {}      # the last calls' inputs -> (state before, autocast block), for checkpointing
         LAYERS[id(self)] = self
+
+    def __getstate__(self):
+        # a copy has its own pending compiled calls (none): the eager graphs kept for a compiled call's backward
+        # hold non-leaf tensors, and copy.deepcopy of the model between such a forward and its backward was
+        # torch's "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol"
+        state = super().__getstate__()
+        state["compiled_pending"], state["recompute_states"] = {}, {}
+        return state
 
     def __setstate__(self, state):
         super().__setstate__(state)
@@ -259,6 +281,39 @@ class EmulatedLinear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
                              f"expected {self.in_features}")
+        # activation checkpointing (torch.utils.checkpoint) runs a forward again inside the backward: it must give
+        # the first call's bits and leave the state as it was (it advanced the step counter, which seeds
+        # stochastic rounding, and delayed scaling's amax twice, and quantized with the updated scale: other
+        # gradients than without checkpointing)
+        key, inside = _call_key(x), torch._C._current_graph_task_id() != -1
+        if inside and key in self.recompute_states:
+            return self._recompute(x, *self.recompute_states[key])
+        if not inside:
+            self.recompute_states[key] = (self._state_now(), AUTOCAST.get())
+            while len(self.recompute_states) > _RECOMPUTE_KEPT:
+                self.recompute_states.pop(next(iter(self.recompute_states)))
+        return self._dispatch(x)
+
+    def _state_now(self) -> dict:
+        return {n: b.detach().clone() for n, b in self._buffers.items() if n != "fp8emu_key" and b is not None}
+
+    def _recompute(self, x, saved, autocast_state):
+        """The call as it ran first (its state and :func:`fp8emu.torch.autocast` block), the state left as it is."""
+        now, rows = self._state_now(), len(self.diagnostic_rows)
+        token = AUTOCAST.set(autocast_state)
+        try:
+            with torch.no_grad():
+                for n, t in saved.items():
+                    self._buffers[n].copy_(t)
+            return self._dispatch(x)
+        finally:
+            AUTOCAST.reset(token)
+            with torch.no_grad():
+                for n, t in now.items():
+                    self._buffers[n].copy_(t)
+            del self.diagnostic_rows[rows:]
+
+    def _dispatch(self, x):
         state = AUTOCAST.get()
         if state is None:
             if self.autocast_only:          # Transformer Engine's rule: FP8 only inside the context

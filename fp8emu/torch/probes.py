@@ -168,10 +168,10 @@ def exact_accumulation(gpu):
 
 def _single(w, b):
     lin = nn.Linear(w.shape[1], w.shape[0], bias=b is not None)
-    with torch.no_grad():
-        lin.weight.copy_(torch.from_numpy(np.asarray(w, np.float32)))
+    with torch.no_grad():      # contiguous: torch.from_numpy refuses a view of negative strides (w[::-1])
+        lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(w, np.float32)))
         if b is not None:
-            lin.bias.copy_(torch.from_numpy(np.asarray(b, np.float32)))
+            lin.bias.copy_(torch.from_numpy(np.ascontiguousarray(b, np.float32)))
     return lin
 
 
@@ -234,10 +234,15 @@ def qat_model(model, recipe, gpu, *, seed=0):
     """A deep copy of ``model`` whose swapped layers run the recipe's quantized forward and the exact
     float32 backward (:class:`_QATLinear`); layers the recipe cannot take stay float32."""
     m = emulated_model(model, recipe, gpu, seed=seed)
-    for name, mod in list(m.named_modules()):
-        for child_name, child in list(mod.named_children()):
+    # every name of a layer used twice (named_children yields a module once: Sequential(lin, act, lin) kept
+    # its second use emulated, its backward quantized), one wrapper per layer so that its uses stay shared
+    wrappers = {}
+    for mod in list(m.modules()):
+        for child_name, child in list(mod._modules.items()):
             if isinstance(child, EmulatedLinear):
-                setattr(mod, child_name, _QATLinear(child))
+                if id(child) not in wrappers:
+                    wrappers[id(child)] = _QATLinear(child)
+                setattr(mod, child_name, wrappers[id(child)])
     return m
 
 
@@ -287,8 +292,11 @@ def capture(model, loss_fn) -> tuple:
     called more than once in the forward (its gradients would be summed over the calls), two called
     layers sharing one weight (tied: the same sum), a layer whose weight reaches the loss outside the
     layer too (tied to an embedding, or in a penalty of ``loss_fn``: the same sum), a layer
-    run with autograd off inside the forward, a layer whose output does not reach the loss and a layer whose weight needs no gradient (frozen: it has
-    no wgrad); a TypeError a layer that runs in float64 (float32 would round what it records).
+    run with autograd off inside the forward, a layer whose output does not reach the loss, a layer whose weight
+    needs no gradient (frozen: it has no wgrad) and a layer whose weight is computed (a parametrization or
+    weight norm), and a ``loss_fn`` that runs a backward itself; a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
+    hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
+    output and its gradient, before the hook.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -334,7 +342,9 @@ def capture(model, loss_fn) -> tuple:
 
     for name, mod in layers.items():
         handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(mod.register_forward_hook(fwd(name), with_kwargs=True))
+        # first of the layer's forward hooks: the layer's own output (a user's hook may return another, which
+        # the captured y and dy then were, while dw stayed the layer's: y was not x w^T + b, dw not dy^T x)
+        handles.append(mod.register_forward_hook(fwd(name), with_kwargs=True, prepend=True))
     try:
         for p in model.parameters():
             p.grad = None
@@ -342,10 +352,24 @@ def capture(model, loss_fn) -> tuple:
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
             raise ValueError(f"loss_fn must return a scalar loss tensor, got {got}")
+        if any(p.grad is not None for p in model.parameters()):
+            # a training step as loss_fn: its backward freed the graph (torch then advised retain_graph=True,
+            # with which capture's backward doubled every .grad: dw twice the layer's wgrad)
+            raise ValueError("loss_fn ran a backward itself (the model has gradients before capture's backward); "
+                             "capture runs the one backward: return the loss without calling backward()")
         if not loss.requires_grad:        # torch's own "element 0 of tensors does not require grad"
             raise ValueError("loss_fn returned a loss that does not depend on the model's parameters (it needs no "
                              "gradient: detached, or computed under no_grad); capture needs its backward")
-        _check_own_weights(loss, {n: m for n, m in layers.items() if n in seen})
+        called = {n: m for n, m in layers.items() if n in seen}
+        for name, mod in called.items():
+            # a parametrization or weight norm computes the weight at each access: it has no .grad (capture
+            # said "does not reach the loss") and no fixed identity (the tie check below raised a KeyError)
+            if mod.weight.requires_grad and not mod.weight.is_leaf:
+                raise ValueError(f"the weight of layer {name!r} is computed at each use (a parametrization or "
+                                 "weight norm), not a Parameter, so it has no gradient of its own to probe; remove "
+                                 "it for the probe (torch.nn.utils.parametrize.remove_parametrizations(layer, "
+                                 "'weight'), torch.nn.utils.remove_weight_norm(layer))")
+        _check_own_weights(loss, called)
         loss.backward()
     finally:
         for h in handles:

@@ -212,6 +212,9 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
         if type(lin) is not nn.Linear:
             report.skipped[name] = f"a subclass of nn.Linear ({type(lin).__name__}), left as it is"
             continue
+        if (why := _not_swappable(lin)) is not None:
+            report.skipped[name] = why
+            continue
         mult = required_multiple(R, S)
         # a layer of zero width is an empty GEMM (its output its bias, or nothing): nothing to quantize,
         # and the quantizers' amax of an empty tensor has no value
@@ -260,6 +263,27 @@ def _fast_path_off(model) -> list:
             m.use_nested_tensor = False
             names.append(name)
     return names
+
+
+#: A module's hooks that run around its forward and backward (emulate replaces the module: they would be lost).
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+
+def _not_swappable(lin):
+    """Why an ``nn.Linear`` cannot be replaced without changing what it computes, or None.
+
+    The emulated layer is a new module holding the layer's Parameters: hooks registered on the layer would
+    silently stop running, and a weight that is no Parameter (``torch.nn.utils.weight_norm`` computes it
+    from ``weight_g`` and ``weight_v`` in a forward pre-hook) would be frozen at its last value, its
+    Parameters gone from ``model.parameters()``."""
+    if not isinstance(lin.weight, nn.Parameter) or not (lin.bias is None or isinstance(lin.bias, nn.Parameter)):
+        return ("its weight or bias is not a Parameter (computed, e.g. by torch.nn.utils.weight_norm), which the "
+                "emulated layer would freeze: left as it is")
+    hooks = sum(len(getattr(lin, h, None) or {}) for h in _HOOKS)
+    if hooks:
+        return (f"{hooks} forward/backward hook(s) registered on it, which the emulated layer (a new module) "
+                "would not run: left as it is; register them on the emulated layer after emulate()")
+    return None
 
 
 def _accepted(fn, lin, names) -> bool:

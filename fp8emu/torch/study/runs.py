@@ -298,6 +298,7 @@ def execute(out, cfg: StudyConfig, specs, *, client=None, progress=True) -> dict
     out.mkdir(parents=True, exist_ok=True)
     check_study_file(out, cfg)
     done, todo = load_results(out, specs)
+    all_results(out, cfg)       # every run file the report will read, checked before any run trains
     bar = _Progress(len(todo), progress)
     results = list(done)
 
@@ -332,6 +333,15 @@ def all_results(out, cfg: StudyConfig) -> list:
     for path in sorted((Path(out) / "runs").glob("*.json")):
         r = read_result(path)
         s = r["spec"]
+        # a run is its file's name: a copy ("bf16-s0 copy.json") or a renamed file was read as one more run,
+        # its rows twice in runs.csv and curves.csv
+        try:
+            rid = RunSpec(**{k: s[k] for k in ("recipe", "stack", "seed")}).run_id
+        except (KeyError, TypeError):
+            rid = None
+        if rid is None or path.stem != rid or r.get("run_id") != rid:
+            raise ValueError(f"result file {path} holds run {rid or '(no run)'!r}, whose file is "
+                             f"runs/{rid}.json (a copy or a renamed file?); delete it or give it its run's name")
         if [s["model"], s["train"], s["corpus"]] != json_safe([cfg.as_dict()["model"], cfg.as_dict()["train"],
                                                            cfg.corpus]):
             raise ValueError(f"result file {path} belongs to a different study configuration; "
