@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .report import png_bytes
-from .store import read_rows, write_rows
+from .store import numbers_except, read_rows, write_rows
 
 __all__ = ["gap_stats", "run_rows", "gap_rows", "write_csv", "write_tables", "write_report", "how_to_read",
            "guide_tables", "T975",
@@ -740,34 +740,10 @@ def _infer_table(rows):
 # --------------------------------------------------------------------------- the guide's tables
 
 def read_study_csv(path) -> list:
-    """The rows of a study CSV (``runs.csv``, ``gaps.csv``, ``curves.csv``, ...) as dicts.
-
-    Text columns stay strings, empty cells become NaN, the rest ints or floats.  A header naming a
-    column twice (which of the two would a reader keep?), a row whose field count differs from the
-    header's, and a number column holding text are refused with the file and line.
-
-    Examples
-    --------
-    >>> import tempfile, os
-    >>> d = tempfile.mkdtemp(); f = os.path.join(d, "runs.csv")
-    >>> _ = open(f, "w").write("recipe,seed,loss\\nbf16,0,1.5\\nte-delayed,0,\\n")
-    >>> read_study_csv(f)
-    [{'recipe': 'bf16', 'seed': 0, 'loss': 1.5}, {'recipe': 'te-delayed', 'seed': 0, 'loss': nan}]
-    """
-    def conv(k, v):
-        if k in _TEXT_COLUMNS:
-            return v
-        if v == "":
-            return math.nan
-        try:
-            return int(v)
-        except ValueError:
-            pass
-        try:
-            return float(v)
-        except ValueError:
-            raise ValueError(f"column {k!r} holds {v!r}, which is not a number") from None
-    return read_rows(path, convert=conv)
+    """The rows of a study CSV (``runs.csv``, ``gaps.csv``, ...) as dicts: text columns as strings, empty
+    cells NaN, the rest ints or floats; refused with file and line as every study CSV is
+    (:func:`fp8emu.lab.store.read_rows`)."""
+    return read_rows(path, convert=numbers_except(_TEXT_COLUMNS))
 
 
 #: Study CSV columns that hold text (every other column holds numbers).

@@ -28,7 +28,8 @@ import numpy as np
 
 from .. import readers
 
-__all__ = ["json_safe", "json_restore", "digest", "atomic_write", "csv_value", "write_rows", "read_rows"]
+__all__ = ["json_safe", "json_restore", "digest", "atomic_write", "csv_value", "write_rows", "read_rows",
+           "numbers_except"]
 
 
 def json_safe(obj):
@@ -146,3 +147,32 @@ def read_rows(path, *, convert=None, kind="study CSV") -> list:
     except csv.Error as exc:
         raise ValueError(f"{path}, line {reader.line_num}: not CSV ({exc})") from None
     return rows
+
+
+def numbers_except(text_columns):
+    """A :func:`read_rows` ``convert``: ints, else floats, empty cells NaN, text in ``text_columns``.
+
+    Examples
+    --------
+    >>> conv = numbers_except({"recipe"})
+    >>> [conv("recipe", "12"), conv("seed", "3"), conv("loss", "1.5"), conv("loss", "")]
+    ['12', 3, 1.5, nan]
+    >>> conv("loss", "abc")
+    Traceback (most recent call last):
+    ...
+    ValueError: column 'loss' holds 'abc', which is not a number
+    """
+    def convert(k, v):
+        if k in text_columns:
+            return v
+        if v == "":
+            return math.nan
+        try:
+            return int(v)
+        except ValueError:
+            pass
+        try:
+            return float(v)
+        except ValueError:
+            raise ValueError(f"column {k!r} holds {v!r}, which is not a number") from None
+    return convert
