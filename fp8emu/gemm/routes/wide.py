@@ -25,7 +25,6 @@ from ..code_tables import ZERO_EXP, ZERO_LOW, low_bits, values_and_exponents
 from ..kernels import exp_span, over_row_blocks
 from ..outputs import kept_bits, nearest
 
-__all__ = ["run_wide", "serves", "scaled_operand", "ZERO_BELOW", "COUNTERS", "reset_counters"]
 
 #: Elements of the (rows, N, group) product block processed at once.
 _BLOCK_ELEMS = 1 << 20
