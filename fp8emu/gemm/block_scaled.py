@@ -424,7 +424,15 @@ def _accumulator_input(c, M, N):
         big = float(np.max(np.abs(np.asarray(arr, np.float64))))
         raise ValueError(f"c overflows float32, the accumulator's type: its largest magnitude {big:.6g} is beyond "
                          f"float32's largest finite value {float(np.finfo(np.float32).max):.6g}")
-    if not np.array_equal(c32.astype(np.float64), arr.astype(np.float64)):
+    exact = np.array_equal(c32.astype(np.float64), arr.astype(np.float64))
+    if exact and arr.dtype.kind in "iu":
+        # an int64 2**53 + 1 rounds in float64 too, and passed the comparison above as 2**53
+        back = c32.astype(np.float64)
+        info = np.iinfo(arr.dtype)
+        inside = (back >= float(info.min)) & (back < float(info.max) + 1.0)   # float(2**63 - 1) is 2**63
+        with np.errstate(invalid="ignore", over="ignore"):
+            exact = bool(inside.all()) and np.array_equal(back.astype(arr.dtype), arr)
+    if not exact:
         raise ValueError("c must hold float32 values (the accumulator is float32); round it first")
     return c32
 
