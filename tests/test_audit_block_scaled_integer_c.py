@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import fp8emu
+from fp8emu.gemm.instructions import gemm as instruction_gemm
 
 
 def _ab():
@@ -38,3 +39,20 @@ def test_an_integer_c_float32_holds_is_taken(c, want):
     a, b = _ab()
     for acc in ("exact", "blackwell"):
         assert fp8emu.block_scaled_mm(a, b, c=c, accumulator=acc)[0, 0] == np.float32(want)
+
+
+@pytest.mark.parametrize("ins", ["hopper-wgmma", "blackwell-mma"])
+@pytest.mark.parametrize("c", [np.array([[2**53 + 1]]), np.array([[2**64 - 1]], np.uint64), np.array([[2**25 + 1]])])
+def test_an_instructions_integer_c_it_does_not_hold_is_refused(ins, c):
+    a = fp8emu.encode(np.zeros((1, 32)), "e4m3fn")
+    b = fp8emu.encode(np.zeros((32, 1)), "e4m3fn")
+    with pytest.raises(ValueError, match="c must hold float32 values"):
+        instruction_gemm(a, b, instruction=ins, a_format="e4m3fn", b_format="e4m3fn", c=c)
+
+
+def test_an_instructions_integer_c_it_holds_is_taken():
+    a = fp8emu.encode(np.zeros((1, 32)), "e4m3fn")
+    b = fp8emu.encode(np.zeros((32, 1)), "e4m3fn")
+    for c, want in ((np.array([[2**62]]), 2.0**62), (np.array([[-(2**63)]]), -(2.0**63)), (np.array([[7]]), 7.0)):
+        got = instruction_gemm(a, b, instruction="hopper-wgmma", a_format="e4m3fn", b_format="e4m3fn", c=c)
+        assert got[0, 0] == np.float32(want)

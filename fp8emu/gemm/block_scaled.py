@@ -74,7 +74,7 @@ from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import FP4_SCALE_FORMATS, nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
 from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
-from .fparith import add_scaled_f32
+from .fparith import add_scaled_f32, integers_kept
 from .instructions import block_scaled_gemm
 from .models import get_model, scaled_row, wide_row
 from .code_tables import ZERO_EXP, values_and_exponents
@@ -424,15 +424,8 @@ def _accumulator_input(c, M, N):
         big = float(np.max(np.abs(np.asarray(arr, np.float64))))
         raise ValueError(f"c overflows float32, the accumulator's type: its largest magnitude {big:.6g} is beyond "
                          f"float32's largest finite value {float(np.finfo(np.float32).max):.6g}")
-    exact = np.array_equal(c32.astype(np.float64), arr.astype(np.float64))
-    if exact and arr.dtype.kind in "iu":
-        # an int64 2**53 + 1 rounds in float64 too, and passed the comparison above as 2**53
-        back = c32.astype(np.float64)
-        info = np.iinfo(arr.dtype)
-        inside = (back >= float(info.min)) & (back < float(info.max) + 1.0)   # float(2**63 - 1) is 2**63
-        with np.errstate(invalid="ignore", over="ignore"):
-            exact = bool(inside.all()) and np.array_equal(back.astype(arr.dtype), arr)
-    if not exact:
+    # an int64 2**53 + 1 rounds in float64 too: it passed the comparison alone as 2**53
+    if not (np.array_equal(c32.astype(np.float64), arr.astype(np.float64)) and integers_kept(arr, c32)):
         raise ValueError("c must hold float32 values (the accumulator is float32); round it first")
     return c32
 
