@@ -1,4 +1,4 @@
-"""NumPy integers as the GEMM models' counts: ``Policy(promote=, split_k=)`` and ``step_row``'s widths.
+"""NumPy integers as the GEMM models' counts (``Policy(promote=, split_k=)``, ``step_row``'s widths), and step_row's name.
 
 A NumPy integer kept its width through the model's arithmetic: ``Policy(promote=np.uint8(16))`` on a
 step of 16 products wrapped to a promotion interval of 0 ("range() arg 3 must not be zero"), and
@@ -50,3 +50,17 @@ def test_a_numpy_integer_step_is_the_gemm_of_the_same_python_integer(step):
     want = _mm(GemmModel("x", "instruction", step_row(int(step), 13, 14), Policy(promote=1)))
     np.testing.assert_array_equal(got, want)
     assert type(step_row(step, 13, 14).step) is int
+
+
+@pytest.mark.parametrize("name", [None, 3, "", ["x"]])
+def test_step_row_names_a_name_that_is_no_string(name):
+    # it was taken, and the GEMM said "GemmModel name must be a non-empty string", of a model not made
+    with pytest.raises(TypeError, match="step_row name must be a non-empty string"):
+        step_row(8, 20, 22, "rne", name=name)
+
+
+def test_a_named_step_row_is_the_accumulator_as_before():
+    a, b = _operands()
+    row = step_row(8, 20, 22, "rne", name="odd")
+    assert row.name == "odd"
+    np.testing.assert_array_equal(_mm(row), _mm(GemmModel("odd", "instruction", row)))

@@ -233,6 +233,8 @@ def step_row(step, frac_bits, result_bits, rounding="rtz", name="custom"):
         raise ValueError("step_row frac_bits and result_bits must be at most 40 (exact in float64 up to there)")
     if rounding not in ("rtz", "rne"):
         raise ValueError(f"step_row rounding must be 'rtz' or 'rne', got {rounding!r}")
+    if not isinstance(name, str) or not name:   # None was "GemmModel name must be ..." at the first GEMM
+        raise TypeError(f"step_row name must be a non-empty string, got {name!r}")
     for ins in [INSTRUCTIONS[n] for n in _PREFERRED] + list(INSTRUCTIONS.values()):
         if (ins.datapath == "fused" and ins.out == "float32" and "e4m3fn" in ins.formats and "e5m2" in ins.formats
                 and widths(ins) == (step, frac_bits, result_bits, rounding)):
