@@ -299,6 +299,15 @@ def real_values(x, what: str, accepted: str = "a float or an array of floats") -
     arr = to_numpy(x, what=what)
     if arr.dtype == np.dtype(ml_dtypes.bfloat16):
         return arr.astype(np.float32)
+    if arr.dtype == object and arr.size and all(type(v) is int for v in arr.flat):
+        # Python integers past int64 (2**64, a float32 scale) were "got dtype object", integers being accepted
+        try:
+            wide = arr.astype(np.float64)
+        except OverflowError:
+            raise ValueError(f"{what} holds an integer beyond float64's range (about 1.8e308)") from None
+        if any(float(w) != v for w, v in zip(wide.flat, arr.flat)):    # 2**64 + 1 would round silently
+            raise ValueError(f"{what} holds an integer that float64 does not hold exactly; give it as a float")
+        return wide
     if arr.dtype.kind not in "iuf":
         raise TypeError(f"{what} must be {accepted} (an integer, float or bfloat16 dtype), got dtype {arr.dtype}")
     return arr

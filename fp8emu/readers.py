@@ -82,9 +82,13 @@ def _read_bytes(path, limit, kind):
         raise _fail(path, f"is {n} bytes, more than a {kind} may be ({limit})")
     try:
         with open(path, "rb") as fh:
-            return fh.read()
+            # bounded: a /proc file says 0 bytes (/proc/self/pagemap then reads the whole address space)
+            raw = fh.read(limit + 1)
     except OSError as exc:
         raise _fail(path, f"cannot be read ({exc})") from None
+    if len(raw) > limit:
+        raise _fail(path, f"holds more than {limit} bytes, more than a {kind} may be (its size said {n})")
+    return raw
 
 
 class _DuplicateKey(ValueError):

@@ -74,7 +74,7 @@ from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import FP4_SCALE_FORMATS, nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
 from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
-from .fparith import add_scaled_f32
+from .fparith import add_scaled_f32, integers_kept
 from .instructions import block_scaled_gemm
 from .models import get_model, scaled_row, wide_row
 from .code_tables import ZERO_EXP, values_and_exponents
@@ -424,7 +424,8 @@ def _accumulator_input(c, M, N):
         big = float(np.max(np.abs(np.asarray(arr, np.float64))))
         raise ValueError(f"c overflows float32, the accumulator's type: its largest magnitude {big:.6g} is beyond "
                          f"float32's largest finite value {float(np.finfo(np.float32).max):.6g}")
-    if not np.array_equal(c32.astype(np.float64), arr.astype(np.float64)):
+    # an int64 2**53 + 1 rounds in float64 too: it passed the comparison alone as 2**53
+    if not (np.array_equal(c32.astype(np.float64), arr.astype(np.float64)) and integers_kept(arr, c32)):
         raise ValueError("c must hold float32 values (the accumulator is float32); round it first")
     return c32
 

@@ -457,6 +457,7 @@ def probe_too_long(M, K, N):
     'probing 1x131072x1 takes at least 131,071 products of that size (its first round asks about K - 1 = 131,071 terms, at most max(M, N) = 1 per product; 8,192 are allowed)'
     """
     check_gemm(M, K, N, name="probe_too_long")    # True x 10**6 x True answered "probing Truex1000000xTrue"
+    M, K, N = int(M), int(K), int(N)    # np.uint16 K = 0 wrapped K - 1 to 65,535 terms
     least = -(-(K - 1) // max(M, N, 1))
     if least <= MAX_PROBE_PRODUCTS:
         return None
@@ -476,6 +477,9 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
     if not all(is_integer(v) and v >= 0 for v in (M, K, N)):
         raise ValueError(f"{name}: M, K, N must be non-negative integers, got {M!r}, {K!r}, {N!r}")
     _check_threads(threads, name)
+    # NumPy integers wrapped (K - 1 of an np.uint16 0) and failed the cache's JSON key
+    M, K, N = int(M), int(K), int(N)
+    threads = None if threads is None else int(threads)
     p = policy()
     too_long = probe_too_long(M, K, N) if p in ("auto", "revealed") else None
     if too_long and p == "revealed":

@@ -69,14 +69,15 @@ def bias_in(bias, target):
     return cast
 
 
-def as_scale(s, what, *, finite=True, stacklevel=3):
+def as_scale(s, what, *, finite=True, stacklevel=3,
+             specials="the result is multiplied by them in IEEE float32, as cuBLAS's epilogue, giving Inf or NaN"):
     """A scale as float32, as torch passes them.
 
     A finite value that overflows float32 (a float64 1e39) is always an error: torch could not pass it.
     ``finite=True``: an Inf or NaN is an error too.  ``finite=False`` (the dequantisation scales of
     ``scaled_mm``, which cuBLAS's epilogue multiplies in IEEE float32 whatever they hold: torchao's
     ``1 / scale`` of a tensor holding Inf is Inf): Inf and NaN are kept, with one RuntimeWarning saying
-    the result follows IEEE arithmetic there.
+    the result follows IEEE arithmetic there (``specials``: what the warning says the kernel makes of them).
     """
     src = real_array(s, what)
     with np.errstate(over="ignore"):
@@ -91,8 +92,8 @@ def as_scale(s, what, *, finite=True, stacklevel=3):
                              f"{big:.6g} is beyond {limit:g} (a scale must be finite in float32)")
         if finite:
             raise ValueError(f"{what} must be finite in float32 (|scale| <= {limit:g}), got non-finite values")
-        warnings.warn(f"{what} holds {int(bad.sum())} Inf or NaN value(s): the result is multiplied by them in IEEE "
-                      "float32, as cuBLAS's epilogue, giving Inf or NaN", RuntimeWarning, stacklevel=stacklevel)
+        warnings.warn(f"{what} holds {int(bad.sum())} Inf or NaN value(s): {specials}", RuntimeWarning,
+                      stacklevel=stacklevel)
     return arr
 
 

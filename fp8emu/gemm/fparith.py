@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["two_sum", "round_hi_lo", "add_scaled_f32", "round_bits"]
+__all__ = ["two_sum", "round_hi_lo", "add_scaled_f32", "round_bits", "integers_kept"]
 
 
 def two_sum(a, b):
@@ -47,3 +47,22 @@ def round_bits(x, bits, rounding):
     y = x * s
     y = np.trunc(y) if rounding == "rtz" else np.rint(y)
     return y / s
+
+
+def integers_kept(arr, cast) -> bool:
+    """Whether ``cast`` (float32 or float64) holds every integer of ``arr`` exactly, where ``arr`` is
+    an integer array (True for any other): a comparison in float64 cannot tell, as an int64 2**53 + 1
+    rounds there too.
+
+    Examples
+    --------
+    >>> a = np.array([2**53 + 1, 3]); integers_kept(a, a.astype(np.float64)), integers_kept(a[1:], a[1:] * 1.0)
+    (False, True)
+    """
+    if arr.dtype.kind not in "iu":
+        return True
+    back = np.asarray(cast, np.float64)
+    info = np.iinfo(arr.dtype)
+    if not ((back >= float(info.min)) & (back < float(info.max) + 1.0)).all():   # float(2**63 - 1) is 2**63
+        return False
+    return bool(np.array_equal(back.astype(arr.dtype), arr))

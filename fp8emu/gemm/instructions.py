@@ -22,6 +22,7 @@ from ..interop import byte_codes
 from . import catalogue
 from .code_tables import any_nonfinite, values_and_exponents
 from .datapaths import reference
+from .fparith import integers_kept
 from .instruction_inputs import check_inputs
 from .outputs import OUTPUT_TYPES
 from .wide_inputs import WIDE_INPUTS, operand_name
@@ -201,7 +202,7 @@ def _c_in(c, shape, ins):
     cd = arr.astype(dt)
     with np.errstate(invalid="ignore"):
         same = (cd.astype(np.float64) == arr.astype(np.float64)) | (np.isnan(cd) & np.isnan(arr.astype(np.float64)))
-    if not same.all():
+    if not (same.all() and integers_kept(arr, cd)):    # an int64 2**53 + 1 was summed as 2**53
         raise ValueError(f"c must hold {ins.out} values (the instruction's accumulator type); round it first")
     return cd
 

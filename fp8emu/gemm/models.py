@@ -107,6 +107,11 @@ class Policy:
         if not (sk is None or sk == "cublas"
                 or (isinstance(sk, (int, np.integer)) and not isinstance(sk, bool) and sk >= 1)):
             raise ValueError(f"Policy split_k must be None, 'cublas' or a positive integer, got {sk!r}")
+        # a NumPy integer kept its width: promote=np.uint8(16) times a step of 16 wrapped to 0 products
+        for field in ("promote", "split_k"):
+            v = getattr(self, field)
+            if isinstance(v, np.integer):
+                object.__setattr__(self, field, int(v))
         if self.scale_at not in (None, "product", "block"):
             raise ValueError(f"Policy scale_at must be None, 'product' or 'block', got {self.scale_at!r}")
         if self.specials not in ("ieee", "instruction"):
@@ -220,6 +225,7 @@ def step_row(step, frac_bits, result_bits, rounding="rtz", name="custom"):
     for field, v in (("step", step), ("frac_bits", frac_bits), ("result_bits", result_bits)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"step_row {field} must be a positive integer, got {v!r}")
+    step, frac_bits, result_bits = int(step), int(frac_bits), int(result_bits)   # np.uint8(255) wrapped padding K
     if step > MAX_STEP:    # 2**40 was taken, and the first GEMM asked NumPy for terabytes
         raise ValueError(f"step_row step must be at most {MAX_STEP} products (tensor-core steps sum 4 to 128), "
                          f"got {step}")
@@ -227,6 +233,8 @@ def step_row(step, frac_bits, result_bits, rounding="rtz", name="custom"):
         raise ValueError("step_row frac_bits and result_bits must be at most 40 (exact in float64 up to there)")
     if rounding not in ("rtz", "rne"):
         raise ValueError(f"step_row rounding must be 'rtz' or 'rne', got {rounding!r}")
+    if not isinstance(name, str) or not name:   # None was "GemmModel name must be ..." at the first GEMM
+        raise TypeError(f"step_row name must be a non-empty string, got {name!r}")
     for ins in [INSTRUCTIONS[n] for n in _PREFERRED] + list(INSTRUCTIONS.values()):
         if (ins.datapath == "fused" and ins.out == "float32" and "e4m3fn" in ins.formats and "e5m2" in ins.formats
                 and widths(ins) == (step, frac_bits, result_bits, rounding)):

@@ -139,8 +139,9 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
         blocks or (ceil(M/128), ceil(K/128)) for 128x128 blocks; ``scale_b``
         (ceil(K/128), N) or (ceil(K/128), ceil(N/128)).  Block scales multiply each
         128-wide K block's partial sum before it joins the FP32 accumulator.  Inf and NaN
-        (or values beyond float32's range) are multiplied in IEEE float32, as cuBLAS's
-        epilogue does, with a RuntimeWarning.
+        are multiplied in IEEE float32, as cuBLAS's epilogue does (the ``torch-cpu-*``
+        accumulators: NaN, as torch's CPU gives), with a RuntimeWarning; a finite value
+        beyond float32's range is an "overflows float32" error.
     bias : array_like of shape (N,), optional
         Added to every row; converted to the output type first (as torch does on the
         GPU; the ``torch-cpu-*`` accumulators add it in float32, as torch's CPU does).
@@ -262,9 +263,12 @@ def _torch_cpu(path, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_re
     N = cb.shape[1]
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
-    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False), M, K, "scale_a", f"({M}, 1) row-wise")
-    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False), N, K, "scale_b", f"(1, {N}) column-wise",
-                         transposed=True)
+    # torch's CPU makes NaN of every output an Inf or NaN scale touches (Inf * 3 too): not cuBLAS's IEEE product
+    cpu = "every output it scales is NaN, as torch's CPU _scaled_mm gives"
+    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False, stacklevel=4, specials=cpu), M, K, "scale_a",
+                         f"({M}, 1) row-wise")
+    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False, stacklevel=4, specials=cpu), N, K, "scale_b",
+                         f"(1, {N}) column-wise", transposed=True)
     if "block" in (sa.kind, sb.kind) or (sa.kind != sb.kind):
         raise ValueError(f"{path}: torch's CPU _scaled_mm takes tensor-wise scales for both operands or "
                          f"row-wise scales for both ((M, 1) and (1, N)), got {sa.kind} and {sb.kind}")

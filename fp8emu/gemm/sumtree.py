@@ -237,6 +237,10 @@ def _json_keys(d, what, keys):
         raise ValueError(f"{what} is an object of the keys {', '.join(keys)}, got {str(got):.120}")
 
 
+#: The most trees a :class:`GemmOrder` holds: its classes are int16.
+_MAX_TREES = int(np.iinfo(np.int16).max) + 1
+
+
 class GemmOrder:
     """The summation trees of one GEMM shape: ``trees[classes[m, n]]`` sums output ``(m, n)``."""
 
@@ -248,6 +252,9 @@ class GemmOrder:
         # naming no tree would sum nothing (zeros) or fail inside the evaluation
         if not self.trees or not all(isinstance(t, SumTree) for t in self.trees):
             raise ValueError(f"a GemmOrder needs one or more SumTree, got {self.trees!r:.80}")
+        if len(self.trees) > _MAX_TREES:   # class 39999 of 40000 trees wrapped in int16: its outputs summed nothing
+            raise ValueError(f"a GemmOrder holds at most {_MAX_TREES} trees (its classes are int16), got "
+                             f"{len(self.trees)}")
         if len({t.K for t in self.trees}) != 1:
             raise ValueError(f"a GemmOrder's trees must sum the same K, got {sorted({t.K for t in self.trees})}")
         # checked before the cast to int16: a cast would truncate 1.7 to 1, parse "1", and wrap 65536 to 0
@@ -261,7 +268,7 @@ class GemmOrder:
                              f"of dtype {classes.dtype}")
         if classes.size and (classes.min() < 0 or classes.max() >= len(self.trees)):
             raise ValueError(f"a GemmOrder's classes must index its {len(self.trees)} tree(s), got values "
-                             f"{int(classes.min())}..{int(classes.max())}")
+                             f"{classes.min():.6g}..{classes.max():.6g}")   # int(1e300) printed 301 digits
         self.classes = classes.astype(np.int16, copy=False)
 
     @property
@@ -291,7 +298,11 @@ class GemmOrder:
         if not isinstance(shape, list) or len(shape) != 2 or not all(is_integer(v) and v >= 0 for v in shape):
             raise ValueError(f"a GemmOrder's JSON shape is [M, N], got {shape!r:.80}")
         trees = [SumTree.from_json(t) for t in d["trees"]]
-        classes = np.zeros(shape, np.int16) if d["classes"] is None else np.asarray(d["classes"])
+        try:
+            classes = np.zeros(shape, np.int16) if d["classes"] is None else np.asarray(d["classes"])
+        except ValueError:   # rows of other lengths were NumPy's "inhomogeneous shape after 1 dimensions"
+            raise ValueError(f"a GemmOrder's JSON classes are an M x N array (rows of one length), got "
+                             f"{d['classes']!r:.80}") from None
         if classes.shape != tuple(shape):
             raise ValueError(f"a GemmOrder's JSON classes have shape {classes.shape}, its shape says {tuple(shape)}")
         return cls(trees, classes)

@@ -66,7 +66,7 @@ from ..gemm import scaled_mm
 from ..gemm.models import get_model
 from ..scaling import quantize_tensorwise
 from .analysis import Table
-from .store import read_rows
+from .store import plain_number, read_rows
 from ..interop import is_integer
 
 __all__ = ["DRIFT_MODELS", "DRIFT_GEMMS", "DRIFT_DISTRIBUTIONS", "STACK_MODELS", "DEFAULT_KS", "k_drift",
@@ -301,6 +301,8 @@ def read_csv(path) -> Table:
     for i, r in enumerate(rows, start=2):
         for c in COLUMNS:
             try:
+                if c in conv and not plain_number(r[c]):   # int(" 3"), int("1_0") read an edited cell
+                    raise ValueError(r[c])
                 cols[c].append(conv.get(c, str)(r[c]))
             except (TypeError, ValueError):   # a short row gives None: not text either
                 kind = conv[c].__name__ if c in conv else "text"

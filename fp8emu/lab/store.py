@@ -149,6 +149,19 @@ def read_rows(path, *, convert=None, kind="study CSV") -> list:
     return rows
 
 
+def plain_number(text) -> bool:
+    """Whether ``text`` may be a number as written to a CSV: ASCII, no spaces and no ``_``.  Python's
+    ``int`` and ``float`` take " 3", "1_000" and Arabic-Indic digits, which no writer of a study CSV
+    wrote (a cell edited to "1_0" was read as 10).
+
+    Examples
+    --------
+    >>> [plain_number(t) for t in ("-1.5e-05", "nan", "1_000", " 3", "\u0663")]
+    [True, True, False, False, False]
+    """
+    return text.isascii() and text.isprintable() and " " not in text and "_" not in text
+
+
 def numbers_except(text_columns):
     """A :func:`read_rows` ``convert``: ints, else floats, empty cells NaN, text in ``text_columns``.
 
@@ -167,6 +180,8 @@ def numbers_except(text_columns):
             return v
         if v == "":
             return math.nan
+        if not plain_number(v):
+            raise ValueError(f"column {k!r} holds {v!r}, which is not a number")
         try:
             return int(v)
         except ValueError:
