@@ -61,3 +61,17 @@ def test_check_order_refuses_answers_that_are_not_float32_values(kind, error, me
 def test_check_order_takes_float64_answers_that_hold_float32_values():
     order = GemmOrder([TREE], np.zeros((3, 4), np.int16))
     assert sumtree.check_order(order, _box("float64 of float32 values"), 3, 2, 4) == 0
+
+
+def test_evaluate_and_evaluate_order_name_the_object_they_take():
+    # None, or a tree where an order is taken, was Python's AttributeError
+    import numpy as np
+    from fp8emu.gemm.sumtree import GemmOrder, SumTree, evaluate, evaluate_order
+    x, y = np.ones((2, 4), np.float32), np.ones((4, 3), np.float32)
+    tree = SumTree.sequential(4) if hasattr(SumTree, "sequential") else SumTree.from_nested(((0, 1), (2, 3)))
+    order = GemmOrder([tree], np.zeros((2, 3), np.int16))
+    for fn, bad, want in ((evaluate, None, "takes a SumTree"), (evaluate, order, "takes a SumTree"),
+                          (evaluate_order, None, "takes a GemmOrder"), (evaluate_order, tree, "takes a GemmOrder")):
+        with pytest.raises(TypeError, match=want):
+            fn(bad, x, y)
+    np.testing.assert_array_equal(evaluate(tree, x, y), evaluate_order(order, x, y))

@@ -327,6 +327,8 @@ def _operands(x, y):
 
 def evaluate(tree, x, y):
     """``x @ y`` (float32 (M, K) and (K, N)) summed in ``tree``'s order, float32 (M, N)."""
+    if not isinstance(tree, SumTree):    # None or a GemmOrder was Python's AttributeError
+        raise TypeError(f"evaluate takes a SumTree (evaluate_order takes a GemmOrder), got {type(tree).__name__}")
     x, y = _operands(x, y)
     M, K = x.shape
     N = y.shape[1]
@@ -352,6 +354,8 @@ def evaluate(tree, x, y):
 
 def evaluate_order(order, x, y):
     """``x @ y`` with each output summed by its own tree of ``order`` (:class:`GemmOrder`)."""
+    if not isinstance(order, GemmOrder):
+        raise TypeError(f"evaluate_order takes a GemmOrder (evaluate takes a SumTree), got {type(order).__name__}")
     if order.uniform:
         return evaluate(order.trees[0], x, y)
     x, y = _operands(x, y)
