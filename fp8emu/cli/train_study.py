@@ -134,7 +134,7 @@ def _names(text, known, what):
     known = list(known())
     if text is None or text.strip() == "all":
         return tuple(known)
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     bad = [n for n in names if n not in known]
     if bad or not names:
         raise ValueError(f"unknown {what} {bad[0] if bad else text!r}; the {what}s are: {', '.join(known)} "

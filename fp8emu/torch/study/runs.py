@@ -170,6 +170,9 @@ def plan_runs(cfg: StudyConfig) -> list:
                 raise ValueError(f"{r}@{st} cannot run: {refused[(r, st)]}")
     else:
         pairs, _ = valid_pairs(cfg.recipes, cfg.stacks) if cfg.recipes else ([], {})
+        # a recipe or stack named twice made each of its runs twice (listed twice, trained twice), as --pairs's
+        # duplicates already were not
+        pairs = list(dict.fromkeys(pairs))
     if cfg.recipes and not cfg.pairs and not pairs:
         raise ValueError(f"no valid recipe x stack pair among recipes {list(cfg.recipes)} "
                          f"and stacks {list(cfg.stacks)}")
@@ -185,10 +188,11 @@ def plan_runs(cfg: StudyConfig) -> list:
     base_seeds = cfg.baseline_seeds or cfg.seeds
     if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in base_seeds):
         raise ValueError(f"baseline_seeds must be non-negative integers, got {list(base_seeds)}")
+    seeds, base_seeds = tuple(dict.fromkeys(cfg.seeds)), tuple(dict.fromkeys(base_seeds))
     specs = [RunSpec(b, None, s, keep_weights=(i == 0), **common)
-             for b in cfg.baselines for i, s in enumerate(base_seeds)]
+             for b in dict.fromkeys(cfg.baselines) for i, s in enumerate(base_seeds)]
     specs += [RunSpec(r, st, s, diagnostics=cfg.diagnostics and i == 0, **common)
-              for r, st in pairs for i, s in enumerate(cfg.seeds)]
+              for r, st in pairs for i, s in enumerate(seeds)]
     return specs
 
 
