@@ -305,6 +305,11 @@ def run(args) -> int:
         # ignored, and provenance.csv then said "workers 3" of a report that no worker made
         raise ValueError(f"--report-only trains nothing: {'--workers' if args.workers else '--scheduler'} would be "
                          "ignored; leave it out")
+    if args.infer_windows is not None and (args.no_inference or args.no_report):
+        # the inference table is not made: the option was ignored, silently
+        raise ValueError(f"--infer-windows sizes the inference table, which "
+                         f"{'--no-inference' if args.no_inference else '--no-report'} leaves out: it would be "
+                         "ignored; leave it out")
     if not specs and not args.report_only:   # before anything is written into --out
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")
