@@ -342,6 +342,11 @@ def run(args) -> int:
         res = {"done": runs.all_results(out, cfg), "computed": 0, "skipped": 0}
         if not res["done"]:
             raise ValueError(f"--report-only: {out} holds no finished runs")
+        if "bf16" in cfg.baselines and not any(r["spec"]["recipe"] == "bf16" for r in res["done"]):
+            # the report's gaps are to bf16: it was "paired_gaps: the runs have no bf16 baseline" (a function's
+            # name, no file, no way out)
+            raise ValueError(f"--report-only: {out / 'runs'} holds no finished bf16 run (bf16-s<seed>.json), which "
+                             "the report's gaps are to; rerun without --report-only to train it")
     else:
         with dask_client(workers=workers, scheduler=scheduler) as client:
             res = runs.execute(out, cfg, specs, client=client, progress=not args.quiet)
