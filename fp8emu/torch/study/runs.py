@@ -248,6 +248,11 @@ def check_study_file(out: Path, cfg: StudyConfig):
             raise ValueError(f"{path} holds a JSON {type(theirs).__name__}, not a study's settings; use another "
                              "--out or delete the folder")
         keep = ("model", "train", "corpus", "corpus_sha256")
+        if not all(isinstance(theirs.get(k), dict) for k in ("model", "train")):
+            # a grad-study's folder (its study.json holds "config") was "a study with another model, schedule or
+            # corpus; ... delete the folder": false, and advice to delete another tool's results
+            raise ValueError(f"{path} is not a train-study's (it has no model and schedule: a grad-study's or "
+                             "another tool's folder?); use another --out")
         if {k: theirs.get(k) for k in keep} != {k: mine.get(k) for k in keep}:
             raise ValueError(f"{out} holds a study with another model, schedule or corpus; "
                              "use another --out or delete the folder")
