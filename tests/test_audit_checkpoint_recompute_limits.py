@@ -53,3 +53,13 @@ def test_a_segment_within_the_kept_calls_replays_without_a_warning(reentrant):
                    use_reentrant=reentrant).square().mean().backward()
     assert int(ckpt[0].fp8emu_step) == 16
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), ckpt.parameters()))
+
+
+def test_the_torch_guide_states_the_number_of_calls_kept():
+    from pathlib import Path
+
+    from fp8emu.torch import linear
+
+    text = " ".join((Path(__file__).parent.parent / "docs" / "guides" / "torch.md").read_text().split())
+    n = linear._RECOMPUTE_KEPT
+    assert f"the layer's last {n} calls" in text and f"more than {n} times" in text
