@@ -91,9 +91,16 @@ def read_cell(path: Path, cfg_sha: str, cell: dict) -> dict:
     if digest(body) != stored:
         raise ValueError(f"cell file {path} was modified (its SHA-256 does not match its contents); delete it "
                          "to rerun its cell")
-    if body["config_sha256"] != cfg_sha or body["cell"] != json_safe(cell):
+    if body["config_sha256"] != cfg_sha:
         raise ValueError(f"cell file {path} belongs to another study configuration; use another --out or "
                          "delete the folder")
+    if body["cell"] != json_safe(cell):
+        # a file of this study under another cell's name (renamed or copied over): it said "another study
+        # configuration; ... delete the folder", false, and the whole study's cells lost for one file
+        held = grad.cell_id(body["cell"]) if isinstance(body["cell"], dict) and "kind" in body["cell"] else \
+            repr(body["cell"])
+        raise ValueError(f"cell file {path} holds cell {held} of this study, not {grad.cell_id(cell)} (renamed or "
+                         "copied over?); delete it to rerun its cell")
     return json_restore(body["rows"])
 
 

@@ -134,7 +134,7 @@ def _names(text, known, what):
     known = list(known())
     if text is None or text.strip() == "all":
         return tuple(known)
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     bad = [n for n in names if n not in known]
     if bad or not names:
         raise ValueError(f"unknown {what} {bad[0] if bad else text!r}; the {what}s are: {', '.join(known)} "
@@ -305,6 +305,11 @@ def run(args) -> int:
         # ignored, and provenance.csv then said "workers 3" of a report that no worker made
         raise ValueError(f"--report-only trains nothing: {'--workers' if args.workers else '--scheduler'} would be "
                          "ignored; leave it out")
+    if args.infer_windows is not None and (args.no_inference or args.no_report):
+        # the inference table is not made: the option was ignored, silently
+        raise ValueError(f"--infer-windows sizes the inference table, which "
+                         f"{'--no-inference' if args.no_inference else '--no-report'} leaves out: it would be "
+                         "ignored; leave it out")
     if not specs and not args.report_only:   # before anything is written into --out
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")
@@ -337,6 +342,11 @@ def run(args) -> int:
         res = {"done": runs.all_results(out, cfg), "computed": 0, "skipped": 0}
         if not res["done"]:
             raise ValueError(f"--report-only: {out} holds no finished runs")
+        if "bf16" in cfg.baselines and not any(r["spec"]["recipe"] == "bf16" for r in res["done"]):
+            # the report's gaps are to bf16: it was "paired_gaps: the runs have no bf16 baseline" (a function's
+            # name, no file, no way out)
+            raise ValueError(f"--report-only: {out / 'runs'} holds no finished bf16 run (bf16-s<seed>.json), which "
+                             "the report's gaps are to; rerun without --report-only to train it")
     else:
         with dask_client(workers=workers, scheduler=scheduler) as client:
             res = runs.execute(out, cfg, specs, client=client, progress=not args.quiet)

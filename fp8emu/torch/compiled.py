@@ -41,6 +41,7 @@ from typing import List, Optional
 
 import torch
 from torch.func import functional_call
+from torch.nn.utils import parametrize
 
 from . import linear
 from .linear import EmulatedLinear
@@ -116,6 +117,17 @@ def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
         with _eager(), torch.no_grad(), _autocast(x, autocast_dtype):
             y = _call(layer, tensors, x)
         return [y.clone(), torch.zeros((), dtype=torch.int64), *after]
+    computed = [n for n in ("weight", "bias") if parametrize.is_parametrized(layer, n)]
+    if computed:
+        # functional_call's weight replaces the parametrization for the call (torch writes it into the
+        # parametrization's tensors and back): the eager graph ends at the given weight, not at them, and
+        # their gradients were zero, silently (checked here, at run time: an error raised while Dynamo traces
+        # would make it skip the layer's frame for good)
+        raise ValueError(f"layer {layer.layer_name!r}: its {' and '.join(computed)} is computed by a "
+                         "parametrization added after emulate (weight norm, torch.nn.utils.parametrize), which "
+                         "a compiled emulated layer cannot train (the parametrization's tensors would get zero "
+                         "gradients); train it without torch.compile, or register the parametrization before "
+                         "emulate (the layer is then left in high precision)")
     # an input that is no float is passed on as it is, for the layer's own check to name it
     leaves = {k: v.detach().requires_grad_(True) for k, v in (("x", x), ("weight", weight), ("bias", bias))
               if v is not None and v.is_floating_point()}

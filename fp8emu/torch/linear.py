@@ -288,6 +288,15 @@ class EmulatedLinear(nn.Module):
         key, inside = _call_key(x), torch._C._current_graph_task_id() != -1
         if inside and key in self.recompute_states:
             return self._recompute(x, *self.recompute_states[key])
+        if inside and self.recompute_states:
+            # a recompute of a call older than the last kept ones runs as a new call: its state advances and
+            # its output (and every later call's input in the segment) is not the forward's, silently
+            warnings.warn(f"layer {self.layer_name!r}: a forward inside a backward (activation checkpointing's "
+                          f"recompute) whose input is none of the layer's last {_RECOMPUTE_KEPT} calls' runs as a "
+                          "new call: its step and scaling state advance and its gradients can differ from the "
+                          f"same step without checkpointing (a segment calls this layer more than "
+                          f"{_RECOMPUTE_KEPT} times, or its input changed since the forward)",
+                          RuntimeWarning, stacklevel=2)
         if not inside:
             self.recompute_states[key] = (self._state_now(), AUTOCAST.get())
             while len(self.recompute_states) > _RECOMPUTE_KEPT:

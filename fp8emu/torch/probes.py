@@ -194,6 +194,12 @@ def layer_passes(x, w, b, dy, recipe, gpu, *, seed=0, warm=True) -> dict:
         raise ValueError(f"recipe {get_recipe(recipe).name!r} on {get_stack(gpu).name!r} does not take a "
                          f"{w.shape[1]} -> {w.shape[0]} layer with {len(x)} tokens: {rep.skipped.get('0')}")
     layer = seq[0]
+    if len(x) % layer.multiple:
+        # the layer's own error named a layer '0' the caller never made and pointed to inference without
+        # autograd, which a probe of the three passes cannot use
+        raise ValueError(f"recipe {get_recipe(recipe).name!r} on {get_stack(gpu).name!r} does not take a "
+                         f"{w.shape[1]} -> {w.shape[0]} layer with {len(x)} tokens: the token count (the "
+                         f"wgrad GEMM's K, x's rows) must be a multiple of {layer.multiple}")
 
     def once():
         xt = torch.from_numpy(np.asarray(x, np.float32).copy()).requires_grad_(True)

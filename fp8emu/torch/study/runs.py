@@ -170,6 +170,9 @@ def plan_runs(cfg: StudyConfig) -> list:
                 raise ValueError(f"{r}@{st} cannot run: {refused[(r, st)]}")
     else:
         pairs, _ = valid_pairs(cfg.recipes, cfg.stacks) if cfg.recipes else ([], {})
+        # a recipe or stack named twice made each of its runs twice (listed twice, trained twice), as --pairs's
+        # duplicates already were not
+        pairs = list(dict.fromkeys(pairs))
     if cfg.recipes and not cfg.pairs and not pairs:
         raise ValueError(f"no valid recipe x stack pair among recipes {list(cfg.recipes)} "
                          f"and stacks {list(cfg.stacks)}")
@@ -185,10 +188,11 @@ def plan_runs(cfg: StudyConfig) -> list:
     base_seeds = cfg.baseline_seeds or cfg.seeds
     if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in base_seeds):
         raise ValueError(f"baseline_seeds must be non-negative integers, got {list(base_seeds)}")
+    seeds, base_seeds = tuple(dict.fromkeys(cfg.seeds)), tuple(dict.fromkeys(base_seeds))
     specs = [RunSpec(b, None, s, keep_weights=(i == 0), **common)
-             for b in cfg.baselines for i, s in enumerate(base_seeds)]
+             for b in dict.fromkeys(cfg.baselines) for i, s in enumerate(base_seeds)]
     specs += [RunSpec(r, st, s, diagnostics=cfg.diagnostics and i == 0, **common)
-              for r, st in pairs for i, s in enumerate(cfg.seeds)]
+              for r, st in pairs for i, s in enumerate(seeds)]
     return specs
 
 
@@ -244,6 +248,11 @@ def check_study_file(out: Path, cfg: StudyConfig):
             raise ValueError(f"{path} holds a JSON {type(theirs).__name__}, not a study's settings; use another "
                              "--out or delete the folder")
         keep = ("model", "train", "corpus", "corpus_sha256")
+        if not all(isinstance(theirs.get(k), dict) for k in ("model", "train")):
+            # a grad-study's folder (its study.json holds "config") was "a study with another model, schedule or
+            # corpus; ... delete the folder": false, and advice to delete another tool's results
+            raise ValueError(f"{path} is not a train-study's (it has no model and schedule: a grad-study's or "
+                             "another tool's folder?); use another --out")
         if {k: theirs.get(k) for k in keep} != {k: mine.get(k) for k in keep}:
             raise ValueError(f"{out} holds a study with another model, schedule or corpus; "
                              "use another --out or delete the folder")
