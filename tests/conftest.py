@@ -30,3 +30,13 @@ def demo_study(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
     assert main(["study", "--demo", "--out", str(out), "--quiet"]) == 0
     return out
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """torch.compile's caches emptied before and after a test: each test compiles other recipes (and graphs
+    with hooks recompile module frames), so no test meets another's recompile limit."""
+    import torch
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -9,11 +9,7 @@ ft = pytest.importorskip("fp8emu.torch")
 nn = torch.nn
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")    # tests/conftest.py
 
 
 def _model():

@@ -18,12 +18,7 @@ import fp8emu.torch as ft  # noqa: E402
 from fp8emu.torch import probes  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    # graphs with hooks recompile the module frames: leave no cache entries to count against later tests' limits
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")    # tests/conftest.py
 
 
 def _model():

@@ -29,11 +29,7 @@ def _model(kind):
     return m
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")    # tests/conftest.py
 
 
 def test_training_a_weight_norm_added_after_emulate_compiled_is_refused_not_zero_gradients():

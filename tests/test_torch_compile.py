@@ -36,12 +36,7 @@ class _UserModel(nn.Module):
         return self.lm_head(h)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    # each test compiles other recipes: start from an empty cache so no test meets another's recompile limit
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")    # tests/conftest.py
 
 
 def _grads(model):
