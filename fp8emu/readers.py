@@ -82,8 +82,16 @@ def _read_bytes(path, limit, kind):
         raise _fail(path, f"is {n} bytes, more than a {kind} may be ({limit})")
     try:
         with open(path, "rb") as fh:
-            # bounded: a /proc file says 0 bytes (/proc/self/pagemap then reads the whole address space)
-            raw = fh.read(limit + 1)
+            # bounded: a /proc file says 0 bytes (/proc/self/pagemap then reads the whole address space);
+            # in chunks, as read(limit + 1) allocates the whole limit (1 GiB for a 12 kB file) up front
+            chunks, total = [], 0
+            while total <= limit:
+                chunk = fh.read(min(1 << 20, limit + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            raw = b"".join(chunks)
     except OSError as exc:
         raise _fail(path, f"cannot be read ({exc})") from None
     if len(raw) > limit:
