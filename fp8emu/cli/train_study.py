@@ -173,6 +173,10 @@ def study_config(args):
     quick_pairs = args.quick and not (args.recipes or args.stacks or args.pairs)
     recipes = tuple(dict.fromkeys(r for r, _ in base["pairs"])) if quick_pairs \
         else _names(args.recipes, runs.recipe_names, "recipe")
+    if args.stacks is not None and not recipes:
+        # --recipes none runs baselines only: the stacks were ignored, unchecked ("--stacks bogus" was taken)
+        raise ValueError(f"--stacks {args.stacks!r} chooses the stacks of the recipes, which --recipes none leaves "
+                         "out (baselines only): it would be ignored; leave it out")
     stacks = tuple(dict.fromkeys(st for _, st in base["pairs"])) if quick_pairs \
         else () if not recipes else _names(args.stacks, runs.stack_names, "stack")
     baselines = _names(args.baselines, lambda: BASELINES, "baseline") if args.baselines is not None else BASELINES
