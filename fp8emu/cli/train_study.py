@@ -332,6 +332,10 @@ def run(args) -> int:
         if p.exists() and p.is_dir() != folder:
             raise ValueError(f"--out {str(out)!r} holds {name} as a {'file' if folder else 'folder'}, where the "
                              f"study writes a {'folder' if folder else 'file'}; use another --out")
+        if p.exists() and not folder and not p.is_file():
+            # a FIFO at report.md blocked the report for ever, after every run had trained
+            raise ValueError(f"--out {str(out)!r} holds {name} as a FIFO, device or socket (not a regular file), "
+                             "where the study writes a file; use another --out")
     # and inside its folders: a folder at figures/val_loss_curves.png was "[Errno 21] Is a directory" after every run
     for sub, suffix in (("runs", ".json"), ("models", ".pt"), ("figures", ".png")):
         for p in sorted((out / sub).glob(f"*{suffix}")) if (out / sub).is_dir() else []:
