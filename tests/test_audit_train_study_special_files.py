@@ -1,8 +1,10 @@
-"""``train-study --out`` refuses a FIFO (or another non-regular file) where it writes a table or the report.
+"""``train-study --out`` and ``grad-study --out`` refuse a FIFO (or another non-regular file) where they
+write a table or the report.
+
 
 A folder at ``report.md`` was already refused before any run; a FIFO there (or at ``runs.csv``) was taken,
 and the study then blocked for ever writing it, after every run had trained.  It is now one line before
-anything runs.
+anything runs (grad-study's cells likewise).
 """
 
 import os
@@ -27,4 +29,19 @@ def test_a_fifo_where_the_study_writes_is_refused_before_any_run(name, tmp_path,
     assert main(["train-study", "--quick", "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"holds {name} as a FIFO, device or socket (not a regular file)" in err
+    assert sorted(p.name for p in out.iterdir()) == [name]
+
+
+@pytest.mark.parametrize("name", ["report.md", "findings.csv"])
+def test_grad_study_refuses_it_too(name, tmp_path, capsys, monkeypatch):
+    from fp8emu.cli import grad_study
+
+    def ran(*a, **k):
+        raise AssertionError("the study ran")
+    monkeypatch.setattr(grad_study, "execute", ran)
+    out = tmp_path / "study"
+    out.mkdir()
+    os.mkfifo(out / name)
+    assert main(["grad-study", "--quick", "--kinds", "probe", "--out", str(out), "--quiet"]) == 2
+    assert f"holds {name} as a FIFO, device or socket (not a regular file)" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [name]
