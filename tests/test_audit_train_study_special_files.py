@@ -1,7 +1,6 @@
 """``train-study --out`` and ``grad-study --out`` refuse a FIFO (or another non-regular file) where they
 write a table or the report.
 
-
 A folder at ``report.md`` was already refused before any run; a FIFO there (or at ``runs.csv``) was taken,
 and the study then blocked for ever writing it, after every run had trained.  It is now one line before
 anything runs (grad-study's cells likewise).
