@@ -91,7 +91,8 @@ def _threads(text):
     # ASCII digits only: "²" is a digit to str.isdigit but not to int() (argparse's "invalid _threads value")
     if not all(w.isascii() and w.isdigit() and 1 <= int(w) <= MAX_THREADS for w in words):
         raise argparse.ArgumentTypeError(f"expected thread counts 1..{MAX_THREADS} separated by commas, got {text!r}")
-    return [int(w) for w in words]
+    # each count once: "1,1" surveyed every grid shape twice and counted it twice in "N GEMMs"
+    return list(dict.fromkeys(int(w) for w in words))
 
 
 def _out(text):

@@ -209,6 +209,10 @@ def _check_out(out: Path):
         if p.exists() and p.is_dir() != folder:
             raise ValueError(f"--out {str(out)!r} holds {name} as a {'file' if folder else 'folder'}, where the "
                              f"study writes a {'folder' if folder else 'file'}; use another --out")
+        if p.exists() and not folder and not p.is_file():
+            # a FIFO at report.md blocked the report for ever, after every cell had run
+            raise ValueError(f"--out {str(out)!r} holds {name} as a FIFO, device or socket (not a regular file), "
+                             "where the study writes a file; use another --out")
     # and inside its folders: a folder at figures/bias_vs_n.png was "[Errno 21] Is a directory" after every cell
     for sub, suffix in (("cells", ".json"), ("figures", ".png")):
         for p in sorted((out / sub).glob(f"*{suffix}")) if (out / sub).is_dir() else []:

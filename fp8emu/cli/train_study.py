@@ -173,6 +173,10 @@ def study_config(args):
     quick_pairs = args.quick and not (args.recipes or args.stacks or args.pairs)
     recipes = tuple(dict.fromkeys(r for r, _ in base["pairs"])) if quick_pairs \
         else _names(args.recipes, runs.recipe_names, "recipe")
+    if args.stacks is not None and not recipes:
+        # --recipes none runs baselines only: the stacks were ignored, unchecked ("--stacks bogus" was taken)
+        raise ValueError(f"--stacks {args.stacks!r} chooses the stacks of the recipes, which --recipes none leaves "
+                         "out (baselines only): it would be ignored; leave it out")
     stacks = tuple(dict.fromkeys(st for _, st in base["pairs"])) if quick_pairs \
         else () if not recipes else _names(args.stacks, runs.stack_names, "stack")
     baselines = _names(args.baselines, lambda: BASELINES, "baseline") if args.baselines is not None else BASELINES
@@ -328,6 +332,10 @@ def run(args) -> int:
         if p.exists() and p.is_dir() != folder:
             raise ValueError(f"--out {str(out)!r} holds {name} as a {'file' if folder else 'folder'}, where the "
                              f"study writes a {'folder' if folder else 'file'}; use another --out")
+        if p.exists() and not folder and not p.is_file():
+            # a FIFO at report.md blocked the report for ever, after every run had trained
+            raise ValueError(f"--out {str(out)!r} holds {name} as a FIFO, device or socket (not a regular file), "
+                             "where the study writes a file; use another --out")
     # and inside its folders: a folder at figures/val_loss_curves.png was "[Errno 21] Is a directory" after every run
     for sub, suffix in (("runs", ".json"), ("models", ".pt"), ("figures", ".png")):
         for p in sorted((out / sub).glob(f"*{suffix}")) if (out / sub).is_dir() else []:

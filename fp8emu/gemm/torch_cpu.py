@@ -243,7 +243,12 @@ def sgemm(x, y, *, threads=None, layout="NN", name="sgemm", stacklevel=2):
 
 def _f32_operand(a, what):
     """A 2-D float32 operand; float16 / bfloat16 are exact in float32, anything else is refused."""
-    a = np.asarray(a)
+    try:
+        a = np.asarray(a)
+    except TypeError as exc:
+        # a torch bfloat16 tensor has no NumPy dtype: torch's bare "Got unsupported ScalarType BFloat16"
+        raise TypeError(f"sgemm: {what} cannot be read as a NumPy array ({exc}); give a float32, float16 or "
+                        "bfloat16 NumPy array (a torch bfloat16 tensor: tensor.float())") from None
     if a.ndim != 2:
         raise ValueError(f"sgemm: {what} must be a 2-D matrix, got {a.ndim} dimension(s) {a.shape}")
     if a.dtype.name not in ("float32", "float16", "bfloat16"):

@@ -278,6 +278,10 @@ class EmulatedLinear(nn.Module):
         if x.device.type == "meta":
             raise ValueError(f"layer {self.layer_name!r}: input is a meta tensor (a shape without values); an "
                              "emulated layer computes on its input's values")
+        if x.dim() == 0:
+            # x.shape[-1] of a 0-D tensor was Python's bare "IndexError: tuple index out of range"
+            raise ValueError(f"layer {self.layer_name!r}: input is a 0-D tensor (a scalar); a linear layer takes "
+                             f"a tensor of at least 1 dimension whose last holds its {self.in_features} features")
         if x.shape[-1] != self.in_features:
             raise ValueError(f"layer {self.layer_name!r}: input has {x.shape[-1]} features, "
                              f"expected {self.in_features}")

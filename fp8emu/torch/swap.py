@@ -127,7 +127,7 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
         FP8 only inside ``fp8emu.torch.autocast()``, and as the plain ``nn.Linear`` outside it.
     diagnostics : bool, keyword-only
         Record per-layer, per-pass rows (:func:`diagnostics`).
-    seed : int, keyword-only
+    seed : int (a Python or NumPy integer), keyword-only
         Seeds stochastic rounding (with the layer index, the step and the pass).
 
     Returns
@@ -167,8 +167,10 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
                            f"this is torch {torch.__version__}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    # a NumPy integer (a seed from np.arange) is the seed of the same Python integer, kept as one
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    seed = int(seed)
     for what, v in (("diagnostics", diagnostics), ("autocast_only", autocast_only)):
         if not isinstance(v, bool):
             raise TypeError(f"{what} must be True or False, got {v!r}")

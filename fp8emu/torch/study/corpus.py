@@ -28,12 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
+from ...readers import read_bytes
+
 __all__ = ["Corpus", "load_corpus", "TRAIN_FRACTION", "DEFAULT_CORPUS", "sample_batch", "eval_windows", "split_windows"]
 
 #: Fraction of the bytes (from the start) that train; the rest validate.
 TRAIN_FRACTION = (9, 10)
 #: Name of the default corpus.
 DEFAULT_CORPUS = "pydoc_data.topics"
+#: The most bytes a --corpus file may hold (it is held in memory whole, as one array of bytes).
+MAX_CORPUS_BYTES = 1 << 30
 _PYDOC_LICENSE = "Python Software Foundation License (CPython documentation, Lib/pydoc_data/topics.py)"
 
 
@@ -89,7 +93,8 @@ def _file_bytes(path) -> bytes:
         raise OSError(f"corpus {str(p)!r} does not exist")
     if not p.is_file():
         raise OSError(f"corpus {str(p)!r} is not a file (give a UTF-8 text file)")
-    data = p.read_bytes()
+    # bounded as every file fp8emu reads: a /proc file says 0 bytes (/proc/self/pagemap never ends)
+    data = read_bytes(p, kind="corpus", max_bytes=MAX_CORPUS_BYTES)
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
