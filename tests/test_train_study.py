@@ -22,6 +22,8 @@ HAS_EMULATE = hasattr(fp8torch, "emulate")
 #: The smallest study: baselines only (and one recipe where fp8emu.torch.emulate exists), few steps.
 TINY = ["--recipes", "none", "--steps", "6", "--eval-every", "3", "--seeds", "2", "--seq-len", "16",
         "--batch", "2", "--infer-windows", "4", "--quiet"]
+#: TINY for a study without the inference table (--no-inference, --no-report refuse --infer-windows).
+TINY_NO_INFER = TINY[:TINY.index("--infer-windows")] + TINY[TINY.index("--infer-windows") + 2:]
 
 
 def _csv(path):
@@ -113,7 +115,7 @@ def test_train_config_checks_lr_as_float32(lr):
 
 def test_summary_says_how_many_seeds_diverged(tmp_path, capsys):
     out = tmp_path / "dv"
-    argv = [a for a in TINY if a != "--quiet"]
+    argv = [a for a in TINY_NO_INFER if a != "--quiet"]
     argv[argv.index("--steps") + 1] = "3"
     assert main(["train-study", "--quick", "--out", str(out), "--baselines", "fp32", "--lr", "1e30",
                  "--no-inference", *argv]) == 0
@@ -220,7 +222,7 @@ def test_tampered_weights_are_refused(tiny_study, tmp_path, capsys):
 def test_dask_workers_give_the_same_results(tiny_study, tmp_path):
     pytest.importorskip("distributed")
     out = tmp_path / "dask"
-    assert main(["train-study", "--quick", "--out", str(out), "--workers", "2", "--no-report", *TINY]) == 0
+    assert main(["train-study", "--quick", "--out", str(out), "--workers", "2", "--no-report", *TINY_NO_INFER]) == 0
     drop = {"s_per_step", "wall_s"}
     a = [{k: v for k, v in r.items() if k not in drop} for r in _csv(tiny_study / "runs.csv")]
     b = [{k: v for k, v in r.items() if k not in drop} for r in _csv(out / "runs.csv")]
@@ -335,7 +337,7 @@ def test_scheduler_address_runs_on_an_existing_cluster(tiny_study, tmp_path):
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
                                   dashboard_address=None) as cluster:
         assert main(["train-study", "--quick", "--out", str(out), "--scheduler", cluster.scheduler_address,
-                     "--no-report", *TINY]) == 0
+                     "--no-report", *TINY_NO_INFER]) == 0
     drop = {"s_per_step", "wall_s"}
     a = [{k: v for k, v in r.items() if k not in drop} for r in _csv(tiny_study / "runs.csv")]
     b = [{k: v for k, v in r.items() if k not in drop} for r in _csv(out / "runs.csv")]
