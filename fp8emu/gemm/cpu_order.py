@@ -215,12 +215,6 @@ def _check_policy(name, what="CPU order"):
         raise ValueError(f"{what} {name!r}: use 'auto', 'revealed' or a recorded model, one of {sorted(RECORDED)}")
 
 
-def _check_threads(threads, name):
-    # torch.set_num_threads refuses 0 with its own message; 2.5 or "2" would be truncated or parsed
-    if threads is not None and (not is_integer(threads) or threads < 1):
-        raise ValueError(f"{name}: threads must be a positive integer (torch's thread count) or None, got {threads!r}")
-
-
 def policy():
     """The order policy in force: :func:`use`'s, else ``$FP8EMU_CPU_ORDER``, else ``"auto"``."""
     p = _POLICY.get()
@@ -311,9 +305,7 @@ def reveal_here(M, K, N, *, threads=None, layout="NN"):
     torch = _torch()
     if torch is None:
         raise RuntimeError("revealing torch's CPU GEMM order needs torch (pip install 'fp8emu[torch]')")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    _check_threads(threads, "reveal_here")
+    check_gemm(M, K, N, threads, layout, name="reveal_here")
     old = torch.get_num_threads()
     want = old if threads is None else int(threads)
     ta, tb = layout[0] == "T", layout[1] == "T"
@@ -472,11 +464,7 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3)
     ``source`` is ``"revealed"`` or the recorded model's name.  A recorded model used off the CPU
     or shapes it was proven on, and a revealed order that does not explain every output, warn.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if not all(is_integer(v) and v >= 0 for v in (M, K, N)):
-        raise ValueError(f"{name}: M, K, N must be non-negative integers, got {M!r}, {K!r}, {N!r}")
-    _check_threads(threads, name)
+    check_gemm(M, K, N, threads, layout, name=name)
     # NumPy integers wrapped (K - 1 of an np.uint16 0) and failed the cache's JSON key
     M, K, N = int(M), int(K), int(N)
     threads = None if threads is None else int(threads)
