@@ -100,12 +100,10 @@ class Policy:
     specials: str = "ieee"
 
     def __post_init__(self):
-        if self.promote is not None and (not isinstance(self.promote, (int, np.integer)) or isinstance(
-                self.promote, bool) or self.promote < 1):
+        if self.promote is not None and (not is_integer(self.promote) or self.promote < 1):
             raise ValueError(f"Policy promote must be None or a positive integer, got {self.promote!r}")
         sk = self.split_k
-        if not (sk is None or sk == "cublas"
-                or (isinstance(sk, (int, np.integer)) and not isinstance(sk, bool) and sk >= 1)):
+        if not (sk is None or sk == "cublas" or (is_integer(sk) and sk >= 1)):
             raise ValueError(f"Policy split_k must be None, 'cublas' or a positive integer, got {sk!r}")
         # a NumPy integer kept its width: promote=np.uint8(16) times a step of 16 wrapped to 0 products
         for field in ("promote", "split_k"):
@@ -223,7 +221,7 @@ def step_row(step, frac_bits, result_bits, rounding="rtz", name="custom"):
     ('odd', (8, 20, 22, 'rne'))
     """
     for field, v in (("step", step), ("frac_bits", frac_bits), ("result_bits", result_bits)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        if not is_integer(v) or v < 1:
             raise ValueError(f"step_row {field} must be a positive integer, got {v!r}")
     step, frac_bits, result_bits = int(step), int(frac_bits), int(result_bits)   # np.uint8(255) wrapped padding K
     if step > MAX_STEP:    # 2**40 was taken, and the first GEMM asked NumPy for terabytes
