@@ -56,7 +56,8 @@ def register(sub, name, help_text):
                        help="start a local Dask cluster of N worker processes, one cell per task")
     group.add_argument("--scheduler", type=scheduler_address, metavar="ADDRESS",
                        help="run on an existing dask.distributed scheduler, e.g. tcp://127.0.0.1:8786")
-    p.add_argument("--list", action="store_true", help="list the cells and exit")
+    p.add_argument("--list", action="store_true",
+                   help="list the cells and exit (with --quick and --kinds only: nothing runs or is written)")
     p.add_argument("--quiet", action="store_true", help="no progress, no summary")
     p.set_defaults(func=run)
 
@@ -230,6 +231,12 @@ def run(args) -> int:
     cfg = grad.QUICK if args.quick else grad.FULL
     cells = [c for c in grad.plan_cells(cfg) if c["kind"] in kinds]
     if args.list:
+        # the listing runs and writes nothing: these options were ignored, silently
+        given = [o for o, v in (("--out", args.out), ("--workers", args.workers), ("--scheduler", args.scheduler),
+                                ("--quiet", args.quiet)) if v not in (None, False)]
+        if given:
+            raise ValueError(f"--list only prints the cells (nothing runs or is written): {', '.join(given)} would "
+                             "be ignored; leave it out")
         for c in cells:
             print(grad.cell_id(c))
         print(f"{len(cells)} cells")

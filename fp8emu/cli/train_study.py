@@ -90,7 +90,8 @@ def register(sub, name, help_text):
                        help="start a local Dask cluster of N worker processes, one run per task")
     group.add_argument("--scheduler", type=scheduler_address, metavar="ADDRESS",
                        help="run on an existing dask.distributed scheduler, e.g. tcp://127.0.0.1:8786")
-    p.add_argument("--list", action="store_true", help="list the runs the study would make and exit")
+    p.add_argument("--list", action="store_true",
+                   help="list the runs the study would make and exit (nothing trains or is written)")
     p.add_argument("--no-report", action="store_true", help="write the result files and CSV only")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: write the tables and report of the runs already in --out")
@@ -288,6 +289,12 @@ def run(args) -> int:
     cfg = study_config(args)
     specs = runs.plan_runs(cfg)
     if args.list:
+        # the listing trains and writes nothing: these options were ignored, silently
+        given = [o for o, v in (("--out", args.out), ("--workers", args.workers), ("--scheduler", args.scheduler),
+                                ("--report-only", args.report_only), ("--quiet", args.quiet)) if v not in (None, False)]
+        if given:
+            raise ValueError(f"--list only prints the runs (nothing trains or is written): {', '.join(given)} would "
+                             "be ignored; leave it out")
         for s in specs:
             print(s.run_id + ("  (diagnostics)" if s.diagnostics else "") + ("  (weights kept)" if s.keep_weights
                                                                              else ""))
