@@ -175,6 +175,22 @@ def merge(cells, rows_by_id) -> dict:
     return tables
 
 
+def study_cells(out: Path, cfg, rows_by_id: dict) -> tuple:
+    """``(cells, {cell_id: rows})``: every cell of the study in ``out/cells`` (read and checked as a resume reads
+    them), in the planned order, the invocation's ``rows_by_id`` among them.
+
+    The tables are the whole study's: kinds share tables (``bias.csv``: bias and eden cells; ``operands.csv``:
+    eden and operands cells), so tables of one invocation's ``--kinds`` rewrote them with that kind's rows
+    alone (``--kinds eden`` into a finished study: findings (a), (b) and (g) "not run")."""
+    cfg_sha, rows = digest(cfg.as_dict()), dict(rows_by_id)
+    cells = grad.plan_cells(cfg)
+    for c in cells:
+        path = out / "cells" / f"{grad.cell_id(c)}.json"
+        if grad.cell_id(c) not in rows and path.exists():
+            rows[grad.cell_id(c)] = read_cell(path, cfg_sha, c)
+    return [c for c in cells if grad.cell_id(c) in rows], rows
+
+
 def _cpu_name():
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -251,7 +267,8 @@ def run(args) -> int:
         res = execute(out, cfg, cells, client=client, progress=not args.quiet)
     argv = ["grad-study"] + (["--quick"] if args.quick else []) + ([f"--kinds {args.kinds}"] if args.kinds else [])
     prov = provenance(cfg, argv, time.perf_counter() - t0, args.workers or args.scheduler or 1, res["computed"])
-    report.write_report(merge(cells, res["rows"]), out, prov)
+    present, rows = study_cells(out, cfg, res["rows"])
+    report.write_report(merge(present, rows), out, prov)
     if not args.quiet:
         print(f"{res['computed']} cells computed, {res['skipped']} already in {out / 'cells'}; "
               f"{time.perf_counter() - t0:.1f} s")
