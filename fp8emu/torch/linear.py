@@ -59,6 +59,12 @@ def _call_key(x: torch.Tensor) -> tuple:
     return (str(a.dtype), tuple(a.shape), hashlib.blake2b(raw.cpu().numpy().tobytes(), digest_size=16).digest())
 
 
+def _in_transform() -> bool:
+    """Whether a ``torch.func`` transform (grad, vmap, jvp) runs: its wrapper tensors (even ``x.detach()`` of a
+    plain ``x`` under ``grad``) have no values NumPy can read."""
+    return torch._C._functorch.maybe_current_level() is not None
+
+
 def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
     """A tensor as a NumPy array in the stack's dtype (bfloat16 via ml_dtypes, or float32)."""
     a = t.detach().to(torch.float32).contiguous().numpy()
@@ -289,6 +295,10 @@ class EmulatedLinear(nn.Module):
         # the first call's bits and leave the state as it was (it advanced the step counter, which seeds
         # stochastic rounding, and delayed scaling's amax twice, and quantized with the updated scale: other
         # gradients than without checkpointing)
+        if _in_transform():
+            # the recompute's key reads x's values, which a torch.func wrapper has not (the plain nn.Linear of an
+            # autocast_only layer outside autocast runs under the transforms; the emulated GEMMs refuse them)
+            return self._dispatch(x)
         key, inside = _call_key(x), torch._C._current_graph_task_id() != -1
         if inside and key in self.recompute_states:
             return self._recompute(x, *self.recompute_states[key])
@@ -354,6 +364,18 @@ class EmulatedLinear(nn.Module):
             # Dynamo started tracing here (it skips a frame that raised once and compiles the frames it
             # calls): the same opaque op as forward's
             return COMPILED_FORWARD(self, x)
+        if _in_transform():
+            # the NumPy GEMMs read the tensors' values: torch's "Cannot access data pointer of Tensor that doesn't
+            # have storage"
+            raise RuntimeError(f"layer {self.layer_name!r}: torch.func transforms (grad, vmap, jvp, jacrev, ...) "
+                               "cannot run an emulated layer, whose GEMMs are NumPy calls on the tensors' values; "
+                               "take gradients with ordinary autograd (loss.backward(), torch.autograd.grad) and "
+                               "batch with a loop")
+        if torch.jit.is_tracing():
+            # the tracer cannot record the NumPy GEMMs: torch's bare "unordered_map::at"
+            raise RuntimeError(f"layer {self.layer_name!r}: torch.jit.trace cannot record an emulated layer, whose "
+                               "GEMMs are NumPy calls; use torch.compile or torch.export, which run it as one "
+                               "custom op")
         dev = x.device.type
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
