@@ -295,7 +295,8 @@ def capture(model, loss_fn) -> tuple:
     Returns ``(loss, {layer name: LayerCapture})``: every linear layer the forward calls (a layer it
     does not call is left out).  ``loss_fn(model)`` must return a scalar tensor.  The parameters'
     ``.grad`` are cleared first (and hold this backward's gradients after).  A ValueError names a layer
-    called more than once in the forward (its gradients would be summed over the calls), two called
+    called more than once in the forward (its gradients would be summed over the calls; activation
+    checkpointing's recompute in the backward is no second call), two called
     layers sharing one weight (tied: the same sum), a layer whose weight reaches the loss outside the
     layer too (tied to an embedding, or in a penalty of ``loss_fn``: the same sum), a layer
     run with autograd off inside the forward, a layer whose output does not reach the loss, a layer whose weight
@@ -323,12 +324,34 @@ def capture(model, loss_fn) -> tuple:
             return args, {**kwargs, "input": kwargs["input"].view_as(kwargs["input"])}
         return None
 
+    def gradients(rec, x, out):
+        if x.requires_grad:
+            x.register_hook(lambda g: rec.__setitem__("dx", _np32(_rows(g))))
+        if out.requires_grad:     # not under no_grad (torch refuses a hook there); the checks below name it
+            out.register_hook(lambda g: rec.__setitem__("dy", _np32(_rows(g))))
+
+    def recompute(name, x, out):
+        # activation checkpointing runs the layer's forward again inside the backward (it said "called twice in
+        # one forward"); without reentry the gradients flow through the forward's own graph, hooked already
+        rec = seen[name]
+        if rec["grad_mode"] or not torch.is_grad_enabled():
+            return
+        # torch.utils.checkpoint(use_reentrant=True) ran the forward under no_grad: the recompute's graph is the
+        # one the backward takes, on the same values
+        if not (np.array_equal(rec["x"], _np32(_rows(x))) and np.array_equal(rec["y"], _np32(_rows(out)))):
+            raise ValueError(f"layer {name!r}: activation checkpointing's recompute gave it another input or output "
+                             "than its forward, so the gradients are not of the captured operands")
+        rec["grad_mode"] = True
+        gradients(rec, x, out)
+
     def fwd(name):
         def hook(mod, args, kwargs, out):
+            x = args[0] if args else kwargs.get("input")      # lin(input=x): no positional input
+            if name in seen and torch._C._current_graph_task_id() != -1 and isinstance(x, torch.Tensor):
+                return recompute(name, x, out)
             if name in seen:
                 raise ValueError(f"layer {name!r} was called twice in one forward; a probe needs one call "
                                  "per layer")
-            x = args[0] if args else kwargs.get("input")      # lin(input=x): no positional input
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"layer {name!r} was called without an input tensor (args {len(args)}, "
                                 f"keywords {sorted(kwargs)})")
@@ -340,10 +363,7 @@ def capture(model, loss_fn) -> tuple:
             rec = seen[name] = {"x": _np32(_rows(x), f"the input of layer {name!r}"),
                                 "y": _np32(_rows(out), f"the output of layer {name!r}"),
                                 "grad_mode": torch.is_grad_enabled()}
-            if x.requires_grad:
-                x.register_hook(lambda g: rec.__setitem__("dx", _np32(_rows(g))))
-            if out.requires_grad:     # not under no_grad (torch refuses a hook there); the checks below name it
-                out.register_hook(lambda g: rec.__setitem__("dy", _np32(_rows(g))))
+            gradients(rec, x, out)
         return hook
 
     for name, mod in layers.items():
