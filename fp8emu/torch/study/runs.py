@@ -184,6 +184,12 @@ def plan_runs(cfg: StudyConfig) -> list:
         if tokens % mult:
             raise ValueError(f"{r}@{st} needs a multiple of {mult} tokens per step, got batch {cfg.model.batch} x "
                              f"seq_len {cfg.model.seq_len} = {tokens}; change --batch or --seq-len")
+        if cfg.model.d_model % mult:
+            # every projection has d_model in or out features: emulate left them all in high precision (one
+            # warning), and the run, named after the recipe, trained in float32
+            raise ValueError(f"{r}@{st} emulates layers whose in and out features are multiples of {mult}, and "
+                             f"every projection of the model has d_model = {cfg.model.d_model} features in or out: "
+                             "none would be emulated (a float32 run under the recipe's name); change --d-model")
     common = dict(model=cfg.model, train=cfg.train, corpus=cfg.corpus)
     base_seeds = cfg.baseline_seeds or cfg.seeds
     if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in base_seeds):
