@@ -28,7 +28,7 @@ from ...codec import decode
 from ...training import PASSES, Operand
 from ..gemms import run_gemm
 
-__all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple"]
+__all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input"]
 
 _ROLES = ("input", "weight", "grad_output")
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
@@ -239,6 +239,50 @@ class _QuantizedLinear(torch.autograd.Function):
         return _torch(dx, ctx.x_dtype), dw, db, None
 
 
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def check_input(owner: str, x, features: int) -> None:
+    """One error naming what an FP8 (``autocast``) call of ``owner`` cannot take as its input ``x``.
+
+    Outside ``autocast`` torch's own functions refuse such inputs; inside, the NumPy GEMMs took an integer
+    input and cast the output back to it (truncated: zeros), computed a float64 input beyond float32's range
+    as Inf (finite garbage out), and raised NumPy's "shape mismatch" for a wrong feature count, Python's
+    "tuple index out of range" for a 0-D input, and torch's messages about NumPy for a meta tensor or under a
+    ``torch.func`` transform.
+
+    Examples
+    --------
+    >>> check_input("Linear.gemm", torch.ones(16, 48), 64)
+    Traceback (most recent call last):
+    ...
+    ValueError: Linear.gemm: input has 48 features, expected 64
+    """
+    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOATS:
+        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"{owner}: input must be a float32, bfloat16, float16 or float64 tensor, got {got}")
+    if x.device.type == "meta":
+        raise ValueError(f"{owner}: input is a meta tensor (a shape without values); the emulated GEMMs compute "
+                         "on its values")
+    if torch._C._functorch.maybe_current_level() is not None:
+        raise RuntimeError(f"{owner}: torch.func transforms (grad, vmap, jvp, jacrev, ...) cannot run the emulated "
+                           "GEMMs, which are NumPy calls on the tensors' values; use ordinary autograd")
+    if torch.jit.is_tracing():
+        raise RuntimeError(f"{owner}: torch.jit.trace cannot record the emulated GEMMs, which are NumPy calls")
+    if x.dim() == 0:
+        raise ValueError(f"{owner}: input is a 0-D tensor (a scalar); it takes a tensor whose last dimension holds "
+                         f"its {features} features")
+    if x.shape[-1] != features:
+        raise ValueError(f"{owner}: input has {x.shape[-1]} features, expected {features}")
+    if x.dtype == torch.float64:
+        d = x.detach()
+        over = torch.isfinite(d) & torch.isinf(d.to(torch.float32))
+        if bool(over.any()):
+            raise ValueError(f"{owner}: input overflows float32, the type the emulated GEMMs compute in: "
+                             f"{int(over.sum())} finite float64 value(s) round to Inf in float32 (largest magnitude "
+                             f"given {float(d[over].abs().max()):.6g}); scale the input")
+
+
 def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias, plan: GemmPlan) -> torch.Tensor:
     """``x @ weight.T + bias`` with the three GEMMs quantized as ``plan`` says; ``x`` is (..., in_features).
 
@@ -251,6 +295,7 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias, plan: GemmPlan
     [16.0, 16.0, 16.0]
     """
     R, S = plan.recipe, plan.stack
+    check_input(plan.name or plan.gemm.gemm_name, x, weight.shape[1])
     m = stack_multiple(R, S)
     tokens = x.numel() // max(x.shape[-1], 1)
     for what, v in (("in_features", weight.shape[1]), ("out_features", weight.shape[0]), ("tokens", tokens)):
