@@ -78,6 +78,15 @@ _REFUSED = {"tp_size": (1, "tensor parallelism splits the layer"),
             "activation_params": (None, "clamped activations")}
 
 
+def _eager_under_compile(forward):
+    """``forward`` run as it runs eagerly when ``torch.compile`` meets it (a graph break around the module).
+
+    Dynamo cannot trace the emulated GEMMs (NumPy calls, recipe objects) nor guard on the autocast state (a
+    ``contextvars.ContextVar``): a compiled model's first FP8 call raised its internal "NotImplementedError:
+    argument of type: <class 'type'>".  Run eagerly, the module gives the eager bits, forward and backward."""
+    return torch.compiler.disable(forward)
+
+
 def check_arguments(owner: str, args: dict) -> None:
     """Refuse, by name, an argument whose non-default value changes what is computed in a way not emulated.
 
@@ -244,6 +253,7 @@ class Linear(_TEModule):
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
         self._setup_gemms("gemm")
 
+    @_eager_under_compile
     def forward(self, inp, is_first_microbatch=None, fp8_output=False, fp8_grad=False):
         if fp8_output or fp8_grad:
             raise ValueError("Linear: fp8_output / fp8_grad (FP8 tensors handed to the next module) are not "
@@ -275,6 +285,7 @@ class _Norm(_TEModule):
         self.bias = nn.Parameter(torch.zeros(size, dtype=dtype)) if normalization == "LayerNorm" else None
         self._gemm_names = ()
 
+    @_eager_under_compile
     def forward(self, inp):
         st = current_autocast()
         if st is None or not st.enabled:
@@ -384,6 +395,7 @@ class LayerNormLinear(_NormGemm):
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
         self._setup_gemms("gemm")
 
+    @_eager_under_compile
     def forward(self, inp, is_first_microbatch=None, fp8_output=False, fp8_grad=False, *, fused=None):
         """``fused``: None (TE's choice), or False to round the norm output before its quantizer
         whatever the recipe (the unfused composition, for comparisons)."""
@@ -450,6 +462,7 @@ class LayerNormMLP(_NormGemm):
         self.fc2_bias = nn.Parameter(torch.zeros(hidden_size, dtype=dtype)) if bias else None
         self._setup_gemms("fc1", "fc2")
 
+    @_eager_under_compile
     def forward(self, inp, is_first_microbatch=None, *, fused=None):
         """``fused``: None (TE's choice), or False to round every tensor before its quantizer (unfused)."""
         mode = self._mode()
