@@ -124,6 +124,12 @@ class DotProductAttention(nn.Module):
             if mask is not None:
                 raise ValueError(f"DotProductAttention: FP8 attention ({self.fp8_attention_recipe}) takes causal or "
                                  f"no masks; got attn_mask_type={mask_type!r}")
+            if self.training and self.attention_dropout:
+                # fp8_sdpa has no dropout: the high-precision path drops (training mode), this one silently did not
+                raise ValueError(f"DotProductAttention: FP8 attention ({self.fp8_attention_recipe}) has no dropout, "
+                                 f"and attention_dropout={self.attention_dropout} in training mode would be ignored; "
+                                 "call .eval() for inference (FP8 attention is forward only), or give "
+                                 "attention_dropout=0.0")
             out = fp8_sdpa(self.fp8_attention_recipe)(q, k, v, is_causal=causal, scale=self.softmax_scale,
                                                       enable_gqa=k.shape[1] != q.shape[1])
         else:
