@@ -63,3 +63,15 @@ def test_jit_trace_is_named_and_export_runs_the_eager_bits():
     ep = torch.export.export(m, (x,))
     with torch.no_grad():
         assert torch.equal(ep.module()(x2), m(x2))
+
+
+@pytest.mark.parametrize("name", ["quantize_tensorwise", "encode", "fp8_sdpa"])
+def test_the_torch_in_torch_out_functions_name_a_transform(name):
+    # the neighbour of the layer's fix: the same "Cannot access data pointer" from fp8emu.torch's functions
+    calls = {"quantize_tensorwise": lambda t: ft.quantize_tensorwise(t, "e4m3fn"),
+             "encode": lambda t: ft.encode(t, "e4m3fn"),
+             "fp8_sdpa": lambda t: ft.fp8_sdpa("fa3-fp8")(t[None, None], t[None, None], t[None, None])}
+    x = torch.randn(2, 32, 32)
+    with pytest.raises(RuntimeError, match="torch.func transforms .* cannot run fp8emu's NumPy computations"):
+        torch.vmap(calls[name])(x)
+    calls[name](x[0])                      # outside the transform it runs

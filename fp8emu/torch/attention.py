@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .. import attention as _attention
+from .tensors import check_eager
 
 __all__ = ["fp8_sdpa"]
 
@@ -46,6 +47,7 @@ def fp8_sdpa(recipe="fa3-fp8"):
         if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
             raise RuntimeError(f"fp8 attention ({rec.name}) is forward only (inference): run it under "
                                "torch.no_grad()")
+        check_eager(f"fp8 attention ({rec.name})")
         lead = _check(rec.name, query, key, value, is_causal, enable_gqa)
         if math.prod(lead) == 0:            # an empty batch: nothing to attend, as torch returns it
             return query.new_zeros((*lead, *query.shape[-3:-1], value.shape[-1]))

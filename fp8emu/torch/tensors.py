@@ -44,7 +44,7 @@ from ..interop import TORCH_NARROW_NAMES, code_array, to_numpy
 from ..layouts import pack_fp4
 from ..scaling import ScaledTensor
 
-__all__ = ["to_torch", "from_torch", "device_of", "torch_dtype", "TorchScaled", "scaled_to_torch"]
+__all__ = ["to_torch", "from_torch", "device_of", "torch_dtype", "TorchScaled", "scaled_to_torch", "check_eager"]
 
 _FLOAT_TORCH = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
                 "bfloat16": torch.bfloat16}
@@ -85,8 +85,18 @@ def device_of(*xs):
     return torch.device("cpu")
 
 
+def check_eager(owner):
+    """One error where a NumPy computation cannot read torch's tensors: inside a ``torch.func`` transform (its
+    wrapper tensors have no storage: torch's "Cannot access data pointer of Tensor that doesn't have storage")."""
+    if torch._C._functorch.maybe_current_level() is not None:
+        raise RuntimeError(f"{owner}: torch.func transforms (grad, vmap, jvp, jacrev, ...) cannot run fp8emu's "
+                           "NumPy computations on the tensors' values; call it outside the transform")
+
+
 def from_torch(x, what="x"):
     """A NumPy / ml_dtypes array with ``x``'s values or codes (see :func:`fp8emu.interop.to_numpy`)."""
+    if isinstance(x, torch.Tensor):
+        check_eager(f"fp8emu.torch, operand {what!r}")
     return to_numpy(x, what=what)
 
 

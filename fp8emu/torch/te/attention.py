@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import fp8_sdpa
-from .modules import LayerNormLinear, LayerNormMLP, Linear, _eager_under_compile, check_activation, check_arguments
+from .modules import LayerNormLinear, LayerNormMLP, Linear, check_activation, check_arguments, eager_under_compile
 from .quantization import current_autocast
 
 __all__ = ["DotProductAttention", "MultiheadAttention", "TransformerLayer"]
@@ -86,7 +86,7 @@ class DotProductAttention(nn.Module):
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(kv_channels)
         self.fp8_attention_recipe = fp8_attention_recipe
 
-    @_eager_under_compile      # its FP8 attention is NumPy (fp8_sdpa): run eagerly under torch.compile
+    @eager_under_compile      # its FP8 attention is NumPy (fp8_sdpa): run eagerly under torch.compile
     def forward(self, query_layer=None, key_layer=None, value_layer=None, attention_mask=None, qkv_format=None,
                 cu_seqlens_q=None, cu_seqlens_kv=None, cu_seqlens_q_padded=None, cu_seqlens_kv_padded=None,
                 max_seqlen_q=None, max_seqlen_kv=None, attn_mask_type=None, window_size=None,

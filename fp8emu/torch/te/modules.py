@@ -78,7 +78,7 @@ _REFUSED = {"tp_size": (1, "tensor parallelism splits the layer"),
             "activation_params": (None, "clamped activations")}
 
 
-def _eager_under_compile(forward):
+def eager_under_compile(forward):
     """``forward`` run as it runs eagerly when ``torch.compile`` meets it (a graph break around the module).
 
     Dynamo cannot trace the emulated GEMMs (NumPy calls, recipe objects) nor guard on the autocast state (a
@@ -253,7 +253,7 @@ class Linear(_TEModule):
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
         self._setup_gemms("gemm")
 
-    @_eager_under_compile
+    @eager_under_compile
     def forward(self, inp, is_first_microbatch=None, fp8_output=False, fp8_grad=False):
         if fp8_output or fp8_grad:
             raise ValueError("Linear: fp8_output / fp8_grad (FP8 tensors handed to the next module) are not "
@@ -285,7 +285,7 @@ class _Norm(_TEModule):
         self.bias = nn.Parameter(torch.zeros(size, dtype=dtype)) if normalization == "LayerNorm" else None
         self._gemm_names = ()
 
-    @_eager_under_compile
+    @eager_under_compile
     def forward(self, inp):
         st = current_autocast()
         if st is None or not st.enabled:
@@ -395,7 +395,7 @@ class LayerNormLinear(_NormGemm):
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
         self._setup_gemms("gemm")
 
-    @_eager_under_compile
+    @eager_under_compile
     def forward(self, inp, is_first_microbatch=None, fp8_output=False, fp8_grad=False, *, fused=None):
         """``fused``: None (TE's choice), or False to round the norm output before its quantizer
         whatever the recipe (the unfused composition, for comparisons)."""
@@ -462,7 +462,7 @@ class LayerNormMLP(_NormGemm):
         self.fc2_bias = nn.Parameter(torch.zeros(hidden_size, dtype=dtype)) if bias else None
         self._setup_gemms("fc1", "fc2")
 
-    @_eager_under_compile
+    @eager_under_compile
     def forward(self, inp, is_first_microbatch=None, *, fused=None):
         """``fused``: None (TE's choice), or False to round every tensor before its quantizer (unfused)."""
         mode = self._mode()
