@@ -50,6 +50,7 @@ from torch import nn
 from ..training import get_recipe, get_stack
 from .linear import EmulatedLinear
 from .swap import HighPrecisionWarning, emulate
+from .te import LayerNormLinear, LayerNormMLP, Linear as TELinear
 
 __all__ = ["LayerCapture", "layer_passes", "exact_passes", "exact_accumulation", "capture", "qat_model",
            "emulated_model", "PASS_TENSORS"]
@@ -301,7 +302,8 @@ def capture(model, loss_fn) -> tuple:
     layer too (tied to an embedding, or in a penalty of ``loss_fn``: the same sum), a layer
     run with autograd off inside the forward, a layer whose output does not reach the loss, a layer whose weight
     needs no gradient (frozen: it has no wgrad) and a layer whose weight is computed (a parametrization or
-    weight norm), and a ``loss_fn`` that runs a backward itself; a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
+    weight norm), and a ``loss_fn`` that runs a backward itself, and a model holding :mod:`fp8emu.torch.te` modules
+    (their GEMMs are no ``nn.Linear``); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
     hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
     output and its gradient, before the hook.
     """
@@ -312,6 +314,13 @@ def capture(model, loss_fn) -> tuple:
     if not torch.is_grad_enabled():
         raise RuntimeError("capture runs a backward: call it with autograd on (not under torch.no_grad() or "
                            "torch.inference_mode())")
+    te_layers = [n for n, m in model.named_modules() if isinstance(m, (TELinear, LayerNormLinear, LayerNormMLP))]
+    if te_layers:
+        # their GEMMs are no nn.Linear: capture returned ({}), silently, or left them out of a mixed model
+        kind = type(model.get_submodule(te_layers[0])).__name__
+        raise ValueError(f"layer {te_layers[0]!r} is a module of fp8emu.torch.te ({kind}), "
+                         "whose GEMMs capture cannot see: it probes torch.nn.Linear layers (and those "
+                         "fp8emu.torch.emulate swapped); build the model of nn.Linear layers for the probe")
     layers = _linears(model)
     seen, handles = {}, []
 
