@@ -9,7 +9,7 @@ from ..codec import decode
 from ..gemm.quantized import quantized_mm
 from ..training.recipes import Operand
 
-__all__ = ["run_gemm", "operand_stats"]
+__all__ = ["run_gemm", "operand_stats", "first_order_only"]
 
 
 def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="NN", fast_accum=False) -> np.ndarray:
@@ -20,6 +20,29 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="
     mkldnn = bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
     return quantized_mm(a, b, accumulator, out_dtype, bias, layout=layout, fast_accum=fast_accum,
                         threads=torch.get_num_threads(), mkldnn=mkldnn, stacklevel=3)
+
+
+def first_order_only(owner: str, grads: tuple) -> tuple:
+    """The gradients an emulated backward returns, made to raise one error naming ``owner`` if they are
+    differentiated again.
+
+    The backward is NumPy, so its gradients have no graph: with ``create_graph=True`` (a gradient penalty, a
+    Hessian-vector product) they came back as constants, and a penalty on them (``(loss + g.norm()).backward()``)
+    added nothing to the weights' gradients, silently.  Under ``create_graph`` each is an alias whose own
+    backward raises (torch's mechanism for ``once_differentiable``, here whatever the incoming gradient)."""
+    if not torch.is_grad_enabled():
+        return grads
+    live = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
+    err = torch._C._functions.DelayedError(
+        f"{owner}: the emulated backward (NumPy) is differentiable once: its gradients have no graph, so a second "
+        "derivative through it (create_graph=True: a gradient penalty, a Hessian-vector product) is not "
+        "computed".encode(), len(live))
+    aliased = err(*[grads[i].detach().requires_grad_(True) for i in live])
+    aliased = aliased if isinstance(aliased, tuple) else (aliased,)
+    out = list(grads)
+    for i, t in zip(live, aliased):
+        out[i] = t
+    return tuple(out)
 
 
 def operand_stats(arr: np.ndarray, op: Operand) -> dict:

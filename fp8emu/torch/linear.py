@@ -25,7 +25,7 @@ from torch import nn
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
-from .gemms import operand_stats, run_gemm
+from .gemms import first_order_only, operand_stats, run_gemm
 
 __all__ = ["EmulatedLinear"]
 
@@ -463,8 +463,9 @@ class _LinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         # the recipe and stack the forward ran with (an autocast block may have ended since)
-        with _acting_as(ctx.layer, *ctx.acting):
-            return _LinearFunction._backward(ctx, dy)
+        with torch.no_grad(), _acting_as(ctx.layer, *ctx.acting):
+            grads = _LinearFunction._backward(ctx, dy)
+        return first_order_only(f"layer {ctx.layer.layer_name!r}", grads)
 
     @staticmethod
     def _backward(ctx, dy):

@@ -26,7 +26,7 @@ from torch import nn
 
 from ...codec import decode
 from ...training import PASSES, Operand
-from ..gemms import run_gemm
+from ..gemms import first_order_only, run_gemm
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input"]
 
@@ -220,6 +220,12 @@ class _QuantizedLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        with torch.no_grad():
+            grads = _QuantizedLinear._backward(ctx, dy)
+        return first_order_only(ctx.plan.name or ctx.plan.gemm.gemm_name, grads)
+
+    @staticmethod
+    def _backward(ctx, dy):
         plan, step = ctx.plan, ctx.step
         g, R, S = plan.gemm, plan.recipe, plan.stack
         dys = _np(dy, S.dtype if plan.round_dy else "float32")
