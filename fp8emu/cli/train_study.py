@@ -321,6 +321,14 @@ def run(args) -> int:
         raise ValueError(f"--infer-windows sizes the inference table, which "
                          f"{'--no-inference' if args.no_inference else '--no-report'} leaves out: it would be "
                          "ignored; leave it out")
+    if args.infer_windows is not None:
+        # eval_windows takes at most one window per start in the validation split: more were cut to that count,
+        # silently, while provenance.csv said the count asked for
+        val = load_corpus(cfg.corpus, min_split_bytes=cfg.model.seq_len + 1).val
+        most = val.size - cfg.model.seq_len
+        if args.infer_windows > most:
+            raise ValueError(f"--infer-windows {args.infer_windows}: the corpus's validation split ({val.size} bytes) "
+                             f"holds {most} windows of --seq-len {cfg.model.seq_len} (+1) bytes; give at most {most}")
     if not specs and not args.report_only:   # before anything is written into --out
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")
