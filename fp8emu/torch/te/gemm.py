@@ -17,6 +17,7 @@ stochastic rounding are buffers of a :class:`QuantGemm`, so they are in the modu
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import ml_dtypes
@@ -28,7 +29,8 @@ from ...codec import decode
 from ...training import PASSES, Operand
 from ..gemms import first_order_only, run_gemm
 
-__all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input"]
+__all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
+           "primary_key"]
 
 _ROLES = ("input", "weight", "grad_output")
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
@@ -105,6 +107,16 @@ def dequantize_operand(op: Operand, shape) -> np.ndarray:
                 s = np.repeat(s, 128, axis=ax)
         s = s[:shape[0], :shape[1]]
     return (v * s).astype(np.float32)
+
+
+def primary_key(weight: torch.Tensor) -> tuple:
+    """The key of an FP8 primary weight's quantized copy: the master weight's values (a digest of its bytes).
+
+    Its version counter missed writes through ``.data`` (``p.data.clamp_(...)``, ``p.data = ...``), after which
+    the forward computed with the old weight's copy, silently."""
+    a = weight.detach().contiguous().cpu()
+    raw = a.view(torch.uint8) if a.dtype == torch.bfloat16 else a
+    return ("primary", str(a.dtype), tuple(a.shape), hashlib.blake2b(raw.numpy().tobytes(), digest_size=16).digest())
 
 
 class QuantGemm(nn.Module):
@@ -184,7 +196,7 @@ class QuantGemm(nn.Module):
     def dequantized_weight(self, weight) -> torch.Tensor:
         """An FP8 primary weight as its quantized copy's values (what TE's FP8 parameter holds)."""
         recipe, _ = self.primary
-        b, _ = self.cached_weight(recipe, weight, int(self.fp8emu_step), ("primary", weight._version))
+        b, _ = self.cached_weight(recipe, weight, int(self.fp8emu_step), primary_key(weight))
         return _torch(dequantize_operand(b, (weight.shape[1], weight.shape[0])).T, weight.dtype)
 
 

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .gemm import GemmPlan, QuantGemm, check_input, quantized_linear, round_to_stack
+from .gemm import GemmPlan, QuantGemm, check_input, primary_key, quantized_linear, round_to_stack
 from .quantization import current_autocast, current_model_init
 
 __all__ = ["Linear", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm", "ACTIVATIONS", "FUSED_DACT",
@@ -179,7 +179,7 @@ class _TEModule(nn.Module):
     def _plan(self, n, weight, mode, is_first_microbatch, **rounding):
         g = getattr(self, f"fp8emu_{n}")
         if g.primary is not None:
-            key = ("primary", weight._version)      # re-quantized when the optimizer changed the master
+            key = primary_key(weight)      # re-quantized when the master weight's values changed
         elif is_first_microbatch is None:
             key, g._mb_key = None, None
         elif is_first_microbatch or getattr(g, "_mb_key", None) is None:
@@ -218,7 +218,7 @@ def refresh_primary_weights(model: nn.Module) -> int:
                 if g.primary is not None:
                     w = getattr(mod, "weight" if n == "gemm" else f"{n}_weight")
                     g._weight_copy = None
-                    g.cached_weight(g.primary[0], w, int(g.fp8emu_step), ("primary", w._version))
+                    g.cached_weight(g.primary[0], w, int(g.fp8emu_step), primary_key(w))
                     count += 1
     return count
 
