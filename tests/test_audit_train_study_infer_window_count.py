@@ -31,7 +31,7 @@ def test_more_windows_than_the_split_holds_are_refused(tmp_path, capsys, monkeyp
     out = tmp_path / "o"
     assert main(_argv(out, most + 1, text)) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"--infer-windows {most + 1}" in err[0] and f"give at most {most}" in err[0], err
+    assert len(err) == 1 and f"--infer-windows {most + 1}" in err[0] and f"at most {most}" in err[0], err
     assert not out.exists()
     with pytest.raises(AssertionError, match="the study ran"):      # the largest count passes the checks
         main(_argv(out, most, text))

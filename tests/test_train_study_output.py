@@ -72,7 +72,7 @@ def test_help_shows_the_committed_defaults():
 def small_study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study") / "s"
     argv = ["train-study", "--quick", "--pairs", "te-nvfp4@b200", "--steps", "4", "--eval-every", "2",
-            "--seeds", "2", "--seq-len", "16", "--batch", "4", "--infer-windows", "2", "--out", str(out), "--quiet"]
+            "--seeds", "2", "--seq-len", "16", "--batch", "4", "--infer-windows", "4", "--out", str(out), "--quiet"]
     assert main(argv) == 0
     return out
 
@@ -97,7 +97,7 @@ def test_every_report_says_how_to_read_it(small_study):
         assert "How to read this report" in text
         assert text.count("How to read:") == 2                # the gap table and the inference table
         assert "over 8 validation windows" in text            # --quick's final windows
-        assert "on 2 validation windows (--infer-windows)" in text
+        assert "on 4 validation windows (--infer-windows)" in text
         assert "s/step with diagnostics" in text
         assert "fraction clipped" in text and "by design" in text
     cols = _csv(small_study / "diagnostics.csv")[0]

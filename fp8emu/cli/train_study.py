@@ -33,7 +33,7 @@ try:   # torch is an optional extra: a missing torch is reported by run(), not a
     from ..lab import lm_study as report
     from ..torch.study import infer, runs
     from ..torch.study.corpus import load_corpus
-    from ..torch.study.train import BASELINES, TrainConfig
+    from ..torch.study.train import BASELINES, TrainConfig, evaluated_windows
     _MISSING = None
 except ModuleNotFoundError as exc:   # pragma: no cover - the torch leg has torch
     if not (exc.name or "").split(".")[0] == "torch":
@@ -246,6 +246,10 @@ def provenance(cfg, argv, wall_s, workers) -> dict:
     prov.update({f"model.{k}": v for k, v in dataclasses.asdict(cfg.model).items()})
     prov.update({f"train.{k}": v for k, v in dataclasses.asdict(cfg.train).items()})
     prov["n_params"] = cfg.model.n_params
+    # what the final validation loss averaged over: the preset's count in whole batches, at most the split's (the
+    # report said train.final_windows, 8, of --batch 16's 16 windows)
+    prov["final_windows_evaluated"] = evaluated_windows(cfg.train.final_windows, cfg.model.batch,
+                                                        c.val.size - cfg.model.seq_len)
     return prov
 
 
@@ -322,13 +326,16 @@ def run(args) -> int:
                          f"{'--no-inference' if args.no_inference else '--no-report'} leaves out: it would be "
                          "ignored; leave it out")
     if args.infer_windows is not None:
-        # eval_windows takes at most one window per start in the validation split: more were cut to that count,
-        # silently, while provenance.csv said the count asked for
+        # the table evaluates whole batches of distinct windows of the validation split: another count was cut or
+        # rounded to that, silently, while provenance.csv said the count asked for
         val = load_corpus(cfg.corpus, min_split_bytes=cfg.model.seq_len + 1).val
         most = val.size - cfg.model.seq_len
-        if args.infer_windows > most:
-            raise ValueError(f"--infer-windows {args.infer_windows}: the corpus's validation split ({val.size} bytes) "
-                             f"holds {most} windows of --seq-len {cfg.model.seq_len} (+1) bytes; give at most {most}")
+        b = cfg.model.batch
+        if evaluated_windows(args.infer_windows, b, most) != args.infer_windows:
+            raise ValueError(f"--infer-windows {args.infer_windows}: the table evaluates whole batches of --batch {b} "
+                             f"windows, and the corpus's validation split ({val.size} bytes) holds {most} windows of "
+                             f"--seq-len {cfg.model.seq_len} (+1) bytes; give a multiple of {b}, at most "
+                             f"{evaluated_windows(most, b, most)}")
     if not specs and not args.report_only:   # before anything is written into --out
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")
@@ -376,8 +383,9 @@ def run(args) -> int:
     if not args.no_report:
         rows = _inference(out, res["done"], cfg, args)
         prov = _timing_note(provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1), res["done"])
-        if rows:
-            prov["infer_windows"] = infer_windows(args)
+        if rows:     # the windows the table averaged over (the preset's count is rounded to whole batches too)
+            prov["infer_windows"] = evaluated_windows(infer_windows(args), cfg.model.batch,
+                                                      load_corpus(cfg.corpus).val.size - cfg.model.seq_len)
         runs_ = report.run_rows(res["done"])
         sections = []
         if cfg.train.fork_at:

@@ -628,7 +628,7 @@ def how_to_read(provenance: dict, gaps=None) -> dict:
     >>> "64 validation windows" in text["gaps"] and "32 validation windows" in text["inference"]
     True
     """
-    final = provenance.get("train.final_windows", "the final")
+    final = provenance.get("final_windows_evaluated", provenance.get("train.final_windows", "the final"))
     infer = provenance.get("infer_windows", "--infer-windows")
     untimed = [g["label"] for g in gaps or [] if g.get("timed_seeds") == 0 and g["stack"]]
     return {

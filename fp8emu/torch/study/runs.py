@@ -156,7 +156,15 @@ def plan_runs(cfg: StudyConfig) -> list:
     """
     check_config(cfg.model)
     cfg.train.check()
-    load_corpus(cfg.corpus, min_split_bytes=cfg.model.seq_len + 1)
+    corpus = load_corpus(cfg.corpus, min_split_bytes=cfg.model.seq_len + 1)
+    windows = corpus.val.size - cfg.model.seq_len
+    if windows < cfg.model.batch:
+        # every evaluation takes whole batches of distinct windows: none fitted, and the first evaluation of the
+        # first run was Python's bare "float division by zero"
+        raise ValueError(f"corpus {corpus.name!r}: its validation split ({corpus.val.size} bytes) holds {windows} "
+                         f"window(s) of seq_len {cfg.model.seq_len} (+1) bytes, fewer than the batch "
+                         f"({cfg.model.batch}) each evaluation takes whole; give a larger corpus, or a smaller "
+                         "--batch or --seq-len")
     if not cfg.seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in cfg.seeds):
         raise ValueError(f"seeds must be non-negative integers, got {list(cfg.seeds)}")
     bad = [b for b in cfg.baselines if b not in BASELINES]

@@ -64,6 +64,7 @@ from .corpus import eval_windows, load_corpus, sample_batch, split_windows
 from .model import GPT, ModelConfig, check_config
 
 __all__ = ["RunSpec", "TrainConfig", "train_run", "BASELINES", "evaluate", "evaluate_fp32", "precision_context",
+           "evaluated_windows",
            "trunk", "TRUNK_SEED", "train_dict", "plain_copy"]
 
 #: The two high-precision baselines (run on no GPU stack).
@@ -163,6 +164,20 @@ def _lr_at(step, tc: TrainConfig):
         return tc.lr * (step + 1) / tc.warmup
     span = max(1, tc.steps - tc.warmup)
     return tc.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - tc.warmup) / span)))
+
+
+def evaluated_windows(n_windows, batch, available) -> int:
+    """How many windows :func:`evaluate` reads when asked for ``n_windows`` of a split holding ``available``:
+    whole batches, at least one, at most the split's (what a report says it averaged over).
+
+    Examples
+    --------
+    >>> evaluated_windows(64, 4, 1000), evaluated_windows(64, 5, 1000), evaluated_windows(5, 16, 1000)
+    (64, 60, 16)
+    >>> evaluated_windows(64, 4, 10)
+    8
+    """
+    return max(1, min(max(batch, n_windows // batch * batch), available)) // batch * batch
 
 
 @torch.no_grad()
