@@ -292,7 +292,7 @@ class _Norm(_TEModule):
             return _norm(inp, self.weight, self.bias, self.eps, self.normalization, self.zero_centered_gamma)
         # inside FP8 the activations are the stack's dtype: TE's kernel reads bf16 input and parameters,
         # computes in float32 and writes a bf16 output (what a following te.Linear quantizes)
-        check_input(type(self).__name__, inp, self.weight.shape[0])
+        check_input(type(self).__name__, inp, self.weight.shape[-1])
         S = st.stack
         x, g = (round_to_stack(t.to(torch.float32), S) for t in (inp, self.weight))
         b = None if self.bias is None else round_to_stack(self.bias.to(torch.float32), S)
@@ -351,7 +351,7 @@ class _NormGemm(_TEModule):
         if mode is None:
             return _norm(inp, self.layer_norm_weight, self.layer_norm_bias, self.eps, self.normalization,
                          self.zero_centered_gamma)
-        check_input(type(self).__name__, inp, self.layer_norm_weight.shape[0])
+        check_input(type(self).__name__, inp, self.layer_norm_weight.shape[-1])
         S = mode[1]
         x = round_to_stack(inp.to(torch.float32), S)
         g = round_to_stack(self.layer_norm_weight.to(torch.float32), S)
