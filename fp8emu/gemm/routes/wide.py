@@ -8,7 +8,7 @@ float64 as the row's output type holds it.  The block-scaled models of :func:`fp
 has take it; tests/test_gemm_routes.py holds it to the reference steps
 (:func:`fp8emu.gemm.datapaths.reference`).
 
-Each step is the reference step on K-major slabs (:func:`_mma_piece`), or, where a step's terms
+Each step is the reference step on K-major slabs (:func:`_dense_step`), or, where a step's terms
 provably lose nothing to the alignment, one float64 matrix product per step (the exact fast path,
 :func:`_mma_piece_fast`).
 """
@@ -22,12 +22,13 @@ import numpy as np
 
 from ... import parallel
 from ..code_tables import ZERO_EXP, ZERO_LOW, low_bits, values_and_exponents
+from ..aligned_sums import fused_step
 from ..kernels import exp_span, over_row_blocks
-from ..outputs import kept_bits, nearest
+from ..outputs import kept_bits, nearest, round_output
 
 
-#: Elements of the (rows, N, group) product block processed at once.
-_BLOCK_ELEMS = 1 << 20
+#: Elements of the (group, rows, N) product block of the dense step processed at once.
+_BLOCK_ELEMS = 1 << 18
 #: Multiply-adds below which OpenBLAS computes a matrix product on one thread.
 _BLAS_SERIAL = 1 << 18
 #: Step sums (rows x N x steps, float64) one batched matrix product forms on the fast path: 4 MiB
@@ -54,15 +55,6 @@ def serves(ins):
     (False, True)
     """
     return ins.out == "float64" and ins.datapath in ("fused", "scaled") and ins.zero_exp <= ZERO_BELOW
-
-
-class _Widths(NamedTuple):
-    """A wide row's step: products per step, fraction bits, result bits and rounding."""
-
-    group: int
-    frac_bits: int
-    sum_bits: int
-    sum_rounding: str
 
 
 def scaled_operand(codes, fmt, scales, block):
@@ -120,15 +112,14 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
     ``lows``, optional: the operands' lowest-set-bit exponents (:func:`low_bits` of ``va`` and
     ``vb``), when the caller has them from per-code tables.  Steps whose terms provably lose
     nothing to the alignment take the exact fast path (:func:`_mma_piece_fast`); the others,
-    entry by entry, the dense step (:func:`_mma_piece`).
+    entry by entry, the dense step (:func:`_dense_step`).
     """
     if not serves(ins):
         raise ValueError(f"{ins.name}: the wide route serves float64-output 'fused' / 'scaled' rows whose zero "
                          f"terms never set a step's alignment (zero_exp <= {ZERO_BELOW}) only")
-    acc = _Widths(ins.step, ins.frac_bits, kept_bits(ins) + 1, "rne" if nearest(ins) else "rtz")
     M, K = va.shape
     N = vb.shape[1]
-    G = acc.group
+    G = ins.step
     pad = (-K) % G
     if pad:
         va = np.pad(va, ((0, 0), (0, pad)))
@@ -142,7 +133,6 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
     out = np.empty((M, N))
     threads = parallel.resolve_threads(None, M * N * K)
     rows = max(1, min(M, _BLOCK_ELEMS // max(1, N * G)))
-    F = acc.frac_bits
     # Lowest exponent any non-zero term can have; all-zero steps are clamped to it
     # (their result is zero whatever the alignment).
     e_floor = exp_span(ea)[0] + exp_span(eb)[0] - 2
@@ -152,10 +142,10 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
         nz = c[c != 0]
         if nz.size:
             e_floor = min(e_floor, int(np.frexp(np.abs(nz).min())[1]) - 2)
-    fast = _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows)
+    fast = _fast_plan(va, ea, vb, eb, ins, e_floor, c, lows)
     if fast is not None:
         def row_block_fast(m0, m1):
-            out[m0:m1] = _mma_piece_fast(fast, (m0, m1), (0, ng), acc, e_floor=e_floor,
+            out[m0:m1] = _mma_piece_fast(fast, (m0, m1), (0, ng), ins, e_floor=e_floor,
                                          c_in=None if c is None else c[m0:m1], threads=threads)
 
         # row blocks of about 2**16 entries keep a step's (rows, N) arrays in cache
@@ -163,143 +153,35 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
         over_row_blocks(M, rows_f, row_block_fast, threads)
         return out
     _count(dense=M * N * ng)
-    amax, bmax = np.abs(va).max(initial=0.0), np.abs(vb).max(initial=0.0)
-    # float32 is exact when scaled terms stay integers below 2**24 even after
-    # summing a group, and when products and scale factors stay normal float32
-    small = (F + 2 + int(np.ceil(np.log2(G))) <= 24 and F - e_floor < 120 and e_floor > -120
-             and amax * bmax < 2.0 ** 120)
-    dt = np.float32 if small else np.float64
-    # K-major layout: reductions over a step become element-wise operations on
-    # contiguous (rows, N) slabs, much faster than reducing a short last axis
-    vat_, vb_ = np.ascontiguousarray(va.T, dtype=dt), vb.astype(dt)
-    eat_ = np.ascontiguousarray(np.maximum(ea, ZERO_EXP).T, dtype=np.int16)
-    eb_ = np.maximum(eb, ZERO_EXP).astype(np.int16)
-    ops = _KMajor(vat_, vb_, eat_, eb_, *_exponent_weights(eat_, eb_, G))
+    # K-major: a step's products and exponents are (group, rows, N) slabs, reduced over contiguous planes
+    # (int16 holds a sum of two zero terms' exponents, -32000)
+    vat, eat = np.ascontiguousarray(va.T), np.ascontiguousarray(ea.T, dtype=np.int16)
+    eb = eb.astype(np.int16)
     rows = -(-M // max(min(threads, M), -(-M // rows)))   # at least one block per core
 
     def row_block(m0, m1):
-        P = np.empty((G, m1 - m0, N), dt)
-        Eb = None if ops.wat is not None else np.empty((G, m1 - m0, N), np.int16)
-        out[m0:m1] = _mma_piece(ops, (m0, m1), (0, ng), (P, Eb), acc, e_floor=e_floor,
-                                c_in=None if c is None else c[m0:m1])
+        part = np.zeros((m1 - m0, N)) if c is None else c[m0:m1].copy()
+        for g in range(ng):
+            sl = slice(g * G, (g + 1) * G)
+            part = _dense_step(np.einsum("km,kn->kmn", vat[sl, m0:m1], vb[sl]),
+                               eat[sl, m0:m1, None] + eb[sl, None], part, ins, e_floor)
+        # a zero step result is +0 whatever the signs that cancelled or truncated away (the
+        # fixed-point sum has no signed zero; MMA-Sim's models agree, no recording shows -0)
+        out[m0:m1] = part + 0.0
 
     over_row_blocks(M, rows, row_block, threads)
     return out
 
 
-def _exponent_weights(eat, eb, G):
-    """``(2**(c*(ea - sa)), 2**(c*(eb - sb)), c, sa + sb)`` for the exponent-maximum matmul, or Nones.
-
-    A step's largest exponent ``E = max_k(ea_k + eb_k)`` is read off
-    ``S = sum_k 2**(c*(ea_k + eb_k - s))``, one matrix product: with
-    ``2**c > G`` (``c`` a power of two), ``2**(c*(E - s)) <= S < 2**(c*(E - s) + c)`` (the rounded sum
-    of positive terms stays within those representable bounds), so
-    ``E = s + floor(log2(S) / c)``.  Zero terms (exponent sentinel) weigh 0.
-    Returns Nones when the weights would leave float64's normal range.
-    """
-    c = 1 << (int(G).bit_length() - 1).bit_length()   # a power of two with 2**c > G: E is a shift
-    nz_a, nz_b = eat > ZERO_EXP, eb > ZERO_EXP
-    if not nz_a.any() or not nz_b.any():
-        return None, None, c, 0
-    la, ha = int(eat[nz_a].min()), int(eat[nz_a].max())
-    lb, hb = int(eb[nz_b].min()), int(eb[nz_b].max())
-    sa, sb = (la + ha) // 2, (lb + hb) // 2
-    for dt, lo, hi in ((np.float32, -126, 127), (np.float64, -1022, 1023)):
-        ok = (c * (la - sa) >= lo and c * (ha - sa) <= hi and c * (lb - sb) >= lo and c * (hb - sb) <= hi
-              and c * (la - sa + lb - sb) >= lo and c * (ha - sa + hb - sb) + c <= hi)
-        if ok:
-            wat = np.where(nz_a, np.ldexp(dt(1), c * (eat.astype(np.int32) - sa)), dt(0)).astype(dt)
-            wb = np.where(nz_b, np.ldexp(dt(1), c * (eb.astype(np.int32) - sb)), dt(0)).astype(dt)
-            return wat, wb, c, sa + sb
-    return None, None, c, 0
-
-
-class _KMajor(NamedTuple):
-    """Operands laid out K-major: values of A transposed (K, M), of B (K, N), their exponents,
-    and the exponent weights of :func:`_exponent_weights` (None where not usable)."""
-
-    vat: np.ndarray
-    vb: np.ndarray
-    eat: np.ndarray
-    eb: np.ndarray
-    wat: np.ndarray | None
-    wb: np.ndarray | None
-    c: int
-    shift: int
-
-
-def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, e_floor, c_in=None):
-    """float32 result of steps ``steps = (g0, g1)`` for rows ``rows = (m0, m1)``, from accumulator ``c_in`` (or zero).
-
-    ``buffers = (P, Eb)`` are (group, rows, N) scratch arrays for the products and (only
-    without exponent weights) their exponents.  Every (rows, N) temporary is a reused
-    buffer written with ``out=``: fresh arrays of this size would be new pages each step.
-    """
-    vat_, vb_, eat_, eb_, wat, wb, c, shift = ops
-    (m0, m1), (g0, g1), (P, Eb) = rows, steps, buffers
-    dt = P.dtype
-    G, F = acc.group, acc.frac_bits
-    shape = (m1 - m0, vb_.shape[1])
-    part, sc, tmp, s, fr = (np.zeros(shape) for _ in range(5))
-    if c_in is not None:
-        part[...] = c_in
-    sc_dt, psum = np.empty(shape, dt), np.empty(shape, dt)
-    E, ep, lo_e = np.empty(shape, np.int32), np.empty(shape, np.int32), np.empty(shape, np.int32)
-    mask = np.empty(shape, bool)
-    S = np.empty(shape, wat.dtype) if wat is not None else None
-    fs = np.empty(shape, wat.dtype) if wat is not None else None
-    sub = max(1, _BLAS_SERIAL // (G * shape[1]))
-    c_log2 = np.int32(c.bit_length() - 1)
-    e_floor = np.int32(e_floor)
-    rtz = acc.sum_rounding == "rtz"
-    for g in range(g0, g1):
-        sl = slice(g * G, (g + 1) * G)
-        if wat is not None:
-            # small products: OpenBLAS runs them on the calling thread (larger ones start
-            # its own threads, which contend with ours)
-            for r in range(m0, m1, sub):
-                np.matmul(wat[sl, r:min(m1, r + sub)].T, wb[sl], out=S[r - m0:min(m1, r + sub) - m0])
-            np.frexp(S, out=(fs, E))
-            E -= 1
-            np.right_shift(E, c_log2, out=E)      # floor division by c
-            E += shift
-            np.equal(S, 0, out=mask)
-            np.copyto(E, e_floor, where=mask)
-        else:
-            np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
-            np.max(Eb, axis=0, out=ep)
-            E[...] = ep
-        np.einsum("km,kn->kmn", vat_[sl, m0:m1], vb_[sl], out=P)
-        np.frexp(part, out=(fr, ep))
-        ep -= 1
-        np.equal(part, 0, out=mask)
-        np.copyto(ep, e_floor, where=mask)
-        np.maximum(E, ep, out=E)
-        np.maximum(E, e_floor, out=E)
-        np.subtract(F, E, out=ep)
-        np.ldexp(1.0, ep, out=sc)
-        np.copyto(sc_dt, sc)
-        np.multiply(P, sc_dt[None], out=P)        # exact: a power-of-two scaling
-        np.trunc(P, out=P)
-        np.add.reduce(P, axis=0, out=psum)
-        np.multiply(part, sc, out=tmp)
-        np.trunc(tmp, out=tmp)
-        np.add(psum, tmp, out=s, dtype=np.float64)
-        # part = round_bits(s, sum_bits, sum_rounding) / sc, in place; the rounding grid
-        # stops shrinking at float32's subnormal range (value exponent -126), so a result
-        # there is rounded once, in the step's own direction, and is a float32 value
-        np.frexp(s, out=(fr, ep))
-        np.subtract(F - 125, E, out=lo_e)
-        np.maximum(ep, lo_e, out=ep)
-        np.subtract(acc.sum_bits, ep, out=ep)
-        np.ldexp(1.0, ep, out=tmp)
-        np.multiply(s, tmp, out=s)
-        (np.trunc if rtz else np.rint)(s, out=s)
-        np.divide(s, tmp, out=s)
-        np.divide(s, sc, out=part)
-    # a zero step result is +0 whatever the signs that cancelled or truncated away (the
-    # fixed-point sum has no signed zero; MMA-Sim's models agree, no recording shows -0)
-    return part + 0.0
+def _dense_step(P, E, part, ins, e_floor):
+    """The reference step (:func:`~fp8emu.gemm.aligned_sums.fused_step`, then the row's rounding) of
+    products ``P`` (G, ...) with exponents ``E`` (zero terms below ``e_floor``) and the running sum
+    ``part`` (...), every exponent taken at ``e_floor`` or above: a zero partial never sets the
+    alignment, and the aligning powers of two stay finite."""
+    _, ep = np.frexp(part)
+    ep = np.where(part == 0, e_floor, np.maximum(ep - 1, e_floor))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return round_output(fused_step(P, E, part, ep, ins.frac_bits), ins)
 
 
 # ----------------------------------------------------------------------------- the exact fast path
@@ -310,7 +192,7 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, e_floor, c_in=None):
 # one float64 matmul per step gives their exact sum.  Entries failing a check take the
 # per-entry copy of the dense step (:func:`_entry_step`).
 
-#: Internal switch: None chooses, "dense" runs the reference step (:func:`_mma_piece`) everywhere,
+#: Internal switch: None chooses, "dense" runs the reference step (:func:`_dense_step`) everywhere,
 #: "fast" the fast path wherever its checks hold, "fallback" the fast path's machinery with every
 #: entry sent through the per-entry step.  Tests force each in turn.
 _PATH = None
@@ -364,7 +246,7 @@ class _FastOps(NamedTuple):
     normal_f32: bool      # every nonzero partial is a multiple of 2**-126 (never a float32 subnormal)
 
 
-def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
+def _fast_plan(va, ea, vb, eb, ins, e_floor, c, lows):
     """The :class:`_FastOps` when the fast path applies to this product, else None.
 
     Global conditions: each step's result keeps at most F + 1 bits (so a partial that sets E is
@@ -372,9 +254,9 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
     floor exponent never cuts one) and of 2**-126 (so no partial is a float32 subnormal), and C
     holds no -0.0 (whose sign the dense step keeps).
     """
-    G, F = acc.group, acc.frac_bits
+    G, F = ins.step, ins.frac_bits
     glog = (G - 1).bit_length()
-    if _PATH == "dense" or acc.sum_bits > F + 1 or F + 3 + glog > 53:
+    if _PATH == "dense" or kept_bits(ins) > F or F + 3 + glog > 53:
         return None
     if _PATH is None:
         # a sample of entries decides whether enough of them pass the span check
@@ -416,30 +298,20 @@ def _span_share(va, ea, vb, eb, G, F, la=None, lb=None):
     return float(np.mean(zero | ((ha - la)[:, :, None] + (hb - lb)[None, :, :] <= F)))
 
 
-def _entry_step(ops: _FastOps, mi, ni, sl, part, acc, e_floor):
-    """The dense step (:func:`_mma_piece`) for the entries (mi, ni) alone: their new partials."""
-    F = acc.frac_bits
-    P = ops.va[mi, sl] * ops.vbt[ni, sl]                      # (n, G): exact products
-    E = (ops.ea[mi, sl].astype(np.int32) + ops.ebt[ni, sl]).max(axis=1)
-    fr, ep = np.frexp(part)
-    ep = np.where(part == 0, e_floor, ep - 1)
-    E = np.maximum(np.maximum(E, ep), e_floor)
-    sc = np.ldexp(1.0, F - E)
-    s = np.trunc(P * sc[:, None]).sum(axis=1) + np.trunc(part * sc)
-    _, es = np.frexp(s)
-    t = np.ldexp(1.0, acc.sum_bits - es)
-    s = (np.trunc if acc.sum_rounding == "rtz" else np.rint)(s * t) / t
-    return s / sc
+def _entry_step(ops: _FastOps, mi, ni, sl, part, ins, e_floor):
+    """The dense step (:func:`_dense_step`) for the entries (mi, ni) alone: their new partials."""
+    P = (ops.va[mi, sl] * ops.vbt[ni, sl]).T                      # (G, n): exact products
+    return _dense_step(P, (ops.ea[mi, sl].astype(np.int32) + ops.ebt[ni, sl]).T, part, ins, e_floor)
 
 
-def _round_in_place(s, bits, rounding):
+def _round_in_place(s, bits, rne):
     """Round normal float64 values (or zeros) in place to ``bits`` significant bits on their bit
     patterns: the same values as :func:`fparith.round_bits`."""
     u = s.view(np.int64)
     drop = 53 - bits
     if drop <= 0:
         return
-    if rounding == "rne":
+    if rne:
         lsb = np.right_shift(u, drop)
         np.bitwise_and(lsb, 1, out=lsb)
         u += np.int64((1 << (drop - 1)) - 1)
@@ -451,20 +323,20 @@ class _Restart(Exception):
     """A float32-held partial left float32's normal range: redo the row block in float64."""
 
 
-def _mma_piece_fast(ops: _FastOps, rows, steps, acc, **kw):
-    """:func:`_mma_piece` by the fast path: one float64 matmul per step, checks per entry.
+def _mma_piece_fast(ops: _FastOps, rows, steps, ins, **kw):
+    """The steps of :func:`_dense_step` by the fast path: one float64 matmul per step, checks per entry.
 
     Steps rounded to nearest even at 24 bits keep their partials in float32, so one add
     with a float32 output both sums and rounds; a partial leaving float32's normal range
     (where that cast and the 24-bit rounding differ: Inf; subnormals cannot arise, since
     :func:`_fast_plan` finds every term a multiple of 2**-126) sends the block to float64 partials.
     """
-    if acc.sum_rounding == "rne" and acc.sum_bits == 24 and ops.normal_f32:
+    if nearest(ins) and kept_bits(ins) == 23 and ops.normal_f32:
         try:
-            return _fast_steps(ops, rows, steps, acc, f32=True, **kw)
+            return _fast_steps(ops, rows, steps, ins, f32=True, **kw)
         except _Restart:
             pass
-    return _fast_steps(ops, rows, steps, acc, f32=False, **kw)
+    return _fast_steps(ops, rows, steps, ins, f32=False, **kw)
 
 
 _F32_TINY = float(np.finfo(np.float32).tiny)
@@ -477,9 +349,9 @@ def _out_of_f32(v):
     return bool(((a < _F32_TINY) & (a != 0)).any() or not np.isfinite(a).all())
 
 
-def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, e_floor, c_in, threads):
+def _fast_steps(ops: _FastOps, rows, steps, ins, *, f32, e_floor, c_in, threads):
     (m0, m1), (g0, g1) = rows, steps
-    G, F, B = acc.group, acc.frac_bits, acc.sum_bits
+    G, F, B = ins.step, ins.frac_bits, kept_bits(ins) + 1
     N = ops.vbt.shape[0]
     shape = (m1 - m0, N)
     part = np.zeros(shape, np.float32 if f32 else np.float64)
@@ -545,7 +417,7 @@ def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, e_floor, c_in, threads)
         if idx.size:
             mi, ni = np.divmod(idx, N)
             old = part[mi, ni].astype(np.float64)
-            slow = _entry_step(ops, mi + m0, ni, slice(g * G, (g + 1) * G), old, acc, e_floor)
+            slow = _entry_step(ops, mi + m0, ni, slice(g * G, (g + 1) * G), old, ins, e_floor)
             # (no subnormals: ops.normal_f32) an Inf partial, or one that float32 cannot hold
             if f32 and not (np.abs(old).max() < np.inf and np.abs(slow).max() < _F32_LIMIT):
                 raise _Restart
@@ -553,7 +425,7 @@ def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, e_floor, c_in, threads)
         # exact: every term is a multiple of 2**(E - F); the float32 output rounds once (RNE)
         np.add(part, S[j], out=part, casting="same_kind")
         if not f32:
-            _round_in_place(part, B, acc.sum_rounding)
+            _round_in_place(part, B, nearest(ins))
         if idx.size:
             part[mi, ni] = slow
     if f32 and _out_of_f32(part):
