@@ -325,10 +325,8 @@ def _head_forward(qop, kop, vop, rows, recipe, softmax_scale, qd, kd, vd, causal
             np.multiply(o_part, alpha[:, None], out=o_part)
             np.multiply(special, alpha[:, None], out=special)
         if pop.codes is not None and not np.all(np.isfinite(pq)):
-            if vb.codes is not None:
-                pos, neg, nan = special_masks(pop.codes, pop.fmt, vb.codes, vb.fmt)
-            else:
-                pos, neg, nan = _wide_specials(pq, vb.values)
+            # V's values are its codes' (finite: V is quantized saturating from finite inputs)
+            pos, neg, nan = special_masks(pq, vb.values)
             special += np.where(nan, F32(np.nan), np.where(pos, F32(np.inf), np.where(neg, F32(-np.inf), 0)))
         o_part = matmul(pop, transpose(vb), pv_acc, c=o_part)
         visited += 1
@@ -396,13 +394,3 @@ def _normalize(o, l, m, c, vd, recipe):
                        m.astype(np.float64) * float(c) * math.log(2) + np.log(l.astype(np.float64))
                        - recipe.max_offset * math.log(2)).astype(F32)
     return o.astype(F32), lse
-
-
-def _wide_specials(pq, vvals):
-    f = np.float64
-    inf_p = np.isposinf(pq).astype(f)
-    nan_p = np.isnan(pq).astype(f)
-    vpos, vneg, vzero = (vvals > 0).astype(f), (vvals < 0).astype(f), (vvals == 0).astype(f)
-    pos, neg = inf_p @ vpos > 0, inf_p @ vneg > 0
-    nan = (nan_p.sum(1)[:, None] > 0) | (inf_p @ vzero > 0) | (pos & neg)
-    return pos, neg, nan

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..gemm.code_tables import any_nonfinite
 from ..gemm.fparith import add_scaled_f32
-from ..gemm.kernels import exact_dot
+from ..gemm.kernels import exact_dot, fp32_dot
 from ..gemm.models import GemmModel, row_for_formats, run_steps
 from .inputs import F32
 from .operands import Operand
@@ -55,14 +55,7 @@ def matmul(a: Operand, b_t: Operand, model: GemmModel, c=None):
             return exact_dot(va, a.exps, vb, b_t.exps.T, a.mbits, b_t.mbits, extra=c)
         r = va @ vb
         return (r if c is None else r + c).astype(F32)
-    # fp32: float32-rounded products added in K order to the accumulator input
-    a32, b32 = va.astype(F32), vb.astype(F32)
-    out = np.zeros((a32.shape[0], b32.shape[1]), F32) if c is None else np.array(c, F32)
-    tmp = np.empty_like(out)
-    for k in range(a32.shape[1]):
-        np.multiply(a32[:, k, None], b32[k], out=tmp)
-        out += tmp
-    return out
+    return fp32_dot(va, vb, c)      # float32-rounded products added in K order to the accumulator input
 
 
 def fl32_fma(a, b, c):

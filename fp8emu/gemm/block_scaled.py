@@ -69,11 +69,11 @@ import numpy as np
 
 from ..codec import decode
 from ..formats import format_of_dtype, get_format
-from ..interop import ML_NARROW_DTYPES, code_array, to_numpy
+from ..interop import ML_NARROW_DTYPES, code_array, real_values, to_numpy
 from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import FP4_SCALE_FORMATS, nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
-from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
+from .epilogue import ieee_specials, output_type, result_scale, to_output
 from .fparith import add_scaled_f32, integers_kept
 from .instructions import block_scaled_gemm
 from .models import get_model, scaled_row, wide_row
@@ -411,7 +411,7 @@ def _accumulator_input(c, M, N):
     """C as a float32 (M, N) array, or None for a zero accumulator."""
     if c is None:
         return None
-    arr = real_array(c, "c", "a float32 array broadcastable to (M, N)")
+    arr = real_values(c, "c", "a float32 array broadcastable to (M, N)")
     try:
         arr = np.broadcast_to(arr, (M, N))
     except ValueError:

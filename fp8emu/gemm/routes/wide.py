@@ -23,7 +23,7 @@ import numpy as np
 from ... import parallel
 from ..code_tables import ZERO_EXP, ZERO_LOW, low_bits, values_and_exponents
 from ..aligned_sums import fused_step
-from ..kernels import exp_span, over_row_blocks
+from ..kernels import exp_span
 from ..outputs import kept_bits, nearest, round_output
 
 
@@ -150,7 +150,7 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
 
         # row blocks of about 2**16 entries keep a step's (rows, N) arrays in cache
         rows_f = min(-(-M // max(1, min(threads, M))), max(1, (1 << 16) // max(1, N)))
-        over_row_blocks(M, rows_f, row_block_fast, threads)
+        parallel.run(row_block_fast, parallel.split(0, M, -(-M // rows_f), 1), threads)
         return out
     _count(dense=M * N * ng)
     # K-major: a step's products and exponents are (group, rows, N) slabs, reduced over contiguous planes
@@ -169,7 +169,8 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
         # fixed-point sum has no signed zero; MMA-Sim's models agree, no recording shows -0)
         out[m0:m1] = part + 0.0
 
-    over_row_blocks(M, rows, row_block, threads)
+    # row blocks are independent, and NumPy releases the GIL in its loops: threads share them out
+    parallel.run(row_block, parallel.split(0, M, -(-M // rows), 1), threads)
     return out
 
 
