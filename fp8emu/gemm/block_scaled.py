@@ -106,13 +106,6 @@ class _Operand(NamedTuple):
 _SCALE_DTYPES = {"mx": np.dtype(ml_dtypes.float8_e8m0fnu), "nvfp4": np.dtype(ml_dtypes.float8_e4m3fn)}
 
 
-def _narrow_format(arr):
-    """The built-in Format of an ml_dtypes narrow-float array's dtype, or None (uint8 codes say nothing)."""
-    if arr.dtype not in ML_NARROW_DTYPES:
-        return None
-    return format_of_dtype(arr.dtype)
-
-
 def _raw_codes(x, fmt, scales, global_scale, what):
     """(format, uint8 element codes, uint8 scale codes) of a raw operand.
 
@@ -123,7 +116,7 @@ def _raw_codes(x, fmt, scales, global_scale, what):
     global scale are NVFP4.
     """
     codes = to_numpy(x, what=what)
-    said = _narrow_format(codes)
+    said = format_of_dtype(codes.dtype)       # None for uint8 codes, which say nothing
     if scales is None:
         raise TypeError(f"{what} as raw codes needs {what}_scales (scale codes)")
     sc = to_numpy(scales, what=f"{what}_scales")

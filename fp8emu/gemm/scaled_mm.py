@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..formats import format_of_dtype, get_format
-from ..interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
+from ..interop import narrow_codes, to_numpy
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_scale, to_output
 from .fparith import add_scaled_f32
@@ -26,16 +26,12 @@ __all__ = ["scaled_mm"]
 
 def _dtype_format(x):
     """The built-in Format whose ml_dtypes type is ``x``'s dtype (torch float8 / ml_dtypes arrays), or None."""
-    dt = getattr(x, "dtype", None)
-    if dt is None:
+    if getattr(x, "dtype", None) is None:
         return None
     try:
-        dt = to_numpy(x[:0] if getattr(x, "ndim", 0) else x).dtype
+        return format_of_dtype(to_numpy(x[:0] if getattr(x, "ndim", 0) else x).dtype)
     except (TypeError, ValueError, IndexError):
         return None
-    if dt not in ML_NARROW_DTYPES:
-        return None
-    return format_of_dtype(dt)
 
 
 def _operand(x, fmt, what):

@@ -202,18 +202,11 @@ _PATH = None
 #: "small_part": a nonzero partial is not cut by a larger step maximum;
 #: "large_part": a partial that raises E does not cut the products.
 _CHECKS = frozenset({"span", "small_part", "large_part"})
-#: Entries x steps computed by each route since the last reset (tests read them).
+#: Entries x steps computed by each route since tests last zeroed them (tests read them).
 COUNTERS = {"fast": 0, "fallback": 0, "dense": 0}
 _COUNTER_LOCK = threading.Lock()
 # the fast path pays off when at least this share of a sample of entries passes the span check
 _FAST_SHARE = 0.5
-
-
-def reset_counters():
-    """Zero :data:`COUNTERS` (tests)."""
-    with _COUNTER_LOCK:
-        for k in COUNTERS:
-            COUNTERS[k] = 0
 
 
 def _count(**n):
@@ -307,7 +300,7 @@ def _entry_step(ops: _FastOps, mi, ni, sl, part, ins, e_floor):
 
 def _round_in_place(s, bits, rne):
     """Round normal float64 values (or zeros) in place to ``bits`` significant bits on their bit
-    patterns: the same values as :func:`fparith.round_bits`."""
+    patterns: the same values as :func:`~fp8emu.gemm.outputs.round_output` (normal results)."""
     u = s.view(np.int64)
     drop = 53 - bits
     if drop <= 0:
