@@ -344,14 +344,21 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     scale_result = result_scale(scale_result, ofmt)
     if model.kind == "instruction" and model.policy.scale_at is None:
         v = _through_instruction(A, B, model.instruction, c)
-        alpha = _alpha(A, B)
-        if alpha is not None:
-            with np.errstate(over="ignore", invalid="ignore"):
-                v = (v * alpha).astype(np.float32)
-        return to_output(v, bias, odt, ofmt, scale_result)
+    elif M == 0 or N == 0:   # an empty result: nothing to accumulate (as scaled_mm)
+        v = np.zeros((M, N), np.float32)
+    else:
+        v = _accumulate(A, B, model, c)
+    alpha = _alpha(A, B)
+    if alpha is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = (v * alpha).astype(np.float32)
+    return to_output(v, bias, odt, ofmt, scale_result)
 
-    if M == 0 or N == 0:   # an empty result: nothing to accumulate (as scaled_mm)
-        return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
+
+def _accumulate(A: _Operand, B: _Operand, model, c):
+    """float32 A @ B (+ C) of the block-scaled operands by an ``"exact"``, ``"fp32"`` or block-scaled
+    model, with IEEE results for Inf/NaN codes and NaN for a NaN scale's row or column."""
+    K = A.codes.shape[1]
     nan_rows = np.isnan(A.scales).any(axis=1)
     nan_cols = np.isnan(B.scales).any(axis=1)
     with np.errstate(over="ignore", invalid="ignore"):   # float32 overflow gives Inf, as the GPU
@@ -375,12 +382,7 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
                     model.instruction, formats=tuple(dict.fromkeys((A.fmt.name, B.fmt.name))))
                 v = _blockwise(va, ea, vbt.T, ebt.T, A.scales, B.scales.T, A.block, B.block, row, c)
     v = np.where(nan_rows[:, None] | nan_cols[None, :], np.float32(np.nan), v).astype(np.float32)
-    v = ieee_specials(v, A.codes, A.fmt, np.ascontiguousarray(B.codes.T), B.fmt)
-    alpha = _alpha(A, B)
-    if alpha is not None:
-        with np.errstate(over="ignore", invalid="ignore"):
-            v = (v * alpha).astype(np.float32)
-    return to_output(v, bias, odt, ofmt, scale_result)
+    return ieee_specials(v, A.codes, A.fmt, np.ascontiguousarray(B.codes.T), B.fmt)
 
 
 def _through_instruction(A: _Operand, B: _Operand, ins, c):

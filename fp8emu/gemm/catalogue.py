@@ -159,9 +159,7 @@ class Instruction:
         return bool(self.scales)
 
 
-def _i(name, arch, ptx, shape, formats, out, datapath, step, frac_bits, rounding, zero_exp, **kw):
-    return Instruction(name, arch, ptx, shape, formats, out, datapath, step, frac_bits, rounding, zero_exp,
-                       **kw)
+_i = Instruction
 
 
 _MMASIM = "MMA-Sim 2.1.1 model"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..aligned_sums import pow2, trunc_sum
-from ..outputs import OUTPUT_TYPES, kept_bits, nearest, round_output
+from ..outputs import OUTPUT_TYPES, canonical, kept_bits, nearest, round_output
 
 _CEXP = {}
 
@@ -56,7 +56,7 @@ def zero_c_matters(ins, xmin):
 
 
 def round_results(x, ins, E=None, *, coarse=False):
-    """:func:`~fp8emu.gemm.outputs.round_output` and the datapaths' ``_finish`` of the float64 step
+    """:func:`~fp8emu.gemm.outputs.round_output` and the datapaths' :func:`~fp8emu.gemm.outputs.canonical` of the float64 step
     results ``x`` (overwritten).
 
     ``E``, where given, is each result's step exponent: ``x`` is then a multiple of
@@ -83,15 +83,6 @@ def round_results(x, ins, E=None, *, coarse=False):
         r = x.astype(dt)
     return canonical(r, ins.out)
 
-
-def canonical(r, out):
-    """Results ``r`` of the output type (overwritten): -0 made +0 and every NaN the quiet NaN, as
-    MMA-Sim's models give them."""
-    ot = OUTPUT_TYPES[out]
-    r += r.dtype.type(0)
-    if np.isnan(r.max()):          # one pass where there is no NaN (max propagates NaN)
-        r.view(ot.uint)[np.isnan(r)] = ot.qnan
-    return r
 
 def halves(x):
     """``x`` (L, ...) as (L / 2, 2, ...): its even and odd entries along K on the second axis."""

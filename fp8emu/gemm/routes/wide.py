@@ -215,15 +215,10 @@ def _count(**n):
             COUNTERS[k] += int(v)
 
 
-def _group_bounds(e, low, G, axis):
-    """Per step: largest exponent H and lowest set bit L over each run of G along ``axis``."""
-    if axis == 1:
-        M, K = e.shape
-        return (e.reshape(M, K // G, G).max(axis=2).astype(np.int32),
-                low.reshape(M, K // G, G).min(axis=2).astype(np.int32))
-    K, N = e.shape
-    return (e.reshape(K // G, G, N).max(axis=1).astype(np.int32),
-            low.reshape(K // G, G, N).min(axis=1).astype(np.int32))
+def _group_bounds(e, low, G):
+    """Per step: largest exponent H and lowest set bit L over each run of G along the rows (rows, steps)."""
+    shape = (e.shape[0], e.shape[1] // G, G)
+    return e.reshape(shape).max(axis=2).astype(np.int32), low.reshape(shape).min(axis=2).astype(np.int32)
 
 
 class _FastOps(NamedTuple):
@@ -275,17 +270,17 @@ def _fast_plan(va, ea, vb, eb, ins, e_floor, c, lows):
         # a partial could land in float32's subnormal range, where a step's rounding to
         # sum_bits and float32's own grid part ways: the dense step decides there
         return None
-    ha, la = _group_bounds(ea, la_e, G, 1)
+    ha, la = _group_bounds(ea, la_e, G)
     ebt = np.ascontiguousarray(eb.T)
-    hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G, 1))
+    hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G))
     return _FastOps(np.ascontiguousarray(va, np.float64), np.ascontiguousarray(vb.T, np.float64),
                     np.ascontiguousarray(ea), ebt, ha, la, hb, lb, lowest >= -126)
 
 
 def _span_share(va, ea, vb, eb, G, F, la=None, lb=None):
     """Share of the (row, step, column) entries of these operands that pass the span check."""
-    ha, la = _group_bounds(ea, low_bits(va) if la is None else la, G, 1)
-    hb, lb = _group_bounds(eb, low_bits(vb) if lb is None else lb, G, 0)
+    ha, la = _group_bounds(ea, low_bits(va) if la is None else la, G)
+    hb, lb = (x.T for x in _group_bounds(eb.T, (low_bits(vb) if lb is None else lb).T, G))
     zero = (ha <= ZERO_EXP)[:, :, None] | (hb <= ZERO_EXP)[None, :, :]
     if zero.size == 0:
         return 1.0                  # no entries: none fails the check
