@@ -42,10 +42,13 @@ import dataclasses
 
 import numpy as np
 
+from ..formats import get_format
 from ..interop import is_integer
 from .catalogue import INSTRUCTIONS, Instruction
+from .code_tables import values_and_exponents
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
+from .kernels import exact_dot, fp32_dot
 from .outputs import kept_bits, nearest
 from .torch_cpu import TORCH_CPU_PATHS
 
@@ -342,7 +345,8 @@ def scaled_row(ins: Instruction, formats=None):
 
 def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None, ins=None):
     """float32 (M, N) ``A @ B`` of FP8 codes through an ``"instruction"`` model: its row chained
-    along K under its policy (split-K pieces, promotion into float32; ``kscale(kb)``: the float64
+    along K under its policy (an ``"exact"`` or ``"fp32"`` model: its sum of the decoded values in
+    place of the chain) (split-K pieces, promotion into float32; ``kscale(kb)``: the float64
     (M, N) factor of K block ``kb``, which promotes every ``kblock`` with one rounding, as
     DeepGEMM's FMA does).  ``c``: the accumulator input of the first step (no split-K, no promotion); ``ins``:
     the row to chain (default the model's; :func:`row_for_formats`).
@@ -378,8 +382,19 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
         # each interval's chain starts from zero: C was left out of the sum, silently
         raise ValueError("an accumulator input C is modelled without promotion (and without block scales) only")
 
-    def chain(k0, k1, c_in=None):
-        return instruction_gemm(ca[:, k0:k1], cb[k0:k1], instruction=ins, a_format=fa, b_format=fb, c=c_in)
+    if model.kind == "instruction":
+        def chain(k0, k1, c_in=None):
+            return instruction_gemm(ca[:, k0:k1], cb[k0:k1], instruction=ins, a_format=fa, b_format=fb, c=c_in)
+    elif model.kind == "torch-cpu":
+        raise ValueError(f"{model.name!r} is torch's CPU _scaled_mm, not a sum along K: use fp8emu.scaled_mm")
+    else:
+        fa, fb = get_format(fa), get_format(fb)
+        (va, ea), (vb, eb) = values_and_exponents(ca, fa), values_and_exponents(cb, fb)
+
+        def chain(k0, k1, c_in=None):
+            if model.kind == "fp32":
+                return fp32_dot(va[:, k0:k1], vb[k0:k1], c_in)
+            return exact_dot(va[:, k0:k1], ea[:, k0:k1], vb[k0:k1], eb[k0:k1], fa.mbits, fb.mbits, extra=c_in)
 
     result = None
     for k0, k1 in zip(bounds[:-1], bounds[1:]):

@@ -14,10 +14,7 @@ from ..formats import format_of_dtype, get_format
 from ..interop import narrow_codes, to_numpy
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_scale, to_output
-from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
-from .code_tables import values_and_exponents
-from .kernels import exact_dot, fp32_dot
 from .models import HW_K_MULTIPLE, MODELS, get_model, row_for_formats, run_steps
 from .torch_cpu import fast_accum_accumulator, torch_cpu_mm
 
@@ -231,25 +228,10 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     blocks = "block" in (sa.kind, sb.kind)
     kscale = _kscale(sa, sb, M, N, K) if blocks else None
     row = None if ins is None else row_for_formats(model, fa, fb, K)
-    if row is not None:
-        v = run_steps(model, ca, fa, cb, fb, kscale=kscale, kblock=_KBLOCK, ins=row)
-        v = v if blocks else _scale_epilogue(v, sa, sb)
-        if model.policy.specials == "instruction":
-            return to_output(v, bias, odt, ofmt, scale_result)   # the instruction's own Inf/NaN results
-        return to_output(ieee_specials(v, ca, fa, cb, fb), bias, odt, ofmt, scale_result)
-    # exact / fp32 sums
-    va, ea = values_and_exponents(ca, fa)
-    vb, eb = values_and_exponents(cb, fb)
-    if model.kind == "exact":
-        def dot(va, ea, vb, eb):
-            return exact_dot(va, ea, vb, eb, fa.mbits, fb.mbits)
-    else:
-        def dot(va, ea, vb, eb):
-            return fp32_dot(va, vb)
-    if blocks:
-        v = _block_scaled_sum(va, ea, vb, eb, dot, kscale)
-    else:
-        v = _scale_epilogue(dot(va, ea, vb, eb), sa, sb)
+    v = run_steps(model, ca, fa, cb, fb, kscale=kscale, kblock=_KBLOCK, ins=row)
+    v = v if blocks else _scale_epilogue(v, sa, sb)
+    if model.policy.specials == "instruction":
+        return to_output(v, bias, odt, ofmt, scale_result)   # the instruction's own Inf/NaN results
     return to_output(ieee_specials(v, ca, fa, cb, fb), bias, odt, ofmt, scale_result)
 
 
@@ -334,18 +316,6 @@ def _kscale(sa, sb, M, N, K):
     def kscale(kb):
         return (SA[:, kb, None].astype(np.float32) * SB[None, :, kb].astype(np.float32)).astype(np.float64)
     return kscale
-
-
-def _block_scaled_sum(va, ea, vb, eb, dot, kscale):
-    """Block scales multiply each 128-wide K block's partial sum (``dot``'s) as it joins the FP32
-    accumulator."""
-    M, K = va.shape
-    total = np.zeros((M, vb.shape[1]), np.float32)
-    for kb in range(-(-K // _KBLOCK)):
-        sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
-        part = dot(va[:, sl], ea[:, sl], vb[sl], eb[sl]).astype(np.float64)
-        total = add_scaled_f32(total, part, kscale(kb))
-    return total
 
 
 def _scale_epilogue(c, sa, sb):
