@@ -209,20 +209,22 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     if cb.shape[0] != K:
         raise ValueError(f"shape mismatch: a is {ca.shape} and b is {cb.shape}; need (M, K) @ (K, N)")
     N = cb.shape[1]
-    if model.kind == "torch-cpu":
-        return _torch_cpu(model.name, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result)
+    cpu = model.kind == "torch-cpu"
     ins = model.instruction
     if ins is not None and (ins.block_scaled or ins.out == "float16"):
         instruction_gemm(ca[:0], cb, instruction=ins, a_format=fa, b_format=fb)   # its own error
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
-    if K % HW_K_MULTIPLE:
+    if K % HW_K_MULTIPLE and not cpu:
         warnings.warn(f"K = {K} is not a multiple of {HW_K_MULTIPLE}: cuBLASLt rejects such FP8 "
                       "GEMMs; computing anyway", RuntimeWarning, stacklevel=2)
-    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False), M, K, "scale_a", f"({M}, 1) row-wise")
-    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False), N, K, "scale_b", f"(1, {N}) column-wise",
-                         transposed=True)
-
+    # torch's CPU makes NaN of every output an Inf or NaN scale touches (Inf * 3 too): not cuBLAS's IEEE product
+    specials = {"specials": "every output it scales is NaN, as torch's CPU _scaled_mm gives"} if cpu else {}
+    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False, **specials), M, K, "scale_a", f"({M}, 1) row-wise")
+    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False, **specials), N, K, "scale_b",
+                         f"(1, {N}) column-wise", transposed=True)
+    if cpu:
+        return _torch_cpu(model.name, ca, fa, cb, fb, sa, sb, bias, odt, ofmt, scale_result)
     if M == 0 or N == 0:   # an empty result: nothing to accumulate
         return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
     blocks = "block" in (sa.kind, sb.kind)
@@ -235,18 +237,9 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     return to_output(ieee_specials(v, ca, fa, cb, fb), bias, odt, ofmt, scale_result)
 
 
-def _torch_cpu(path, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result):
+def _torch_cpu(path, ca, fa, cb, fb, sa, sb, bias, odt, ofmt, scale_result):
     """torch's CPU ``_scaled_mm`` by one of its paths: tensor-wise or row-wise scales only."""
-    M, K = ca.shape
     N = cb.shape[1]
-    odt, ofmt = output_type(out_dtype)
-    scale_result = result_scale(scale_result, ofmt)
-    # torch's CPU makes NaN of every output an Inf or NaN scale touches (Inf * 3 too): not cuBLAS's IEEE product
-    cpu = "every output it scales is NaN, as torch's CPU _scaled_mm gives"
-    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False, stacklevel=4, specials=cpu), M, K, "scale_a",
-                         f"({M}, 1) row-wise")
-    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False, stacklevel=4, specials=cpu), N, K, "scale_b",
-                         f"(1, {N}) column-wise", transposed=True)
     if "block" in (sa.kind, sb.kind) or (sa.kind != sb.kind):
         raise ValueError(f"{path}: torch's CPU _scaled_mm takes tensor-wise scales for both operands or "
                          f"row-wise scales for both ((M, 1) and (1, N)), got {sa.kind} and {sb.kind}")

@@ -56,8 +56,8 @@ def zero_c_matters(ins, xmin):
 
 
 def round_results(x, ins, E=None, *, coarse=False):
-    """:func:`~fp8emu.gemm.outputs.round_output` and the datapaths' :func:`~fp8emu.gemm.outputs.canonical` of the float64 step
-    results ``x`` (overwritten).
+    """:func:`~fp8emu.gemm.outputs.round_output`, then :func:`~fp8emu.gemm.outputs.canonical`, of the
+    float64 step results ``x`` (overwritten).
 
     ``E``, where given, is each result's step exponent: ``x`` is then a multiple of
     ``2**(E - frac_bits)``, so where that grid is no finer than the output's below its smallest
