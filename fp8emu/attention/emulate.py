@@ -87,7 +87,7 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import Format, get_format
 from ..gemm.models import get_model
-from ..gemm.kernels import special_masks
+from ..gemm.epilogue import special_masks
 from .gemms import chain_model, fl32_fma, matmul
 from .inputs import F32, WIDE, validate
 from .operands import operand_descales, operand_for, quantized_operand, slice_rows, transpose, wide_operand

@@ -14,9 +14,9 @@ from ..interop import TORCH_NARROW_NAMES, real_values, to_numpy
 from ..tables import SOURCE_DTYPES
 from .code_tables import any_nonfinite
 from .fparith import round_hi_lo, two_sum
-from .kernels import special_masks
 
-__all__ = ["as_scale", "bias_values", "bias_in", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
+__all__ = ["as_scale", "bias_values", "bias_in", "output_type", "result_scale", "special_masks", "ieee_specials",
+           "to_output", "OUT_DTYPES"]
 
 OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
 
@@ -135,6 +135,22 @@ def result_scale(scale_result, ofmt):
     if s.size != 1:
         raise ValueError("scale_result must be a scalar")
     return s
+
+
+def special_masks(da, db):
+    """(+Inf, -Inf, NaN) masks of the (M, N) results of ``da @ db`` under IEEE rules for Inf/NaN
+    operands, from the operands' decoded values (M, K) and (K, N)."""
+    da, db = np.asarray(da, np.float64), np.asarray(db, np.float64)
+    f = np.float64
+    ia_p, ia_n = (da == np.inf).astype(f), (da == -np.inf).astype(f)
+    ib_p, ib_n = (db == np.inf).astype(f), (db == -np.inf).astype(f)
+    pa, na_ = ((da > 0) & ~np.isnan(da)).astype(f), ((da < 0) & ~np.isnan(da)).astype(f)
+    pb, nb_ = ((db > 0) & ~np.isnan(db)).astype(f), ((db < 0) & ~np.isnan(db)).astype(f)
+    pos = ia_p @ pb + ia_n @ nb_ + pa @ ib_p + na_ @ ib_n
+    neg = ia_p @ nb_ + ia_n @ pb + pa @ ib_n + na_ @ ib_p
+    nan = (np.isnan(da).astype(f).sum(1)[:, None] + np.isnan(db).astype(f).sum(0)[None, :]
+           + (ia_p + ia_n) @ (db == 0).astype(f) + (da == 0).astype(f) @ (ib_p + ib_n))
+    return pos > 0, neg > 0, (nan > 0) | ((pos > 0) & (neg > 0))
 
 
 def ieee_specials(v, ca, fa, cb, fb):

@@ -3,7 +3,8 @@
 Operands arrive as float64 values (non-finite codes zeroed) with int16 exponents, as the per-code
 tables of :mod:`fp8emu.gemm.code_tables` give them; :func:`exact_dot` (the ``"exact"`` model: one
 rounding) and :func:`fp32_dot` (the ``"fp32"`` model: float32 additions in K order) return the float32
-(M, N) result of the K reduction.  NaN/Inf semantics are applied apart, from :func:`special_masks`.
+(M, N) result of the K reduction.  NaN/Inf semantics are applied apart
+(:func:`fp8emu.gemm.epilogue.special_masks`).
 Tensor-core models run on the catalogue engine (:mod:`fp8emu.gemm.models`).
 """
 
@@ -15,7 +16,7 @@ from .. import parallel
 from .code_tables import ZERO_EXP
 from .fparith import round_hi_lo, two_sum
 
-__all__ = ["special_masks", "fp32_dot", "exact_dot", "exp_span"]
+__all__ = ["fp32_dot", "exact_dot", "exp_span"]
 
 
 def exp_span(e):
@@ -24,22 +25,6 @@ def exp_span(e):
     if hi == ZERO_EXP:
         return 0, 0
     return int(np.where(e > ZERO_EXP, e, np.int16(32767)).min()), hi
-
-
-def special_masks(da, db):
-    """(+Inf, -Inf, NaN) masks of the (M, N) results of ``da @ db`` under IEEE rules for Inf/NaN
-    operands, from the operands' decoded values (M, K) and (K, N)."""
-    da, db = np.asarray(da, np.float64), np.asarray(db, np.float64)
-    f = np.float64
-    ia_p, ia_n = (da == np.inf).astype(f), (da == -np.inf).astype(f)
-    ib_p, ib_n = (db == np.inf).astype(f), (db == -np.inf).astype(f)
-    pa, na_ = ((da > 0) & ~np.isnan(da)).astype(f), ((da < 0) & ~np.isnan(da)).astype(f)
-    pb, nb_ = ((db > 0) & ~np.isnan(db)).astype(f), ((db < 0) & ~np.isnan(db)).astype(f)
-    pos = ia_p @ pb + ia_n @ nb_ + pa @ ib_p + na_ @ ib_n
-    neg = ia_p @ nb_ + ia_n @ pb + pa @ ib_n + na_ @ ib_p
-    nan = (np.isnan(da).astype(f).sum(1)[:, None] + np.isnan(db).astype(f).sum(0)[None, :]
-           + (ia_p + ia_n) @ (db == 0).astype(f) + (da == 0).astype(f) @ (ib_p + ib_n))
-    return pos > 0, neg > 0, (nan > 0) | ((pos > 0) & (neg > 0))
 
 
 def fp32_dot(va, vb, c=None):
