@@ -169,10 +169,6 @@ class GemmModel:
                              f"scale_at) must be the default, got {self.policy}")
 
 
-def _ins(name, **policy):
-    return GemmModel(name, "instruction", INSTRUCTIONS[name], Policy(specials="instruction", **policy))
-
-
 #: The named models (and, by name, every float32-output row of the catalogue, as a plain chain).
 MODELS = {m.name: m for m in [
     GemmModel("exact", "exact"),
@@ -287,11 +283,10 @@ def get_model(acc) -> GemmModel:
     """
     if isinstance(acc, GemmModel):
         return acc
-    if isinstance(acc, str):
-        if acc in MODELS:
-            return MODELS[acc]
-        if acc in INSTRUCTIONS:
-            return _ins(acc)
+    if isinstance(acc, str) and acc in MODELS:
+        return MODELS[acc]
+    if isinstance(acc, str) and acc in INSTRUCTIONS:
+        acc = INSTRUCTIONS[acc]
     if isinstance(acc, Instruction):
         return GemmModel(acc.name, "instruction", acc, Policy(specials="instruction"))
     names = sorted(MODELS) + ["a float32-output instruction preset such as 'hopper-wgmma'"]

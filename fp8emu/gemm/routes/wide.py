@@ -247,12 +247,10 @@ def _fast_plan(va, ea, vb, eb, ins, e_floor, c, lows):
     glog = (G - 1).bit_length()
     if _PATH == "dense" or kept_bits(ins) > F or F + 3 + glog > 53:
         return None
-    if _PATH is None:
-        # a sample of entries decides whether enough of them pass the span check
-        sa_, sb_ = (lows[0][:32], lows[1][:, :32]) if lows is not None else (None, None)
-        if _span_share(va[:32], ea[:32], vb[:, :32], eb[:, :32], G, F, sa_, sb_) < _FAST_SHARE:
-            return None
     la_e, lb_e = lows if lows is not None else (low_bits(va), low_bits(vb))
+    # a sample of entries decides whether enough of them pass the span check
+    if _PATH is None and _span_share(ea[:32], la_e[:32], eb[:, :32], lb_e[:, :32], G, F) < _FAST_SHARE:
+        return None
     lo_a, lo_b = int(la_e.min(initial=ZERO_LOW)), int(lb_e.min(initial=ZERO_LOW))
     if lo_a < ZERO_LOW and lo_b < ZERO_LOW and lo_a + lo_b < e_floor - F:
         return None
@@ -277,10 +275,11 @@ def _fast_plan(va, ea, vb, eb, ins, e_floor, c, lows):
                     np.ascontiguousarray(ea), ebt, ha, la, hb, lb, lowest >= -126)
 
 
-def _span_share(va, ea, vb, eb, G, F, la=None, lb=None):
-    """Share of the (row, step, column) entries of these operands that pass the span check."""
-    ha, la = _group_bounds(ea, low_bits(va) if la is None else la, G)
-    hb, lb = (x.T for x in _group_bounds(eb.T, (low_bits(vb) if lb is None else lb).T, G))
+def _span_share(ea, la, eb, lb, G, F):
+    """Share of the (row, step, column) entries of operands of exponents ``ea``, ``eb`` and lowest set
+    bits ``la``, ``lb`` that pass the span check."""
+    ha, la = _group_bounds(ea, la, G)
+    hb, lb = (x.T for x in _group_bounds(eb.T, lb.T, G))
     zero = (ha <= ZERO_EXP)[:, :, None] | (hb <= ZERO_EXP)[None, :, :]
     if zero.size == 0:
         return 1.0                  # no entries: none fails the check
