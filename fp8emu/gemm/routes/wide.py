@@ -232,7 +232,7 @@ class _FastOps(NamedTuple):
     la: np.ndarray        # (M, steps) int32: lowest set bit (zero-step sentinel)
     hb: np.ndarray        # (steps, N)
     lb: np.ndarray        # (steps, N)
-    normal_f32: bool      # every nonzero partial is a multiple of 2**-126 (never a float32 subnormal)
+    f32_range: bool       # every partial stays below 2**126 in magnitude (and, as every term, 2**-126 or 0)
 
 
 def _fast_plan(va, ea, vb, eb, ins, e_floor, c, lows):
@@ -271,8 +271,12 @@ def _fast_plan(va, ea, vb, eb, ins, e_floor, c, lows):
     ha, la = _group_bounds(ea, la_e, G)
     ebt = np.ascontiguousarray(eb.T)
     hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G))
+    # |partial| <= |C| + K max|a| max|b|, |a| < 2**(H + 2) (a scaled operand's exponent can be one below
+    # its value's binade); each step's rounding adds less than a factor 2 in all
+    bound = va.shape[1] * 2.0 ** min(int(ha.max(initial=0)) + int(hb.max(initial=0)) + 5, 1000)
+    bound += 0.0 if c is None else float(np.abs(c).max(initial=0))
     return _FastOps(np.ascontiguousarray(va, np.float64), np.ascontiguousarray(vb.T, np.float64),
-                    np.ascontiguousarray(ea), ebt, ha, la, hb, lb, lowest >= -126)
+                    np.ascontiguousarray(ea), ebt, ha, la, hb, lb, bound < 2.0 ** 126)
 
 
 def _span_share(ea, la, eb, lb, G, F):
@@ -307,34 +311,16 @@ def _round_in_place(s, bits, rne):
     u &= np.int64(-(1 << drop))
 
 
-class _Restart(Exception):
-    """A float32-held partial left float32's normal range: redo the row block in float64."""
-
-
 def _mma_piece_fast(ops: _FastOps, rows, steps, ins, **kw):
     """The steps of :func:`_dense_step` by the fast path: one float64 matmul per step, checks per entry.
 
-    Steps rounded to nearest even at 24 bits keep their partials in float32, so one add
-    with a float32 output both sums and rounds; a partial leaving float32's normal range
-    (where that cast and the 24-bit rounding differ: Inf; subnormals cannot arise, since
-    :func:`_fast_plan` finds every term a multiple of 2**-126) sends the block to float64 partials.
+    Steps rounded to nearest even at 24 bits keep their partials in float32, so one add with a
+    float32 output both sums and rounds, where no partial can leave float32's normal range (where
+    that cast and the 24-bit rounding part ways: :attr:`_FastOps.f32_range`); float64 partials
+    elsewhere.
     """
-    if nearest(ins) and kept_bits(ins) == 23 and ops.normal_f32:
-        try:
-            return _fast_steps(ops, rows, steps, ins, f32=True, **kw)
-        except _Restart:
-            pass
-    return _fast_steps(ops, rows, steps, ins, f32=False, **kw)
-
-
-_F32_TINY = float(np.finfo(np.float32).tiny)
-_F32_LIMIT = 2.0 ** 128 - 2.0 ** 103      # float64 values at or above round to Inf in float32
-
-
-def _out_of_f32(v):
-    """Nonzero values below float32's normal range, or non-finite ones."""
-    a = np.abs(v)
-    return bool(((a < _F32_TINY) & (a != 0)).any() or not np.isfinite(a).all())
+    f32 = nearest(ins) and kept_bits(ins) == 23 and ops.f32_range
+    return _fast_steps(ops, rows, steps, ins, f32=f32, **kw)
 
 
 def _fast_steps(ops: _FastOps, rows, steps, ins, *, f32, e_floor, c_in, threads):
@@ -406,9 +392,6 @@ def _fast_steps(ops: _FastOps, rows, steps, ins, *, f32, e_floor, c_in, threads)
             mi, ni = np.divmod(idx, N)
             old = part[mi, ni].astype(np.float64)
             slow = _entry_step(ops, mi + m0, ni, slice(g * G, (g + 1) * G), old, ins, e_floor)
-            # (no subnormals: ops.normal_f32) an Inf partial, or one that float32 cannot hold
-            if f32 and not (np.abs(old).max() < np.inf and np.abs(slow).max() < _F32_LIMIT):
-                raise _Restart
             n_slow += idx.size
         # exact: every term is a multiple of 2**(E - F); the float32 output rounds once (RNE)
         np.add(part, S[j], out=part, casting="same_kind")
@@ -416,7 +399,5 @@ def _fast_steps(ops: _FastOps, rows, steps, ins, *, f32, e_floor, c_in, threads)
             _round_in_place(part, B, nearest(ins))
         if idx.size:
             part[mi, ni] = slow
-    if f32 and _out_of_f32(part):
-        raise _Restart
     _count(fast=(g1 - g0) * part.size - n_slow, fallback=n_slow)
     return part
