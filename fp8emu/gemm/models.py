@@ -53,7 +53,7 @@ from .outputs import kept_bits, nearest
 from .torch_cpu import TORCH_CPU_PATHS
 
 __all__ = ["Policy", "GemmModel", "MODELS", "get_model", "widths", "step_row", "wide_row", "scaled_row",
-           "row_for_formats", "run_steps", "cublas_split_k", "split_pieces", "split_bounds", "HW_K_MULTIPLE",
+           "row_for_formats", "run_steps", "cublas_split_k", "split_bounds", "HW_K_MULTIPLE",
            "SPLIT_K_TILE"]
 
 _KINDS = ("instruction", "exact", "fp32", "torch-cpu")
@@ -119,8 +119,9 @@ class Policy:
             raise ValueError(f"Policy specials must be 'ieee' or 'instruction', got {self.specials!r}")
 
     def splits(self, M, N, K):
-        """Number of split-K pieces for an M x K by K x N product."""
-        return split_pieces(self.split_k, M, N, K)
+        """Number of split-K pieces for an M x K by K x N product: ``None`` 1, ``"cublas"``
+        :func:`cublas_split_k`'s count for the shape, an integer itself."""
+        return 1 if self.split_k is None else cublas_split_k(M, N, K) if self.split_k == "cublas" else self.split_k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,22 +407,6 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
         # split-K: the pieces' float32 results are added in piece order
         result = piece if result is None else np.add(result, piece, dtype=np.float32)
     return result
-
-
-def split_pieces(split_k, M, N, K):
-    """Split-K pieces for an M x K by K x N product: ``None`` 1, ``"cublas"`` :func:`cublas_split_k`'s
-    count for the shape, an integer itself.
-
-    Examples
-    --------
-    >>> split_pieces(None, 32, 32, 16384), split_pieces("cublas", 32, 32, 16384), split_pieces(3, 32, 32, 16384)
-    (1, 6, 3)
-    """
-    if split_k is None:
-        return 1
-    if split_k == "cublas":
-        return cublas_split_k(M, N, K)
-    return int(split_k)
 
 
 def cublas_split_k(M, N, K):

@@ -90,8 +90,10 @@ def halves(x):
 
 
 def paired_halves(ps, E2, c, ec, ins, floor_e=None):
-    """:func:`_paired_sum` given the largest exponents of the even and of the odd products, E2
-    (2, ...): both halves go through each pass together.
+    """The ``"paired"`` step (:func:`fp8emu.gemm.datapaths.reference`'s) on products ``ps`` (overwritten)
+    given the largest exponents of the even and of the odd products, E2 (2, ...): both halves go
+    through each pass together, their partial sums kept in units of their grids (integers), so that
+    each alignment is one multiplication by a power of two.
 
     float32 products ``ps`` (exact, as products of FP8 values are) take float32 aligning factors:
     those of a half below ``floor_e`` (the smallest exponent of a non-zero product, so a half of
