@@ -88,7 +88,8 @@ from ..codec import decode, encode
 from ..formats import Format, get_format
 from ..gemm.models import get_model
 from ..gemm.epilogue import special_masks
-from .gemms import chain_model, fl32_fma, matmul
+from ..gemm.fparith import add_scaled_f32
+from .gemms import chain_model, matmul
 from .inputs import F32, WIDE, validate
 from .operands import operand_descales, operand_for, quantized_operand, slice_rows, transpose, wide_operand
 from .recipes import LOG2E, get_recipe
@@ -374,7 +375,7 @@ def _exp2_argument(s, m, c, recipe):
     bias = np.subtract(np.multiply(safe, c, dtype=F32), offset, dtype=F32)
     if recipe.fma:
         with np.errstate(invalid="ignore"):
-            return fl32_fma(s, np.full_like(s, c), -bias[:, None])
+            return add_scaled_f32(-bias[:, None], s.astype(np.float64), np.float64(c))   # fl32(s * c - bias): an FMA
     return np.subtract(np.multiply(s, c, dtype=F32), bias[:, None], dtype=F32)
 
 
