@@ -72,25 +72,22 @@ def scaled_operand(codes, fmt, scales, block):
     >>> v.tolist(), e[0, :2].tolist(), low[0, :2].tolist()
     ([[0.25, 0.375, 0.0]], [-2, -2], [-2, -3])
     """
-    K = codes.shape[1]
-    rows, nb, blk = codes.shape[0], scales.shape[1], block
-    s = scales
-    _, q = np.frexp(s)
-    zero_s = s == 0
+    K, (rows, nb) = codes.shape[1], scales.shape
+    _, q = np.frexp(scales)
+    zero_s = scales == 0
     q = np.where(zero_s, 0, q - 1).astype(np.int16)
-    lq = low_bits(s).astype(np.int16)
+    lq = low_bits(scales).astype(np.int16)
     va, ea, la = values_and_exponents(codes, fmt, lows=True)
-    pad = nb * blk - K
+    pad = nb * block - K
     if pad:
         va, ea, la = (np.pad(x, ((0, 0), (0, pad))) for x in (va, ea, la))
     # the gathered arrays are this call's own: scaled in place, and the zero terms' sentinels put
     # back only where there are any
-    shape3 = (rows, nb, blk)
-    p, e2, l2 = va.reshape(shape3), ea.reshape(shape3), la.reshape(shape3)
+    p, e2, l2 = (x.reshape(rows, nb, block) for x in (va, ea, la))
     zero = e2 == ZERO_EXP
     if zero_s.any():
         zero |= zero_s[:, :, None]
-    p *= s[:, :, None]
+    p *= scales[:, :, None]
     e2 += q[:, :, None]
     l2 += lq[:, :, None]
     if zero.any():
@@ -122,13 +119,11 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
     G = ins.step
     pad = (-K) % G
     if pad:
-        va = np.pad(va, ((0, 0), (0, pad)))
-        vb = np.pad(vb, ((0, pad), (0, 0)))
-        ea = np.pad(ea, ((0, 0), (0, pad)), constant_values=ZERO_EXP)
-        eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=ZERO_EXP)
+        ka, kb = ((0, 0), (0, pad)), ((0, pad), (0, 0))        # K is A's last axis and B's first
+        va, vb = np.pad(va, ka), np.pad(vb, kb)
+        ea, eb = np.pad(ea, ka, constant_values=ZERO_EXP), np.pad(eb, kb, constant_values=ZERO_EXP)
         if lows is not None:
-            lows = (np.pad(lows[0], ((0, 0), (0, pad)), constant_values=ZERO_LOW),
-                    np.pad(lows[1], ((0, pad), (0, 0)), constant_values=ZERO_LOW))
+            lows = np.pad(lows[0], ka, constant_values=ZERO_LOW), np.pad(lows[1], kb, constant_values=ZERO_LOW)
     ng = (K + pad) // G
     out = np.empty((M, N))
     threads = parallel.resolve_threads(None, M * N * K)
@@ -311,7 +306,7 @@ def _round_in_place(s, bits, rne):
     u &= np.int64(-(1 << drop))
 
 
-def _mma_piece_fast(ops: _FastOps, rows, steps, ins, **kw):
+def _mma_piece_fast(ops: _FastOps, rows, steps, ins, *, e_floor, c_in, threads):
     """The steps of :func:`_dense_step` by the fast path: one float64 matmul per step, checks per entry.
 
     Steps rounded to nearest even at 24 bits keep their partials in float32, so one add with a
@@ -320,10 +315,6 @@ def _mma_piece_fast(ops: _FastOps, rows, steps, ins, **kw):
     elsewhere.
     """
     f32 = nearest(ins) and kept_bits(ins) == 23 and ops.f32_range
-    return _fast_steps(ops, rows, steps, ins, f32=f32, **kw)
-
-
-def _fast_steps(ops: _FastOps, rows, steps, ins, *, f32, e_floor, c_in, threads):
     (m0, m1), (g0, g1) = rows, steps
     G, F, B = ins.step, ins.frac_bits, kept_bits(ins) + 1
     N = ops.vbt.shape[0]
