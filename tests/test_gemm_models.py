@@ -129,6 +129,31 @@ def test_run_steps_is_the_reference_chain_per_interval(promote):
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def test_run_steps_sums_exact_and_fp32_models_and_refuses_torch_cpu():
+    # "exact": the exact sum (fractions) rounded once to float32; "fp32": float32 additions in K order;
+    # with a block factor, each 128 of K joins the float32 total with one rounding
+    ca, cb = _codes("e4m3fn", (3, 200), "all"), _codes("e5m2", (200, 2), "all")
+    va = fp8emu.decode(ca, "e4m3fn", dtype=np.float64)
+    vb = fp8emu.decode(cb, "e5m2", dtype=np.float64)
+    va[~np.isfinite(va)], vb[~np.isfinite(vb)] = 0, 0
+    fr = lambda x: [Fraction(float(v)) for v in x]
+    exact = [[np.float32(float(sum(p * q for p, q in zip(fr(va[i]), fr(vb[:, j]))))) for j in range(2)]
+             for i in range(3)]
+    got = models.run_steps(models.get_model("exact"), ca, "e4m3fn", cb, "e5m2")
+    assert got.tolist() == np.array(exact, np.float32).tolist()
+    seq = np.zeros((3, 2), np.float32)
+    for k in range(200):
+        seq = (seq + (va[:, k, None] * vb[k]).astype(np.float32)).astype(np.float32)
+    fp32 = models.run_steps(models.get_model("fp32"), ca, "e4m3fn", cb, "e5m2")
+    assert fp32.view(np.uint32).tolist() == seq.view(np.uint32).tolist()
+    twice = models.run_steps(models.get_model("exact"), ca, "e4m3fn", cb, "e5m2", kscale=lambda kb: np.full((3, 2), 2.0))
+    halves = [models.run_steps(models.get_model("exact"), ca[:, k0:k0 + 128], "e4m3fn", cb[k0:k0 + 128], "e5m2")
+              for k0 in (0, 128)]
+    assert twice.tolist() == np.float32(np.float32(2 * halves[0].astype(np.float64)) + 2 * halves[1]).tolist()
+    with pytest.raises(ValueError, match="torch's CPU _scaled_mm, not a sum along K"):
+        models.run_steps(models.get_model("torch-cpu-onednn"), ca, "e4m3fn", cb, "e5m2")
+
+
 @pytest.mark.parametrize("kind", ["all", "sub", "big", "ties"])
 @pytest.mark.parametrize("fa, fb", [("e4m3fn", "e4m3fn"), ("e5m2", "e4m3fn"), ("e5m2", "e5m2")])
 @pytest.mark.parametrize("widths, row, promote", [((32, 13, 14, "rtz"), "hopper-wgmma", None),

@@ -122,7 +122,7 @@ def test_the_catalogue_has_one_import_path():
     module re-exports none of them (the old path, removed with a changelog line)."""
     import fp8emu
     from fp8emu.gemm import catalogue, instructions
-    for name in ("Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets"):
+    for name in ("Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "presets"):
         assert not hasattr(instructions, name), name
         assert name in catalogue.__all__
     assert fp8emu.gemm.presets is catalogue.presets and fp8emu.gemm.Instruction is catalogue.Instruction

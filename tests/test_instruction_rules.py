@@ -15,7 +15,8 @@ import pytest
 
 import fp8emu
 from fp8emu.gemm import instructions as ins_mod
-from fp8emu.gemm.catalogue import EVIDENCE, INSTRUCTIONS, Instruction, as_instruction, get_instruction, presets
+from fp8emu.gemm.catalogue import EVIDENCE, INSTRUCTIONS, Instruction, get_instruction, presets
+from fp8emu.gemm.models import get_model
 
 BLOCK_SCALED = {"blackwell-tcgen05-mxf8f6f4", "blackwell-tcgen05-mxf4nvf4", "rtx-blackwell-mma-mxf8f6f4",
                 "rtx-blackwell-mma-mxf4nvf4", "rubin-tcgen05-mxf4nvf4"}
@@ -102,13 +103,15 @@ def test_block_scaled_are_exactly_the_mx_and_nvf4_kinds():
         assert INSTRUCTIONS[n].datapath in ("scaled", "grouped")
 
 
-def test_as_instruction_names_only_catalogue_entries():
+def test_get_model_reads_catalogue_names_and_rows_as_instructions():
     ada = INSTRUCTIONS["ada-mma"]
-    assert as_instruction(ada) is ada and as_instruction("ada-mma") is ada
+    assert get_model(ada).instruction is ada and get_model("ada-mma").instruction is ada
     custom = dataclasses.replace(ada, name="mine")
-    assert as_instruction(custom) is custom
-    for other in ("hopper", "fp32", "exact", "mine", None, 3):    # accumulators and unknown names
-        assert as_instruction(other) is None
+    assert get_model(custom).instruction is custom
+    assert [get_model(n).instruction for n in ("fp32", "exact")] == [None, None]    # models, no row
+    for other in ("mine", None, 3):                                                   # unknown names
+        with pytest.raises(ValueError, match="unknown accumulator"):
+            get_model(other)
     with pytest.raises(ValueError, match="unknown instruction"):
         get_instruction("mine")
 

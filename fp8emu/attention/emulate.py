@@ -87,8 +87,9 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import Format, get_format
 from ..gemm.models import get_model
-from ..gemm.kernels import special_masks
-from .gemms import chain_model, fl32_fma, matmul
+from ..gemm.epilogue import special_masks
+from ..gemm.fparith import add_scaled_f32
+from .gemms import chain_model, matmul
 from .inputs import F32, WIDE, validate
 from .operands import operand_descales, operand_for, quantized_operand, slice_rows, transpose, wide_operand
 from .recipes import LOG2E, get_recipe
@@ -325,10 +326,8 @@ def _head_forward(qop, kop, vop, rows, recipe, softmax_scale, qd, kd, vd, causal
             np.multiply(o_part, alpha[:, None], out=o_part)
             np.multiply(special, alpha[:, None], out=special)
         if pop.codes is not None and not np.all(np.isfinite(pq)):
-            if vb.codes is not None:
-                pos, neg, nan = special_masks(pop.codes, pop.fmt, vb.codes, vb.fmt)
-            else:
-                pos, neg, nan = _wide_specials(pq, vb.values)
+            # V's values are its codes' (finite: V is quantized saturating from finite inputs)
+            pos, neg, nan = special_masks(pq, vb.values)
             special += np.where(nan, F32(np.nan), np.where(pos, F32(np.inf), np.where(neg, F32(-np.inf), 0)))
         o_part = matmul(pop, transpose(vb), pv_acc, c=o_part)
         visited += 1
@@ -376,7 +375,7 @@ def _exp2_argument(s, m, c, recipe):
     bias = np.subtract(np.multiply(safe, c, dtype=F32), offset, dtype=F32)
     if recipe.fma:
         with np.errstate(invalid="ignore"):
-            return fl32_fma(s, np.full_like(s, c), -bias[:, None])
+            return add_scaled_f32(-bias[:, None], s.astype(np.float64), np.float64(c))   # fl32(s * c - bias): an FMA
     return np.subtract(np.multiply(s, c, dtype=F32), bias[:, None], dtype=F32)
 
 
@@ -396,13 +395,3 @@ def _normalize(o, l, m, c, vd, recipe):
                        m.astype(np.float64) * float(c) * math.log(2) + np.log(l.astype(np.float64))
                        - recipe.max_offset * math.log(2)).astype(F32)
     return o.astype(F32), lse
-
-
-def _wide_specials(pq, vvals):
-    f = np.float64
-    inf_p = np.isposinf(pq).astype(f)
-    nan_p = np.isnan(pq).astype(f)
-    vpos, vneg, vzero = (vvals > 0).astype(f), (vvals < 0).astype(f), (vvals == 0).astype(f)
-    pos, neg = inf_p @ vpos > 0, inf_p @ vneg > 0
-    nan = (nan_p.sum(1)[:, None] > 0) | (inf_p @ vzero > 0) | (pos & neg)
-    return pos, neg, nan

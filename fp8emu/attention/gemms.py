@@ -1,6 +1,5 @@
 """The GEMMs of emulated FP8 attention, S = Q·Kᵀ and P·V, on its operands
-(:mod:`fp8emu.attention.operands`) through a GEMM model of :mod:`fp8emu.gemm`, and the one fused
-multiply-add its softmax makes."""
+(:mod:`fp8emu.attention.operands`) through a GEMM model of :mod:`fp8emu.gemm`."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ import dataclasses
 import numpy as np
 
 from ..gemm.code_tables import any_nonfinite
-from ..gemm.fparith import add_scaled_f32
-from ..gemm.kernels import exact_dot
+from ..gemm.kernels import exact_dot, fp32_dot
 from ..gemm.models import GemmModel, row_for_formats, run_steps
 from .inputs import F32
 from .operands import Operand
@@ -55,23 +53,5 @@ def matmul(a: Operand, b_t: Operand, model: GemmModel, c=None):
             return exact_dot(va, a.exps, vb, b_t.exps.T, a.mbits, b_t.mbits, extra=c)
         r = va @ vb
         return (r if c is None else r + c).astype(F32)
-    # fp32: float32-rounded products added in K order to the accumulator input
-    a32, b32 = va.astype(F32), vb.astype(F32)
-    out = np.zeros((a32.shape[0], b32.shape[1]), F32) if c is None else np.array(c, F32)
-    tmp = np.empty_like(out)
-    for k in range(a32.shape[1]):
-        np.multiply(a32[:, k, None], b32[k], out=tmp)
-        out += tmp
-    return out
+    return fp32_dot(va, vb, c)      # float32-rounded products added in K order to the accumulator input
 
-
-def fl32_fma(a, b, c):
-    """``fl32(a * b + c)`` with one rounding (a, b, c float32 arrays).
-
-    Examples
-    --------
-    >>> x = np.float32(1 + 2.0 ** -12)
-    >>> float(fl32_fma(x, x, np.float32(-1))) == 2.0 ** -11 + 2.0 ** -24     # exact: no rounding of a * b
-    True
-    """
-    return add_scaled_f32(np.asarray(c, F32), np.asarray(a, np.float64), np.asarray(b, np.float64))

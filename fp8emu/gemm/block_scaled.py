@@ -69,11 +69,11 @@ import numpy as np
 
 from ..codec import decode
 from ..formats import format_of_dtype, get_format
-from ..interop import ML_NARROW_DTYPES, code_array, to_numpy
+from ..interop import ML_NARROW_DTYPES, code_array, real_values, to_numpy
 from ..scaling.mx import mx_from_codes
 from ..scaling.nvfp4 import FP4_SCALE_FORMATS, nvfp4_from_codes
 from ..scaling.tensor import ScaledTensor, expand
-from .epilogue import ieee_specials, output_type, real_array, result_scale, to_output
+from .epilogue import ieee_specials, output_type, result_scale, to_output
 from .fparith import add_scaled_f32, integers_kept
 from .instructions import block_scaled_gemm
 from .models import get_model, scaled_row, wide_row
@@ -106,13 +106,6 @@ class _Operand(NamedTuple):
 _SCALE_DTYPES = {"mx": np.dtype(ml_dtypes.float8_e8m0fnu), "nvfp4": np.dtype(ml_dtypes.float8_e4m3fn)}
 
 
-def _narrow_format(arr):
-    """The built-in Format of an ml_dtypes narrow-float array's dtype, or None (uint8 codes say nothing)."""
-    if arr.dtype not in ML_NARROW_DTYPES:
-        return None
-    return format_of_dtype(arr.dtype)
-
-
 def _raw_codes(x, fmt, scales, global_scale, what):
     """(format, uint8 element codes, uint8 scale codes) of a raw operand.
 
@@ -123,7 +116,7 @@ def _raw_codes(x, fmt, scales, global_scale, what):
     global scale are NVFP4.
     """
     codes = to_numpy(x, what=what)
-    said = _narrow_format(codes)
+    said = format_of_dtype(codes.dtype)       # None for uint8 codes, which say nothing
     if scales is None:
         raise TypeError(f"{what} as raw codes needs {what}_scales (scale codes)")
     sc = to_numpy(scales, what=f"{what}_scales")
@@ -351,14 +344,21 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
     scale_result = result_scale(scale_result, ofmt)
     if model.kind == "instruction" and model.policy.scale_at is None:
         v = _through_instruction(A, B, model.instruction, c)
-        alpha = _alpha(A, B)
-        if alpha is not None:
-            with np.errstate(over="ignore", invalid="ignore"):
-                v = (v * alpha).astype(np.float32)
-        return to_output(v, bias, odt, ofmt, scale_result)
+    elif M == 0 or N == 0:   # an empty result: nothing to accumulate (as scaled_mm)
+        v = np.zeros((M, N), np.float32)
+    else:
+        v = _accumulate(A, B, model, c)
+    alpha = _alpha(A, B)
+    if alpha is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = (v * alpha).astype(np.float32)
+    return to_output(v, bias, odt, ofmt, scale_result)
 
-    if M == 0 or N == 0:   # an empty result: nothing to accumulate (as scaled_mm)
-        return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
+
+def _accumulate(A: _Operand, B: _Operand, model, c):
+    """float32 A @ B (+ C) of the block-scaled operands by an ``"exact"``, ``"fp32"`` or block-scaled
+    model, with IEEE results for Inf/NaN codes and NaN for a NaN scale's row or column."""
+    K = A.codes.shape[1]
     nan_rows = np.isnan(A.scales).any(axis=1)
     nan_cols = np.isnan(B.scales).any(axis=1)
     with np.errstate(over="ignore", invalid="ignore"):   # float32 overflow gives Inf, as the GPU
@@ -382,12 +382,7 @@ def block_scaled_mm(a, b, *, a_format=None, b_format=None, a_scales=None, b_scal
                     model.instruction, formats=tuple(dict.fromkeys((A.fmt.name, B.fmt.name))))
                 v = _blockwise(va, ea, vbt.T, ebt.T, A.scales, B.scales.T, A.block, B.block, row, c)
     v = np.where(nan_rows[:, None] | nan_cols[None, :], np.float32(np.nan), v).astype(np.float32)
-    v = ieee_specials(v, A.codes, A.fmt, np.ascontiguousarray(B.codes.T), B.fmt)
-    alpha = _alpha(A, B)
-    if alpha is not None:
-        with np.errstate(over="ignore", invalid="ignore"):
-            v = (v * alpha).astype(np.float32)
-    return to_output(v, bias, odt, ofmt, scale_result)
+    return ieee_specials(v, A.codes, A.fmt, np.ascontiguousarray(B.codes.T), B.fmt)
 
 
 def _through_instruction(A: _Operand, B: _Operand, ins, c):
@@ -411,7 +406,7 @@ def _accumulator_input(c, M, N):
     """C as a float32 (M, N) array, or None for a zero accumulator."""
     if c is None:
         return None
-    arr = real_array(c, "c", "a float32 array broadcastable to (M, N)")
+    arr = real_values(c, "c", "a float32 array broadcastable to (M, N)")
     try:
         arr = np.broadcast_to(arr, (M, N))
     except ValueError:

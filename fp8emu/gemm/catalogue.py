@@ -21,7 +21,7 @@ import numpy as np
 from ..registry import named
 from .outputs import OUTPUT_TYPES
 
-__all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "as_instruction", "presets"]
+__all__ = ["Instruction", "INSTRUCTIONS", "EVIDENCE", "get_instruction", "presets"]
 
 _DATAPATHS = ("fused", "scaled", "grouped", "paired")
 _ROUNDINGS = ("rz-e8m13", "rz", "rne")
@@ -159,9 +159,7 @@ class Instruction:
         return bool(self.scales)
 
 
-def _i(name, arch, ptx, shape, formats, out, datapath, step, frac_bits, rounding, zero_exp, **kw):
-    return Instruction(name, arch, ptx, shape, formats, out, datapath, step, frac_bits, rounding, zero_exp,
-                       **kw)
+_i = Instruction
 
 
 _MMASIM = "MMA-Sim 2.1.1 model"
@@ -263,16 +261,6 @@ def get_instruction(instruction) -> Instruction:
     True
     """
     return named(instruction, Instruction, INSTRUCTIONS, "instruction", "fp8emu.gemm.Instruction")
-
-
-
-def as_instruction(acc):
-    """The :class:`Instruction` an accumulator argument names, or None for other accumulators."""
-    if isinstance(acc, Instruction):
-        return acc
-    if isinstance(acc, str) and acc in INSTRUCTIONS:
-        return INSTRUCTIONS[acc]
-    return None
 
 
 

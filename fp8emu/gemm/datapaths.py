@@ -69,7 +69,7 @@ from ..interop import byte_codes
 from .aligned_sums import fused_step
 from .code_tables import datapath_tables
 from .instruction_inputs import check_inputs, kmajor
-from .outputs import OUTPUT_TYPES, round_output
+from .outputs import OUTPUT_TYPES, canonical, round_output
 from .wide_inputs import WIDE_INPUTS, decode_wide
 
 #: Output elements (M * N * step) handled at once.
@@ -99,14 +99,6 @@ def _c_exponent(c, out):
 
 
 # ----------------------------------------------------------------------------- the steps
-def _finish(r, ins):
-    """Output bits: zeros made +0, NaNs canonical."""
-    ot = OUTPUT_TYPES[ins.out]
-    r = r + r.dtype.type(0)            # -0 -> +0, as MMA-Sim's models
-    bits = r.view(ot.uint)
-    return np.where(np.isnan(r), ot.uint(ot.qnan), bits).view(r.dtype)
-
-
 def _paired_step(p, ep, c, ec, ins):
     F, F2 = ins.frac_bits, ins.pair_bits
     pe, po = p[0::2], p[1::2]
@@ -138,7 +130,7 @@ def _chain(ins, c, steps):
         ec = np.where(cv == 0, ins.zero_exp, ec) if ins.datapath != "paired" else ec
         x = step(cv, ec)
         c = round_output(x, ins) if ins.datapath != "paired" else x.astype(np.float32)
-        c = _finish(c.astype(dt), ins)
+        c = canonical(c.astype(dt), ins.out)
     return c
 
 def _step_terms(ins, ops, scl, block, k0):

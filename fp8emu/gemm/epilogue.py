@@ -8,23 +8,17 @@ import warnings
 import ml_dtypes
 import numpy as np
 
-from ..codec import encode
+from ..codec import decode, encode
 from ..formats import format_of_dtype, get_format
 from ..interop import TORCH_NARROW_NAMES, real_values, to_numpy
 from ..tables import SOURCE_DTYPES
 from .code_tables import any_nonfinite
 from .fparith import round_hi_lo, two_sum
-from .kernels import special_masks
 
-__all__ = ["as_scale", "bias_values", "bias_in", "output_type", "result_scale", "ieee_specials", "to_output", "OUT_DTYPES"]
+__all__ = ["as_scale", "bias_values", "bias_in", "output_type", "result_scale", "special_masks", "ieee_specials",
+           "to_output", "OUT_DTYPES"]
 
 OUT_DTYPES = {n: SOURCE_DTYPES[n] for n in ("float32", "bfloat16", "float16")}
-
-
-def real_array(x, what, accepted="a float or an array of floats"):
-    """``x`` as an integer or float array (bfloat16 widened exactly, as torch's CPU takes a bfloat16
-    scale); strings, bools, complex and objects are refused (:func:`fp8emu.interop.real_values`)."""
-    return real_values(x, what, accepted)
 
 
 def bias_values(bias):
@@ -79,7 +73,7 @@ def as_scale(s, what, *, finite=True, stacklevel=3,
     ``1 / scale`` of a tensor holding Inf is Inf): Inf and NaN are kept, with one RuntimeWarning saying
     the result follows IEEE arithmetic there (``specials``: what the warning says the kernel makes of them).
     """
-    src = real_array(s, what)
+    src = real_values(s, what)
     with np.errstate(over="ignore"):
         arr = src.astype(np.float32)
     bad = ~np.isfinite(arr)
@@ -143,11 +137,27 @@ def result_scale(scale_result, ofmt):
     return s
 
 
+def special_masks(da, db):
+    """(+Inf, -Inf, NaN) masks of the (M, N) results of ``da @ db`` under IEEE rules for Inf/NaN
+    operands, from the operands' decoded values (M, K) and (K, N)."""
+    da, db = np.asarray(da, np.float64), np.asarray(db, np.float64)
+    f = np.float64
+    ia_p, ia_n = (da == np.inf).astype(f), (da == -np.inf).astype(f)
+    ib_p, ib_n = (db == np.inf).astype(f), (db == -np.inf).astype(f)
+    pa, na_ = ((da > 0) & ~np.isnan(da)).astype(f), ((da < 0) & ~np.isnan(da)).astype(f)
+    pb, nb_ = ((db > 0) & ~np.isnan(db)).astype(f), ((db < 0) & ~np.isnan(db)).astype(f)
+    pos = ia_p @ pb + ia_n @ nb_ + pa @ ib_p + na_ @ ib_n
+    neg = ia_p @ nb_ + ia_n @ pb + pa @ ib_n + na_ @ ib_p
+    nan = (np.isnan(da).astype(f).sum(1)[:, None] + np.isnan(db).astype(f).sum(0)[None, :]
+           + (ia_p + ia_n) @ (db == 0).astype(f) + (da == 0).astype(f) @ (ib_p + ib_n))
+    return pos > 0, neg > 0, (nan > 0) | ((pos > 0) & (neg > 0))
+
+
 def ieee_specials(v, ca, fa, cb, fb):
     """IEEE semantics for NaN/Inf operands (the kernels work on finite values)."""
     if not (any_nonfinite(ca, fa) or any_nonfinite(cb, fb)):
         return v
-    pos, neg, nan = special_masks(ca, fa, cb, fb)
+    pos, neg, nan = special_masks(decode(ca, fa, dtype=np.float64), decode(cb, fb, dtype=np.float64))
     return np.where(nan, np.float32(np.nan), np.where(pos, np.float32(np.inf),
                                                       np.where(neg, np.float32(-np.inf), v)))
 
@@ -157,7 +167,7 @@ def to_output(v, bias, odt, ofmt, scale_result):
     target = odt if odt is not None else np.dtype(np.float32)
     N = v.shape[1]
     if bias is not None:
-        bias = real_array(bias_values(bias), "bias", "an array of floats").astype(np.float64)
+        bias = real_values(bias_values(bias), "bias", "an array of floats").astype(np.float64)
         if bias.shape not in ((N,), (1, N)):
             raise ValueError(f"bias must have shape ({N},), got {bias.shape}")
         bias = bias_in(bias.reshape(1, N), target).astype(np.float64)

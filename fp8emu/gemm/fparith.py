@@ -1,10 +1,10 @@
-"""Error-free float64 helpers: two-sum, one correct rounding of hi + lo, rounding to n bits."""
+"""Error-free float64 helpers: two-sum, one correct rounding of hi + lo, integers kept by a cast."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["two_sum", "round_hi_lo", "add_scaled_f32", "round_bits", "integers_kept"]
+__all__ = ["two_sum", "round_hi_lo", "add_scaled_f32", "integers_kept"]
 
 
 def two_sum(a, b):
@@ -38,15 +38,6 @@ def add_scaled_f32(total, part, factor):
     """
     hi, lo = two_sum(np.asarray(total, np.float64), part * factor)
     return round_hi_lo(hi, lo)
-
-
-def round_bits(x, bits, rounding):
-    """Round float64 x to ``bits`` significant bits (toward zero or nearest even)."""
-    _, e = np.frexp(x)
-    s = np.ldexp(1.0, bits - e)
-    y = x * s
-    y = np.trunc(y) if rounding == "rtz" else np.rint(y)
-    return y / s
 
 
 def integers_kept(arr, cast) -> bool:

@@ -3,22 +3,20 @@
 Operands arrive as float64 values (non-finite codes zeroed) with int16 exponents, as the per-code
 tables of :mod:`fp8emu.gemm.code_tables` give them; :func:`exact_dot` (the ``"exact"`` model: one
 rounding) and :func:`fp32_dot` (the ``"fp32"`` model: float32 additions in K order) return the float32
-(M, N) result of the K reduction.  NaN/Inf semantics are applied apart, from :func:`special_masks`.
+(M, N) result of the K reduction.  NaN/Inf semantics are applied apart
+(:func:`fp8emu.gemm.epilogue.special_masks`).
 Tensor-core models run on the catalogue engine (:mod:`fp8emu.gemm.models`).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 from .. import parallel
-from ..codec import decode
 from .code_tables import ZERO_EXP
 from .fparith import round_hi_lo, two_sum
 
-__all__ = ["special_masks", "fp32_dot", "exact_dot", "exp_span", "over_row_blocks"]
+__all__ = ["fp32_dot", "exact_dot", "exp_span"]
 
 
 def exp_span(e):
@@ -29,43 +27,13 @@ def exp_span(e):
     return int(np.where(e > ZERO_EXP, e, np.int16(32767)).min()), hi
 
 
-def special_masks(codes_a, fa, codes_b, fb):
-    """(+Inf, -Inf, NaN) masks of the (M, N) results under IEEE rules for Inf/NaN operands."""
-    da = decode(codes_a, fa, dtype=np.float64)
-    db = decode(codes_b, fb, dtype=np.float64)
-    f = np.float64
-    ia_p, ia_n = (da == np.inf).astype(f), (da == -np.inf).astype(f)
-    ib_p, ib_n = (db == np.inf).astype(f), (db == -np.inf).astype(f)
-    pa, na_ = ((da > 0) & ~np.isnan(da)).astype(f), ((da < 0) & ~np.isnan(da)).astype(f)
-    pb, nb_ = ((db > 0) & ~np.isnan(db)).astype(f), ((db < 0) & ~np.isnan(db)).astype(f)
-    pos = ia_p @ pb + ia_n @ nb_ + pa @ ib_p + na_ @ ib_n
-    neg = ia_p @ nb_ + ia_n @ pb + pa @ ib_n + na_ @ ib_p
-    nan = (np.isnan(da).astype(f).sum(1)[:, None] + np.isnan(db).astype(f).sum(0)[None, :]
-           + (ia_p + ia_n) @ (db == 0).astype(f) + (da == 0).astype(f) @ (ib_p + ib_n))
-    return pos > 0, neg > 0, (nan > 0) | ((pos > 0) & (neg > 0))
-
-
-def over_row_blocks(M, rows, fn, threads):
-    """Call ``fn(m0, m1)`` for each block of output rows, spread over the cores.
-
-    Row blocks are independent and NumPy releases the GIL inside its loops, so
-    threads share them out (as the BLAS behind ``np.matmul`` uses every core).
-    """
-    blocks = [(m0, min(M, m0 + rows)) for m0 in range(0, M, rows)]
-    if len(blocks) > 1 and threads > 1:
-        with ThreadPoolExecutor(min(threads, len(blocks))) as pool:
-            list(pool.map(lambda b: fn(*b), blocks))
-    else:
-        for b in blocks:
-            fn(*b)
-
-
-def fp32_dot(va, vb):
-    """Sequential float32 sum in K order; each product is exact in float32."""
+def fp32_dot(va, vb, c=None):
+    """Sequential float32 sum in K order of the float32 products (exact for 8-bit operands), from
+    ``c`` (float32 (M, N), the accumulator input) or zero."""
     at = np.ascontiguousarray(va.T, dtype=np.float32)   # K-major: a column of A is contiguous
     b = vb.astype(np.float32)
     M = at.shape[1]
-    acc = np.zeros((M, b.shape[1]), np.float32)
+    acc = np.zeros((M, b.shape[1]), np.float32) if c is None else np.array(c, np.float32)
 
     def row_block(m0, m1):
         rows_acc = acc[m0:m1]
@@ -75,7 +43,7 @@ def fp32_dot(va, vb):
             rows_acc += tmp
 
     threads = parallel.resolve_threads(None, M * b.shape[1] * at.shape[0])
-    over_row_blocks(M, max(1, -(-M // threads)), row_block, threads)
+    parallel.run(row_block, parallel.split(0, M, threads, 1), threads)
     return acc
 
 

@@ -42,15 +42,18 @@ import dataclasses
 
 import numpy as np
 
+from ..formats import get_format
 from ..interop import is_integer
 from .catalogue import INSTRUCTIONS, Instruction
+from .code_tables import values_and_exponents
 from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
+from .kernels import exact_dot, fp32_dot
 from .outputs import kept_bits, nearest
 from .torch_cpu import TORCH_CPU_PATHS
 
 __all__ = ["Policy", "GemmModel", "MODELS", "get_model", "widths", "step_row", "wide_row", "scaled_row",
-           "row_for_formats", "run_steps", "cublas_split_k", "split_pieces", "split_bounds", "HW_K_MULTIPLE",
+           "row_for_formats", "run_steps", "cublas_split_k", "split_bounds", "HW_K_MULTIPLE",
            "SPLIT_K_TILE"]
 
 _KINDS = ("instruction", "exact", "fp32", "torch-cpu")
@@ -116,8 +119,9 @@ class Policy:
             raise ValueError(f"Policy specials must be 'ieee' or 'instruction', got {self.specials!r}")
 
     def splits(self, M, N, K):
-        """Number of split-K pieces for an M x K by K x N product."""
-        return split_pieces(self.split_k, M, N, K)
+        """Number of split-K pieces for an M x K by K x N product: ``None`` 1, ``"cublas"``
+        :func:`cublas_split_k`'s count for the shape, an integer itself."""
+        return 1 if self.split_k is None else cublas_split_k(M, N, K) if self.split_k == "cublas" else self.split_k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,10 +168,6 @@ class GemmModel:
         if self.kind != "instruction" and self.policy != Policy():
             raise ValueError(f"a {self.kind!r} model has no steps to schedule: its policy (promote, split_k, "
                              f"scale_at) must be the default, got {self.policy}")
-
-
-def _ins(name, **policy):
-    return GemmModel(name, "instruction", INSTRUCTIONS[name], Policy(specials="instruction", **policy))
 
 
 #: The named models (and, by name, every float32-output row of the catalogue, as a plain chain).
@@ -284,11 +284,10 @@ def get_model(acc) -> GemmModel:
     """
     if isinstance(acc, GemmModel):
         return acc
-    if isinstance(acc, str):
-        if acc in MODELS:
-            return MODELS[acc]
-        if acc in INSTRUCTIONS:
-            return _ins(acc)
+    if isinstance(acc, str) and acc in MODELS:
+        return MODELS[acc]
+    if isinstance(acc, str) and acc in INSTRUCTIONS:
+        acc = INSTRUCTIONS[acc]
     if isinstance(acc, Instruction):
         return GemmModel(acc.name, "instruction", acc, Policy(specials="instruction"))
     names = sorted(MODELS) + ["a float32-output instruction preset such as 'hopper-wgmma'"]
@@ -342,7 +341,8 @@ def scaled_row(ins: Instruction, formats=None):
 
 def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None, ins=None):
     """float32 (M, N) ``A @ B`` of FP8 codes through an ``"instruction"`` model: its row chained
-    along K under its policy (split-K pieces, promotion into float32; ``kscale(kb)``: the float64
+    along K under its policy (an ``"exact"`` or ``"fp32"`` model: its sum of the decoded values in
+    place of the chain) (split-K pieces, promotion into float32; ``kscale(kb)``: the float64
     (M, N) factor of K block ``kb``, which promotes every ``kblock`` with one rounding, as
     DeepGEMM's FMA does).  ``c``: the accumulator input of the first step (no split-K, no promotion); ``ins``:
     the row to chain (default the model's; :func:`row_for_formats`).
@@ -378,8 +378,19 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
         # each interval's chain starts from zero: C was left out of the sum, silently
         raise ValueError("an accumulator input C is modelled without promotion (and without block scales) only")
 
-    def chain(k0, k1, c_in=None):
-        return instruction_gemm(ca[:, k0:k1], cb[k0:k1], instruction=ins, a_format=fa, b_format=fb, c=c_in)
+    if model.kind == "instruction":
+        def chain(k0, k1, c_in=None):
+            return instruction_gemm(ca[:, k0:k1], cb[k0:k1], instruction=ins, a_format=fa, b_format=fb, c=c_in)
+    elif model.kind == "torch-cpu":
+        raise ValueError(f"{model.name!r} is torch's CPU _scaled_mm, not a sum along K: use fp8emu.scaled_mm")
+    else:
+        fa, fb = get_format(fa), get_format(fb)
+        (va, ea), (vb, eb) = values_and_exponents(ca, fa), values_and_exponents(cb, fb)
+
+        def chain(k0, k1, c_in=None):
+            if model.kind == "fp32":
+                return fp32_dot(va[:, k0:k1], vb[k0:k1], c_in)
+            return exact_dot(va[:, k0:k1], ea[:, k0:k1], vb[k0:k1], eb[k0:k1], fa.mbits, fb.mbits, extra=c_in)
 
     result = None
     for k0, k1 in zip(bounds[:-1], bounds[1:]):
@@ -396,22 +407,6 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
         # split-K: the pieces' float32 results are added in piece order
         result = piece if result is None else np.add(result, piece, dtype=np.float32)
     return result
-
-
-def split_pieces(split_k, M, N, K):
-    """Split-K pieces for an M x K by K x N product: ``None`` 1, ``"cublas"`` :func:`cublas_split_k`'s
-    count for the shape, an integer itself.
-
-    Examples
-    --------
-    >>> split_pieces(None, 32, 32, 16384), split_pieces("cublas", 32, 32, 16384), split_pieces(3, 32, 32, 16384)
-    (1, 6, 3)
-    """
-    if split_k is None:
-        return 1
-    if split_k == "cublas":
-        return cublas_split_k(M, N, K)
-    return int(split_k)
 
 
 def cublas_split_k(M, N, K):

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["OutputType", "OUTPUT_TYPES", "kept_bits", "nearest", "round_output"]
+__all__ = ["OutputType", "OUTPUT_TYPES", "kept_bits", "nearest", "round_output", "canonical"]
 
 
 class OutputType(NamedTuple):
@@ -91,3 +91,19 @@ def round_output(x, ins):
     y = np.rint(y) if nearest(ins) else np.trunc(y)
     with np.errstate(over="ignore"):
         return (y * q).astype(ot.dtype)
+
+
+def canonical(r, out):
+    """Results ``r`` of the output type (overwritten, non-empty): -0 made +0 and every NaN the quiet
+    NaN, as MMA-Sim's models give them.
+
+    Examples
+    --------
+    >>> canonical(np.array([-0.0, np.nan], np.float32), "float32").view(np.uint32).tolist()
+    [0, 2147483647]
+    """
+    ot = OUTPUT_TYPES[out]
+    r += r.dtype.type(0)
+    if np.isnan(r.max()):          # one pass where there is no NaN (max propagates NaN)
+        r.view(ot.uint)[np.isnan(r)] = ot.qnan
+    return r

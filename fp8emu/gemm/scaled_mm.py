@@ -11,13 +11,10 @@ from typing import NamedTuple
 import numpy as np
 
 from ..formats import format_of_dtype, get_format
-from ..interop import ML_NARROW_DTYPES, narrow_codes, to_numpy
+from ..interop import narrow_codes, to_numpy
 from .block_scaled import block_scaled_mm
 from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_scale, to_output
-from .fparith import add_scaled_f32
 from .instructions import gemm as instruction_gemm
-from .code_tables import values_and_exponents
-from .kernels import exact_dot, fp32_dot
 from .models import HW_K_MULTIPLE, MODELS, get_model, row_for_formats, run_steps
 from .torch_cpu import fast_accum_accumulator, torch_cpu_mm
 
@@ -26,16 +23,12 @@ __all__ = ["scaled_mm"]
 
 def _dtype_format(x):
     """The built-in Format whose ml_dtypes type is ``x``'s dtype (torch float8 / ml_dtypes arrays), or None."""
-    dt = getattr(x, "dtype", None)
-    if dt is None:
+    if getattr(x, "dtype", None) is None:
         return None
     try:
-        dt = to_numpy(x[:0] if getattr(x, "ndim", 0) else x).dtype
+        return format_of_dtype(to_numpy(x[:0] if getattr(x, "ndim", 0) else x).dtype)
     except (TypeError, ValueError, IndexError):
         return None
-    if dt not in ML_NARROW_DTYPES:
-        return None
-    return format_of_dtype(dt)
 
 
 def _operand(x, fmt, what):
@@ -216,59 +209,37 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     if cb.shape[0] != K:
         raise ValueError(f"shape mismatch: a is {ca.shape} and b is {cb.shape}; need (M, K) @ (K, N)")
     N = cb.shape[1]
-    if model.kind == "torch-cpu":
-        return _torch_cpu(model.name, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result)
+    cpu = model.kind == "torch-cpu"
     ins = model.instruction
     if ins is not None and (ins.block_scaled or ins.out == "float16"):
         instruction_gemm(ca[:0], cb, instruction=ins, a_format=fa, b_format=fb)   # its own error
     odt, ofmt = output_type(out_dtype)
     scale_result = result_scale(scale_result, ofmt)
-    if K % HW_K_MULTIPLE:
+    if K % HW_K_MULTIPLE and not cpu:
         warnings.warn(f"K = {K} is not a multiple of {HW_K_MULTIPLE}: cuBLASLt rejects such FP8 "
                       "GEMMs; computing anyway", RuntimeWarning, stacklevel=2)
-    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False), M, K, "scale_a", f"({M}, 1) row-wise")
-    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False), N, K, "scale_b", f"(1, {N}) column-wise",
-                         transposed=True)
-
+    # torch's CPU makes NaN of every output an Inf or NaN scale touches (Inf * 3 too): not cuBLAS's IEEE product
+    specials = {"specials": "every output it scales is NaN, as torch's CPU _scaled_mm gives"} if cpu else {}
+    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False, **specials), M, K, "scale_a", f"({M}, 1) row-wise")
+    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False, **specials), N, K, "scale_b",
+                         f"(1, {N}) column-wise", transposed=True)
+    if cpu:
+        return _torch_cpu(model.name, ca, fa, cb, fb, sa, sb, bias, odt, ofmt, scale_result)
     if M == 0 or N == 0:   # an empty result: nothing to accumulate
         return to_output(np.zeros((M, N), np.float32), bias, odt, ofmt, scale_result)
     blocks = "block" in (sa.kind, sb.kind)
     kscale = _kscale(sa, sb, M, N, K) if blocks else None
     row = None if ins is None else row_for_formats(model, fa, fb, K)
-    if row is not None:
-        v = run_steps(model, ca, fa, cb, fb, kscale=kscale, kblock=_KBLOCK, ins=row)
-        v = v if blocks else _scale_epilogue(v, sa, sb)
-        if model.policy.specials == "instruction":
-            return to_output(v, bias, odt, ofmt, scale_result)   # the instruction's own Inf/NaN results
-        return to_output(ieee_specials(v, ca, fa, cb, fb), bias, odt, ofmt, scale_result)
-    # exact / fp32 sums
-    va, ea = values_and_exponents(ca, fa)
-    vb, eb = values_and_exponents(cb, fb)
-    if model.kind == "exact":
-        def dot(va, ea, vb, eb):
-            return exact_dot(va, ea, vb, eb, fa.mbits, fb.mbits)
-    else:
-        def dot(va, ea, vb, eb):
-            return fp32_dot(va, vb)
-    if blocks:
-        v = _block_scaled_sum(va, ea, vb, eb, dot, kscale)
-    else:
-        v = _scale_epilogue(dot(va, ea, vb, eb), sa, sb)
+    v = run_steps(model, ca, fa, cb, fb, kscale=kscale, kblock=_KBLOCK, ins=row)
+    v = v if blocks else _scale_epilogue(v, sa, sb)
+    if model.policy.specials == "instruction":
+        return to_output(v, bias, odt, ofmt, scale_result)   # the instruction's own Inf/NaN results
     return to_output(ieee_specials(v, ca, fa, cb, fb), bias, odt, ofmt, scale_result)
 
 
-def _torch_cpu(path, ca, fa, cb, fb, scale_a, scale_b, bias, out_dtype, scale_result):
+def _torch_cpu(path, ca, fa, cb, fb, sa, sb, bias, odt, ofmt, scale_result):
     """torch's CPU ``_scaled_mm`` by one of its paths: tensor-wise or row-wise scales only."""
-    M, K = ca.shape
     N = cb.shape[1]
-    odt, ofmt = output_type(out_dtype)
-    scale_result = result_scale(scale_result, ofmt)
-    # torch's CPU makes NaN of every output an Inf or NaN scale touches (Inf * 3 too): not cuBLAS's IEEE product
-    cpu = "every output it scales is NaN, as torch's CPU _scaled_mm gives"
-    sa = _classify_scale(as_scale(scale_a, "scale_a", finite=False, stacklevel=4, specials=cpu), M, K, "scale_a",
-                         f"({M}, 1) row-wise")
-    sb = _classify_scale(as_scale(scale_b, "scale_b", finite=False, stacklevel=4, specials=cpu), N, K, "scale_b",
-                         f"(1, {N}) column-wise", transposed=True)
     if "block" in (sa.kind, sb.kind) or (sa.kind != sb.kind):
         raise ValueError(f"{path}: torch's CPU _scaled_mm takes tensor-wise scales for both operands or "
                          f"row-wise scales for both ((M, 1) and (1, N)), got {sa.kind} and {sb.kind}")
@@ -338,18 +309,6 @@ def _kscale(sa, sb, M, N, K):
     def kscale(kb):
         return (SA[:, kb, None].astype(np.float32) * SB[None, :, kb].astype(np.float32)).astype(np.float64)
     return kscale
-
-
-def _block_scaled_sum(va, ea, vb, eb, dot, kscale):
-    """Block scales multiply each 128-wide K block's partial sum (``dot``'s) as it joins the FP32
-    accumulator."""
-    M, K = va.shape
-    total = np.zeros((M, vb.shape[1]), np.float32)
-    for kb in range(-(-K // _KBLOCK)):
-        sl = slice(kb * _KBLOCK, (kb + 1) * _KBLOCK)
-        part = dot(va[:, sl], ea[:, sl], vb[sl], eb[sl]).astype(np.float64)
-        total = add_scaled_f32(total, part, kscale(kb))
-    return total
 
 
 def _scale_epilogue(c, sa, sb):

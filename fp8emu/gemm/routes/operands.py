@@ -12,10 +12,10 @@ import numpy as np
 
 from ...interop import byte_codes
 from ..aligned_sums import pow2
-from ..outputs import OUTPUT_TYPES, kept_bits
+from ..outputs import OUTPUT_TYPES, canonical, kept_bits
 from .codes import decoded_chunk, operand_tables
 from .layout import transposed
-from .steps import c_exponents, canonical, halves, paired_halves, round_results, zero_c_matters
+from .steps import c_exponents, halves, paired_halves, round_results, zero_c_matters
 from .workspace import work
 
 def _sum_dtype(ins):

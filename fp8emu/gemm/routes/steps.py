@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..aligned_sums import pow2, trunc_sum
-from ..outputs import OUTPUT_TYPES, kept_bits, nearest, round_output
+from ..outputs import OUTPUT_TYPES, canonical, kept_bits, nearest, round_output
 
 _CEXP = {}
 
@@ -56,8 +56,8 @@ def zero_c_matters(ins, xmin):
 
 
 def round_results(x, ins, E=None, *, coarse=False):
-    """:func:`~fp8emu.gemm.outputs.round_output` and the datapaths' ``_finish`` of the float64 step
-    results ``x`` (overwritten).
+    """:func:`~fp8emu.gemm.outputs.round_output`, then :func:`~fp8emu.gemm.outputs.canonical`, of the
+    float64 step results ``x`` (overwritten).
 
     ``E``, where given, is each result's step exponent: ``x`` is then a multiple of
     ``2**(E - frac_bits)``, so where that grid is no finer than the output's below its smallest
@@ -84,23 +84,16 @@ def round_results(x, ins, E=None, *, coarse=False):
     return canonical(r, ins.out)
 
 
-def canonical(r, out):
-    """Results ``r`` of the output type (overwritten): -0 made +0 and every NaN the quiet NaN, as
-    MMA-Sim's models give them."""
-    ot = OUTPUT_TYPES[out]
-    r += r.dtype.type(0)
-    if np.isnan(r.max()):          # one pass where there is no NaN (max propagates NaN)
-        r.view(ot.uint)[np.isnan(r)] = ot.qnan
-    return r
-
 def halves(x):
     """``x`` (L, ...) as (L / 2, 2, ...): its even and odd entries along K on the second axis."""
     return x.reshape(x.shape[0] // 2, 2, *x.shape[1:])
 
 
 def paired_halves(ps, E2, c, ec, ins, floor_e=None):
-    """:func:`_paired_sum` given the largest exponents of the even and of the odd products, E2
-    (2, ...): both halves go through each pass together.
+    """The ``"paired"`` step (:func:`fp8emu.gemm.datapaths.reference`'s) on products ``ps`` (overwritten)
+    given the largest exponents of the even and of the odd products, E2 (2, ...): both halves go
+    through each pass together, their partial sums kept in units of their grids (integers), so that
+    each alignment is one multiplication by a power of two.
 
     float32 products ``ps`` (exact, as products of FP8 values are) take float32 aligning factors:
     those of a half below ``floor_e`` (the smallest exponent of a non-zero product, so a half of

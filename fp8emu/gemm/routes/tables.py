@@ -135,23 +135,15 @@ def _table_rows(ins, p, x, scl, block, c, k_first, zero_c):
             sc = pow2(E, F, -1)
             x_ = trunc_sum(ps, sc) / sc
         elif ins.datapath == "paired":
-            x_, E = _paired_sum(ps[:L], xs[:L], c, ec, ins), None
+            # zero products carry max(zero_exp, -900) (the table's), which changes nothing (a zero half's
+            # sum is zero and C's exponent is above both) and keeps every power of two normal in float64
+            x_, E = paired_halves(ps[:L], halves(xs[:L]).max(axis=0), c, ec, ins), None
         elif ins.datapath == "scaled":
             x_, E = _scaled_sum(ins, ps[:L], xs[:L], scl, block, k, c, ec)
         else:
             x_, E = fused_step(*_grouped_table_terms(ins, ps[:L], xs[:L], scl, block, k), c, ec, F), None
         c = round_results(x_, ins, E)
     return c
-
-def _paired_sum(ps, xs, c, ec, ins):
-    """:func:`_paired_step` on gathered products (overwritten) and exponents.
-
-    The partial sums are kept in units of their grids (integers), so each alignment is one
-    multiplication by a power of two; zero products carry ``max(zero_exp, -900)`` (the table's),
-    which changes nothing (a zero half's sum is zero and C's exponent is above both) and keeps
-    every power of two in float64's normal range.
-    """
-    return paired_halves(ps, halves(xs).max(axis=0), c, ec, ins)
 
 def _scaled_sum(ins, ps, xs, scl, block, k0, c, ec):
     """One ``"scaled"`` step: E8M0 scales are powers of two, so a block's scales add to its products'

@@ -8,7 +8,7 @@ float64 as the row's output type holds it.  The block-scaled models of :func:`fp
 has take it; tests/test_gemm_routes.py holds it to the reference steps
 (:func:`fp8emu.gemm.datapaths.reference`).
 
-Each step is the reference step on K-major slabs (:func:`_mma_piece`), or, where a step's terms
+Each step is the reference step on K-major slabs (:func:`_dense_step`), or, where a step's terms
 provably lose nothing to the alignment, one float64 matrix product per step (the exact fast path,
 :func:`_mma_piece_fast`).
 """
@@ -22,12 +22,13 @@ import numpy as np
 
 from ... import parallel
 from ..code_tables import ZERO_EXP, ZERO_LOW, low_bits, values_and_exponents
-from ..kernels import exp_span, over_row_blocks
-from ..outputs import kept_bits, nearest
+from ..aligned_sums import fused_step
+from ..kernels import exp_span
+from ..outputs import kept_bits, nearest, round_output
 
 
-#: Elements of the (rows, N, group) product block processed at once.
-_BLOCK_ELEMS = 1 << 20
+#: Elements of the (group, rows, N) product block of the dense step processed at once.
+_BLOCK_ELEMS = 1 << 18
 #: Multiply-adds below which OpenBLAS computes a matrix product on one thread.
 _BLAS_SERIAL = 1 << 18
 #: Step sums (rows x N x steps, float64) one batched matrix product forms on the fast path: 4 MiB
@@ -56,15 +57,6 @@ def serves(ins):
     return ins.out == "float64" and ins.datapath in ("fused", "scaled") and ins.zero_exp <= ZERO_BELOW
 
 
-class _Widths(NamedTuple):
-    """A wide row's step: products per step, fraction bits, result bits and rounding."""
-
-    group: int
-    frac_bits: int
-    sum_bits: int
-    sum_rounding: str
-
-
 def scaled_operand(codes, fmt, scales, block):
     """A block-scaled operand as the wide route takes it: values ``v * s`` (rows, K), their exponents
     ``e(v) + floor(log2 s)`` (zero terms, a zero scale's too: :data:`ZERO_EXP`) and lowest set bits,
@@ -80,25 +72,22 @@ def scaled_operand(codes, fmt, scales, block):
     >>> v.tolist(), e[0, :2].tolist(), low[0, :2].tolist()
     ([[0.25, 0.375, 0.0]], [-2, -2], [-2, -3])
     """
-    K = codes.shape[1]
-    rows, nb, blk = codes.shape[0], scales.shape[1], block
-    s = scales
-    _, q = np.frexp(s)
-    zero_s = s == 0
+    K, (rows, nb) = codes.shape[1], scales.shape
+    _, q = np.frexp(scales)
+    zero_s = scales == 0
     q = np.where(zero_s, 0, q - 1).astype(np.int16)
-    lq = low_bits(s).astype(np.int16)
+    lq = low_bits(scales).astype(np.int16)
     va, ea, la = values_and_exponents(codes, fmt, lows=True)
-    pad = nb * blk - K
+    pad = nb * block - K
     if pad:
         va, ea, la = (np.pad(x, ((0, 0), (0, pad))) for x in (va, ea, la))
     # the gathered arrays are this call's own: scaled in place, and the zero terms' sentinels put
     # back only where there are any
-    shape3 = (rows, nb, blk)
-    p, e2, l2 = va.reshape(shape3), ea.reshape(shape3), la.reshape(shape3)
+    p, e2, l2 = (x.reshape(rows, nb, block) for x in (va, ea, la))
     zero = e2 == ZERO_EXP
     if zero_s.any():
         zero |= zero_s[:, :, None]
-    p *= s[:, :, None]
+    p *= scales[:, :, None]
     e2 += q[:, :, None]
     l2 += lq[:, :, None]
     if zero.any():
@@ -120,29 +109,25 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
     ``lows``, optional: the operands' lowest-set-bit exponents (:func:`low_bits` of ``va`` and
     ``vb``), when the caller has them from per-code tables.  Steps whose terms provably lose
     nothing to the alignment take the exact fast path (:func:`_mma_piece_fast`); the others,
-    entry by entry, the dense step (:func:`_mma_piece`).
+    entry by entry, the dense step (:func:`_dense_step`).
     """
     if not serves(ins):
         raise ValueError(f"{ins.name}: the wide route serves float64-output 'fused' / 'scaled' rows whose zero "
                          f"terms never set a step's alignment (zero_exp <= {ZERO_BELOW}) only")
-    acc = _Widths(ins.step, ins.frac_bits, kept_bits(ins) + 1, "rne" if nearest(ins) else "rtz")
     M, K = va.shape
     N = vb.shape[1]
-    G = acc.group
+    G = ins.step
     pad = (-K) % G
     if pad:
-        va = np.pad(va, ((0, 0), (0, pad)))
-        vb = np.pad(vb, ((0, pad), (0, 0)))
-        ea = np.pad(ea, ((0, 0), (0, pad)), constant_values=ZERO_EXP)
-        eb = np.pad(eb, ((0, pad), (0, 0)), constant_values=ZERO_EXP)
+        ka, kb = ((0, 0), (0, pad)), ((0, pad), (0, 0))        # K is A's last axis and B's first
+        va, vb = np.pad(va, ka), np.pad(vb, kb)
+        ea, eb = np.pad(ea, ka, constant_values=ZERO_EXP), np.pad(eb, kb, constant_values=ZERO_EXP)
         if lows is not None:
-            lows = (np.pad(lows[0], ((0, 0), (0, pad)), constant_values=ZERO_LOW),
-                    np.pad(lows[1], ((0, pad), (0, 0)), constant_values=ZERO_LOW))
+            lows = np.pad(lows[0], ka, constant_values=ZERO_LOW), np.pad(lows[1], kb, constant_values=ZERO_LOW)
     ng = (K + pad) // G
     out = np.empty((M, N))
     threads = parallel.resolve_threads(None, M * N * K)
     rows = max(1, min(M, _BLOCK_ELEMS // max(1, N * G)))
-    F = acc.frac_bits
     # Lowest exponent any non-zero term can have; all-zero steps are clamped to it
     # (their result is zero whatever the alignment).
     e_floor = exp_span(ea)[0] + exp_span(eb)[0] - 2
@@ -152,154 +137,47 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
         nz = c[c != 0]
         if nz.size:
             e_floor = min(e_floor, int(np.frexp(np.abs(nz).min())[1]) - 2)
-    fast = _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows)
+    fast = _fast_plan(va, ea, vb, eb, ins, e_floor, c, lows)
     if fast is not None:
         def row_block_fast(m0, m1):
-            out[m0:m1] = _mma_piece_fast(fast, (m0, m1), (0, ng), acc, e_floor=e_floor,
+            out[m0:m1] = _mma_piece_fast(fast, (m0, m1), (0, ng), ins, e_floor=e_floor,
                                          c_in=None if c is None else c[m0:m1], threads=threads)
 
         # row blocks of about 2**16 entries keep a step's (rows, N) arrays in cache
         rows_f = min(-(-M // max(1, min(threads, M))), max(1, (1 << 16) // max(1, N)))
-        over_row_blocks(M, rows_f, row_block_fast, threads)
+        parallel.run(row_block_fast, parallel.split(0, M, -(-M // rows_f), 1), threads)
         return out
     _count(dense=M * N * ng)
-    amax, bmax = np.abs(va).max(initial=0.0), np.abs(vb).max(initial=0.0)
-    # float32 is exact when scaled terms stay integers below 2**24 even after
-    # summing a group, and when products and scale factors stay normal float32
-    small = (F + 2 + int(np.ceil(np.log2(G))) <= 24 and F - e_floor < 120 and e_floor > -120
-             and amax * bmax < 2.0 ** 120)
-    dt = np.float32 if small else np.float64
-    # K-major layout: reductions over a step become element-wise operations on
-    # contiguous (rows, N) slabs, much faster than reducing a short last axis
-    vat_, vb_ = np.ascontiguousarray(va.T, dtype=dt), vb.astype(dt)
-    eat_ = np.ascontiguousarray(np.maximum(ea, ZERO_EXP).T, dtype=np.int16)
-    eb_ = np.maximum(eb, ZERO_EXP).astype(np.int16)
-    ops = _KMajor(vat_, vb_, eat_, eb_, *_exponent_weights(eat_, eb_, G))
+    # K-major: a step's products and exponents are (group, rows, N) slabs, reduced over contiguous planes
+    # (int16 holds a sum of two zero terms' exponents, -32000)
+    vat, eat = np.ascontiguousarray(va.T), np.ascontiguousarray(ea.T, dtype=np.int16)
+    eb = eb.astype(np.int16)
     rows = -(-M // max(min(threads, M), -(-M // rows)))   # at least one block per core
 
     def row_block(m0, m1):
-        P = np.empty((G, m1 - m0, N), dt)
-        Eb = None if ops.wat is not None else np.empty((G, m1 - m0, N), np.int16)
-        out[m0:m1] = _mma_piece(ops, (m0, m1), (0, ng), (P, Eb), acc, e_floor=e_floor,
-                                c_in=None if c is None else c[m0:m1])
+        part = np.zeros((m1 - m0, N)) if c is None else c[m0:m1].copy()
+        for g in range(ng):
+            sl = slice(g * G, (g + 1) * G)
+            part = _dense_step(np.einsum("km,kn->kmn", vat[sl, m0:m1], vb[sl]),
+                               eat[sl, m0:m1, None] + eb[sl, None], part, ins, e_floor)
+        # a zero step result is +0 whatever the signs that cancelled or truncated away (the
+        # fixed-point sum has no signed zero; MMA-Sim's models agree, no recording shows -0)
+        out[m0:m1] = part + 0.0
 
-    over_row_blocks(M, rows, row_block, threads)
+    # row blocks are independent, and NumPy releases the GIL in its loops: threads share them out
+    parallel.run(row_block, parallel.split(0, M, -(-M // rows), 1), threads)
     return out
 
 
-def _exponent_weights(eat, eb, G):
-    """``(2**(c*(ea - sa)), 2**(c*(eb - sb)), c, sa + sb)`` for the exponent-maximum matmul, or Nones.
-
-    A step's largest exponent ``E = max_k(ea_k + eb_k)`` is read off
-    ``S = sum_k 2**(c*(ea_k + eb_k - s))``, one matrix product: with
-    ``2**c > G`` (``c`` a power of two), ``2**(c*(E - s)) <= S < 2**(c*(E - s) + c)`` (the rounded sum
-    of positive terms stays within those representable bounds), so
-    ``E = s + floor(log2(S) / c)``.  Zero terms (exponent sentinel) weigh 0.
-    Returns Nones when the weights would leave float64's normal range.
-    """
-    c = 1 << (int(G).bit_length() - 1).bit_length()   # a power of two with 2**c > G: E is a shift
-    nz_a, nz_b = eat > ZERO_EXP, eb > ZERO_EXP
-    if not nz_a.any() or not nz_b.any():
-        return None, None, c, 0
-    la, ha = int(eat[nz_a].min()), int(eat[nz_a].max())
-    lb, hb = int(eb[nz_b].min()), int(eb[nz_b].max())
-    sa, sb = (la + ha) // 2, (lb + hb) // 2
-    for dt, lo, hi in ((np.float32, -126, 127), (np.float64, -1022, 1023)):
-        ok = (c * (la - sa) >= lo and c * (ha - sa) <= hi and c * (lb - sb) >= lo and c * (hb - sb) <= hi
-              and c * (la - sa + lb - sb) >= lo and c * (ha - sa + hb - sb) + c <= hi)
-        if ok:
-            wat = np.where(nz_a, np.ldexp(dt(1), c * (eat.astype(np.int32) - sa)), dt(0)).astype(dt)
-            wb = np.where(nz_b, np.ldexp(dt(1), c * (eb.astype(np.int32) - sb)), dt(0)).astype(dt)
-            return wat, wb, c, sa + sb
-    return None, None, c, 0
-
-
-class _KMajor(NamedTuple):
-    """Operands laid out K-major: values of A transposed (K, M), of B (K, N), their exponents,
-    and the exponent weights of :func:`_exponent_weights` (None where not usable)."""
-
-    vat: np.ndarray
-    vb: np.ndarray
-    eat: np.ndarray
-    eb: np.ndarray
-    wat: np.ndarray | None
-    wb: np.ndarray | None
-    c: int
-    shift: int
-
-
-def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, e_floor, c_in=None):
-    """float32 result of steps ``steps = (g0, g1)`` for rows ``rows = (m0, m1)``, from accumulator ``c_in`` (or zero).
-
-    ``buffers = (P, Eb)`` are (group, rows, N) scratch arrays for the products and (only
-    without exponent weights) their exponents.  Every (rows, N) temporary is a reused
-    buffer written with ``out=``: fresh arrays of this size would be new pages each step.
-    """
-    vat_, vb_, eat_, eb_, wat, wb, c, shift = ops
-    (m0, m1), (g0, g1), (P, Eb) = rows, steps, buffers
-    dt = P.dtype
-    G, F = acc.group, acc.frac_bits
-    shape = (m1 - m0, vb_.shape[1])
-    part, sc, tmp, s, fr = (np.zeros(shape) for _ in range(5))
-    if c_in is not None:
-        part[...] = c_in
-    sc_dt, psum = np.empty(shape, dt), np.empty(shape, dt)
-    E, ep, lo_e = np.empty(shape, np.int32), np.empty(shape, np.int32), np.empty(shape, np.int32)
-    mask = np.empty(shape, bool)
-    S = np.empty(shape, wat.dtype) if wat is not None else None
-    fs = np.empty(shape, wat.dtype) if wat is not None else None
-    sub = max(1, _BLAS_SERIAL // (G * shape[1]))
-    c_log2 = np.int32(c.bit_length() - 1)
-    e_floor = np.int32(e_floor)
-    rtz = acc.sum_rounding == "rtz"
-    for g in range(g0, g1):
-        sl = slice(g * G, (g + 1) * G)
-        if wat is not None:
-            # small products: OpenBLAS runs them on the calling thread (larger ones start
-            # its own threads, which contend with ours)
-            for r in range(m0, m1, sub):
-                np.matmul(wat[sl, r:min(m1, r + sub)].T, wb[sl], out=S[r - m0:min(m1, r + sub) - m0])
-            np.frexp(S, out=(fs, E))
-            E -= 1
-            np.right_shift(E, c_log2, out=E)      # floor division by c
-            E += shift
-            np.equal(S, 0, out=mask)
-            np.copyto(E, e_floor, where=mask)
-        else:
-            np.add(eat_[sl, m0:m1, None], eb_[sl, None, :], out=Eb)
-            np.max(Eb, axis=0, out=ep)
-            E[...] = ep
-        np.einsum("km,kn->kmn", vat_[sl, m0:m1], vb_[sl], out=P)
-        np.frexp(part, out=(fr, ep))
-        ep -= 1
-        np.equal(part, 0, out=mask)
-        np.copyto(ep, e_floor, where=mask)
-        np.maximum(E, ep, out=E)
-        np.maximum(E, e_floor, out=E)
-        np.subtract(F, E, out=ep)
-        np.ldexp(1.0, ep, out=sc)
-        np.copyto(sc_dt, sc)
-        np.multiply(P, sc_dt[None], out=P)        # exact: a power-of-two scaling
-        np.trunc(P, out=P)
-        np.add.reduce(P, axis=0, out=psum)
-        np.multiply(part, sc, out=tmp)
-        np.trunc(tmp, out=tmp)
-        np.add(psum, tmp, out=s, dtype=np.float64)
-        # part = round_bits(s, sum_bits, sum_rounding) / sc, in place; the rounding grid
-        # stops shrinking at float32's subnormal range (value exponent -126), so a result
-        # there is rounded once, in the step's own direction, and is a float32 value
-        np.frexp(s, out=(fr, ep))
-        np.subtract(F - 125, E, out=lo_e)
-        np.maximum(ep, lo_e, out=ep)
-        np.subtract(acc.sum_bits, ep, out=ep)
-        np.ldexp(1.0, ep, out=tmp)
-        np.multiply(s, tmp, out=s)
-        (np.trunc if rtz else np.rint)(s, out=s)
-        np.divide(s, tmp, out=s)
-        np.divide(s, sc, out=part)
-    # a zero step result is +0 whatever the signs that cancelled or truncated away (the
-    # fixed-point sum has no signed zero; MMA-Sim's models agree, no recording shows -0)
-    return part + 0.0
+def _dense_step(P, E, part, ins, e_floor):
+    """The reference step (:func:`~fp8emu.gemm.aligned_sums.fused_step`, then the row's rounding) of
+    products ``P`` (G, ...) with exponents ``E`` (zero terms below ``e_floor``) and the running sum
+    ``part`` (...), every exponent taken at ``e_floor`` or above: a zero partial never sets the
+    alignment, and the aligning powers of two stay finite."""
+    _, ep = np.frexp(part)
+    ep = np.where(part == 0, e_floor, np.maximum(ep - 1, e_floor))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return round_output(fused_step(P, E, part, ep, ins.frac_bits), ins)
 
 
 # ----------------------------------------------------------------------------- the exact fast path
@@ -310,7 +188,7 @@ def _mma_piece(ops: _KMajor, rows, steps, buffers, acc, *, e_floor, c_in=None):
 # one float64 matmul per step gives their exact sum.  Entries failing a check take the
 # per-entry copy of the dense step (:func:`_entry_step`).
 
-#: Internal switch: None chooses, "dense" runs the reference step (:func:`_mma_piece`) everywhere,
+#: Internal switch: None chooses, "dense" runs the reference step (:func:`_dense_step`) everywhere,
 #: "fast" the fast path wherever its checks hold, "fallback" the fast path's machinery with every
 #: entry sent through the per-entry step.  Tests force each in turn.
 _PATH = None
@@ -319,18 +197,11 @@ _PATH = None
 #: "small_part": a nonzero partial is not cut by a larger step maximum;
 #: "large_part": a partial that raises E does not cut the products.
 _CHECKS = frozenset({"span", "small_part", "large_part"})
-#: Entries x steps computed by each route since the last reset (tests read them).
+#: Entries x steps computed by each route since tests last zeroed them (tests read them).
 COUNTERS = {"fast": 0, "fallback": 0, "dense": 0}
 _COUNTER_LOCK = threading.Lock()
 # the fast path pays off when at least this share of a sample of entries passes the span check
 _FAST_SHARE = 0.5
-
-
-def reset_counters():
-    """Zero :data:`COUNTERS` (tests)."""
-    with _COUNTER_LOCK:
-        for k in COUNTERS:
-            COUNTERS[k] = 0
 
 
 def _count(**n):
@@ -339,15 +210,10 @@ def _count(**n):
             COUNTERS[k] += int(v)
 
 
-def _group_bounds(e, low, G, axis):
-    """Per step: largest exponent H and lowest set bit L over each run of G along ``axis``."""
-    if axis == 1:
-        M, K = e.shape
-        return (e.reshape(M, K // G, G).max(axis=2).astype(np.int32),
-                low.reshape(M, K // G, G).min(axis=2).astype(np.int32))
-    K, N = e.shape
-    return (e.reshape(K // G, G, N).max(axis=1).astype(np.int32),
-            low.reshape(K // G, G, N).min(axis=1).astype(np.int32))
+def _group_bounds(e, low, G):
+    """Per step: largest exponent H and lowest set bit L over each run of G along the rows (rows, steps)."""
+    shape = (e.shape[0], e.shape[1] // G, G)
+    return e.reshape(shape).max(axis=2).astype(np.int32), low.reshape(shape).min(axis=2).astype(np.int32)
 
 
 class _FastOps(NamedTuple):
@@ -361,10 +227,10 @@ class _FastOps(NamedTuple):
     la: np.ndarray        # (M, steps) int32: lowest set bit (zero-step sentinel)
     hb: np.ndarray        # (steps, N)
     lb: np.ndarray        # (steps, N)
-    normal_f32: bool      # every nonzero partial is a multiple of 2**-126 (never a float32 subnormal)
+    f32_range: bool       # every partial stays below 2**126 in magnitude (and, as every term, 2**-126 or 0)
 
 
-def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
+def _fast_plan(va, ea, vb, eb, ins, e_floor, c, lows):
     """The :class:`_FastOps` when the fast path applies to this product, else None.
 
     Global conditions: each step's result keeps at most F + 1 bits (so a partial that sets E is
@@ -372,16 +238,14 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
     floor exponent never cuts one) and of 2**-126 (so no partial is a float32 subnormal), and C
     holds no -0.0 (whose sign the dense step keeps).
     """
-    G, F = acc.group, acc.frac_bits
+    G, F = ins.step, ins.frac_bits
     glog = (G - 1).bit_length()
-    if _PATH == "dense" or acc.sum_bits > F + 1 or F + 3 + glog > 53:
+    if _PATH == "dense" or kept_bits(ins) > F or F + 3 + glog > 53:
         return None
-    if _PATH is None:
-        # a sample of entries decides whether enough of them pass the span check
-        sa_, sb_ = (lows[0][:32], lows[1][:, :32]) if lows is not None else (None, None)
-        if _span_share(va[:32], ea[:32], vb[:, :32], eb[:, :32], G, F, sa_, sb_) < _FAST_SHARE:
-            return None
     la_e, lb_e = lows if lows is not None else (low_bits(va), low_bits(vb))
+    # a sample of entries decides whether enough of them pass the span check
+    if _PATH is None and _span_share(ea[:32], la_e[:32], eb[:, :32], lb_e[:, :32], G, F) < _FAST_SHARE:
+        return None
     lo_a, lo_b = int(la_e.min(initial=ZERO_LOW)), int(lb_e.min(initial=ZERO_LOW))
     if lo_a < ZERO_LOW and lo_b < ZERO_LOW and lo_a + lo_b < e_floor - F:
         return None
@@ -399,47 +263,42 @@ def _fast_plan(va, ea, vb, eb, acc, e_floor, c, lows):
         # a partial could land in float32's subnormal range, where a step's rounding to
         # sum_bits and float32's own grid part ways: the dense step decides there
         return None
-    ha, la = _group_bounds(ea, la_e, G, 1)
+    ha, la = _group_bounds(ea, la_e, G)
     ebt = np.ascontiguousarray(eb.T)
-    hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G, 1))
+    hb, lb = (x.T.copy() for x in _group_bounds(ebt, np.ascontiguousarray(lb_e.T), G))
+    # |partial| <= |C| + K max|a| max|b|, |a| < 2**(H + 2) (a scaled operand's exponent can be one below
+    # its value's binade); each step's rounding adds less than a factor 2 in all
+    bound = va.shape[1] * 2.0 ** min(int(ha.max(initial=0)) + int(hb.max(initial=0)) + 5, 1000)
+    bound += 0.0 if c is None else float(np.abs(c).max(initial=0))
     return _FastOps(np.ascontiguousarray(va, np.float64), np.ascontiguousarray(vb.T, np.float64),
-                    np.ascontiguousarray(ea), ebt, ha, la, hb, lb, lowest >= -126)
+                    np.ascontiguousarray(ea), ebt, ha, la, hb, lb, bound < 2.0 ** 126)
 
 
-def _span_share(va, ea, vb, eb, G, F, la=None, lb=None):
-    """Share of the (row, step, column) entries of these operands that pass the span check."""
-    ha, la = _group_bounds(ea, low_bits(va) if la is None else la, G, 1)
-    hb, lb = _group_bounds(eb, low_bits(vb) if lb is None else lb, G, 0)
+def _span_share(ea, la, eb, lb, G, F):
+    """Share of the (row, step, column) entries of operands of exponents ``ea``, ``eb`` and lowest set
+    bits ``la``, ``lb`` that pass the span check."""
+    ha, la = _group_bounds(ea, la, G)
+    hb, lb = (x.T for x in _group_bounds(eb.T, lb.T, G))
     zero = (ha <= ZERO_EXP)[:, :, None] | (hb <= ZERO_EXP)[None, :, :]
     if zero.size == 0:
         return 1.0                  # no entries: none fails the check
     return float(np.mean(zero | ((ha - la)[:, :, None] + (hb - lb)[None, :, :] <= F)))
 
 
-def _entry_step(ops: _FastOps, mi, ni, sl, part, acc, e_floor):
-    """The dense step (:func:`_mma_piece`) for the entries (mi, ni) alone: their new partials."""
-    F = acc.frac_bits
-    P = ops.va[mi, sl] * ops.vbt[ni, sl]                      # (n, G): exact products
-    E = (ops.ea[mi, sl].astype(np.int32) + ops.ebt[ni, sl]).max(axis=1)
-    fr, ep = np.frexp(part)
-    ep = np.where(part == 0, e_floor, ep - 1)
-    E = np.maximum(np.maximum(E, ep), e_floor)
-    sc = np.ldexp(1.0, F - E)
-    s = np.trunc(P * sc[:, None]).sum(axis=1) + np.trunc(part * sc)
-    _, es = np.frexp(s)
-    t = np.ldexp(1.0, acc.sum_bits - es)
-    s = (np.trunc if acc.sum_rounding == "rtz" else np.rint)(s * t) / t
-    return s / sc
+def _entry_step(ops: _FastOps, mi, ni, sl, part, ins, e_floor):
+    """The dense step (:func:`_dense_step`) for the entries (mi, ni) alone: their new partials."""
+    P = (ops.va[mi, sl] * ops.vbt[ni, sl]).T                      # (G, n): exact products
+    return _dense_step(P, (ops.ea[mi, sl].astype(np.int32) + ops.ebt[ni, sl]).T, part, ins, e_floor)
 
 
-def _round_in_place(s, bits, rounding):
+def _round_in_place(s, bits, rne):
     """Round normal float64 values (or zeros) in place to ``bits`` significant bits on their bit
-    patterns: the same values as :func:`fparith.round_bits`."""
+    patterns: the same values as :func:`~fp8emu.gemm.outputs.round_output` (normal results)."""
     u = s.view(np.int64)
     drop = 53 - bits
     if drop <= 0:
         return
-    if rounding == "rne":
+    if rne:
         lsb = np.right_shift(u, drop)
         np.bitwise_and(lsb, 1, out=lsb)
         u += np.int64((1 << (drop - 1)) - 1)
@@ -447,39 +306,17 @@ def _round_in_place(s, bits, rounding):
     u &= np.int64(-(1 << drop))
 
 
-class _Restart(Exception):
-    """A float32-held partial left float32's normal range: redo the row block in float64."""
+def _mma_piece_fast(ops: _FastOps, rows, steps, ins, *, e_floor, c_in, threads):
+    """The steps of :func:`_dense_step` by the fast path: one float64 matmul per step, checks per entry.
 
-
-def _mma_piece_fast(ops: _FastOps, rows, steps, acc, **kw):
-    """:func:`_mma_piece` by the fast path: one float64 matmul per step, checks per entry.
-
-    Steps rounded to nearest even at 24 bits keep their partials in float32, so one add
-    with a float32 output both sums and rounds; a partial leaving float32's normal range
-    (where that cast and the 24-bit rounding differ: Inf; subnormals cannot arise, since
-    :func:`_fast_plan` finds every term a multiple of 2**-126) sends the block to float64 partials.
+    Steps rounded to nearest even at 24 bits keep their partials in float32, so one add with a
+    float32 output both sums and rounds, where no partial can leave float32's normal range (where
+    that cast and the 24-bit rounding part ways: :attr:`_FastOps.f32_range`); float64 partials
+    elsewhere.
     """
-    if acc.sum_rounding == "rne" and acc.sum_bits == 24 and ops.normal_f32:
-        try:
-            return _fast_steps(ops, rows, steps, acc, f32=True, **kw)
-        except _Restart:
-            pass
-    return _fast_steps(ops, rows, steps, acc, f32=False, **kw)
-
-
-_F32_TINY = float(np.finfo(np.float32).tiny)
-_F32_LIMIT = 2.0 ** 128 - 2.0 ** 103      # float64 values at or above round to Inf in float32
-
-
-def _out_of_f32(v):
-    """Nonzero values below float32's normal range, or non-finite ones."""
-    a = np.abs(v)
-    return bool(((a < _F32_TINY) & (a != 0)).any() or not np.isfinite(a).all())
-
-
-def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, e_floor, c_in, threads):
+    f32 = nearest(ins) and kept_bits(ins) == 23 and ops.f32_range
     (m0, m1), (g0, g1) = rows, steps
-    G, F, B = acc.group, acc.frac_bits, acc.sum_bits
+    G, F, B = ins.step, ins.frac_bits, kept_bits(ins) + 1
     N = ops.vbt.shape[0]
     shape = (m1 - m0, N)
     part = np.zeros(shape, np.float32 if f32 else np.float64)
@@ -545,18 +382,13 @@ def _fast_steps(ops: _FastOps, rows, steps, acc, *, f32, e_floor, c_in, threads)
         if idx.size:
             mi, ni = np.divmod(idx, N)
             old = part[mi, ni].astype(np.float64)
-            slow = _entry_step(ops, mi + m0, ni, slice(g * G, (g + 1) * G), old, acc, e_floor)
-            # (no subnormals: ops.normal_f32) an Inf partial, or one that float32 cannot hold
-            if f32 and not (np.abs(old).max() < np.inf and np.abs(slow).max() < _F32_LIMIT):
-                raise _Restart
+            slow = _entry_step(ops, mi + m0, ni, slice(g * G, (g + 1) * G), old, ins, e_floor)
             n_slow += idx.size
         # exact: every term is a multiple of 2**(E - F); the float32 output rounds once (RNE)
         np.add(part, S[j], out=part, casting="same_kind")
         if not f32:
-            _round_in_place(part, B, acc.sum_rounding)
+            _round_in_place(part, B, nearest(ins))
         if idx.size:
             part[mi, ni] = slow
-    if f32 and _out_of_f32(part):
-        raise _Restart
     _count(fast=(g1 - g0) * part.size - n_slow, fallback=n_slow)
     return part
