@@ -44,6 +44,7 @@ import numpy as np
 
 from . import codec, conformance, metrics, scaling
 from .formats import get_format
+from .rounding import STOCHASTIC_MODES
 from .lab.recipes import select_recipes, tensor_params, threshold
 from .scaling.tensor import axis_arg, block_arg, expand, int_arg, reciprocal
 
@@ -71,7 +72,7 @@ def _array(x, what="x"):
 
 
 def _no_stochastic(options):
-    if options.get("rounding") == "stochastic" or "rng" in options or "random_bits" in options:
+    if options.get("rounding") in STOCHASTIC_MODES or "rng" in options or "random_bits" in options:
         raise ValueError("stochastic rounding is not available on dask arrays: its random bits depend on "
                          "the chunking; use a deterministic rounding mode")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from .. import describe
-from ..rounding import ROUNDING_MODES
+from ..rounding import ROUNDING_MODES, STOCHASTIC_MODES
 from . import int_option
 
 # A token that is a value even though it starts with "-": -1, -.5, -1e-3, -0x1.8p+3, -inf, -nan, -infinity.
@@ -82,10 +82,11 @@ def register(sub, name, help_text):
 
 def run(args) -> int:
     """Print one line per value."""
-    if args.rounding == "stochastic" and args.seed is None:
-        raise ValueError("--rounding stochastic needs --seed (and optionally --sr-bits)")
-    if args.rounding != "stochastic" and (args.seed is not None or args.sr_bits is not None):
-        raise ValueError("--seed and --sr-bits apply only to --rounding stochastic")
+    stochastic = args.rounding in STOCHASTIC_MODES     # the four stochastic modes, not only "stochastic"
+    if stochastic and args.seed is None:
+        raise ValueError(f"--rounding {args.rounding} needs --seed (and optionally --sr-bits)")
+    if not stochastic and (args.seed is not None or args.sr_bits is not None):
+        raise ValueError(f"--seed and --sr-bits apply only to the stochastic roundings ({', '.join(STOCHASTIC_MODES)})")
     print("\n".join(describe.encode_lines(args.values, args.format, rounding=args.rounding,
                                           saturate=args.saturate, profile=args.profile,
                                           source_dtype=args.source_dtype, rng=args.seed, sr_bits=args.sr_bits)))
