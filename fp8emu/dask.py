@@ -45,6 +45,7 @@ import numpy as np
 from . import codec, conformance, metrics, scaling
 from .formats import get_format
 from .rounding import STOCHASTIC_MODES
+from .tables import decode_dtype
 from .lab.recipes import select_recipes, tensor_params, threshold
 from .scaling.tensor import axis_arg, block_arg, expand, int_arg, reciprocal
 
@@ -92,7 +93,7 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None):
     """Values of codes (:func:`fp8emu.decode`), chunk by chunk."""
     codes = _array(codes, "codes")
     fmt = get_format(fmt)
-    out = np.dtype(dtype)
+    out = decode_dtype(dtype)       # np.dtype("flaot32") was NumPy's own "data type not understood"
     # map_blocks keeps ``dtype=`` for itself, so the decode dtype travels under another name.
     return codes.map_blocks(_decode_block, fmt, out_dtype=out, profile=profile, dtype=out)
 
@@ -139,7 +140,12 @@ class DaskScaledTensor:
     def dequantize(self, dtype=np.float32):
         """Lazy ``decode(codes) * scale_inv`` (per block), as :meth:`fp8emu.ScaledTensor.dequantize`."""
         da = _da()
-        fmt, block, out = self.fmt, self.block, np.dtype(dtype)
+        try:
+            out = decode_dtype(dtype)     # as ScaledTensor.dequantize: "int32" truncated the values here
+        except TypeError:
+            raise TypeError(f"unsupported dequantize dtype {dtype!r}; accepted: float16, bfloat16, float32, "
+                            "float64") from None
+        fmt, block = self.fmt, self.block
         if not block:
             inv = np.float32(self.scale_inv)
             return self.codes.map_blocks(lambda c: _times(codec.decode(c, fmt), inv, out), dtype=out)
