@@ -47,7 +47,7 @@ from .formats import get_format
 from .rounding import STOCHASTIC_MODES
 from .tables import decode_dtype
 from .lab.recipes import select_recipes, tensor_params, threshold
-from .scaling.tensor import axis_arg, block_arg, expand, int_arg, reciprocal
+from .scaling.tensor import axis_arg, block_arg, expand, given_scale, int_arg, reciprocal
 
 __all__ = [
     "encode", "decode", "quantize", "DaskScaledTensor", "amax", "quantize_tensorwise",
@@ -244,7 +244,12 @@ def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) ->
     """:func:`fp8emu.quantize_tensorwise` in two passes: the global amax now, then a lazy map."""
     x = _array(x)
     fmt = get_format(fmt)
-    s = scaling.current_scale(amax(x), fmt, margin=margin, pow2=pow2, eps=eps) if scale is None else scale
+    # the options and a given scale checked now, as the NumPy function checks them (np.float32(scale) made
+    # 1e39 Inf and "1" or True 1.0, and the chunks' own checks then failed, or not, at compute)
+    scaling.quantize_tensorwise(np.zeros((1,) * x.ndim, np.float32), fmt, margin=margin, pow2=pow2, eps=eps,
+                                scale=scale)
+    s = scaling.current_scale(amax(x), fmt, margin=margin, pow2=pow2, eps=eps) if scale is None \
+        else given_scale(scale, ())
     s = np.float32(s)
 
     def fn(blk):
@@ -342,8 +347,13 @@ def study_metrics(x, recipes=None, *, rows_per_chunk=None) -> list:
     xm = x.astype(np.float32).reshape((-1, k) if x.ndim > 1 else (1, -1) if x.ndim == 1 else (1, 1))
     if rows_per_chunk is None:
         rows_per_chunk = max(128, (max(xm.chunks[0]) // 128) * 128)
-    elif rows_per_chunk % 128:
-        raise ValueError(f"rows_per_chunk must be a multiple of 128, got {rows_per_chunk}")
+    else:
+        # 0 was a ZeroDivisionError, -128 dask's own message, 10**20 NumPy's, 128.0 a float chunk size
+        rows_per_chunk = int_arg(rows_per_chunk, "rows_per_chunk", minimum=128)
+        if rows_per_chunk % 128:
+            raise ValueError(f"rows_per_chunk must be a multiple of 128, got {rows_per_chunk}")
+    # past the rows it is one chunk whatever the count (a chunk of 10**20 rows overflowed in dask)
+    rows_per_chunk = min(rows_per_chunk, max(128, -(-xm.shape[0] // 128) * 128))
     xm = xm.rechunk((rows_per_chunk, -1))
     blocks = list(xm.to_delayed().ravel())
     part = dask.delayed(metrics.input_partial)
@@ -429,6 +439,31 @@ def _expand_runs(starts, codes, a, b):
     return np.repeat(codes[i0:i1], np.diff(np.append(s, b)))
 
 
+def _given_table(recorded, fmt):
+    """``(starts, codes)`` given in place of a ``.rle`` file, checked as :func:`fp8emu.conformance.read_rle`
+    checks a file: runs from pattern 0 on, increasing, below 2**32, one code of ``fmt`` per run (a first
+    run past 0 was read from the last run's code, unsorted starts were NumPy's "negative repeats")."""
+    if len(recorded) != 2:
+        raise ValueError(f"recorded must be a .rle path or (starts, codes), got {len(recorded)} items")
+    s, c = (np.asarray(v) for v in recorded)
+    if s.ndim != 1 or c.ndim != 1 or s.size == 0:
+        raise ValueError(f"recorded (starts, codes) must be two 1-D arrays of runs, got shapes {s.shape}, {c.shape}")
+    if s.dtype.kind not in "iu" or c.dtype.kind not in "iu":
+        raise ValueError(f"recorded starts and codes must be integer arrays, got {s.dtype} and {c.dtype}")
+    if c.size != s.size:
+        raise ValueError(f"recorded has one code per run: {s.size} starts but {c.size} codes")
+    if int(s[0]) != 0:
+        raise ValueError(f"recorded: the first run must start at pattern 0, got {int(s[0]):#x}")
+    if np.any(np.diff(s.astype(np.int64)) <= 0):
+        raise ValueError("recorded: run starts must be increasing")
+    if int(s[-1]) >= _ALL:
+        raise ValueError(f"recorded: run starts are float32 patterns, below 2**32; got {int(s[-1]):#x}")
+    if int(c.min()) < 0 or int(c.max()) >= 1 << fmt.bits:
+        raise ValueError(f"recorded: codes of {fmt.name} lie in 0..{(1 << fmt.bits) - 1}, got "
+                         f"{int(c.min())}..{int(c.max())}")
+    return s.astype(np.uint64), c.astype(np.int64)
+
+
 def _mismatches_of_range(a, b, fmt, options, starts, codes):
     got = codec.encode(_patterns(a, b).view(np.float32), fmt, **options)
     return int(np.count_nonzero(got != _expand_runs(starts, codes, a, b)))
@@ -453,7 +488,7 @@ def float32_mismatches(recorded, fmt, *, lo=0, hi=_ALL, task_size=1 << 24, **opt
     fmt = get_format(fmt)
     _no_stochastic(options)
     if isinstance(recorded, (tuple, list)):
-        starts, codes = (np.asarray(recorded[0], np.uint64), np.asarray(recorded[1], np.int64))
+        starts, codes = _given_table(recorded, fmt)
     else:
         starts, codes, n = conformance.read_rle(recorded)
         if n != _ALL:
