@@ -17,6 +17,10 @@ Examples
 
 from __future__ import annotations
 
+import math
+import re
+from fractions import Fraction
+
 import numpy as np
 
 from .codec import decode, encode
@@ -33,8 +37,9 @@ def parse_inputs(texts, source_dtype=None) -> np.ndarray:
     """Read input values from text: decimal, hex-float or ``bits:PATTERN``.
 
     Decimal text (``-1e-3``, ``inf``, ``-nan``) and C99 hex floats
-    (``0x1.8p+3``) are read exactly as float64 and then rounded to
-    ``source_dtype`` (to nearest even); ``bits:0x3f800000`` is a bit pattern
+    (``0x1.8p+3``) are read exactly and rounded once to ``source_dtype``
+    (to nearest even: a decimal just above a float16 tie is not first
+    rounded onto the tie in float64); ``bits:0x3f800000`` is a bit pattern
     of ``source_dtype``, taken as is.  ``source_dtype`` defaults to float64,
     or float32 when a bit pattern is given.
 
@@ -44,6 +49,8 @@ def parse_inputs(texts, source_dtype=None) -> np.ndarray:
     [12.0, -0.0010000000474974513, 1.0]
     >>> parse_inputs(["0.1"], "bfloat16").astype(float).tolist()
     [0.10009765625]
+    >>> parse_inputs(["1.00048828125000000001"], "float16").astype(float).tolist()   # just above a tie
+    [1.0009765625]
     """
     texts = [str(t) for t in texts]
     if source_dtype is None:
@@ -71,9 +78,39 @@ def parse_inputs(texts, source_dtype=None) -> np.ndarray:
         except ValueError:
             raise ValueError(f"VALUE must be a number (e.g. 3.5, -1e-3, 0x1.8p+3, inf, -nan) or bits:PATTERN, "
                              f"got {t!r}") from None
+        if dt != np.float64 and math.isfinite(v):
+            v = _odd_float64(v, low)
         with np.errstate(over="ignore"):       # out of range rounds to Inf, as a cast does
             out[i] = np.float64(v).astype(dt)
     return out
+
+
+_HEX = re.compile(r"([+-]?)0x([0-9a-f]*)(?:\.([0-9a-f]*))?(?:p([+-]?\d+))?")
+
+
+def _exact(low):
+    """The exact value of decimal or hex-float text (None where it has none: inf, nan)."""
+    m = _HEX.fullmatch(low)
+    if m:
+        sign, whole, frac, exp = m.groups()
+        frac = frac or ""
+        v = Fraction(int(whole + frac or "0", 16), 16 ** len(frac)) * Fraction(2) ** int(exp or 0)
+        return -v if sign == "-" else v
+    try:
+        return Fraction(low)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _odd_float64(v, low):
+    """``v`` (the text rounded to nearest float64) rounded to odd instead: where the text is not exactly a
+    float64 and ``v`` is even, the neighbour on the text's side.  Rounding that once more to a type of at
+    most 51 significand bits gives the text's single correct rounding (a decimal just above a float16 tie
+    rounds onto the tie in float64, and the tie then went to even, the wrong way)."""
+    exact = _exact(low)
+    if exact is None or exact == Fraction(v) or int(np.float64(v).view(np.uint64)) & 1:
+        return v
+    return float(np.nextafter(v, math.inf if exact > Fraction(v) else -math.inf))
 
 
 def parse_codes(texts, fmt) -> np.ndarray:

@@ -59,9 +59,9 @@ def values_first_parser(parser, takes_value):
 def register(sub, name, help_text):
     """Add the ``encode`` subcommand."""
     p = sub.add_parser(name, help=help_text,
-                       description="Encode each VALUE (read exactly, rounded to --source-dtype if given, "
-                                   "then rounded once to the format) and print its code, bits, decoded "
-                                   "value, absolute and relative error.")
+                       description="Encode each VALUE (read exactly, rounded once to --source-dtype, "
+                                   "float64 unless given, then rounded once to the format) and print its "
+                                   "code, bits, decoded value, absolute and relative error.")
     p.add_argument("values", nargs="+", metavar="VALUE",
                    help="decimal numbers (-1e-3), hex floats (0x1.8p+3), inf, -nan, or bits:0x3f800000 "
                         "(a bit pattern of --source-dtype); negative values need no --")

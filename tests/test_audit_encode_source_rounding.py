@@ -1,0 +1,53 @@
+"""``fp8emu encode`` / ``parse_inputs`` with ``--source-dtype`` float16, bfloat16 or float32: a decimal or
+hex-float VALUE is "read exactly, rounded to --source-dtype" (the command's description).
+
+Before the fix the text was rounded to the nearest float64 first: a value just above a tie of the
+source type landed on the tie in float64, and the tie then went to even, the other way than the value
+itself rounds.  The expected values are worked out by hand from the types' spacings at 1 (float16
+2**-10, bfloat16 2**-7, float32 2**-23): the tie is half a spacing above 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fp8emu.cli import main
+from fp8emu.describe import parse_inputs
+
+ABOVE = "0000000000001"      # digits far below float64's precision at 1
+
+
+@pytest.mark.parametrize("dtype, tie, up", [
+    ("float16", "1.00048828125", 1 + 2.0 ** -10),
+    ("bfloat16", "1.00390625", 1 + 2.0 ** -7),
+    ("float32", "1.000000059604644775390625", 1 + 2.0 ** -23),
+])
+def test_a_decimal_just_above_a_tie_rounds_up_once(dtype, tie, up):
+    got = parse_inputs([tie + ABOVE, "-" + tie + ABOVE, tie, tie[:-1] + str(int(tie[-1]) - 1) + "9" * 12], dtype)
+    assert got.astype(np.float64).tolist() == [up, -up, 1.0, 1.0]   # above: up; the tie: to even; below: 1
+
+
+def test_a_hex_float_past_53_bits_rounds_once_too():
+    # 0x1.002p0 is float16's tie 1 + 2**-11; one more bit 2**-68 puts it above
+    got = parse_inputs(["0x1.00200000000000001p0", "-0x1.00200000000000001p0", "0x1.002p0"], "float16")
+    assert got.astype(np.float64).tolist() == [1 + 2.0 ** -10, -(1 + 2.0 ** -10), 1.0]
+
+
+@pytest.mark.parametrize("text, want", [
+    ("1e-400", 0.0), ("-1e-400", -0.0), ("1e400", np.inf), ("-1e400", -np.inf), ("65520", np.inf),
+    ("65519.99999999999999999", 65504.0), ("0.1", 0.0999755859375), ("inf", np.inf), ("1.5", 1.5),
+])
+def test_the_float16_edges_are_as_one_rounding_gives(text, want):
+    got = float(parse_inputs([text], "float16")[0])
+    assert got == want and np.signbit(got) == np.signbit(want)
+
+
+def test_the_command_shows_the_source_value_rounded_once(capsys):
+    assert main(["encode", "--source-dtype", "float16", "-f", "e5m2", "1.00048828125" + ABOVE]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert "= 1.000976562 (0x3c01)" in row
+
+
+def test_the_float64_default_is_the_nearest_float64_as_before():
+    assert parse_inputs(["0.1", "1.00048828125" + ABOVE]).tolist() == [0.1, 1.00048828125]
