@@ -1,12 +1,13 @@
 """``fp8emu study --out`` (and ``plan_study`` / ``run_study``): what in the output folder the study could
-not write, refused in one line before any tensor is studied.
+not write, refused in one line before any tensor is studied; and an empty ``--include`` / ``--exclude``.
 
 The neighbours of the checks ``grad-study`` and ``train-study`` make of their ``--out``: before the fix
 a folder at ``report.md`` was "[Errno 21] Is a directory" after every tensor had run, a FIFO at
 ``report.html`` blocked for ever after them, a dangling link was "[Errno 17] File exists", an
 uncreatable folder Python's "[Errno 2]", and ``--out ''`` with ``--demo`` studied into the demo's
 default folder.  The study's work is patched to fail (``_pipeline``), so a check that comes after it
-shows as that failure.
+shows as that failure.  ``--include ''`` kept every tensor (every name contains the empty string) and
+``--exclude ''`` dropped them all with "no floating-point tensor selected", the pattern unnamed.
 """
 
 from __future__ import annotations
@@ -101,3 +102,17 @@ def test_a_good_folder_is_studied_as_before(tmp_path, capsys, checkpoint):
     rc, err = _run(capsys, checkpoint, out)
     assert rc == 0 and err == []
     assert {p.name for p in out.iterdir()} == {"results.csv", "report.md", "report.html", "figures"}
+
+
+@pytest.mark.parametrize("flag", ["--include", "--exclude"])
+def test_an_empty_name_pattern_is_refused_naming_the_option(tmp_path, capsys, checkpoint, no_work, flag):
+    # '' is a substring of every name: --include '' kept every tensor, --exclude '' dropped them all
+    rc, err = _run(capsys, checkpoint, tmp_path / "out", flag, "")
+    assert rc == 2 and len(err) == 1 and f"{flag} '' is an empty pattern" in err[0]
+
+
+def test_a_pattern_selects_as_before(tmp_path, capsys, checkpoint):
+    rc, err = _run(capsys, checkpoint, tmp_path / "out", "--include", "w")
+    assert rc == 0 and err == []
+    rc, err = _run(capsys, checkpoint, tmp_path / "out2", "--exclude", "w")
+    assert rc == 2 and "no floating-point tensor selected" in err[0]
