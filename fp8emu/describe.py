@@ -213,7 +213,8 @@ def encode_lines(values, fmt, *, rounding="rne", saturate=None, profile=None, so
     out = ["input  code  bits  value  abs_error  rel_error"]
     with np.errstate(invalid="ignore", divide="ignore"):
         err = np.where(dec == xd, 0.0, dec - xd)  # exact infinities have no error, not inf - inf
-        rel = np.where(xd != 0, err / np.abs(xd), np.where(err == 0, 0.0, np.inf))
+        # of a zero: 0 where exact, NaN where the code is NaN (E8M0 has no zero; "inf" was printed), else Inf
+        rel = np.where(xd != 0, err / np.abs(xd), np.where(err == 0, 0.0, np.where(np.isnan(err), np.nan, np.inf)))
     for i, (s, c, v, e, r) in enumerate(zip(values, codes.tolist(), dec.tolist(), err.tolist(), rel.tolist())):
         src = f"{s} = {_value_text(float(xd[i]))} ({_bits_of(x[i], dt, uint)})" if show_bits else str(s)
         out.append(f"{src}  0x{c:0{width}X}  {code_bits(c, f)}  {_value_text(v)}  "

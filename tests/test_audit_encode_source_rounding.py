@@ -1,4 +1,5 @@
-"""``fp8emu encode`` / ``parse_inputs`` with ``--source-dtype`` float16, bfloat16 or float32: a decimal or
+"""``fp8emu encode`` / ``parse_inputs`` with ``--source-dtype`` float16, bfloat16 or float32 (and the errors it prints
+for a zero encoded as NaN, E8M0 having no zero: "rel_error inf" before the fix): a decimal or
 hex-float VALUE is "read exactly, rounded to --source-dtype" (the command's description).
 
 Before the fix the text was rounded to the nearest float64 first: a value just above a tie of the
@@ -51,3 +52,16 @@ def test_the_command_shows_the_source_value_rounded_once(capsys):
 
 def test_the_float64_default_is_the_nearest_float64_as_before():
     assert parse_inputs(["0.1", "1.00048828125" + ABOVE]).tolist() == [0.1, 1.00048828125]
+
+
+@pytest.mark.parametrize("text", ["0", "-0"])
+def test_a_zero_encoded_as_nan_has_a_nan_relative_error(text):
+    # E8M0 has no zero: 0 encodes to its NaN code 0xFF, whose error is NaN, not an infinite relative error
+    from fp8emu.describe import encode_lines
+    cells = encode_lines([text], "e8m0fnu")[1].split()
+    assert cells[1] == "0xFF" and cells[3:] == ["nan", "nan", "nan"]
+
+
+def test_a_zero_encoded_exactly_still_has_zero_error():
+    from fp8emu.describe import encode_lines
+    assert encode_lines(["0"], "e4m3fn")[1].split()[-2:] == ["0", "0"]
