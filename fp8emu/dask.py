@@ -44,6 +44,7 @@ import numpy as np
 
 from . import codec, conformance, metrics, scaling
 from .formats import get_format
+from .interop import source_array
 from .rounding import STOCHASTIC_MODES
 from .tables import decode_dtype
 from .lab.recipes import select_recipes, tensor_params, threshold
@@ -86,6 +87,9 @@ def encode(x, fmt, **options):
     x = _array(x)
     _no_stochastic(options)
     fmt = get_format(fmt)
+    # the dtype and options checked now, as fp8emu.encode checks them (a bad profile, rounding or saturate
+    # failed only at compute, in every chunk's task)
+    codec.encode(np.empty((0,), x.dtype), fmt, **options)
     return x.map_blocks(codec.encode, fmt, dtype=np.uint8, **options)
 
 
@@ -94,6 +98,7 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None):
     codes = _array(codes, "codes")
     fmt = get_format(fmt)
     out = decode_dtype(dtype)       # np.dtype("flaot32") was NumPy's own "data type not understood"
+    codec.decode(np.empty((0,), codes.dtype), fmt, dtype=out, profile=profile)   # codes' dtype, profile: now
     # map_blocks keeps ``dtype=`` for itself, so the decode dtype travels under another name.
     return codes.map_blocks(_decode_block, fmt, out_dtype=out, profile=profile, dtype=out)
 
@@ -189,6 +194,7 @@ def amax(x) -> np.float32:
     3.0
     """
     x = _array(x)
+    source_array(np.empty((0,), x.dtype))     # a complex array's amax was its real part's, silently
     if x.size == 0:
         return np.float32(0)
     per_block = x.map_blocks(_block_amax, dtype=np.float32, chunks=tuple((1,) * len(c) for c in x.chunks))
@@ -246,7 +252,7 @@ def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) ->
     fmt = get_format(fmt)
     # the options and a given scale checked now, as the NumPy function checks them (np.float32(scale) made
     # 1e39 Inf and "1" or True 1.0, and the chunks' own checks then failed, or not, at compute)
-    scaling.quantize_tensorwise(np.zeros((1,) * x.ndim, np.float32), fmt, margin=margin, pow2=pow2, eps=eps,
+    scaling.quantize_tensorwise(np.zeros((1,) * x.ndim, x.dtype), fmt, margin=margin, pow2=pow2, eps=eps,
                                 scale=scale)
     s = scaling.current_scale(amax(x), fmt, margin=margin, pow2=pow2, eps=eps) if scale is None \
         else given_scale(scale, ())
@@ -266,6 +272,8 @@ def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0) -> Dask
     if x.ndim == 0:
         raise ValueError("quantize_axiswise needs an array with at least one dimension")
     ax = axis_arg(axis, x.ndim)
+    # the options checked now, with the NumPy function (margin="x", pow2="yes" failed only at compute)
+    scaling.quantize_axiswise(np.zeros((1,) * x.ndim, x.dtype), fmt, axis=ax, margin=margin, pow2=pow2, eps=eps)
     x = x.rechunk({ax: -1})
     block = tuple(max(s, 1) if d == ax else 1 for d, s in enumerate(x.shape))
     return _scaled_fmt(x, block, scaling.quantize_axiswise, fmt, "axiswise", ax,
@@ -278,6 +286,7 @@ def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0) 
     if x.ndim == 0:
         raise ValueError("quantize_blockwise needs an array with at least one dimension")
     blk = block_arg(block, x.ndim)
+    scaling.quantize_blockwise(np.zeros((1,) * x.ndim, x.dtype), fmt, block=blk, pow2=pow2, margin=margin, eps=eps)
     return _scaled_fmt(x, blk, scaling.quantize_blockwise, fmt, "blockwise", None,
                        block=blk, pow2=pow2, margin=margin, eps=eps)
 
@@ -291,7 +300,7 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor") -> Das
     b = int_arg(block, "block", minimum=1)
     blk = tuple(b if d == ax else 1 for d in range(x.ndim))
     # Validate format and rule once, eagerly, with the NumPy function.
-    scaling.quantize_mx(np.zeros((1,) * x.ndim, np.float32), elem_format, block=b, axis=ax, scale_rule=scale_rule)
+    scaling.quantize_mx(np.zeros((1,) * x.ndim, x.dtype), elem_format, block=b, axis=ax, scale_rule=scale_rule)
     return _scaled_fmt(x, blk, scaling.quantize_mx, elem_format, f"mx-{scale_rule}", ax,
                        extra_scales=("scale_codes",), block=b, axis=ax, scale_rule=scale_rule)
 
@@ -304,7 +313,7 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> DaskScaledTensor:
     ax = axis_arg(axis, x.ndim)
     g = amax(x) if global_amax is None else global_amax
     blk = tuple(16 if d == ax else 1 for d in range(x.ndim))
-    probe = scaling.quantize_nvfp4(np.zeros((1,) * x.ndim, np.float32), axis=ax, global_amax=g)
+    probe = scaling.quantize_nvfp4(np.zeros((1,) * x.ndim, x.dtype), axis=ax, global_amax=g)
     return _scaled_fmt(x, blk, scaling.quantize_nvfp4, None, probe.recipe, ax,
                        extra_scales=("block_scale_codes",), global_scale=probe.global_scale,
                        scalars={"global_amax": probe.global_amax, "scale_max": probe.scale_max},

@@ -6,6 +6,9 @@ was cast with ``np.float32`` first (1e39 became Inf and failed in every chunk's 
 ``"1"`` and ``True`` were taken as 1.0), ``rows_per_chunk`` 0 was a ZeroDivisionError and a negative
 count dask's own message, and a table whose first run does not start at pattern 0, or whose starts
 are unsorted or of another length than its codes, was a count of mismatches or NumPy's message.
+The options of ``encode`` / ``decode`` / ``quantize_axiswise`` / ``quantize_blockwise`` that the NumPy
+functions refuse (a bad profile, rounding, saturate, margin, pow2, eps, float codes) built a graph whose
+every chunk failed at compute, and ``amax`` of a complex array was its real part's (1.0 for 1 + 2j).
 """
 
 from __future__ import annotations
@@ -99,3 +102,37 @@ def test_a_table_given_as_starts_and_codes_still_counts(client):
     lo, hi = 0x3A800000 - 8, 0x3A800000 + 8
     assert fd.float32_mismatches((starts, codes), "e4m3fn", lo=lo, hi=hi, task_size=4) == 0
     assert fd.float32_mismatches((np.array([0]), np.array([0])), "e4m3fn", lo=lo, hi=hi, task_size=4) == 7
+
+
+@pytest.mark.parametrize("name, call", [
+    ("encode profile", lambda dx: fd.encode(dx, "e4m3fn", profile="bogus")),
+    ("encode saturate", lambda dx: fd.encode(dx, "e4m3fn", saturate="yes")),
+    ("encode rounding", lambda dx: fd.encode(dx, "e4m3fn", rounding="bogus")),
+    ("encode profile rounding", lambda dx: fd.encode(dx, "e4m3fn", profile="torch-cuda", rounding="rtz")),
+    ("decode profile", lambda dx: fd.decode(fd.encode(dx, "e4m3fn"), "e4m3fn", profile="bogus")),
+    ("decode float codes", lambda dx: fd.decode(dx, "e4m3fn")),
+    ("axiswise margin", lambda dx: fd.quantize_axiswise(dx, "e4m3fn", margin="x")),
+    ("axiswise pow2", lambda dx: fd.quantize_axiswise(dx, "e4m3fn", pow2="yes")),
+    ("axiswise eps", lambda dx: fd.quantize_axiswise(dx, "e4m3fn", eps=-1)),
+    ("blockwise pow2", lambda dx: fd.quantize_blockwise(dx, "e4m3fn", pow2="yes")),
+    ("blockwise eps", lambda dx: fd.quantize_blockwise(dx, "e4m3fn", eps=-1)),
+])
+def test_options_the_numpy_function_refuses_are_refused_when_called(client, name, call):
+    # before: the graph was built and each chunk's task failed at compute, in the workers
+    with pytest.raises((ValueError, TypeError)):
+        call(da.from_array(X, chunks=(3, 40)))
+
+
+@pytest.mark.parametrize("fn", [fd.amax, lambda d: fd.quantize_tensorwise(d, "e4m3fn"),
+                                lambda d: fd.quantize_mx(d, "e4m3fn"), lambda d: fd.quantize_nvfp4(d),
+                                lambda d: fd.encode(d, "e4m3fn")])
+def test_a_complex_array_is_refused_as_numpy_refuses_it(client, fn):
+    # amax took the real part: max |1 + 2j| was 1.0, silently
+    with pytest.raises(TypeError, match="unsupported x dtype complex128"):
+        fn(da.from_array(np.array([1 + 2j, -3 + 0j]), chunks=1))
+
+
+def test_amax_of_real_and_bool_arrays_as_before(client):
+    assert fd.amax(da.from_array(np.array([1.0, np.nan, -3.0]), chunks=1)) == np.float32(3.0)
+    assert fd.amax(da.from_array(np.array([True, False]), chunks=1)) == np.float32(1.0)
+    assert fd.amax(da.from_array(np.array([-7, 2], np.int16), chunks=1)) == np.float32(7.0)
