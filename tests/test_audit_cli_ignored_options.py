@@ -78,3 +78,10 @@ def test_good_output_files_are_taken_as_before(tmp_path):
     assert output_file(".json")(str(tmp_path / "v.json")) == str(tmp_path / "v.json")
     with pytest.raises(argparse.ArgumentTypeError, match="does not exist"):
         output_file()(str(tmp_path / "missing" / "v.json"))
+
+
+def test_tc_questions_refuses_quiet_as_it_refuses_the_other_sweep_options(capsys):
+    # the questions print no progress on stderr: --quiet was taken and ignored, --limit and --no-scaled-mm refused
+    assert main(["validate-gpu", "--tc-questions", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "it takes no --quiet" in err[0]
