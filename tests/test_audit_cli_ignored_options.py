@@ -6,7 +6,8 @@
 Before the fixes ``--live --workers 2`` ran the live check and never the sweep it asked for, ``--quiet``
 without ``--live`` changed nothing, ``--engines torch-cpu,torch-cpu`` ran and counted each setting twice
 ("all 10 engine settings" of 5), ``--names --json`` printed the JSON, and ``afile/x.json`` was "the folder
-of 'afile/x.json' does not exist" of a folder that exists as a file.
+of 'afile/x.json' does not exist" of a folder that exists as a file.  ``validate-gpu --tc-questions --quiet``
+and ``train-demo --dataset digits --train-size N`` took an option they ignore.
 """
 
 from __future__ import annotations
@@ -85,3 +86,19 @@ def test_tc_questions_refuses_quiet_as_it_refuses_the_other_sweep_options(capsys
     assert main(["validate-gpu", "--tc-questions", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "it takes no --quiet" in err[0]
+
+
+def test_train_demo_refuses_a_train_size_the_digits_split_ignores(capsys, monkeypatch):
+    from fp8emu.lab import train
+    monkeypatch.setattr(train, "compare", lambda **k: pytest.fail("trained with --train-size ignored"))
+    assert main(["train-demo", "--dataset", "digits", "--train-size", "100", "--quiet"]) == 2
+    assert "--train-size sizes the synthetic task" in capsys.readouterr().err
+
+
+def test_train_demo_sizes_the_synthetic_task_as_before(capsys, monkeypatch):
+    from fp8emu.lab import train
+    seen = []
+    monkeypatch.setattr(train, "compare", lambda **k: seen.append((k["n_train"], k["n_test"])) or {})
+    monkeypatch.setattr(train, "summary", lambda res: "")
+    assert main(["train-demo", "--quiet"]) == 0 and main(["train-demo", "--train-size", "64", "--quiet"]) == 0
+    assert seen == [(8192, 2048), (64, 256)]
