@@ -75,10 +75,15 @@ def parse_inputs(texts, source_dtype=None) -> np.ndarray:
             continue
         try:
             v = float.fromhex(low) if "0x" in low else float(low)
+        except OverflowError:
+            # a hex float past float64 was Python's "hexadecimal value too large" where 1e400 is Inf
+            v = -math.inf if low.startswith("-") else math.inf
         except ValueError:
             raise ValueError(f"VALUE must be a number (e.g. 3.5, -1e-3, 0x1.8p+3, inf, -nan) or bits:PATTERN, "
                              f"got {t!r}") from None
-        if dt != np.float64 and math.isfinite(v):
+        # only where a second rounding can matter: a float64 0 or one past 2**130 is 0 or Inf in every narrower
+        # type whatever the text's digits (and reading 1e-99999999999 exactly would compute 10**99999999999)
+        if dt != np.float64 and 0 < abs(v) < 2.0 ** 130:
             v = _odd_float64(v, low)
         with np.errstate(over="ignore"):       # out of range rounds to Inf, as a cast does
             out[i] = np.float64(v).astype(dt)

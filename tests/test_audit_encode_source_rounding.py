@@ -5,7 +5,9 @@ hex-float VALUE is "read exactly, rounded to --source-dtype" (the command's desc
 Before the fix the text was rounded to the nearest float64 first: a value just above a tie of the
 source type landed on the tie in float64, and the tie then went to even, the other way than the value
 itself rounds.  The expected values are worked out by hand from the types' spacings at 1 (float16
-2**-10, bfloat16 2**-7, float32 2**-23): the tie is half a spacing above 1.
+2**-10, bfloat16 2**-7, float32 2**-23): the tie is half a spacing above 1.  A hex float past float64
+(``0x1p+2000``) was Python's OverflowError where ``1e400`` is Inf; the exact reading is bounded (a first
+version of the fix computed 10**99999999999 for ``1e-99999999999``).
 """
 
 from __future__ import annotations
@@ -65,3 +67,20 @@ def test_a_zero_encoded_as_nan_has_a_nan_relative_error(text):
 def test_a_zero_encoded_exactly_still_has_zero_error():
     from fp8emu.describe import encode_lines
     assert encode_lines(["0"], "e4m3fn")[1].split()[-2:] == ["0", "0"]
+
+
+@pytest.mark.parametrize("text, want", [("1e-99999999999", 0.0), ("-1e-99999999999", -0.0), ("1e99999999999", np.inf),
+                                        ("0x1p-99999999999", 0.0), ("0x1p+99999999999", np.inf)])
+def test_huge_exponents_are_read_at_once(text, want):
+    # the exact reading must not compute 10**99999999999: these are 0 or Inf in every narrower type
+    import time
+    t0 = time.perf_counter()
+    got = float(parse_inputs([text], "float16")[0])
+    assert got == want and np.signbit(got) == np.signbit(want) and time.perf_counter() - t0 < 5
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_a_hex_float_past_float64_is_inf_as_a_decimal_is(dtype):
+    # 1e400 was Inf and 0x1p+2000 Python's OverflowError "hexadecimal value too large to represent as a float"
+    got = parse_inputs(["0x1p+2000", "-0x1p+2000", "1e400"], dtype).astype(np.float64).tolist()
+    assert got == [np.inf, -np.inf, np.inf]
