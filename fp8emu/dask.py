@@ -44,8 +44,11 @@ import numpy as np
 
 from . import codec, conformance, metrics, scaling
 from .formats import get_format
+from .interop import source_array
+from .rounding import STOCHASTIC_MODES
+from .tables import decode_dtype
 from .lab.recipes import select_recipes, tensor_params, threshold
-from .scaling.tensor import axis_arg, block_arg, expand, int_arg, reciprocal
+from .scaling.tensor import axis_arg, block_arg, expand, given_scale, int_arg, reciprocal
 
 __all__ = [
     "encode", "decode", "quantize", "DaskScaledTensor", "amax", "quantize_tensorwise",
@@ -71,7 +74,7 @@ def _array(x, what="x"):
 
 
 def _no_stochastic(options):
-    if options.get("rounding") == "stochastic" or "rng" in options or "random_bits" in options:
+    if options.get("rounding") in STOCHASTIC_MODES or "rng" in options or "random_bits" in options:
         raise ValueError("stochastic rounding is not available on dask arrays: its random bits depend on "
                          "the chunking; use a deterministic rounding mode")
 
@@ -84,6 +87,9 @@ def encode(x, fmt, **options):
     x = _array(x)
     _no_stochastic(options)
     fmt = get_format(fmt)
+    # the dtype and options checked now, as fp8emu.encode checks them (a bad profile, rounding or saturate
+    # failed only at compute, in every chunk's task)
+    codec.encode(np.empty((0,), x.dtype), fmt, **options)
     return x.map_blocks(codec.encode, fmt, dtype=np.uint8, **options)
 
 
@@ -91,7 +97,8 @@ def decode(codes, fmt, *, dtype=np.float32, profile=None):
     """Values of codes (:func:`fp8emu.decode`), chunk by chunk."""
     codes = _array(codes, "codes")
     fmt = get_format(fmt)
-    out = np.dtype(dtype)
+    out = decode_dtype(dtype)       # np.dtype("flaot32") was NumPy's own "data type not understood"
+    codec.decode(np.empty((0,), codes.dtype), fmt, dtype=out, profile=profile)   # codes' dtype, profile: now
     # map_blocks keeps ``dtype=`` for itself, so the decode dtype travels under another name.
     return codes.map_blocks(_decode_block, fmt, out_dtype=out, profile=profile, dtype=out)
 
@@ -138,7 +145,12 @@ class DaskScaledTensor:
     def dequantize(self, dtype=np.float32):
         """Lazy ``decode(codes) * scale_inv`` (per block), as :meth:`fp8emu.ScaledTensor.dequantize`."""
         da = _da()
-        fmt, block, out = self.fmt, self.block, np.dtype(dtype)
+        try:
+            out = decode_dtype(dtype)     # as ScaledTensor.dequantize: "int32" truncated the values here
+        except TypeError:
+            raise TypeError(f"unsupported dequantize dtype {dtype!r}; accepted: float16, bfloat16, float32, "
+                            "float64") from None
+        fmt, block = self.fmt, self.block
         if not block:
             inv = np.float32(self.scale_inv)
             return self.codes.map_blocks(lambda c: _times(codec.decode(c, fmt), inv, out), dtype=out)
@@ -182,6 +194,7 @@ def amax(x) -> np.float32:
     3.0
     """
     x = _array(x)
+    source_array(np.empty((0,), x.dtype))     # a complex array's amax was its real part's, silently
     if x.size == 0:
         return np.float32(0)
     per_block = x.map_blocks(_block_amax, dtype=np.float32, chunks=tuple((1,) * len(c) for c in x.chunks))
@@ -237,7 +250,12 @@ def quantize_tensorwise(x, fmt, *, margin=0, pow2=False, eps=0.0, scale=None) ->
     """:func:`fp8emu.quantize_tensorwise` in two passes: the global amax now, then a lazy map."""
     x = _array(x)
     fmt = get_format(fmt)
-    s = scaling.current_scale(amax(x), fmt, margin=margin, pow2=pow2, eps=eps) if scale is None else scale
+    # the options and a given scale checked now, as the NumPy function checks them (np.float32(scale) made
+    # 1e39 Inf and "1" or True 1.0, and the chunks' own checks then failed, or not, at compute)
+    scaling.quantize_tensorwise(np.zeros((1,) * x.ndim, x.dtype), fmt, margin=margin, pow2=pow2, eps=eps,
+                                scale=scale)
+    s = scaling.current_scale(amax(x), fmt, margin=margin, pow2=pow2, eps=eps) if scale is None \
+        else given_scale(scale, ())
     s = np.float32(s)
 
     def fn(blk):
@@ -254,6 +272,8 @@ def quantize_axiswise(x, fmt, *, axis=-1, margin=0, pow2=False, eps=0.0) -> Dask
     if x.ndim == 0:
         raise ValueError("quantize_axiswise needs an array with at least one dimension")
     ax = axis_arg(axis, x.ndim)
+    # the options checked now, with the NumPy function (margin="x", pow2="yes" failed only at compute)
+    scaling.quantize_axiswise(np.zeros((1,) * x.ndim, x.dtype), fmt, axis=ax, margin=margin, pow2=pow2, eps=eps)
     x = x.rechunk({ax: -1})
     block = tuple(max(s, 1) if d == ax else 1 for d, s in enumerate(x.shape))
     return _scaled_fmt(x, block, scaling.quantize_axiswise, fmt, "axiswise", ax,
@@ -266,6 +286,7 @@ def quantize_blockwise(x, fmt, *, block=(1, 128), pow2=True, margin=0, eps=0.0) 
     if x.ndim == 0:
         raise ValueError("quantize_blockwise needs an array with at least one dimension")
     blk = block_arg(block, x.ndim)
+    scaling.quantize_blockwise(np.zeros((1,) * x.ndim, x.dtype), fmt, block=blk, pow2=pow2, margin=margin, eps=eps)
     return _scaled_fmt(x, blk, scaling.quantize_blockwise, fmt, "blockwise", None,
                        block=blk, pow2=pow2, margin=margin, eps=eps)
 
@@ -279,7 +300,7 @@ def quantize_mx(x, elem_format, *, block=32, axis=-1, scale_rule="floor") -> Das
     b = int_arg(block, "block", minimum=1)
     blk = tuple(b if d == ax else 1 for d in range(x.ndim))
     # Validate format and rule once, eagerly, with the NumPy function.
-    scaling.quantize_mx(np.zeros((1,) * x.ndim, np.float32), elem_format, block=b, axis=ax, scale_rule=scale_rule)
+    scaling.quantize_mx(np.zeros((1,) * x.ndim, x.dtype), elem_format, block=b, axis=ax, scale_rule=scale_rule)
     return _scaled_fmt(x, blk, scaling.quantize_mx, elem_format, f"mx-{scale_rule}", ax,
                        extra_scales=("scale_codes",), block=b, axis=ax, scale_rule=scale_rule)
 
@@ -292,7 +313,7 @@ def quantize_nvfp4(x, *, axis=-1, global_amax=None) -> DaskScaledTensor:
     ax = axis_arg(axis, x.ndim)
     g = amax(x) if global_amax is None else global_amax
     blk = tuple(16 if d == ax else 1 for d in range(x.ndim))
-    probe = scaling.quantize_nvfp4(np.zeros((1,) * x.ndim, np.float32), axis=ax, global_amax=g)
+    probe = scaling.quantize_nvfp4(np.zeros((1,) * x.ndim, x.dtype), axis=ax, global_amax=g)
     return _scaled_fmt(x, blk, scaling.quantize_nvfp4, None, probe.recipe, ax,
                        extra_scales=("block_scale_codes",), global_scale=probe.global_scale,
                        scalars={"global_amax": probe.global_amax, "scale_max": probe.scale_max},
@@ -335,8 +356,13 @@ def study_metrics(x, recipes=None, *, rows_per_chunk=None) -> list:
     xm = x.astype(np.float32).reshape((-1, k) if x.ndim > 1 else (1, -1) if x.ndim == 1 else (1, 1))
     if rows_per_chunk is None:
         rows_per_chunk = max(128, (max(xm.chunks[0]) // 128) * 128)
-    elif rows_per_chunk % 128:
-        raise ValueError(f"rows_per_chunk must be a multiple of 128, got {rows_per_chunk}")
+    else:
+        # 0 was a ZeroDivisionError, -128 dask's own message, 10**20 NumPy's, 128.0 a float chunk size
+        rows_per_chunk = int_arg(rows_per_chunk, "rows_per_chunk", minimum=128)
+        if rows_per_chunk % 128:
+            raise ValueError(f"rows_per_chunk must be a multiple of 128, got {rows_per_chunk}")
+    # past the rows it is one chunk whatever the count (a chunk of 10**20 rows overflowed in dask)
+    rows_per_chunk = min(rows_per_chunk, max(128, -(-xm.shape[0] // 128) * 128))
     xm = xm.rechunk((rows_per_chunk, -1))
     blocks = list(xm.to_delayed().ravel())
     part = dask.delayed(metrics.input_partial)
@@ -422,6 +448,31 @@ def _expand_runs(starts, codes, a, b):
     return np.repeat(codes[i0:i1], np.diff(np.append(s, b)))
 
 
+def _given_table(recorded, fmt):
+    """``(starts, codes)`` given in place of a ``.rle`` file, checked as :func:`fp8emu.conformance.read_rle`
+    checks a file: runs from pattern 0 on, increasing, below 2**32, one code of ``fmt`` per run (a first
+    run past 0 was read from the last run's code, unsorted starts were NumPy's "negative repeats")."""
+    if len(recorded) != 2:
+        raise ValueError(f"recorded must be a .rle path or (starts, codes), got {len(recorded)} items")
+    s, c = (np.asarray(v) for v in recorded)
+    if s.ndim != 1 or c.ndim != 1 or s.size == 0:
+        raise ValueError(f"recorded (starts, codes) must be two 1-D arrays of runs, got shapes {s.shape}, {c.shape}")
+    if s.dtype.kind not in "iu" or c.dtype.kind not in "iu":
+        raise ValueError(f"recorded starts and codes must be integer arrays, got {s.dtype} and {c.dtype}")
+    if c.size != s.size:
+        raise ValueError(f"recorded has one code per run: {s.size} starts but {c.size} codes")
+    if int(s[0]) != 0:
+        raise ValueError(f"recorded: the first run must start at pattern 0, got {int(s[0]):#x}")
+    if np.any(np.diff(s.astype(np.int64)) <= 0):
+        raise ValueError("recorded: run starts must be increasing")
+    if int(s[-1]) >= _ALL:
+        raise ValueError(f"recorded: run starts are float32 patterns, below 2**32; got {int(s[-1]):#x}")
+    if int(c.min()) < 0 or int(c.max()) >= 1 << fmt.bits:
+        raise ValueError(f"recorded: codes of {fmt.name} lie in 0..{(1 << fmt.bits) - 1}, got "
+                         f"{int(c.min())}..{int(c.max())}")
+    return s.astype(np.uint64), c.astype(np.int64)
+
+
 def _mismatches_of_range(a, b, fmt, options, starts, codes):
     got = codec.encode(_patterns(a, b).view(np.float32), fmt, **options)
     return int(np.count_nonzero(got != _expand_runs(starts, codes, a, b)))
@@ -446,7 +497,7 @@ def float32_mismatches(recorded, fmt, *, lo=0, hi=_ALL, task_size=1 << 24, **opt
     fmt = get_format(fmt)
     _no_stochastic(options)
     if isinstance(recorded, (tuple, list)):
-        starts, codes = (np.asarray(recorded[0], np.uint64), np.asarray(recorded[1], np.int64))
+        starts, codes = _given_table(recorded, fmt)
     else:
         starts, codes, n = conformance.read_rle(recorded)
         if n != _ALL:

@@ -17,6 +17,10 @@ Examples
 
 from __future__ import annotations
 
+import math
+import re
+from fractions import Fraction
+
 import numpy as np
 
 from .codec import decode, encode
@@ -33,8 +37,9 @@ def parse_inputs(texts, source_dtype=None) -> np.ndarray:
     """Read input values from text: decimal, hex-float or ``bits:PATTERN``.
 
     Decimal text (``-1e-3``, ``inf``, ``-nan``) and C99 hex floats
-    (``0x1.8p+3``) are read exactly as float64 and then rounded to
-    ``source_dtype`` (to nearest even); ``bits:0x3f800000`` is a bit pattern
+    (``0x1.8p+3``) are read exactly and rounded once to ``source_dtype``
+    (to nearest even: a decimal just above a float16 tie is not first
+    rounded onto the tie in float64); ``bits:0x3f800000`` is a bit pattern
     of ``source_dtype``, taken as is.  ``source_dtype`` defaults to float64,
     or float32 when a bit pattern is given.
 
@@ -44,6 +49,8 @@ def parse_inputs(texts, source_dtype=None) -> np.ndarray:
     [12.0, -0.0010000000474974513, 1.0]
     >>> parse_inputs(["0.1"], "bfloat16").astype(float).tolist()
     [0.10009765625]
+    >>> parse_inputs(["1.00048828125000000001"], "float16").astype(float).tolist()   # just above a tie
+    [1.0009765625]
     """
     texts = [str(t) for t in texts]
     if source_dtype is None:
@@ -68,12 +75,47 @@ def parse_inputs(texts, source_dtype=None) -> np.ndarray:
             continue
         try:
             v = float.fromhex(low) if "0x" in low else float(low)
+        except OverflowError:
+            # a hex float past float64 was Python's "hexadecimal value too large" where 1e400 is Inf
+            v = -math.inf if low.startswith("-") else math.inf
         except ValueError:
             raise ValueError(f"VALUE must be a number (e.g. 3.5, -1e-3, 0x1.8p+3, inf, -nan) or bits:PATTERN, "
                              f"got {t!r}") from None
+        # only where a second rounding can matter: a float64 0 or one past 2**130 is 0 or Inf in every narrower
+        # type whatever the text's digits (and reading 1e-99999999999 exactly would compute 10**99999999999)
+        if dt != np.float64 and 0 < abs(v) < 2.0 ** 130:
+            v = _odd_float64(v, low)
         with np.errstate(over="ignore"):       # out of range rounds to Inf, as a cast does
             out[i] = np.float64(v).astype(dt)
     return out
+
+
+_HEX = re.compile(r"([+-]?)0x([0-9a-f]*)(?:\.([0-9a-f]*))?(?:p([+-]?\d+))?")
+
+
+def _exact(low):
+    """The exact value of decimal or hex-float text (None where it has none: inf, nan)."""
+    m = _HEX.fullmatch(low)
+    if m:
+        sign, whole, frac, exp = m.groups()
+        frac = frac or ""
+        v = Fraction(int(whole + frac or "0", 16), 16 ** len(frac)) * Fraction(2) ** int(exp or 0)
+        return -v if sign == "-" else v
+    try:
+        return Fraction(low)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _odd_float64(v, low):
+    """``v`` (the text rounded to nearest float64) rounded to odd instead: where the text is not exactly a
+    float64 and ``v`` is even, the neighbour on the text's side.  Rounding that once more to a type of at
+    most 51 significand bits gives the text's single correct rounding (a decimal just above a float16 tie
+    rounds onto the tie in float64, and the tie then went to even, the wrong way)."""
+    exact = _exact(low)
+    if exact is None or exact == Fraction(v) or int(np.float64(v).view(np.uint64)) & 1:
+        return v
+    return float(np.nextafter(v, math.inf if exact > Fraction(v) else -math.inf))
 
 
 def parse_codes(texts, fmt) -> np.ndarray:
@@ -176,7 +218,8 @@ def encode_lines(values, fmt, *, rounding="rne", saturate=None, profile=None, so
     out = ["input  code  bits  value  abs_error  rel_error"]
     with np.errstate(invalid="ignore", divide="ignore"):
         err = np.where(dec == xd, 0.0, dec - xd)  # exact infinities have no error, not inf - inf
-        rel = np.where(xd != 0, err / np.abs(xd), np.where(err == 0, 0.0, np.inf))
+        # of a zero: 0 where exact, NaN where the code is NaN (E8M0 has no zero; "inf" was printed), else Inf
+        rel = np.where(xd != 0, err / np.abs(xd), np.where(err == 0, 0.0, np.where(np.isnan(err), np.nan, np.inf)))
     for i, (s, c, v, e, r) in enumerate(zip(values, codes.tolist(), dec.tolist(), err.tolist(), rel.tolist())):
         src = f"{s} = {_value_text(float(xd[i]))} ({_bits_of(x[i], dt, uint)})" if show_bits else str(s)
         out.append(f"{src}  0x{c:0{width}X}  {code_bits(c, f)}  {_value_text(v)}  "

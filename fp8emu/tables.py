@@ -73,7 +73,9 @@ def decode_dtype(dtype) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt not in DECODE_DTYPES:
+    # ``dt is None`` first: NumPy's ``dtype('float64') == None`` is True, so an unknown name ("flaot32")
+    # would pass ``None in DECODE_DTYPES`` and decode as float64
+    if dt is None or dt not in DECODE_DTYPES:
         raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
     return dt
 # (uint view, exponent bits, mantissa bits) of the IEEE-style source types.

@@ -70,7 +70,7 @@ def test_encode_stochastic_with_seed(capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     (["encode", "1", "--rounding", "stochastic"], "needs --seed"),
-    (["encode", "1", "--seed", "3"], "only to --rounding stochastic"),
+    (["encode", "1", "--seed", "3"], "only to the stochastic roundings"),
     (["encode", "bits:0x1ffffffff"], "does not fit float32"),
     (["encode", "bits:zz"], "bad bit pattern"),
     (["decode", "16", "-f", "e2m1fn"], "out of range"),

@@ -33,14 +33,19 @@ def f32_number(v, what, *, positive, reciprocal=False):
     want = "> 0" if positive else ">= 0"
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.floating, np.integer)):
         raise ValueError(f"{what} must be a finite real number {want}, got {v!r}")
+    try:
+        f = float(v)
+    except OverflowError:        # a Python int past float64 (2**1100): Python's "int too large to convert"
+        f = math.inf if v > 0 else -math.inf
     with np.errstate(over="ignore", divide="ignore"):
-        v32 = F32(v)
-        inv = F32(1.0 / float(v)) if reciprocal and float(v) != 0 else F32(1)
+        v32 = F32(f)
+        inv = F32(1.0 / f) if reciprocal and f != 0 and math.isfinite(f) else F32(1)
     if not np.isfinite(v32) or v32 < 0 or (positive and v32 == 0) or (v32 == 0) != (v == 0) \
             or not np.isfinite(inv):
+        shown = repr(v) if len(repr(v)) <= 40 else f"{repr(v)[:12]}... (an integer of {len(str(abs(v)))} digits)"
         raise ValueError(f"{what} must be a finite number {want} as float32 (the type it is used in)"
                          + (", with a finite float32 reciprocal" if reciprocal else "")
-                         + f"; got {v!r}, which is {float(v32)!r} in float32")
+                         + f"; got {shown}, which is {float(v32)!r} in float32")
 
 
 def operand_format(name, what, allow_none=True):

@@ -8,6 +8,7 @@ import numpy as np
 from ..codec import encode
 from ..formats import get_format
 from ..gemm.code_tables import values_and_exponents
+from ..interop import real_values
 from ..scaling import current_scale
 from .inputs import F32, WIDE, as_heads, operand_format, positive_f32
 
@@ -44,7 +45,8 @@ def operand_descales(x32, fmt, recipe, given, what, group=1):
     if recipe.scale_rule == "given":
         if given is None:
             raise ValueError(f"scale_rule='given' needs descales=(q, k, v); {what} descale missing")
-        d = np.asarray(given, dtype=np.float64)
+        # the one rule for real numbers handed in: "1" and True were read as 1.0, 2**1100 was Python's OverflowError
+        d = real_values(given, f"{what} descale", "a positive number or an array of them").astype(np.float64)
         n = H // group if gran == "kv-head" else H
         if d.size == 1:
             d = np.full(H, float(d.reshape(())))

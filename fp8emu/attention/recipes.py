@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from ..registry import named
+from ..rounding import check_saturation
 from ..gemm import GemmModel, get_model
 from .inputs import F32, WIDE, f32_number, operand_format
 
@@ -123,6 +124,14 @@ class AttentionRecipe:
     query_chunk: int = 2048
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:    # 3 and "" were taken into the reports
+            raise TypeError(f"AttentionRecipe name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.fma, (bool, np.bool_)):          # fma="no" ran fused, as truthy
+            raise TypeError(f"AttentionRecipe fma must be True or False, got {self.fma!r}")
+        try:      # p_saturate="no" failed only at the P cast, after the Q·K pass, naming "saturate"
+            check_saturation(self.p_saturate)
+        except TypeError as exc:
+            raise TypeError(f"AttentionRecipe p_{exc}") from None
         for f in ("q_format", "k_format", "v_format", "p_format"):
             object.__setattr__(self, f, operand_format(getattr(self, f), f))
         choices = {"granularity": ("tensor", "head", "kv-head"), "scale_rule": ("amax", "given", "none"),
@@ -151,6 +160,10 @@ class AttentionRecipe:
         mo = self.max_offset
         if isinstance(mo, bool) or not isinstance(mo, (int, np.integer)) or not 0 <= mo <= 64:
             raise ValueError(f"AttentionRecipe max_offset must be an integer in [0, 64], got {mo!r}")
+        # NumPy integers kept as Python ints: block_n=np.uint8(16) wrapped ("Python integer -40 out of bounds")
+        for f in ("block_n", "query_chunk", "promote_every", "max_offset"):
+            if isinstance(getattr(self, f), np.integer):
+                object.__setattr__(self, f, int(getattr(self, f)))
         # both are used in float32 (p_scale also as fl32(1 / p_scale)): checked as float32
         f32_number(self.rescale_threshold, "AttentionRecipe rescale_threshold", positive=False)
         f32_number(self.p_scale, "AttentionRecipe p_scale", positive=True, reciprocal=True)

@@ -103,8 +103,12 @@ def output_file(*suffixes):
         if not text or path.is_dir() or text.endswith(("/", os.sep)):
             raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name"
                                              + (f" ending in {' or '.join(suffixes)}" if suffixes else ""))
-        if not path.resolve().parent.is_dir():
-            raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+        folder = path.resolve().parent       # through a link: the folder its target would be written in
+        if not folder.is_dir():
+            # "the folder of 'afile/x.json' does not exist" of a file, and of a link's target as if of '.'
+            raise argparse.ArgumentTypeError(
+                f"the folder of {text!r}" + (f", {str(folder)!r}," if str(folder) != str(path.parent) else "")
+                + (" is a file, not a folder" if folder.exists() else " does not exist"))
         if suffixes and path.suffix.lower() not in suffixes:
             raise argparse.ArgumentTypeError(f"{text!r} must end in {' or '.join(suffixes)}")
         return text

@@ -83,6 +83,8 @@ def run(args) -> int:
         return _run_live(args)
     if args.engines is not None:
         raise ValueError("--engines applies to --live")
+    if args.quiet:             # the recorded tables print no progress: it was ignored, silently
+        raise ValueError("--quiet applies to --live (the recorded tables print no progress)")
     if args.folder is not None:
         check_folder(args.folder)
     try:
@@ -118,8 +120,13 @@ def _progress(total, quiet):
 def _run_live(args) -> int:
     if args.folder is not None:
         raise ValueError("--folder applies to the recorded tables, not to --live")
+    if args.workers is not None or args.scheduler is not None:     # ignored before, silently
+        raise ValueError(f"{'--workers' if args.workers is not None else '--scheduler'} sweeps the recorded "
+                         "float32 tables by brute force, not --live")
     have = engines.installed_engines()
-    names = list(have) if args.engines is None else [e.strip() for e in args.engines.split(",") if e.strip()]
+    # each engine once (torch-cpu,torch-cpu ran and counted its settings twice)
+    names = list(have) if args.engines is None else list(dict.fromkeys(e.strip() for e in args.engines.split(",")
+                                                                       if e.strip()))
     if not names:
         raise ValueError(f"no engine installed; --live needs one of: {', '.join(engines.ENGINES)} "
                          "(pip install 'fp8emu[dev]' installs onnx, onnxruntime and jax)")

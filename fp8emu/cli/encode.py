@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from .. import describe
-from ..rounding import ROUNDING_MODES
+from ..rounding import ROUNDING_MODES, STOCHASTIC_MODES
 from . import int_option
 
 # A token that is a value even though it starts with "-": -1, -.5, -1e-3, -0x1.8p+3, -inf, -nan, -infinity.
@@ -59,9 +59,9 @@ def values_first_parser(parser, takes_value):
 def register(sub, name, help_text):
     """Add the ``encode`` subcommand."""
     p = sub.add_parser(name, help=help_text,
-                       description="Encode each VALUE (read exactly, rounded to --source-dtype if given, "
-                                   "then rounded once to the format) and print its code, bits, decoded "
-                                   "value, absolute and relative error.")
+                       description="Encode each VALUE (read exactly, rounded once to --source-dtype, "
+                                   "float64 unless given, then rounded once to the format) and print its "
+                                   "code, bits, decoded value, absolute and relative error.")
     p.add_argument("values", nargs="+", metavar="VALUE",
                    help="decimal numbers (-1e-3), hex floats (0x1.8p+3), inf, -nan, or bits:0x3f800000 "
                         "(a bit pattern of --source-dtype); negative values need no --")
@@ -82,10 +82,11 @@ def register(sub, name, help_text):
 
 def run(args) -> int:
     """Print one line per value."""
-    if args.rounding == "stochastic" and args.seed is None:
-        raise ValueError("--rounding stochastic needs --seed (and optionally --sr-bits)")
-    if args.rounding != "stochastic" and (args.seed is not None or args.sr_bits is not None):
-        raise ValueError("--seed and --sr-bits apply only to --rounding stochastic")
+    stochastic = args.rounding in STOCHASTIC_MODES     # the four stochastic modes, not only "stochastic"
+    if stochastic and args.seed is None:
+        raise ValueError(f"--rounding {args.rounding} needs --seed (and optionally --sr-bits)")
+    if not stochastic and (args.seed is not None or args.sr_bits is not None):
+        raise ValueError(f"--seed and --sr-bits apply only to the stochastic roundings ({', '.join(STOCHASTIC_MODES)})")
     print("\n".join(describe.encode_lines(args.values, args.format, rounding=args.rounding,
                                           saturate=args.saturate, profile=args.profile,
                                           source_dtype=args.source_dtype, rng=args.seed, sr_bits=args.sr_bits)))

@@ -25,9 +25,11 @@ def register(sub, name, help_text):
                                    "another implementation's tests. --out decides the file type: .npz, .json, "
                                    ".h/.hpp/.cuh (C/C++/CUDA header), .rle (run-length table of every input).")
     p.add_argument("--format", default=None, help="target format, e.g. e4m3fn (required unless --scaled-mm)")
-    p.add_argument("--profile", default="ocp", help="implementation profile (default: ocp)")
-    p.add_argument("--source-dtype", default="float32", choices=list(golden.SOURCE_DTYPES))
-    p.add_argument("--rounding", default="rne", choices=ROUNDING_MODES)
+    # None where not given, so that an option the chosen output does not use is refused, not ignored
+    p.add_argument("--profile", default=None, help="implementation profile (default: ocp)")
+    p.add_argument("--source-dtype", default=None, choices=list(golden.SOURCE_DTYPES),
+                   help="type of the inputs (default: float32)")
+    p.add_argument("--rounding", default=None, choices=ROUNDING_MODES, help="rounding mode (default: rne)")
     p.add_argument("--saturate", action="store_true", default=None,
                    help="clamp overflow and ±Inf to ±max (a --profile fixes its own saturation)")
     p.add_argument("--seed", type=int_option(0), default=None,
@@ -38,9 +40,9 @@ def register(sub, name, help_text):
     p.add_argument("--name", default=None, help="identifier prefix in a C header (default: the file's stem)")
     p.add_argument("--scaled-mm", action="store_true",
                    help="write scaled_mm cases (operands, scales, bias, expected outputs per accumulator)")
-    p.add_argument("--a-format", default="e4m3fn", help="--scaled-mm: format of A (default e4m3fn)")
-    p.add_argument("--b-format", default="e4m3fn", help="--scaled-mm: format of B (default e4m3fn)")
-    p.add_argument("--accumulators", nargs="+", default=["hopper", "hopper-fast"], metavar="ACC",
+    p.add_argument("--a-format", default=None, help="--scaled-mm: format of A (default e4m3fn)")
+    p.add_argument("--b-format", default=None, help="--scaled-mm: format of B (default e4m3fn)")
+    p.add_argument("--accumulators", nargs="+", default=None, metavar="ACC",
                    help="--scaled-mm: accumulators to give expected outputs for (default: hopper hopper-fast; "
                         "also fp32, exact)")
     p.add_argument("--out", required=True, type=output_file(), help="output file; its extension picks the type")
@@ -64,17 +66,36 @@ def run(args) -> int:
         raise ValueError(f"--out {args.out!r}: the extension picks the file type; accepted: "
                          + ", ".join(f"{e} ({what})" for e, what in OUT_TYPES.items())
                          + "; with --scaled-mm: .npz")
+    vector_options = {"--format": args.format, "--profile": args.profile, "--source-dtype": args.source_dtype,
+                      "--rounding": args.rounding, "--saturate": args.saturate, "--sr-bits": args.sr_bits,
+                      "--exhaustive": args.exhaustive or None, "--name": args.name, "--workers": args.workers,
+                      "--scheduler": args.scheduler}
+    gemm_options = {"--a-format": args.a_format, "--b-format": args.b_format, "--accumulators": args.accumulators}
+    # each was ignored, silently, by the output that does not use it (the file said nothing of it)
+    unused = [k for k, v in (vector_options if args.scaled_mm else gemm_options).items() if v is not None]
+    if unused:
+        raise ValueError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to "
+                         + ("--scaled-mm (GEMM cases: --a-format, --b-format, --accumulators, --seed)"
+                            if args.scaled_mm else "golden vectors (--a-format, --b-format and --accumulators "
+                                                   "are --scaled-mm's)"))
+    if args.name is not None and ext not in (".h", ".hpp", ".cuh"):
+        raise ValueError(f"--name prefixes a C header's identifiers; {ext} files have none")
     if args.scaled_mm:
         if ext != ".npz":
             raise ValueError(f"--scaled-mm writes an .npz file, got {args.out!r}")
+        # each accumulator once (hopper hopper listed it twice in the file)
+        accumulators = tuple(dict.fromkeys(args.accumulators or ("hopper", "hopper-fast")))
         cases = golden.save_scaled_mm_cases(args.out, seed=0 if args.seed is None else args.seed,
-                                            a_format=args.a_format, b_format=args.b_format,
-                                            accumulators=tuple(args.accumulators))
-        print(f"wrote {len(cases['shapes'])} scaled_mm cases ({args.a_format} x {args.b_format}; "
+                                            a_format=args.a_format or "e4m3fn", b_format=args.b_format or "e4m3fn",
+                                            accumulators=accumulators)
+        print(f"wrote {len(cases['shapes'])} scaled_mm cases ({cases['a_format']} x {cases['b_format']}; "
               f"accumulators {', '.join(cases['accumulators'].tolist())}) to {args.out}")
         return 0
     if args.format is None:
         raise ValueError("--format is required (or pass --scaled-mm)")
+    args.profile = args.profile or "ocp"
+    args.source_dtype = args.source_dtype or "float32"
+    args.rounding = args.rounding or "rne"
     if (args.workers is not None or args.scheduler is not None) and ext != ".rle":
         raise ValueError("--workers/--scheduler apply to .rle tables (the exhaustive float32 sweep)")
     if ext == ".rle":

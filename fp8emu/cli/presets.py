@@ -14,10 +14,11 @@ def register(sub, name, help_text):
                                    "scaled_mm / block_scaled_mm accumulator=NAME): architecture, instruction, "
                                    "operand formats and output, and the evidence each reproduces (public GPU "
                                    "recordings, MMA-Sim) or 'model only'.")
-    p.add_argument("--names", action="store_true", help="only the names, one per line")
+    shape = p.add_mutually_exclusive_group()     # --names --json printed the JSON, --names ignored
+    shape.add_argument("--names", action="store_true", help="only the names, one per line")
     p.add_argument("--arch", metavar="TEXT", help="only the presets whose architecture contains TEXT "
                                                   "(case-insensitive), e.g. Blackwell, CDNA3")
-    p.add_argument("--json", action="store_true", help="one JSON list, as fp8emu.gemm.presets() returns it")
+    shape.add_argument("--json", action="store_true", help="one JSON list, as fp8emu.gemm.presets() returns it")
     p.set_defaults(func=run)
 
 

@@ -79,7 +79,7 @@ def run(args) -> int:
         paths.append(str(study.demo_checkpoint()))
     if not paths:
         raise ValueError("give checkpoint files or folders, or --demo")
-    out = args.out or (DEMO_OUT if args.demo else None)
+    out = args.out if args.out is not None else DEMO_OUT if args.demo else None   # "" was the demo's folder
     if out is None:
         raise ValueError("--out is required (the folder for results.csv and the reports)")
     recipes = None
@@ -90,7 +90,7 @@ def run(args) -> int:
     # Every input is checked (paths, files, recipes, results.csv) before a cluster starts, and a
     # study with nothing left to do starts none.
     plan = study.plan_study(paths, out, recipes=recipes, include=args.include, exclude=args.exclude,
-                            chunk_mb=args.chunk_mb)
+                            chunk_mb=args.chunk_mb, report=not args.no_report)
     workers, scheduler = (args.workers, args.scheduler) if plan.todo else (None, None)
     with study.dask_client(workers=workers, scheduler=scheduler) as client:
         res = study.execute_study(plan, progress=not args.quiet, client=client, report=not args.no_report,

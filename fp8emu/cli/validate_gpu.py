@@ -61,7 +61,9 @@ def run(args) -> int:
     limit = None if args.limit is None else _positive(args.limit)
     if args.tc_questions:
         # the tensor-core vectors are a fixed set and run no cast sweep or _scaled_mm: these were ignored
-        given = [opt for opt, v in (("--limit", args.limit), ("--no-scaled-mm", args.no_scaled_mm)) if v]
+        # (--quiet too: the questions print their findings on stdout and no progress on stderr to silence)
+        given = [opt for opt, v in (("--limit", args.limit), ("--no-scaled-mm", args.no_scaled_mm),
+                                    ("--quiet", args.quiet)) if v]
         if given:
             raise ValueError(f"--tc-questions runs only the tensor-core vectors; it takes no {', '.join(given)}")
         res = tc_questions.validate(out=print)

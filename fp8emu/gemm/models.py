@@ -219,6 +219,8 @@ def step_row(step, frac_bits, result_bits, rounding="rtz", name="custom"):
     >>> r = step_row(8, 20, 22, "rne", name="odd")
     >>> r.name, widths(r)
     ('odd', (8, 20, 22, 'rne'))
+    >>> step_row(16, 13, 14, name="mine").name       # a catalogue row's widths, under the name given
+    'mine'
     """
     for field, v in (("step", step), ("frac_bits", frac_bits), ("result_bits", result_bits)):
         if not is_integer(v) or v < 1:
@@ -236,7 +238,8 @@ def step_row(step, frac_bits, result_bits, rounding="rtz", name="custom"):
     for ins in [INSTRUCTIONS[n] for n in _PREFERRED] + list(INSTRUCTIONS.values()):
         if (ins.datapath == "fused" and ins.out == "float32" and "e4m3fn" in ins.formats and "e5m2" in ins.formats
                 and widths(ins) == (step, frac_bits, result_bits, rounding)):
-            return ins
+            # the catalogue's row, under the name given (name="mine" came back as "ada-mma", the name dropped)
+            return ins if name == "custom" else dataclasses.replace(ins, name=name)
     mode = "rz" if rounding == "rtz" else "rne"
     row = dataclasses.replace(INSTRUCTIONS["hopper-wgmma"], name=name, shape=(64, 8, step), step=step,
                               frac_bits=frac_bits, rounding=f"{mode}-e8m{min(result_bits, 24) - 1}",

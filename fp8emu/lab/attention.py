@@ -164,8 +164,8 @@ def attention_study(*, contexts=(1024, 2048, 4096), queries=8, head_dim=128, exp
     if not contexts or any(not is_integer(n) or n < 1
                            for n in contexts):
         raise ValueError(f"contexts must be positive integers, got {contexts!r}")
-    if list(contexts) != sorted(contexts):
-        raise ValueError(f"contexts must be increasing, got {contexts!r}")
+    if list(contexts) != sorted(set(contexts)):        # 1024,1024 ran every case of that context twice
+        raise ValueError(f"contexts must be increasing (each once), got {contexts!r}")
     bad = [e for e in experiments if e not in EXPERIMENTS] + [d for d in distributions if d not in DISTRIBUTIONS]
     if bad:
         raise ValueError(f"unknown experiment or distribution {bad[0]!r}; experiments: {EXPERIMENTS}, "
@@ -175,6 +175,9 @@ def attention_study(*, contexts=(1024, 2048, 4096), queries=8, head_dim=128, exp
     for name, val in (("queries", queries), ("head_dim", head_dim)):
         if not is_integer(val) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    # each name and interval once, in the order given (a repeated one ran and printed its cases again)
+    experiments, distributions, promote_every = (tuple(dict.fromkeys(v)) for v in
+                                                 (experiments, distributions, promote_every))
     cases = _cases(contexts, experiments, distributions, promote_every)
     if client is not None:
         futures = client.map(_run_case, cases, queries=queries, head_dim=head_dim, seed=seed, pure=False)

@@ -300,7 +300,36 @@ class StudyPlan:
         return self.out / "results.csv"
 
 
-def plan_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=DEFAULT_CHUNK_MB) -> StudyPlan:
+#: What :func:`execute_study` writes in ``out`` with the reports, and whether each is a folder.
+REPORT_PATHS = {"report.md": False, "report.html": False, "figures": True, "figures/sqnr_heatmap.png": False,
+                "figures/sqnr_vs_dynamic_range.png": False}
+
+
+def check_out(out, *, report=True) -> Path:
+    """``out`` as a Path, or one ValueError naming what in it the study could not write: a parent that
+    is a file, a symbolic link to nothing, and (``report``) a report file that is a folder, FIFO, device
+    or socket (a folder at report.md failed after every tensor had run, a FIFO blocked for ever)."""
+    if str(out) == "":
+        raise ValueError("--out '' names no folder; give a folder (created if missing)")
+    out = Path(out)
+    for p in [q for q in reversed(out.parents) if str(q) not in ("", ".")] + [out]:
+        if p.is_symlink() and not p.exists():      # mkdir said "[Errno 17] File exists" of what does not exist
+            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a symbolic link to nothing (dangling, or a loop); "
+                             "give a folder (created if missing)")
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"--out {out} exists and is not a folder" if p == out else
+                             f"--out {str(out)!r}: {str(p)!r} is not a folder; give a folder (created if missing)")
+    for name, folder in (REPORT_PATHS.items() if report else ()):
+        p = out / name
+        if p.exists() and p.is_dir() != folder or (p.exists() and not folder and not p.is_file()):
+            kind = "a folder" if p.is_dir() else "a FIFO, device or socket" if not folder else "a file"
+            raise ValueError(f"--out {str(out)!r} holds {name} as {kind}, where the study writes "
+                             f"{'a folder' if folder else 'a file'}; use another --out (or --no-report)")
+    return out
+
+
+def plan_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=DEFAULT_CHUNK_MB,
+               report=True) -> StudyPlan:
     """Check every input and work out what :func:`run_study` has left to do (nothing is written).
 
     Fails fast (a missing checkpoint, a corrupted file, an unknown recipe, a
@@ -318,9 +347,7 @@ def plan_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb
     chunk_elems = _chunk_elems(chunk_mb)
     recs = _as_recipes(recipes)
     refs, non_float = discover(paths, include, exclude)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} exists and is not a folder")
+    out = check_out(out, report=report)
     rows, torn = read_results_file(out / "results.csv")
     existing, duplicates = resume_rows(rows, refs, out / "results.csv")
     done = {(r["checkpoint"], r["tensor"], r["recipe"]) for r in existing}
@@ -371,7 +398,8 @@ def run_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=
         ``non_float`` (names of skipped non-float tensors), ``duplicates``
         (identical duplicated rows dropped), ``out``.
     """
-    plan = plan_study(paths, out, recipes=recipes, include=include, exclude=exclude, chunk_mb=chunk_mb)
+    plan = plan_study(paths, out, recipes=recipes, include=include, exclude=exclude, chunk_mb=chunk_mb,
+                      report=report)
     return execute_study(plan, progress=progress, client=client, report=report, command=command)
 
 
@@ -388,7 +416,11 @@ def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True, c
     rewritten, and the reports are rewritten only if older than results.csv.
     """
     out = plan.out
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:      # "[Errno 2] No such file or directory: '/proc/x'", not naming --out
+        raise ValueError(f"--out {str(out)!r}: the folder cannot be created ({exc.strerror}); give a folder "
+                         "(created if missing)") from None
     csv_path = plan.csv_path
     changed = bool(plan.todo) or plan.duplicates or plan.torn or not csv_path.exists()
     if changed:

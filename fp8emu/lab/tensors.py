@@ -215,6 +215,12 @@ def discover(paths, include=None, exclude=None) -> tuple:
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    for flag, patterns in (("--include", include), ("--exclude", exclude)):
+        if patterns and any(p == "" for p in patterns):
+            # a substring every name holds: --include '' kept every tensor, --exclude '' dropped them all
+            # ("no floating-point tensor selected", the pattern unnamed)
+            raise ValueError(f"{flag} '' is an empty pattern, which every tensor name contains; give a "
+                             "pattern (a glob such as '*.weight', or a substring)")
     refs, skipped, labels = [], [], set()
     for p in map(Path, paths):
         if p.name in labels:

@@ -311,12 +311,24 @@ def _global_amax(xf, global_amax):
     """The tensor amax: ``max|x|`` (NaN ignored) or the given scalar, checked, as float32."""
     if global_amax is None:
         return F32(amax_nan_ignoring(xf, None))
-    g = np.asarray(global_amax)
-    if g.shape != () or g.dtype.kind not in "iuf":
+    try:     # the one rule for real numbers handed in: a Python int past int64 (2**64) was "not a real scalar"
+        g = real_values(global_amax, "global_amax", "a real scalar")
+    except TypeError:
+        g = None
+    if g is None or g.shape != ():
         raise TypeError(f"global_amax must be a real scalar, got {global_amax!r}")
-    gamax = F32(g)
+    with np.errstate(over="ignore", under="ignore"):
+        gamax = F32(g)
     if np.isnan(gamax) or gamax < 0:
         raise ValueError(f"global_amax must be >= 0 and not NaN, got {global_amax!r}")
+    # a finite value beyond float32 was read as Inf (with NumPy's cast warning), one below it as 0 (the "no amax"
+    # rule, scale 1): say so in the type the recipe computes in; an Inf or 0 given keeps its rule
+    if np.isfinite(g) and not np.isfinite(gamax):
+        raise ValueError(f"global_amax overflows float32, the type the recipe computes in: {float(g)!r} is beyond "
+                         f"{float(np.finfo(F32).max)!r}")
+    if g > 0 and gamax == 0:
+        raise ValueError(f"global_amax underflows to 0 in float32, the type the recipe computes in: {float(g)!r} is "
+                         "below 2**-149 (about 1.4e-45)")
     return gamax
 
 

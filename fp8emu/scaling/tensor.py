@@ -440,7 +440,7 @@ class ScaledTensor:
             dt = np.dtype(dtype)
         except TypeError:
             dt = None
-        if dt not in DECODE_DTYPES:
+        if dt is None or dt not in DECODE_DTYPES:     # dtype('float64') == None is True in NumPy
             raise TypeError(f"unsupported dequantize dtype {dtype!r}; accepted: float16, bfloat16, "
                             "float32, float64")
         values = decode(self.codes, self.fmt, dtype=np.float32)

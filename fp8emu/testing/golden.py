@@ -55,7 +55,7 @@ from ..codec import encode
 from ..profiles import get_profile
 from ..conformance import read_rle
 from ..readers import read_json, read_npz, read_text
-from ..rounding import ROUNDING_MODES, check_saturation
+from ..rounding import ROUNDING_MODES, STOCHASTIC_MODES, check_saturation
 from ..tables import SOURCE_DTYPES, SOURCE_SHORT_NAMES, table_inputs
 from ..formats import get_format
 from ..interop import narrow_codes, is_integer
@@ -176,7 +176,7 @@ def golden_vectors(fmt, *, source_dtype="float32", profile="ocp", rounding="rne"
     else:
         x = _edge_inputs(f, dt)
     rb = None
-    if rounding == "stochastic":
+    if rounding in STOCHASTIC_MODES:      # each of the four takes its random bits the same way
         if seed is None:
             raise ValueError("stochastic vectors need a seed for their random bits (seed=..., --seed)")
         k = 32 if sr_bits is None else sr_bits
@@ -190,7 +190,7 @@ def golden_vectors(fmt, *, source_dtype="float32", profile="ocp", rounding="rne"
         sr, sd = int(k), int(seed)
     else:
         if seed is not None or sr_bits is not None:
-            raise ValueError("seed and sr_bits apply only to rounding='stochastic'")
+            raise ValueError(f"seed and sr_bits apply only to the stochastic roundings ({', '.join(STOCHASTIC_MODES)})")
         codes = encode(x, f, profile=profile, rounding=rounding, saturate=saturate)
         sr, sd = 0, -1
     out = {"format": f.name, "source_dtype": source_dtype, "profile": profile, "rounding": rounding,
@@ -350,7 +350,7 @@ def _options(raw, path):
     out["saturate"] = _option(raw, "saturate", path, lambda v: isinstance(v, (bool, np.bool_)),
                               "true or false (a JSON/NumPy bool)")
     out["saturate"] = bool(out["saturate"])
-    stochastic = out["rounding"] == "stochastic"
+    stochastic = out["rounding"] in STOCHASTIC_MODES
     raw.setdefault("sr_bits", 0)
     raw.setdefault("seed", -1)
     if stochastic:
@@ -366,7 +366,7 @@ def _options(raw, path):
         out["seed"] = _option(raw, "seed", path, lambda v: v == -1 and _is_int(v),
                               "-1 unless rounding is stochastic")
         if "random_bits" in raw:
-            raise ValueError(f"{path}: random_bits apply only to rounding 'stochastic'")
+            raise ValueError(f"{path}: random_bits apply only to the stochastic roundings")
     out["format"] = f.name
     out["format_version"] = int(raw.get("format_version", 0))
     return f, out
@@ -536,8 +536,8 @@ def rle_table(fmt, *, source_dtype="float32", profile="ocp", rounding="rne", sat
     f = get_format(fmt)
     if source_dtype not in ("float32", "float16", "bfloat16"):
         raise ValueError(f"run-length tables cover float32, float16 or bfloat16 sources, not {source_dtype!r}")
-    if rounding == "stochastic":
-        raise ValueError("stochastic rounding has no table: its result depends on the random bits")
+    if rounding in STOCHASTIC_MODES:
+        raise ValueError(f"{rounding} rounding has no table: its result depends on the random bits")
     if source_dtype == "float32" and not (f.mbits <= 6 and f.emin - f.mbits >= -132):
         raise ValueError(f"{f.name}: its float32 rounding position can fall below the upper 16 bits, so "
                          "a 2**17-run table cannot describe it exactly")
