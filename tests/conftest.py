@@ -5,7 +5,9 @@
     HYPOTHESIS_PROFILE=thorough python3 -m pytest tests/test_properties.py
 """
 
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -40,3 +42,15 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def record_tool():
+    """``tools/record_cpu_order.py`` loaded as a module, afresh for each test (it imports torch, as the tool
+    does), so a test can call its functions and patch its names."""
+    pytest.importorskip("torch")
+    path = Path(__file__).resolve().parents[1] / "tools" / "record_cpu_order.py"
+    spec = importlib.util.spec_from_file_location("record_cpu_order", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -5,15 +5,12 @@ import importlib.util
 import json
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fp8emu.cli import main
 from fp8emu.gemm import cpu_order, torch_cpu
-
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "record_cpu_order.py"
 
 
 @pytest.fixture
@@ -133,15 +130,6 @@ def test_a_shape_no_array_can_index_is_one_clear_error(monkeypatch, capsys):
     assert "M x N = 1e+20 outputs is more than an array indexes (2**62" in err and "arr.size" not in err
 
 
-def _tool_main():
-    """``tools/record_cpu_order.py``'s main, loaded in this process (it imports torch, as the tool does)."""
-    pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("record_cpu_order", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main
-
-
 @pytest.mark.parametrize("args, message", [
     (["--threads", "0"], "argument --threads: expected thread counts 1..1024"),     # torch's RuntimeError
     (["--threads", "100000"], "argument --threads: expected thread counts 1..1024"),  # a segmentation fault
@@ -152,8 +140,8 @@ def _tool_main():
     (["--out", "nowhere/x.json"], "the folder of 'nowhere/x.json' does not exist"),  # after the survey
     (["--out", "."], "'.' is a folder; give a file name"),
 ])
-def test_the_recording_tool_checks_its_options_before_surveying(tmp_path, monkeypatch, capsys, args, message):
-    tool = _tool_main()
+def test_the_recording_tool_checks_its_options_before_surveying(record_tool, tmp_path, monkeypatch, capsys, args, message):
+    tool = record_tool.main
     monkeypatch.chdir(tmp_path)
     full = ["--random", "1"] + (args if "--out" in args else ["--out", "r.json"] + args)
     monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", *full])

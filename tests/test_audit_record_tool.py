@@ -1,72 +1,57 @@
 """Hostile input: ``tools/record_cpu_order.py``: options of ``--random`` only, and its "proven" marks."""
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "record_cpu_order.py"
-
-
-def _tool():
-    pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("record_cpu_order_audit3", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 @pytest.mark.parametrize("args", [["--layouts", "NT,TT"], ["--seed", "3"], ["--random", "0", "--layouts", "TN"]])
-def test_random_only_options_are_refused_by_the_grid_survey(tmp_path, monkeypatch, capsys, args):
+def test_random_only_options_are_refused_by_the_grid_survey(record_tool, tmp_path, monkeypatch, capsys, args):
     # before: the survey probed NN with the default seed and wrote "layout": "NN", the option ignored
-    mod = _tool()
     probed = []
-    monkeypatch.setattr(mod.cpu_order, "reveal_here", lambda *a, **k: probed.append(a) or pytest.fail("surveyed"))
+    monkeypatch.setattr(record_tool.cpu_order, "reveal_here", lambda *a, **k: probed.append(a) or pytest.fail("surveyed"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", "--out", "r.json", *args])
     with pytest.raises(SystemExit) as exc:
-        mod.main()
+        record_tool.main()
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "apply to --random N only" in err and args[-2] in err
     assert not probed and not (tmp_path / "r.json").exists()
 
 
-def test_random_still_takes_its_layouts_and_seed(tmp_path, monkeypatch):
-    mod = _tool()
+def test_random_still_takes_its_layouts_and_seed(record_tool, tmp_path, monkeypatch):
     seen = {}
 
     def fake_random(args, threads):
         seen.update(layouts=args.layouts, seed=args.seed)
         return []
-    monkeypatch.setattr(mod, "_random", fake_random)
+    monkeypatch.setattr(record_tool, "_random", fake_random)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", "--out", "r.json", "--random", "2", "--seed", "4",
                                       "--layouts", "NT,TT"])
-    mod.main()
+    record_tool.main()
     assert seen == {"layouts": ["NT", "TT"], "seed": 4}
     monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", "--out", "s.json", "--random", "2"])
-    mod.main()
+    record_tool.main()
     assert seen == {"layouts": ["NN"], "seed": 0}
 
 
 @pytest.mark.parametrize("env, proven", [({}, False), ({"MKL_CBWR": "COMPATIBLE"}, True)])
-def test_random_rows_are_proven_only_where_the_model_applies(tmp_path, monkeypatch, capsys, env, proven):
+def test_random_rows_are_proven_only_where_the_model_applies(record_tool, tmp_path, monkeypatch, capsys, env, proven):
     # before: without MKL_CBWR=COMPATIBLE every row of `--model mkl-2024.2-compatible` said "proven": true (and
     # its differing outputs read as the model's fault) where order_for warns for every shape
-    mod = _tool()
     info = {"vendor": "GenuineIntel", "model": "x", "arch": "x86_64", "flags": ["avx512f"], "mkl_env": env}
-    monkeypatch.setattr(mod.cpu_order, "machine", lambda: info)
-    monkeypatch.setattr(mod.sumtree, "check_order", lambda *a, **k: 0)        # no GEMM: only the marks
-    monkeypatch.setattr(mod.torch, "set_num_threads", lambda t: None)
-    monkeypatch.setattr(mod.cpu_order, "_library", lambda torch: {})
+    monkeypatch.setattr(record_tool.cpu_order, "machine", lambda: info)
+    monkeypatch.setattr(record_tool.sumtree, "check_order", lambda *a, **k: 0)        # no GEMM: only the marks
+    monkeypatch.setattr(record_tool.torch, "set_num_threads", lambda t: None)
+    monkeypatch.setattr(record_tool.cpu_order, "_library", lambda torch: {})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", "--out", "r.json", "--random", "3", "--threads", "1",
                                       "--model", "mkl-2024.2-compatible"])
-    mod.main()
+    record_tool.main()
     rows = json.loads((tmp_path / "r.json").read_text())["gemms"]
-    m = mod.cpu_order.RECORDED["mkl-2024.2-compatible"]
+    m = record_tool.cpu_order.RECORDED["mkl-2024.2-compatible"]
     want = [proven and m.unproven(r["M"], r["K"], r["N"], 1, "NN") is None for r in rows]
     assert [r["proven"] for r in rows] == want and (proven or "is not where mkl-2024.2-compatible was proven"
                                                      in capsys.readouterr().err)
@@ -78,14 +63,13 @@ def test_random_rows_are_proven_only_where_the_model_applies(tmp_path, monkeypat
     # "²".isdigit() is True, int("²") a ValueError: argparse's "invalid _threads value"
     (["--threads", "²"], "expected thread counts 1..1024 separated by commas, got '²'"),
 ])
-def test_an_out_folder_that_takes_no_file_and_a_non_ascii_digit_are_refused_before_surveying(
+def test_an_out_folder_that_takes_no_file_and_a_non_ascii_digit_are_refused_before_surveying(record_tool, 
         tmp_path, monkeypatch, capsys, args, message):
-    mod = _tool()
-    monkeypatch.setattr(mod, "_random", lambda *a: pytest.fail("surveyed"))
+    monkeypatch.setattr(record_tool, "_random", lambda *a: pytest.fail("surveyed"))
     monkeypatch.chdir(tmp_path)
     full = ["--random", "1"] + (args if "--out" in args else ["--out", "r.json"] + args)
     monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", *full])
     with pytest.raises(SystemExit) as exc:
-        mod.main()
+        record_tool.main()
     assert exc.value.code == 2 and message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []

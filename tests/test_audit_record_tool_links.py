@@ -6,31 +6,18 @@ written.  And ``recorded_by`` left out ``--threads`` and ``--model``: rerun as w
 other thread counts (or checked another model) than the file holds.
 """
 
-import importlib.util
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
-
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "record_cpu_order.py"
-
-
-def _tool():
-    pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("record_cpu_order_audit6", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("link", ["dangling", "loop", "under_dangling"])
 @pytest.mark.parametrize("survey", [[], ["--random", "1"]])
-def test_an_out_through_a_link_to_nothing_is_refused_before_surveying(tmp_path, monkeypatch, capsys, link, survey):
-    mod = _tool()
-    monkeypatch.setattr(mod, "_random", lambda *a: pytest.fail("surveyed"))
-    monkeypatch.setattr(mod.cpu_order, "reveal_here", lambda *a, **k: pytest.fail("surveyed"))
+def test_an_out_through_a_link_to_nothing_is_refused_before_surveying(record_tool, tmp_path, monkeypatch, capsys, link, survey):
+    monkeypatch.setattr(record_tool, "_random", lambda *a: pytest.fail("surveyed"))
+    monkeypatch.setattr(record_tool.cpu_order, "reveal_here", lambda *a, **k: pytest.fail("surveyed"))
     monkeypatch.chdir(tmp_path)
     if link == "loop":
         os.symlink("l2", "l1")
@@ -41,28 +28,26 @@ def test_an_out_through_a_link_to_nothing_is_refused_before_surveying(tmp_path, 
         out = "dang" if link == "dangling" else "dang/r.json"
     monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", "--out", out, *survey])
     with pytest.raises(SystemExit) as exc:
-        mod.main()
+        record_tool.main()
     err = capsys.readouterr().err
     assert exc.value.code == 2, err
     assert "is a symbolic link to nothing" in err or "does not exist" in err, err
 
 
-def test_an_out_through_a_link_to_a_writable_place_is_written(tmp_path, monkeypatch):
-    mod = _tool()
+def test_an_out_through_a_link_to_a_writable_place_is_written(record_tool, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
     os.symlink("data/r.json", "out.json")            # dangling until written: its folder exists
-    assert mod._out("out.json") == "out.json"
+    assert record_tool._out("out.json") == "out.json"
 
 
 @pytest.mark.parametrize("extra, said", [([], ""), (["--threads", "2"], " --threads 2"),
                                          (["--model", "mkl-2024.2-compatible"], " --model mkl-2024.2-compatible"),
                                          (["--threads", "1, 2"], "")])
-def test_recorded_by_is_the_command_that_reproduces_the_file(tmp_path, monkeypatch, extra, said):
-    mod = _tool()
-    monkeypatch.setattr(mod, "_random", lambda args, threads: [])
+def test_recorded_by_is_the_command_that_reproduces_the_file(record_tool, tmp_path, monkeypatch, extra, said):
+    monkeypatch.setattr(record_tool, "_random", lambda args, threads: [])
     out = tmp_path / "r.json"
     monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", "--out", str(out), "--random", "3", *extra])
-    mod.main()
+    record_tool.main()
     doc = json.loads(out.read_text())
     assert doc["recorded_by"] == f"tools/record_cpu_order.py --random 3 --seed 0{said}"
