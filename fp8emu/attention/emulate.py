@@ -372,7 +372,8 @@ def _exp2_argument(s, m, c, recipe):
         if recipe.max_offset:
             x = np.subtract(x, offset, dtype=F32)
         return x
-    bias = np.subtract(np.multiply(safe, c, dtype=F32), offset, dtype=F32)
+    with np.errstate(over="ignore"):   # a max past float32 / c is Inf in the kernel too
+        bias = np.subtract(np.multiply(safe, c, dtype=F32), offset, dtype=F32)
     if recipe.fma:
         with np.errstate(invalid="ignore"):
             return add_scaled_f32(-bias[:, None], s.astype(np.float64), np.float64(c))   # fl32(s * c - bias): an FMA

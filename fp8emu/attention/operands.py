@@ -29,7 +29,8 @@ def wide_operand(x32, name):
     """float32 (or bf16/fp16-rounded) values for the exact/fp32 kernels, which multiply them as float64
     (``"exact"``) or float32 (``"fp32"``): no exponents, codes or format."""
     if name in WIDE:
-        x32 = x32.astype(WIDE[name]).astype(F32)
+        with np.errstate(over="ignore"):   # beyond the narrow type's range is its Inf, as the cast on a GPU
+            x32 = x32.astype(WIDE[name]).astype(F32)
     return Operand(x32.astype(np.float64), None, None, None, None)
 
 

@@ -17,9 +17,10 @@ def two_sum(a, b):
 def round_hi_lo(hi, lo, dtype=np.float32):
     """Nearest-even rounding to ``dtype`` of the exact value ``hi + lo`` (``|lo| <= ulp64(hi)/2``)."""
     dtype = np.dtype(dtype)
-    r = hi.astype(dtype)
-    back = r.astype(np.float64)
-    diff = hi - back
+    with np.errstate(over="ignore", invalid="ignore"):   # beyond dtype is its Inf; Inf - Inf a NaN unused
+        r = hi.astype(dtype)
+        back = r.astype(np.float64)
+        diff = hi - back
     big = np.array(np.inf, dtype)
     other = np.nextafter(r, np.where(diff > 0, big, -big)).astype(np.float64)
     # hi exactly halfway between two neighbours: the tail decides the direction
