@@ -130,7 +130,8 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
     rows = max(1, min(M, _BLOCK_ELEMS // max(1, N * G)))
     # Lowest exponent any non-zero term can have; all-zero steps are clamped to it
     # (their result is zero whatever the alignment).
-    e_floor = exp_span(ea)[0] + exp_span(eb)[0] - 2
+    (lo_a, hi_a), (lo_b, hi_b) = exp_span(ea), exp_span(eb)
+    e_floor = lo_a + lo_b - 2
     if c is not None:
         # C's terms are aligned like a running sum: the floor must reach its lowest exponent
         c = np.asarray(c, np.float64)
@@ -154,7 +155,7 @@ def run_wide(ins, va, ea, vb, eb, c=None, lows=None):
     # operands' exponents lie within +-50: values of at most 12 bits from 2**(e - 8) to 2**(e + 2) give
     # normal float32 products of at most 24 bits; a step's E lies from e_floor to 121 (products below
     # 2**104, K below 2**16) or C's, so 2**(F - E) is normal; terms below 2**(F + 4) sum below 2**24
-    F, (lo_a, hi_a), (lo_b, hi_b) = ins.frac_bits, exp_span(ea), exp_span(eb)
+    F = ins.frac_bits
     in32 = (F + 4 + (G - 1).bit_length() <= 24 and min(lo_a, lo_b) >= -50 and max(hi_a, hi_b) <= 50
             and F - e_floor <= 126 and K < 1 << 16 and (c is None or np.abs(c).max(initial=0) < 2.0 ** 100))
     dt = np.float32 if in32 else np.float64
