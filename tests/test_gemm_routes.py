@@ -314,6 +314,34 @@ def test_the_wide_route_gives_the_reference_bits(name):
             assert np.array_equal(got.view(np.uint64), ref.view(np.uint64)), (name, trial, path)
 
 
+def test_the_wide_routes_float32_dense_step_keeps_the_reference_bits(monkeypatch):
+    # the dense step sums in float32 where the operands' exponents lie within +-50 and C below 2**100
+    # (wide.run_wide): E8M0 scales that put the exponents on both sides of that bound and beyond float32,
+    # a C near 2**100, and a step whose truncated sums reach 2**24 (F + 4 + log2(step) = 24)
+    took = set()
+    dense = wide_mod._dense_step
+    monkeypatch.setattr(wide_mod, "_dense_step", lambda *a: took.add(a[-1]) or dense(*a))
+    monkeypatch.setattr(wide_mod, "_PATH", "dense")
+    rng = np.random.default_rng(52)
+    f = fp8emu.get_format("e4m3fn")
+    K = 96
+    for i, (row, lo, hi, c_exp) in enumerate([((32, 15, 16, "rne"), 120, 135, 0), ((32, 15, 16, "rne"), 160, 169, 98),
+                                              ((16, 13, 14, "rtz"), 160, 172, 0), ((8, 12, 13, "rne"), 80, 90, 102),
+                                              ((16, 13, 14, "rtz"), 190, 200, 0)]):
+        ins = models.scaled_row(models.step_row(*row), formats=("e4m3fn",))
+        a, b = _codes(rng, f, "subnormals" if i % 2 else "gaussian", (M, K)), _codes(rng, f, "cancel", (N, K))
+        a[~np.isfinite(_values(f)[a])], b[~np.isfinite(_values(f)[b])] = 0, 0
+        sc = [rng.integers(lo, hi, (r, K // 32)).astype(np.uint8) for r in (M, N)]
+        c = (rng.standard_normal((M, N)) * 2.0 ** c_exp).astype(np.float32)
+        ref = datapaths.reference(ins, a[:, None], b[None], c.astype(np.float64), "e4m3fn", "e4m3fn",
+                                  sc[0][:, None], sc[1][None], ("ue8m0", "ue8m0"))
+        (va, ea, la), (vb, eb, lb) = (wide_mod.scaled_operand(x, f, instruction_inputs.decode_scales(
+            s, "ue8m0", "s", unbounded=True)[0], 32) for x, s in zip((a, b), sc))
+        got = wide_mod.run_wide(ins, va, ea, vb.T, eb.T, c=c, lows=(la, lb.T))
+        assert np.array_equal(got.view(np.uint64), ref.view(np.uint64)), (row, lo, hi, c_exp)
+    assert took == {False, True}          # both sides of the bound were taken
+
+
 def test_float64_rows_take_the_wide_route_where_it_serves_them():
     # instructions.gemm of a float64 "fused" row: the wide route where its codes are finite and its zero
     # terms never set the alignment, the reference steps elsewhere; the same bits either way

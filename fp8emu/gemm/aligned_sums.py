@@ -32,9 +32,9 @@ def pow2(e, k=0, sign=1, dtype=np.float64):
     return np.left_shift(t, frac, out=t).view(dtype)
 
 
-def trunc_sum(ps, f):
-    """``sum(trunc(ps * f))`` over axis 0, in float64, ``ps`` overwritten (the sum is exact: integers
-    below 2**53).
+def trunc_sum(ps, f, dtype=np.float64):
+    """``sum(trunc(ps * f))`` over axis 0, in ``dtype``, ``ps`` overwritten (the sum is exact: integers
+    below 2**53, or 2**24 where the caller sums in float32).
 
     Examples
     --------
@@ -43,12 +43,15 @@ def trunc_sum(ps, f):
     """
     np.multiply(ps, f, out=ps)
     np.trunc(ps, out=ps)
-    return np.add.reduce(ps, axis=0, dtype=np.float64)
+    return np.add.reduce(ps, axis=0, dtype=dtype)
 
 
-def fused_step(terms, exps, c, ec, F):
+def fused_step(terms, exps, c, ec, F, in32=False):
     """Exact sum of ``terms`` (L, ...; overwritten), with exponents ``exps``, and ``c`` (...), with
     exponents ``ec``, each truncated to ``2**(E - F)``, ``E`` the largest exponent of each output.
+    ``in32``: ``terms`` are float32, every ``2**(F - E)`` is a normal float32 and every sum of the
+    truncated terms lies below 2**24 (the caller checks): they are scaled and summed in float32,
+    exactly, in half the memory traffic.
 
     Examples
     --------
@@ -59,7 +62,7 @@ def fused_step(terms, exps, c, ec, F):
     E = np.maximum(exps.max(axis=0), ec)
     sc = pow2(E, F, -1)
     with np.errstate(invalid="ignore", over="ignore"):
-        t = trunc_sum(terms, sc)
+        t = trunc_sum(terms, sc.astype(np.float32), np.float32).astype(np.float64) if in32 else trunc_sum(terms, sc)
         t += np.trunc(c * sc)
         t /= sc
         return t
