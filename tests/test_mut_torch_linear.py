@@ -236,7 +236,8 @@ def test_a_copy_taken_while_a_compiled_call_awaits_its_backward_holds_no_pending
     layer = EmulatedLinear(torch.nn.Linear(16, 16), ft.get_recipe("te-current"), ft.get_stack("exact"), "l", 0)
     x = torch.randn(16, 16)
     # the returned handle (out[1]) keeps the pending call: dropping it drops the call's graph
-    out = torch.ops.fp8emu.emulated_linear(x, layer.weight, layer.bias, [layer.fp8emu_step], layer.fp8emu_key, True, None)
+    out = torch.ops.fp8emu.emulated_linear(x, layer.weight, layer.bias, [layer.fp8emu_step], layer.fp8emu_key,
+                                           True, None)
     assert len(layer.compiled_pending) == 1
     twin = copy.deepcopy(layer)
     assert twin.compiled_pending == {} and len(layer.compiled_pending) == 1
