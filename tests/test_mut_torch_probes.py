@@ -189,3 +189,49 @@ def test_a_recompute_that_gives_the_layer_another_input_is_refused():
     with pytest.raises(ValueError, match=r"layer 'a': activation checkpointing's recompute gave it another input "
                                          r"or output than its forward"):
         probes.capture(_Segment(drift=True), lambda m: m(x).square().sum())
+
+
+# ----------------------------------------------------------------------------- seed 76 (fresh sample)
+def test_a_captures_passes_are_its_output_and_gradients_by_pass():
+    torch.manual_seed(12)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    x = torch.randn(5, 4, requires_grad=True)
+    _, caps = probes.capture(model, lambda m: m(x).square().sum())
+    c = caps["0"]
+    got = c.passes()
+    assert sorted(got) == ["dgrad", "fprop", "wgrad"]
+    assert got["fprop"] is c.y and got["dgrad"] is c.dx and got["wgrad"] is c.dw
+
+
+def test_a_float64_layer_is_refused_naming_its_input_and_a_float16_one_is_captured():
+    """float32 would round a float64 layer's operands (the captured y no longer their product): refused,
+    naming the layer's input; float16 is exact in float32, so a float16 layer's operands and gradients are
+    captured as they are."""
+    torch.manual_seed(13)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3)).double()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"the input of layer '0' is torch.float64; capture records float32"):
+        probes.capture(model, lambda m: m(x).sum())
+    half = torch.nn.Sequential(torch.nn.Linear(4, 3)).half()
+    xh = torch.randn(5, 4).half().requires_grad_()
+    _, caps = probes.capture(half, lambda m: m(xh).float().square().sum())
+    c = caps["0"]
+    assert c.x.dtype == c.dw.dtype == c.dx.dtype == np.float32
+    assert np.array_equal(c.x, xh.detach().float().numpy())
+    assert np.array_equal(c.dw, half[0].weight.grad.float().numpy())
+    assert np.array_equal(c.dx, xh.grad.float().numpy())
+
+
+def test_a_loss_fn_that_runs_its_own_backward_is_refused():
+    """Its backward (with retain_graph) and capture's would both add into ``.grad``: dw twice the wgrad."""
+    torch.manual_seed(14)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    x = torch.randn(5, 4)
+
+    def step(m):
+        loss = m(x).square().sum()
+        loss.backward(retain_graph=True)
+        return loss
+
+    with pytest.raises(ValueError, match=r"loss_fn ran a backward itself"):
+        probes.capture(model, step)
