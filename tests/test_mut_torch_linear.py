@@ -298,3 +298,27 @@ def test_checkpointings_recompute_replays_the_kept_calls_with_the_same_state_and
         assert torch.equal(a.grad, b.grad), n
     for n in ("amax_history_input", "scale_input", "amax_history_weight", "scale_weight"):
         assert torch.equal(getattr(plain[0], n), getattr(ckpt[0], n)), n
+
+
+# ----------------------------------------------------------------------------- seed 75 (fresh sample)
+def test_a_meta_input_is_refused_naming_it():
+    """A meta tensor has a shape and no values, which the NumPy GEMMs read."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, "te-current", "exact")
+    with pytest.raises(ValueError, match=r"layer '0': input is a meta tensor \(a shape without values\)"):
+        model(torch.empty(16, 16, device="meta"))
+
+
+def test_checkpointings_replay_leaves_a_buffer_slot_holding_none_alone():
+    """torch lets a module hold a buffer slot of None (``register_buffer(name, None)``): the replay saves and
+    restores the layer's tensors only, and the step is the one without checkpointing."""
+    torch.manual_seed(15)
+    base = torch.nn.Sequential(torch.nn.Linear(32, 32))
+    ft.emulate(base, "te-delayed", "h100")
+    base[0].register_buffer("unused", None)
+    plain, ckpt = copy.deepcopy(base), copy.deepcopy(base)
+    x = torch.randn(32, 32)
+    plain(x).square().mean().backward()
+    checkpoint(ckpt, x, use_reentrant=False).square().mean().backward()
+    assert ckpt[0].unused is None and int(ckpt[0].fp8emu_step) == int(plain[0].fp8emu_step) == 1
+    assert torch.equal(ckpt[0].weight.grad, plain[0].weight.grad)
