@@ -13,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 ft = pytest.importorskip("fp8emu.torch")
+from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from fp8emu.formats import get_format  # noqa: E402
 from fp8emu.torch.linear import LAYERS, EmulatedLinear, _rows, frac_clipped  # noqa: E402
@@ -224,3 +225,100 @@ def test_an_input_that_is_no_float_tensor_is_refused_naming_what_it_got():
         with pytest.raises(TypeError, match=f"layer '0': input must be a float32, bfloat16, float16 or float64 "
                                             f"tensor, got {got}"):
             model(bad)
+
+
+# ----------------------------------------------------------------------------- seed 73 (fresh sample)
+def test_a_copy_taken_while_a_compiled_call_awaits_its_backward_holds_no_pending_call():
+    """The op a compiled graph runs keeps the eager call's graph (non-leaf tensors) for the backward op; a
+    deep copy taken before that backward gets no pending calls (torch refuses to deep-copy a non-leaf tensor)
+    and the original keeps its own.  The op is called here as the compiled graph calls it, without compiling."""
+    torch.manual_seed(9)
+    layer = EmulatedLinear(torch.nn.Linear(16, 16), ft.get_recipe("te-current"), ft.get_stack("exact"), "l", 0)
+    x = torch.randn(16, 16)
+    # the returned handle (out[1]) keeps the pending call: dropping it drops the call's graph
+    out = torch.ops.fp8emu.emulated_linear(x, layer.weight, layer.bias, [layer.fp8emu_step], layer.fp8emu_key,
+                                           True, None)
+    assert len(layer.compiled_pending) == 1
+    twin = copy.deepcopy(layer)
+    assert twin.compiled_pending == {} and len(layer.compiled_pending) == 1
+    assert twin.recompute_states == {} and int(out[1]) in layer.compiled_pending
+
+
+def test_a_one_dimensional_input_is_one_token_as_nn_linear_takes_it():
+    """nn.Linear maps (in_features,) to (out_features,); only a 0-D input is refused."""
+    torch.manual_seed(10)
+    plain = torch.nn.Linear(16, 16)
+    model = torch.nn.Sequential(copy.deepcopy(plain))
+    ft.emulate(model, "te-current", "exact")
+    assert isinstance(model[0], EmulatedLinear)
+    v = torch.randn(16)
+    with torch.no_grad():
+        y, one = model(v), model(v[None])
+    assert y.shape == (16,) == plain(v).shape
+    assert torch.equal(y, one[0])           # the same token as a (1, 16) batch
+    with pytest.raises(ValueError, match="layer '0': input is a 0-D tensor"):
+        model(torch.tensor(1.0))
+
+
+def test_a_float64_input_beyond_float32s_range_is_refused():
+    """The layer computes in float32: 1e39 would become Inf there (te-current then gave finite garbage)."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, "te-current", "exact")
+    x = torch.ones(16, 16, dtype=torch.float64)
+    x[3, 4] = 1e39
+    with pytest.raises(ValueError, match=r"layer '0': input overflows float32.* 1 finite float64 value\(s\)"):
+        model(x)
+    x[3, 4] = 3e38                                                # within float32's range: runs
+    assert torch.isfinite(model(x)).all()
+
+
+def _loop(model, x, n):
+    for _ in range(n):
+        x = torch.tanh(model(x))
+    return x
+
+
+@pytest.mark.parametrize("calls", [1, 16])
+def test_checkpointings_recompute_replays_the_kept_calls_with_the_same_state_and_gradients(calls):
+    """Activation checkpointing runs the segment's forward again in the backward: each recompute of one of
+    the layer's last 16 calls gives that call's bits from its own state (delayed scaling's amax history and
+    scale, the step) and leaves the state as the forward left it, so the gradients, the step count and the
+    state equal those of the same step without checkpointing, with no warning."""
+    torch.manual_seed(11)
+    base = torch.nn.Sequential(torch.nn.Linear(32, 32))
+    ft.emulate(base, "te-delayed", "h100")
+    plain, ckpt = copy.deepcopy(base), copy.deepcopy(base)
+    x = torch.randn(32, 32)
+    _loop(plain, x, calls).square().mean().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        checkpoint(lambda v: _loop(ckpt, v, calls), x, use_reentrant=False).square().mean().backward()
+    assert int(ckpt[0].fp8emu_step) == int(plain[0].fp8emu_step) == calls
+    for (n, a), (_, b) in zip(plain.named_parameters(), ckpt.named_parameters()):
+        assert torch.equal(a.grad, b.grad), n
+    for n in ("amax_history_input", "scale_input", "amax_history_weight", "scale_weight"):
+        assert torch.equal(getattr(plain[0], n), getattr(ckpt[0], n)), n
+
+
+# ----------------------------------------------------------------------------- seed 75 (fresh sample)
+def test_a_meta_input_is_refused_naming_it():
+    """A meta tensor has a shape and no values, which the NumPy GEMMs read."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    ft.emulate(model, "te-current", "exact")
+    with pytest.raises(ValueError, match=r"layer '0': input is a meta tensor \(a shape without values\)"):
+        model(torch.empty(16, 16, device="meta"))
+
+
+def test_checkpointings_replay_leaves_a_buffer_slot_holding_none_alone():
+    """torch lets a module hold a buffer slot of None (``register_buffer(name, None)``): the replay saves and
+    restores the layer's tensors only, and the step is the one without checkpointing."""
+    torch.manual_seed(15)
+    base = torch.nn.Sequential(torch.nn.Linear(32, 32))
+    ft.emulate(base, "te-delayed", "h100")
+    base[0].register_buffer("unused", None)
+    plain, ckpt = copy.deepcopy(base), copy.deepcopy(base)
+    x = torch.randn(32, 32)
+    plain(x).square().mean().backward()
+    checkpoint(ckpt, x, use_reentrant=False).square().mean().backward()
+    assert ckpt[0].unused is None and int(ckpt[0].fp8emu_step) == int(plain[0].fp8emu_step) == 1
+    assert torch.equal(ckpt[0].weight.grad, plain[0].weight.grad)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from fp8emu.torch import probes  # noqa: E402
 
@@ -108,3 +109,129 @@ def test_emulated_model_is_a_copy_at_draw_0_by_default():
     assert type(model[0]) is torch.nn.Linear and all(type(c[0]) is not torch.nn.Linear for c in copies)
     g = [wgrad(c) for c in copies]
     assert torch.equal(g[0], g[1]) and not torch.equal(g[0], g[2])
+
+
+# ----------------------------------------------------------------------------- seed 74 (fresh sample)
+def test_a_weight_that_also_reaches_the_loss_in_a_penalty_is_refused():
+    """``.grad`` sums every path to the weight: a penalty on it in ``loss_fn`` is a second path besides the
+    layer's one call, so the weight's gradient is not the layer's wgrad and capture names it."""
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    x = torch.randn(5, 8)
+    with pytest.raises(ValueError, match=r"the weight of layer '0' reaches the loss outside the layer too"):
+        probes.capture(model, lambda m: m(x).sum() + m[0].weight.square().sum())
+
+
+class _Scaled(torch.nn.Linear):
+    """A linear layer taking a second positional argument (a subclass of nn.Linear, so capture probes it)."""
+
+    def forward(self, x, s):
+        return super().forward(x) * s
+
+
+def test_the_input_gradient_is_the_layers_own_when_it_takes_more_than_one_positional_argument():
+    """The layer's input also feeds a residual path: ``dx`` is the layer's own dgrad (the gradient through
+    its output, 2 dy W for an output scaled by 2), not the input's whole gradient (which adds the residual's
+    dy).  The layer is called as ``lin(h, 2.0)``: the input is the first positional argument, not the last."""
+    torch.manual_seed(6)
+    model = torch.nn.ModuleDict({"lin": _Scaled(4, 4)})
+    x = torch.randn(6, 4, requires_grad=True)
+
+    def loss_fn(m):
+        h = torch.tanh(x)
+        return (m["lin"](h, 2.0) + h).square().sum()
+
+    _, caps = probes.capture(model, loss_fn)
+    c = caps["lin"]
+    dy = c.dy.astype(np.float64)
+    own = 2.0 * dy @ c.w.astype(np.float64)
+    np.testing.assert_allclose(c.dx, own, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(c.dx, own + dy, rtol=1e-3, atol=1e-3)        # the residual's share is not in dx
+
+
+class _Segment(torch.nn.Module):
+    """``relu(a(x * k))`` then ``b``, ``a`` under reentrant checkpointing; ``k`` counts the segment's runs
+    when ``drift`` (a segment that is not a function of its input: its recompute differs from its forward)."""
+
+    def __init__(self, drift=False):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+        self.drift, self.runs = drift, 0
+
+    def inner(self, t):
+        self.runs += 1
+        return torch.relu(self.a(t * (self.runs if self.drift else 1)))
+
+    def forward(self, x, ckpt=True):
+        h = checkpoint(self.inner, x, use_reentrant=True) if ckpt else self.inner(x)
+        return self.b(h)
+
+
+def test_reentrant_checkpointings_recompute_gives_the_capture_without_checkpointing():
+    """With ``use_reentrant=True`` the forward runs under no_grad and the recompute in the backward is the
+    graph the gradients take: the capture is the one without checkpointing, bit for bit."""
+    torch.manual_seed(7)
+    model = _Segment()
+    x = torch.randn(6, 8, requires_grad=True)
+    loss, caps = probes.capture(model, lambda m: m(x).square().sum())
+    want_loss, want = probes.capture(model, lambda m: m(x, ckpt=False).square().sum())
+    assert loss == want_loss and sorted(caps) == sorted(want) == ["a", "b"]
+    for name in caps:
+        for f in ("x", "w", "b", "y", "dy", "dx", "dw"):
+            assert np.array_equal(getattr(caps[name], f), getattr(want[name], f)), (name, f)
+
+
+def test_a_recompute_that_gives_the_layer_another_input_is_refused():
+    """The segment scales its input by its run count: the recompute's input is twice the forward's, so the
+    gradients would be of other operands than the captured ones."""
+    torch.manual_seed(8)
+    x = torch.randn(6, 8, requires_grad=True)
+    with pytest.raises(ValueError, match=r"layer 'a': activation checkpointing's recompute gave it another input "
+                                         r"or output than its forward"):
+        probes.capture(_Segment(drift=True), lambda m: m(x).square().sum())
+
+
+# ----------------------------------------------------------------------------- seed 76 (fresh sample)
+def test_a_captures_passes_are_its_output_and_gradients_by_pass():
+    torch.manual_seed(12)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    x = torch.randn(5, 4, requires_grad=True)
+    _, caps = probes.capture(model, lambda m: m(x).square().sum())
+    c = caps["0"]
+    got = c.passes()
+    assert sorted(got) == ["dgrad", "fprop", "wgrad"]
+    assert got["fprop"] is c.y and got["dgrad"] is c.dx and got["wgrad"] is c.dw
+
+
+def test_a_float64_layer_is_refused_naming_its_input_and_a_float16_one_is_captured():
+    """float32 would round a float64 layer's operands (the captured y no longer their product): refused,
+    naming the layer's input; float16 is exact in float32, so a float16 layer's operands and gradients are
+    captured as they are."""
+    torch.manual_seed(13)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3)).double()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"the input of layer '0' is torch.float64; capture records float32"):
+        probes.capture(model, lambda m: m(x).sum())
+    half = torch.nn.Sequential(torch.nn.Linear(4, 3)).half()
+    xh = torch.randn(5, 4).half().requires_grad_()
+    _, caps = probes.capture(half, lambda m: m(xh).float().square().sum())
+    c = caps["0"]
+    assert c.x.dtype == c.dw.dtype == c.dx.dtype == np.float32
+    assert np.array_equal(c.x, xh.detach().float().numpy())
+    assert np.array_equal(c.dw, half[0].weight.grad.float().numpy())
+    assert np.array_equal(c.dx, xh.grad.float().numpy())
+
+
+def test_a_loss_fn_that_runs_its_own_backward_is_refused():
+    """Its backward (with retain_graph) and capture's would both add into ``.grad``: dw twice the wgrad."""
+    torch.manual_seed(14)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    x = torch.randn(5, 4)
+
+    def step(m):
+        loss = m(x).square().sum()
+        loss.backward(retain_graph=True)
+        return loss
+
+    with pytest.raises(ValueError, match=r"loss_fn ran a backward itself"):
+        probes.capture(model, step)
