@@ -498,13 +498,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
     >>> order.describe(), facts["explained"]
     ('fma [0:4] + [4:8]', 1.0)
     """
-    if not all(is_integer(v) for v in (M, K, N)):
-        raise TypeError(f"reveal needs integers M, K, N, got {M!r}, {K!r}, {N!r}")
-    M, K, N = int(M), int(K), int(N)
-    if min(M, K, N) < 1:
-        raise ValueError(f"reveal needs M, K, N >= 1, got {M}x{K}x{N}")
-    if not callable(mm):
-        raise TypeError(f"reveal needs a callable mm(a, b), got {type(mm).__name__}")
+    M, K, N = _box_shape(mm, M, K, N, "reveal")
     if not isinstance(uniform, bool):
         raise TypeError(f"uniform must be True or False, got {uniform!r}")
     # with no random products checked every candidate would "explain" every output
@@ -539,6 +533,18 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
             nested, classes = _reveal_each(call, M, K, N)
         order, explained = _fit(nested, classes, trials, wants)
     return order, {"calls": calls[0], "explained": explained}
+
+
+def _box_shape(mm, M, K, N, who):
+    """``(M, K, N)`` as Python ints, after checking them and the black box ``mm`` (one line each)."""
+    if not all(is_integer(v) for v in (M, K, N)):
+        raise TypeError(f"{who} needs integers M, K, N, got {M!r}, {K!r}, {N!r}")
+    M, K, N = int(M), int(K), int(N)
+    if min(M, K, N) < 1:
+        raise ValueError(f"{who} needs M, K, N >= 1, got {M}x{K}x{N}")
+    if not callable(mm):
+        raise TypeError(f"{who} needs a callable mm(a, b), got {type(mm).__name__}")
+    return M, K, N
 
 
 def _trials(M, K, N, n, seed):
@@ -743,6 +749,9 @@ def _reveal_each(call, M, K, N):
 
 def check_order(order, mm, M, K, N, *, trials=2, seed=1):
     """Outputs of ``mm`` that ``order`` does not reproduce on random products (0 when it holds)."""
+    # sizes were unchecked: 2.5 and True raised Python's "cannot be interpreted as an integer", -1 NumPy's
+    # "negative dimensions are not allowed", mm=None "'NoneType' object is not callable"
+    M, K, N = _box_shape(mm, M, K, N, "check_order")
     # trials 0 (or less) checked nothing and answered 0, "the order holds"
     if not is_integer(trials) or trials < 1:
         raise ValueError(f"trials must be a positive integer (random products checked), got {trials!r}")
