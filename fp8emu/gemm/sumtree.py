@@ -269,7 +269,11 @@ class GemmOrder:
         if classes.size and (classes.min() < 0 or classes.max() >= len(self.trees)):
             raise ValueError(f"a GemmOrder's classes must index its {len(self.trees)} tree(s), got values "
                              f"{classes.min():.6g}..{classes.max():.6g}")   # int(1e300) printed 301 digits
-        self.classes = classes.astype(np.int16, copy=False)
+        # a copy, read-only: an int16 array given was kept as it is, so a later write to it (or to
+        # order.classes: order_for hands out the cached order) made a class name no tree after this check,
+        # and its outputs summed nothing (0.0), silently
+        self.classes = classes.astype(np.int16, copy=True)
+        self.classes.flags.writeable = False
 
     @property
     def uniform(self):
