@@ -6,6 +6,8 @@ cache, made a class name no tree after the constructor's check, and that output 
 the sum of eight ones is 8), silently; ``describe`` lost the output.
 """
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -47,3 +49,17 @@ def test_a_recorded_model_order_is_read_only_too():
         order, _ = cpu_order.order_for(4, 64, 4, threads=1)
     with pytest.raises(ValueError, match="read-only"):
         order.classes[...] = 0
+
+
+@pytest.mark.parametrize("name", sorted(cpu_order.RECORDED))
+def test_the_recorded_models_hand_over_their_classes_without_a_copy(name):
+    # a copy of every output's int16 class would double the order's memory (10**9 outputs: 2 GB more)
+    M, N = 1500, 1600
+    tracemalloc.start()
+    try:
+        order = cpu_order.RECORDED[name].order(M, 256, N, 1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert order.classes.shape == (M, N) and not order.classes.flags.writeable
+    assert peak < 3 * M * N

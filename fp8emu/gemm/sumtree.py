@@ -269,11 +269,14 @@ class GemmOrder:
         if classes.size and (classes.min() < 0 or classes.max() >= len(self.trees)):
             raise ValueError(f"a GemmOrder's classes must index its {len(self.trees)} tree(s), got values "
                              f"{classes.min():.6g}..{classes.max():.6g}")   # int(1e300) printed 301 digits
-        # a copy, read-only: an int16 array given was kept as it is, so a later write to it (or to
-        # order.classes: order_for hands out the cached order) made a class name no tree after this check,
-        # and its outputs summed nothing (0.0), silently
-        self.classes = classes.astype(np.int16, copy=True)
-        self.classes.flags.writeable = False
+        # read-only, a copy unless given read-only: a writeable int16 array given was kept as it is, so a later
+        # write to it (or to order.classes: order_for hands out the cached order) made a class name no tree
+        # after this check, and its outputs summed nothing (0.0), silently.  (A read-only int16 array is
+        # taken as it is: the recorded models build orders of 10**8 outputs and hand theirs over so.)
+        if classes.dtype != np.int16 or classes.flags.writeable:
+            classes = classes.astype(np.int16, copy=True)
+            classes.flags.writeable = False
+        self.classes = classes
 
     @property
     def uniform(self):
