@@ -174,10 +174,11 @@ def exact_accumulation(gpu):
     ('h100+exact-acc', 'exact', 'exact', 'bfloat16')
     """
     s = get_stack(gpu)
-    if s.name.endswith("+exact-acc"):
-        return s
     acc = {f: ("exact" if getattr(s, f) is not None else None) for f in ("block_fp8", "mx", "nvfp4")}
-    return dataclasses.replace(s, name=s.name + "+exact-acc", split="exact", fast="exact", torchao=None, **acc)
+    # decided by the fields, not the name: a stack of the user's named "...+exact-acc" came back as it was,
+    # its GEMMs accumulated on the hardware's datapath, silently; the name is not suffixed twice
+    name = s.name if s.name.endswith("+exact-acc") else s.name + "+exact-acc"
+    return dataclasses.replace(s, name=name, split="exact", fast="exact", torchao=None, **acc)
 
 
 def _single(w, b):
