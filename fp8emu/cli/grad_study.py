@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -200,7 +201,7 @@ def _cpu_name():
 
 
 def provenance(cfg, argv, wall_s, workers, computed) -> dict:
-    prov = {"command": "fp8emu " + " ".join(argv), "date_utc": datetime.datetime.now(datetime.timezone.utc)
+    prov = {"command": "fp8emu " + shlex.join(argv), "date_utc": datetime.datetime.now(datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M:%S"), "fp8emu": __version__, "torch": torch.__version__,
             "numpy": np.__version__, "python": platform.python_version(),
             "machine": f"{platform.machine()}, {_cpu_name()}, {os.cpu_count()} logical cores",
@@ -265,7 +266,8 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with dask_client(workers=args.workers, scheduler=args.scheduler) as client:
         res = execute(out, cfg, cells, client=client, progress=not args.quiet)
-    argv = ["grad-study"] + (["--quick"] if args.quick else []) + ([f"--kinds {args.kinds}"] if args.kinds else [])
+    # two words, quoted by provenance: "--kinds probe, bias" was recorded unquoted, a command that fails
+    argv = ["grad-study"] + (["--quick"] if args.quick else []) + (["--kinds", args.kinds] if args.kinds else [])
     prov = provenance(cfg, argv, time.perf_counter() - t0, args.workers or args.scheduler or 1, res["computed"])
     present, rows = study_cells(out, cfg, res["rows"])
     report.write_report(merge(present, rows), out, prov)

@@ -148,7 +148,9 @@ class RecordedModel:
         return SumTree.blocks(self.blocks(K, M, N))
 
     def order(self, M, K, N, threads=1):
-        return GemmOrder([self.tree(M, K, N, threads)], np.zeros((M, N), np.int16))
+        classes = np.zeros((M, N), np.int16)     # read-only: GemmOrder keeps it without a copy (calloc'd pages
+        classes.flags.writeable = False          # stay untouched for 10**9 outputs)
+        return GemmOrder([self.tree(M, K, N, threads)], classes)
 
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this shape, thread count and operand layout lie outside what was proven (``None`` inside)."""

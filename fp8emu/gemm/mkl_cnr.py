@@ -233,6 +233,12 @@ def tile_classes(M, N, threads=1, *, m_min=8, m_tile=4, n_tile=8):
     return classes[0] if len(classes) == 1 else np.concatenate(classes, axis=axis)    # one part: no copy
 
 
+def _handed(classes):
+    """``classes`` made read-only: handed over, GemmOrder keeps it without a copy (10**8 outputs are 200 MB)."""
+    classes.flags.writeable = False
+    return classes
+
+
 @dataclasses.dataclass(frozen=True)
 class CompatibleModel:
     """The order of MKL's CNR ``COMPATIBLE`` branch, with where it was proven (module docstring)."""
@@ -264,12 +270,12 @@ class CompatibleModel:
                 distinct.append(trees[u])
             index[u] = distinct.index(trees[u])
         if len(distinct) == 1:
-            return GemmOrder(distinct, np.zeros((M, N), np.int16))
+            return GemmOrder(distinct, _handed(np.zeros((M, N), np.int16)))
         c = tile_classes(M, N, threads)
         for u, i in index.items():        # renumbered in place (no second M x N array)
             if i != u:
                 c[c == u] = i
-        return GemmOrder(distinct, c)
+        return GemmOrder(distinct, _handed(c))
 
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this GEMM lies outside what was proven (``None`` inside)."""

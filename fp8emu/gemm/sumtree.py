@@ -269,7 +269,14 @@ class GemmOrder:
         if classes.size and (classes.min() < 0 or classes.max() >= len(self.trees)):
             raise ValueError(f"a GemmOrder's classes must index its {len(self.trees)} tree(s), got values "
                              f"{classes.min():.6g}..{classes.max():.6g}")   # int(1e300) printed 301 digits
-        self.classes = classes.astype(np.int16, copy=False)
+        # read-only, a copy unless given read-only: a writeable int16 array given was kept as it is, so a later
+        # write to it (or to order.classes: order_for hands out the cached order) made a class name no tree
+        # after this check, and its outputs summed nothing (0.0), silently.  (A read-only int16 array is
+        # taken as it is: the recorded models build orders of 10**8 outputs and hand theirs over so.)
+        if classes.dtype != np.int16 or classes.flags.writeable:
+            classes = classes.astype(np.int16, copy=True)
+            classes.flags.writeable = False
+        self.classes = classes
 
     @property
     def uniform(self):
@@ -498,13 +505,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
     >>> order.describe(), facts["explained"]
     ('fma [0:4] + [4:8]', 1.0)
     """
-    if not all(is_integer(v) for v in (M, K, N)):
-        raise TypeError(f"reveal needs integers M, K, N, got {M!r}, {K!r}, {N!r}")
-    M, K, N = int(M), int(K), int(N)
-    if min(M, K, N) < 1:
-        raise ValueError(f"reveal needs M, K, N >= 1, got {M}x{K}x{N}")
-    if not callable(mm):
-        raise TypeError(f"reveal needs a callable mm(a, b), got {type(mm).__name__}")
+    M, K, N = _box_shape(mm, M, K, N, "reveal")
     if not isinstance(uniform, bool):
         raise TypeError(f"uniform must be True or False, got {uniform!r}")
     # with no random products checked every candidate would "explain" every output
@@ -539,6 +540,18 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
             nested, classes = _reveal_each(call, M, K, N)
         order, explained = _fit(nested, classes, trials, wants)
     return order, {"calls": calls[0], "explained": explained}
+
+
+def _box_shape(mm, M, K, N, who):
+    """``(M, K, N)`` as Python ints, after checking them and the black box ``mm`` (one line each)."""
+    if not all(is_integer(v) for v in (M, K, N)):
+        raise TypeError(f"{who} needs integers M, K, N, got {M!r}, {K!r}, {N!r}")
+    M, K, N = int(M), int(K), int(N)
+    if min(M, K, N) < 1:
+        raise ValueError(f"{who} needs M, K, N >= 1, got {M}x{K}x{N}")
+    if not callable(mm):
+        raise TypeError(f"{who} needs a callable mm(a, b), got {type(mm).__name__}")
+    return M, K, N
 
 
 def _trials(M, K, N, n, seed):
@@ -743,6 +756,9 @@ def _reveal_each(call, M, K, N):
 
 def check_order(order, mm, M, K, N, *, trials=2, seed=1):
     """Outputs of ``mm`` that ``order`` does not reproduce on random products (0 when it holds)."""
+    # sizes were unchecked: 2.5 and True raised Python's "cannot be interpreted as an integer", -1 NumPy's
+    # "negative dimensions are not allowed", mm=None "'NoneType' object is not callable"
+    M, K, N = _box_shape(mm, M, K, N, "check_order")
     # trials 0 (or less) checked nothing and answered 0, "the order holds"
     if not is_integer(trials) or trials < 1:
         raise ValueError(f"trials must be a positive integer (random products checked), got {trials!r}")

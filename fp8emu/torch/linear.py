@@ -191,6 +191,23 @@ class EmulatedLinear(nn.Module):
         super().__setstate__(state)
         self._register()
 
+    def _apply(self, fn, recurse=True):
+        # Module.to_empty remakes every buffer without its values (the meta-device initialization path:
+        # emulate on "meta", to_empty, then load or initialize): the key then named no layer (the compiled op
+        # raised a bare KeyError) and delayed scaling's history and scale were whatever memory held.  Such a
+        # layer starts as a new one (a state dict loaded afterwards restores a saved state); .to() keeps values
+        out = super()._apply(fn, recurse)
+        key = self._buffers.get("fp8emu_key")
+        if key is not None and key.device.type != "meta" and int(key) != id(self):
+            with torch.no_grad():
+                key.fill_(id(self))
+                self.fp8emu_step.zero_()
+                if self.recipe.delayed():
+                    for role in _ROLES:
+                        getattr(self, f"amax_history_{role}").zero_()
+                        getattr(self, f"scale_{role}").fill_(1.0)
+        return out
+
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, recipe={self.recipe.name}, gpu={self.stack.name}")

@@ -83,9 +83,18 @@ class LayerCapture:
 _EXACT32 = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def _kind(t):
+    return "meta tensor (a shape without values)" if t.device.type == "meta" else f"{t.layout} tensor"
+
+
 def _np32(t, what=None):
     # float16 and bfloat16 are exact in float32; a float64 tensor would be rounded (a captured output no
     # longer the product of the captured operands), so capture refuses it rather than cast it
+    if what is not None and (t.device.type == "meta" or t.layout != torch.strided):
+        # torch's "Cannot copy out of meta tensor; no data!" (a model built on the meta device, never
+        # materialized) or its sparse-to-NumPy error, naming no layer
+        raise ValueError(f"{what} is a {_kind(t)}; capture records the values of dense tensors: materialize "
+                         "the model (model.to_empty(device=...) and load or initialize its weights) or densify it")
     if what is not None and t.dtype not in _EXACT32:
         raise TypeError(f"{what} is {t.dtype}; capture records float32 operands, which hold float32, float16 and "
                         "bfloat16 exactly: run the model in one of them (model.float())")
@@ -115,6 +124,10 @@ def _operands(x, w, b, dy) -> tuple:
         # a bfloat16 tensor has no NumPy dtype (np.asarray raised torch's "unsupported ScalarType"): its
         # dtype is checked as torch names it, before any conversion
         got = a.dtype if isinstance(a, torch.Tensor) else None
+        if got is not None and (a.device.type == "meta" or a.layout != torch.strided):
+            # torch's "Cannot copy out of meta tensor; no data!" or its sparse-to-NumPy error, naming no operand
+            raise TypeError(f"{name} is a {_kind(a)}; a probe's operands are dense float32 values (a NumPy "
+                            "array, or a dense tensor)")
         arr = np.asarray(a.detach().cpu()) if got == torch.float32 else None if got is not None else np.asarray(a)
         if arr is None or arr.dtype != np.float32:
             raise TypeError(f"{name} must be a float32 array (a probe's operands are float32, as a float32 run "
@@ -161,10 +174,11 @@ def exact_accumulation(gpu):
     ('h100+exact-acc', 'exact', 'exact', 'bfloat16')
     """
     s = get_stack(gpu)
-    if s.name.endswith("+exact-acc"):
-        return s
     acc = {f: ("exact" if getattr(s, f) is not None else None) for f in ("block_fp8", "mx", "nvfp4")}
-    return dataclasses.replace(s, name=s.name + "+exact-acc", split="exact", fast="exact", torchao=None, **acc)
+    # decided by the fields, not the name: a stack of the user's named "...+exact-acc" came back as it was,
+    # its GEMMs accumulated on the hardware's datapath, silently; the name is not suffixed twice
+    name = s.name if s.name.endswith("+exact-acc") else s.name + "+exact-acc"
+    return dataclasses.replace(s, name=name, split="exact", fast="exact", torchao=None, **acc)
 
 
 def _single(w, b):
@@ -327,6 +341,14 @@ def capture(model, loss_fn) -> tuple:
     def pre(mod, args, kwargs):
         # the layer's own view of its input: a hook on the input itself got the input's whole gradient (the
         # sum over q, k and v projections of one input, or a residual path), not this layer's dgrad
+        x = args[0] if args else kwargs.get("input")
+        if isinstance(x, torch.Tensor) and (x.device.type == "meta" or x.layout != torch.strided):
+            # a meta input was torch's "unknown device type for autocast", a sparse one the dispatcher's
+            # "Could not run 'aten::view' with arguments from the 'SparseCPU' backend" (pages of kernels)
+            name = next(n for n, m in layers.items() if m is mod)
+            raise ValueError(f"the input of layer {name!r} is a {_kind(x)}; capture records the values of dense "
+                             "tensors: give the model a dense input with values (a model on the meta device: "
+                             "model.to_empty(device=...) and load or initialize its weights)")
         if args and isinstance(args[0], torch.Tensor):
             return (args[0].view_as(args[0]), *args[1:]), kwargs
         if isinstance(kwargs.get("input"), torch.Tensor):
