@@ -322,3 +322,31 @@ def test_checkpointings_replay_leaves_a_buffer_slot_holding_none_alone():
     checkpoint(ckpt, x, use_reentrant=False).square().mean().backward()
     assert ckpt[0].unused is None and int(ckpt[0].fp8emu_step) == int(plain[0].fp8emu_step) == 1
     assert torch.equal(ckpt[0].weight.grad, plain[0].weight.grad)
+
+
+def test_a_forward_without_autograd_quantizes_only_the_fprop_operands(monkeypatch):
+    """Without autograd no backward GEMM runs, so its column-wise copies are not made (the forward-only
+    path's documented saving), whether the token count is a whole multiple or padded to one; a training
+    forward makes them (so the count below can see them)."""
+    torch.manual_seed(16)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    ft.emulate(model, "te-mxfp8", "b200")
+    mult = model[0].multiple
+    recipe = type(model[0].recipe)
+    passes = []
+    real = recipe.operand
+
+    def spy(self, role, arr, k_axis, pass_, **kw):
+        passes.append((role, pass_))
+        return real(self, role, arr, k_axis, pass_, **kw)
+
+    monkeypatch.setattr(recipe, "operand", spy)
+    for tokens in (mult, 2 * mult, mult + 1):
+        passes.clear()
+        with torch.no_grad():
+            y = model(torch.randn(tokens, 64))
+        assert y.shape == (tokens, 32)
+        assert sorted(passes) == [("input", "fprop"), ("weight", "fprop")], tokens
+    passes.clear()
+    model(torch.randn(mult, 64, requires_grad=True))
+    assert {p for _, p in passes} == {"fprop", "wgrad", "dgrad"}

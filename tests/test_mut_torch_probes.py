@@ -235,3 +235,21 @@ def test_a_loss_fn_that_runs_its_own_backward_is_refused():
 
     with pytest.raises(ValueError, match=r"loss_fn ran a backward itself"):
         probes.capture(model, step)
+
+
+class _KeywordInput(torch.nn.Linear):
+    """An ``nn.Linear`` whose forward names its input ``x``: called as ``lin(x=t)``, no positional input and
+    no ``input`` keyword reach the hook."""
+
+    def forward(self, x):
+        return super().forward(x)
+
+
+def test_a_layer_called_with_its_input_under_another_keyword_is_refused_naming_the_call():
+    """The hook finds no input tensor: one TypeError naming the layer and the call's arguments, not
+    ``'NoneType' object has no attribute 'device'`` from the autocast check."""
+    torch.manual_seed(15)
+    model = torch.nn.ModuleDict({"lin": _KeywordInput(4, 3)})
+    x = torch.randn(5, 4)
+    with pytest.raises(TypeError, match=r"layer 'lin' was called without an input tensor \(args 0, keywords \['x'\]\)"):
+        probes.capture(model, lambda m: m["lin"](x=x).square().sum())

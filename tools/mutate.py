@@ -152,7 +152,14 @@ GROUPS = {
     "torch_linear": (["fp8emu/torch/linear.py"],
                      ["tests/test_mut_torch_linear.py", "tests/test_torch_emulate.py", "tests/test_torch_inference.py",
                       "tests/test_torch_autocast.py",
-                      "tests/test_torchao_float8linear.py", "-k",
+                      "tests/test_torchao_float8linear.py",
+                      # the audits' fast layer tests (about 9 s together; the torch.compile ones are left out)
+                      *(f"tests/test_audit_{t}.py" for t in (
+                          "activation_checkpointing", "checkpoint_recompute_limits", "compile_to_empty",
+                          "compiled_copy", "compiled_pending", "compiled_hooks", "double_backward",
+                          "func_transforms", "layer_float64_range", "scalar_input", "te_inputs", "empty_layers",
+                          "hooks_parametrizations")),
+                      "-k",
                       "not (hand_composition and (b200 or fast or te-delayed-cpu or te-current-cpu or deepseek "
                       "or te-nvfp4-no)) and not (thread_count and True) and not (zero_padded_batch and "
                       "(fast or exact or nvfp4-no))"]),
@@ -196,6 +203,12 @@ GROUPS = {
                       *("tests/test_audit_grad_study.py::" + t for t in (
                           "test_probe_operands_are_float32_as_the_reference_reads_them",
                           "test_probe_operand_shapes_are_named", "test_capture_names_what_it_cannot_probe")),
+                      # the audits' probe tests (about 7 s together)
+                      *(f"tests/test_audit_{t}.py" for t in (
+                          "capture_checkpointing", "capture_grad_mode", "capture_grads", "capture_loss_backward",
+                          "capture_te_modules", "capture_tied_weight", "exact_accumulation_name", "probe_inputs",
+                          "probe_strides", "probe_tensor_kinds", "probe_tokens", "empty_layers",
+                          "hooks_parametrizations")),
                       "tests/test_docs.py::test_docstring_examples[fp8emu.torch.probes]"]),
     # the gradient study's numbers, findings and report (torch-free): its test files and its doctests,
     # less the one-and-two-threads-and-dask run (45 s of training cells that reach this module only
