@@ -148,9 +148,10 @@ class RecordedModel:
         return SumTree.blocks(self.blocks(K, M, N))
 
     def order(self, M, K, N, threads=1):
+        tree = self.tree(M, K, N, threads)       # checks the sizes before they shape an array
         classes = np.zeros((M, N), np.int16)     # read-only: GemmOrder keeps it without a copy (calloc'd pages
         classes.flags.writeable = False          # stay untouched for 10**9 outputs)
-        return GemmOrder([self.tree(M, K, N, threads)], classes)
+        return GemmOrder([tree], classes)
 
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this shape, thread count and operand layout lie outside what was proven (``None`` inside)."""
