@@ -145,11 +145,7 @@ class DaskScaledTensor:
     def dequantize(self, dtype=np.float32):
         """Lazy ``decode(codes) * scale_inv`` (per block), as :meth:`fp8emu.ScaledTensor.dequantize`."""
         da = _da()
-        try:
-            out = decode_dtype(dtype)     # as ScaledTensor.dequantize: "int32" truncated the values here
-        except TypeError:
-            raise TypeError(f"unsupported dequantize dtype {dtype!r}; accepted: float16, bfloat16, float32, "
-                            "float64") from None
+        out = decode_dtype(dtype, "dequantize")     # as ScaledTensor.dequantize: "int32" truncated the values here
         fmt, block = self.fmt, self.block
         if not block:
             inv = np.float32(self.scale_inv)

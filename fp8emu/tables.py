@@ -61,8 +61,9 @@ SOURCE_SHORT_NAMES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "f
 DECODE_DTYPES = tuple(SOURCE_DTYPES.values())
 
 
-def decode_dtype(dtype) -> np.dtype:
-    """``dtype`` as one of :data:`DECODE_DTYPES`, or one TypeError naming the accepted ones.
+def decode_dtype(dtype, what="decode") -> np.dtype:
+    """``dtype`` as one of :data:`DECODE_DTYPES`, or one TypeError naming the accepted ones (``what``: the
+    operation the error names, ``"decode"`` or ``"dequantize"``).
 
     Examples
     --------
@@ -76,7 +77,7 @@ def decode_dtype(dtype) -> np.dtype:
     # ``dt is None`` first: NumPy's ``dtype('float64') == None`` is True, so an unknown name ("flaot32")
     # would pass ``None in DECODE_DTYPES`` and decode as float64
     if dt is None or dt not in DECODE_DTYPES:
-        raise TypeError(f"unsupported decode dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
+        raise TypeError(f"unsupported {what} dtype {dtype!r}; accepted: float16, bfloat16, float32, float64")
     return dt
 # (uint view, exponent bits, mantissa bits) of the IEEE-style source types.
 _FLOAT_LAYOUT = {

@@ -13,7 +13,7 @@ from ..codec import decode, encode, encode_into
 from ..formats import Format, get_format
 from ..interop import code_array, real_values, source_array
 from ..rounding import DETERMINISTIC_MODES, check_rounding
-from ..tables import DECODE_DTYPES
+from ..tables import decode_dtype
 
 __all__ = ["ScaledTensor"]
 
@@ -436,13 +436,7 @@ class ScaledTensor:
         >>> fp8emu.quantize_mx(np.array([1.0, 3.0, -0.5]), "e4m3fn").dequantize().tolist()
         [1.0, 3.0, -0.5]
         """
-        try:
-            dt = np.dtype(dtype)
-        except TypeError:
-            dt = None
-        if dt is None or dt not in DECODE_DTYPES:     # dtype('float64') == None is True in NumPy
-            raise TypeError(f"unsupported dequantize dtype {dtype!r}; accepted: float16, bfloat16, "
-                            "float32, float64")
+        dt = decode_dtype(dtype, "dequantize")
         values = decode(self.codes, self.fmt, dtype=np.float32)
         if self.block:
             inv = expand(self.scale_inv, self.block, self.shape)
