@@ -11,7 +11,7 @@ from . import torchao_variants as torchao
 from .hadamard import rht
 from .ms_eden import ms_eden_nvfp4
 from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, code_array, axis_block, block_amax, blocked_view, \
-    expand, pad_to_blocks, prepare, reciprocal, scale_times, scaled_cast
+    expand, given_amax_f32, pad_to_blocks, prepare, reciprocal, scale_times, scaled_cast
 
 __all__ = ["quantize_nvfp4", "nvfp4_from_codes", "NVFP4_BLOCK", "NVFP4_VARIANTS", "FP4_SCALE_FORMATS"]
 
@@ -317,19 +317,7 @@ def _global_amax(xf, global_amax):
         g = None
     if g is None or g.shape != ():
         raise TypeError(f"global_amax must be a real scalar, got {global_amax!r}")
-    with np.errstate(over="ignore", under="ignore"):
-        gamax = F32(g)
-    if np.isnan(gamax) or gamax < 0:
-        raise ValueError(f"global_amax must be >= 0 and not NaN, got {global_amax!r}")
-    # a finite value beyond float32 was read as Inf (with NumPy's cast warning), one below it as 0 (the "no amax"
-    # rule, scale 1): say so in the type the recipe computes in; an Inf or 0 given keeps its rule
-    if np.isfinite(g) and not np.isfinite(gamax):
-        raise ValueError(f"global_amax overflows float32, the type the recipe computes in: {float(g)!r} is beyond "
-                         f"{float(np.finfo(F32).max)!r}")
-    if g > 0 and gamax == 0:
-        raise ValueError(f"global_amax underflows to 0 in float32, the type the recipe computes in: {float(g)!r} is "
-                         "below 2**-149 (about 1.4e-45)")
-    return gamax
+    return F32(given_amax_f32(g, global_amax))
 
 
 def _quantize_nvfp4_torchao(x, axis, rounding, rng, global_amax, single_level, te_options) -> ScaledTensor:

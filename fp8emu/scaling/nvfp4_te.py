@@ -126,7 +126,7 @@ import numpy as np
 from ..codec import decode, encode
 from ..formats import get_format
 from .hadamard import RHT_SIZE, hadamard_matrix, TE_WGRAD_SIGNS
-from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32
+from .tensor import F32, FLT_MAX, ScaledTensor, amax_nan_ignoring, as_f32, given_amax_f32
 from ..interop import is_integer
 
 __all__ = ["NVFP4Quantizer", "quantize_nvfp4_te", "TE_COMMIT", "TE_4OVER6_ERR_MODES", "QUARTET2_COMMIT"]
@@ -492,23 +492,11 @@ def quantize_nvfp4_te(x, quantizer: NVFP4Quantizer | None = None, *, axis=-1, gl
             if g.size != m:
                 raise ValueError(f"row-scaled global_amax needs {m} values (one per line along axis), "
                                  f"got shape {g.shape}")
-            with np.errstate(over="ignore", under="ignore"):
-                amax = g.astype(np.float32).reshape(m, 1)
+            amax = given_amax_f32(g, global_amax).reshape(m, 1)
         else:
             if g.shape != ():
                 raise TypeError(f"global_amax must be a real scalar, got shape {g.shape}")
-            with np.errstate(over="ignore", under="ignore"):
-                amax = F32(g)
-        if np.any(np.isnan(amax)) or np.any(amax < 0):
-            raise ValueError(f"global_amax must be >= 0 and not NaN, got {global_amax!r}")
-        # a finite value beyond float32 was read as Inf (NumPy's cast warning), one below it as 0: say so
-        g64 = g.astype(np.float64).reshape(np.shape(amax))
-        if np.any(np.isfinite(g64) & ~np.isfinite(amax)):
-            raise ValueError("global_amax overflows float32, the type the recipe computes in: "
-                             f"{float(np.max(g64[np.isfinite(g64)]))!r} is beyond {float(FLT_MAX)!r}")
-        if np.any((g64 > 0) & (amax == 0)):
-            raise ValueError("global_amax underflows to 0 in float32, the type the recipe computes in: "
-                             f"{float(np.min(g64[g64 > 0]))!r} is below 2**-149 (about 1.4e-45)")
+            amax = F32(given_amax_f32(g, global_amax))
 
     options = {}
     if q.stochastic_rounding:

@@ -117,6 +117,32 @@ def scaled_max(fmt: Format, margin: int) -> np.float32:
     return F32(F32(fmt.max) * F32(np.ldexp(1.0, -margin)))
 
 
+def given_amax_f32(g, given) -> np.ndarray:
+    """A caller's amax ``g`` (a real NumPy array; ``given`` as it was passed) in float32, the type the NVFP4
+    recipes compute in, or one ValueError: a NaN or a negative value; a finite value beyond float32 (read as Inf,
+    with NumPy's cast warning) or a positive one below it (read as 0, the "no amax" rule).  An Inf or a 0 given
+    keeps its rule.
+
+    Examples
+    --------
+    >>> given_amax_f32(np.array(448.0), 448.0).tolist()
+    448.0
+    """
+    g = np.asarray(g)
+    with np.errstate(over="ignore", under="ignore"):
+        amax = g.astype(np.float32)
+    if np.any(np.isnan(amax)) or np.any(amax < 0):
+        raise ValueError(f"global_amax must be >= 0 and not NaN, got {given!r}")
+    g64 = g.astype(np.float64)
+    if np.any(np.isfinite(g64) & ~np.isfinite(amax)):
+        raise ValueError("global_amax overflows float32, the type the recipe computes in: "
+                         f"{float(np.max(g64[np.isfinite(g64)]))!r} is beyond {float(FLT_MAX)!r}")
+    if np.any((g64 > 0) & (amax == 0)):
+        raise ValueError("global_amax underflows to 0 in float32, the type the recipe computes in: "
+                         f"{float(np.min(g64[g64 > 0]))!r} is below 2**-149 (about 1.4e-45)")
+    return amax
+
+
 def amax_nan_ignoring(xp: np.ndarray, axes) -> np.ndarray:
     """max |x| over ``axes``, NaN ignored like CUDA's fmaxf (0 if all NaN).
 
