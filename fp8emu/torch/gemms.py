@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import torch
 
@@ -9,7 +11,7 @@ from ..codec import decode
 from ..gemm.quantized import quantized_mm
 from ..training.recipes import Operand
 
-__all__ = ["run_gemm", "operand_stats", "first_order_only"]
+__all__ = ["run_gemm", "operand_stats", "first_order_only", "value_key"]
 
 
 def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="NN", fast_accum=False) -> np.ndarray:
@@ -20,6 +22,15 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="
     mkldnn = bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
     return quantized_mm(a, b, accumulator, out_dtype, bias, layout=layout, fast_accum=fast_accum,
                         threads=torch.get_num_threads(), mkldnn=mkldnn, stacklevel=3)
+
+
+def value_key(t: torch.Tensor) -> tuple:
+    """A tensor by its values, for the caches a layer keys by what it computes with: (dtype, shape, a digest of
+    its bytes).  Equal values in new tensors (checkpointing's recompute) give the same key; a write through
+    ``.data``, which moves no version counter, gives another."""
+    a = t.detach().contiguous().cpu()
+    raw = a.view(torch.uint8) if a.dtype == torch.bfloat16 else a
+    return (str(a.dtype), tuple(a.shape), hashlib.blake2b(raw.numpy().tobytes(), digest_size=16).digest())
 
 
 def first_order_only(owner: str, grads: tuple) -> tuple:

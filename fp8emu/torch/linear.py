@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 import types
 import warnings
 import weakref
@@ -25,7 +24,7 @@ from torch import nn
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
-from .gemms import first_order_only, operand_stats, run_gemm
+from .gemms import first_order_only, operand_stats, run_gemm, value_key
 
 __all__ = ["EmulatedLinear"]
 
@@ -50,13 +49,6 @@ _MM_LAYOUT = {"fprop": "NT", "dgrad": "NN", "wgrad": "TN"}
 #: How many of its last calls a layer can replay for activation checkpointing's recompute (each keeps its state:
 #: delayed scaling's 3 x 1024 amax are 12 KiB).
 _RECOMPUTE_KEPT = 16
-
-
-def _call_key(x: torch.Tensor) -> tuple:
-    """A call's input by its values (a recompute gets equal values in new tensors)."""
-    a = x.detach().contiguous()
-    raw = a.view(torch.uint8) if a.dtype == torch.bfloat16 else a
-    return (str(a.dtype), tuple(a.shape), hashlib.blake2b(raw.cpu().numpy().tobytes(), digest_size=16).digest())
 
 
 def _in_transform() -> bool:
@@ -316,7 +308,7 @@ class EmulatedLinear(nn.Module):
             # the recompute's key reads x's values, which a torch.func wrapper has not (the plain nn.Linear of an
             # autocast_only layer outside autocast runs under the transforms; the emulated GEMMs refuse them)
             return self._dispatch(x)
-        key, inside = _call_key(x), torch._C._current_graph_task_id() != -1
+        key, inside = value_key(x), torch._C._current_graph_task_id() != -1
         if inside and key in self.recompute_states:
             return self._recompute(x, *self.recompute_states[key])
         if inside and self.recompute_states:

@@ -17,7 +17,6 @@ stochastic rounding are buffers of a :class:`QuantGemm`, so they are in the modu
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import ml_dtypes
@@ -27,7 +26,7 @@ from torch import nn
 
 from ...codec import decode
 from ...training import PASSES, Operand
-from ..gemms import first_order_only, run_gemm
+from ..gemms import first_order_only, run_gemm, value_key
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
            "primary_key"]
@@ -114,9 +113,7 @@ def primary_key(weight: torch.Tensor) -> tuple:
 
     Its version counter missed writes through ``.data`` (``p.data.clamp_(...)``, ``p.data = ...``), after which
     the forward computed with the old weight's copy, silently."""
-    a = weight.detach().contiguous().cpu()
-    raw = a.view(torch.uint8) if a.dtype == torch.bfloat16 else a
-    return ("primary", str(a.dtype), tuple(a.shape), hashlib.blake2b(raw.numpy().tobytes(), digest_size=16).digest())
+    return ("primary", *value_key(weight))
 
 
 class QuantGemm(nn.Module):
