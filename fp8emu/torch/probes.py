@@ -83,17 +83,20 @@ class LayerCapture:
 _EXACT32 = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _kind(t):
-    return "meta tensor (a shape without values)" if t.device.type == "meta" else f"{t.layout} tensor"
+def _valueless(t):
+    """What ``t`` is where NumPy cannot read its values (a meta or a sparse tensor), else None."""
+    if t.device.type == "meta":
+        return "meta tensor (a shape without values)"
+    return None if t.layout == torch.strided else f"{t.layout} tensor"
 
 
 def _np32(t, what=None):
     # float16 and bfloat16 are exact in float32; a float64 tensor would be rounded (a captured output no
     # longer the product of the captured operands), so capture refuses it rather than cast it
-    if what is not None and (t.device.type == "meta" or t.layout != torch.strided):
+    if what is not None and _valueless(t):
         # torch's "Cannot copy out of meta tensor; no data!" (a model built on the meta device, never
         # materialized) or its sparse-to-NumPy error, naming no layer
-        raise ValueError(f"{what} is a {_kind(t)}; capture records the values of dense tensors: materialize "
+        raise ValueError(f"{what} is a {_valueless(t)}; capture records the values of dense tensors: materialize "
                          "the model (model.to_empty(device=...) and load or initialize its weights) or densify it")
     if what is not None and t.dtype not in _EXACT32:
         raise TypeError(f"{what} is {t.dtype}; capture records float32 operands, which hold float32, float16 and "
@@ -124,9 +127,9 @@ def _operands(x, w, b, dy) -> tuple:
         # a bfloat16 tensor has no NumPy dtype (np.asarray raised torch's "unsupported ScalarType"): its
         # dtype is checked as torch names it, before any conversion
         got = a.dtype if isinstance(a, torch.Tensor) else None
-        if got is not None and (a.device.type == "meta" or a.layout != torch.strided):
+        if got is not None and _valueless(a):
             # torch's "Cannot copy out of meta tensor; no data!" or its sparse-to-NumPy error, naming no operand
-            raise TypeError(f"{name} is a {_kind(a)}; a probe's operands are dense float32 values (a NumPy "
+            raise TypeError(f"{name} is a {_valueless(a)}; a probe's operands are dense float32 values (a NumPy "
                             "array, or a dense tensor)")
         arr = np.asarray(a.detach().cpu()) if got == torch.float32 else None if got is not None else np.asarray(a)
         if arr is None or arr.dtype != np.float32:
@@ -342,11 +345,11 @@ def capture(model, loss_fn) -> tuple:
         # the layer's own view of its input: a hook on the input itself got the input's whole gradient (the
         # sum over q, k and v projections of one input, or a residual path), not this layer's dgrad
         x = args[0] if args else kwargs.get("input")
-        if isinstance(x, torch.Tensor) and (x.device.type == "meta" or x.layout != torch.strided):
+        if isinstance(x, torch.Tensor) and _valueless(x):
             # a meta input was torch's "unknown device type for autocast", a sparse one the dispatcher's
             # "Could not run 'aten::view' with arguments from the 'SparseCPU' backend" (pages of kernels)
             name = next(n for n, m in layers.items() if m is mod)
-            raise ValueError(f"the input of layer {name!r} is a {_kind(x)}; capture records the values of dense "
+            raise ValueError(f"the input of layer {name!r} is a {_valueless(x)}; capture records the values of dense "
                              "tensors: give the model a dense input with values (a model on the meta device: "
                              "model.to_empty(device=...) and load or initialize its weights)")
         if args and isinstance(args[0], torch.Tensor):
