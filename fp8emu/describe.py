@@ -86,7 +86,7 @@ def parse_inputs(texts, source_dtype=None) -> np.ndarray:
         if dt != np.float64 and 0 < abs(v) < 2.0 ** 130:
             v = _odd_float64(v, low)
         with np.errstate(over="ignore"):       # out of range rounds to Inf, as a cast does
-            out[i] = np.float64(v).astype(dt)
+            out[i] = (_odd_float32(v) if dt.itemsize < 4 else np.float64(v)).astype(dt)
     return out
 
 
@@ -116,6 +116,17 @@ def _odd_float64(v, low):
     if exact is None or exact == Fraction(v) or int(np.float64(v).view(np.uint64)) & 1:
         return v
     return float(np.nextafter(v, math.inf if exact > Fraction(v) else -math.inf))
+
+
+def _odd_float32(v):
+    """Round-to-odd float64 ``v`` rounded to odd float32 as well, for the 16-bit types: ml_dtypes before 0.7
+    casts float64 to bfloat16 through float32 (to nearest even), a second rounding that puts a value just above
+    a bfloat16 tie onto the tie.  From odd float32 (24 bits, two more than either 16-bit type needs) the one
+    remaining rounding is correct whichever path the cast takes."""
+    f = np.float32(v)                          # to nearest even; the caller ignores overflow (Inf, as a cast)
+    if math.isfinite(f) and float(f) != v and not int(f.view(np.uint32)) & 1:
+        f = np.nextafter(f, np.float32(math.inf if v > float(f) else -math.inf))
+    return f
 
 
 def parse_codes(texts, fmt) -> np.ndarray:

@@ -37,6 +37,13 @@ def test_a_hex_float_past_53_bits_rounds_once_too():
     assert got.astype(np.float64).tolist() == [1 + 2.0 ** -10, -(1 + 2.0 ** -10), 1.0]
 
 
+def test_a_bfloat16_subnormal_tie_rounds_once_whatever_ml_dtypes_does():
+    # bfloat16's smallest subnormal is 2**-133; 2**-134 is the tie between it and 0.  ml_dtypes before 0.7
+    # casts float64 through float32, where 2**-134 is exact: a value just above it landed on it, then went to 0
+    got = parse_inputs(["0x1.00000000000000001p-134", "-0x1.00000000000000001p-134", "0x1p-134"], "bfloat16")
+    assert got.astype(np.float64).tolist() == [2.0 ** -133, -(2.0 ** -133), 0.0]
+
+
 @pytest.mark.parametrize("text, want", [
     ("1e-400", 0.0), ("-1e-400", -0.0), ("1e400", np.inf), ("-1e400", -np.inf), ("65520", np.inf),
     ("65519.99999999999999999", 65504.0), ("0.1", 0.0999755859375), ("inf", np.inf), ("1.5", 1.5),
