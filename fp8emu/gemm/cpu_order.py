@@ -9,7 +9,8 @@ which order :func:`fp8emu.gemm.torch_cpu.sgemm` uses for a shape:
 ``"revealed"``
     Found on this machine by probing torch's own ``mm`` (:func:`fp8emu.gemm.sumtree.reveal`),
     once per CPU, torch and MKL version, MKL settings, thread count, shape and operand layout,
-    and kept in a cache file (``$FP8EMU_CACHE`` or ``~/.cache/fp8emu``, ``cpu-order.json``).
+    and kept in a cache file (``$FP8EMU_CACHE`` or ``~/.cache/fp8emu``, ``cpu-order.json``); a
+    process that changed MKL's settings in ``os.environ`` (MKL reads them once) keeps them for itself.
     The default wherever torch is importable: exact on the machine the user has.
 A recorded model (:data:`RECORDED`)
     Used without torch.  Each names where it was proven; on another CPU (or outside its proven
@@ -266,6 +267,23 @@ def machine():
             "mkl_env": {k: os.environ[k] for k in _MKL_ENV if os.environ.get(k)}}
 
 
+@functools.lru_cache(maxsize=1)
+def _started_mkl_env():
+    """The MKL settings this process was started with (``/proc/self/environ``, which a change to
+    ``os.environ`` does not touch), or None where that cannot be read."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep and v and os.fsdecode(k) in _MKL_ENV:
+            env[os.fsdecode(k)] = os.fsdecode(v)
+    return env
+
+
 def cache_path():
     """The file revealed orders are kept in."""
     root = os.environ.get("FP8EMU_CACHE") or os.path.join(Path.home(), ".cache", "fp8emu")
@@ -420,14 +438,21 @@ def _revealed(M, K, N, threads, layout):
     t = torch.get_num_threads() if threads is None else int(threads)
     info, lib = machine(), _library(torch)
     key = _key(info, lib, t, M, K, N, layout)
+    # MKL reads its settings once, when it starts: where this process changed them in os.environ, which ones
+    # MKL took is not known, so the file's orders (keyed by settings) are neither read nor written (a setting
+    # made after MKL started stored the default kernel's order under MKL_CBWR=COMPATIBLE, silently wrong for
+    # every later process started with it); the order is still revealed live and kept for this process
+    shared = _started_mkl_env() in (None, info["mkl_env"])
     with _LOCK:
         hit = _MEMO.get(key)
         if hit is None:
-            hit = _cached(_load_cache().get(key), M, K, N)      # absent, or a damaged entry: probe again
+            hit = _cached(_load_cache().get(key), M, K, N) if shared else None   # absent or damaged: probe again
             if hit is None:
                 order, facts = reveal_here(M, K, N, threads=t, layout=layout)
                 hit = (order, facts["explained"])
-                _store(key, {"order": order.to_json(), "explained": facts["explained"], "calls": facts["calls"]})
+                if shared:
+                    _store(key, {"order": order.to_json(), "explained": facts["explained"],
+                                 "calls": facts["calls"]})
             _MEMO[key] = hit
     return hit
 
