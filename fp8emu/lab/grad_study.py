@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..interop import real_values
 from .report import log_y, png_bytes
 from .store import read_rows, write_rows
 
@@ -50,8 +51,7 @@ COLUMNS = {
     "ksweep": ("K", "accum_err", "accum_max_rel", "gemm", "quant_err", "recipe", "rel_err", "stack"),
     "widths": ("K", "accum_err", "accum_max_rel", "gemm", "quant_err", "stack"),
     "spike": ("fprop_rel_err", "frac_saturated", "frac_underflow", "history", "recipe", "spiked", "step"),
-    "forks": ("label", "loss_minus_fp32", "step", "weight_dist"),
-}
+    "forks": ("label", "loss_minus_fp32", "step", "weight_dist")}
 
 
 def compare(a, ref) -> dict:
@@ -60,6 +60,7 @@ def compare(a, ref) -> dict:
     a, r = _real(a, "compare"), _real(ref, "compare")
     if a.shape != r.shape:
         raise ValueError(f"compare: shapes differ ({a.size} against {r.size} elements)")
+    a, r = np.ldexp(a, -(e := _scale_exponent(a, r))), np.ldexp(r, -e)
     # the shapes as given (axes of length 1 aside): compared flattened, a (2, 3) array against a (3, 2)
     # reference (a transposed gradient) passed and was measured element by element in the wrong pairing
     if tuple(d for d in shapes[0] if d != 1) != tuple(d for d in shapes[1] if d != 1):
@@ -74,11 +75,17 @@ def compare(a, ref) -> dict:
             "shrink": _dot(d, r) / rr}
 
 
-def _real(a, where):
-    # a complex array cast to float64 lost its imaginary part with only NumPy's ComplexWarning
-    if np.iscomplexobj(a):
-        raise TypeError(f"{where}: takes real arrays, got a complex one")
-    return np.asarray(a, np.float64).ravel()
+def _real(a, where, what="arrays"):
+    try:    # interop's rule: complex lost its imaginary part (a ComplexWarning only), "1" and True were numbers
+        return np.asarray(real_values(a, "each input"), np.float64).ravel()
+    except TypeError as exc:
+        raise TypeError(f"{where}: takes real {what}: {exc}") from None
+
+
+def _scale_exponent(*arrays):
+    # 2**-e brings squares within float64 (norms of 1e200 were Inf, of 1e-200 0); float32 values need none (e = 0)
+    top = max(float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a))) for a in arrays)
+    return 0 if top == 0.0 or 2.0 ** -400 < top < 2.0 ** 400 else math.frexp(top)[1]
 
 
 def _dot(a, b) -> float:
@@ -96,7 +103,8 @@ def norm(a) -> float:
     5.0
     """
     a = _real(a, "norm")
-    return math.sqrt(_dot(a, a))
+    a = np.ldexp(a, -(e := _scale_exponent(a)))
+    return math.sqrt(_dot(a, a)) * 2.0 ** (e // 2) * 2.0 ** (e - e // 2)     # Inf past float64, no OverflowError
 
 
 def mean_curve(draws, ref, ns) -> list:
@@ -113,7 +121,7 @@ def mean_curve(draws, ref, ns) -> list:
             or any(b <= a for a, b in zip(ns, ns[1:])):
         # the errors come out in draw order: an unsorted ns would pair them with the wrong n
         raise ValueError(f"mean_curve: ns must be increasing integers >= 1, got {ns}")
-    draws = [np.asarray(d, np.float64) for d in draws]
+    draws = [np.reshape(_real(d, "mean_curve", "draws"), np.shape(d)) for d in draws]   # "1", True misread
     if max(ns) > len(draws):
         raise ValueError(f"mean_curve: {max(ns)} draws asked for, {len(draws)} given")
     shapes = {d.shape for d in draws} | {np.shape(ref)}
@@ -129,14 +137,14 @@ def mean_curve(draws, ref, ns) -> list:
 
 
 def loglog_slope(xs, ys) -> float:
-    """Least-squares slope of ``log y`` against ``log x`` (NaN with fewer than two positive points)."""
-    x, y = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+    """Least-squares slope of ``log y`` against ``log x`` (NaN with fewer than two positive points, or one x)."""
+    x, y = (np.reshape(_real(v, "loglog_slope"), np.shape(v)) for v in (xs, ys))     # "1", True misread
     if x.ndim != 1 or x.shape != y.shape:
         # NumPy's broadcast error named neither argument
         raise ValueError(f"loglog_slope: xs and ys must be 1-D of one length, got shapes {x.shape} and {y.shape}")
     # an infinite x (as an infinite y) is no point of a power law: LAPACK's SVD failed on it
     ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 2:
+    if np.unique(x[ok]).size < 2:      # one x: no slope (polyfit made one up, with a RankWarning)
         return math.nan
     return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
 
@@ -152,8 +160,7 @@ def fit_floor(ns, errs) -> tuple:
     >>> round(b, 4), round(v, 4)
     (0.1, 0.04)
     """
-    n = np.asarray(ns, np.float64)
-    e2 = np.asarray(errs, np.float64) ** 2
+    n, e2 = (np.reshape(_real(v, "fit_floor"), np.shape(v)) ** p for v, p in ((ns, 1), (errs, 2)))  # "1", True
     # no points fitted "b = 0, v = 0" (a claim about nothing); other lengths, or n <= 0 (1/n), failed in LAPACK
     if n.ndim != 1 or n.shape != e2.shape or n.size == 0:
         raise ValueError(f"fit_floor: ns and errs must be 1-D of one length >= 1, got shapes {n.shape} and "
@@ -203,8 +210,7 @@ PAPERS = {
     "d": "DeepSeek-V3 arXiv 2412.19437 (sec. 3.3.2)",
     "e": "Transformer Engine delayed scaling; NVIDIA FP8 formats (Micikevicius et al. arXiv 2209.05433)",
     "f": "Quartet II arXiv 2601.22813",
-    "g": "Mishra et al. arXiv 2506.08027",
-}
+    "g": "Mishra et al. arXiv 2506.08027"}
 
 #: Each finding's claim: the statement the study tests.
 CLAIMS = {
@@ -216,8 +222,7 @@ CLAIMS = {
     "e": "after an amax spike delayed scaling is off for as many steps as its history holds (saturating at the "
          "spike); current scaling is not",
     "f": "MS-EDEN has over 2x lower error than element-wise stochastic rounding, and is unbiased",
-    "g": "MXFP8 scales rounded up (not OCP's floor) avoid saturation and lower the gradient error",
-}
+    "g": "MXFP8 scales rounded up (not OCP's floor) avoid saturation and lower the gradient error"}
 
 
 def _rows(tables, kind, **match):
@@ -416,8 +421,7 @@ _RULES = {
     "f": ("SR/MS-EDEN MSE ratio >= 2 and MS-EDEN mean-error slope <= -0.35: reproduced; ratio < 1: contradicted",
           _finding_f),
     "g": ("floor saturates, round-up does not, round-up error <= floor's: reproduced; round-up error > 1.05 x "
-          "floor's: contradicted", _finding_g),
-}
+          "floor's: contradicted", _finding_g)}
 
 
 #: The measurements each finding's rule reads: (table, which rows, columns).  A NaN among them (a
@@ -436,8 +440,7 @@ _INPUTS = {
            ("fprop_rel_err", "frac_underflow", "frac_saturated"))],
     "f": [("operands", lambda r: r["finding"] == "f", ("value",)),
           ("bias", lambda r: r["case"] == "eden", ("rel_err_mean",))],
-    "g": [("operands", lambda r: r["finding"] == "g", ("value",))],
-}
+    "g": [("operands", lambda r: r["finding"] == "g", ("value",))]}
 
 
 def _nan_inputs(tables, key) -> int:
@@ -638,8 +641,7 @@ DEFINITIONS = [
     ("rel_err_mean", "error of the mean over N draws (seeds 0..N-1 of the recipe's stochastic rounding); an "
                      "unbiased result falls like err(1)/sqrt(N), a bias stops it at a floor"),
     ("accum_max_rel", "largest |stack - exact accumulation| over entries with |exact| >= 0.1 max|exact|, "
-                      "divided by that entry's |exact|"),
-]
+                      "divided by that entry's |exact|")]
 
 #: How to read the report's numbers (printed at its top).
 HOW_TO_READ = [
@@ -649,8 +651,7 @@ HOW_TO_READ = [
     "A verdict is computed by the rule printed beside it from the CSV files; 'not at this scale' means the "
     "effect's sign or size is not decided by this model and these sizes, not that it is absent.",
     "Layer-level errors isolate one GEMM; model-level errors include everything upstream (the error of layer "
-    "2's input from layer 1), and QAT separates the forward's part from the backward's.",
-]
+    "2's input from layer 1), and QAT separates the forward's part from the backward's."]
 
 
 def _md_table(t):
@@ -721,8 +722,7 @@ SHORT = {
     "d": ("fast accumulation's error grows with K", "log-log slope {:.2f}"),
     "e": ("delayed scaling is off for its history after a spike", "{:.0f} steps"),
     "f": ("MS-EDEN over 2x lower error than SR", "x{:.2f}"),
-    "g": ("MXFP8 scales rounded up beat OCP's floor", "wgrad error x{:.2f}"),
-}
+    "g": ("MXFP8 scales rounded up beat OCP's floor", "wgrad error x{:.2f}")}
 
 
 def readme_block(folder) -> str:
