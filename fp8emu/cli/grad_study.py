@@ -263,7 +263,11 @@ def run(args) -> int:
                          f"./{DEFAULT_OUT}{'-quick' if args.quick else ''}")
     out = Path(args.out if args.out is not None else DEFAULT_OUT + ("-quick" if args.quick else ""))
     _check_out(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:      # "[Errno 2] No such file or directory: '/proc/x'", not naming --out (as study's)
+        raise ValueError(f"--out {str(out)!r}: the folder cannot be created ({exc.strerror}); give a folder "
+                         "(created if missing)") from None
     with dask_client(workers=args.workers, scheduler=args.scheduler) as client:
         res = execute(out, cfg, cells, client=client, progress=not args.quiet)
     # two words, quoted by provenance: "--kinds probe, bias" was recorded unquoted, a command that fails
