@@ -285,8 +285,10 @@ def _started_mkl_env():
 
 
 def cache_path():
-    """The file revealed orders are kept in."""
-    root = os.environ.get("FP8EMU_CACHE") or os.path.join(Path.home(), ".cache", "fp8emu")
+    """The file revealed orders are kept in (``$FP8EMU_CACHE``, ``~`` expanded, else ``~/.cache/fp8emu``)."""
+    # "~" expanded as torch's TORCH_HOME is: FP8EMU_CACHE="~/c" (quoted, so no shell expanded it) made a folder
+    # named "~" in the working directory, silently
+    root = os.path.expanduser(os.environ.get("FP8EMU_CACHE") or os.path.join(Path.home(), ".cache", "fp8emu"))
     return Path(root) / "cpu-order.json"
 
 
