@@ -1,10 +1,11 @@
-"""Hostile input: the grad-study's public metrics (``fp8emu.lab.grad_study``)."""
+"""Hostile input: the grad-study's public metrics (``fp8emu.lab.grad_metrics`` and ``fp8emu.lab.grad_study``)."""
 
 import math
 
 import numpy as np
 import pytest
 
+from fp8emu.lab import grad_metrics as gm
 from fp8emu.lab import grad_study as gs
 
 
@@ -12,12 +13,12 @@ from fp8emu.lab import grad_study as gs
 def test_loglog_slope_names_arguments_of_another_shape(xs, ys):
     # before: NumPy's "operands could not be broadcast together" (the 2-D case: a slope of a flattened grid)
     with pytest.raises(ValueError, match="loglog_slope: xs and ys must be 1-D of one length"):
-        gs.loglog_slope(xs, ys)
+        gm.loglog_slope(xs, ys)
 
 
 def test_loglog_slope_leaves_out_an_infinite_x():
     # before: LAPACK's "SVD did not converge" (and DLASCL lines on stderr); y = x exactly on the finite points
-    assert gs.loglog_slope([1, 2, 4, math.inf], [1, 2, 4, 8]) == pytest.approx(1.0)
+    assert gm.loglog_slope([1, 2, 4, math.inf], [1, 2, 4, 8]) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("ns, errs, what", [([], [], "of one length >= 1"), ([1, 2, 3], [0.1, 0.2], "of one length"),
@@ -27,23 +28,23 @@ def test_fit_floor_refuses_what_it_cannot_fit(ns, errs, what):
     # before: no points gave (0.0, 0.0), a bias floor of nothing; other lengths and n = 0 LAPACK errors;
     # a negative n a fit of err^2 = b^2 + v/n with the wrong sign of 1/n
     with pytest.raises(ValueError, match=what):
-        gs.fit_floor(ns, errs)
+        gm.fit_floor(ns, errs)
 
 
 def test_mean_curve_refuses_draws_of_another_shape():
     # before: NumPy's broadcast error (or, for a draw of shape (1,), a silent broadcast)
     with pytest.raises(ValueError, match="mean_curve: every draw must have the reference's shape"):
-        gs.mean_curve([np.ones(3), np.ones(2)], np.ones(3), [1, 2])
+        gm.mean_curve([np.ones(3), np.ones(2)], np.ones(3), [1, 2])
     with pytest.raises(ValueError, match="mean_curve: every draw"):
-        gs.mean_curve([np.ones(1), np.ones(1)], np.ones(3), [1, 2])
+        gm.mean_curve([np.ones(1), np.ones(1)], np.ones(3), [1, 2])
 
 
 def test_compare_and_norm_refuse_complex_arrays():
     # before: the imaginary part dropped (compare of 1+1j against 1 said rel_err 0, cosine 1)
     with pytest.raises(TypeError, match="compare: takes real arrays"):
-        gs.compare(np.array([1 + 1j]), np.array([1.0]))
+        gm.compare(np.array([1 + 1j]), np.array([1.0]))
     with pytest.raises(TypeError, match="norm: takes real arrays"):
-        gs.norm([3 + 4j])
+        gm.norm([3 + 4j])
 
 
 def _spike_rows(spike=3):

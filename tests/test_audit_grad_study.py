@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fp8emu.lab import grad_metrics as gm
 from fp8emu.lab import grad_study as gs
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "data" / "grad-study"
@@ -220,12 +221,12 @@ def test_a_nan_measurement_gives_no_verdict():
 def test_mean_curve_takes_increasing_draw_counts_only():
     ref = np.ones(4)
     draws = [ref + 1, ref - 1, ref + 1, ref - 1]
-    assert gs.mean_curve(draws, ref, [1, 2, 4]) == [1.0, 0.0, 0.0]
+    assert gm.mean_curve(draws, ref, [1, 2, 4]) == [1.0, 0.0, 0.0]
     # before: [4, 1] came back in draw order (n=1's error first, paired with 4 by the caller), [0, 2]
     # without an entry for 0, [] as "max() arg is an empty sequence"
     for ns in ([4, 1], [0, 2], [], [1, 1], [1.5]):
         with pytest.raises(ValueError, match="ns must be increasing integers >= 1"):
-            gs.mean_curve(draws, ref, ns)
+            gm.mean_curve(draws, ref, ns)
 
 
 def test_the_spike_finding_says_saturated_only_when_it_is():

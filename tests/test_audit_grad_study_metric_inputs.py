@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from fp8emu.lab.grad_study import compare, fit_floor, loglog_slope, mean_curve, norm
+from fp8emu.lab.grad_metrics import compare, fit_floor, loglog_slope, mean_curve, norm
 
 
 @pytest.mark.parametrize("scale", [2.0 ** 600, 2.0 ** -600, 1e300, 1e-300, 2.0 ** -1070])

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from fp8emu.lab import grad_study as gs
+from fp8emu.lab import grad_metrics as gm
 
 torch = pytest.importorskip("torch")
 
@@ -31,12 +31,12 @@ def _frac_compare(a, r):
 def test_compare_matches_exact_arithmetic():
     rng = np.random.default_rng(5)
     a, r = rng.standard_normal(50), rng.standard_normal(50)
-    got, want = gs.compare(a, r), _frac_compare(a, r)
+    got, want = gm.compare(a, r), _frac_compare(a, r)
     for k in want:
         assert got[k] == pytest.approx(want[k], rel=1e-12)
-    assert np.isnan(gs.compare(a, np.zeros(50))["rel_err"])
+    assert np.isnan(gm.compare(a, np.zeros(50))["rel_err"])
     with pytest.raises(ValueError, match="shapes differ"):
-        gs.compare(a, r[:3])
+        gm.compare(a, r[:3])
 
 
 def test_mean_curve_and_floor_fit():
@@ -44,13 +44,13 @@ def test_mean_curve_and_floor_fit():
     draws = [ref + d for d in (np.array([1.0, 0, 0]), np.array([-1.0, 0, 0]), np.array([0, 2.0, 0]),
                                np.array([0, -2.0, 0]))]
     # means: n=1 -> (1,0,0), n=2 -> 0, n=4 -> 0; |ref| = sqrt(14)
-    got = gs.mean_curve(draws, ref, [1, 2, 4])
+    got = gm.mean_curve(draws, ref, [1, 2, 4])
     assert got == pytest.approx([1 / 14 ** 0.5, 0.0, 0.0])
     ns = [1, 2, 4, 8, 16]
-    b, v = gs.fit_floor(ns, [(0.09 + 0.16 / n) ** 0.5 for n in ns])
+    b, v = gm.fit_floor(ns, [(0.09 + 0.16 / n) ** 0.5 for n in ns])
     assert (b, v) == (pytest.approx(0.3), pytest.approx(0.16))
-    assert gs.fit_floor(ns, [0.5] * 5) == (pytest.approx(0.5), pytest.approx(0.0, abs=1e-12))
-    assert gs.loglog_slope([1, 2, 4], [8.0, 4.0, 2.0]) == pytest.approx(-1.0)
+    assert gm.fit_floor(ns, [0.5] * 5) == (pytest.approx(0.5), pytest.approx(0.0, abs=1e-12))
+    assert gm.loglog_slope([1, 2, 4], [8.0, 4.0, 2.0]) == pytest.approx(-1.0)
 
 
 def _ops(seed=0, m=64, k=32, n=16):
@@ -93,7 +93,7 @@ def test_layer_probe_nvfp4_stochastic_draws_by_hand():
     for a, b in zip(draws_probe, draws_hand):
         np.testing.assert_allclose(a, b, rtol=0, atol=4e-7 * np.abs(b).max())
     assert not np.array_equal(draws_probe[0], draws_probe[1])          # the seeds are different draws
-    curve = gs.mean_curve(draws_probe, ref, [1, 3])
+    curve = gm.mean_curve(draws_probe, ref, [1, 3])
     hand = [np.linalg.norm(np.mean(draws_hand[:n], axis=0) - ref) / np.linalg.norm(ref) for n in (1, 3)]
     assert curve == pytest.approx(hand, rel=1e-5)
 

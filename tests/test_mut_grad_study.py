@@ -15,45 +15,46 @@ import struct
 import numpy as np
 import pytest
 
+from fp8emu.lab import grad_metrics as gm
 from fp8emu.lab import grad_study as gs
 
 
 # ----------------------------------------------------------------------------- metrics
 def test_compare_on_a_hand_worked_vector():
     # a = (2, 2, 1), r = (1, 2, 2): a - r = (1, 0, -1), |a - r| = sqrt 2, |r| = |a| = 3, <a, r> = 8, <a - r, r> = -1
-    m = gs.compare(np.array([[2.0, 2.0, 1.0]]), [1.0, 2.0, 2.0])
+    m = gm.compare(np.array([[2.0, 2.0, 1.0]]), [1.0, 2.0, 2.0])
     assert m["rel_err"] == pytest.approx(math.sqrt(2) / 3, rel=1e-15)
     assert m["cosine"] == pytest.approx(8 / 9, rel=1e-15)
     assert m["shrink"] == pytest.approx(-1 / 9, rel=1e-15)
     # a zero result: all error, no direction, shrunk by the whole reference
-    z = gs.compare(np.zeros(3), [1.0, 2.0, 2.0])
+    z = gm.compare(np.zeros(3), [1.0, 2.0, 2.0])
     assert (z["rel_err"], z["shrink"]) == (1.0, -1.0) and math.isnan(z["cosine"])
     for a, r in (([1.0, np.inf], [1.0, 1.0]), ([1.0, np.nan], [1.0, 1.0]), ([1.0, 1.0], [0.0, 0.0])):
-        assert all(math.isnan(v) for v in gs.compare(a, r).values()), (a, r)
+        assert all(math.isnan(v) for v in gm.compare(a, r).values()), (a, r)
     with pytest.raises(ValueError, match=r"compare: shapes differ \(3 against 2 elements\)"):
-        gs.compare(np.ones(3), np.ones(2))
-    assert gs.norm([[1.0, 2.0], [2.0, 4.0]]) == 5.0
+        gm.compare(np.ones(3), np.ones(2))
+    assert gm.norm([[1.0, 2.0], [2.0, 4.0]]) == 5.0
 
 
 def test_loglog_slope_keeps_the_positive_finite_points_only():
     # (1, 3) and (4, 12) are kept: slope log(4) / log(4) = 1; y = 0, y = NaN and x = -2 are left out
-    assert gs.loglog_slope([1, 2, 4, 8, -2], [3, 0, 12, np.nan, 5]) == pytest.approx(1.0)
-    assert gs.loglog_slope([1, 2, 4], [1.0, 0.25, 1 / 16]) == pytest.approx(-2.0)
-    assert math.isnan(gs.loglog_slope([1, 2], [1.0, 0.0]))          # one point left
-    assert math.isnan(gs.loglog_slope([], []))
+    assert gm.loglog_slope([1, 2, 4, 8, -2], [3, 0, 12, np.nan, 5]) == pytest.approx(1.0)
+    assert gm.loglog_slope([1, 2, 4], [1.0, 0.25, 1 / 16]) == pytest.approx(-2.0)
+    assert math.isnan(gm.loglog_slope([1, 2], [1.0, 0.0]))          # one point left
+    assert math.isnan(gm.loglog_slope([], []))
 
 
 def test_fit_floor_keeps_both_parts_non_negative():
     ns = [1, 2, 4, 8]
     # err^2 = 0.04 / n: no floor
-    b, v = gs.fit_floor(ns, [math.sqrt(0.04 / n) for n in ns])
+    b, v = gm.fit_floor(ns, [math.sqrt(0.04 / n) for n in ns])
     assert b == pytest.approx(0.0, abs=1e-7) and v == pytest.approx(0.04)
     # constant err^2 = 0.01: all floor
-    b, v = gs.fit_floor(ns, [0.1] * 4)
+    b, v = gm.fit_floor(ns, [0.1] * 4)
     assert b == pytest.approx(0.1) and v == pytest.approx(0.0, abs=1e-12)
     # err^2 = 0.01, 0.02, 0.03, 0.04 grows with n: the free fit's v is negative; with v = 0 the best floor is
     # the mean, b^2 = 0.025 (residual 5e-4), better than b = 0 with the best v (residual > 1e-3)
-    b, v = gs.fit_floor(ns, [math.sqrt(e) for e in (0.01, 0.02, 0.03, 0.04)])
+    b, v = gm.fit_floor(ns, [math.sqrt(e) for e in (0.01, 0.02, 0.03, 0.04)])
     assert b == pytest.approx(math.sqrt(0.025)) and v == 0.0
 
 
@@ -472,16 +473,16 @@ def test_mean_curve_takes_any_iterable_of_draw_counts():
     ref = np.ones(3)
     draws = [2 * ref, 0.5 * ref]
     for ns in ([1, 2], np.array([1, 2]), (n for n in (1, 2)), range(1, 3)):
-        assert gs.mean_curve(draws, ref, ns) == pytest.approx([1.0, 0.25], rel=1e-15), ns
+        assert gm.mean_curve(draws, ref, ns) == pytest.approx([1.0, 0.25], rel=1e-15), ns
 
 
 def test_fit_floor_of_no_points_is_refused_and_a_fit_may_have_no_floor():
     with pytest.raises(ValueError, match=r"fit_floor: ns and errs must be 1-D of one length >= 1"):
-        gs.fit_floor([], [])
+        gm.fit_floor([], [])
     # err^2 = 1, 1/4, 1/16 at n = 1, 2, 4 falls faster than 1/n: the free fit's floor b^2 is negative
     # (-5/16). Of the one-part fits, v alone (v = sum(e2/n) / sum(1/n^2) = (73/64) / (84/64) = 73/84,
     # residual 1.0664 - (73/64)^2 / (84/64) = 0.075) beats b alone (b^2 = the mean 7/16, residual 0.49).
-    b, v = gs.fit_floor([1, 2, 4], [1.0, 0.5, 0.25])
+    b, v = gm.fit_floor([1, 2, 4], [1.0, 0.5, 0.25])
     assert b == 0.0 and v == pytest.approx(73 / 84, rel=1e-12)
 
 
@@ -534,7 +535,7 @@ def test_loglog_slope_refuses_unequal_or_two_dimensional_points():
     # (which the mask would silently flatten into a fit)
     for xs, ys in (([1, 2, 3], [1, 2]), ([[1, 2], [4, 8]], [[1, 0.5], [0.25, 0.125]])):
         with pytest.raises(ValueError, match="loglog_slope: xs and ys must be 1-D of one length"):
-            gs.loglog_slope(xs, ys)
+            gm.loglog_slope(xs, ys)
 
 
 def test_finding_a_slope_range_includes_both_ends(monkeypatch):

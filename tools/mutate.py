@@ -213,9 +213,12 @@ GROUPS = {
     # the gradient study's numbers, findings and report (torch-free): its test files and its doctests,
     # less the one-and-two-threads-and-dask run (45 s of training cells that reach this module only
     # through compare / mean_curve / norm, which the other tests pin)
-    "grad_study": (["fp8emu/lab/grad_study.py"],
+    "grad_study": (["fp8emu/lab/grad_study.py", "fp8emu/lab/grad_metrics.py"],
                    ["tests/test_mut_grad_study.py", "tests/test_grad_study.py", "tests/test_audit_grad_study.py",
+                    "tests/test_audit_grad_metrics.py", "tests/test_audit_grad_compare_shapes.py",
+                    "tests/test_audit_grad_study_metric_inputs.py",
                     "tests/test_docs.py::test_docstring_examples[fp8emu.lab.grad_study]",
+                    "tests/test_docs.py::test_docstring_examples[fp8emu.lab.grad_metrics]",
                     "-k", "not same_bits_on_one_and_two_threads_and_on_dask"]),
 }
 

@@ -55,7 +55,7 @@ API_SECTIONS = [
                                       "fp8emu.lab.study", "fp8emu.lab.tensors", "fp8emu.lab.results", "fp8emu.lab.store",
                                       "fp8emu.lab.report", "fp8emu.lab.attention",
                                       "fp8emu.lab.drift", "fp8emu.lab.lm_study", "fp8emu.lab.lm_forks",
-                                      "fp8emu.lab.grad_study"]),
+                                      "fp8emu.lab.grad_metrics", "fp8emu.lab.grad_study"]),
     ("Command line", ["fp8emu.cli"]),
 ]
 # The optional torch adapter (fp8emu.torch) needs torch: documented where torch is installed.

@@ -4,21 +4,13 @@ Torch-free: :mod:`fp8emu.torch.study.grad` runs the probes (cells) and hands the
 everything below works on plain dicts and NumPy arrays, so the findings can be recomputed from the
 committed CSV files alone (a test does).
 
-Metrics of a result ``a`` against a reference ``r`` (both flattened, float64):
-
-* ``rel_err = |a - r| / |r|`` (Frobenius norms);
-* ``cosine = <a, r> / (|a| |r|)``;
-* ``shrink = <a - r, r> / |r|^2``: the error's component along the reference, as a fraction of it
-  (negative: the result is shrunk toward zero along the true gradient, as a step with a smaller
-  learning rate would be).
+The metrics of a result against its reference (``rel_err``, ``cosine``, ``shrink``, the error of a mean
+over draws, slopes and floors) are :mod:`fp8emu.lab.grad_metrics`'s.
 
 Examples
 --------
->>> m = compare(np.array([1.0, 1.0]), np.array([2.0, 0.0]))
->>> round(m["rel_err"], 4), round(m["cosine"], 4), m["shrink"]
-(0.7071, 0.7071, -0.5)
->>> round(loglog_slope([1, 4, 16], [1.0, 0.5, 0.25]), 3)
--0.5
+>>> [(f["finding"], f["verdict"]) for f in findings({})][:2]     # no tables: nothing ran
+[('a', 'not at this scale'), ('b', 'not at this scale')]
 """
 
 from __future__ import annotations
@@ -30,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..interop import real_values
+from .grad_metrics import fit_floor, loglog_slope
 from .report import log_y, png_bytes
 from .store import read_rows, write_rows
 
-__all__ = ["compare", "norm", "mean_curve", "loglog_slope", "fit_floor", "THRESHOLDS", "findings", "spike_summary",
+__all__ = ["THRESHOLDS", "findings", "spike_summary",
            "write_csv", "read_csv", "read_tables", "write_report", "guide_table", "readme_block", "pair_summary", "TABLES",
            "DEFINITIONS", "SHORT"]
 
@@ -51,136 +43,8 @@ COLUMNS = {
     "ksweep": ("K", "accum_err", "accum_max_rel", "gemm", "quant_err", "recipe", "rel_err", "stack"),
     "widths": ("K", "accum_err", "accum_max_rel", "gemm", "quant_err", "stack"),
     "spike": ("fprop_rel_err", "frac_saturated", "frac_underflow", "history", "recipe", "spiked", "step"),
-    "forks": ("label", "loss_minus_fp32", "step", "weight_dist")}
-
-
-def compare(a, ref) -> dict:
-    """``rel_err``, ``cosine`` and ``shrink`` of ``a`` against ``ref`` (float64; NaN for a zero reference)."""
-    shapes = np.shape(a), np.shape(ref)
-    a, r = _real(a, "compare"), _real(ref, "compare")
-    if a.shape != r.shape:
-        raise ValueError(f"compare: shapes differ ({a.size} against {r.size} elements)")
-    a, r = np.ldexp(a, -(e := _scale_exponent(a, r))), np.ldexp(r, -e)
-    # the shapes as given (axes of length 1 aside): compared flattened, a (2, 3) array against a (3, 2)
-    # reference (a transposed gradient) passed and was measured element by element in the wrong pairing
-    if tuple(d for d in shapes[0] if d != 1) != tuple(d for d in shapes[1] if d != 1):
-        raise ValueError(f"compare: shapes differ ({shapes[0]} against the reference's {shapes[1]})")
-    rr = _dot(r, r)
-    if rr == 0 or not np.all(np.isfinite(a)):
-        return {"rel_err": math.nan, "cosine": math.nan, "shrink": math.nan}
-    d = a - r
-    na = math.sqrt(_dot(a, a))
-    return {"rel_err": math.sqrt(_dot(d, d)) / math.sqrt(rr),
-            "cosine": _dot(a, r) / (na * math.sqrt(rr)) if na > 0 else math.nan,
-            "shrink": _dot(d, r) / rr}
-
-
-def _real(a, where, what="arrays"):
-    try:    # interop's rule: complex lost its imaginary part (a ComplexWarning only), "1" and True were numbers
-        return np.asarray(real_values(a, "each input"), np.float64).ravel()
-    except TypeError as exc:
-        raise TypeError(f"{where}: takes real {what}: {exc}") from None
-
-
-def _scale_exponent(*arrays):
-    # 2**-e brings squares within float64 (norms of 1e200 were Inf, of 1e-200 0); float32 values need none (e = 0)
-    top = max(float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a))) for a in arrays)
-    return 0 if top == 0.0 or 2.0 ** -400 < top < 2.0 ** 400 else math.frexp(top)[1]
-
-
-def _dot(a, b) -> float:
-    # NumPy's own pairwise sum, not BLAS: a BLAS dot splits the sum over its threads, and a Dask worker
-    # (one BLAS thread) and the driver (several) then differ in the last bits
-    return float(np.sum(a * b))
-
-
-def norm(a) -> float:
-    """Frobenius norm in float64, summed in a fixed order (the same bits on any thread count).
-
-    Examples
-    --------
-    >>> norm(np.array([[3.0], [4.0]]))
-    5.0
-    """
-    a = _real(a, "norm")
-    a = np.ldexp(a, -(e := _scale_exponent(a)))
-    return math.sqrt(_dot(a, a)) * 2.0 ** (e // 2) * 2.0 ** (e - e // 2)     # Inf past float64, no OverflowError
-
-
-def mean_curve(draws, ref, ns) -> list:
-    """Relative error of the mean of the first ``n`` draws against ``ref``, for each ``n`` in ``ns``.
-
-    Examples
-    --------
-    >>> ref = np.ones(4)
-    >>> [round(e, 3) for e in mean_curve([ref + 1, ref - 1], ref, [1, 2])]
-    [1.0, 0.0]
-    """
-    ns = list(ns)
-    if not ns or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) for n in ns) or ns[0] < 1 \
-            or any(b <= a for a, b in zip(ns, ns[1:])):
-        # the errors come out in draw order: an unsorted ns would pair them with the wrong n
-        raise ValueError(f"mean_curve: ns must be increasing integers >= 1, got {ns}")
-    draws = [np.reshape(_real(d, "mean_curve", "draws"), np.shape(d)) for d in draws]   # "1", True misread
-    if max(ns) > len(draws):
-        raise ValueError(f"mean_curve: {max(ns)} draws asked for, {len(draws)} given")
-    shapes = {d.shape for d in draws} | {np.shape(ref)}
-    if len(shapes) > 1:        # NumPy broadcast (or failed with its own message) draws of another shape
-        raise ValueError(f"mean_curve: every draw must have the reference's shape {np.shape(ref)}, got shapes "
-                         f"{sorted({d.shape for d in draws})}")
-    out, acc = [], np.zeros_like(draws[0])
-    for i, d in enumerate(draws, 1):
-        acc += d
-        if i in ns:
-            out.append(compare(acc / i, ref)["rel_err"])
-    return out
-
-
-def loglog_slope(xs, ys) -> float:
-    """Least-squares slope of ``log y`` against ``log x`` (NaN with fewer than two positive points, or one x)."""
-    x, y = (np.reshape(_real(v, "loglog_slope"), np.shape(v)) for v in (xs, ys))     # "1", True misread
-    if x.ndim != 1 or x.shape != y.shape:
-        # NumPy's broadcast error named neither argument
-        raise ValueError(f"loglog_slope: xs and ys must be 1-D of one length, got shapes {x.shape} and {y.shape}")
-    # an infinite x (as an infinite y) is no point of a power law: LAPACK's SVD failed on it
-    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    if np.unique(x[ok]).size < 2:      # one x: no slope (polyfit made one up, with a RankWarning)
-        return math.nan
-    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
-
-
-def fit_floor(ns, errs) -> tuple:
-    """``(b, v)`` of ``err(n)^2 = b^2 + v / n`` by least squares with ``b^2, v >= 0``: the bias that
-    averaging over draws cannot remove (``b``) and the part that falls like ``1/sqrt(n)`` (``v``).
-
-    Examples
-    --------
-    >>> ns = [1, 4, 16, 64]
-    >>> b, v = fit_floor(ns, [math.sqrt(0.01 + 0.04 / n) for n in ns])
-    >>> round(b, 4), round(v, 4)
-    (0.1, 0.04)
-    """
-    n, e2 = (np.reshape(_real(v, "fit_floor"), np.shape(v)) ** p for v, p in ((ns, 1), (errs, 2)))  # "1", True
-    # no points fitted "b = 0, v = 0" (a claim about nothing); other lengths, or n <= 0 (1/n), failed in LAPACK
-    if n.ndim != 1 or n.shape != e2.shape or n.size == 0:
-        raise ValueError(f"fit_floor: ns and errs must be 1-D of one length >= 1, got shapes {n.shape} and "
-                         f"{e2.shape}")
-    if not np.all(np.isfinite(n) & (n > 0)):
-        raise ValueError(f"fit_floor: ns are draw counts, finite and > 0, got {list(ns)}")
-    A = np.stack([np.ones_like(n), 1 / n], axis=1)
-    best = None
-    # the four active sets of a two-variable non-negative least squares
-    for cols in ((0, 1), (0,), (1,)):
-        coef, *_ = np.linalg.lstsq(A[:, cols], e2, rcond=None)
-        if np.any(coef < 0):
-            continue
-        full = np.zeros(2)
-        full[list(cols)] = coef
-        res = float(np.sum((A @ full - e2) ** 2))
-        if best is None or res < best[0]:
-            best = (res, full)
-    full = best[1] if best else np.zeros(2)
-    return float(math.sqrt(full[0])), float(full[1])
+    "forks": ("label", "loss_minus_fp32", "step", "weight_dist"),
+}
 
 
 #: The verdict rules' thresholds (each used by one finding below; the report prints them).
@@ -210,7 +74,8 @@ PAPERS = {
     "d": "DeepSeek-V3 arXiv 2412.19437 (sec. 3.3.2)",
     "e": "Transformer Engine delayed scaling; NVIDIA FP8 formats (Micikevicius et al. arXiv 2209.05433)",
     "f": "Quartet II arXiv 2601.22813",
-    "g": "Mishra et al. arXiv 2506.08027"}
+    "g": "Mishra et al. arXiv 2506.08027",
+}
 
 #: Each finding's claim: the statement the study tests.
 CLAIMS = {
@@ -222,7 +87,8 @@ CLAIMS = {
     "e": "after an amax spike delayed scaling is off for as many steps as its history holds (saturating at the "
          "spike); current scaling is not",
     "f": "MS-EDEN has over 2x lower error than element-wise stochastic rounding, and is unbiased",
-    "g": "MXFP8 scales rounded up (not OCP's floor) avoid saturation and lower the gradient error"}
+    "g": "MXFP8 scales rounded up (not OCP's floor) avoid saturation and lower the gradient error",
+}
 
 
 def _rows(tables, kind, **match):
@@ -421,7 +287,8 @@ _RULES = {
     "f": ("SR/MS-EDEN MSE ratio >= 2 and MS-EDEN mean-error slope <= -0.35: reproduced; ratio < 1: contradicted",
           _finding_f),
     "g": ("floor saturates, round-up does not, round-up error <= floor's: reproduced; round-up error > 1.05 x "
-          "floor's: contradicted", _finding_g)}
+          "floor's: contradicted", _finding_g),
+}
 
 
 #: The measurements each finding's rule reads: (table, which rows, columns).  A NaN among them (a
@@ -440,7 +307,8 @@ _INPUTS = {
            ("fprop_rel_err", "frac_underflow", "frac_saturated"))],
     "f": [("operands", lambda r: r["finding"] == "f", ("value",)),
           ("bias", lambda r: r["case"] == "eden", ("rel_err_mean",))],
-    "g": [("operands", lambda r: r["finding"] == "g", ("value",))]}
+    "g": [("operands", lambda r: r["finding"] == "g", ("value",))],
+}
 
 
 def _nan_inputs(tables, key) -> int:
@@ -641,7 +509,8 @@ DEFINITIONS = [
     ("rel_err_mean", "error of the mean over N draws (seeds 0..N-1 of the recipe's stochastic rounding); an "
                      "unbiased result falls like err(1)/sqrt(N), a bias stops it at a floor"),
     ("accum_max_rel", "largest |stack - exact accumulation| over entries with |exact| >= 0.1 max|exact|, "
-                      "divided by that entry's |exact|")]
+                      "divided by that entry's |exact|"),
+]
 
 #: How to read the report's numbers (printed at its top).
 HOW_TO_READ = [
@@ -651,7 +520,8 @@ HOW_TO_READ = [
     "A verdict is computed by the rule printed beside it from the CSV files; 'not at this scale' means the "
     "effect's sign or size is not decided by this model and these sizes, not that it is absent.",
     "Layer-level errors isolate one GEMM; model-level errors include everything upstream (the error of layer "
-    "2's input from layer 1), and QAT separates the forward's part from the backward's."]
+    "2's input from layer 1), and QAT separates the forward's part from the backward's.",
+]
 
 
 def _md_table(t):
@@ -722,7 +592,8 @@ SHORT = {
     "d": ("fast accumulation's error grows with K", "log-log slope {:.2f}"),
     "e": ("delayed scaling is off for its history after a spike", "{:.0f} steps"),
     "f": ("MS-EDEN over 2x lower error than SR", "x{:.2f}"),
-    "g": ("MXFP8 scales rounded up beat OCP's floor", "wgrad error x{:.2f}")}
+    "g": ("MXFP8 scales rounded up beat OCP's floor", "wgrad error x{:.2f}"),
+}
 
 
 def readme_block(folder) -> str:

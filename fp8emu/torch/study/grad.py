@@ -37,7 +37,7 @@ from torch import nn
 from ... import parallel
 from ...codec import decode
 from ...gemm import block_scaled_mm
-from ...lab.grad_study import compare, mean_curve, norm
+from ...lab.grad_metrics import compare, mean_curve, norm
 from ...scaling import NVFP4Quantizer, quantize_mx, quantize_nvfp4_te
 from ...scaling.hadamard import inverse_rht, rht
 from ...scaling.ms_eden import ms_eden_nvfp4
