@@ -220,18 +220,19 @@ def test_reveal_refuses_bad_shapes_and_a_gemm_of_the_wrong_shape():
 
 def test_reveal_of_one_term_and_of_a_mul_add_chain():
     order, facts = reveal(_mul_add_chain, 2, 1, 3)
-    assert order.uniform and order.trees[0].K == 1 and facts["explained"] == 1.0 and facts["calls"] == 6
+    assert order.uniform and order.trees[0].K == 1 and facts["explained"] == 1.0 and facts["calls"] == 6 + 1
+    # (every reveal ends with one product of -0 terms: where the sums start)
     # packed: a chain's pivot is leaf 0 alone, its 6 queries (0, j) ride on A's 3 rows (M > N: pivots on B's
     # columns): 2 products, after the 4 checks; each output on its own: one product per query
     order, facts = reveal(_mul_add_chain, 3, 7, 2, check=4)
-    assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and facts["calls"] == 4 + 2
+    assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and facts["calls"] == 4 + 2 + 1
     order, facts = reveal(_mul_add_chain, 3, 7, 2, uniform=False, check=3)
     assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and order.classes.shape == (3, 2)
-    assert facts["calls"] == 3 + 6
+    assert facts["calls"] == 3 + 6 + 1
     # blocks of 2 (4 x 8 x 4): pivot 0's 7 queries take 2 products (4 leaves each); then the sets (2, 3), (4, 5),
     # (6, 7) are asked together, pivots 2, 4, 6 on one side, 3, 5, 7 on the other: 1 product
     order, facts = reveal(lambda a, b: _blocks_mm(a, b, [0, 2, 4, 6, 8]), 4, 8, 4, check=2)
-    assert order.describe() == "mul+add [0:2] + [2:4] + [4:6] + [6:8]" and facts["calls"] == 2 + 3
+    assert order.describe() == "mul+add [0:2] + [2:4] + [4:6] + [6:8]" and facts["calls"] == 2 + 3 + 1
 
 
 def test_reveal_gives_each_output_the_fma_choice_that_explains_it():
@@ -254,7 +255,8 @@ def test_a_large_k_is_probed_with_a_big_enough_term():
         p = (a[:, :, None] * b[None, :, :]).astype(np.float32)
         return np.add.accumulate(p, axis=1)[:, -1, :]
     order, facts = reveal(mm, 2, 3000, 2, check=1)
-    assert order.describe() == "mul+add [0:3000]" and facts["explained"] == 1.0
+    # accumulate starts at its first product: a sum of -0 products stays -0
+    assert order.describe() == "mul+add [0:3000] (-0 kept)" and facts["explained"] == 1.0
 
 
 def test_a_sum_that_is_no_tree_raises_or_is_not_explained():
@@ -284,7 +286,7 @@ _REC = cpu_order.RECORDED["mkl-2024.2-avx512"]
 
 @pytest.mark.parametrize("M,K,N,threads,want", [
     # one thread, small driver: kc = 384 while more than 768 remain, then one block or two halves (ceil first)
-    (2, 1, 2, 1, "0"), (2, 384, 2, 1, "[0:384]"), (2, 385, 2, 1, "[0:193] + [193:385]"),
+    (2, 1, 2, 1, "0 (-0 kept)"), (2, 384, 2, 1, "[0:384]"), (2, 385, 2, 1, "[0:193] + [193:385]"),
     (2, 768, 2, 1, "[0:384] + [384:768]"), (2, 769, 2, 1, "[0:384] + [384:577] + [577:769]"),
     (191, 1000, 500, 1, "[0:384] + [384:692] + [692:1000]"),
     # M and N both >= 192: the packing driver, plain blocks of 384 beyond 768
@@ -589,9 +591,10 @@ def test_the_cache_key_is_canonical_json_and_each_damaged_entry_is_probed_again(
     (key,) = json.loads((tmp_path / "cpu-order.json").read_text())
     # the key is sorted-keys JSON (the same key whatever order a dict was built in, so a file stays readable)
     assert key == json.dumps(json.loads(key), sort_keys=True)
-    info, lib, threads, *shape = json.loads(key)
+    info, lib, threads, *shape, version = json.loads(key)
     assert info == cpu_order.machine() and lib == {"torch": "9.9.9", "blas": "Intel(R) oneAPI Math Kernel "
                                                    "Library Version 2099.1"} and [threads, *shape] == [1, 2, 4, 3, "NN"]
+    assert version == 2           # the orders' version: 2 knows where sums start
     entry = {"order": GemmOrder([good], np.zeros((2, 3))).to_json(), "explained": 1.0, "calls": 5}
     damaged = [{**entry, "order": GemmOrder([SumTree.blocks([0, 5])], np.zeros((2, 3))).to_json()},  # K = 5 tree
                {**entry, "explained": 1.5}, {**entry, "explained": -0.5}, {**entry, "explained": True},

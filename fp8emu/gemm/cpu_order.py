@@ -142,6 +142,11 @@ class RecordedModel:
         if K == 0:      # an empty product sums nothing (sgemm returns zeros before using an order): a placeholder
             self.splits_k(M, K, N, threads)          # threads checked all the same
             return SumTree.blocks([0, 1])
+        if K == 1 and min(M, N) >= 2:
+            # an outer product is its products as they are, a -0 kept (1 and 2 threads, every layout, with and
+            # without MKL_CBWR=COMPATIBLE on the Xeon with AMX); gemv's (M or N = 1) start at +0
+            self.splits_k(M, K, N, threads)
+            return SumTree.blocks([0, 1], zero_start=False)
         if self.splits_k(M, K, N, threads):
             h = -(-K // 2)
             nested = (_chains(_packed_blocks(h, self.kc)), _chains(_packed_blocks(K - h, self.kc), h))
@@ -307,8 +312,13 @@ def _library(torch):
     return {"torch": torch.__version__, "blas": blas}
 
 
+#: The revealed orders' version: 2 knows where sums start (SumTree.zero_start), which 1 left at +0 for every
+#: output (wrong for outer products), so entries of version 1 are not read.
+_ORDERS = 2
+
+
 def _key(info, lib, threads, M, K, N, layout):
-    return json.dumps([info, lib, threads, M, K, N, layout], sort_keys=True)
+    return json.dumps([info, lib, threads, M, K, N, layout, _ORDERS], sort_keys=True)
 
 
 def _tensor(torch, a, transposed):

@@ -258,8 +258,11 @@ class CompatibleModel:
     def order(self, M, K, N, threads=1):
         """The :class:`~fp8emu.gemm.sumtree.GemmOrder` of an M x K x N product on ``threads``."""
         check_gemm(M, K, N, name=self.name)     # K = -8 was read as an empty sum, 2.5 failed inside range()
+        outer = K == 1 and min(M, N) >= 2       # an outer product: its products as they are, a -0 kept (measured)
         K = max(K, 1)        # an empty sum: one leaf, as the other recorded model answers
         trees = [block_tree(K, self.kc), edge_tree(K, self.kc), chain_tree(K)]
+        if outer:
+            trees = [t.starting(False) for t in trees]
         if M == 0 or N == 0:
             return GemmOrder(trees[2:], np.zeros((M, N), np.int16))
         # the classes present follow from the parts' sizes (np.unique sorted every output: 35 s and 5 GB of

@@ -60,16 +60,21 @@ class SumTree:
     ``children``: int array (K - 1, 2); node ``K + r`` adds ``children[r]`` (leaves are
     ``0 .. K-1``), and the last node is the root.  Build with :meth:`from_nested`,
     :meth:`blocks` or :func:`reveal`; :meth:`describe` prints it compactly.
+    ``zero_start``: each partial sum starts at +0, so a product of -0 that starts one gives +0 (a
+    BLAS accumulator zeroed first); False: the first product is the partial sum as it is, -0 kept
+    (torch's CPU ``mm`` of an outer product, K = 1, on the machines measured).
     """
 
-    __slots__ = ("K", "children", "fma")
+    __slots__ = ("K", "children", "fma", "zero_start")
 
-    def __init__(self, K, children, fma=True):
+    def __init__(self, K, children, fma=True, *, zero_start=True):
         # K = 2.5, children 0.2 / 1.7 or fma="no" were truncated or read as truthy: another tree, silently
         if not is_integer(K):
             raise TypeError(f"a sum tree's K is an integer, got {K!r}")
         if not isinstance(fma, (bool, np.bool_)):
             raise TypeError(f"fma must be True or False, got {fma!r}")
+        if not isinstance(zero_start, (bool, np.bool_)):
+            raise TypeError(f"zero_start must be True or False, got {zero_start!r}")
         raw = np.asarray(children)
         if raw.size and raw.dtype.kind not in "iu":
             raise TypeError(f"a sum tree's children are integer node numbers, got {raw.dtype}")
@@ -88,20 +93,26 @@ class SumTree:
             raise ValueError("a sum tree's node may only add leaves and earlier nodes")
         self.children = ch
         self.fma = bool(fma)
+        self.zero_start = bool(zero_start)
 
     def __eq__(self, other):
         return (isinstance(other, SumTree) and self.K == other.K and self.fma == other.fma
-                and np.array_equal(self.children, other.children))
+                and self.zero_start == other.zero_start and np.array_equal(self.children, other.children))
 
     def __hash__(self):
-        return hash((self.K, self.fma, self.children.tobytes()))
+        return hash((self.K, self.fma, self.zero_start, self.children.tobytes()))
 
     def __repr__(self):
-        return f"SumTree(K={self.K}, fma={self.fma}: {self.describe()})"
+        start = "" if self.zero_start else ", zero_start=False"
+        return f"SumTree(K={self.K}, fma={self.fma}{start}: {self.describe()})"
+
+    def starting(self, zero_start):
+        """This tree with its partial sums starting at +0 (``True``) or at their first product (``False``)."""
+        return SumTree(self.K, self.children, self.fma, zero_start=zero_start)
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_nested(cls, nested, fma=True):
+    def from_nested(cls, nested, fma=True, *, zero_start=True):
         """From nested pairs of leaf indices, e.g. ``((0, 1), 2)``."""
         children, stack = [], [(nested, False)]
         ids = []
@@ -127,10 +138,10 @@ class SumTree:
         if sorted(leaves) != list(range(K)):
             raise ValueError(f"a sum tree's leaves must be 0 .. K-1 once each, got {sorted(leaves)[:8]}...")
         ch = [[K - c - 1 if c < 0 else c for c in pair] for pair in children]
-        return cls(K, np.array(ch, np.int64).reshape(-1, 2), fma)
+        return cls(K, np.array(ch, np.int64).reshape(-1, 2), fma, zero_start=zero_start)
 
     @classmethod
-    def blocks(cls, bounds, fma=True):
+    def blocks(cls, bounds, fma=True, *, zero_start=True):
         """One chain per K block ``[bounds[b], bounds[b+1])`` in K order, the block sums added in order.
 
         ``bounds`` are integers from 0, strictly increasing (``[0, 5, 3]`` made a six-term tree)."""
@@ -145,7 +156,7 @@ class SumTree:
             for k in range(k0 + 1, k1):
                 c = (c, k)
             t = c if t is None else (t, c)
-        return cls.from_nested(t, fma)
+        return cls.from_nested(t, fma, zero_start=zero_start)
 
     def nested(self):
         """The tree as nested pairs (deep trees are returned without recursion)."""
@@ -218,23 +229,28 @@ class SumTree:
         return text(0)
 
     def to_json(self):
-        return {"K": self.K, "fma": self.fma, "children": self.children.reshape(-1).tolist()}
+        # zero_start written where it is False only: every tree written before it existed starts at +0
+        start = {} if self.zero_start else {"zero_start": False}
+        return {"K": self.K, "fma": self.fma, **start, "children": self.children.reshape(-1).tolist()}
 
     @classmethod
     def from_json(cls, d):
-        _json_keys(d, "a sum tree's JSON", ("K", "fma", "children"))
-        if not isinstance(d.get("fma"), bool) or not is_integer(d.get("K")):
-            raise ValueError(f"a sum tree's JSON has an integer K and a bool fma, got {d!r:.80}")
+        # zero_start absent: a tree written before it existed (every such tree started at +0)
+        _json_keys(d, "a sum tree's JSON", ("K", "fma", "children"), optional=("zero_start",))
+        if not isinstance(d.get("fma"), bool) or not isinstance(d.get("zero_start", True), bool) \
+                or not is_integer(d.get("K")):
+            raise ValueError(f"a sum tree's JSON has an integer K and bools fma and zero_start, got {d!r:.80}")
         # no cast here: the constructor refuses children 0.2 / 1.7 or "1" (a cast truncated or parsed them)
-        return cls(d["K"], np.asarray(d["children"]), d["fma"])
+        return cls(d["K"], np.asarray(d["children"]), d["fma"], zero_start=d.get("zero_start", True))
 
 
-def _json_keys(d, what, keys):
+def _json_keys(d, what, keys, optional=()):
     # a list, a string or a missing key was a KeyError / TypeError / AttributeError; a key of another
     # name (a typo) was read as absent
-    if not isinstance(d, dict) or set(d) != set(keys):
+    if not isinstance(d, dict) or not set(keys) <= set(d) <= set(keys) | set(optional):
         got = sorted(map(str, d)) if isinstance(d, dict) else type(d).__name__
-        raise ValueError(f"{what} is an object of the keys {', '.join(keys)}, got {str(got):.120}")
+        more = f" (and optionally {', '.join(optional)})" if optional else ""
+        raise ValueError(f"{what} is an object of the keys {', '.join(keys)}{more}, got {str(got):.120}")
 
 
 #: The most trees a :class:`GemmOrder` holds: its classes are int16.
@@ -283,13 +299,12 @@ class GemmOrder:
         return len(self.trees) == 1
 
     def describe(self):
+        def text(t):
+            return ("fma " if t.fma else "mul+add ") + t.describe() + ("" if t.zero_start else " (-0 kept)")
+
         if self.uniform:
-            return ("fma " if self.trees[0].fma else "mul+add ") + self.trees[0].describe()
-        lines = []
-        for c, t in enumerate(self.trees):
-            n = int(np.sum(self.classes == c))
-            lines.append(f"{n} outputs: " + ("fma " if t.fma else "mul+add ") + t.describe())
-        return "; ".join(lines)
+            return text(self.trees[0])
+        return "; ".join(f"{int(np.sum(self.classes == c))} outputs: {text(t)}" for c, t in enumerate(self.trees))
 
     def to_json(self):
         return {"trees": [t.to_json() for t in self.trees],
@@ -355,7 +370,7 @@ def evaluate(tree, x, y):
             for c0 in range(0, N, cols):
                 xs = xt[:, r0:r0 + rows, None]
                 ys = y64[:, None, c0:c0 + cols]
-                out[r0:r0 + rows, c0:c0 + cols] = _spine_value(sp, 0, xs, ys, tree.fma, tiny)
+                out[r0:r0 + rows, c0:c0 + cols] = _spine_value(sp, 0, xs, ys, tree, tiny)
     return out
 
 
@@ -384,15 +399,18 @@ def evaluate_order(order, x, y):
     return out
 
 
-def _spine_value(sp, i, xs, ys, fma, tiny):
+def _spine_value(sp, i, xs, ys, tree, tiny):
     start, items = sp[i]
-    # an accumulator starts at +0: the first product rounded, a -0 product giving +0
-    c = (xs[start] * ys[start]).astype(np.float32) + np.float32(0)
+    fma = tree.fma
+    # the first product rounded; an accumulator that starts at +0 turns a -0 product into +0
+    c = (xs[start] * ys[start]).astype(np.float32)
+    if tree.zero_start:
+        c += np.float32(0)
     j = 0
     while j < len(items):
         kind, v = items[j]
         if kind == "spine":
-            c = (c + _spine_value(sp, v, xs, ys, fma, tiny)).astype(np.float32)
+            c = (c + _spine_value(sp, v, xs, ys, tree, tiny)).astype(np.float32)
             j += 1
             continue
         ks = []
@@ -523,6 +541,9 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
 
     trials = _trials(M, K, N, check, seed)
     wants = [call(a, b) for a, b in trials]
+    # products that are all -0: each output is -0 where its sums start at their first product, +0 where at
+    # +0 (random products are never zero, so the checks cannot tell)
+    zeros = call(np.zeros((M, K), np.float32), np.full((K, N), -1.0, np.float32))
     order = None
     if uniform and K > 1:
         try:
@@ -530,7 +551,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
         except NotATreeError:          # the outputs do not share one tree: ask each on its own
             nested = None
         if nested is not None:
-            order, explained = _fit([nested], np.zeros((M, N), np.int16), trials, wants)
+            order, explained = _fit([nested], np.zeros((M, N), np.int16), trials, wants, zeros)
             if explained < 1.0:
                 order = None
     if order is None:
@@ -538,7 +559,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
             nested, classes = [0], np.zeros((M, N), np.int16)
         else:
             nested, classes = _reveal_each(call, M, K, N)
-        order, explained = _fit(nested, classes, trials, wants)
+        order, explained = _fit(nested, classes, trials, wants, zeros)
     return order, {"calls": calls[0], "explained": explained}
 
 
@@ -566,9 +587,10 @@ def _trials(M, K, N, n, seed):
     return out
 
 
-def _fit(nested, classes, trials, wants):
-    """Choose fma per output by the checks (a kernel's edge tiles may multiply and add apart);
-    the order and the fraction of outputs it explains."""
+def _fit(nested, classes, trials, wants, zeros):
+    """Choose fma per output by the checks (a kernel's edge tiles may multiply and add apart), and where
+    sums start by ``zeros`` (the answer to products all -0); the order and the fraction of outputs it explains."""
+    minus, plus = (zeros == 0) & np.signbit(zeros), (zeros == 0) & ~np.signbit(zeros)
     trees, out, ok = [], np.zeros(classes.shape, np.int16), np.zeros(classes.shape, bool)
     for c, t in enumerate(nested):
         mask = classes == c
@@ -590,6 +612,9 @@ def _fit(nested, classes, trials, wants):
         if only_second.any():
             parts.append((good[second][0], only_second, good[second][1]))
         for tree, sel, g in parts:
+            if np.sum(minus & sel) > np.sum(plus & sel):
+                tree = tree.starting(False)
+            g = g & (plus if tree.zero_start else minus)     # an output of the other sign is not explained
             out[sel] = len(trees)
             trees.append(tree)
             ok |= sel & g
@@ -755,7 +780,8 @@ def _reveal_each(call, M, K, N):
 
 
 def check_order(order, mm, M, K, N, *, trials=2, seed=1):
-    """Outputs of ``mm`` that ``order`` does not reproduce on random products (0 when it holds)."""
+    """Outputs of ``mm`` that ``order`` does not reproduce on random products and on products that are all
+    -0 (where its sums start; 0 when it holds)."""
     # sizes were unchecked: 2.5 and True raised Python's "cannot be interpreted as an integer", -1 NumPy's
     # "negative dimensions are not allowed", mm=None "'NoneType' object is not callable"
     M, K, N = _box_shape(mm, M, K, N, "check_order")
@@ -765,7 +791,7 @@ def check_order(order, mm, M, K, N, *, trials=2, seed=1):
     if not is_integer(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     bad = 0
-    for a, b in _trials(M, K, N, trials, seed):
+    for a, b in _trials(M, K, N, trials, seed) + [(np.zeros((M, K), np.float32), np.full((K, N), -1.0, np.float32))]:
         want = _float32_answer(mm(a, b), M, N, "checked", "check_order")
         got = evaluate_order(order, a, b)
         bad += int(np.sum((got.view(np.int32) != want.view(np.int32)) & ~(np.isnan(got) & np.isnan(want))))
