@@ -56,7 +56,9 @@ _HANDLES = itertools.count(1)
 def _state_names(layer) -> list:
     """The buffers an emulated forward updates (the step counter; delayed scaling's input and weight state)."""
     names = ["fp8emu_step"]
-    if layer.recipe.delayed():
+    # the layer's own recipe, which made its buffers (an autocast block cannot switch to another delayed one;
+    # and Dynamo cannot trace the ContextVar behind ``layer.recipe``)
+    if layer._recipe.delayed():
         names += [f"{k}_{role}" for role in ("input", "weight") for k in ("amax_history", "scale")]
     return names
 

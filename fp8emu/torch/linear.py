@@ -33,6 +33,10 @@ _ROLES = ("input", "weight", "grad_output")
 #: and ``resolve(layer) -> (recipe, stack, multiple)``.  A ContextVar: each thread / task has its own.
 AUTOCAST = contextvars.ContextVar("fp8emu_torch_autocast", default=None)
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
+#: The recipe, stack and token multiple an :func:`fp8emu.torch.autocast` block makes a layer run for one call:
+#: layer id -> (recipe, stack, multiple).  A ContextVar, not the layer's attributes: a call in one thread
+#: switched the layer for every other thread (a thread outside any block ran the block's stack, silently).
+_ACTING = contextvars.ContextVar("fp8emu_torch_acting", default=None)
 #: Every live emulated layer by its id (weakly; its ``fp8emu_key`` buffer): the compiled op finds its layer here.
 LAYERS = weakref.WeakValueDictionary()
 #: Set by :mod:`fp8emu.torch.compiled`: the layer's call as ``torch.compile`` traces it.
@@ -145,8 +149,8 @@ class EmulatedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.bias = linear.bias
-        self.recipe, self.stack, self.layer_name = recipe, stack, layer_name
-        self.index, self.seed, self.multiple = index, int(seed), int(multiple)
+        self._recipe, self._stack, self.layer_name = recipe, stack, layer_name
+        self.index, self.seed, self._multiple = index, int(seed), int(multiple)
         self.diagnostics_enabled = bool(diagnostics)
         self.diagnostic_rows = []
         self._register()
@@ -180,8 +184,45 @@ class EmulatedLinear(nn.Module):
         return state
 
     def __setstate__(self, state):
+        # a layer pickled before recipe, stack and multiple became properties held them under these names
+        for k in ("recipe", "stack", "multiple"):
+            if k in state:
+                state["_" + k] = state.pop(k)
         super().__setstate__(state)
         self._register()
+
+    def _acting(self, i):
+        over = _ACTING.get()
+        if over is not None and id(self) in over:
+            return over[id(self)][i]
+        return (self._recipe, self._stack, self._multiple)[i]
+
+    @property
+    def recipe(self) -> TrainingRecipe:
+        """The recipe this call runs (an :func:`fp8emu.torch.autocast` block's in this thread), else the layer's."""
+        return self._acting(0)
+
+    @recipe.setter
+    def recipe(self, value):
+        self._recipe = value
+
+    @property
+    def stack(self) -> Stack:
+        """The stack this call runs (an :func:`fp8emu.torch.autocast` block's in this thread), else the layer's."""
+        return self._acting(1)
+
+    @stack.setter
+    def stack(self, value):
+        self._stack = value
+
+    @property
+    def multiple(self) -> int:
+        """What the token count must be a multiple of, for this call's recipe and stack."""
+        return self._acting(2)
+
+    @multiple.setter
+    def multiple(self, value):
+        self._multiple = value
 
     def _apply(self, fn, recurse=True):
         # Module.to_empty remakes every buffer without its values (the meta-device initialization path:
@@ -423,13 +464,13 @@ class EmulatedLinear(nn.Module):
 
 @contextlib.contextmanager
 def _acting_as(layer, recipe, stack, multiple):
-    """The layer runs ``recipe`` on ``stack`` for one call (an :func:`fp8emu.torch.autocast` override)."""
-    saved = layer.recipe, layer.stack, layer.multiple
-    layer.recipe, layer.stack, layer.multiple = recipe, stack, multiple
+    """The layer runs ``recipe`` on ``stack`` for one call (an :func:`fp8emu.torch.autocast` override), in this
+    thread or task only (a ContextVar: the layer itself is shared by every thread)."""
+    token = _ACTING.set({**(_ACTING.get() or {}), id(layer): (recipe, stack, multiple)})
     try:
         yield
     finally:
-        layer.recipe, layer.stack, layer.multiple = saved
+        _ACTING.reset(token)
 
 
 class _LinearFunction(torch.autograd.Function):
