@@ -24,7 +24,7 @@ from torch import nn
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
-from .gemms import first_order_only, operand_stats, run_gemm, value_key
+from .gemms import first_order_only, operand_stats, run_gemm, take_step, value_key
 
 __all__ = ["EmulatedLinear"]
 
@@ -479,9 +479,7 @@ class _LinearFunction(torch.autograd.Function):
         """``rows``: None when autograd will call backward; else forward only, the first ``rows`` of
         ``x``'s rows real (the rest zero padding)."""
         R, S = layer.recipe, layer.stack
-        step = int(layer.fp8emu_step)
-        with torch.no_grad():
-            layer.fp8emu_step += 1
+        step = take_step(layer.fp8emu_step, f"layer {layer.layer_name!r}")
         xs = _np(x, S.dtype)
         w = weight.detach().to(torch.float32).contiguous().numpy()
         a = layer.operand("input", xs, 1, "fprop", step)

@@ -26,7 +26,7 @@ from torch import nn
 
 from ...codec import decode
 from ...training import PASSES, Operand
-from ..gemms import first_order_only, run_gemm, value_key
+from ..gemms import first_order_only, run_gemm, take_step, value_key
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
            "primary_key"]
@@ -137,10 +137,7 @@ class QuantGemm(nn.Module):
         return np.random.default_rng([int(self.fp8emu_seed), step, _PASS_CODE[pass_]])
 
     def next_step(self) -> int:
-        step = int(self.fp8emu_step)
-        with torch.no_grad():
-            self.fp8emu_step += 1
-        return step
+        return take_step(self.fp8emu_step, f"GEMM {self.gemm_name!r}")
 
     def _delayed_state(self, recipe, role):
         hist = getattr(self, f"amax_history_{role}", None)
