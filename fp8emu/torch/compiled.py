@@ -48,7 +48,7 @@ from .linear import EmulatedLinear
 
 __all__ = ["compiled_forward"]
 
-#: Layer id -> the layer (weakly): the op receives the id in the layer's ``fp8emu_key`` buffer.
+#: Layer key -> the layer (weakly): the op receives the key in the layer's ``fp8emu_key`` buffer.
 _LAYERS = linear.LAYERS
 _HANDLES = itertools.count(1)
 
@@ -106,12 +106,25 @@ def _call(layer, tensors, x):
     return functional_call(_Bare(layer), {f"layer.{k}": v for k, v in tensors.items()}, (x,), strict=False)
 
 
+def _layer(key) -> EmulatedLinear:
+    """The live layer a graph's op calls, or one error: a program ``torch.export`` made calls the layers of the
+    model it was exported from (their recipe, stack and state), which a deleted model or another process has not
+    (a bare ``KeyError`` of the key's number)."""
+    layer = _LAYERS.get(int(key))
+    if layer is None:
+        raise RuntimeError(f"fp8emu::emulated_linear: the emulated layer this graph calls (key {int(key)}) no longer "
+                           "exists; a compiled or exported graph (torch.export) runs the live layers of the model it "
+                           "was made from, so keep that model alive in this process, or emulate and export again "
+                           "(a program saved with torch.export.save cannot run emulated layers in another process)")
+    return layer
+
+
 @torch.library.custom_op("fp8emu::emulated_linear", mutates_args=())
 def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                      state: List[torch.Tensor], key: torch.Tensor, training: bool,
                      autocast_dtype: Optional[torch.dtype]) -> List[torch.Tensor]:
     """[output, backward handle, *the state buffers after the call] (functional: the caller copies them back)."""
-    layer = _LAYERS[int(key)]
+    layer = _layer(key)
     after = [t.clone() for t in state]
     tensors = {"weight": weight, **({"bias": bias} if bias is not None else {}),
                **dict(zip(_state_names(layer), after))}
@@ -156,7 +169,7 @@ def _(x, weight, bias, state, key, training, autocast_dtype):
 @torch.library.custom_op("fp8emu::emulated_linear_backward", mutates_args=())
 def _emulated_linear_backward(dy: torch.Tensor, handle: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                               bias: Optional[torch.Tensor], key: torch.Tensor) -> List[torch.Tensor]:
-    layer = _LAYERS[int(key)]
+    layer = _layer(key)
     entry = layer.compiled_pending.pop(int(handle), None)
     if entry is None:
         raise RuntimeError(f"layer {layer.layer_name!r}: the backward of a compiled emulated call ran twice "
@@ -209,9 +222,10 @@ def compiled_forward(layer: EmulatedLinear, x: torch.Tensor) -> torch.Tensor:
     autocast_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
     y, _, *after = torch.ops.fp8emu.emulated_linear(x, layer.weight, layer.bias, state, layer.fp8emu_key,
                                                     training, autocast_dtype)
-    with torch.no_grad():
-        for buf, new in zip(state, after):
-            buf.copy_(new)
+    # detached, not under torch.no_grad: torch.export records a no_grad block as a higher-order op whose node
+    # torch.export.load refuses ("Node.meta wrap_with_set_grad_enabled is missing val field")
+    for buf, new in zip(state, after):
+        buf.copy_(new.detach())
     return y
 
 

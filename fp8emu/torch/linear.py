@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import types
 import warnings
 import weakref
@@ -37,8 +38,11 @@ _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
 #: layer id -> (recipe, stack, multiple).  A ContextVar, not the layer's attributes: a call in one thread
 #: switched the layer for every other thread (a thread outside any block ran the block's stack, silently).
 _ACTING = contextvars.ContextVar("fp8emu_torch_acting", default=None)
-#: Every live emulated layer by its id (weakly; its ``fp8emu_key`` buffer): the compiled op finds its layer here.
+#: Every live emulated layer by its key (weakly; its ``fp8emu_key`` buffer): the compiled op finds its layer here.
 LAYERS = weakref.WeakValueDictionary()
+#: Keys are never reused (an id is, once its object is gone: a graph exported with ``torch.export`` that outlived
+#: its model would have found, silently, whichever new layer took the address).
+_KEYS = itertools.count(1)
 #: Set by :mod:`fp8emu.torch.compiled`: the layer's call as ``torch.compile`` traces it.
 COMPILED_FORWARD = None
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -166,14 +170,15 @@ class EmulatedLinear(nn.Module):
 
         The key is a (non-persistent) buffer, not a Python int, so that a compiled graph takes it as an
         input and serves every model of the same shape without recompiling."""
-        key = torch.tensor(id(self), dtype=torch.int64)
+        self._fp8emu_id = next(_KEYS)
+        key = torch.tensor(self._fp8emu_id, dtype=torch.int64)
         if "fp8emu_key" in self._buffers:    # a copy: its own key (a shallow copy shares the buffer dict)
             self._buffers = dict(self._buffers, fp8emu_key=key)
         else:
             self.register_buffer("fp8emu_key", key, persistent=False)
         self.compiled_pending = {}      # compiled calls awaiting their backward: handle -> eager graph
         self.recompute_states = {}      # the last calls' inputs -> (state before, autocast block), for checkpointing
-        LAYERS[id(self)] = self
+        LAYERS[self._fp8emu_id] = self
 
     def __getstate__(self):
         # a copy has its own pending compiled calls (none): the eager graphs kept for a compiled call's backward
@@ -231,9 +236,9 @@ class EmulatedLinear(nn.Module):
         # layer starts as a new one (a state dict loaded afterwards restores a saved state); .to() keeps values
         out = super()._apply(fn, recurse)
         key = self._buffers.get("fp8emu_key")
-        if key is not None and key.device.type != "meta" and int(key) != id(self):
+        if key is not None and key.device.type != "meta" and int(key) != self._fp8emu_id:
             with torch.no_grad():
-                key.fill_(id(self))
+                key.fill_(self._fp8emu_id)
                 self.fp8emu_step.zero_()
                 if self.recipe.delayed():
                     for role in _ROLES:
