@@ -431,6 +431,12 @@ class EmulatedLinear(nn.Module):
             raise RuntimeError(f"layer {self.layer_name!r}: torch.jit.trace cannot record an emulated layer, whose "
                                "GEMMs are NumPy calls; use torch.compile or torch.export, which run it as one "
                                "custom op")
+        odd = [f"{what} is {t.dtype}" for what, t in (("weight", self.weight), ("bias", self.bias))
+               if t is not None and t.dtype not in _FLOATS]
+        if odd:
+            # converted after emulate (model.to(torch.complex64)): the float32 cast dropped the imaginary part
+            raise TypeError(f"layer {self.layer_name!r}: its {' and '.join(odd)}; an emulated layer's weight and "
+                            "bias must be float32, bfloat16, float16 or float64 tensors")
         dev = x.device.type
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..training import PASSES, get_recipe, get_stack
-from .linear import EmulatedLinear
+from .linear import _FLOATS, EmulatedLinear
 
 __all__ = ["emulate", "EmulationReport", "HighPrecisionWarning", "diagnostics", "reset_diagnostics",
            "check_combination", "MIN_TORCH"]
@@ -281,6 +281,13 @@ def _not_swappable(lin):
     if not isinstance(lin.weight, nn.Parameter) or not (lin.bias is None or isinstance(lin.bias, nn.Parameter)):
         return ("its weight or bias is not a Parameter (computed, e.g. by torch.nn.utils.weight_norm), which the "
                 "emulated layer would freeze: left as it is")
+    odd = [f"{what} is {t.dtype}" for what, t in (("weight", lin.weight), ("bias", lin.bias))
+           if t is not None and t.dtype not in _FLOATS]
+    if odd:
+        # the emulated layer casts its operands to float32: a complex weight lost its imaginary part (and the
+        # complex input the layer takes was refused), an integer weight that nn.Linear refuses was computed with
+        return (f"its {' and '.join(odd)}, not a float32, bfloat16, float16 or float64 tensor an FP8 GEMM could "
+                "take: left as it is")
     hooks = sum(len(getattr(lin, h, None) or {}) for h in _HOOKS)
     if hooks:
         return (f"{hooks} forward/backward hook(s) registered on it, which the emulated layer (a new module) "
