@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import threading
 import types
 import warnings
 import weakref
@@ -45,6 +46,8 @@ LAYERS = weakref.WeakValueDictionary()
 _KEYS = itertools.count(1)
 #: Set by :mod:`fp8emu.torch.compiled`: the layer's call as ``torch.compile`` traces it.
 COMPILED_FORWARD = None
+#: ``running`` is True in a thread while the compiled op runs its eager layer (set by :mod:`fp8emu.torch.compiled`).
+IN_OP = threading.local()
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
@@ -57,6 +60,18 @@ _MM_LAYOUT = {"fprop": "NT", "dgrad": "NN", "wgrad": "TN"}
 #: How many of its last calls a layer can replay for activation checkpointing's recompute (each keeps its state:
 #: delayed scaling's 3 x 1024 amax are 12 KiB).
 _RECOMPUTE_KEPT = 16
+
+
+def _traced() -> bool:
+    """Whether this call is traced into a graph (the compiled op's turn), not run.
+
+    Dynamo folds ``is_dynamo_compiling()`` to True where it traces.  Non-strict ``torch.export`` runs the code on
+    fake tensors with ``is_compiling()`` set; that flag is global, held for a whole compile session, so a compile in
+    another thread set it for every thread: the op's own eager call saw it and called the op again, a
+    RecursionError in an eager model whose only fault was running while something else compiled."""
+    if torch.compiler.is_dynamo_compiling():
+        return True
+    return torch.compiler.is_compiling() and not getattr(IN_OP, "running", False)
 
 
 def _in_transform() -> bool:
@@ -326,7 +341,7 @@ class EmulatedLinear(nn.Module):
                              "takes any count")
 
     def forward(self, x):
-        if COMPILED_FORWARD is not None and torch.compiler.is_compiling() and isinstance(x, torch.Tensor):
+        if COMPILED_FORWARD is not None and isinstance(x, torch.Tensor) and _traced():
             # one opaque op, which runs this eager call (same bits) and so its input checks, at run time:
             # an error raised while Dynamo traces would make it skip this code for good, and the later
             # (good) calls would then be traced from inside the layer, which Dynamo cannot
@@ -415,7 +430,7 @@ class EmulatedLinear(nn.Module):
                              "layer out of the emulation (module_filter_fn) to run it in float64")
 
     def _forward(self, x):
-        if COMPILED_FORWARD is not None and torch.compiler.is_compiling():
+        if COMPILED_FORWARD is not None and _traced():
             # Dynamo started tracing here (it skips a frame that raised once and compiles the frames it
             # calls): the same opaque op as forward's
             return COMPILED_FORWARD(self, x)
