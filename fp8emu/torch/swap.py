@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 import warnings
 
 import numpy as np
@@ -214,7 +215,7 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
         if type(lin) is not nn.Linear:
             report.skipped[name] = f"a subclass of nn.Linear ({type(lin).__name__}), left as it is"
             continue
-        if (why := _not_swappable(lin)) is not None:
+        if (why := _not_swappable(lin) or _compiled_alone(model, names)) is not None:
             report.skipped[name] = why
             continue
         mult = required_multiple(R, S)
@@ -292,6 +293,25 @@ def _not_swappable(lin):
     if hooks:
         return (f"{hooks} forward/backward hook(s) registered on it, which the emulated layer (a new module) "
                 "would not run: left as it is; register them on the emulated layer after emulate()")
+    return None
+
+
+def _compiled_alone(model, names):
+    """Why a layer that ``torch.compile`` wrapped by itself cannot be swapped, or None.
+
+    The wrapper (``OptimizedModule``) calls the module it was built with, which it holds as ``_orig_mod``:
+    swapping ``_orig_mod`` changed the report and ``named_modules`` but not what ran (the plain layer, silently)."""
+    dynamo = sys.modules.get("torch._dynamo.eval_frame")
+    if dynamo is None:
+        return None
+    for n in names:
+        parent_name, _, attr = n.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        if attr == "_orig_mod" and isinstance(parent, dynamo.OptimizedModule):
+            where = repr(parent_name) if parent_name else "the model"
+            return (f"compiled by itself (torch.compile wraps it as {where}), and the compiled wrapper calls the "
+                    "layer it was built with, whatever replaces it: left as it is; emulate before torch.compile, "
+                    "or compile the module around it")
     return None
 
 
