@@ -48,7 +48,8 @@ _KEYS = itertools.count(1)
 COMPILED_FORWARD = None
 #: ``running`` is True in a thread while the compiled op runs its eager layer (set by :mod:`fp8emu.torch.compiled`).
 IN_OP = threading.local()
-_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+#: The tensor dtypes an emulated layer takes (input, weight, bias).
+FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 #: How torch's ``mm`` receives each pass's operands in torchao's ``Float8Linear`` (row-major N or a
@@ -346,7 +347,7 @@ class EmulatedLinear(nn.Module):
             # an error raised while Dynamo traces would make it skip this code for good, and the later
             # (good) calls would then be traced from inside the layer, which Dynamo cannot
             return COMPILED_FORWARD(self, x)
-        if not isinstance(x, torch.Tensor) or x.dtype not in _FLOATS:
+        if not isinstance(x, torch.Tensor) or x.dtype not in FLOATS:
             # the output is cast to the input's dtype: an integer input would come back truncated
             got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
             raise TypeError(f"layer {self.layer_name!r}: input must be a float32, bfloat16, float16 or float64 "
@@ -447,7 +448,7 @@ class EmulatedLinear(nn.Module):
                                "GEMMs are NumPy calls; use torch.compile or torch.export, which run it as one "
                                "custom op")
         odd = [f"{what} is {t.dtype}" for what, t in (("weight", self.weight), ("bias", self.bias))
-               if t is not None and t.dtype not in _FLOATS]
+               if t is not None and t.dtype not in FLOATS]
         if odd:
             # converted after emulate (model.to(torch.complex64)): the float32 cast dropped the imaginary part
             raise TypeError(f"layer {self.layer_name!r}: its {' and '.join(odd)}; an emulated layer's weight and "

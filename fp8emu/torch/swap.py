@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..training import PASSES, get_recipe, get_stack
-from .linear import _FLOATS, EmulatedLinear
+from .linear import FLOATS, EmulatedLinear
 
 __all__ = ["emulate", "EmulationReport", "HighPrecisionWarning", "diagnostics", "reset_diagnostics",
            "check_combination", "MIN_TORCH"]
@@ -283,7 +283,7 @@ def _not_swappable(lin):
         return ("its weight or bias is not a Parameter (computed, e.g. by torch.nn.utils.weight_norm), which the "
                 "emulated layer would freeze: left as it is")
     odd = [f"{what} is {t.dtype}" for what, t in (("weight", lin.weight), ("bias", lin.bias))
-           if t is not None and t.dtype not in _FLOATS]
+           if t is not None and t.dtype not in FLOATS]
     if odd:
         # the emulated layer casts its operands to float32: a complex weight lost its imaginary part (and the
         # complex input the layer takes was refused), an integer weight that nn.Linear refuses was computed with
