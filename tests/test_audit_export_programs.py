@@ -81,3 +81,26 @@ def test_compiled_state_buffers_stay_plain_buffers():
         assert not buf.requires_grad and buf.grad_fn is None, name
         if not name.endswith("fp8emu_key"):
             assert torch.equal(buf, want), name
+
+
+def test_a_program_loaded_in_another_process_names_none_of_its_layers(tmp_path):
+    import subprocess
+    import sys
+    model = _model()
+    x = torch.randn(16, 32)
+    torch.export.save(torch.export.export(model, (x,)), tmp_path / "p.pt2")
+    torch.save(x, tmp_path / "x.pt")
+    code = ("import torch, fp8emu.torch as ft\n"
+            "models = []\n"
+            "for _ in range(3):\n"
+            "    m = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32))\n"
+            "    ft.emulate(m, 'te-current', 'exact'); models.append(m)\n"
+            f"p = torch.export.load({str(tmp_path / 'p.pt2')!r}).module()\n"
+            f"x = torch.load({str(tmp_path / 'x.pt')!r})\n"
+            "try:\n"
+            "    p(x)\n"
+            "    print('ran')\n"
+            "except RuntimeError as e:\n"
+            "    print('refused' if 'no longer exists' in str(e) else repr(e))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().splitlines()[-1:] == ["refused"], out.stdout + out.stderr

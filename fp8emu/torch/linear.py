@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import secrets
 import threading
 import types
 import warnings
@@ -42,8 +43,9 @@ _ACTING = contextvars.ContextVar("fp8emu_torch_acting", default=None)
 #: Every live emulated layer by its key (weakly; its ``fp8emu_key`` buffer): the compiled op finds its layer here.
 LAYERS = weakref.WeakValueDictionary()
 #: Keys are never reused (an id is, once its object is gone: a graph exported with ``torch.export`` that outlived
-#: its model would have found, silently, whichever new layer took the address).
-_KEYS = itertools.count(1)
+#: its model would have found, silently, whichever new layer took the address), and each process counts from its
+#: own random start, so that a program saved in one process and loaded in another names none of the new layers.
+_KEYS = itertools.count(secrets.randbits(40) << 20)
 #: Set by :mod:`fp8emu.torch.compiled`: the layer's call as ``torch.compile`` traces it.
 COMPILED_FORWARD = None
 #: ``running`` is True in a thread while the compiled op runs its eager layer (set by :mod:`fp8emu.torch.compiled`).
