@@ -73,3 +73,18 @@ def test_te_module():
         with te.autocast(recipe=te.recipe.Float8CurrentScaling()), pytest.raises(ValueError,
                                                                                   match="its step counter .* is -1"):
             mod(torch.randn(64, 64))
+
+
+def test_te_module_seed():
+    """The neighbour in ``fp8emu.torch.te``: the GEMM's ``fp8emu_seed`` buffer, also in the state dict."""
+    torch.manual_seed(0)
+    mod = te.Linear(64, 64)
+    sd = mod.state_dict()
+    sd["fp8emu_gemm.fp8emu_seed"] = torch.tensor(-1)
+    mod.load_state_dict(sd)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with te.autocast(recipe=te.recipe.Float8CurrentScaling()), pytest.raises(
+                ValueError, match=r"its stochastic-rounding seed \(the fp8emu_seed buffer, saved in its state dict\) "
+                                  r"is -1; it must be >= 0"):
+            mod(torch.randn(64, 64))

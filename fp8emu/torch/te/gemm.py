@@ -134,7 +134,12 @@ class QuantGemm(nn.Module):
         self._weight_copy = None     # (key, fprop operand, dgrad operand)
 
     def rng(self, step, pass_):
-        return np.random.default_rng([int(self.fp8emu_seed), step, _PASS_CODE[pass_]])
+        seed = int(self.fp8emu_seed)
+        if seed < 0:
+            # a corrupt or hand-edited state dict: NumPy's bare "expected non-negative integer" otherwise
+            raise ValueError(f"GEMM {self.gemm_name!r}: its stochastic-rounding seed (the fp8emu_seed buffer, saved in "
+                             f"its state dict) is {seed}; it must be >= 0: load a state dict an emulated module saved")
+        return np.random.default_rng([seed, step, _PASS_CODE[pass_]])
 
     def next_step(self) -> int:
         return take_step(self.fp8emu_step, f"GEMM {self.gemm_name!r}")
