@@ -22,6 +22,7 @@ import weakref
 import ml_dtypes
 import numpy as np
 import torch
+import torch.fx
 from torch import nn
 
 from ..gemm.torch_cpu import TORCHAO_EMULATE
@@ -349,6 +350,13 @@ class EmulatedLinear(nn.Module):
             # an error raised while Dynamo traces would make it skip this code for good, and the later
             # (good) calls would then be traced from inside the layer, which Dynamo cannot
             return COMPILED_FORWARD(self, x)
+        if isinstance(x, torch.fx.Proxy):
+            # torch.fx.symbolic_trace traces into modules outside torch.nn: the input check below said "input must
+            # be a float32, ... tensor, got Proxy", blaming the input
+            raise TypeError(f"layer {self.layer_name!r}: torch.fx.symbolic_trace cannot trace into an emulated layer, "
+                            "whose GEMMs are NumPy calls on the tensors' values; use torch.compile or torch.export "
+                            "(one custom op per layer), or a torch.fx.Tracer whose is_leaf_module keeps EmulatedLinear "
+                            "a call_module node")
         if not isinstance(x, torch.Tensor) or x.dtype not in FLOATS:
             # the output is cast to the input's dtype: an integer input would come back truncated
             got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
