@@ -185,15 +185,16 @@ def test_frac_clipped_of_a_tall_operand_and_of_a_single_element():
 
 
 def test_each_layer_and_each_copy_has_its_own_non_persistent_key():
-    """The compiled op finds its layer by the ``fp8emu_key`` buffer (the layer's id): a buffer, so that
-    it moves with the module and is not saved; a copy (shallow or deep) is a layer of its own."""
+    """The compiled op finds its layer by the ``fp8emu_key`` buffer (a key of its own, never reused): a buffer, so
+    that it moves with the module and is not saved; a copy (shallow or deep) is a layer of its own."""
     layer = EmulatedLinear(torch.nn.Linear(16, 16), ft.get_recipe("te-current"), ft.get_stack("exact"), "l", 0)
     assert "fp8emu_key" in dict(layer.named_buffers())
-    assert int(layer.fp8emu_key) == id(layer) and LAYERS[id(layer)] is layer
+    key = int(layer.fp8emu_key)
+    assert LAYERS[key] is layer
     assert "fp8emu_key" not in layer.state_dict()
     for other in (copy.copy(layer), copy.deepcopy(layer)):
-        assert int(other.fp8emu_key) == id(other) != id(layer) and LAYERS[id(other)] is other
-        assert int(layer.fp8emu_key) == id(layer)       # the original's key is its own still
+        assert int(other.fp8emu_key) != key and LAYERS[int(other.fp8emu_key)] is other
+        assert int(layer.fp8emu_key) == key and LAYERS[key] is layer      # the original's key is its own still
 
 
 def test_a_gemm_error_against_a_zero_reference_is_nan_even_when_the_emulated_product_is_not_zero():

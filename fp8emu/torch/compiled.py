@@ -48,7 +48,7 @@ from .linear import EmulatedLinear
 
 __all__ = ["compiled_forward"]
 
-#: Layer id -> the layer (weakly): the op receives the id in the layer's ``fp8emu_key`` buffer.
+#: Layer key -> the layer (weakly): the op receives the key in the layer's ``fp8emu_key`` buffer.
 _LAYERS = linear.LAYERS
 _HANDLES = itertools.count(1)
 
@@ -56,7 +56,9 @@ _HANDLES = itertools.count(1)
 def _state_names(layer) -> list:
     """The buffers an emulated forward updates (the step counter; delayed scaling's input and weight state)."""
     names = ["fp8emu_step"]
-    if layer.recipe.delayed():
+    # the layer's own recipe, which made its buffers (an autocast block cannot switch to another delayed one;
+    # and Dynamo cannot trace the ContextVar behind ``layer.recipe``)
+    if layer._recipe.delayed():
         names += [f"{k}_{role}" for role in ("input", "weight") for k in ("amax_history", "scale")]
     return names
 
@@ -101,7 +103,25 @@ class _Bare(torch.nn.Module):
 
 
 def _call(layer, tensors, x):
-    return functional_call(_Bare(layer), {f"layer.{k}": v for k, v in tensors.items()}, (x,), strict=False)
+    outer = getattr(linear.IN_OP, "running", False)
+    linear.IN_OP.running = True         # the layer runs eagerly here, whatever torch.compiler.is_compiling() says
+    try:
+        return functional_call(_Bare(layer), {f"layer.{k}": v for k, v in tensors.items()}, (x,), strict=False)
+    finally:
+        linear.IN_OP.running = outer
+
+
+def _layer(key) -> EmulatedLinear:
+    """The live layer a graph's op calls, or one error: a program ``torch.export`` made calls the layers of the
+    model it was exported from (their recipe, stack and state), which a deleted model or another process has not
+    (a bare ``KeyError`` of the key's number)."""
+    layer = _LAYERS.get(int(key))
+    if layer is None:
+        raise RuntimeError(f"fp8emu::emulated_linear: the emulated layer this graph calls (key {int(key)}) no longer "
+                           "exists; a compiled or exported graph (torch.export) runs the live layers of the model it "
+                           "was made from, so keep that model alive in this process, or emulate and export again "
+                           "(a program saved with torch.export.save cannot run emulated layers in another process)")
+    return layer
 
 
 @torch.library.custom_op("fp8emu::emulated_linear", mutates_args=())
@@ -109,7 +129,7 @@ def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
                      state: List[torch.Tensor], key: torch.Tensor, training: bool,
                      autocast_dtype: Optional[torch.dtype]) -> List[torch.Tensor]:
     """[output, backward handle, *the state buffers after the call] (functional: the caller copies them back)."""
-    layer = _LAYERS[int(key)]
+    layer = _layer(key)
     after = [t.clone() for t in state]
     tensors = {"weight": weight, **({"bias": bias} if bias is not None else {}),
                **dict(zip(_state_names(layer), after))}
@@ -154,7 +174,7 @@ def _(x, weight, bias, state, key, training, autocast_dtype):
 @torch.library.custom_op("fp8emu::emulated_linear_backward", mutates_args=())
 def _emulated_linear_backward(dy: torch.Tensor, handle: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                               bias: Optional[torch.Tensor], key: torch.Tensor) -> List[torch.Tensor]:
-    layer = _LAYERS[int(key)]
+    layer = _layer(key)
     entry = layer.compiled_pending.pop(int(handle), None)
     if entry is None:
         raise RuntimeError(f"layer {layer.layer_name!r}: the backward of a compiled emulated call ran twice "
@@ -207,9 +227,10 @@ def compiled_forward(layer: EmulatedLinear, x: torch.Tensor) -> torch.Tensor:
     autocast_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
     y, _, *after = torch.ops.fp8emu.emulated_linear(x, layer.weight, layer.bias, state, layer.fp8emu_key,
                                                     training, autocast_dtype)
-    with torch.no_grad():
-        for buf, new in zip(state, after):
-            buf.copy_(new)
+    # detached, not under torch.no_grad: torch.export records a no_grad block as a higher-order op whose node
+    # torch.export.load refuses ("Node.meta wrap_with_set_grad_enabled is missing val field")
+    for buf, new in zip(state, after):
+        buf.copy_(new.detach())
     return y
 
 

@@ -11,7 +11,7 @@ from ..codec import decode
 from ..gemm.quantized import quantized_mm
 from ..training.recipes import Operand
 
-__all__ = ["run_gemm", "operand_stats", "first_order_only", "value_key"]
+__all__ = ["run_gemm", "operand_stats", "first_order_only", "value_key", "take_step"]
 
 
 def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="NN", fast_accum=False) -> np.ndarray:
@@ -22,6 +22,22 @@ def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="
     mkldnn = bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
     return quantized_mm(a, b, accumulator, out_dtype, bias, layout=layout, fast_accum=fast_accum,
                         threads=torch.get_num_threads(), mkldnn=mkldnn, stacklevel=3)
+
+
+def take_step(counter: torch.Tensor, owner: str) -> int:
+    """The step a call runs (the ``fp8emu_step`` counter's value), the counter advanced by one.
+
+    The counter seeds stochastic rounding and is saved in the state dict: a negative value (a corrupt or
+    hand-edited checkpoint, or int64's wrap past its largest value) reached NumPy's bare "expected non-negative
+    integer" at the first quantizer."""
+    step = int(counter)
+    if not 0 <= step < torch.iinfo(torch.int64).max:
+        raise ValueError(f"{owner}: its step counter (the fp8emu_step buffer, saved in its state dict) is {step}; it "
+                         f"counts the calls from 0 to {torch.iinfo(torch.int64).max - 1} and seeds stochastic "
+                         "rounding: load a state dict an emulated layer saved, or restart it with fp8emu_step.zero_()")
+    with torch.no_grad():
+        counter += 1
+    return step
 
 
 def value_key(t: torch.Tensor) -> tuple:

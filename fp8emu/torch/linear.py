@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
+import secrets
+import threading
 import types
 import warnings
 import weakref
@@ -19,12 +22,13 @@ import weakref
 import ml_dtypes
 import numpy as np
 import torch
+import torch.fx
 from torch import nn
 
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
-from .gemms import first_order_only, operand_stats, run_gemm, value_key
+from .gemms import first_order_only, operand_stats, run_gemm, take_step, value_key
 
 __all__ = ["EmulatedLinear"]
 
@@ -33,11 +37,22 @@ _ROLES = ("input", "weight", "grad_output")
 #: and ``resolve(layer) -> (recipe, stack, multiple)``.  A ContextVar: each thread / task has its own.
 AUTOCAST = contextvars.ContextVar("fp8emu_torch_autocast", default=None)
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
-#: Every live emulated layer by its id (weakly; its ``fp8emu_key`` buffer): the compiled op finds its layer here.
+#: The recipe, stack and token multiple an :func:`fp8emu.torch.autocast` block makes a layer run for one call:
+#: layer id -> (recipe, stack, multiple).  A ContextVar, not the layer's attributes: a call in one thread
+#: switched the layer for every other thread (a thread outside any block ran the block's stack, silently).
+_ACTING = contextvars.ContextVar("fp8emu_torch_acting", default=None)
+#: Every live emulated layer by its key (weakly; its ``fp8emu_key`` buffer): the compiled op finds its layer here.
 LAYERS = weakref.WeakValueDictionary()
+#: Keys are never reused (an id is, once its object is gone: a graph exported with ``torch.export`` that outlived
+#: its model would have found, silently, whichever new layer took the address), and each process counts from its
+#: own random start, so that a program saved in one process and loaded in another names none of the new layers.
+_KEYS = itertools.count(secrets.randbits(40) << 20)
 #: Set by :mod:`fp8emu.torch.compiled`: the layer's call as ``torch.compile`` traces it.
 COMPILED_FORWARD = None
-_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+#: ``running`` is True in a thread while the compiled op runs its eager layer (set by :mod:`fp8emu.torch.compiled`).
+IN_OP = threading.local()
+#: The tensor dtypes an emulated layer takes (input, weight, bias).
+FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 #: How torch's ``mm`` receives each pass's operands in torchao's ``Float8Linear`` (row-major N or a
@@ -49,6 +64,18 @@ _MM_LAYOUT = {"fprop": "NT", "dgrad": "NN", "wgrad": "TN"}
 #: How many of its last calls a layer can replay for activation checkpointing's recompute (each keeps its state:
 #: delayed scaling's 3 x 1024 amax are 12 KiB).
 _RECOMPUTE_KEPT = 16
+
+
+def _traced() -> bool:
+    """Whether this call is traced into a graph (the compiled op's turn), not run.
+
+    Dynamo folds ``is_dynamo_compiling()`` to True where it traces.  Non-strict ``torch.export`` runs the code on
+    fake tensors with ``is_compiling()`` set; that flag is global, held for a whole compile session, so a compile in
+    another thread set it for every thread: the op's own eager call saw it and called the op again, a
+    RecursionError in an eager model whose only fault was running while something else compiled."""
+    if torch.compiler.is_dynamo_compiling():
+        return True
+    return torch.compiler.is_compiling() and not getattr(IN_OP, "running", False)
 
 
 def _in_transform() -> bool:
@@ -145,8 +172,8 @@ class EmulatedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.bias = linear.bias
-        self.recipe, self.stack, self.layer_name = recipe, stack, layer_name
-        self.index, self.seed, self.multiple = index, int(seed), int(multiple)
+        self._recipe, self._stack, self.layer_name = recipe, stack, layer_name
+        self.index, self.seed, self._multiple = index, int(seed), int(multiple)
         self.diagnostics_enabled = bool(diagnostics)
         self.diagnostic_rows = []
         self._register()
@@ -162,14 +189,15 @@ class EmulatedLinear(nn.Module):
 
         The key is a (non-persistent) buffer, not a Python int, so that a compiled graph takes it as an
         input and serves every model of the same shape without recompiling."""
-        key = torch.tensor(id(self), dtype=torch.int64)
+        self._fp8emu_id = next(_KEYS)
+        key = torch.tensor(self._fp8emu_id, dtype=torch.int64)
         if "fp8emu_key" in self._buffers:    # a copy: its own key (a shallow copy shares the buffer dict)
             self._buffers = dict(self._buffers, fp8emu_key=key)
         else:
             self.register_buffer("fp8emu_key", key, persistent=False)
         self.compiled_pending = {}      # compiled calls awaiting their backward: handle -> eager graph
         self.recompute_states = {}      # the last calls' inputs -> (state before, autocast block), for checkpointing
-        LAYERS[id(self)] = self
+        LAYERS[self._fp8emu_id] = self
 
     def __getstate__(self):
         # a copy has its own pending compiled calls (none): the eager graphs kept for a compiled call's backward
@@ -180,8 +208,45 @@ class EmulatedLinear(nn.Module):
         return state
 
     def __setstate__(self, state):
+        # a layer pickled before recipe, stack and multiple became properties held them under these names
+        for k in ("recipe", "stack", "multiple"):
+            if k in state:
+                state["_" + k] = state.pop(k)
         super().__setstate__(state)
         self._register()
+
+    def _acting(self, i):
+        over = _ACTING.get()
+        if over is not None and id(self) in over:
+            return over[id(self)][i]
+        return (self._recipe, self._stack, self._multiple)[i]
+
+    @property
+    def recipe(self) -> TrainingRecipe:
+        """The recipe this call runs (an :func:`fp8emu.torch.autocast` block's in this thread), else the layer's."""
+        return self._acting(0)
+
+    @recipe.setter
+    def recipe(self, value):
+        self._recipe = value
+
+    @property
+    def stack(self) -> Stack:
+        """The stack this call runs (an :func:`fp8emu.torch.autocast` block's in this thread), else the layer's."""
+        return self._acting(1)
+
+    @stack.setter
+    def stack(self, value):
+        self._stack = value
+
+    @property
+    def multiple(self) -> int:
+        """What the token count must be a multiple of, for this call's recipe and stack."""
+        return self._acting(2)
+
+    @multiple.setter
+    def multiple(self, value):
+        self._multiple = value
 
     def _apply(self, fn, recurse=True):
         # Module.to_empty remakes every buffer without its values (the meta-device initialization path:
@@ -190,9 +255,9 @@ class EmulatedLinear(nn.Module):
         # layer starts as a new one (a state dict loaded afterwards restores a saved state); .to() keeps values
         out = super()._apply(fn, recurse)
         key = self._buffers.get("fp8emu_key")
-        if key is not None and key.device.type != "meta" and int(key) != id(self):
+        if key is not None and key.device.type != "meta" and int(key) != self._fp8emu_id:
             with torch.no_grad():
-                key.fill_(id(self))
+                key.fill_(self._fp8emu_id)
                 self.fp8emu_step.zero_()
                 if self.recipe.delayed():
                     for role in _ROLES:
@@ -280,12 +345,19 @@ class EmulatedLinear(nn.Module):
                              "takes any count")
 
     def forward(self, x):
-        if COMPILED_FORWARD is not None and torch.compiler.is_compiling() and isinstance(x, torch.Tensor):
+        if COMPILED_FORWARD is not None and isinstance(x, torch.Tensor) and _traced():
             # one opaque op, which runs this eager call (same bits) and so its input checks, at run time:
             # an error raised while Dynamo traces would make it skip this code for good, and the later
             # (good) calls would then be traced from inside the layer, which Dynamo cannot
             return COMPILED_FORWARD(self, x)
-        if not isinstance(x, torch.Tensor) or x.dtype not in _FLOATS:
+        if isinstance(x, torch.fx.Proxy):
+            # torch.fx.symbolic_trace traces into modules outside torch.nn: the input check below said "input must
+            # be a float32, ... tensor, got Proxy", blaming the input
+            raise TypeError(f"layer {self.layer_name!r}: torch.fx.symbolic_trace cannot trace into an emulated layer, "
+                            "whose GEMMs are NumPy calls on the tensors' values; use torch.compile or torch.export "
+                            "(one custom op per layer), or a torch.fx.Tracer whose is_leaf_module keeps EmulatedLinear "
+                            "a call_module node")
+        if not isinstance(x, torch.Tensor) or x.dtype not in FLOATS:
             # the output is cast to the input's dtype: an integer input would come back truncated
             got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
             raise TypeError(f"layer {self.layer_name!r}: input must be a float32, bfloat16, float16 or float64 "
@@ -369,7 +441,7 @@ class EmulatedLinear(nn.Module):
                              "layer out of the emulation (module_filter_fn) to run it in float64")
 
     def _forward(self, x):
-        if COMPILED_FORWARD is not None and torch.compiler.is_compiling():
+        if COMPILED_FORWARD is not None and _traced():
             # Dynamo started tracing here (it skips a frame that raised once and compiles the frames it
             # calls): the same opaque op as forward's
             return COMPILED_FORWARD(self, x)
@@ -385,6 +457,12 @@ class EmulatedLinear(nn.Module):
             raise RuntimeError(f"layer {self.layer_name!r}: torch.jit.trace cannot record an emulated layer, whose "
                                "GEMMs are NumPy calls; use torch.compile or torch.export, which run it as one "
                                "custom op")
+        odd = [f"{what} is {t.dtype}" for what, t in (("weight", self.weight), ("bias", self.bias))
+               if t is not None and t.dtype not in FLOATS]
+        if odd:
+            # converted after emulate (model.to(torch.complex64)): the float32 cast dropped the imaginary part
+            raise TypeError(f"layer {self.layer_name!r}: its {' and '.join(odd)}; an emulated layer's weight and "
+                            "bias must be float32, bfloat16, float16 or float64 tensors")
         dev = x.device.type
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
@@ -423,13 +501,13 @@ class EmulatedLinear(nn.Module):
 
 @contextlib.contextmanager
 def _acting_as(layer, recipe, stack, multiple):
-    """The layer runs ``recipe`` on ``stack`` for one call (an :func:`fp8emu.torch.autocast` override)."""
-    saved = layer.recipe, layer.stack, layer.multiple
-    layer.recipe, layer.stack, layer.multiple = recipe, stack, multiple
+    """The layer runs ``recipe`` on ``stack`` for one call (an :func:`fp8emu.torch.autocast` override), in this
+    thread or task only (a ContextVar: the layer itself is shared by every thread)."""
+    token = _ACTING.set({**(_ACTING.get() or {}), id(layer): (recipe, stack, multiple)})
     try:
         yield
     finally:
-        layer.recipe, layer.stack, layer.multiple = saved
+        _ACTING.reset(token)
 
 
 class _LinearFunction(torch.autograd.Function):
@@ -438,9 +516,7 @@ class _LinearFunction(torch.autograd.Function):
         """``rows``: None when autograd will call backward; else forward only, the first ``rows`` of
         ``x``'s rows real (the rest zero padding)."""
         R, S = layer.recipe, layer.stack
-        step = int(layer.fp8emu_step)
-        with torch.no_grad():
-            layer.fp8emu_step += 1
+        step = take_step(layer.fp8emu_step, f"layer {layer.layer_name!r}")
         xs = _np(x, S.dtype)
         w = weight.detach().to(torch.float32).contiguous().numpy()
         a = layer.operand("input", xs, 1, "fprop", step)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 import warnings
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 from torch import nn
 
 from ..training import PASSES, get_recipe, get_stack
-from .linear import EmulatedLinear
+from .linear import FLOATS, EmulatedLinear
 
 __all__ = ["emulate", "EmulationReport", "HighPrecisionWarning", "diagnostics", "reset_diagnostics",
            "check_combination", "MIN_TORCH"]
@@ -214,7 +215,7 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
         if type(lin) is not nn.Linear:
             report.skipped[name] = f"a subclass of nn.Linear ({type(lin).__name__}), left as it is"
             continue
-        if (why := _not_swappable(lin)) is not None:
+        if (why := _not_swappable(lin) or _compiled_alone(model, names)) is not None:
             report.skipped[name] = why
             continue
         mult = required_multiple(R, S)
@@ -281,10 +282,36 @@ def _not_swappable(lin):
     if not isinstance(lin.weight, nn.Parameter) or not (lin.bias is None or isinstance(lin.bias, nn.Parameter)):
         return ("its weight or bias is not a Parameter (computed, e.g. by torch.nn.utils.weight_norm), which the "
                 "emulated layer would freeze: left as it is")
+    odd = [f"{what} is {t.dtype}" for what, t in (("weight", lin.weight), ("bias", lin.bias))
+           if t is not None and t.dtype not in FLOATS]
+    if odd:
+        # the emulated layer casts its operands to float32: a complex weight lost its imaginary part (and the
+        # complex input the layer takes was refused), an integer weight that nn.Linear refuses was computed with
+        return (f"its {' and '.join(odd)}, not a float32, bfloat16, float16 or float64 tensor an FP8 GEMM could "
+                "take: left as it is")
     hooks = sum(len(getattr(lin, h, None) or {}) for h in _HOOKS)
     if hooks:
         return (f"{hooks} forward/backward hook(s) registered on it, which the emulated layer (a new module) "
                 "would not run: left as it is; register them on the emulated layer after emulate()")
+    return None
+
+
+def _compiled_alone(model, names):
+    """Why a layer that ``torch.compile`` wrapped by itself cannot be swapped, or None.
+
+    The wrapper (``OptimizedModule``) calls the module it was built with, which it holds as ``_orig_mod``:
+    swapping ``_orig_mod`` changed the report and ``named_modules`` but not what ran (the plain layer, silently)."""
+    dynamo = sys.modules.get("torch._dynamo.eval_frame")
+    if dynamo is None:
+        return None
+    for n in names:
+        parent_name, _, attr = n.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        if attr == "_orig_mod" and isinstance(parent, dynamo.OptimizedModule):
+            where = repr(parent_name) if parent_name else "the model"
+            return (f"compiled by itself (torch.compile wraps it as {where}), and the compiled wrapper calls the "
+                    "layer it was built with, whatever replaces it: left as it is; emulate before torch.compile, "
+                    "or compile the module around it")
     return None
 
 

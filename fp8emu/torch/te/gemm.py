@@ -26,7 +26,7 @@ from torch import nn
 
 from ...codec import decode
 from ...training import PASSES, Operand
-from ..gemms import first_order_only, run_gemm, value_key
+from ..gemms import first_order_only, run_gemm, take_step, value_key
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
            "primary_key"]
@@ -134,13 +134,15 @@ class QuantGemm(nn.Module):
         self._weight_copy = None     # (key, fprop operand, dgrad operand)
 
     def rng(self, step, pass_):
-        return np.random.default_rng([int(self.fp8emu_seed), step, _PASS_CODE[pass_]])
+        seed = int(self.fp8emu_seed)
+        if seed < 0:
+            # a corrupt or hand-edited state dict: NumPy's bare "expected non-negative integer" otherwise
+            raise ValueError(f"GEMM {self.gemm_name!r}: its stochastic-rounding seed (the fp8emu_seed buffer, saved in "
+                             f"its state dict) is {seed}; it must be >= 0: load a state dict an emulated module saved")
+        return np.random.default_rng([seed, step, _PASS_CODE[pass_]])
 
     def next_step(self) -> int:
-        step = int(self.fp8emu_step)
-        with torch.no_grad():
-            self.fp8emu_step += 1
-        return step
+        return take_step(self.fp8emu_step, f"GEMM {self.gemm_name!r}")
 
     def _delayed_state(self, recipe, role):
         hist = getattr(self, f"amax_history_{role}", None)
