@@ -74,7 +74,7 @@ def test_a_dangling_link_is_named(tmp_path, capsys, checkpoint, no_work):
 def test_a_file_above_out_is_named(tmp_path, capsys, checkpoint, no_work):
     (tmp_path / "f").write_text("x")
     rc, err = _run(capsys, checkpoint, tmp_path / "f" / "sub")
-    assert rc == 2 and len(err) == 1 and "is not a folder" in err[0] and "Errno" not in err[0]
+    assert rc == 2 and len(err) == 1 and "is a file; give a folder" in err[0] and "Errno" not in err[0]
 
 
 def test_a_folder_that_cannot_be_created_is_named(tmp_path, capsys, checkpoint, no_work, monkeypatch):

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import readers
 from ..lab import grad_study as report
-from ..lab.store import atomic_write, digest, json_restore, json_safe
+from ..lab.store import atomic_write, check_out, digest, json_restore, json_safe, make_out
 from ..lab.study import dask_client
 from ..version import __version__
 from . import scheduler_address, worker_count
@@ -211,32 +211,10 @@ def provenance(cfg, argv, wall_s, workers, computed) -> dict:
     return prov
 
 
-def _check_out(out: Path):
-    """``--out`` and what the study writes in it must be folders and files as it writes them (one line
-    naming the path, before anything runs)."""
-    for p in [q for q in reversed(out.parents) if str(q) not in ("", ".")] + [out]:
-        if p.exists() and not p.is_dir():
-            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a file; give a folder (created if missing)")
-        if p.is_symlink() and not p.exists():      # mkdir said "[Errno 17] File exists" of what does not exist
-            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a symbolic link to nothing (dangling, or a loop); "
-                             "give a folder (created if missing)")
-    # the report's files too: a folder at report.md was "[Errno 21] Is a directory" after every cell had run
+def _writes():
+    """What the study writes in ``--out`` (name, is_folder), checked before anything runs."""
     files = [f"{t}.csv" for t in report.TABLES] + ["findings.csv", "provenance.csv", "report.md", "report.html"]
-    for name, folder in (("cells", True), ("figures", True), ("study.json", False), *((f, False) for f in files)):
-        p = out / name
-        if p.exists() and p.is_dir() != folder:
-            raise ValueError(f"--out {str(out)!r} holds {name} as a {'file' if folder else 'folder'}, where the "
-                             f"study writes a {'folder' if folder else 'file'}; use another --out")
-        if p.exists() and not folder and not p.is_file():
-            # a FIFO at report.md blocked the report for ever, after every cell had run
-            raise ValueError(f"--out {str(out)!r} holds {name} as a FIFO, device or socket (not a regular file), "
-                             "where the study writes a file; use another --out")
-    # and inside its folders: a folder at figures/bias_vs_n.png was "[Errno 21] Is a directory" after every cell
-    for sub, suffix in (("cells", ".json"), ("figures", ".png")):
-        for p in sorted((out / sub).glob(f"*{suffix}")) if (out / sub).is_dir() else []:
-            if p.is_dir():
-                raise ValueError(f"--out {str(out)!r} holds {sub}/{p.name} as a folder, where the study writes a "
-                                 "file; use another --out")
+    return [("cells", True), ("figures", True), ("study.json", False), *((f, False) for f in files)]
 
 
 def run(args) -> int:
@@ -262,12 +240,7 @@ def run(args) -> int:
         raise ValueError("--out '' names no folder; leave --out out for the default "
                          f"./{DEFAULT_OUT}{'-quick' if args.quick else ''}")
     out = Path(args.out if args.out is not None else DEFAULT_OUT + ("-quick" if args.quick else ""))
-    _check_out(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:      # "[Errno 2] No such file or directory: '/proc/x'", not naming --out (as study's)
-        raise ValueError(f"--out {str(out)!r}: the folder cannot be created ({exc.strerror}); give a folder "
-                         "(created if missing)") from None
+    make_out(check_out(out, _writes(), (("cells", ".json"), ("figures", ".png"))))
     with dask_client(workers=args.workers, scheduler=args.scheduler) as client:
         res = execute(out, cfg, cells, client=client, progress=not args.quiet)
     # two words, quoted by provenance: "--kinds probe, bias" was recorded unquoted, a command that fails

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..gemm.torch_cpu import cpu_path
 from .. import readers
+from ..lab.store import check_out
 from ..lab.study import dask_client
 from ..version import __version__
 from . import int_option, positive_float, scheduler_address, worker_count
@@ -340,30 +341,12 @@ def run(args) -> int:
         raise ValueError("the selection has no runs (no recipe x stack pair and no baseline); choose "
                          "--recipes/--stacks, --pairs or --baselines")
     out = Path(args.out or (DEFAULT_OUT + ("-forks" if cfg.train.fork_at else "") + ("-quick" if args.quick else "")))
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {str(out)!r} is a file; give a folder (created if missing)")
-    for p in [out, *out.parents]:
-        if p.is_symlink() and not p.exists():      # mkdir said "[Errno 17] File exists" of what does not exist
-            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a symbolic link to nothing (dangling, or a loop); "
-                             "give a folder (created if missing)")
-    # what the study writes in --out, checked before any run: a folder at report.md was "[Errno 21] Is a
-    # directory" after every run had trained
-    for name in ("runs", "models", "figures", "study.json", "runs.csv", "curves.csv", "gaps.csv", "diagnostics.csv",
-                 "inference.csv", "fork_gaps.csv", "provenance.csv", "report.md", "report.html"):
-        p, folder = out / name, "." not in name
-        if p.exists() and p.is_dir() != folder:
-            raise ValueError(f"--out {str(out)!r} holds {name} as a {'file' if folder else 'folder'}, where the "
-                             f"study writes a {'folder' if folder else 'file'}; use another --out")
-        if p.exists() and not folder and not p.is_file():
-            # a FIFO at report.md blocked the report for ever, after every run had trained
-            raise ValueError(f"--out {str(out)!r} holds {name} as a FIFO, device or socket (not a regular file), "
-                             "where the study writes a file; use another --out")
-    # and inside its folders: a folder at figures/val_loss_curves.png was "[Errno 21] Is a directory" after every run
-    for sub, suffix in (("runs", ".json"), ("models", ".pt"), ("figures", ".png")):
-        for p in sorted((out / sub).glob(f"*{suffix}")) if (out / sub).is_dir() else []:
-            if p.is_dir():
-                raise ValueError(f"--out {str(out)!r} holds {sub}/{p.name} as a folder, where the study writes a "
-                                 "file; use another --out")
+    # what the study writes in --out, checked before any run (a folder at report.md was "[Errno 21] Is a
+    # directory" after every run had trained)
+    check_out(out, [(name, "." not in name) for name in (
+        "runs", "models", "figures", "study.json", "runs.csv", "curves.csv", "gaps.csv", "diagnostics.csv",
+        "inference.csv", "fork_gaps.csv", "provenance.csv", "report.md", "report.html")],
+        (("runs", ".json"), ("models", ".pt"), ("figures", ".png")))
     workers, scheduler = args.workers, args.scheduler
     if args.report_only:
         if not (out / "study.json").exists():

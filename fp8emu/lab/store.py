@@ -1,4 +1,5 @@
-"""Resumable studies' files: JSON that keeps NaN and Inf, its canonical digest, and atomic writes.
+"""Resumable studies' files: JSON that keeps NaN and Inf, its canonical digest, atomic writes, and the
+``--out`` folder they go in (checked before anything runs).
 
 Every study that keeps one file per run or cell (``train-study``, ``grad-study``) writes through these,
 so a file is either whole or absent and a rerun can trust what it finds.
@@ -29,7 +30,7 @@ import numpy as np
 from .. import readers
 
 __all__ = ["json_safe", "json_restore", "digest", "atomic_write", "csv_value", "write_rows", "read_rows",
-           "numbers_except"]
+           "numbers_except", "check_out", "make_out"]
 
 
 def json_safe(obj):
@@ -191,3 +192,53 @@ def numbers_except(text_columns):
         except ValueError:
             raise ValueError(f"column {k!r} holds {v!r}, which is not a number") from None
     return convert
+
+
+def check_out(out, writes=(), inside=(), *, hint="use another --out") -> Path:
+    """``--out`` as a Path, or one ValueError naming what in it a study could not write, before anything runs.
+
+    Refused: an empty name, a path through a symbolic link to nothing or through a file, and what the study
+    writes at the wrong kind: ``writes``, ``(name, is_folder)`` pairs (a folder at report.md failed with
+    "[Errno 21] Is a directory" after every run had trained, a FIFO there blocked for ever), and ``inside``,
+    ``(folder, suffix)`` pairs, the files written inside a folder.  ``hint``: the message's last words.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp(); os.mkdir(os.path.join(d, "report.md"))
+    >>> check_out(d, [("report.md", False)])
+    Traceback (most recent call last):
+    ...
+    ValueError: --out '...' holds report.md as a folder, where the study writes a file; use another --out
+    """
+    if str(out) == "":
+        raise ValueError("--out '' names no folder; give a folder (created if missing)")
+    out = Path(out)
+    for p in [q for q in reversed(out.parents) if str(q) not in ("", ".")] + [out]:
+        if p.is_symlink() and not p.exists():      # mkdir said "[Errno 17] File exists" of what does not exist
+            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a symbolic link to nothing (dangling, or a loop); "
+                             "give a folder (created if missing)")
+        if p.exists() and not p.is_dir():
+            what = "a file" if p.is_file() else "a FIFO, device or socket"
+            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is {what}; give a folder (created if missing)")
+    found = [(name, folder, out / name) for name, folder in writes]
+    for sub, suffix in inside:           # a folder at figures/bias_vs_n.png was "[Errno 21] Is a directory" at the end
+        found += [(f"{sub}/{p.name}", False, p) for p in sorted((out / sub).glob(f"*{suffix}"))
+                  if (out / sub).is_dir()]
+    for name, folder, p in found:
+        if p.exists() and (p.is_dir() != folder or not (folder or p.is_file())):
+            kind = "a folder" if p.is_dir() else "a file" if p.is_file() else \
+                "a FIFO, device or socket (not a regular file)"
+            raise ValueError(f"--out {str(out)!r} holds {name} as {kind}, where the study writes "
+                             f"{'a folder' if folder else 'a file'}; {hint}")
+    return out
+
+
+def make_out(out: Path) -> Path:
+    """Create the ``--out`` folder (and its parents), or one ValueError naming it (not "[Errno 2] ...")."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:      # "[Errno 2] No such file or directory: '/proc/x'", not naming --out
+        raise ValueError(f"--out {str(out)!r}: the folder cannot be created ({exc.strerror}); give a folder "
+                         "(created if missing)") from None
+    return out

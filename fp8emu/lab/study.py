@@ -49,6 +49,7 @@ import numpy as np
 from .. import metrics, parallel
 from .recipes import select_recipes, tensor_params, threshold
 from . import report as report_mod
+from .store import check_out as store_check_out, make_out
 from .results import COLUMNS, canonical_order, read_results, read_results_file, resume_rows, write_results
 from .tensors import TensorRef, chunk_ranges, discover
 
@@ -306,26 +307,9 @@ REPORT_PATHS = {"report.md": False, "report.html": False, "figures": True, "figu
 
 
 def check_out(out, *, report=True) -> Path:
-    """``out`` as a Path, or one ValueError naming what in it the study could not write: a parent that
-    is a file, a symbolic link to nothing, and (``report``) a report file that is a folder, FIFO, device
-    or socket (a folder at report.md failed after every tensor had run, a FIFO blocked for ever)."""
-    if str(out) == "":
-        raise ValueError("--out '' names no folder; give a folder (created if missing)")
-    out = Path(out)
-    for p in [q for q in reversed(out.parents) if str(q) not in ("", ".")] + [out]:
-        if p.is_symlink() and not p.exists():      # mkdir said "[Errno 17] File exists" of what does not exist
-            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a symbolic link to nothing (dangling, or a loop); "
-                             "give a folder (created if missing)")
-        if p.exists() and not p.is_dir():
-            raise ValueError(f"--out {out} exists and is not a folder" if p == out else
-                             f"--out {str(out)!r}: {str(p)!r} is not a folder; give a folder (created if missing)")
-    for name, folder in (REPORT_PATHS.items() if report else ()):
-        p = out / name
-        if p.exists() and p.is_dir() != folder or (p.exists() and not folder and not p.is_file()):
-            kind = "a folder" if p.is_dir() else "a FIFO, device or socket" if not folder else "a file"
-            raise ValueError(f"--out {str(out)!r} holds {name} as {kind}, where the study writes "
-                             f"{'a folder' if folder else 'a file'}; use another --out (or --no-report)")
-    return out
+    """``out`` as a Path, or one ValueError naming what in it the study could not write
+    (:func:`fp8emu.lab.store.check_out`; ``report``: the report's files too)."""
+    return store_check_out(out, REPORT_PATHS.items() if report else (), hint="use another --out (or --no-report)")
 
 
 def plan_study(paths, out, *, recipes=None, include=None, exclude=None, chunk_mb=DEFAULT_CHUNK_MB,
@@ -416,11 +400,7 @@ def execute_study(plan: StudyPlan, *, progress=True, client=None, report=True, c
     rewritten, and the reports are rewritten only if older than results.csv.
     """
     out = plan.out
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:      # "[Errno 2] No such file or directory: '/proc/x'", not naming --out
-        raise ValueError(f"--out {str(out)!r}: the folder cannot be created ({exc.strerror}); give a folder "
-                         "(created if missing)") from None
+    make_out(out)
     csv_path = plan.csv_path
     changed = bool(plan.todo) or plan.duplicates or plan.torn or not csv_path.exists()
     if changed:

@@ -41,7 +41,7 @@ import fp8emu.torch as fp8torch
 from ... import readers
 from ...training import get_recipe, get_stack
 from ..swap import check_combination, required_multiple
-from ...lab.store import atomic_write, digest, json_restore, json_safe
+from ...lab.store import atomic_write, digest, json_restore, json_safe, make_out
 from .corpus import load_corpus
 from .model import ModelConfig, check_config
 from .train import BASELINES, RunSpec, TrainConfig, train_dict, train_run
@@ -317,8 +317,7 @@ def execute(out, cfg: StudyConfig, specs, *, client=None, progress=True) -> dict
 
     Every file is checked before the first run starts.
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_out(Path(out))
     check_study_file(out, cfg)
     done, todo = load_results(out, specs)
     all_results(out, cfg)       # every run file the report will read, checked before any run trains
