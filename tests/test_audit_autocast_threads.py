@@ -14,21 +14,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import fp8emu.torch as ft  # noqa: E402
+from torch_models import small_mlp, train_step  # noqa: E402
 from fp8emu.torch.linear import EmulatedLinear  # noqa: E402
 
 
 def _model():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32))
-    ft.emulate(model, "te-current", "h100")
-    return model
+    return small_mlp("te-current", "h100")
 
 
-def _step(model, x):
-    x = x.clone().requires_grad_(True)
-    y = model(x)
-    y.pow(2).sum().backward()
-    return y.detach(), x.grad, [p.grad.clone() for p in model.parameters()]
+_step = train_step
 
 
 def _alone(block):

@@ -12,21 +12,15 @@ import threading
 import pytest
 
 torch = pytest.importorskip("torch")
-import fp8emu.torch as ft  # noqa: E402
+from torch_models import small_mlp, train_step  # noqa: E402
 
 
 def _model():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32))
-    ft.emulate(model, "te-delayed", "h100")
-    return model
+    return small_mlp("te-delayed", "h100")
 
 
 def _step(model, x):
-    x = x.clone().requires_grad_(True)
-    y = model(x)
-    y.pow(2).sum().backward()
-    return y.detach(), x.grad
+    return train_step(model, x)[:2]
 
 
 def _while_compiling(call):

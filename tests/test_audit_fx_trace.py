@@ -9,15 +9,12 @@ gives a graph that calls it, with the eager bits (the expectation: the model its
 import pytest
 
 torch = pytest.importorskip("torch")
-import fp8emu.torch as ft  # noqa: E402
+from torch_models import small_mlp  # noqa: E402
 from fp8emu.torch.linear import EmulatedLinear  # noqa: E402
 
 
 def _model():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32))
-    ft.emulate(model, "te-current", "h100")
-    return model
+    return small_mlp("te-current", "h100")
 
 
 def test_symbolic_trace_is_one_error_naming_the_tracer():
