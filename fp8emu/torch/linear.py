@@ -145,6 +145,13 @@ def frac_clipped(arr: np.ndarray, op: Operand) -> float:
     return float(clipped.sum() / max(x.size, 1))
 
 
+def _acting_attribute(i, own, doc):
+    """A layer attribute read as this call's (an autocast block's in this thread, else the layer's own, ``own``)."""
+    def set_own(self, value):
+        setattr(self, own, value)
+    return property(lambda self: self._acting(i), set_own, doc=doc)
+
+
 class EmulatedLinear(nn.Module):
     """An ``nn.Linear`` whose fprop, dgrad and wgrad are emulated FP8 / FP4 GEMMs.
 
@@ -221,32 +228,12 @@ class EmulatedLinear(nn.Module):
             return over[id(self)][i]
         return (self._recipe, self._stack, self._multiple)[i]
 
-    @property
-    def recipe(self) -> TrainingRecipe:
-        """The recipe this call runs (an :func:`fp8emu.torch.autocast` block's in this thread), else the layer's."""
-        return self._acting(0)
-
-    @recipe.setter
-    def recipe(self, value):
-        self._recipe = value
-
-    @property
-    def stack(self) -> Stack:
-        """The stack this call runs (an :func:`fp8emu.torch.autocast` block's in this thread), else the layer's."""
-        return self._acting(1)
-
-    @stack.setter
-    def stack(self, value):
-        self._stack = value
-
-    @property
-    def multiple(self) -> int:
-        """What the token count must be a multiple of, for this call's recipe and stack."""
-        return self._acting(2)
-
-    @multiple.setter
-    def multiple(self, value):
-        self._multiple = value
+    recipe = _acting_attribute(0, "_recipe", "The recipe this call runs (an :func:`fp8emu.torch.autocast` block's in "
+                                             "this thread), else the layer's (a :class:`TrainingRecipe`).")
+    stack = _acting_attribute(1, "_stack", "The stack this call runs (an :func:`fp8emu.torch.autocast` block's in "
+                                           "this thread), else the layer's (a :class:`Stack`).")
+    multiple = _acting_attribute(2, "_multiple", "What the token count must be a multiple of, for this call's recipe "
+                                                 "and stack.")
 
     def _apply(self, fn, recurse=True):
         # Module.to_empty remakes every buffer without its values (the meta-device initialization path:
