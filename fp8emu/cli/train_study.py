@@ -250,7 +250,7 @@ def provenance(cfg, argv, wall_s, workers) -> dict:
     # what the final validation loss averaged over: the preset's count in whole batches, at most the split's (the
     # report said train.final_windows, 8, of --batch 16's 16 windows)
     prov["final_windows_evaluated"] = evaluated_windows(cfg.train.final_windows, cfg.model.batch,
-                                                        c.val.size - cfg.model.seq_len)
+                                                        c.val_windows(cfg.model.seq_len))
     return prov
 
 
@@ -329,8 +329,8 @@ def run(args) -> int:
     if args.infer_windows is not None:
         # the table evaluates whole batches of distinct windows of the validation split: another count was cut or
         # rounded to that, silently, while provenance.csv said the count asked for
-        val = load_corpus(cfg.corpus, min_split_bytes=cfg.model.seq_len + 1).val
-        most = val.size - cfg.model.seq_len
+        corpus = load_corpus(cfg.corpus, min_split_bytes=cfg.model.seq_len + 1)
+        val, most = corpus.val, corpus.val_windows(cfg.model.seq_len)
         b = cfg.model.batch
         if evaluated_windows(args.infer_windows, b, most) != args.infer_windows:
             raise ValueError(f"--infer-windows {args.infer_windows}: the table evaluates whole batches of --batch {b} "
@@ -368,7 +368,7 @@ def run(args) -> int:
         prov = _timing_note(provenance(cfg, argv, time.perf_counter() - t0, workers or scheduler or 1), res["done"])
         if rows:     # the windows the table averaged over (the preset's count is rounded to whole batches too)
             prov["infer_windows"] = evaluated_windows(infer_windows(args), cfg.model.batch,
-                                                      load_corpus(cfg.corpus).val.size - cfg.model.seq_len)
+                                                      load_corpus(cfg.corpus).val_windows(cfg.model.seq_len))
         runs_ = report.run_rows(res["done"])
         sections = []
         if cfg.train.fork_at:

@@ -68,6 +68,10 @@ class Corpus:
     def n_bytes(self) -> int:
         return int(self.train.size + self.val.size)
 
+    def val_windows(self, seq_len) -> int:
+        """How many windows of ``seq_len`` bytes (each with its next byte, the target) the validation split holds."""
+        return int(self.val.size - seq_len)
+
     def provenance(self) -> dict:
         """What a report says about the corpus."""
         return {"corpus": self.name, "corpus_source": self.source, "corpus_license": self.license,

@@ -157,7 +157,7 @@ def plan_runs(cfg: StudyConfig) -> list:
     check_config(cfg.model)
     cfg.train.check()
     corpus = load_corpus(cfg.corpus, min_split_bytes=cfg.model.seq_len + 1)
-    windows = corpus.val.size - cfg.model.seq_len
+    windows = corpus.val_windows(cfg.model.seq_len)
     if windows < cfg.model.batch:
         # every evaluation takes whole batches of distinct windows: none fitted, and the first evaluation of the
         # first run was Python's bare "float division by zero"
