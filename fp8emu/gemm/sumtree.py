@@ -402,10 +402,10 @@ def evaluate_order(order, x, y):
 def _spine_value(sp, i, xs, ys, tree, tiny):
     start, items = sp[i]
     fma = tree.fma
-    # an accumulator that starts at +0 turns a -0 product into +0; with FMA that is fma(x, y, +0): the exact product
-    # and +0 rounded once (a nonzero -2**-200 gives -0, as torch's MKL; rounded first, then + 0, it gave +0)
-    z, p = (0.0 if tree.zero_start else -0.0), xs[start] * ys[start]     # x + -0 is x, a -0 included
-    c = ((p + z) if fma else (p.astype(np.float32) + np.float32(z))).astype(np.float32)
+    # the first product rounded; an accumulator that starts at +0 turns a -0 product into +0
+    c = (xs[start] * ys[start]).astype(np.float32)
+    if tree.zero_start:
+        c += np.float32(0)
     j = 0
     while j < len(items):
         kind, v = items[j]
