@@ -237,7 +237,8 @@ def run(args) -> int:
         print(f"{len(cells)} cells")
         return 0
     if args.out is not None and not args.out.strip():
-        raise ValueError("--out '' names no folder; leave --out out for the default "
+        # quoted as given: '   ' was quoted ''
+        raise ValueError(f"--out {args.out!r} names no folder; leave --out out for the default "
                          f"./{DEFAULT_OUT}{'-quick' if args.quick else ''}")
     out = Path(args.out if args.out is not None else DEFAULT_OUT + ("-quick" if args.quick else ""))
     make_out(check_out(out, _writes(), (("cells", ".json"), ("figures", ".png"))))

@@ -611,13 +611,11 @@ def _fit(nested, classes, trials, wants, zeros):
         parts = [(good[first][0], mask & ~only_second, good[first][1])]
         if only_second.any():
             parts.append((good[second][0], only_second, good[second][1]))
-        for tree, sel, g in parts:
-            if np.sum(minus & sel) > np.sum(plus & sel):
-                tree = tree.starting(False)
-            g = g & (plus if tree.zero_start else minus)     # an output of the other sign is not explained
-            out[sel] = len(trees)
-            trees.append(tree)
-            ok |= sel & g
+        for tree, sel, g in parts:      # outputs whose sums start at their first product (-0 kept): a tree of their
+            for t, s in ((tree, sel & ~minus), (tree.starting(False), sel & minus)):    # own (the majority's was all)
+                if s.any():
+                    out[s], ok = len(trees), ok | (s & g & (plus if t.zero_start else minus))
+                    trees.append(t)
     return GemmOrder(trees, out), float(ok.mean())
 
 

@@ -95,7 +95,10 @@ def mean_curve(draws, ref, ns) -> list:
     >>> [round(e, 3) for e in mean_curve([ref + 1, ref - 1], ref, [1, 2])]
     [1.0, 0.0]
     """
-    ns = list(ns)
+    try:
+        ns = list(ns)
+    except TypeError:       # Python's "'int' object is not iterable", naming no argument
+        raise TypeError(f"mean_curve: ns must be a sequence of draw counts (e.g. [1, 4, 16]), got {ns!r}") from None
     if not ns or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) for n in ns) or ns[0] < 1 \
             or any(b <= a for a, b in zip(ns, ns[1:])):
         # the errors come out in draw order: an unsorted ns would pair them with the wrong n
@@ -139,13 +142,16 @@ def fit_floor(ns, errs) -> tuple:
     >>> round(b, 4), round(v, 4)
     (0.1, 0.04)
     """
-    n, e2 = (np.reshape(_real(v, "fit_floor"), np.shape(v)) ** p for v, p in ((ns, 1), (errs, 2)))  # "1", True
+    n, e = (np.reshape(_real(v, "fit_floor"), np.shape(v)) for v in (ns, errs))  # "1", True
+    e2 = e ** 2
     # no points fitted "b = 0, v = 0" (a claim about nothing); other lengths, or n <= 0 (1/n), failed in LAPACK
     if n.ndim != 1 or n.shape != e2.shape or n.size == 0:
         raise ValueError(f"fit_floor: ns and errs must be 1-D of one length >= 1, got shapes {n.shape} and "
                          f"{e2.shape}")
     if not np.all(np.isfinite(n) & (n > 0)):
         raise ValueError(f"fit_floor: ns are draw counts, finite and > 0, got {list(ns)}")
+    if np.any(e < 0):       # squared, an error of -0.1 was fitted as 0.1, silently (NaN: no fit, NaN)
+        raise ValueError(f"fit_floor: errs are errors, >= 0, got {list(errs)}")
     A = np.stack([np.ones_like(n), 1 / n], axis=1)
     best = None
     # the four active sets of a two-variable non-negative least squares

@@ -24,7 +24,7 @@ import numpy as np
 
 from .grad_metrics import fit_floor, loglog_slope
 from .report import log_y, png_bytes
-from .store import read_rows, write_rows
+from .store import plain_number, read_rows, write_rows
 
 __all__ = ["THRESHOLDS", "findings", "spike_summary",
            "write_csv", "read_csv", "read_tables", "write_report", "guide_table", "readme_block", "pair_summary", "TABLES",
@@ -361,6 +361,9 @@ _NAMES = ("recipe", "stack", "layer", "gemm", "case", "level", "finding", "metri
 def _checked(col, text):
     """``text`` as it is, once it reads as its column's number (the rules' ``int()`` named no file)."""
     try:
+        if (col in _INTS or col not in _NAMES and text != "" and any(col in c for c in COLUMNS.values())) \
+                and not plain_number(text):     # int("6_0") is 60, int(" 3") 3: an edited cell read as another
+            raise ValueError(text)
         if col in _INTS:
             int(text)
         elif col not in _NAMES and text != "" and any(col in c for c in COLUMNS.values()):

@@ -214,23 +214,27 @@ def check_out(out, writes=(), inside=(), *, hint="use another --out") -> Path:
     if str(out) == "":
         raise ValueError("--out '' names no folder; give a folder (created if missing)")
     out = Path(out)
-    for p in [q for q in reversed(out.parents) if str(q) not in ("", ".")] + [out]:
-        if p.is_symlink() and not p.exists():      # mkdir said "[Errno 17] File exists" of what does not exist
-            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a symbolic link to nothing (dangling, or a loop); "
-                             "give a folder (created if missing)")
-        if p.exists() and not p.is_dir():
-            what = "a file" if p.is_file() else "a FIFO, device or socket"
-            raise ValueError(f"--out {str(out)!r}: {str(p)!r} is {what}; give a folder (created if missing)")
-    found = [(name, folder, out / name) for name, folder in writes]
-    for sub, suffix in inside:           # a folder at figures/bias_vs_n.png was "[Errno 21] Is a directory" at the end
-        found += [(f"{sub}/{p.name}", False, p) for p in sorted((out / sub).glob(f"*{suffix}"))
-                  if (out / sub).is_dir()]
-    for name, folder, p in found:
-        if p.exists() and (p.is_dir() != folder or not (folder or p.is_file())):
-            kind = "a folder" if p.is_dir() else "a file" if p.is_file() else \
-                "a FIFO, device or socket (not a regular file)"
-            raise ValueError(f"--out {str(out)!r} holds {name} as {kind}, where the study writes "
-                             f"{'a folder' if folder else 'a file'}; {hint}")
+    try:
+        for p in [q for q in reversed(out.parents) if str(q) not in ("", ".")] + [out]:
+            if p.is_symlink() and not p.exists():      # mkdir said "[Errno 17] File exists" of what does not exist
+                raise ValueError(f"--out {str(out)!r}: {str(p)!r} is a symbolic link to nothing (dangling, or a loop); "
+                                 "give a folder (created if missing)")
+            if p.exists() and not p.is_dir():
+                what = "a file" if p.is_file() else "a FIFO, device or socket"
+                raise ValueError(f"--out {str(out)!r}: {str(p)!r} is {what}; give a folder (created if missing)")
+        found = [(name, folder, out / name) for name, folder in writes]
+        for sub, suffix in inside:       # a folder at figures/bias_vs_n.png was "[Errno 21] Is a directory" at the end
+            found += [(f"{sub}/{p.name}", False, p) for p in sorted((out / sub).glob(f"*{suffix}"))
+                      if (out / sub).is_dir()]
+        for name, folder, p in found:
+            if p.exists() and (p.is_dir() != folder or not (folder or p.is_file())):
+                kind = "a folder" if p.is_dir() else "a file" if p.is_file() else \
+                    "a FIFO, device or socket (not a regular file)"
+                raise ValueError(f"--out {str(out)!r} holds {name} as {kind}, where the study writes "
+                                 f"{'a folder' if folder else 'a file'}; {hint}")
+    except OSError as exc:      # a folder on the way that cannot be searched: "[Errno 13] Permission denied: ..."
+        raise ValueError(f"--out {str(out)!r}: {exc.filename or str(out)!r} cannot be examined ({exc.strerror}); "
+                         "give a folder (created if missing)") from None
     return out
 
 
