@@ -277,10 +277,15 @@ class EmulatedLinear(nn.Module):
     def delayed_operand(self, role: str, arr: np.ndarray) -> Operand:
         """Quantize with the scale in force, record the amax, update (TE's order); state in buffers."""
         hist, scale = getattr(self, f"amax_history_{role}"), getattr(self, f"scale_{role}")
-        if hist.dtype != torch.float32 or scale.dtype != torch.float32:
-            raise TypeError(f"layer {self.layer_name!r}: delayed scaling's state was converted to {scale.dtype} "
-                            "(model.to(dtype)?); keep the model in float32 (fp32 master weights): the stack "
-                            "already runs activations in its own dtype")
+        odd = [(f"{n}_{role}", t.dtype) for n, t in (("amax_history", hist), ("scale", scale))
+               if t.dtype != torch.float32]
+        if odd:
+            # named by the buffer that is not float32: a history alone in float64 (load_state_dict's assign=True)
+            # read "converted to torch.float32 ...; keep the model in float32"
+            raise TypeError(f"layer {self.layer_name!r}: delayed scaling's state was converted to {odd[0][1]} ("
+                            f"{', '.join(f'{n} is {d}' for n, d in odd)}; model.to(dtype), or load_state_dict with "
+                            "assign=True?); keep the model in float32 (fp32 master weights): the stack already runs "
+                            "activations in its own dtype")
         ds = self.recipe.scaler(role)
         ds.amax_history = hist.numpy().astype(np.float32).copy()
         ds.scale = float(scale)
