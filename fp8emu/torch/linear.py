@@ -349,7 +349,10 @@ class EmulatedLinear(nn.Module):
                              "inference without autograd (torch.no_grad() or torch.inference_mode()), which "
                              "takes any count")
 
-    def forward(self, x):
+    def forward(self, input):
+        # nn.Linear's parameter name: ``layer(input=x)``, which the plain layer takes, was Python's "forward() got an
+        # unexpected keyword argument 'input'" once emulated
+        x = input
         if COMPILED_FORWARD is not None and isinstance(x, torch.Tensor) and _traced():
             # one opaque op, which runs this eager call (same bits) and so its input checks, at run time:
             # an error raised while Dynamo traces would make it skip this code for good, and the later
