@@ -136,7 +136,7 @@ def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     if not training:
         with _eager(), torch.no_grad(), _autocast(x, autocast_dtype):
             y = _call(layer, tensors, x)
-        return [y.clone(), torch.zeros((), dtype=torch.int64), *after]
+        return [y.clone(memory_format=torch.contiguous_format), torch.zeros((), dtype=torch.int64), *after]
     computed = [n for n in ("weight", "bias") if parametrize.is_parametrized(layer, n)]
     if computed:
         # functional_call's weight replaces the parametrization for the call (torch writes it into the
@@ -161,7 +161,7 @@ def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     # computed with autograd on and never backpropagated), the eager call's graph goes with it (it was kept
     # for ever, one entry per such forward)
     weakref.finalize(token, layer.compiled_pending.pop, handle, None)
-    return [y.detach().clone(), token, *after]
+    return [y.detach().clone(memory_format=torch.contiguous_format), token, *after]
 
 
 @_emulated_linear.register_fake
@@ -188,15 +188,19 @@ def _emulated_linear_backward(dy: torch.Tensor, handle: torch.Tensor, x: torch.T
     out = []
     for n, like in (("x", x), ("weight", weight), ("bias", bias)):
         g = got.get(n)
-        out.append(g.clone() if g is not None else (like if like is not None else x).new_zeros(
-            like.shape if like is not None else (0,)))
+        # contiguous, as the fake kernel says: inductor checks the strides a custom op returns against its fake
+        # kernel's, and empty_like of a transposed input or weight had promised theirs (an AssertionError)
+        if g is not None:
+            out.append(g.clone(memory_format=torch.contiguous_format))
+        else:
+            out.append((like if like is not None else x).new_zeros(like.shape if like is not None else (0,)))
     return out
 
 
 @_emulated_linear_backward.register_fake
 def _(dy, handle, x, weight, bias, key):
-    return [torch.empty_like(x), torch.empty_like(weight),
-            torch.empty_like(bias) if bias is not None else x.new_empty((0,))]
+    return [x.new_empty(x.shape), weight.new_empty(weight.shape),
+            bias.new_empty(bias.shape) if bias is not None else x.new_empty((0,))]
 
 
 def _setup_context(ctx, inputs, output):

@@ -29,7 +29,15 @@ def take_step(counter: torch.Tensor, owner: str) -> int:
 
     The counter seeds stochastic rounding and is saved in the state dict: a negative value (a corrupt or
     hand-edited checkpoint, or int64's wrap past its largest value) reached NumPy's bare "expected non-negative
-    integer" at the first quantizer."""
+    integer" at the first quantizer.  It is an int64: loaded with ``load_state_dict(..., assign=True)`` from a
+    state dict that held another dtype, a uint8 counter wrapped from 255 to 0 (its stochastic rounding repeated
+    the first steps' bits, silently) and a bool one was torch's bare "result type Long can't be cast to the
+    desired output type Bool"."""
+    if counter.dtype != torch.int64:
+        raise TypeError(f"{owner}: its step counter (the fp8emu_step buffer, saved in its state dict) is a "
+                        f"{counter.dtype} tensor; it must be torch.int64 (it counts the calls and seeds stochastic "
+                        "rounding): load a state dict an emulated layer saved, or without assign=True (which takes "
+                        "the state dict's dtype)")
     step = int(counter)
     if not 0 <= step < torch.iinfo(torch.int64).max:
         raise ValueError(f"{owner}: its step counter (the fp8emu_step buffer, saved in its state dict) is {step}; it "

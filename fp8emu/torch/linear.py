@@ -264,10 +264,15 @@ class EmulatedLinear(nn.Module):
     def delayed_operand(self, role: str, arr: np.ndarray) -> Operand:
         """Quantize with the scale in force, record the amax, update (TE's order); state in buffers."""
         hist, scale = getattr(self, f"amax_history_{role}"), getattr(self, f"scale_{role}")
-        if hist.dtype != torch.float32 or scale.dtype != torch.float32:
-            raise TypeError(f"layer {self.layer_name!r}: delayed scaling's state was converted to {scale.dtype} "
-                            "(model.to(dtype)?); keep the model in float32 (fp32 master weights): the stack "
-                            "already runs activations in its own dtype")
+        odd = [(f"{n}_{role}", t.dtype) for n, t in (("amax_history", hist), ("scale", scale))
+               if t.dtype != torch.float32]
+        if odd:
+            # named by the buffer that is not float32: a history alone in float64 (load_state_dict's assign=True)
+            # read "converted to torch.float32 ...; keep the model in float32"
+            raise TypeError(f"layer {self.layer_name!r}: delayed scaling's state was converted to {odd[0][1]} ("
+                            f"{', '.join(f'{n} is {d}' for n, d in odd)}; model.to(dtype), or load_state_dict with "
+                            "assign=True?); keep the model in float32 (fp32 master weights): the stack already runs "
+                            "activations in its own dtype")
         ds = self.recipe.scaler(role)
         ds.amax_history = hist.numpy().astype(np.float32).copy()
         ds.scale = float(scale)
@@ -331,7 +336,10 @@ class EmulatedLinear(nn.Module):
                              "inference without autograd (torch.no_grad() or torch.inference_mode()), which "
                              "takes any count")
 
-    def forward(self, x):
+    def forward(self, input):
+        # nn.Linear's parameter name: ``layer(input=x)``, which the plain layer takes, was Python's "forward() got an
+        # unexpected keyword argument 'input'" once emulated
+        x = input
         if COMPILED_FORWARD is not None and isinstance(x, torch.Tensor) and _traced():
             # one opaque op, which runs this eager call (same bits) and so its input checks, at run time:
             # an error raised while Dynamo traces would make it skip this code for good, and the later

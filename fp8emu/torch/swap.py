@@ -270,6 +270,10 @@ def _fast_path_off(model) -> list:
 
 #: A module's hooks that run around its forward and backward (emulate replaces the module: they would be lost).
 _HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+#: Its hooks that run when its state dict is saved or loaded: lost the same way (a load pre-hook that renames an old
+#: checkpoint's keys stopped running, and ``load_state_dict(..., strict=False)`` left the weight unloaded, silently).
+_STATE_HOOKS = ("_state_dict_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
+                "_load_state_dict_post_hooks")
 
 
 def _not_swappable(lin):
@@ -293,6 +297,18 @@ def _not_swappable(lin):
     if hooks:
         return (f"{hooks} forward/backward hook(s) registered on it, which the emulated layer (a new module) "
                 "would not run: left as it is; register them on the emulated layer after emulate()")
+    extra = ([f"Parameter {n!r}" for n in lin._parameters if n not in ("weight", "bias")]
+             + [f"buffer {n!r}" for n in lin._buffers] + [f"sub-module {n!r}" for n in lin._modules])
+    if extra:
+        # the emulated layer holds the weight and bias only: the rest left model.parameters() (an optimizer made
+        # afterwards never trained it) and the state dict (a checkpoint saved without it), silently
+        return (f"{', '.join(extra)} registered on it besides weight and bias, which the emulated layer (a new "
+                "module) would not hold: left as it is")
+    hooks = sum(len(getattr(lin, h, None) or {}) for h in _STATE_HOOKS)
+    if hooks:
+        return (f"{hooks} state-dict hook(s) registered on it (run by state_dict or load_state_dict), which the "
+                "emulated layer (a new module) would not run: left as it is; register them on the emulated layer "
+                "after emulate()")
     return None
 
 
