@@ -13,7 +13,7 @@ Usage::
     python3 benchmarks/bench_gemm.py --threads 1 --skip-scaled --dense 256 256 1024 --base /tmp/perf-old
                                     # the wide route's dense step: block_scaled_mm through step_row(32, 13, 14)
 
-Repetitions are interleaved (this package, the base, ...) and medians taken;
+Repetitions are interleaved (this package, the base, ..., then the reverse order) and medians taken;
 wall time and process CPU time are both reported (the CPU time is what a busy
 shared machine distorts least).  torch runs at the same thread count as fp8emu.
 """
@@ -44,12 +44,16 @@ def timed(fn):
 
 
 def interleaved(fns, repeat):
+    """Median wall and CPU seconds of each of ``fns``, ``repeat`` rounds, each round in the order of the last one
+    reversed: a call leaves the process's heap (what glibc has trimmed back to the system) to the next, so a
+    function always run right after another paid for the other's page faults (benchmarks/RESULTS.md, "The exact
+    row's page faults")."""
     for f in fns:
         f()
     walls, cpus = [[] for _ in fns], [[] for _ in fns]
-    for _ in range(repeat):
-        for i, f in enumerate(fns):
-            w, c = timed(f)
+    for r in range(repeat):
+        for i in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
+            w, c = timed(fns[i])
             walls[i].append(w)
             cpus[i].append(c)
     return [float(np.median(w)) for w in walls], [float(np.median(c)) for c in cpus]
