@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 import tracemalloc
@@ -43,6 +44,11 @@ def timed(fn):
     return time.perf_counter() - w, time.process_time() - c
 
 
+def minor_faults():
+    """This process's minor page faults so far (pages the system gave it, zeroed, on first touch)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def interleaved(fns, repeat):
     """Median wall and CPU seconds of each of ``fns``, ``repeat`` rounds, each round in the order of the last one
     reversed: a call leaves the process's heap (what glibc has trimmed back to the system) to the next, so a
@@ -51,12 +57,20 @@ def interleaved(fns, repeat):
     for f in fns:
         f()
     walls, cpus = [[] for _ in fns], [[] for _ in fns]
+    FAULTS.clear()
+    FAULTS.extend([] for _ in fns)
     for r in range(repeat):
         for i in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
+            f0 = minor_faults()
             w, c = timed(fns[i])
+            FAULTS[i].append(minor_faults() - f0)
             walls[i].append(w)
             cpus[i].append(c)
     return [float(np.median(w)) for w in walls], [float(np.median(c)) for c in cpus]
+
+
+#: The minor page faults of each call of the last :func:`interleaved`, per function.
+FAULTS: list = []
 
 
 def main(argv=None):
@@ -120,7 +134,8 @@ def main(argv=None):
     print(f"np.matmul float32: {base_w * 1e3:.2f} ms")
     head = "| accumulator | fp8emu wall s | CPU s | / np.matmul |"
     if old:
-        head += " base wall s | base CPU s | speed-up wall | speed-up CPU | bit-identical |"
+        head += (" base wall s | base CPU s | speed-up wall | speed-up CPU | bit-identical | minor page faults a call "
+                 "(median; base) |")
     if torch:
         head += " torch._scaled_mm CPU s (wall) | fp8emu / torch |"
     print(head)
@@ -136,7 +151,8 @@ def main(argv=None):
         row = f"| {acc} | {walls[0]:.3f} | {cpus[0]:.3f} | {walls[0] / base_w:.0f}x |"
         if old:
             same = np.array_equal(fns[0](), fns[1](), equal_nan=True)
-            row += f" {walls[1]:.3f} | {cpus[1]:.3f} | {walls[1] / walls[0]:.2f}x | {cpus[1] / cpus[0]:.2f}x | {same} |"
+            row += (f" {walls[1]:.3f} | {cpus[1]:.3f} | {walls[1] / walls[0]:.2f}x | {cpus[1] / cpus[0]:.2f}x | {same} | "
+                    f"{np.median(FAULTS[0]):.0f} ({np.median(FAULTS[1]):.0f}) |")
         if torch:
             row += f" {walls[-1]:.4f} | {walls[0] / walls[-1]:.0f}x |" if tfn else " - | - |"
         print(row, flush=True)
