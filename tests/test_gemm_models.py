@@ -203,3 +203,10 @@ def test_block_scaled_models_are_refused_by_scaled_mm():
     a = fp8emu.encode(np.ones((2, 32)), "e4m3fn")
     with pytest.raises(ValueError, match="'blackwell' is a block-scaled model"):
         fp8emu.scaled_mm(a, a.T.copy(), a_format="e4m3fn", b_format="e4m3fn", accumulator="blackwell")
+
+
+def test_run_steps_refuses_values_an_instruction_would_ignore():
+    a = fp8emu.encode(np.ones((2, 32)), "e4m3fn")
+    b = fp8emu.encode(np.ones((32, 2)), "e4m3fn")
+    with pytest.raises(ValueError, match="'hopper' chains its instruction on the codes"):
+        models.run_steps(models.get_model("hopper"), a, "e4m3fn", b, "e4m3fn", values=((None, None), (None, None)))

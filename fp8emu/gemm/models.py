@@ -342,13 +342,15 @@ def scaled_row(ins: Instruction, formats=None):
     return dataclasses.replace(w, datapath="scaled", scales=("ue8m0", "ue4m3", "ue5m3"), blocks=(16, 32), modes=())
 
 
-def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None, ins=None):
+def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None, ins=None, values=None):
     """float32 (M, N) ``A @ B`` of FP8 codes through an ``"instruction"`` model: its row chained
     along K under its policy (an ``"exact"`` or ``"fp32"`` model: its sum of the decoded values in
     place of the chain) (split-K pieces, promotion into float32; ``kscale(kb)``: the float64
     (M, N) factor of K block ``kb``, which promotes every ``kblock`` with one rounding, as
     DeepGEMM's FMA does).  ``c``: the accumulator input of the first step (no split-K, no promotion); ``ins``:
-    the row to chain (default the model's; :func:`row_for_formats`).
+    the row to chain (default the model's; :func:`row_for_formats`).  ``values``: an ``"exact"`` or ``"fp32"``
+    model's decoded operands, ``(values_and_exponents(ca, fa), values_and_exponents(cb, fb))``, where the caller
+    holds them.
 
     Examples
     --------
@@ -359,6 +361,10 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
     ...  for n in ("hopper-fast", "hopper")]      # the second 128 of K restart from zero: kept
     [1.0, 1.00390625]
     """
+    if values is not None and model.kind not in ("exact", "fp32"):
+        # an instruction's chain reads the codes: the values would be ignored, silently
+        raise ValueError(f"values are the decoded operands of an 'exact' or 'fp32' model's sum; {model.name!r} chains "
+                         "its instruction on the codes")
     ins, pol = ins or model.instruction, model.policy
     M, K = ca.shape
     N = cb.shape[1]
@@ -388,7 +394,7 @@ def run_steps(model: GemmModel, ca, fa, cb, fb, kscale=None, kblock=128, c=None,
         raise ValueError(f"{model.name!r} is torch's CPU _scaled_mm, not a sum along K: use fp8emu.scaled_mm")
     else:
         fa, fb = get_format(fa), get_format(fb)
-        (va, ea), (vb, eb) = values_and_exponents(ca, fa), values_and_exponents(cb, fb)
+        (va, ea), (vb, eb) = values or (values_and_exponents(ca, fa), values_and_exponents(cb, fb))
 
         def chain(k0, k1, c_in=None):
             if model.kind == "fp32":

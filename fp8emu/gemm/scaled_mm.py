@@ -13,6 +13,7 @@ import numpy as np
 from ..formats import format_of_dtype, get_format
 from ..interop import narrow_codes, to_numpy
 from .block_scaled import block_scaled_mm
+from .code_tables import values_and_exponents
 from .epilogue import as_scale, bias_values, ieee_specials, output_type, result_scale, to_output
 from .instructions import gemm as instruction_gemm
 from .models import HW_K_MULTIPLE, MODELS, get_model, row_for_formats, run_steps
@@ -230,7 +231,11 @@ def scaled_mm(a, b, *, a_format=None, b_format=None, scale_a=1.0, scale_b=1.0, b
     blocks = "block" in (sa.kind, sb.kind)
     kscale = _kscale(sa, sb, M, N, K) if blocks else None
     row = None if ins is None else row_for_formats(model, fa, fb, K)
-    v = run_steps(model, ca, fa, cb, fb, kscale=kscale, kblock=_KBLOCK, ins=row)
+    # the decoded operands of a sum held here, until the epilogue is done: freed before it, glibc handed their
+    # pages back and the epilogue and the next call took fresh ones (2508 minor page faults a call of the exact
+    # 256x256x4096 sum against 2025, 4 % of its time; benchmarks/RESULTS.md)
+    vals = (values_and_exponents(ca, fa), values_and_exponents(cb, fb)) if model.kind in ("exact", "fp32") else None
+    v = run_steps(model, ca, fa, cb, fb, kscale=kscale, kblock=_KBLOCK, ins=row, values=vals)
     v = v if blocks else _scale_epilogue(v, sa, sb)
     if model.policy.specials == "instruction":
         return to_output(v, bias, odt, ofmt, scale_result)   # the instruction's own Inf/NaN results
