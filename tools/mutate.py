@@ -216,7 +216,10 @@ GROUPS = {
     "grad_study": (["fp8emu/lab/grad_study.py", "fp8emu/lab/grad_metrics.py"],
                    ["tests/test_mut_grad_study.py", "tests/test_grad_study.py", "tests/test_audit_grad_study.py",
                     "tests/test_audit_grad_metrics.py", "tests/test_audit_grad_compare_shapes.py",
-                    "tests/test_audit_grad_study_metric_inputs.py",
+                    "tests/test_audit_grad_study_metric_inputs.py", "tests/test_audit_grad_metrics_inputs.py",
+                    # the audits' table and figure tests (about 7 s together)
+                    *(f"tests/test_audit_grad_study_{t}.py" for t in (
+                        "table_cells", "nan_figures", "tables", "csv", "shared_tables")),
                     "tests/test_docs.py::test_docstring_examples[fp8emu.lab.grad_study]",
                     "tests/test_docs.py::test_docstring_examples[fp8emu.lab.grad_metrics]",
                     "-k", "not same_bits_on_one_and_two_threads_and_on_dask"]),
