@@ -132,6 +132,19 @@ def test_block_tiling_versus_reference(case):
     assert compared and differing == 0
 
 
+def test_an_input_of_minus_zero_is_e2m1_minus_zero_as_the_kernels_cvt_gives():
+    # NumPy's float32 standard_normal makes exactly -0.0 at 8 places of the 8192x8192 cases (the only bytes in which
+    # they differed): the kernel's cvt keeps its sign, as H200's table of every float32 says
+    from fp8emu.conformance import read_rle, rle_at
+    starts, codes = read_rle(Path(__file__).parents[1] / "fp8emu" / "data" / "golden" / "cuda_f32_e2m1_rn.rle")[:2]
+    want = int(rle_at(starts, codes, np.array([0x80000000], np.uint64))[0])
+    x = np.zeros((1, 16), np.float32)
+    x[0, 0], x[0, 1:3] = -0.0, (3.0, -5.0)
+    q = NVFP4Quantizer()
+    assert want == 0x8 and int(quantize_nvfp4_te(x, q).codes[0, 0]) == want
+    assert int(oracle.quantize(x)[0][0, 0]) == want
+
+
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("case", list(quantize_cases(LARGE)), ids=_id)
 def test_block_tiling_versus_reference_large(case):
