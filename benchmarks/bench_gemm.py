@@ -12,6 +12,8 @@ Usage::
                                     # GEMMs through every FP8/FP6/FP4 matrix-instruction preset
     python3 benchmarks/bench_gemm.py --threads 1 --skip-scaled --dense 256 256 1024 --base /tmp/perf-old
                                     # the wide route's dense step: block_scaled_mm through step_row(32, 13, 14)
+    python3 benchmarks/bench_gemm.py --skip-scaled --nvfp4 4096 3072 512 --base /tmp/perf-old
+                                    # block_scaled_mm "fp32" on NVFP4 operands (TE's NVFP4 reference GEMM)
 
 Repetitions are interleaved (this package, the base, ..., then the reverse order) and medians taken;
 wall time and process CPU time are both reported (the CPU time is what a busy
@@ -86,7 +88,10 @@ def main(argv=None):
     ap.add_argument("--dense", nargs=3, type=int, action="append", metavar=("M", "N", "K"), default=None,
                     help="also time block_scaled_mm through step_row(32, 13, 14) with scale_at 'product' and "
                          "'block' (the wide route's dense step) on MXFP8 operands of this shape")
-    ap.add_argument("--skip-scaled", action="store_true", help="only the --block / --dense rows")
+    ap.add_argument("--nvfp4", nargs=3, type=int, action="append", metavar=("M", "N", "K"), default=None,
+                    help="also time block_scaled_mm 'fp32' (float32 block sums, TE's NVFP4 reference GEMM) on NVFP4 "
+                         "operands of this shape")
+    ap.add_argument("--skip-scaled", action="store_true", help="only the --block / --dense / --nvfp4 rows")
     ap.add_argument("--instructions", action="store_true",
                     help="also time GEMMs through every FP8/FP6/FP4 matrix-instruction preset")
     args = ap.parse_args(argv)
@@ -156,7 +161,7 @@ def main(argv=None):
         if torch:
             row += f" {walls[-1]:.4f} | {walls[0] / walls[-1]:.0f}x |" if tfn else " - | - |"
         print(row, flush=True)
-    if args.block or args.dense:
+    if args.block or args.dense or args.nvfp4:
         head = "| block_scaled_mm | np.matmul float32 | fp8emu wall | / np.matmul |"
         if old:
             head += " base | speed-up | bit-identical |"
@@ -167,6 +172,8 @@ def main(argv=None):
     for shape in args.dense or ():
         for at in ("product", "block"):
             block_rows(shape, old, args.repeat, at)
+    for shape in args.nvfp4 or ():
+        block_rows(shape, old, args.repeat, nvfp4=True)
     if args.instructions:
         instruction_rows((M, N, K), old, args.repeat, base_w)
     return 0
@@ -229,23 +236,26 @@ def instruction_rows(shape, old, repeat, base_w):
         print(row, flush=True)
 
 
-def block_rows(shape, old, repeat, scale_at=None):
+def block_rows(shape, old, repeat, scale_at=None, nvfp4=False):
     """block_scaled_mm 'blackwell' on MXFP8 (e4m3fn) operands from Gaussian data, vs np.matmul float32;
-    with ``scale_at``, a model of ``step_row(32, 13, 14)`` (narrow alignment: the wide route's dense step)."""
+    with ``scale_at``, a model of ``step_row(32, 13, 14)`` (narrow alignment: the wide route's dense step);
+    with ``nvfp4``, 'fp32' on NVFP4 operands."""
     M, N, K = shape
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
-    a, b = fp8emu.quantize_mx(x, "e4m3fn"), fp8emu.quantize_mx(y, "e4m3fn", axis=0)
+    quantize = (lambda m, v, **kw: m.quantize_nvfp4(v, **kw)) if nvfp4 else (  # noqa: E731
+        lambda m, v, **kw: m.quantize_mx(v, "e4m3fn", **kw))
+    a, b = quantize(fp8emu, x), quantize(fp8emu, y, axis=0)
     acc = lambda m: m.gemm.GemmModel("dense", "instruction", m.gemm.step_row(32, 13, 14),  # noqa: E731
-                                     m.gemm.Policy(scale_at=scale_at)) if scale_at else "blackwell"
+                                     m.gemm.Policy(scale_at=scale_at)) if scale_at else ("fp32" if nvfp4 else "blackwell")
     fns = [lambda: fp8emu.block_scaled_mm(a, b, accumulator=acc(fp8emu))]
     if old:
-        oa, ob = old.quantize_mx(x, "e4m3fn"), old.quantize_mx(y, "e4m3fn", axis=0)
+        oa, ob = quantize(old, x), quantize(old, y, axis=0)
         fns.append(lambda: old.block_scaled_mm(oa, ob, accumulator=acc(old)))
     (mw,), (mc,) = interleaved([lambda: x @ y], 20)
     walls, cpus = interleaved(fns, repeat)
-    name = f"step_row(32, 13, 14) scale_at={scale_at!r}" if scale_at else "blackwell"
-    row = (f"| {name} MXFP8 {M}x{N}x{K} | np.matmul {mw * 1e3:.2f} ms wall, {mc * 1e3:.2f} ms CPU | "
+    name = f"step_row(32, 13, 14) scale_at={scale_at!r}" if scale_at else ("fp32" if nvfp4 else "blackwell")
+    row = (f"| {name} {'NVFP4' if nvfp4 else 'MXFP8'} {M}x{N}x{K} | np.matmul {mw * 1e3:.2f} ms wall, {mc * 1e3:.2f} ms CPU | "
            f"{walls[0]:.3f} s | {walls[0] / mw:.0f}x wall, {cpus[0] / mc:.0f}x CPU |")
     if old:
         same = np.array_equal(fns[0]().view(np.uint32), fns[1]().view(np.uint32))

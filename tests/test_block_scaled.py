@@ -89,6 +89,18 @@ def test_exact_from_quantized_tensors_with_subnormals_and_zeros():
     assert np.array_equal(block_scaled_mm(a, b, accumulator="exact"), want)
 
 
+def _fp32_blockwise(A, B, sa, sb, m, n, block=32):
+    """One element of the ``"fp32"`` block sum: each K block summed in float32 in K order, joining the
+    total with one rounding times its two E8M0 scales."""
+    total = Fraction(0)
+    for kb in range(sa.shape[1]):
+        part = np.float32(0)
+        for k in range(kb * block, min(A.shape[1], kb * block + block)):
+            part = np.float32(part + np.float32(A[m, k] * B[k, n]))
+        total = Fraction(round_f32(total + Fraction(float(part)) * e8m0(sa[m, kb]) * e8m0(sb[kb, n])))
+    return float(total)
+
+
 def test_fp32_accumulator_matches_sequential_reference():
     rng = np.random.default_rng(3)
     M, K, N = 2, 80, 2
@@ -97,19 +109,33 @@ def test_fp32_accumulator_matches_sequential_reference():
     sa = rng.integers(110, 145, (M, 3)).astype(np.uint8)
     sb = rng.integers(110, 145, (3, N)).astype(np.uint8)
     A, B = fp8emu.decode(ca, fa, dtype=np.float32), fp8emu.decode(cb, fa, dtype=np.float32)
-    want = np.zeros((M, N), np.float32)
-    for m in range(M):
-        for n in range(N):
-            total = Fraction(0)
-            for kb in range(3):
-                part = np.float32(0)
-                for k in range(kb * 32, min(K, kb * 32 + 32)):
-                    part = np.float32(part + np.float32(A[m, k] * B[k, n]))
-                total = Fraction(round_f32(total + Fraction(float(part)) * e8m0(sa[m, kb]) * e8m0(sb[kb, n])))
-            want[m, n] = float(total)
+    want = np.array([[_fp32_blockwise(A, B, sa, sb, m, n) for n in range(N)] for m in range(M)], np.float32)
     got = block_scaled_mm(ca, cb, a_format="e4m3fn", b_format="e4m3fn", a_scales=sa, b_scales=sb,
                           accumulator="fp32")
     assert np.array_equal(got, want)
+
+
+def test_fp32_accumulator_is_the_same_over_row_chunks_and_threads():
+    """The float32 block sum runs a few rows at a time on several threads (for speed): rows past the
+    first chunk, on either thread, give the sequential reference's bits."""
+    rng = np.random.default_rng(5)
+    M, K, N = 300, 64, 600                      # 65536 // 600 = 109 rows a chunk: three chunks
+    fa = fp8emu.get_format("e4m3fn")
+    ca, cb = finite_codes(rng, fa, (M, K)), finite_codes(rng, fa, (K, N))
+    sa = rng.integers(110, 145, (M, 2)).astype(np.uint8)
+    sb = rng.integers(110, 145, (2, N)).astype(np.uint8)
+    A, B = fp8emu.decode(ca, fa, dtype=np.float32), fp8emu.decode(cb, fa, dtype=np.float32)
+    runs, before = [], fp8emu.get_threads()
+    try:
+        for threads in (1, 2):
+            fp8emu.set_threads(threads)
+            runs.append(block_scaled_mm(ca, cb, a_format="e4m3fn", b_format="e4m3fn", a_scales=sa,
+                                        b_scales=sb, accumulator="fp32"))
+    finally:
+        fp8emu.set_threads(before)
+    assert np.array_equal(runs[0].view(np.uint32), runs[1].view(np.uint32))
+    for m, n in [(0, 0), (108, 599), (109, 0), (150, 311), (218, 5), (299, 599)]:
+        assert runs[1][m, n] == _fp32_blockwise(A, B, sa, sb, m, n), (m, n)
 
 
 def te_alpha(amax_a, amax_b):

@@ -67,6 +67,7 @@ from typing import NamedTuple
 import ml_dtypes
 import numpy as np
 
+from .. import parallel
 from ..codec import decode
 from ..formats import format_of_dtype, get_format
 from ..interop import ML_NARROW_DTYPES, code_array, real_values, to_numpy
@@ -432,6 +433,10 @@ def _exact(va, sa, vb, sb, ma, mb, c=None):
     return exact_dot(pa, _exponents(pa), pb, _exponents(pb), ma + 4, mb + 4, extra=c)
 
 
+#: (M, N) elements of a row chunk in the float32 block sum (speed only: any size gives the same bits)
+_CACHED_ELEMS = 1 << 16
+
+
 def _finite(scales):
     """Block scales with NaN made zero (a NaN scale's row or column is made NaN apart)."""
     return np.where(np.isnan(scales), 0.0, scales)
@@ -447,15 +452,32 @@ def _blockwise(va, ea, vb, eb, sa_blocks, sb_blocks, ba, bb, row, c=None):
         raise ValueError(f"scale_at='block' needs K blocks ({g}) that are a multiple of the step "
                          f"({row.step})")
     total = np.zeros((M, N), np.float32) if c is None else c.copy()
-    for k0 in range(0, K, g):
-        sl = slice(k0, min(K, k0 + g))
-        if row is None:
-            part = fp32_dot(va[:, sl], vb[sl])
-        else:
-            with np.errstate(over="ignore"):      # a step result beyond float32's range: Inf, as the GPU
-                part = run_wide(row, va[:, sl], ea[:, sl], vb[sl], eb[sl]).astype(np.float32)
-        f = sa_blocks[:, k0 // ba][:, None] * sb_blocks[k0 // bb][None, :]
-        f = np.where(np.isnan(f), 0.0, f)
-        with np.errstate(over="ignore", invalid="ignore"):
-            total = add_scaled_f32(total, part.astype(np.float64), f)
+
+    def rows(r):
+        t = total[r]
+        for k0 in range(0, K, g):
+            sl = slice(k0, min(K, k0 + g))
+            if row is None:
+                part = fp32_dot(va[r, sl], vb[sl])
+            else:
+                with np.errstate(over="ignore"):      # a step result beyond float32's range: Inf, as the GPU
+                    part = run_wide(row, va[r, sl], ea[r, sl], vb[sl], eb[sl]).astype(np.float32)
+            f = sa_blocks[r, k0 // ba][:, None] * sb_blocks[k0 // bb][None, :]
+            f = np.where(np.isnan(f), 0.0, f)
+            with np.errstate(over="ignore", invalid="ignore"):
+                t = add_scaled_f32(t, part.astype(np.float64), f)
+        total[r] = t
+
+    if row is not None:            # run_wide splits its rows over threads itself
+        rows(slice(None))
+        return total
+    # the float32 sum, a few rows at a time: a block's float64 temporaries then stay in cache
+    step = max(1, _CACHED_ELEMS // max(1, N))
+
+    def row_range(m0, m1):
+        for r0 in range(m0, m1, step):
+            rows(slice(r0, min(m1, r0 + step)))
+
+    threads = parallel.resolve_threads(None, M * N * K)
+    parallel.run(row_range, parallel.split(0, M, threads, 1), threads)
     return total
