@@ -3,7 +3,7 @@
 torch's CPU ``mm`` (MKL's sgemm, M, N >= 2) returns an outer product's rounded products as they are: a product
 of 0 and a negative number is -0.  Every order fp8emu evaluated (revealed or recorded) started its accumulator at
 +0, so the emulated output was +0.  The probe could not see it (its random products have no zero).  Now a
-SumTree says where its sums start (``zero_start``), ``reveal`` and ``check_order`` ask torch with products that
+SumTree says where its sums start (``start``), ``reveal`` and ``check_order`` ask torch with products that
 are all -0, and the recorded models keep the -0 of an outer product.  With K >= 2 torch's outputs of -0 products
 are +0, and so are gemv's (M or N = 1).  torch itself is the reference where it is installed; without it the
 expectations are IEEE's: 0 x -1 = -0, and +0 + -0 = +0.
@@ -46,31 +46,41 @@ def test_the_recorded_models_keep_an_outer_products_minus_zero(model, M, K, N):
 
 
 def test_a_sum_tree_says_where_it_starts_and_keeps_it_in_json():
-    t = SumTree.blocks([0, 1], zero_start=False)
+    t = SumTree.blocks([0, 1], start="product")
     x, y = np.zeros((2, 1), np.float32), -np.ones((1, 2), np.float32)
     assert (evaluate(t, x, y).view(np.int32) == NEG0).all()
-    assert (evaluate(t.starting(True), x, y).view(np.int32) == POS0).all()
-    assert SumTree.from_json(t.to_json()) == t != t.starting(True)
-    assert "zero_start=False" in repr(t)
-    # a tree written before zero_start existed started at +0
-    assert SumTree.from_json({"K": 1, "fma": True, "children": []}).zero_start is True
-    with pytest.raises(ValueError, match="bools fma and zero_start"):
-        SumTree.from_json({"K": 1, "fma": True, "zero_start": 0, "children": []})
-    with pytest.raises(TypeError, match="zero_start must be True or False"):
-        SumTree(1, [], zero_start="no")
+    assert (evaluate(t.starting("add"), x, y).view(np.int32) == POS0).all()
+    assert (evaluate(t.starting("fma"), x, y).view(np.int32) == POS0).all()       # -0 + +0 in one FMA: +0
+    assert SumTree.from_json(t.to_json()) == t != t.starting("add")
+    assert SumTree.from_json(t.starting("fma").to_json()).start == "fma"
+    assert "start='product'" in repr(t)
+    # a tree written before start existed started as "add"
+    assert SumTree.from_json({"K": 1, "fma": True, "children": []}).start == "add"
+    with pytest.raises(ValueError, match="a start of 'add', 'fma', 'product'"):
+        SumTree.from_json({"K": 1, "fma": True, "start": 0, "children": []})
+    with pytest.raises(ValueError, match=r"\(and optionally start\), got \['K', 'children', 'fma', 'zero_start'\]"):
+        SumTree.from_json({"K": 1, "fma": True, "zero_start": False, "children": []})
+    with pytest.raises(ValueError, match="start must be one of 'add', 'fma', 'product'"):
+        SumTree(1, [], start="no")
+    with pytest.raises(ValueError, match="start must be one of"):
+        SumTree(1, [], start=True)
 
 
-@pytest.mark.parametrize("start", [True, False])
+@pytest.mark.parametrize("start", ["add", "fma", "product"])
 @pytest.mark.parametrize("K", [1, 3])
 def test_reveal_and_check_order_find_where_the_sums_start(start, K):
-    box = SumTree.blocks([0, K], zero_start=start)
+    box = SumTree.blocks([0, K], start=start)
     order, facts = reveal(lambda a, b: evaluate(box, a, b), 4, K, 3)
-    assert order.trees[0].zero_start is start and facts["explained"] == 1.0
-    assert ("(-0 kept)" in order.describe()) is (not start)
-    other = order.__class__([order.trees[0].starting(not start)], order.classes)
-    # the random products cannot tell the two apart; the products of -0 tell every output
+    assert order.trees[0].start == start and facts["explained"] == 1.0
+    assert ("(-0 kept)" in order.describe()) is (start == "product")
+    # the random products cannot tell the starts apart; the products of -0 (and those whose first underflows)
+    # tell every output
     assert check_order(order, lambda a, b: evaluate(box, a, b), 4, K, 3) == 0
-    assert check_order(other, lambda a, b: evaluate(box, a, b), 4, K, 3) == 12
+    for other in {"add", "fma", "product"} - {start}:
+        wrong = order.__class__([order.trees[0].starting(other)], order.classes)
+        # "add" and "product" differ on both probes, "fma" from either on one
+        probes = 2 if {start, other} == {"add", "product"} else 1
+        assert check_order(wrong, lambda a, b: evaluate(box, a, b), 4, K, 3) == 12 * probes
 
 
 torch = pytest.importorskip("torch")

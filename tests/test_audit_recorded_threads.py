@@ -26,8 +26,8 @@ def test_tile_classes_takes_a_positive_integer_thread_count(threads):
 
 def test_integer_thread_counts_give_the_orders_as_before():
     a = RECORDED["mkl-2024.2-avx512"]
-    assert a.order(64, 1000, 64, np.int64(2)).describe() == "fma [0:250] + [250:500] + ([500:750] + [750:1000])"
-    assert a.order(64, 1000, 64, 1).describe() == "fma [0:384] + [384:692] + [692:1000]"
+    assert a.order(64, 1000, 64, np.int64(2)).describe() == "fma [0:250] + [250:500] + ([500:750] + [750:1000]) (fma start)"
+    assert a.order(64, 1000, 64, 1).describe() == "fma [0:384] + [384:692] + [692:1000] (fma start)"
     # two threads cut a 20 x 20 output into two 10-row parts: rows 8, 9 and 18, 19 past their 4-row tiles
     assert tile_classes(20, 20, np.int64(2))[:, 0].tolist() == [0] * 8 + [2] * 2 + [0] * 8 + [2] * 2
     assert MODEL.order(20, 400, 20, 3).describe() == MODEL.order(20, 400, 20, 2).describe()

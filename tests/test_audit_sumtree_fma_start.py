@@ -1,15 +1,15 @@
-"""The sign of a zero whose first product underflows (tests/AUDIT.md, "Eleventh fresh audit, part A", #1: found,
-not fixed in the pass).
+"""The sign of a zero whose first product underflows (tests/AUDIT.md, "Eleventh fresh audit, part A", #1).
 
 Products: -2**-200 first (nonzero; below half of float32's least subnormal, so it rounds to -0, IEEE 754 6.3),
 then 0 x -1 = -0.  Most of torch's MKL kernels start an output as fma(x, y, +0): the exact product plus +0,
 rounded once, -0, and -0 + -0 keeps it: torch returns -0 (2x2x2, 4x8x4, 8x64x8, 1x8x1, 1x1x4, and 4x2x1 with A
 transposed).  Others round the product first and add it to +0: +0 (4x2x1 and 3x5x1 with A row-major, 1x1x1, 4x1x1,
-1x2x4 with B transposed): which, depends on shape and layout.  ``evaluate`` does the latter for every tree that
-starts at +0, so the former come out +0, silently, on the revealed orders and on ``mkl-2024.2-avx512``.
-``reveal`` asks only products that are exactly -0, which both starts turn into +0, so a SumTree cannot say which
-start a kernel takes: the fix needs a third start and a probe of an underflowing product (a cache version of its
-own).  torch is the reference; the strict xfails turn into failures once the fix lands, to be made plain tests.
+1x2x4 with B transposed): which, depends on shape and layout.  ``evaluate`` did the latter for every tree that
+started at +0, so the former came out +0, silently, on the revealed orders and on ``mkl-2024.2-avx512``:
+``reveal`` asked only products that are exactly -0, which both starts turn into +0.  Now a SumTree has three
+starts (``"add"``, ``"fma"``, ``"product"``), ``reveal`` and ``check_order`` also ask products whose spines' first
+products underflow (the orders' cache version 3), and the recorded model starts by FMA where the survey says
+(docs/data/cpu-order/xeon-amx-mkl-2024.2-starts.json).  torch is the reference.
 """
 
 import warnings
@@ -46,14 +46,13 @@ def _both(M, K, N, layout, policy, tmp_path, monkeypatch):
     return got, want
 
 
-@pytest.mark.xfail(strict=True, reason="eleventh audit #1: an FMA start of an underflowing product, not fixed")
 @pytest.mark.parametrize("policy", ["revealed", "mkl-2024.2-avx512"])
 @pytest.mark.parametrize("M, K, N, layout", [(2, 2, 2, "NN"), (4, 8, 4, "NN"), (8, 64, 8, "NN"), (1, 8, 1, "NN"),
                                              (1, 1, 4, "NN"), (4, 2, 1, "TN")])
 def test_fma_started_kernels_keep_the_underflowed_products_minus_zero(M, K, N, layout, policy, tmp_path,
                                                                       monkeypatch):
     got, want = _both(M, K, N, layout, policy, tmp_path, monkeypatch)
-    assert np.all(np.signbit(want))           # what torch gave on the machine this was found on (MKL 2024.2)
+    assert np.all(np.signbit(want))           # what torch gave on the machines this was found and fixed on (MKL 2024.2)
     assert np.array_equal(got.view(np.int32), want.view(np.int32))
 
 

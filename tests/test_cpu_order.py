@@ -300,7 +300,7 @@ def test_cli_names_what_it_found_and_refuses_bad_shapes(capsys, monkeypatch):
     monkeypatch.setenv("FP8EMU_CPU_ORDER", "mkl-2024.2-avx512")
     assert main(["cpu-order", "--json", "--threads", "1", "4x1024x4"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["gemms"][0]["order"] == "fma [0:384] + [384:704] + [704:1024]"
+    assert out["gemms"][0]["order"] == "fma [0:384] + [384:704] + [704:1024] (fma start)"
     assert out["gemms"][0]["source"] == "mkl-2024.2-avx512"
 
 
@@ -346,12 +346,41 @@ def test_the_guide_states_the_committed_survey():
     text = " ".join((root / "docs/guides/torch.md").read_text().split())
     rec = cpu_order.RECORDED["mkl-2024.2-avx512"]
     same = [r for r in rows if r["order"] == rec.order(r["M"], r["K"], r["N"], r["threads"]).describe()]
-    split = [r for r in rows if "(" in r["order"]]
+    split = [r for r in rows if " + (" in r["order"]]          # a second half summed apart: "... + (X + Y)"
     assert f"({len({(r['M'], r['K'], r['N']) for r in rows})} shapes, 1 and 2 threads)" in text
     assert f"all {len(rows)} GEMMs are explained" in text and all(r["explained"] == 1.0 for r in rows)
     assert len(same) == len(rows) and f"all {len(same)} are in the recorded model's order" in text
     assert f"({len(split)} of them two-thread GEMMs whose K is split)" in text
     assert all(r["threads"] == 2 and r["K"] > 768 and r["M"] * r["N"] * r["K"] > 192_000 for r in split)
+
+
+@pytest.mark.parametrize("name", ["xeon-amx-mkl-2024.2-starts.json", "xeon-amx-mkl-2024.2-compatible-starts.json"])
+def test_the_guide_states_the_committed_starts_survey(name):
+    """How torch's sums started on that Xeon (tools/record_cpu_order.py --starts, torch's answers to products
+    of -0 terms): the recorded model starts every output of a shape it calls proven alike, and the guide's
+    counts are the file's."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    doc = json.loads((root / "docs/data/cpu-order" / name).read_text())
+    rec, rows = cpu_order.RECORDED[doc["model"]], doc["gemms"]
+    proven = [r for r in rows if rec.unproven(r["M"], r["K"], r["N"], r["threads"], r["layout"]) is None]
+    assert proven == [r for r in rows if r["proven"]] and proven
+    assert all(r["model_agrees"] == r["outputs"] and r["explained"] == 1.0 for r in proven)
+    # the model's starts, recomputed here, are those the file says agreed
+    for r in rows:
+        order = rec.order(r["M"], r["K"], r["N"], r["threads"])
+        said = np.array([t.start for t in order.trees])[order.classes]
+        if r["model_agrees"] == r["outputs"]:
+            assert set(said.ravel()) == set(r["starts"]), r
+    text = " ".join((root / "docs/guides/torch.md").read_text().split())
+    other = [r for r in rows if r["model_agrees"] < r["outputs"]]
+    assert f"({len({(r['M'], r['K'], r['N']) for r in rows})} shapes, every layout, 1 and 2 threads" in text
+    if doc["model"] == "mkl-2024.2-avx512":
+        assert (f"in the {len(proven)} GEMMs the model calls proven every output starts as it says, and "
+                f"{len(other)} of the {len(rows) - len(proven)} it warns about start otherwise" in text)
+        assert all(min(r["M"], r["N"]) == 1 or r["layout"][1] == "T" for r in other)
+    else:
+        assert not other and f"as `{rec.name}` says in all {len(rows)} GEMMs" in text
 
 
 def test_the_recorded_model_holds_wherever_it_claims_on_random_shapes():
@@ -375,16 +404,16 @@ def test_the_recorded_model_holds_wherever_it_claims_on_random_shapes():
 def test_the_recorded_model_splits_k_on_two_threads_as_measured():
     """Orders revealed on the AMX Xeon (tools/record_cpu_order.py, 2026-12-06), written out by hand."""
     rec = cpu_order.RECORDED["mkl-2024.2-avx512"]
-    assert rec.order(32, 769, 32, 2).describe() == "fma [0:193] + [193:385] + [385:769]"
-    assert rec.order(32, 1537, 32, 2).describe() == "fma [0:384] + [384:768] + 768 + ([769:1153] + [1153:1537])"
+    assert rec.order(32, 769, 32, 2).describe() == "fma [0:193] + [193:385] + [385:769] (fma start)"
+    assert rec.order(32, 1537, 32, 2).describe() == "fma [0:384] + [384:768] + 768 + ([769:1153] + [1153:1537]) (fma start)"
     assert rec.order(8, 3500, 8, 2).describe().startswith("fma [0:384] + [384:768] + [768:1152] + [1152:1536] + "
                                                           "[1536:1750] + ([1750:2134] + ")
-    assert rec.order(8, 3000, 8, 2).describe().endswith("[1920:2304] + [2304:2652] + [2652:3000]")   # 192,000: one
-    assert rec.order(23, 1212, 7, 2).describe() == "fma [0:303] + [303:606] + ([606:909] + [909:1212])"  # 195,132
+    assert rec.order(8, 3000, 8, 2).describe().endswith("[1920:2304] + [2304:2652] + [2652:3000] (fma start)")   # 192,000: one
+    assert rec.order(23, 1212, 7, 2).describe() == "fma [0:303] + [303:606] + ([606:909] + [909:1212]) (fma start)"  # 195,132
     # both M and N >= 192: the packing driver's plain blocks, on one thread too
-    assert rec.order(192, 800, 192, 1).describe() == "fma [0:384] + [384:768] + [768:800]"
-    assert rec.order(191, 800, 192, 1).describe() == "fma [0:384] + [384:592] + [592:800]"
-    assert rec.order(192, 500, 192, 1).describe() == "fma [0:250] + [250:500]"
+    assert rec.order(192, 800, 192, 1).describe() == "fma [0:384] + [384:768] + [768:800] (fma start)"
+    assert rec.order(191, 800, 192, 1).describe() == "fma [0:384] + [384:592] + [592:800] (fma start)"
+    assert rec.order(192, 500, 192, 1).describe() == "fma [0:250] + [250:500] (fma start)"
 
 
 def test_the_recorded_model_warns_where_the_thread_split_was_not_measured(monkeypatch):

@@ -220,33 +220,34 @@ def test_reveal_refuses_bad_shapes_and_a_gemm_of_the_wrong_shape():
 
 def test_reveal_of_one_term_and_of_a_mul_add_chain():
     order, facts = reveal(_mul_add_chain, 2, 1, 3)
-    assert order.uniform and order.trees[0].K == 1 and facts["explained"] == 1.0 and facts["calls"] == 6 + 1
-    # (every reveal ends with one product of -0 terms: where the sums start)
+    assert order.uniform and order.trees[0].K == 1 and facts["explained"] == 1.0 and facts["calls"] == 6 + 2
+    # (every reveal asks two products of -0 terms, one with its spines' first products underflowing: where the
+    # sums start)
     # packed: a chain's pivot is leaf 0 alone, its 6 queries (0, j) ride on A's 3 rows (M > N: pivots on B's
     # columns): 2 products, after the 4 checks; each output on its own: one product per query
     order, facts = reveal(_mul_add_chain, 3, 7, 2, check=4)
-    assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and facts["calls"] == 4 + 2 + 1
+    assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and facts["calls"] == 4 + 2 + 2
     order, facts = reveal(_mul_add_chain, 3, 7, 2, uniform=False, check=3)
     assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and order.classes.shape == (3, 2)
-    assert facts["calls"] == 3 + 6 + 1
+    assert facts["calls"] == 3 + 6 + 2
     # blocks of 2 (4 x 8 x 4): pivot 0's 7 queries take 2 products (4 leaves each); then the sets (2, 3), (4, 5),
     # (6, 7) are asked together, pivots 2, 4, 6 on one side, 3, 5, 7 on the other: 1 product
     order, facts = reveal(lambda a, b: _blocks_mm(a, b, [0, 2, 4, 6, 8]), 4, 8, 4, check=2)
-    assert order.describe() == "mul+add [0:2] + [2:4] + [4:6] + [6:8]" and facts["calls"] == 2 + 3 + 1
+    assert order.describe() == "mul+add [0:2] + [2:4] + [4:6] + [6:8]" and facts["calls"] == 2 + 3 + 2
 
 
 def test_reveal_gives_each_output_the_fma_choice_that_explains_it():
-    """Row 0 fused (exact rational FMA chain), row 1 multiplied then added: one chain order, two trees."""
+    """Row 0 fused (exact rational FMA chain from +0), row 1 multiplied then added: one chain order, two trees."""
     def mm(a, b):
         out = _exact_chain(a, b)
         out[1] = _mul_add_chain(a[1:], b)[0]
         return out
     order, facts = reveal(mm, 2, 6, 3, check=4)
     assert facts["explained"] == 1.0 and len(order.trees) == 2
-    assert order.trees[order.classes[0, 0]] == SumTree.blocks([0, 6])
+    assert order.trees[order.classes[0, 0]] == SumTree.blocks([0, 6], start="fma")
     assert order.trees[order.classes[1, 2]] == SumTree.blocks([0, 6], fma=False)
     assert (order.classes[0] == order.classes[0, 0]).all() and (order.classes[1] == order.classes[1, 0]).all()
-    assert order.describe() == "3 outputs: fma [0:6]; 3 outputs: mul+add [0:6]"
+    assert order.describe() == "3 outputs: fma [0:6] (fma start); 3 outputs: mul+add [0:6]"
 
 
 def test_a_large_k_is_probed_with_a_big_enough_term():
@@ -300,7 +301,7 @@ _REC = cpu_order.RECORDED["mkl-2024.2-avx512"]
                     "[2269:2653] + [2653:3001])"),
 ])
 def test_the_recorded_models_blocks_written_out(M, K, N, threads, want):
-    assert _REC.order(M, K, N, threads).describe() == "fma " + want
+    assert _REC.order(M, K, N, threads).describe() == "fma " + want + (" (fma start)" if K > 1 else "")
     assert _REC.order(M, K, N, threads).classes.shape == (M, N)
 
 
@@ -463,10 +464,10 @@ def test_the_recorded_policy_without_torch_uses_threads_and_shapes_it_was_given(
         warnings.simplefilter("error")            # named explicitly: compared with its own CPU's vectors
         with cpu_order.use("mkl-2024.2-avx512"):
             order, src = cpu_order.order_for(16, 769, 16, threads=2)
-    assert src == "mkl-2024.2-avx512" and order.describe() == "fma [0:193] + [193:385] + [385:769]"
+    assert src == "mkl-2024.2-avx512" and order.describe() == "fma [0:193] + [193:385] + [385:769] (fma start)"
     with pytest.warns(RuntimeWarning, match=r"^sgemm: this CPU \(AuthenticAMD, EPYC\) is not the one mkl-2024.2-avx512 was proven on"):
         order, _ = cpu_order.order_for(16, 769, 16)               # no thread count: one thread's order
-    assert order.describe() == "fma [0:384] + [384:577] + [577:769]"
+    assert order.describe() == "fma [0:384] + [384:577] + [577:769] (fma start)"
     with pytest.warns(RuntimeWarning, match=r"mine: .*4x5000x4 on 1 thread\(s\)\): K <= 4096"):
         with cpu_order.use("mkl-2024.2-avx512"):
             cpu_order.order_for(4, 5000, 4, threads=1, name="mine")
@@ -486,7 +487,7 @@ def test_describe_here_names_each_shapes_order_and_source(monkeypatch):
     assert lines[0] == "CPU: GenuineIntel Xeon (" + __import__("platform").machine() + "); kernel flags: avx512f"
     assert lines[1] == "MKL settings: {'MKL_CBWR': 'AVX2'}" and lines[2] == "library: torch not installed"
     assert lines[3].startswith("policy: auto; cache: ")
-    assert lines[4].startswith("4x1024x4 NN: mkl-2024.2-avx512: fma [0:384] + [384:704] + [704:1024]  [warning: ")
+    assert lines[4].startswith("4x1024x4 NN: mkl-2024.2-avx512: fma [0:384] + [384:704] + [704:1024] (fma start)  [warning: ")
     assert "MKL settings {'MKL_CBWR': 'AVX2'}" in lines[4] and len(lines) == 6
 
 
@@ -539,9 +540,9 @@ def test_a_single_row_or_column_is_revealed_and_a_second_order_joins_the_cache_f
 
 def test_the_recorded_orders_default_is_one_thread():
     """16x769x16 is 196,864 multiply-adds: two threads would split K; order() without a thread count is one's."""
-    assert _REC.order(16, 769, 16).describe() == "fma [0:384] + [384:577] + [577:769]"
+    assert _REC.order(16, 769, 16).describe() == "fma [0:384] + [384:577] + [577:769] (fma start)"
     assert _REC.tree(16, 769, 16).describe() == "[0:384] + [384:577] + [577:769]"
-    assert _REC.order(16, 769, 16, 2).describe() == "fma [0:193] + [193:385] + [385:769]"
+    assert _REC.order(16, 769, 16, 2).describe() == "fma [0:193] + [193:385] + [385:769] (fma start)"
 
 
 # ----------------------------------------------------------------------------- seed 66's survivors
@@ -594,7 +595,7 @@ def test_the_cache_key_is_canonical_json_and_each_damaged_entry_is_probed_again(
     info, lib, threads, *shape, version = json.loads(key)
     assert info == cpu_order.machine() and lib == {"torch": "9.9.9", "blas": "Intel(R) oneAPI Math Kernel "
                                                    "Library Version 2099.1"} and [threads, *shape] == [1, 2, 4, 3, "NN"]
-    assert version == 2           # the orders' version: 2 knows where sums start
+    assert version == 3           # the orders' version: 3 knows the three ways a sum starts
     entry = {"order": GemmOrder([good], np.zeros((2, 3))).to_json(), "explained": 1.0, "calls": 5}
     damaged = [{**entry, "order": GemmOrder([SumTree.blocks([0, 5])], np.zeros((2, 3))).to_json()},  # K = 5 tree
                {**entry, "explained": 1.5}, {**entry, "explained": -0.5}, {**entry, "explained": True},
@@ -639,8 +640,8 @@ def test_two_threads_split_k_beyond_192000_multiply_adds_not_at_it():
     # halves of 951 and 950 (both beyond 768: the packing driver's plain blocks of 384), the second added to the
     # first; the small driver's 960 on one thread: 384, then the 576 left in two halves
     assert _REC.order(101, 1901, 1, 2).describe() == \
-        "fma [0:384] + [384:768] + [768:951] + ([951:1335] + [1335:1719] + [1719:1901])"
-    assert _REC.order(1, 960, 200, 2).describe() == "fma [0:384] + [384:672] + [672:960]"
+        "fma [0:384] + [384:768] + [768:951] + ([951:1335] + [1335:1719] + [1719:1901]) (fma start)"
+    assert _REC.order(1, 960, 200, 2).describe() == "fma [0:384] + [384:672] + [672:960] (fma start)"
 
 
 def test_order_for_refuses_zero_threads_and_negative_or_fractional_sizes(monkeypatch):

@@ -18,6 +18,12 @@ or warns:
     python tools/record_cpu_order.py --random 300 --out docs/data/cpu-order/NAME-random.json
     MKL_CBWR=COMPATIBLE python tools/record_cpu_order.py --random 300 --seed 1 --layouts NN,NT,TN,TT \
         --model mkl-2024.2-compatible --out docs/data/cpu-order/NAME-compatible-random.json
+
+``--starts`` surveys how the sums start (``SumTree.start``: the sign of a zero whose first product is -0 or
+underflows) on small and single-row or -column shapes, in every layout (``--layouts`` to choose), and how
+many outputs the recorded model starts alike:
+
+    python tools/record_cpu_order.py --starts --out docs/data/cpu-order/NAME-starts.json
 """
 import argparse
 import json
@@ -34,6 +40,34 @@ from fp8emu.gemm import cpu_order, sumtree
 
 GRID = [(m, k, n) for m, n in ((2, 2), (3, 5), (8, 8), (13, 16), (32, 32), (64, 64), (128, 96))
         for k in (16, 64, 208, 384, 385, 512, 768, 1000, 1024, 2048, 4096)]
+
+
+#: --starts: outer products, single rows and columns (MKL's gemv), small and blocked GEMMs
+STARTS_GRID = [(1, 1, 1), (1, 1, 4), (4, 1, 1), (2, 1, 2), (4, 1, 4), (1, 2, 4), (1, 8, 1), (1, 5, 1), (4, 2, 1),
+               (3, 5, 1), (2, 2, 2), (4, 8, 4), (8, 64, 8), (16, 400, 9), (9, 9, 9), (5, 700, 3), (64, 512, 64),
+               (1, 500, 7), (7, 500, 1), (8, 16, 1), (1, 16, 8), (33, 40, 17), (12, 800, 12), (200, 3, 200),
+               (2, 1000, 2), (100, 100, 1), (1, 100, 100)]
+
+
+def _starts(args, threads):
+    """Where torch's sums start, per shape, layout and thread count, and whether the recorded model agrees."""
+    rec = cpu_order.RECORDED[args.model]
+    rows = []
+    for (M, K, N) in STARTS_GRID:
+        for layout in args.layouts:
+            for t in threads:
+                order, facts = cpu_order.reveal_here(M, K, N, threads=t, layout=layout)
+                found = np.array([tr.start for tr in order.trees])[order.classes]
+                model = rec.order(M, K, N, t)
+                said = np.array([tr.start for tr in model.trees])[model.classes]
+                why = rec.unproven(M, K, N, t, layout)
+                rows.append({"M": M, "K": K, "N": N, "threads": t, "layout": layout, "explained": facts["explained"],
+                             "starts": {s: int(np.sum(found == s)) for s in sumtree.STARTS if np.any(found == s)},
+                             "fma": sorted({tr.fma for tr in order.trees}), "model_agrees": int(np.sum(found == said)),
+                             "outputs": M * N, "proven": why is None})
+                print(f"{M}x{K}x{N} t{t} {layout}: {rows[-1]['starts']}, the model agrees on {rows[-1]['model_agrees']}"
+                      f" of {M * N}{'' if why is None else ' (warns)'}", file=sys.stderr)
+    return rows
 
 
 def _operand(x, how):
@@ -145,16 +179,34 @@ def main():
     ap.add_argument("--model", default="mkl-2024.2-avx512", choices=sorted(cpu_order.RECORDED))
     ap.add_argument("--seed", type=_count(0), default=None, help="the random shapes' seed (default 0; --random only)")
     ap.add_argument("--layouts", default=None, type=_layouts,
-                    help="layouts the random shapes cycle through, e.g. NN,NT,TN,TT (default NN; --random only)")
+                    help="layouts the random shapes cycle through, e.g. NN,NT,TN,TT (default NN; --random only), "
+                         "or --starts surveys (default all four)")
+    ap.add_argument("--starts", action="store_true", help="survey where sums start (the sign of a zero)")
     args = ap.parse_args()
     # the grid survey probes the NN layout with no random draw: these options were ignored there, the file
     # saying "layout": "NN" while --layouts NT was asked for
-    given = [o for o, v in (("--seed", args.seed), ("--layouts", args.layouts)) if v is not None]
+    if args.starts and args.random:
+        ap.error("--starts and --random are two surveys; ask for one")
+    given = [o for o, v in (("--seed", args.seed), ("--layouts", args.layouts)) if v is not None
+             and not (o == "--layouts" and args.starts)]
     if given and not args.random:
         ap.error(f"{' and '.join(given)} apply to --random N only (the grid survey probes the NN layout)")
     args.seed = 0 if args.seed is None else args.seed
-    args.layouts = args.layouts or ["NN"]
+    args.layouts = args.layouts or (list(cpu_order.LAYOUTS) if args.starts else ["NN"])
     threads = args.threads
+    if args.starts:
+        rows = _starts(args, threads)
+        doc = {"machine": cpu_order.machine(), "library": cpu_order._library(torch), "model": args.model,
+               "python": platform.python_version(), "numpy": np.__version__, "layout": ",".join(args.layouts),
+               "recorded_by": "tools/record_cpu_order.py --starts"
+               + (f" --layouts {','.join(args.layouts)}" if args.layouts != list(cpu_order.LAYOUTS) else "")
+               + _also(args), "gemms": rows}
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+        inside = [r for r in rows if r["proven"]]
+        print(f"{len(rows)} GEMMs; {len(inside)} proven, of which {sum(r['model_agrees'] < r['outputs'] for r in inside)}"
+              f" start otherwise than {args.model} says")
+        return
     if args.random:
         rows = _random(args, threads)
         doc = {"machine": cpu_order.machine(), "library": cpu_order._library(torch), "model": args.model,

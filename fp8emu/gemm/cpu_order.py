@@ -28,7 +28,7 @@ Examples
 --------
 >>> with use("mkl-2024.2-avx512"):
 ...     print(order_for(4, 1024, 4, threads=1, layout="NN")[0].describe())
-fma [0:384] + [384:704] + [704:1024]
+fma [0:384] + [384:704] + [704:1024] (fma start)
 """
 
 from __future__ import annotations
@@ -144,14 +144,20 @@ class RecordedModel:
             return SumTree.blocks([0, 1])
         if K == 1 and min(M, N) >= 2:
             # an outer product is its products as they are, a -0 kept (1 and 2 threads, every layout, with and
-            # without MKL_CBWR=COMPATIBLE on the Xeon with AMX); gemv's (M or N = 1) start at +0
+            # without MKL_CBWR=COMPATIBLE on the Xeon with AMX)
             self.splits_k(M, K, N, threads)
-            return SumTree.blocks([0, 1], zero_start=False)
+            return SumTree.blocks([0, 1], start="product")
+        if K == 1 and N == 1:
+            # one product to a single column (gemv: 1x1x1, 4x1x1, every layout) is rounded, then added to +0
+            self.splits_k(M, K, N, threads)
+            return SumTree.blocks([0, 1], start="add")
+        # every other sum starts as fma(x, y, +0): an underflowing first product keeps its sign (the survey in
+        # docs/data/cpu-order/xeon-amx-mkl-2024.2-starts.json: every M, N >= 2 in NN)
         if self.splits_k(M, K, N, threads):
             h = -(-K // 2)
             nested = (_chains(_packed_blocks(h, self.kc)), _chains(_packed_blocks(K - h, self.kc), h))
-            return SumTree.from_nested(nested)
-        return SumTree.blocks(self.blocks(K, M, N))
+            return SumTree.from_nested(nested, start="fma")
+        return SumTree.blocks(self.blocks(K, M, N), start="fma")
 
     def order(self, M, K, N, threads=1):
         tree = self.tree(M, K, N, threads)       # checks the sizes before they shape an array
@@ -312,9 +318,10 @@ def _library(torch):
     return {"torch": torch.__version__, "blas": blas}
 
 
-#: The revealed orders' version: 2 knows where sums start (SumTree.zero_start), which 1 left at +0 for every
-#: output (wrong for outer products), so entries of version 1 are not read.
-_ORDERS = 2
+#: The revealed orders' version: 3 knows the three ways a sum starts (SumTree.start: 2 told a -0 kept from
+#: +0 only, so an FMA start of an underflowing product came out +0; 1 left every output at +0, wrong for outer
+#: products), so entries of older versions are not read.
+_ORDERS = 3
 
 
 def _key(info, lib, threads, M, K, N, layout):

@@ -262,7 +262,7 @@ class CompatibleModel:
         K = max(K, 1)        # an empty sum: one leaf, as the other recorded model answers
         trees = [block_tree(K, self.kc), edge_tree(K, self.kc), chain_tree(K)]
         if outer:
-            trees = [t.starting(False) for t in trees]
+            trees = [t.starting("product") for t in trees]
         if M == 0 or N == 0:
             return GemmOrder(trees[2:], np.zeros((M, N), np.int16))
         # the classes present follow from the parts' sizes (np.unique sorted every output: 35 s and 5 GB of

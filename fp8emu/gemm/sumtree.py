@@ -41,7 +41,13 @@ import numpy as np
 from ..interop import is_integer
 from .fparith import round_hi_lo, two_sum
 
-__all__ = ["SumTree", "GemmOrder", "evaluate", "evaluate_order", "reveal", "check_order", "NotATreeError"]
+__all__ = ["SumTree", "GemmOrder", "evaluate", "evaluate_order", "reveal", "check_order", "NotATreeError", "STARTS"]
+
+#: How a partial sum starts from its first product (:class:`SumTree`'s ``start``).
+STARTS = ("add", "fma", "product")
+_START_TEXT = {"add": "", "fma": " (fma start)", "product": " (-0 kept)"}
+#: A float32 whose square (2**-200, negated) underflows: the start probe's first products.
+_UNDER = np.float32(2.0 ** -100)
 
 
 class NotATreeError(ValueError):
@@ -60,21 +66,32 @@ class SumTree:
     ``children``: int array (K - 1, 2); node ``K + r`` adds ``children[r]`` (leaves are
     ``0 .. K-1``), and the last node is the root.  Build with :meth:`from_nested`,
     :meth:`blocks` or :func:`reveal`; :meth:`describe` prints it compactly.
-    ``zero_start``: each partial sum starts at +0, so a product of -0 that starts one gives +0 (a
-    BLAS accumulator zeroed first); False: the first product is the partial sum as it is, -0 kept
-    (torch's CPU ``mm`` of an outer product, K = 1, on the machines measured).
+    ``start``: how each partial sum (each chain, a "spine") starts from its first product ``p``, which
+    decides the sign of a zero (IEEE 754 6.3): ``"add"`` rounds ``p`` to float32, then adds it to an
+    accumulator zeroed first (+0 for a -0 product and for one that underflows); ``"fma"`` joins ``p`` to
+    the zeroed accumulator by one FMA (+0 for an exact -0, but -0 for a negative product that underflows:
+    the exact sum is not zero); ``"product"`` takes the rounded ``p`` as it is (-0 kept).  Which one a BLAS
+    takes depends on its kernel, so on the shape and layout (:func:`reveal` asks); every partial sum of one
+    tree starts alike.
+
+    Examples
+    --------
+    >>> x, y = np.array([[-2.0**-100, 0.0]], np.float32), np.array([[2.0**-100], [-1.0]], np.float32)
+    >>> [float(evaluate(SumTree.blocks([0, 2], start=s), x, y)[0, 0]) for s in STARTS]   # -2**-200 + (-0)
+    [0.0, -0.0, -0.0]
     """
 
-    __slots__ = ("K", "children", "fma", "zero_start")
+    __slots__ = ("K", "children", "fma", "start")
 
-    def __init__(self, K, children, fma=True, *, zero_start=True):
+    def __init__(self, K, children, fma=True, *, start="add"):
         # K = 2.5, children 0.2 / 1.7 or fma="no" were truncated or read as truthy: another tree, silently
         if not is_integer(K):
             raise TypeError(f"a sum tree's K is an integer, got {K!r}")
         if not isinstance(fma, (bool, np.bool_)):
             raise TypeError(f"fma must be True or False, got {fma!r}")
-        if not isinstance(zero_start, (bool, np.bool_)):
-            raise TypeError(f"zero_start must be True or False, got {zero_start!r}")
+        if not isinstance(start, str) or start not in STARTS:
+            raise ValueError(f"start must be one of {', '.join(map(repr, STARTS))} (how a partial sum starts from "
+                             f"its first product), got {start!r}")
         raw = np.asarray(children)
         if raw.size and raw.dtype.kind not in "iu":
             raise TypeError(f"a sum tree's children are integer node numbers, got {raw.dtype}")
@@ -93,26 +110,26 @@ class SumTree:
             raise ValueError("a sum tree's node may only add leaves and earlier nodes")
         self.children = ch
         self.fma = bool(fma)
-        self.zero_start = bool(zero_start)
+        self.start = start
 
     def __eq__(self, other):
         return (isinstance(other, SumTree) and self.K == other.K and self.fma == other.fma
-                and self.zero_start == other.zero_start and np.array_equal(self.children, other.children))
+                and self.start == other.start and np.array_equal(self.children, other.children))
 
     def __hash__(self):
-        return hash((self.K, self.fma, self.zero_start, self.children.tobytes()))
+        return hash((self.K, self.fma, self.start, self.children.tobytes()))
 
     def __repr__(self):
-        start = "" if self.zero_start else ", zero_start=False"
+        start = "" if self.start == "add" else f", start={self.start!r}"
         return f"SumTree(K={self.K}, fma={self.fma}{start}: {self.describe()})"
 
-    def starting(self, zero_start):
-        """This tree with its partial sums starting at +0 (``True``) or at their first product (``False``)."""
-        return SumTree(self.K, self.children, self.fma, zero_start=zero_start)
+    def starting(self, start):
+        """This tree with its partial sums starting as ``start`` says (:data:`STARTS`)."""
+        return SumTree(self.K, self.children, self.fma, start=start)
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_nested(cls, nested, fma=True, *, zero_start=True):
+    def from_nested(cls, nested, fma=True, *, start="add"):
         """From nested pairs of leaf indices, e.g. ``((0, 1), 2)``."""
         children, stack = [], [(nested, False)]
         ids = []
@@ -138,10 +155,10 @@ class SumTree:
         if sorted(leaves) != list(range(K)):
             raise ValueError(f"a sum tree's leaves must be 0 .. K-1 once each, got {sorted(leaves)[:8]}...")
         ch = [[K - c - 1 if c < 0 else c for c in pair] for pair in children]
-        return cls(K, np.array(ch, np.int64).reshape(-1, 2), fma, zero_start=zero_start)
+        return cls(K, np.array(ch, np.int64).reshape(-1, 2), fma, start=start)
 
     @classmethod
-    def blocks(cls, bounds, fma=True, *, zero_start=True):
+    def blocks(cls, bounds, fma=True, *, start="add"):
         """One chain per K block ``[bounds[b], bounds[b+1])`` in K order, the block sums added in order.
 
         ``bounds`` are integers from 0, strictly increasing (``[0, 5, 3]`` made a six-term tree)."""
@@ -156,7 +173,7 @@ class SumTree:
             for k in range(k0 + 1, k1):
                 c = (c, k)
             t = c if t is None else (t, c)
-        return cls.from_nested(t, fma, zero_start=zero_start)
+        return cls.from_nested(t, fma, start=start)
 
     def nested(self):
         """The tree as nested pairs (deep trees are returned without recursion)."""
@@ -228,20 +245,30 @@ class SumTree:
 
         return text(0)
 
+    def spine_starts(self):
+        """The leaves that start a partial sum (each spine's first product), root's first.
+
+        Examples
+        --------
+        >>> SumTree.blocks([0, 4, 8, 10]).spine_starts()
+        [0, 4, 8]
+        """
+        return [first for first, _ in self.spines()]
+
     def to_json(self):
-        # zero_start written where it is False only: every tree written before it existed starts at +0
-        start = {} if self.zero_start else {"zero_start": False}
+        # start written where it is not "add": every tree written before it existed starts so
+        start = {} if self.start == "add" else {"start": self.start}
         return {"K": self.K, "fma": self.fma, **start, "children": self.children.reshape(-1).tolist()}
 
     @classmethod
     def from_json(cls, d):
-        # zero_start absent: a tree written before it existed (every such tree started at +0)
-        _json_keys(d, "a sum tree's JSON", ("K", "fma", "children"), optional=("zero_start",))
-        if not isinstance(d.get("fma"), bool) or not isinstance(d.get("zero_start", True), bool) \
-                or not is_integer(d.get("K")):
-            raise ValueError(f"a sum tree's JSON has an integer K and bools fma and zero_start, got {d!r:.80}")
+        # start absent: "add" (every tree written before it existed started so)
+        _json_keys(d, "a sum tree's JSON", ("K", "fma", "children"), optional=("start",))
+        if not isinstance(d.get("fma"), bool) or d.get("start", "add") not in STARTS or not is_integer(d.get("K")):
+            raise ValueError(f"a sum tree's JSON has an integer K, a bool fma and a start of "
+                             f"{', '.join(map(repr, STARTS))}, got {d!r:.80}")
         # no cast here: the constructor refuses children 0.2 / 1.7 or "1" (a cast truncated or parsed them)
-        return cls(d["K"], np.asarray(d["children"]), d["fma"], zero_start=d.get("zero_start", True))
+        return cls(d["K"], np.asarray(d["children"]), d["fma"], start=d.get("start", "add"))
 
 
 def _json_keys(d, what, keys, optional=()):
@@ -300,7 +327,7 @@ class GemmOrder:
 
     def describe(self):
         def text(t):
-            return ("fma " if t.fma else "mul+add ") + t.describe() + ("" if t.zero_start else " (-0 kept)")
+            return ("fma " if t.fma else "mul+add ") + t.describe() + _START_TEXT[t.start]
 
         if self.uniform:
             return text(self.trees[0])
@@ -402,10 +429,12 @@ def evaluate_order(order, x, y):
 def _spine_value(sp, i, xs, ys, tree, tiny):
     start, items = sp[i]
     fma = tree.fma
-    # the first product rounded; an accumulator that starts at +0 turns a -0 product into +0
-    c = (xs[start] * ys[start]).astype(np.float32)
-    if tree.zero_start:
-        c += np.float32(0)
+    p = xs[start] * ys[start]                  # float64: exact
+    if tree.start == "fma":
+        p = p + 0.0                            # fma(x, y, +0): an exact -0 is +0, a product that underflows keeps its sign
+    c = p.astype(np.float32)
+    if tree.start == "add":
+        c += np.float32(0)                     # the rounded product added to +0: -0 (either kind) is +0
     j = 0
     while j < len(items):
         kind, v = items[j]
@@ -541,9 +570,15 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
 
     trials = _trials(M, K, N, check, seed)
     wants = [call(a, b) for a, b in trials]
-    # products that are all -0: each output is -0 where its sums start at their first product, +0 where at
-    # +0 (random products are never zero, so the checks cannot tell)
-    zeros = call(np.zeros((M, K), np.float32), np.full((K, N), -1.0, np.float32))
+    # where sums start (random products are never zero, so the checks cannot tell): products all -0, and
+    # (asked once per tree's spine starts, by _fit) products -0 but those starting a spine, which underflow
+    zeros, under = call(*_start_operands(M, K, N, ())), {}
+
+    def probe(first):
+        if first not in under:
+            under[first] = call(*_start_operands(M, K, N, first))
+        return under[first]
+
     order = None
     if uniform and K > 1:
         try:
@@ -551,7 +586,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
         except NotATreeError:          # the outputs do not share one tree: ask each on its own
             nested = None
         if nested is not None:
-            order, explained = _fit([nested], np.zeros((M, N), np.int16), trials, wants, zeros)
+            order, explained = _fit([nested], np.zeros((M, N), np.int16), trials, wants, zeros, probe)
             if explained < 1.0:
                 order = None
     if order is None:
@@ -559,7 +594,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
             nested, classes = [0], np.zeros((M, N), np.int16)
         else:
             nested, classes = _reveal_each(call, M, K, N)
-        order, explained = _fit(nested, classes, trials, wants, zeros)
+        order, explained = _fit(nested, classes, trials, wants, zeros, probe)
     return order, {"calls": calls[0], "explained": explained}
 
 
@@ -587,10 +622,30 @@ def _trials(M, K, N, n, seed):
     return out
 
 
-def _fit(nested, classes, trials, wants, zeros):
+def _start_operands(M, K, N, first):
+    """Operands whose products are all -0 (0 x -1) but those of the leaves ``first``: -2**-200, which rounds
+    to -0 and is no zero.  A partial sum started at such a leaf is -0 (``"product"``, ``"fma"``) or +0
+    (``"add"``); with ``first`` empty, -0 (``"product"``) or +0 (both others).  Adding -0 products keeps
+    either, and -0 + +0 is +0, so an output is -0 only where every partial sum started -0."""
+    a = np.zeros((M, K), np.float32)
+    b = np.full((K, N), -1.0, np.float32)
+    first = list(first)
+    a[:, first] = -_UNDER
+    b[first, :] = _UNDER
+    return a, b
+
+
+def _zero_sign(v):
+    """(-0, +0) masks of an answer."""
+    return (v == 0) & np.signbit(v), (v == 0) & ~np.signbit(v)
+
+
+def _fit(nested, classes, trials, wants, zeros, probe):
     """Choose fma per output by the checks (a kernel's edge tiles may multiply and add apart), and where
-    sums start by ``zeros`` (the answer to products all -0); the order and the fraction of outputs it explains."""
-    minus, plus = (zeros == 0) & np.signbit(zeros), (zeros == 0) & ~np.signbit(zeros)
+    sums start by ``zeros`` (the answer to products all -0) and ``probe(first)`` (the answer where the
+    products starting the tree's spines, ``first``, underflow); the order and the fraction of outputs it
+    explains."""
+    minus, plus = _zero_sign(zeros)
     trees, out, ok = [], np.zeros(classes.shape, np.int16), np.zeros(classes.shape, bool)
     for c, t in enumerate(nested):
         mask = classes == c
@@ -611,11 +666,16 @@ def _fit(nested, classes, trials, wants, zeros):
         parts = [(good[first][0], mask & ~only_second, good[first][1])]
         if only_second.any():
             parts.append((good[second][0], only_second, good[second][1]))
-        for tree, sel, g in parts:      # outputs whose sums start at their first product (-0 kept): a tree of their
-            for t, s in ((tree, sel & ~minus), (tree.starting(False), sel & minus)):    # own (the majority's was all)
+        u_minus, u_plus = _zero_sign(probe(tuple(parts[0][0].spine_starts())))
+        # each start's outputs a tree of their own; outputs neither answer fits are left unexplained
+        start = {"product": minus, "fma": plus & u_minus, "add": ~minus & ~(plus & u_minus)}
+        fits = {"product": minus & u_minus, "fma": plus & u_minus, "add": plus & u_plus}
+        for tree, sel, g in parts:
+            for name in STARTS:
+                s = sel & start[name]
                 if s.any():
-                    out[s], ok = len(trees), ok | (s & g & (plus if t.zero_start else minus))
-                    trees.append(t)
+                    out[s], ok = len(trees), ok | (s & g & fits[name])
+                    trees.append(tree.starting(name))
     return GemmOrder(trees, out), float(ok.mean())
 
 
@@ -788,9 +848,15 @@ def check_order(order, mm, M, K, N, *, trials=2, seed=1):
         raise ValueError(f"trials must be a positive integer (random products checked), got {trials!r}")
     if not is_integer(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    # where sums start: products all -0, then per set of spine starts those underflowing, at its trees' outputs
+    cases = [(a, b, True) for a, b in _trials(M, K, N, trials, seed)] + [(*_start_operands(M, K, N, ()), True)]
+    firsts = {}
+    for i, t in enumerate(order.trees):
+        firsts.setdefault(tuple(t.spine_starts()), []).append(i)
+    cases += [(*_start_operands(M, K, N, f), np.isin(order.classes, idx)) for f, idx in firsts.items()]
     bad = 0
-    for a, b in _trials(M, K, N, trials, seed) + [(np.zeros((M, K), np.float32), np.full((K, N), -1.0, np.float32))]:
+    for a, b, where in cases:
         want = _float32_answer(mm(a, b), M, N, "checked", "check_order")
         got = evaluate_order(order, a, b)
-        bad += int(np.sum((got.view(np.int32) != want.view(np.int32)) & ~(np.isnan(got) & np.isnan(want))))
+        bad += int(np.sum((got.view(np.int32) != want.view(np.int32)) & ~(np.isnan(got) & np.isnan(want)) & where))
     return bad
