@@ -100,7 +100,7 @@ GROUPS = {
     "gemm": (["fp8emu/gemm/models.py", "fp8emu/gemm/kernels.py", "fp8emu/gemm/routes/wide.py", "fp8emu/gemm/fparith.py",
               "fp8emu/gemm/scaled_mm.py", "fp8emu/gemm/block_scaled.py", "fp8emu/gemm/epilogue.py"],
              ["tests/test_gemm.py", "tests/test_mutation_kills.py", "tests/test_reliability.py",
-              "tests/test_block_scaled.py", "tests/test_tc_recordings.py",
+              "tests/test_block_scaled.py", "tests/test_fparith.py", "tests/test_tc_recordings.py",
               "tests/test_properties.py::test_scaled_mm_exact_equals_a_rational_sum"]),
     "readers": (["fp8emu/readers.py"],
                 ["tests/test_readers.py", "tests/test_hostile_files.py", "tests/test_fuzz_readers.py",
@@ -193,6 +193,8 @@ GROUPS = {
     # fresh processes and the torchao training runs, minutes on the shared machine, are left out)
     "sumtree": (["fp8emu/gemm/sumtree.py"],
                 ["tests/test_mut_cpu_order.py", "tests/test_cpu_order.py", "tests/test_sgemm_fma_chain.py",
+                 "tests/test_audit_cpu_order_k1_zero_sign.py", "tests/test_audit_reveal_zero_start_per_output.py",
+                 "tests/test_audit_sumtree_fma_start.py",
                  "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.sumtree]", "-k", _CPU_ORDER_FAST]),
     "cpu_order": (["fp8emu/gemm/cpu_order.py"],
                   ["tests/test_mut_cpu_order.py", "tests/test_cpu_order.py", "tests/test_sgemm_fma_chain.py",
