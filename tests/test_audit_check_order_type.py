@@ -1,4 +1,4 @@
-"""Twelfth audit, part A (#1): ``check_order`` of something that is no ``GemmOrder``.
+"""Twelfth audit, part A (#1, #3): ``check_order`` of something that is no ``GemmOrder``, or of another shape.
 
 Before the fix the per-set start probe read ``order.trees`` first: ``None`` or a ``SumTree`` (reveal's
 ``evaluate`` takes one, ``check_order`` does not) was Python's "'SumTree' object has no attribute 'trees'"
@@ -30,3 +30,13 @@ def test_a_gemm_order_is_checked_as_before():
     # the same tree started otherwise differs on the probe whose first products underflow (6 outputs)
     wrong = GemmOrder([TREE.starting("add")], np.zeros((2, 3), np.int16))
     assert check_order(wrong, box, 2, 8, 3) == 6
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (1, 1), (0, 0), (3, 2)])
+def test_an_order_of_another_shape_is_one_line(shape):
+    """#3: a uniform order of another shape reached the start probe's mask (its classes) and was NumPy's
+    "operands could not be broadcast together with shapes (2,3) (2,2)"."""
+    order = GemmOrder([TREE], np.zeros(shape, np.int16))
+    with pytest.raises(ValueError, match=rf"the order is for {shape[0]} x {shape[1]} outputs, check_order was "
+                                         r"asked 2 x 3$"):
+        check_order(order, box, 2, 8, 3)
