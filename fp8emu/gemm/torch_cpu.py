@@ -37,7 +37,7 @@ decides between splitting K and splitting rows by a rule not measured, warn abov
 wherever the BLAS sums in a fixed binary tree of float32 additions or FMAs (every GEMM with M, N >= 2
 on MKL's AVX-512, AVX2 and CBWR=COMPATIBLE kernels, 1 and 2 threads, checked live); MKL's gemv
 (M or N = 1) is not such a tree on these kernels, and a RuntimeWarning says how many outputs the
-order found explains.  NaN results are NaN, but their sign bit (which operand's NaN an instruction
+order found explains (or, where it explains every product of the probe, that torch may differ on others).  NaN results are NaN, but their sign bit (which operand's NaN an instruction
 passes on, or x86's negative default NaN) is not reproduced, on either path.  The oneDNN path's
 order is the same for every shape, K (checked up to 4096) and thread count (1, 2).
 
