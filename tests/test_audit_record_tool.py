@@ -73,3 +73,26 @@ def test_an_out_folder_that_takes_no_file_and_a_non_ascii_digit_are_refused_befo
         record_tool.main()
     assert exc.value.code == 2 and message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("env, proven", [({}, False), ({"MKL_CBWR": "COMPATIBLE"}, True)])
+def test_starts_rows_are_proven_only_where_the_model_applies(record_tool, tmp_path, monkeypatch, capsys, env, proven):
+    # twelfth audit A #4: `--starts --model mkl-2024.2-compatible` without MKL_CBWR=COMPATIBLE marked rows
+    # "proven": true (the neighbour of the --random fix above), where order_for warns for every shape
+    info = {"vendor": "GenuineIntel", "model": "x", "arch": "x86_64", "flags": ["avx512f"], "mkl_env": env}
+    m = record_tool.cpu_order.RECORDED["mkl-2024.2-compatible"]
+    monkeypatch.setattr(record_tool.cpu_order, "machine", lambda: info)
+    # no GEMM: the model's own order stands for torch's (only the marks are checked)
+    monkeypatch.setattr(record_tool.cpu_order, "reveal_here",
+                        lambda M, K, N, threads, layout: (m.order(M, K, N, threads), {"explained": 1.0}))
+    monkeypatch.setattr(record_tool, "STARTS_GRID", [(2, 2, 2), (4, 8, 4), (1, 1, 4)])
+    monkeypatch.setattr(record_tool.cpu_order, "_library", lambda torch: {})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["record_cpu_order.py", "--out", "r.json", "--starts", "--threads", "1",
+                                      "--layouts", "NN", "--model", "mkl-2024.2-compatible"])
+    record_tool.main()
+    rows = json.loads((tmp_path / "r.json").read_text())["gemms"]
+    want = [proven and m.unproven(r["M"], r["K"], r["N"], 1, "NN") is None for r in rows]
+    assert len(rows) == 3 and any(m.unproven(r["M"], r["K"], r["N"], 1, "NN") is None for r in rows)
+    assert [r["proven"] for r in rows] == want and all(r["model_agrees"] == r["outputs"] for r in rows)
+    assert proven or "is not where mkl-2024.2-compatible was proven" in capsys.readouterr().err

@@ -53,6 +53,9 @@ def _starts(args, threads):
     """Where torch's sums start, per shape, layout and thread count, and whether the recorded model agrees."""
     rec = cpu_order.RECORDED[args.model]
     rows = []
+    # off the CPU and MKL settings the model was proven on every row said "proven" (as --random's did once),
+    # where order_for warns for every shape
+    off = _off_model(rec)
     for (M, K, N) in STARTS_GRID:
         for layout in args.layouts:
             for t in threads:
@@ -60,7 +63,7 @@ def _starts(args, threads):
                 found = np.array([tr.start for tr in order.trees])[order.classes]
                 model = rec.order(M, K, N, t)
                 said = np.array([tr.start for tr in model.trees])[model.classes]
-                why = rec.unproven(M, K, N, t, layout)
+                why = off or rec.unproven(M, K, N, t, layout)
                 rows.append({"M": M, "K": K, "N": N, "threads": t, "layout": layout, "explained": facts["explained"],
                              "starts": {s: int(np.sum(found == s)) for s in sumtree.STARTS if np.any(found == s)},
                              "fma": sorted({tr.fma for tr in order.trees}), "model_agrees": int(np.sum(found == said)),
@@ -68,6 +71,17 @@ def _starts(args, threads):
                 print(f"{M}x{K}x{N} t{t} {layout}: {rows[-1]['starts']}, the model agrees on {rows[-1]['model_agrees']}"
                       f" of {M * N}{'' if why is None else ' (warns)'}", file=sys.stderr)
     return rows
+
+
+def _off_model(rec):
+    """Why ``rec`` is off this machine's CPU and MKL settings (printed as a note), or None."""
+    info = cpu_order.machine()
+    off = None if rec.applies_here(info) else (
+        f"this machine ({info['vendor'] or 'unknown vendor'}, MKL settings {info['mkl_env'] or 'none'}) is not "
+        f"where {rec.name} was proven")
+    if off:
+        print(f"note: {off}; every shape is marked as warned", file=sys.stderr)
+    return off
 
 
 def _operand(x, how):
@@ -80,14 +94,9 @@ def _random(args, threads):
     rec = cpu_order.RECORDED[args.model]
     rng = np.random.default_rng(args.seed)
     rows = []
-    info = cpu_order.machine()
     # off the CPU and MKL settings the model was proven on, order_for warns for every shape: the rows said
     # "proven" there (and "differ" then read as the model's fault)
-    off = None if rec.applies_here(info) else (
-        f"this machine ({info['vendor'] or 'unknown vendor'}, MKL settings {info['mkl_env'] or 'none'}) is not "
-        f"where {rec.name} was proven")
-    if off:
-        print(f"note: {off}; every shape is marked as warned", file=sys.stderr)
+    off = _off_model(rec)
     for i in range(args.random):
         t = threads[i % len(threads)]
         layout = args.layouts[(i // len(threads)) % len(args.layouts)]

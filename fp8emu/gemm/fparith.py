@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
+from ..interop import ML_NARROW_DTYPES
+
 __all__ = ["two_sum", "round_hi_lo", "add_scaled_f32", "integers_kept"]
+
+#: The wider types round_hi_lo rounds to (besides ml_dtypes' narrow ones).
+_TARGETS = frozenset(map(np.dtype, (np.float32, np.float16, ml_dtypes.bfloat16)))
 
 
 def two_sum(a, b):
@@ -17,6 +23,8 @@ def two_sum(a, b):
 def round_hi_lo(hi, lo, dtype=np.float32):
     """Nearest-even rounding to ``dtype`` of the exact value ``hi + lo`` (float64 arrays with
     ``|lo| <= ulp64(hi)/2``, as :func:`two_sum` gives them; ``lo`` is 0 where ``hi`` is 0).
+    ``dtype``: float32, float16, bfloat16 or an ml_dtypes type of 8 bits or fewer (a type, dtype or name;
+    E8M0 rounds as its cast does).
 
     ``hi`` is first rounded to odd: where the sum is inexact and ``hi``'s last bit is even, it moves to
     its neighbour on ``lo``'s side.  That value is never a tie of a type with at most 51 significand
@@ -30,7 +38,17 @@ def round_hi_lo(hi, lo, dtype=np.float32):
     >>> round_hi_lo(hi, lo).tolist(), hi.astype(np.float32).tolist()      # a cast of hi alone goes down
     ([1.0000001192092896], [1.0])
     """
-    dtype = np.dtype(dtype)
+    # the rounding to odd holds for types of at most 51 significand bits: float64 (and None, read as float64)
+    # moved hi off its own nearest value by one ulp, an integer type truncated (2.9999 gave 2), bool and
+    # complex took anything
+    try:
+        dt = None if dtype is None else np.dtype(dtype)
+    except TypeError:                                    # a name NumPy does not know
+        dt = None
+    if dt not in _TARGETS and dt not in ML_NARROW_DTYPES:
+        raise TypeError(f"round_hi_lo rounds to float32, float16, bfloat16 or an ml_dtypes type of 8 bits or "
+                        f"fewer, got {dtype!r:.60} (in float64, two_sum's hi is hi + lo rounded already)")
+    dtype = dt
     odd = _to_odd(np.asarray(hi, np.float64), np.asarray(lo, np.float64), np.int64)
     with np.errstate(over="ignore"):                     # beyond dtype is its Inf, as a cast
         if dtype.itemsize >= 4 or dtype == np.float16:   # NumPy's own casts round float64 once

@@ -843,6 +843,11 @@ def check_order(order, mm, M, K, N, *, trials=2, seed=1):
     # sizes were unchecked: 2.5 and True raised Python's "cannot be interpreted as an integer", -1 NumPy's
     # "negative dimensions are not allowed", mm=None "'NoneType' object is not callable"
     M, K, N = _box_shape(mm, M, K, N, "check_order")
+    if not isinstance(order, GemmOrder):   # None or a SumTree was Python's "'SumTree' object has no attribute 'trees'"
+        raise TypeError(f"check_order takes a GemmOrder (reveal's first result), got {type(order).__name__}")
+    if order.classes.shape != (M, N):   # a uniform order of another shape was NumPy's broadcast error (its starts)
+        raise ValueError(f"the order is for {order.classes.shape[0]} x {order.classes.shape[1]} outputs, check_order "
+                         f"was asked {M} x {N}")
     # trials 0 (or less) checked nothing and answered 0, "the order holds"
     if not is_integer(trials) or trials < 1:
         raise ValueError(f"trials must be a positive integer (random products checked), got {trials!r}")
