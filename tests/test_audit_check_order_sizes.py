@@ -1,4 +1,4 @@
-"""``sumtree.check_order`` checks the shape and the black box as ``reveal`` does.
+"""``order_probe.check_order`` checks the shape and the black box as ``reveal`` does.
 
 Its sizes went unchecked: ``M=2.5`` and ``True`` raised Python's "cannot be interpreted as an integer" /
 "an integer is required", ``-1`` NumPy's "negative dimensions are not allowed", ``"2"`` Python's again, and
@@ -9,7 +9,8 @@ what it takes; NumPy integers are integers; an order still holds (0) against its
 import numpy as np
 import pytest
 
-from fp8emu.gemm.sumtree import SumTree, check_order, evaluate, reveal
+from fp8emu.gemm.order_probe import check_order, reveal
+from fp8emu.gemm.sumtree import SumTree, evaluate
 
 TREE = SumTree.blocks([0, 4, 8])
 

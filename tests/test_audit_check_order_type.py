@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8emu.gemm.sumtree import GemmOrder, SumTree, check_order, evaluate
+from fp8emu.gemm.order_probe import check_order
+from fp8emu.gemm.sumtree import GemmOrder, SumTree, evaluate
 
 TREE = SumTree.blocks([0, 4, 8], start="fma")
 

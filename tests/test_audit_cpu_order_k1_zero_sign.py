@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from fp8emu.gemm import cpu_order
-from fp8emu.gemm.sumtree import SumTree, check_order, evaluate, reveal
+from fp8emu.gemm.order_probe import check_order, reveal
+from fp8emu.gemm.sumtree import SumTree, evaluate
 from fp8emu.gemm.torch_cpu import sgemm
 
 NEG0, POS0 = np.float32(-0.0).view(np.int32), np.float32(0.0).view(np.int32)

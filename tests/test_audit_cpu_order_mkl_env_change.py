@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from fp8emu.gemm import cpu_order, sumtree
+from fp8emu.gemm import cpu_order, order_probe, sumtree
 
 torch = pytest.importorskip("torch")
 
@@ -43,7 +43,7 @@ def test_an_order_revealed_after_the_process_changed_mkl_settings_is_not_stored(
     monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")                             # too late for MKL
     order, src = cpu_order.order_for(4, 24, 4, threads=1)
     assert src == "revealed"
-    assert sumtree.check_order(order, _torch_mm, 4, 24, 4) == 0             # the live order, all the same
+    assert order_probe.check_order(order, _torch_mm, 4, 24, 4) == 0             # the live order, all the same
     stored = json.loads(fresh.read_text()) if fresh.exists() else {}
     assert not [k for k in stored if "MKL_CBWR" in k]
 
@@ -58,7 +58,7 @@ def test_an_order_stored_under_settings_the_process_set_itself_is_not_read(fresh
     fresh.parent.mkdir(parents=True, exist_ok=True)
     fresh.write_text(json.dumps({key: {"order": forged.to_json(), "explained": 1.0, "calls": 1}}))
     order, src = cpu_order.order_for(M, K, N, threads=1)
-    assert src == "revealed" and sumtree.check_order(order, _torch_mm, M, K, N) == 0
+    assert src == "revealed" and order_probe.check_order(order, _torch_mm, M, K, N) == 0
 
 
 def test_without_a_change_the_cache_is_written_and_read_as_before(fresh, monkeypatch):

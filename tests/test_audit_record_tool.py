@@ -43,7 +43,7 @@ def test_random_rows_are_proven_only_where_the_model_applies(record_tool, tmp_pa
     # its differing outputs read as the model's fault) where order_for warns for every shape
     info = {"vendor": "GenuineIntel", "model": "x", "arch": "x86_64", "flags": ["avx512f"], "mkl_env": env}
     monkeypatch.setattr(record_tool.cpu_order, "machine", lambda: info)
-    monkeypatch.setattr(record_tool.sumtree, "check_order", lambda *a, **k: 0)        # no GEMM: only the marks
+    monkeypatch.setattr(record_tool.order_probe, "check_order", lambda *a, **k: 0)        # no GEMM: only the marks
     monkeypatch.setattr(record_tool.torch, "set_num_threads", lambda t: None)
     monkeypatch.setattr(record_tool.cpu_order, "_library", lambda torch: {})
     monkeypatch.chdir(tmp_path)

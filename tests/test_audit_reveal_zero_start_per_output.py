@@ -12,7 +12,8 @@ all -0, and on those whose spines' first products underflow).
 import numpy as np
 import pytest
 
-from fp8emu.gemm.sumtree import STARTS, GemmOrder, SumTree, check_order, evaluate_order, reveal
+from fp8emu.gemm.order_probe import check_order, reveal
+from fp8emu.gemm.sumtree import STARTS, GemmOrder, SumTree, evaluate_order
 
 
 def _box(classes, fma=True):

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from fp8emu.gemm import order_probe
 from fp8emu.gemm import sumtree as st
 from fp8emu.gemm.mkl_cnr import MODEL
 
@@ -31,11 +32,11 @@ def test_check_order_checks_at_least_one_product(kw):
     # before: trials 0 or -1 checked nothing and answered 0 ("the order holds") for a box answering zeros
     order = MODEL.order(16, 400, 9, 1)
     with pytest.raises(ValueError, match="trials must be a positive integer|seed must be a non-negative integer"):
-        st.check_order(order, lambda a, b: np.zeros((16, 9), np.float32), 16, 400, 9, **kw)
-    assert st.check_order(order, lambda a, b: np.zeros((16, 9), np.float32), 16, 400, 9, trials=1) == 144
+        order_probe.check_order(order, lambda a, b: np.zeros((16, 9), np.float32), 16, 400, 9, **kw)
+    assert order_probe.check_order(order, lambda a, b: np.zeros((16, 9), np.float32), 16, 400, 9, trials=1) == 144
 
 
 def test_check_order_names_a_box_of_another_shape():
     # before: NumPy's "operands could not be broadcast together with shapes (16,9) (3,)"
     with pytest.raises(ValueError, match=r"the checked GEMM returned shape \(3,\), expected \(16, 9\)"):
-        st.check_order(MODEL.order(16, 400, 9, 1), lambda a, b: np.zeros(3, np.float32), 16, 400, 9)
+        order_probe.check_order(MODEL.order(16, 400, 9, 1), lambda a, b: np.zeros(3, np.float32), 16, 400, 9)

@@ -4,7 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8emu.gemm import sumtree
+from fp8emu.gemm import order_probe
 from fp8emu.gemm.sumtree import GemmOrder, SumTree, evaluate, evaluate_order
 
 TREE = SumTree.blocks([0, 2])
@@ -55,12 +55,12 @@ def test_check_order_refuses_answers_that_are_not_float32_values(kind, error, me
     # sums rounded): a box answering the order's float32 sums plus 1j "held" (0 outputs differ)
     order = GemmOrder([TREE], np.zeros((3, 4), np.int16))
     with pytest.raises(error, match=message):
-        sumtree.check_order(order, _box(kind), 3, 2, 4)
+        order_probe.check_order(order, _box(kind), 3, 2, 4)
 
 
 def test_check_order_takes_float64_answers_that_hold_float32_values():
     order = GemmOrder([TREE], np.zeros((3, 4), np.int16))
-    assert sumtree.check_order(order, _box("float64 of float32 values"), 3, 2, 4) == 0
+    assert order_probe.check_order(order, _box("float64 of float32 values"), 3, 2, 4) == 0
 
 
 def test_evaluate_and_evaluate_order_name_the_object_they_take():

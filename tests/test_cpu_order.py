@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from fp8emu.gemm import cpu_order
-from fp8emu.gemm.sumtree import NotATreeError, SumTree, evaluate, reveal
+from fp8emu.gemm.order_probe import NotATreeError, reveal
+from fp8emu.gemm.sumtree import SumTree, evaluate
 
 
 def _intel_without_mkl_settings(monkeypatch):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fp8emu.gemm import cpu_order
-from fp8emu.gemm.sumtree import reveal
+from fp8emu.gemm.order_probe import reveal
 from fp8emu.lab.lm_study import read_study_csv
 
 

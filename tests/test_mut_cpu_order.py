@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from fp8emu.gemm import cpu_order
-from fp8emu.gemm.sumtree import GemmOrder, NotATreeError, SumTree, evaluate, evaluate_order, reveal
+from fp8emu.gemm.order_probe import NotATreeError, reveal
+from fp8emu.gemm.sumtree import GemmOrder, SumTree, evaluate, evaluate_order
 
 from test_sgemm_fma_chain import _exact_chain, _rne32   # exact RNE to float32 of a Fraction, an exact FMA chain
 
@@ -273,7 +274,7 @@ def test_a_sum_that_is_no_tree_raises_or_is_not_explained():
 
 
 def test_check_order_counts_the_outputs_an_order_misses():
-    from fp8emu.gemm.sumtree import check_order
+    from fp8emu.gemm.order_probe import check_order
     right = GemmOrder([SumTree.blocks([0, 40], fma=False)], np.zeros((3, 4)))
     wrong = GemmOrder([SumTree.blocks([0, 20, 40], fma=False)], np.zeros((3, 4)))
     assert check_order(right, _mul_add_chain, 3, 40, 4) == 0

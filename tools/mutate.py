@@ -191,7 +191,7 @@ GROUPS = {
                    "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.torch_cpu]"]),
     # the summation-tree probe and the CPU order policy: their own fast tests (the live-torch sweeps in
     # fresh processes and the torchao training runs, minutes on the shared machine, are left out)
-    "sumtree": (["fp8emu/gemm/sumtree.py"],
+    "sumtree": (["fp8emu/gemm/sumtree.py", "fp8emu/gemm/order_probe.py"],
                 ["tests/test_mut_cpu_order.py", "tests/test_cpu_order.py", "tests/test_sgemm_fma_chain.py",
                  "tests/test_audit_cpu_order_k1_zero_sign.py", "tests/test_audit_reveal_zero_start_per_output.py",
                  "tests/test_audit_sumtree_fma_start.py", "tests/test_audit_sumtree.py", "tests/test_audit_sumtree_eval.py",

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from fp8emu.cli.cpu_order import MAX_THREADS
-from fp8emu.gemm import cpu_order, sumtree
+from fp8emu.gemm import cpu_order, order_probe, sumtree
 
 GRID = [(m, k, n) for m, n in ((2, 2), (3, 5), (8, 8), (13, 16), (32, 32), (64, 64), (128, 96))
         for k in (16, 64, 208, 384, 385, 512, 768, 1000, 1024, 2048, 4096)]
@@ -107,7 +107,7 @@ def _random(args, threads):
         def mm(a, b):
             return torch.mm(_operand(a, layout[0]), _operand(b, layout[1])).numpy()
 
-        bad = sumtree.check_order(rec.order(M, K, N, t), mm, M, K, N, trials=2, seed=i)
+        bad = order_probe.check_order(rec.order(M, K, N, t), mm, M, K, N, trials=2, seed=i)
         why = off or rec.unproven(M, K, N, t, layout)
         rows.append({"M": M, "K": K, "N": N, "threads": t, "layout": layout, "outputs": 2 * M * N, "differ": bad,
                      "proven": why is None, "warning": why})

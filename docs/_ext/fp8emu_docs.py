@@ -43,6 +43,7 @@ API_SECTIONS = [
                                   "fp8emu.gemm.instruction_inputs", "fp8emu.gpu.tc_questions",
                                   "fp8emu.gemm.fparith", "fp8emu.gemm.epilogue", "fp8emu.gemm.scaled_mm",
                                   "fp8emu.gemm.block_scaled", "fp8emu.gemm.torch_cpu", "fp8emu.gemm.sumtree",
+                                  "fp8emu.gemm.order_probe",
                                   "fp8emu.gemm.cpu_order", "fp8emu.gemm.mkl_cnr", "fp8emu.layouts"]),
     ("Validation kit, conformance and engines", ["fp8emu.testing", "fp8emu.testing.compare",
                                                  "fp8emu.testing.golden", "fp8emu.testing.plugin",

@@ -18,7 +18,7 @@ MAX_THREADS = 1024
 #: grew by 10 to 12 float32 copies probing 512x4096x512 and 2048x1024x2048; this allows 16).
 PROBE_BYTES_PER_ELEMENT = 64
 #: The longest sum described: an order is built term by term (K = 10**6 takes about 15 s), and the probe
-#: (:func:`fp8emu.gemm.sumtree.reveal`) takes K up to 2**20.
+#: (:func:`fp8emu.gemm.order_probe.reveal`) takes K up to 2**20.
 MAX_K = 1 << 20
 #: The most outputs an order describes: its M x N int16 tree indices must stay below NumPy's 2**63 bytes
 #: (beyond, NumPy's own "array is too big" error; 2**62 outputs are 2**63 bytes, one too many).

@@ -7,7 +7,7 @@ edge tiles of its AVX2 kernel, and without FMA under ``MKL_CBWR=COMPATIBLE``).  
 which order :func:`fp8emu.gemm.torch_cpu.sgemm` uses for a shape:
 
 ``"revealed"``
-    Found on this machine by probing torch's own ``mm`` (:func:`fp8emu.gemm.sumtree.reveal`),
+    Found on this machine by probing torch's own ``mm`` (:func:`fp8emu.gemm.order_probe.reveal`),
     once per CPU, torch and MKL version, MKL settings, thread count, shape and operand layout,
     and kept in a cache file (``$FP8EMU_CACHE`` or ``~/.cache/fp8emu``, ``cpu-order.json``); a
     process that changed MKL's settings in ``os.environ`` (MKL reads them once) keeps them for itself.
@@ -51,7 +51,8 @@ from ..interop import is_integer
 from ..readers import parse_json
 from .mkl_cnr import LAYOUTS, check_gemm
 from .mkl_cnr import MODEL as _COMPATIBLE
-from .sumtree import GemmOrder, SumTree, reveal
+from .order_probe import reveal
+from .sumtree import GemmOrder, SumTree
 
 __all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "probe_too_long", "MAX_PROBE_PRODUCTS",
            "machine", "cpu_flags", "cache_path", "LAYOUTS",

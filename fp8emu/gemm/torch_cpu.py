@@ -21,7 +21,7 @@ one of two paths:
 The sgemm's summation order is the BLAS's, and a BLAS chooses it by CPU, library version, MKL
 settings, thread count, shape and operand layout, so :func:`sgemm` takes it from
 :mod:`fp8emu.gemm.cpu_order`: **revealed on the running machine** wherever torch is importable (torch's
-own ``mm`` probed once per shape, :mod:`fp8emu.gemm.sumtree`, cached), else a **recorded model**.  The
+own ``mm`` probed once per shape, :mod:`fp8emu.gemm.order_probe`, cached), else a **recorded model**.  The
 one recorded, ``"mkl-2024.2-avx512"`` (torch 2.13.0+cpu, MKL 2024.2, an AVX-512 + AMX Intel Xeon):
 K is cut into blocks, each summed by one float32 FMA chain per output in K order
 (``c = fl(c + x_k y_k)``), and the block sums are added in order.  Where M or N is below 192 (MKL's

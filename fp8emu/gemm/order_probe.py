@@ -1,0 +1,411 @@
+"""Revealing the summation order of a black-box float32 GEMM by probing it (a :class:`~fp8emu.gemm.sumtree.GemmOrder`).
+
+Revealing (FPRev, Xie et al., USENIX ATC '25, arXiv 2411.00442): with every term 1 except
+``+B`` at ``i`` and ``-B`` at ``j``, where ``B`` is so large that adding any partial sum of ones
+to it changes nothing, the result is the number of ones summed *outside* the smallest subtree
+holding both ``i`` and ``j``: ``L(i, j) = K - result`` is that subtree's size.  For a set of
+leaves with pivot ``i`` (its smallest index), the leaves grouped by ``L(i, j)`` are the sibling
+subtrees met on the way from ``i`` to the set's root, smallest first; each group is revealed
+the same way.  A GEMM answers many queries at once: output ``(m, n)`` sums row ``m`` of A
+against column ``n`` of B, so ``+B`` in B's column ``n`` at ``i_n`` and ``-B`` in A's row
+``m`` at ``j_m`` asks ``(i_n, j_m)`` there (:func:`reveal`).  Where the outputs do not share
+one tree (a kernel's edge tiles sum in another order), every query is asked of all outputs at
+once and the outputs are grouped by their answers (:func:`reveal` with ``uniform=False``).
+
+Where the sums start (:class:`~fp8emu.gemm.sumtree.SumTree`'s ``start``, the sign of a zero) is asked with
+products of -0 terms: all of them, then (per tree) all but each partial sum's first, which underflows.
+
+Examples
+--------
+>>> import numpy as np
+>>> from fp8emu.gemm.sumtree import SumTree, evaluate
+>>> order, facts = reveal(lambda a, b: evaluate(SumTree.blocks([0, 3, 6]), a, b), 2, 6, 2)
+>>> order.describe(), facts["explained"]
+('fma [0:3] + [3:6]', 1.0)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..interop import is_integer
+from .sumtree import STARTS, GemmOrder, SumTree, evaluate, evaluate_order
+
+__all__ = ["reveal", "check_order", "NotATreeError"]
+
+#: A float32 whose square (2**-200, negated) underflows: the start probe's first products.
+_UNDER = np.float32(2.0 ** -100)
+
+
+class NotATreeError(ValueError):
+    """The probed sums are not one fixed binary tree of float32 additions."""
+
+
+def _big(K):
+    # every partial sum of ones (at most K) must vanish against B: K < ulp(B) / 2 = B * 2**-24
+    return np.float32(2.0 ** (26 + int(np.ceil(np.log2(max(K, 2))))))
+
+
+def _float32_answer(raw, M, N, who, caller):
+    """A black box's answer as float32 (M, N), or one error.  A cast alone would drop a complex answer's
+    imaginary part, parse strings and round wider floats into sums the GEMM did not make (an order then
+    "held" against made-up outputs): wider floats are taken only where they hold float32 values."""
+    out = np.asarray(raw)
+    if out.shape != (M, N):
+        raise ValueError(f"the {who} GEMM returned shape {out.shape}, expected {(M, N)}")
+    if out.dtype.kind != "f":
+        raise TypeError(f"the {who} GEMM returned {out.dtype} values; {caller} needs the float32 results of a "
+                        "float32 GEMM")
+    out32 = out.astype(np.float32)
+    if out.dtype != np.float32 and not np.array_equal(out32.astype(np.float64), out.astype(np.float64),
+                                                      equal_nan=True):
+        raise ValueError(f"the {who} GEMM returned {out.dtype} values that are not float32 values; {caller} "
+                         "needs the float32 results of a float32 GEMM")
+    return out32
+
+
+def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
+    """The summation order of the float32 GEMM ``mm`` at shape (M, K, N), found by probing.
+
+    Parameters
+    ----------
+    mm : callable
+        ``mm(a, b)`` with float32 arrays (M, K) and (K, N) returns their float32 (M, N) product:
+        the black box (``torch.mm`` on the CPU, a BLAS).
+    M, K, N : int
+        The shape probed; the order may depend on each.
+    uniform : bool, keyword-only
+        First try one tree for every output (queries packed M x N per call); when random
+        products disagree with it, every output is probed on its own.  False: the latter only.
+    check : int, keyword-only
+        Random products each candidate must reproduce bit for bit (``fma`` is decided by them); at
+        least 1.
+    seed : int, keyword-only
+        Non-negative; seeds the random products.
+
+    Returns
+    -------
+    (GemmOrder, dict)
+        The order, and facts: ``calls`` (products computed), ``explained`` (fraction of outputs
+        the order reproduced on every check).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> order, facts = reveal(lambda a, b: evaluate(SumTree.blocks([0, 4, 8]), a, b), 2, 8, 2)
+    >>> order.describe(), facts["explained"]
+    ('fma [0:4] + [4:8]', 1.0)
+    """
+    M, K, N = _box_shape(mm, M, K, N, "reveal")
+    if not isinstance(uniform, bool):
+        raise TypeError(f"uniform must be True or False, got {uniform!r}")
+    # with no random products checked every candidate would "explain" every output
+    if not is_integer(check) or check < 1:
+        raise ValueError(f"check must be a positive integer (random products the order must reproduce), got {check!r}")
+    if not is_integer(seed) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if K > 1 << 20:
+        raise ValueError(f"reveal handles K up to 2**20, got {K}")
+    calls = [0]
+
+    def call(a, b):
+        calls[0] += 1
+        return _float32_answer(mm(a, b), M, N, "probed", "reveal")
+
+    trials = _trials(M, K, N, check, seed)
+    wants = [call(a, b) for a, b in trials]
+    # where sums start (random products are never zero, so the checks cannot tell): products all -0, and
+    # (asked once per tree's spine starts, by _fit) products -0 but those starting a spine, which underflow
+    zeros, under = call(*_start_operands(M, K, N, ())), {}
+
+    def probe(first):
+        if first not in under:
+            under[first] = call(*_start_operands(M, K, N, first))
+        return under[first]
+
+    order = None
+    if uniform and K > 1:
+        try:
+            nested = _reveal_packed(call, M, K, N)
+        except NotATreeError:          # the outputs do not share one tree: ask each on its own
+            nested = None
+        if nested is not None:
+            order, explained = _fit([nested], np.zeros((M, N), np.int16), trials, wants, zeros, probe)
+            if explained < 1.0:
+                order = None
+    if order is None:
+        if K == 1:
+            nested, classes = [0], np.zeros((M, N), np.int16)
+        else:
+            nested, classes = _reveal_each(call, M, K, N)
+        order, explained = _fit(nested, classes, trials, wants, zeros, probe)
+    return order, {"calls": calls[0], "explained": explained}
+
+
+def _box_shape(mm, M, K, N, who):
+    """``(M, K, N)`` as Python ints, after checking them and the black box ``mm`` (one line each)."""
+    if not all(is_integer(v) for v in (M, K, N)):
+        raise TypeError(f"{who} needs integers M, K, N, got {M!r}, {K!r}, {N!r}")
+    M, K, N = int(M), int(K), int(N)
+    if min(M, K, N) < 1:
+        raise ValueError(f"{who} needs M, K, N >= 1, got {M}x{K}x{N}")
+    if not callable(mm):
+        raise TypeError(f"{who} needs a callable mm(a, b), got {type(mm).__name__}")
+    return M, K, N
+
+
+def _trials(M, K, N, n, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(n):
+        a = rng.standard_normal((M, K)).astype(np.float32)
+        b = rng.standard_normal((K, N)).astype(np.float32)
+        if t % 2:                                   # wide magnitudes: cancellation and swamping
+            a *= np.exp2(rng.integers(-12, 13, (M, K))).astype(np.float32)
+        out.append((a, b))
+    return out
+
+
+def _start_operands(M, K, N, first):
+    """Operands whose products are all -0 (0 x -1) but those of the leaves ``first``: -2**-200, which rounds
+    to -0 and is no zero.  A partial sum started at such a leaf is -0 (``"product"``, ``"fma"``) or +0
+    (``"add"``); with ``first`` empty, -0 (``"product"``) or +0 (both others).  Adding -0 products keeps
+    either, and -0 + +0 is +0, so an output is -0 only where every partial sum started -0."""
+    a = np.zeros((M, K), np.float32)
+    b = np.full((K, N), -1.0, np.float32)
+    first = list(first)
+    a[:, first] = -_UNDER
+    b[first, :] = _UNDER
+    return a, b
+
+
+def _zero_sign(v):
+    """(-0, +0) masks of an answer."""
+    return (v == 0) & np.signbit(v), (v == 0) & ~np.signbit(v)
+
+
+def _fit(nested, classes, trials, wants, zeros, probe):
+    """Choose fma per output by the checks (a kernel's edge tiles may multiply and add apart), and where
+    sums start by ``zeros`` (the answer to products all -0) and ``probe(first)`` (the answer where the
+    products starting the tree's spines, ``first``, underflow); the order and the fraction of outputs it
+    explains."""
+    minus, plus = _zero_sign(zeros)
+    trees, out, ok = [], np.zeros(classes.shape, np.int16), np.zeros(classes.shape, bool)
+    for c, t in enumerate(nested):
+        mask = classes == c
+        good = {}
+        for fma in (True, False):
+            tree = SumTree.from_nested(t, fma) if isinstance(t, tuple) else SumTree(1, np.zeros((0, 2)), fma)
+            if not fma and np.array_equal(good[True][1], mask):
+                good[fma] = (tree, np.zeros_like(mask))     # FMA explains every output: no need to try more
+                break
+            g = mask.copy()
+            for (a, b), want in zip(trials, wants):
+                got = evaluate(tree, a, b)
+                g &= (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
+            good[fma] = (tree, g)
+        first = True if good[True][1].sum() >= good[False][1].sum() else False
+        second = not first
+        only_second = good[second][1] & ~good[first][1]
+        parts = [(good[first][0], mask & ~only_second, good[first][1])]
+        if only_second.any():
+            parts.append((good[second][0], only_second, good[second][1]))
+        u_minus, u_plus = _zero_sign(probe(tuple(parts[0][0].spine_starts())))
+        # each start's outputs a tree of their own; outputs neither answer fits are left unexplained
+        start = {"product": minus, "fma": plus & u_minus, "add": ~minus & ~(plus & u_minus)}
+        fits = {"product": minus & u_minus, "fma": plus & u_minus, "add": plus & u_plus}
+        for tree, sel, g in parts:
+            for name in STARTS:
+                s = sel & start[name]
+                if s.any():
+                    out[s], ok = len(trees), ok | (s & g & fits[name])
+                    trees.append(tree.starting(name))
+    return GemmOrder(trees, out), float(ok.mean())
+
+
+def _assemble(structure, S):
+    """Nested pairs of the set ``S`` from its pivot and sibling groups (no recursion on deep trees)."""
+    memo = {}
+    stack = [S]
+    while stack:
+        s = stack[-1]
+        if len(s) == 1:
+            memo[s] = s[0]
+            stack.pop()
+            continue
+        i, groups = structure[s]
+        pend = [g for _, g in groups if g not in memo]
+        if pend:
+            stack += pend
+            continue
+        t = i
+        for _, g in groups:
+            t = (t, memo[g])
+        memo[s] = t
+        stack.pop()
+    return memo[S]
+
+
+def _split(S, L):
+    """Pivot and sibling groups of ``S`` given ``L[j]`` = size of the subtree joining pivot and j."""
+    groups = {}
+    for j in S[1:]:
+        v = L[j]
+        # a NaN, an infinity or a fraction is no subtree size: the box is no tree of float32 additions
+        if not np.isfinite(v) or v != int(v):
+            raise NotATreeError(f"the probed sums are not a summation tree (an answer of {float(v)!r}, not a whole "
+                                "number of terms): the GEMM is not a fixed order of float32 additions at this shape")
+        groups.setdefault(int(v), []).append(j)
+    for size, g in groups.items():
+        if size < 2 or size > len(S):
+            raise NotATreeError("the probed sums are not a summation tree (an answer out of range): "
+                             "the GEMM is not a fixed order of float32 additions at this shape")
+    return S[0], sorted((s, tuple(g)) for s, g in groups.items())
+
+
+def _reveal_packed(call, M, K, N):
+    """One tree for all outputs: query (p, q) at output (m, n) with -B at A[m, p] and +B at B[q, n].
+
+    Pivots ride on the shorter side (rows of A or columns of B), the leaves asked about on the
+    longer, so one product answers up to M x N queries.
+    """
+    big = _big(K)
+    piv_rows = M <= N                                # pivots on A's rows, leaves on B's columns
+    n_piv, n_oth = (M, N) if piv_rows else (N, M)
+    structure, todo = {}, [tuple(range(K))]
+    while todo:
+        pending = [(S[0], j) for S in todo for j in S[1:]]
+        answers = {}
+        while pending:
+            pv, pset = [], set()
+            for i, _ in pending:
+                if i not in pset:
+                    pset.add(i)
+                    pv.append(i)
+                    if len(pv) == n_piv:
+                        break
+            ov, oset = [], set()
+            for i, j in pending:
+                if i in pset and j not in oset and j not in pset:
+                    oset.add(j)
+                    ov.append(j)
+                    if len(ov) == n_oth:
+                        break
+            # ov is never empty: the sets asked about are disjoint, so a pending leaf is no set's pivot,
+            # and the first pending pair's pivot is in pset (the first pivot taken) with its leaf in ov
+            a = np.ones((M, K), np.float32)
+            b = np.ones((K, N), np.float32)
+            rows, cols = (pv, ov) if piv_rows else (ov, pv)
+            for m, j in enumerate(rows):
+                a[m, j] = -big
+            for n, i in enumerate(cols):
+                b[i, n] = big
+            c = call(a, b)
+            if not piv_rows:
+                c = c.T
+            where_p = {i: r for r, i in enumerate(pv)}
+            where_o = {j: r for r, j in enumerate(ov)}
+            rest = []
+            for i, j in pending:
+                if i in where_p and j in where_o:
+                    answers[(i, j)] = K - c[where_p[i], where_o[j]]
+                else:
+                    rest.append((i, j))
+            pending = rest
+        nxt = []
+        for S in todo:
+            L = {j: answers[(S[0], j)] for j in S[1:]}
+            structure[S] = _split(S, L)
+            nxt += [g for _, g in structure[S][1] if len(g) > 1]
+        todo = nxt
+    return _assemble(structure, tuple(range(K)))
+
+
+def _reveal_each(call, M, K, N):
+    """A tree per output: each query asked of every output at once, outputs grouped by their answers."""
+    big = _big(K)
+    a = np.ones((M, K), np.float32)
+    b = np.ones((K, N), np.float32)
+    # classes: label per output; each class has its own structure and todo list
+    labels = np.zeros((M, N), np.int64)
+    classes = {0: ({}, [tuple(range(K))])}
+    while any(todo for _, todo in classes.values()):
+        need = {}
+        for lab, (_, todo) in classes.items():
+            for S in todo:
+                for j in S[1:]:
+                    need.setdefault((S[0], j), []).append(lab)
+        answers = {}
+        for (i, j), labs in need.items():
+            b[i, :] = big
+            a[:, j] = -big
+            got = K - call(a, b).astype(np.float64)
+            if not np.all(np.isfinite(got) & (got == np.round(got))):
+                raise NotATreeError("the probed sums are not a summation tree (an answer that is not a whole number "
+                                    "of terms): the GEMM is not a fixed order of float32 additions at this shape")
+            answers[(i, j)] = got.astype(np.int64)
+            b[i, :] = 1
+            a[:, j] = 1
+        new_classes, new_labels = {}, np.full((M, N), -1, np.int64)
+        for lab, (structure, todo) in classes.items():
+            mask = labels == lab
+            qs = [(S[0], j) for S in todo for j in S[1:]]
+            if qs:
+                sig = np.stack([answers[q][mask] for q in qs], axis=1)
+                uniq, inv = np.unique(sig, axis=0, return_inverse=True)
+            else:
+                uniq, inv = np.zeros((1, 0), np.int64), np.zeros(int(mask.sum()), np.int64)
+            idx = np.nonzero(mask)
+            for u in range(uniq.shape[0]):
+                st = dict(structure)
+                L = dict(zip(qs, uniq[u].tolist()))
+                nxt = []
+                for S in todo:
+                    st[S] = _split(S, {j: L[(S[0], j)] for j in S[1:]})
+                    nxt += [g for _, g in st[S][1] if len(g) > 1]
+                new = len(new_classes)
+                new_classes[new] = (st, nxt)
+                sel = inv.reshape(-1) == u
+                new_labels[idx[0][sel], idx[1][sel]] = new
+        classes, labels = new_classes, new_labels
+    trees = {}
+    nested, remap = [], {}
+    for lab, (structure, _) in classes.items():
+        t = _assemble(structure, tuple(range(K)))
+        key = SumTree.from_nested(t).children.tobytes() if isinstance(t, tuple) else b""
+        if key not in trees:
+            trees[key] = len(nested)
+            nested.append(t)
+        remap[lab] = trees[key]
+    out = np.vectorize(remap.get, otypes=[np.int64])(labels) if labels.size else labels
+    return nested, out.astype(np.int16)
+
+
+def check_order(order, mm, M, K, N, *, trials=2, seed=1):
+    """Outputs of ``mm`` that ``order`` does not reproduce on random products and on products that are all
+    -0 (where its sums start; 0 when it holds)."""
+    # sizes were unchecked: 2.5 and True raised Python's "cannot be interpreted as an integer", -1 NumPy's
+    # "negative dimensions are not allowed", mm=None "'NoneType' object is not callable"
+    M, K, N = _box_shape(mm, M, K, N, "check_order")
+    if not isinstance(order, GemmOrder):   # None or a SumTree was Python's "'SumTree' object has no attribute 'trees'"
+        raise TypeError(f"check_order takes a GemmOrder (reveal's first result), got {type(order).__name__}")
+    if order.classes.shape != (M, N):   # a uniform order of another shape was NumPy's broadcast error (its starts)
+        raise ValueError(f"the order is for {order.classes.shape[0]} x {order.classes.shape[1]} outputs, check_order "
+                         f"was asked {M} x {N}")
+    # trials 0 (or less) checked nothing and answered 0, "the order holds"
+    if not is_integer(trials) or trials < 1:
+        raise ValueError(f"trials must be a positive integer (random products checked), got {trials!r}")
+    if not is_integer(seed) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    # where sums start: products all -0, then per set of spine starts those underflowing, at its trees' outputs
+    cases = [(a, b, True) for a, b in _trials(M, K, N, trials, seed)] + [(*_start_operands(M, K, N, ()), True)]
+    firsts = {}
+    for i, t in enumerate(order.trees):
+        firsts.setdefault(tuple(t.spine_starts()), []).append(i)
+    cases += [(*_start_operands(M, K, N, f), np.isin(order.classes, idx)) for f, idx in firsts.items()]
+    bad = 0
+    for a, b, where in cases:
+        want = _float32_answer(mm(a, b), M, N, "checked", "check_order")
+        got = evaluate_order(order, a, b)
+        bad += int(np.sum((got.view(np.int32) != want.view(np.int32)) & ~(np.isnan(got) & np.isnan(want)) & where))
+    return bad
