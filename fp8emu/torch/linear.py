@@ -340,6 +340,12 @@ class EmulatedLinear(nn.Module):
         # nn.Linear's parameter name: ``layer(input=x)``, which the plain layer takes, was Python's "forward() got an
         # unexpected keyword argument 'input'" once emulated
         x = input
+        if isinstance(x, torch.Tensor) and (x.is_nested or x.layout != torch.strided):
+            # a sparse or nested input has no one array of values: the recompute key's .contiguous() was torch's bare
+            # "unsupported memory format option Contiguous" (nested: ".numpy() is not supported for tensor
+            # subclasses"; compiled, the op's bare NotImplementedError); where the layer computes as the plain
+            # nn.Linear, which takes them, it still does, else _forward's one error
+            return self._dispatch(x)
         if COMPILED_FORWARD is not None and isinstance(x, torch.Tensor) and _traced():
             # one opaque op, which runs this eager call (same bits) and so its input checks, at run time:
             # an error raised while Dynamo traces would make it skip this code for good, and the later
@@ -436,6 +442,11 @@ class EmulatedLinear(nn.Module):
                              "layer out of the emulation (module_filter_fn) to run it in float64")
 
     def _forward(self, x):
+        if x.is_nested or x.layout != torch.strided:
+            kind = "nested (torch.nested)" if x.is_nested else f"{x.layout} (sparse)"
+            raise TypeError(f"layer {self.layer_name!r}: input is a {kind} tensor; an emulated layer's GEMMs are "
+                            "NumPy calls on one dense array of values: pass a dense tensor (x.to_dense() of a sparse "
+                            "one; a nested one's components one at a time)")
         if COMPILED_FORWARD is not None and _traced():
             # Dynamo started tracing here (it skips a frame that raised once and compiles the frames it
             # calls): the same opaque op as forward's
