@@ -28,7 +28,7 @@ from torch import nn
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
-from .gemms import first_order_only, operand_stats, run_gemm, take_step, value_key
+from .gemms import STATE_LOCK, first_order_only, operand_stats, run_gemm, take_step, value_key
 
 __all__ = ["EmulatedLinear"]
 
@@ -274,10 +274,10 @@ class EmulatedLinear(nn.Module):
                             "assign=True?); keep the model in float32 (fp32 master weights): the stack already runs "
                             "activations in its own dtype")
         ds = self.recipe.scaler(role)
-        ds.amax_history = hist.numpy().astype(np.float32).copy()
-        ds.scale = float(scale)
-        st = ds.quantize(arr)
-        with torch.no_grad():
+        with STATE_LOCK, torch.no_grad():   # read, quantize, write back as one: two threads lost amax updates
+            ds.amax_history = hist.numpy().astype(np.float32).copy()
+            ds.scale = float(scale)
+            st = ds.quantize(arr)
             hist.copy_(torch.from_numpy(ds.amax_history))
             scale.fill_(float(ds.scale))
         return Operand("fp8", st.codes, st.fmt, np.float32(st.scale_inv))
