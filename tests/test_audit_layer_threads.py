@@ -4,7 +4,9 @@ The step counter (``fp8emu_step``, which seeds stochastic rounding) was read, th
 scaling's history and scale were read, quantized with and written back, each without a lock: three threads
 sharing one te-nvfp4 layer ran 180 calls of which 3 steps were taken twice (two calls, one stochastic-rounding
 seed; three steps never run) and three threads sharing one te-delayed layer kept 150 of 180 amax values, silently.
-Eagerly both are now taken under one lock (``gemms.STATE_LOCK``).  A *compiled* layer's state flows through the
+Four threads calling one layer with new inputs raised a bare ``KeyError`` (or "dictionary changed size during
+iteration") from the recompute cache's trimming.  Eagerly all three are now done under one lock
+(``gemms.STATE_LOCK``).  A *compiled* layer's state flows through the
 graph (the op returns it, the traced code copies it back), which no lock spans: concurrent compiled calls of one
 layer still read one step several times (a strict xfail, recorded in tests/AUDIT.md, twelfth audit part B).
 """
@@ -12,6 +14,7 @@ layer still read one step several times (a strict xfail, recorded in tests/AUDIT
 import collections
 import sys
 import threading
+import time
 
 import pytest
 
@@ -109,3 +112,30 @@ def test_compiled_calls_take_distinct_steps(switch_often):
             compiled(x)
     _run(4, 30, call)
     assert sorted(_layer_steps(model)) == list(range(121))
+
+
+class _SlowIter(dict):
+    """The recompute cache, its first key handed out 1 ms after it is read, so that a thread trimming the cache is
+    overtaken between the key and its ``pop`` if it can be."""
+
+    def __iter__(self):
+        first = next(super().__iter__())
+        time.sleep(0.001)
+        yield first
+
+
+def test_eager_calls_with_new_inputs_keep_the_recompute_cache():
+    # each call's input is new to the layer, so each call adds to the recompute cache and trims it to its last 16:
+    # two threads trimming at once popped one key twice (a bare KeyError of the key, or "dictionary changed size
+    # during iteration")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32))
+    ft.emulate(model, "te-current", "h100")
+    model[0].recompute_states = _SlowIter()
+    xs = [torch.randn(16, 32) for _ in range(4 * 40)]
+
+    def call(i):
+        with torch.no_grad():
+            model(xs[i * 40 + int(model[0].fp8emu_step) % 40])
+    _run(4, 40, call)
+    assert int(model[0].fp8emu_step) == 160 and len(model[0].recompute_states) == 16

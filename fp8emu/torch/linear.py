@@ -394,9 +394,12 @@ class EmulatedLinear(nn.Module):
                           f"{_RECOMPUTE_KEPT} times, or its input changed since the forward)",
                           RuntimeWarning, stacklevel=2)
         if not inside:
-            self.recompute_states[key] = (self._state_now(), AUTOCAST.get())
-            while len(self.recompute_states) > _RECOMPUTE_KEPT:
-                self.recompute_states.pop(next(iter(self.recompute_states)))
+            # under the state lock: two threads trimming at once popped one key twice (a bare KeyError of the key, or
+            # "dictionary changed size during iteration")
+            with STATE_LOCK:
+                self.recompute_states[key] = (self._state_now(), AUTOCAST.get())
+                while len(self.recompute_states) > _RECOMPUTE_KEPT:
+                    self.recompute_states.pop(next(iter(self.recompute_states)))
         return self._dispatch(x)
 
     def _state_now(self) -> dict:
