@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 
 import numpy as np
 import torch
@@ -11,7 +12,12 @@ from ..codec import decode
 from ..gemm.quantized import quantized_mm
 from ..training.recipes import Operand
 
-__all__ = ["run_gemm", "operand_stats", "first_order_only", "value_key", "take_step"]
+__all__ = ["run_gemm", "operand_stats", "first_order_only", "value_key", "take_step", "STATE_LOCK"]
+
+#: Held while a layer's state (its step counter, delayed scaling's history and scale) is read and written back:
+#: one layer called from several threads at once read one step twice (two calls, one stochastic-rounding seed,
+#: a step never taken) and lost amax updates, silently.
+STATE_LOCK = threading.RLock()
 
 
 def run_gemm(a: Operand, b: Operand, accumulator, out_dtype, bias=None, layout="NN", fast_accum=False) -> np.ndarray:
@@ -33,6 +39,11 @@ def take_step(counter: torch.Tensor, owner: str) -> int:
     state dict that held another dtype, a uint8 counter wrapped from 255 to 0 (its stochastic rounding repeated
     the first steps' bits, silently) and a bool one was torch's bare "result type Long can't be cast to the
     desired output type Bool"."""
+    with STATE_LOCK:     # the read and the increment as one (two threads read one step)
+        return _take_step(counter, owner)
+
+
+def _take_step(counter, owner):
     if counter.dtype != torch.int64:
         raise TypeError(f"{owner}: its step counter (the fp8emu_step buffer, saved in its state dict) is a "
                         f"{counter.dtype} tensor; it must be torch.int64 (it counts the calls and seeds stochastic "

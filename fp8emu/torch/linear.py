@@ -28,7 +28,7 @@ from torch import nn
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
-from .gemms import first_order_only, operand_stats, run_gemm, take_step, value_key
+from .gemms import STATE_LOCK, first_order_only, operand_stats, run_gemm, take_step, value_key
 
 __all__ = ["EmulatedLinear"]
 
@@ -274,10 +274,10 @@ class EmulatedLinear(nn.Module):
                             "assign=True?); keep the model in float32 (fp32 master weights): the stack already runs "
                             "activations in its own dtype")
         ds = self.recipe.scaler(role)
-        ds.amax_history = hist.numpy().astype(np.float32).copy()
-        ds.scale = float(scale)
-        st = ds.quantize(arr)
-        with torch.no_grad():
+        with STATE_LOCK, torch.no_grad():   # read, quantize, write back as one: two threads lost amax updates
+            ds.amax_history = hist.numpy().astype(np.float32).copy()
+            ds.scale = float(scale)
+            st = ds.quantize(arr)
             hist.copy_(torch.from_numpy(ds.amax_history))
             scale.fill_(float(ds.scale))
         return Operand("fp8", st.codes, st.fmt, np.float32(st.scale_inv))
@@ -340,6 +340,12 @@ class EmulatedLinear(nn.Module):
         # nn.Linear's parameter name: ``layer(input=x)``, which the plain layer takes, was Python's "forward() got an
         # unexpected keyword argument 'input'" once emulated
         x = input
+        if isinstance(x, torch.Tensor) and (x.is_nested or x.layout != torch.strided):
+            # a sparse or nested input has no one array of values: the recompute key's .contiguous() was torch's bare
+            # "unsupported memory format option Contiguous" (nested: ".numpy() is not supported for tensor
+            # subclasses"; compiled, the op's bare NotImplementedError); where the layer computes as the plain
+            # nn.Linear, which takes them, it still does, else _forward's one error
+            return self._dispatch(x)
         if COMPILED_FORWARD is not None and isinstance(x, torch.Tensor) and _traced():
             # one opaque op, which runs this eager call (same bits) and so its input checks, at run time:
             # an error raised while Dynamo traces would make it skip this code for good, and the later
@@ -388,9 +394,12 @@ class EmulatedLinear(nn.Module):
                           f"{_RECOMPUTE_KEPT} times, or its input changed since the forward)",
                           RuntimeWarning, stacklevel=2)
         if not inside:
-            self.recompute_states[key] = (self._state_now(), AUTOCAST.get())
-            while len(self.recompute_states) > _RECOMPUTE_KEPT:
-                self.recompute_states.pop(next(iter(self.recompute_states)))
+            # under the state lock: two threads trimming at once popped one key twice (a bare KeyError of the key, or
+            # "dictionary changed size during iteration")
+            with STATE_LOCK:
+                self.recompute_states[key] = (self._state_now(), AUTOCAST.get())
+                while len(self.recompute_states) > _RECOMPUTE_KEPT:
+                    self.recompute_states.pop(next(iter(self.recompute_states)))
         return self._dispatch(x)
 
     def _state_now(self) -> dict:
@@ -436,6 +445,11 @@ class EmulatedLinear(nn.Module):
                              "layer out of the emulation (module_filter_fn) to run it in float64")
 
     def _forward(self, x):
+        if x.is_nested or x.layout != torch.strided:
+            kind = "nested (torch.nested)" if x.is_nested else f"{x.layout} (sparse)"
+            raise TypeError(f"layer {self.layer_name!r}: input is a {kind} tensor; an emulated layer's GEMMs are "
+                            "NumPy calls on one dense array of values: pass a dense tensor (x.to_dense() of a sparse "
+                            "one; a nested one's components one at a time)")
         if COMPILED_FORWARD is not None and _traced():
             # Dynamo started tracing here (it skips a frame that raised once and compiles the frames it
             # calls): the same opaque op as forward's

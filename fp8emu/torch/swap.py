@@ -55,8 +55,9 @@ class EmulationReport:
     filtered : dict
         Layer name -> why it was left in high precision on purpose (``module_filter_fn``).
     first, last : str or None
-        The first and the last ``nn.Linear`` in registration order (``model.named_modules()``),
-        usually the first and last layers a token passes, whatever happened to them.
+        The first and the last ``nn.Linear`` in registration order (``model.named_modules(remove_duplicate=False)``:
+        a layer used at several names counts at each), usually the first and last layers a token passes, whatever
+        happened to them.
     fast_path_off : list of str
         ``nn.TransformerEncoderLayer`` / ``nn.TransformerEncoder`` modules whose fused inference path
         (which reads the weights directly, bypassing the layers) was turned off so that the emulated
@@ -71,6 +72,8 @@ class EmulationReport:
     first: str = None
     last: str = None
     fast_path_off: list = dataclasses.field(default_factory=list)
+    #: every name of a layer -> the name it is reported under (its first): ``first`` / ``last`` may be another one
+    _primary: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @property
     def high_precision(self) -> dict:
@@ -84,7 +87,9 @@ class EmulationReport:
         lines += [f"  filtered {k}: {v}" for k, v in self.filtered.items()]
         for what, name in (("first", self.first), ("last", self.last)):
             if name is not None:
-                state = "emulated" if name in self.swapped else "high precision"
+                # by the name the layer is reported under: the second name of a layer used twice read "high
+                # precision" for an emulated layer
+                state = "emulated" if self._primary.get(name, name) in self.swapped else "high precision"
                 lines.append(f"  {what} nn.Linear (registration order): {name!r}, {state}")
         return "\n".join(lines)
 
@@ -197,8 +202,11 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
     if not refs:
         warnings.warn(f"fp8emu.torch.emulate: {type(model).__name__} holds no nn.Linear layer, so nothing is "
                       "emulated (emulate swaps nn.Linear layers)", HighPrecisionWarning, stacklevel=2)
-    names = [n for _, ns in refs.values() for n in ns]
+    # in registration order, each name of a shared layer where it is registered (grouped by layer, the last name of
+    # Sequential(a, b, a, b) was b's "3", of Sequential(a, b, a) b's "1")
+    names = [n for n, m in model.named_modules(remove_duplicate=False) if isinstance(m, nn.Linear)]
     report.first, report.last = (names[0], names[-1]) if names else (None, None)
+    report._primary = {n: ns[0] for _, ns in refs.values() for n in ns}
     wanted = {key: _accepted(module_filter_fn, lin, ns) for key, (lin, ns) in refs.items()}
     mha_out = _attention_projections(model, refs, wanted, report)
     # the layer index seeds stochastic rounding: counted over every plain nn.Linear, emulated or not, as
