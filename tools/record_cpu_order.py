@@ -179,6 +179,15 @@ def _also(args):
             + (f" --model {args.model}" if args.model != "mkl-2024.2-avx512" else ""))
 
 
+def _write(args, rows, options, **extra):
+    """The file of a --starts or --random survey: the machine's facts, the command, the rows."""
+    doc = {"machine": cpu_order.machine(), "library": cpu_order._library(torch), "model": args.model,
+           "python": platform.python_version(), "numpy": np.__version__, "layout": ",".join(args.layouts),
+           **extra, "recorded_by": f"tools/record_cpu_order.py {options}" + _also(args), "gemms": rows}
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=_out, help="the JSON file to write (its folder must exist)")
@@ -205,25 +214,16 @@ def main():
     threads = args.threads
     if args.starts:
         rows = _starts(args, threads)
-        doc = {"machine": cpu_order.machine(), "library": cpu_order._library(torch), "model": args.model,
-               "python": platform.python_version(), "numpy": np.__version__, "layout": ",".join(args.layouts),
-               "recorded_by": "tools/record_cpu_order.py --starts"
-               + (f" --layouts {','.join(args.layouts)}" if args.layouts != list(cpu_order.LAYOUTS) else "")
-               + _also(args), "gemms": rows}
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+        _write(args, rows, "--starts" + (f" --layouts {','.join(args.layouts)}"
+                                         if args.layouts != list(cpu_order.LAYOUTS) else ""))
         inside = [r for r in rows if r["proven"]]
         print(f"{len(rows)} GEMMs; {len(inside)} proven, of which {sum(r['model_agrees'] < r['outputs'] for r in inside)}"
               f" start otherwise than {args.model} says")
         return
     if args.random:
         rows = _random(args, threads)
-        doc = {"machine": cpu_order.machine(), "library": cpu_order._library(torch), "model": args.model,
-               "python": platform.python_version(), "numpy": np.__version__, "layout": ",".join(args.layouts),
-               "seed": args.seed, "recorded_by": f"tools/record_cpu_order.py --random {args.random} --seed {args.seed}"
-               + (f" --layouts {','.join(args.layouts)}" if args.layouts != ["NN"] else "") + _also(args), "gemms": rows}
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+        _write(args, rows, f"--random {args.random} --seed {args.seed}"
+               + (f" --layouts {','.join(args.layouts)}" if args.layouts != ["NN"] else ""), seed=args.seed)
         inside = [r for r in rows if r["proven"]]
         print(f"{len(rows)} shapes; {len(inside)} proven, of which {sum(r['differ'] > 0 for r in inside)} differ; "
               f"{sum(r['differ'] > 0 for r in rows if not r['proven'])} of {len(rows) - len(inside)} warned shapes differ")
