@@ -154,11 +154,17 @@ class RecordedModel:
             return SumTree.blocks([0, 1], start="add")
         # every other sum starts as fma(x, y, +0): an underflowing first product keeps its sign (the survey in
         # docs/data/cpu-order/xeon-amx-mkl-2024.2-starts.json: every M, N >= 2 in NN)
+        parts = self._k_blocks(M, K, N, threads)
+        if len(parts) == 2:
+            return SumTree.from_nested(tuple(_chains(b, off) for off, b in parts), start="fma")
+        return SumTree.blocks(parts[0][1], start="fma")
+
+    def _k_blocks(self, M, K, N, threads):
+        """``[(offset, bounds)]``: the K blocks of each thread's part of K (two parts where K is split)."""
         if self.splits_k(M, K, N, threads):
             h = -(-K // 2)
-            nested = (_chains(_packed_blocks(h, self.kc)), _chains(_packed_blocks(K - h, self.kc), h))
-            return SumTree.from_nested(nested, start="fma")
-        return SumTree.blocks(self.blocks(K, M, N), start="fma")
+            return [(0, _packed_blocks(h, self.kc)), (h, _packed_blocks(K - h, self.kc))]
+        return [(0, self.blocks(K, M, N))]
 
     def order(self, M, K, N, threads=1):
         tree = self.tree(M, K, N, threads)       # checks the sizes before they shape an array
@@ -170,19 +176,13 @@ class RecordedModel:
         """Whether a K block of this GEMM holds one product: MKL sums it apart (the product rounded, then added),
         which no SumTree node says (a leaf joins a sum by FMA); measured at 192x769x192, 192x1153x200 and
         344x1921x351 on one thread, 32x1537x32 and 64x1537x64 on two (torch differs on random products)."""
-        if K < 2:
-            return False
-        if self.splits_k(M, K, N, threads):
-            h = -(-K // 2)
-            bounds = [_packed_blocks(h, self.kc), _packed_blocks(K - h, self.kc)]
-        else:
-            bounds = [self.blocks(K, M, N)]
-        return any(b1 - b0 == 1 for b in bounds for b0, b1 in zip(b[:-1], b[1:]))
+        return K >= 2 and any(b1 - b0 == 1 for _, b in self._k_blocks(M, K, N, threads)
+                              for b0, b1 in zip(b[:-1], b[1:]))
 
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this shape, thread count and operand layout lie outside what was proven (``None`` inside)."""
         check_gemm(M, K, N, threads, layout, name=self.name)    # "2" was "outside 1 and 2 thread(s)", True 1
-        if threads is not None and is_integer(threads) and threads >= 1 and self._lone_product(M, K, N, threads):
+        if threads is not None and self._lone_product(M, K, N, threads):     # threads checked just above
             return (f"a K block of one product (the last of {self.kc}j + 1 terms beyond {2 * self.kc}, in MKL's "
                     "packing driver or a two-thread half of K) is summed apart by MKL, the product rounded and then "
                     "added, which the order cannot say")
