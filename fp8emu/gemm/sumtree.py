@@ -55,8 +55,8 @@ class SumTree:
     accumulator zeroed first (+0 for a -0 product and for one that underflows); ``"fma"`` joins ``p`` to
     the zeroed accumulator by one FMA (+0 for an exact -0, but -0 for a negative product that underflows:
     the exact sum is not zero); ``"product"`` takes the rounded ``p`` as it is (-0 kept).  Which one a BLAS
-    takes depends on its kernel, so on the shape and layout (:func:`~fp8emu.gemm.order_probe.reveal` asks); every partial sum of one
-    tree starts alike.
+    takes depends on its kernel, so on the shape and layout (:func:`~fp8emu.gemm.order_probe.reveal`
+    asks); every partial sum of one tree starts alike.
 
     Examples
     --------
