@@ -59,7 +59,7 @@ def test_a_sum_tree_says_where_it_starts_and_keeps_it_in_json():
     assert SumTree.from_json({"K": 1, "fma": True, "children": []}).start == "add"
     with pytest.raises(ValueError, match="a start of 'add', 'fma', 'product'"):
         SumTree.from_json({"K": 1, "fma": True, "start": 0, "children": []})
-    with pytest.raises(ValueError, match=r"\(and optionally start\), got \['K', 'children', 'fma', 'zero_start'\]"):
+    with pytest.raises(ValueError, match=r"\(and optionally start, lone\), got \['K', 'children', 'fma', 'zero_start'\]"):
         SumTree.from_json({"K": 1, "fma": True, "zero_start": False, "children": []})
     with pytest.raises(ValueError, match="start must be one of 'add', 'fma', 'product'"):
         SumTree(1, [], start="no")

@@ -292,7 +292,7 @@ _REC = cpu_order.RECORDED["mkl-2024.2-avx512"]
     (2, 768, 2, 1, "[0:384] + [384:768]"), (2, 769, 2, 1, "[0:384] + [384:577] + [577:769]"),
     (191, 1000, 500, 1, "[0:384] + [384:692] + [692:1000]"),
     # M and N both >= 192: the packing driver, plain blocks of 384 beyond 768
-    (192, 1000, 192, 1, "[0:384] + [384:768] + [768:1000]"), (192, 769, 300, 1, "[0:384] + [384:768] + 768"),
+    (192, 1000, 192, 1, "[0:384] + [384:768] + [768:1000]"), (192, 769, 300, 1, "[0:384] + [384:768] + [768:769]"),
     (192, 768, 192, 1, "[0:384] + [384:768]"),
     # two threads: K split in halves only for K > 768 and more than 192,000 multiply-adds
     (16, 768, 16, 2, "[0:384] + [384:768]"), (16, 769, 16, 2, "[0:193] + [193:385] + [385:769]"),
@@ -598,7 +598,7 @@ def test_the_cache_key_is_canonical_json_and_each_damaged_entry_is_probed_again(
     info, lib, threads, *shape, version = json.loads(key)
     assert info == cpu_order.machine() and lib == {"torch": "9.9.9", "blas": "Intel(R) oneAPI Math Kernel "
                                                    "Library Version 2099.1"} and [threads, *shape] == [1, 2, 4, 3, "NN"]
-    assert version == 3           # the orders' version: 3 knows the three ways a sum starts
+    assert version == 4           # the orders' version: 4 knows lone K blocks, 3 the three ways a sum starts
     entry = {"order": GemmOrder([good], np.zeros((2, 3))).to_json(), "explained": 1.0, "calls": 5}
     damaged = [{**entry, "order": GemmOrder([SumTree.blocks([0, 5])], np.zeros((2, 3))).to_json()},  # K = 5 tree
                {**entry, "explained": 1.5}, {**entry, "explained": -0.5}, {**entry, "explained": True},

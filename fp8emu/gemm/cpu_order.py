@@ -80,17 +80,6 @@ def _packed_blocks(K, kc):
     return list(range(0, K, kc)) + [K]
 
 
-def _chains(bounds, offset=0):
-    """Nested pairs: one chain per block, the block sums added in order."""
-    t = None
-    for k0, k1 in zip(bounds[:-1], bounds[1:]):
-        c = k0 + offset
-        for k in range(k0 + 1, k1):
-            c = (c, k + offset)
-        t = c if t is None else (t, c)
-    return t
-
-
 @dataclasses.dataclass(frozen=True)
 class RecordedModel:
     """A summation order measured on one CPU family (MKL's sgemm), with where it was proven.
@@ -154,17 +143,14 @@ class RecordedModel:
             return SumTree.blocks([0, 1], start="add")
         # every other sum starts as fma(x, y, +0): an underflowing first product keeps its sign (the survey in
         # docs/data/cpu-order/xeon-amx-mkl-2024.2-starts.json: every M, N >= 2 in NN)
-        parts = self._k_blocks(M, K, N, threads)
-        if len(parts) == 2:
-            return SumTree.from_nested(tuple(_chains(b, off) for off, b in parts), start="fma")
-        return SumTree.blocks(parts[0][1], start="fma")
-
-    def _k_blocks(self, M, K, N, threads):
-        """``[(offset, bounds)]``: the K blocks of each thread's part of K (two parts where K is split)."""
+        # a K block of one product (K = 384j + 1 beyond 768 in the packing driver, or such a two-thread half) is
+        # summed apart, its product rounded and then added: SumTree.blocks says so (192x769x192, 192x1153x200 and
+        # 344x1921x351 on one thread, 32x1537x32 and 64x1537x64 on two, against torch on random products)
         if self.splits_k(M, K, N, threads):
             h = -(-K // 2)
-            return [(0, _packed_blocks(h, self.kc)), (h, _packed_blocks(K - h, self.kc))]
-        return [(0, self.blocks(K, M, N))]
+            bounds = _packed_blocks(h, self.kc) + [h + b for b in _packed_blocks(K - h, self.kc)[1:]]
+            return SumTree.blocks(bounds, start="fma", split=h)
+        return SumTree.blocks(self.blocks(K, M, N), start="fma")
 
     def order(self, M, K, N, threads=1):
         tree = self.tree(M, K, N, threads)       # checks the sizes before they shape an array
@@ -172,20 +158,9 @@ class RecordedModel:
         classes.flags.writeable = False          # stay untouched for 10**9 outputs)
         return GemmOrder([tree], classes)
 
-    def _lone_product(self, M, K, N, threads):
-        """Whether a K block of this GEMM holds one product: MKL sums it apart (the product rounded, then added),
-        which no SumTree node says (a leaf joins a sum by FMA); measured at 192x769x192, 192x1153x200 and
-        344x1921x351 on one thread, 32x1537x32 and 64x1537x64 on two (torch differs on random products)."""
-        return K >= 2 and any(b1 - b0 == 1 for _, b in self._k_blocks(M, K, N, threads)
-                              for b0, b1 in zip(b[:-1], b[1:]))
-
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this shape, thread count and operand layout lie outside what was proven (``None`` inside)."""
         check_gemm(M, K, N, threads, layout, name=self.name)    # "2" was "outside 1 and 2 thread(s)", True 1
-        if threads is not None and self._lone_product(M, K, N, threads):     # threads checked just above
-            return (f"a K block of one product (the last of {self.kc}j + 1 terms beyond {2 * self.kc}, in MKL's "
-                    "packing driver or a two-thread half of K) is summed apart by MKL, the product rounded and then "
-                    "added, which the order cannot say")
         if layout not in self.proven_layouts:
             return (f"the order was proven for the layouts {', '.join(self.proven_layouts)}; with {layout} MKL "
                     "sums some shapes in another order")
@@ -336,10 +311,11 @@ def _library(torch):
     return {"torch": torch.__version__, "blas": blas}
 
 
-#: The revealed orders' version: 3 knows the three ways a sum starts (SumTree.start: 2 told a -0 kept from
-#: +0 only, so an FMA start of an underflowing product came out +0; 1 left every output at +0, wrong for outer
-#: products), so entries of older versions are not read.
-_ORDERS = 3
+#: The revealed orders' version: 4 knows a K block of one product summed apart (SumTree.lone: 3 fused it, so
+#: K = 384j + 1 beyond 768 came out unexplained); 3 the three ways a sum starts (SumTree.start: 2 told a -0 kept
+#: from +0 only, so an FMA start of an underflowing product came out +0; 1 left every output at +0, wrong for
+#: outer products).  Entries of older versions are not read.
+_ORDERS = 4
 
 
 def _key(info, lib, threads, M, K, N, layout):

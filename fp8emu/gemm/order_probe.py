@@ -14,6 +14,10 @@ once and the outputs are grouped by their answers (:func:`reveal` with ``uniform
 
 Where the sums start (:class:`~fp8emu.gemm.sumtree.SumTree`'s ``start``, the sign of a zero) is asked with
 products of -0 terms: all of them, then (per tree) all but each partial sum's first, which underflows.
+Where an FMA tree does not reproduce the random products, each leaf joined to a partial sum is asked
+whether it is fused or a partial sum of its own (``lone``: a K block of one product): with the partial
+sum 1 and the leaf's product just over ``2**-24``, an FMA gives ``1 + 2**-23`` and a rounded product
+added gives the tie's even neighbour 1.
 
 Examples
 --------
@@ -35,6 +39,9 @@ __all__ = ["reveal", "check_order", "NotATreeError"]
 
 #: A float32 whose square (2**-200, negated) underflows: the start probe's first products.
 _UNDER = np.float32(2.0 ** -100)
+#: Factors of the lone probe's product 2**-24 (1 + 2**-24 - 2**-35): it rounds to 2**-24, which a partial sum
+#: of 1 meets at a tie (to even: 1), while the exact product, fused, lies past the tie (1 + 2**-23).
+_LONE_X, _LONE_Y = np.float32(1 + 2.0 ** -12 + 2.0 ** -23), np.float32(2.0 ** -24 - 2.0 ** -36)
 
 
 class NotATreeError(ValueError):
@@ -123,6 +130,9 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
             under[first] = call(*_start_operands(M, K, N, first))
         return under[first]
 
+    def lone(tree, mask):
+        return _lone_leaves(call, tree, mask)
+
     order = None
     if uniform and K > 1:
         try:
@@ -130,7 +140,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
         except NotATreeError:          # the outputs do not share one tree: ask each on its own
             nested = None
         if nested is not None:
-            order, explained = _fit([nested], np.zeros((M, N), np.int16), trials, wants, zeros, probe)
+            order, explained = _fit([nested], np.zeros((M, N), np.int16), trials, wants, zeros, probe, lone)
             if explained < 1.0:
                 order = None
     if order is None:
@@ -138,7 +148,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
             nested, classes = [0], np.zeros((M, N), np.int16)
         else:
             nested, classes = _reveal_each(call, M, K, N)
-        order, explained = _fit(nested, classes, trials, wants, zeros, probe)
+        order, explained = _fit(nested, classes, trials, wants, zeros, probe, lone)
     return order, {"calls": calls[0], "explained": explained}
 
 
@@ -184,13 +194,21 @@ def _zero_sign(v):
     return (v == 0) & np.signbit(v), (v == 0) & ~np.signbit(v)
 
 
-def _fit(nested, classes, trials, wants, zeros, probe):
-    """Choose fma per output by the checks (a kernel's edge tiles may multiply and add apart), and where
-    sums start by ``zeros`` (the answer to products all -0) and ``probe(first)`` (the answer where the
-    products starting the tree's spines, ``first``, underflow); the order and the fraction of outputs it
-    explains."""
+def _fit(nested, classes, trials, wants, zeros, probe, lone):
+    """Choose fma per output by the checks (a kernel's edge tiles may multiply and add apart), an FMA tree's
+    lone leaves by ``lone(tree, mask)`` where the checks find it wrong, and where sums start by ``zeros``
+    (the answer to products all -0) and ``probe(first)`` (the answer where the products starting the tree's
+    spines, ``first``, underflow); the order and the fraction of outputs it explains."""
     minus, plus = _zero_sign(zeros)
     trees, out, ok = [], np.zeros(classes.shape, np.int16), np.zeros(classes.shape, bool)
+
+    def matches(tree, mask):
+        g = mask.copy()
+        for (a, b), want in zip(trials, wants):
+            got = evaluate(tree, a, b)
+            g &= (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
+        return g
+
     for c, t in enumerate(nested):
         mask = classes == c
         good = {}
@@ -199,28 +217,69 @@ def _fit(nested, classes, trials, wants, zeros, probe):
             if not fma and np.array_equal(good[True][1], mask):
                 good[fma] = (tree, np.zeros_like(mask))     # FMA explains every output: no need to try more
                 break
-            g = mask.copy()
-            for (a, b), want in zip(trials, wants):
-                got = evaluate(tree, a, b)
-                g &= (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
-            good[fma] = (tree, g)
+            good[fma] = (tree, matches(tree, mask))
+        if not np.array_equal(good[True][1] | good[False][1], mask):
+            # neither explains every output: some K blocks of one product may be summed apart.  Every joined
+            # leaf apart is every product rounded first, the tree without FMA (whose partial sums start as
+            # its own do, where a lone leaf would start one of its own)
+            tree = good[True][0]
+            found = lone(tree, mask)
+            if found and len(found) < tree.K - len(tree.spine_starts()):
+                tree = tree.with_lone(found)
+                good[True] = (tree, matches(tree, mask))
         first = True if good[True][1].sum() >= good[False][1].sum() else False
         second = not first
         only_second = good[second][1] & ~good[first][1]
         parts = [(good[first][0], mask & ~only_second, good[first][1])]
         if only_second.any():
             parts.append((good[second][0], only_second, good[second][1]))
-        u_minus, u_plus = _zero_sign(probe(tuple(parts[0][0].spine_starts())))
-        # each start's outputs a tree of their own; outputs neither answer fits are left unexplained
-        start = {"product": minus, "fma": plus & u_minus, "add": ~minus & ~(plus & u_minus)}
-        fits = {"product": minus & u_minus, "fma": plus & u_minus, "add": plus & u_plus}
         for tree, sel, g in parts:
+            # asked per part: a tree with lone leaves starts more partial sums than the same tree without
+            u_minus, u_plus = _zero_sign(probe(tuple(tree.spine_starts())))
+            # each start's outputs a tree of their own; outputs neither answer fits are left unexplained
+            start = {"product": minus, "fma": plus & u_minus, "add": ~minus & ~(plus & u_minus)}
+            fits = {"product": minus & u_minus, "fma": plus & u_minus, "add": plus & u_plus}
             for name in STARTS:
                 s = sel & start[name]
                 if s.any():
                     out[s], ok = len(trees), ok | (s & g & fits[name])
                     trees.append(tree.starting(name))
     return GemmOrder(trees, out), float(ok.mean())
+
+
+def _lone_leaves(call, tree, mask):
+    """The leaves of the FMA ``tree`` (at the outputs ``mask``) that are partial sums of their own.
+
+    Each leaf joined to a partial sum is asked at the outputs of one column (or row) of ``mask``, as many
+    leaves per product as it has columns: there the leaf's spine start has product 1, the leaf the product
+    of ``_LONE_X`` and ``_LONE_Y``, every other product is 0.  A leaf is lone where all its outputs answer 1.
+    """
+    M, N = mask.shape
+    K = tree.K
+    asked = [(k, first) for first, items in tree.spines() for kind, k in items if kind == "leaf"]
+    rows, cols = np.nonzero(mask.any(axis=1))[0], np.nonzero(mask.any(axis=0))[0]
+    by_cols = cols.size >= rows.size
+    lanes = cols if by_cols else rows
+    found = []
+    for i0 in range(0, len(asked), lanes.size):
+        chunk = asked[i0:i0 + lanes.size]
+        # the side across the lanes is all ones but for the asked leaves' factor; each lane holds its own
+        # leaf's spine start (1) and other factor, and zeros elsewhere
+        across = np.ones(K, np.float32)
+        across[[k for k, _ in chunk]] = _LONE_X
+        own = np.zeros((K, M if not by_cols else N), np.float32)
+        for (k, first), lane in zip(chunk, lanes):
+            own[first, lane], own[k, lane] = 1.0, _LONE_Y
+        if by_cols:
+            got = call(np.broadcast_to(across, (M, K)).copy(), own)
+        else:
+            got = call(own.T.copy(), np.broadcast_to(across[:, None], (K, N)).copy())
+        for (k, _), lane in zip(chunk, lanes):
+            at = mask[:, lane] if by_cols else mask[lane, :]
+            vals = got[:, lane][at] if by_cols else got[lane, :][at]
+            if vals.size and np.all(vals == 1.0):
+                found.append(k)
+    return found
 
 
 def _assemble(structure, S):

@@ -9,7 +9,9 @@ Evaluating (:func:`evaluate`): a leaf is the product ``x_k y_k``.  With ``fma=Tr
 that joins a leaf to a partial sum is a float32 FMA (the exact product, one rounding), a node
 of two leaves rounds its left (pivot) product first and fuses the right one, and a node of two
 partial sums is a float32 addition; with ``fma=False`` every product is rounded to float32
-first and every node is a float32 addition.  Products are exact in float64 (24-bit operands).
+first and every node is a float32 addition.  A *lone* leaf (``lone``) is a partial sum of its own
+(a K block of one product): its rounded product is added, not fused.  Products are exact in float64
+(24-bit operands).
 
 Examples
 --------
@@ -57,17 +59,25 @@ class SumTree:
     the exact sum is not zero); ``"product"`` takes the rounded ``p`` as it is (-0 kept).  Which one a BLAS
     takes depends on its kernel, so on the shape and layout (:func:`~fp8emu.gemm.order_probe.reveal`
     asks); every partial sum of one tree starts alike.
+    ``lone``: leaves that are a partial sum of their own, a K block of one product that a BLAS sums apart
+    (its product rounded, then added) where a leaf in ``children`` alone would join its sibling by FMA;
+    each is a node's right child, and only an FMA tree has them (without FMA every product is rounded).
+    :meth:`blocks` marks its one-product blocks so; :meth:`describe` writes one ``[k:k+1]``.
 
     Examples
     --------
     >>> x, y = np.array([[-2.0**-100, 0.0]], np.float32), np.array([[2.0**-100], [-1.0]], np.float32)
     >>> [float(evaluate(SumTree.blocks([0, 2], start=s), x, y)[0, 0]) for s in STARTS]   # -2**-200 + (-0)
     [0.0, -0.0, -0.0]
+    >>> x = np.array([[1.0, 1.0 + 2.0**-12 + 2.0**-23]], np.float32)      # 1 + a product just over 2**-24
+    >>> y = np.array([[1.0], [2.0**-24 - 2.0**-36]], np.float32)
+    >>> [float(evaluate(t, x, y)[0, 0]) - 1 for t in (SumTree.blocks([0, 2]), SumTree.blocks([0, 1, 2]))]
+    [1.1920928955078125e-07, 0.0]
     """
 
-    __slots__ = ("K", "children", "fma", "start")
+    __slots__ = ("K", "children", "fma", "start", "lone")
 
-    def __init__(self, K, children, fma=True, *, start="add"):
+    def __init__(self, K, children, fma=True, *, start="add", lone=()):
         # K = 2.5, children 0.2 / 1.7 or fma="no" were truncated or read as truthy: another tree, silently
         if not is_integer(K):
             raise TypeError(f"a sum tree's K is an integer, got {K!r}")
@@ -95,13 +105,15 @@ class SumTree:
         self.children = ch
         self.fma = bool(fma)
         self.start = start
+        self.lone = _lone(lone, self.K, ch, self.fma)
 
     def __eq__(self, other):
         return (isinstance(other, SumTree) and self.K == other.K and self.fma == other.fma
-                and self.start == other.start and np.array_equal(self.children, other.children))
+                and self.start == other.start and self.lone == other.lone
+                and np.array_equal(self.children, other.children))
 
     def __hash__(self):
-        return hash((self.K, self.fma, self.start, self.children.tobytes()))
+        return hash((self.K, self.fma, self.start, self.lone, self.children.tobytes()))
 
     def __repr__(self):
         start = "" if self.start == "add" else f", start={self.start!r}"
@@ -109,12 +121,16 @@ class SumTree:
 
     def starting(self, start):
         """This tree with its partial sums starting as ``start`` says (:data:`STARTS`)."""
-        return SumTree(self.K, self.children, self.fma, start=start)
+        return SumTree(self.K, self.children, self.fma, start=start, lone=self.lone)
+
+    def with_lone(self, lone):
+        """This tree with the leaves ``lone`` summed apart (a partial sum each; see the class)."""
+        return SumTree(self.K, self.children, self.fma, start=self.start, lone=lone)
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_nested(cls, nested, fma=True, *, start="add"):
-        """From nested pairs of leaf indices, e.g. ``((0, 1), 2)``."""
+    def from_nested(cls, nested, fma=True, *, start="add", lone=()):
+        """From nested pairs of leaf indices, e.g. ``((0, 1), 2)``; ``lone`` as the class says."""
         children, stack = [], [(nested, False)]
         ids = []
         leaves = []
@@ -139,28 +155,50 @@ class SumTree:
         if sorted(leaves) != list(range(K)):
             raise ValueError(f"a sum tree's leaves must be 0 .. K-1 once each, got {sorted(leaves)[:8]}...")
         ch = [[K - c - 1 if c < 0 else c for c in pair] for pair in children]
-        return cls(K, np.array(ch, np.int64).reshape(-1, 2), fma, start=start)
+        return cls(K, np.array(ch, np.int64).reshape(-1, 2), fma, start=start, lone=lone)
 
     @classmethod
-    def blocks(cls, bounds, fma=True, *, start="add"):
+    def blocks(cls, bounds, fma=True, *, start="add", split=None):
         """One chain per K block ``[bounds[b], bounds[b+1])`` in K order, the block sums added in order.
 
-        ``bounds`` are integers from 0, strictly increasing (``[0, 5, 3]`` made a six-term tree)."""
+        ``bounds`` are integers from 0, strictly increasing (``[0, 5, 3]`` made a six-term tree).  A block
+        of one product past a part's first is its rounded product (``lone``; without FMA every product is).
+        ``split``: one of the inner bounds, where a second part starts that is summed the same way on its
+        own (a BLAS's second thread); the second part's sum is added to the first's.
+
+        Examples
+        --------
+        >>> SumTree.blocks([0, 3, 4]).describe(), SumTree.blocks([0, 3, 4], fma=False).describe()
+        ('[0:3] + [3:4]', '[0:4]')
+        >>> SumTree.blocks([0, 2, 4, 6], split=4).describe()
+        '[0:2] + [2:4] + [4:6]'
+        >>> SumTree.blocks([0, 2, 4, 6, 8], split=4).describe()
+        '[0:2] + [2:4] + ([4:6] + [6:8])'
+        """
         bounds = list(bounds)
         if len(bounds) < 2 or bounds[0] != 0 or not all(is_integer(b) for b in bounds) \
                 or any(b1 <= b0 for b0, b1 in zip(bounds, bounds[1:])):
             raise ValueError(f"block bounds are integers from 0, strictly increasing (e.g. [0, 384, 768]), "
                              f"got {bounds!r:.80}")
-        t = None
-        for k0, k1 in zip(bounds[:-1], bounds[1:]):
-            c = k0
-            for k in range(k0 + 1, k1):
-                c = (c, k)
-            t = c if t is None else (t, c)
-        return cls.from_nested(t, fma, start=start)
+        if split is not None and (not is_integer(split) or split not in bounds[1:-1]):
+            raise ValueError(f"split is one of the inner block bounds ({bounds[1:-1]!r:.60}) or None, got {split!r}")
+        cuts = [0, bounds[-1]] if split is None else [0, int(split), bounds[-1]]
+        parts, lone = [], []
+        for p0, p1 in zip(cuts, cuts[1:]):
+            t = None
+            part = [b for b in bounds if p0 <= b <= p1]
+            for k0, k1 in zip(part[:-1], part[1:]):
+                c = k0
+                for k in range(k0 + 1, k1):
+                    c = (c, k)
+                if t is not None and k1 - k0 == 1 and fma:
+                    lone.append(k0)
+                t = c if t is None else (t, c)
+            parts.append(t)
+        return cls.from_nested(parts[0] if len(parts) == 1 else tuple(parts), fma, start=start, lone=lone)
 
     def nested(self):
-        """The tree as nested pairs (deep trees are returned without recursion)."""
+        """The tree as nested pairs (deep trees are returned without recursion; :attr:`lone` is apart)."""
         K = self.K
         built = list(range(K)) + [None] * (K - 1)
         for r, (a, b) in enumerate(self.children.tolist()):
@@ -172,10 +210,11 @@ class SumTree:
         """The tree as spines: ``[(start_leaf, [(kind, item), ...]), ...]``, root's spine first.
 
         A spine starts at a leaf and climbs: each step adds a leaf (``("leaf", k)``) or the value
-        of another spine (``("spine", index)``).
+        of another spine (``("spine", index)``); a lone leaf is a spine of its own, without steps.
         """
         K = self.K
         out = []
+        lone = set(self.lone)
 
         def walk(node):
             steps = []
@@ -187,7 +226,7 @@ class SumTree:
             out.append(None)
             items = []
             for r in reversed(steps):
-                items.append(("leaf", r) if r < K else ("spine", walk(r)))
+                items.append(("leaf", r) if r < K and r not in lone else ("spine", walk(r)))
             out[idx] = (node, items)
             return idx
 
@@ -200,6 +239,8 @@ class SumTree:
 
         def text(i):
             start, items = sp[i]
+            if i and not items:                  # a lone leaf: a K block of one product
+                return f"[{start}:{start + 1}]"
             parts, run = [], [start]
 
             def flush():
@@ -230,29 +271,47 @@ class SumTree:
         return text(0)
 
     def spine_starts(self):
-        """The leaves that start a partial sum (each spine's first product), root's first.
+        """The leaves that start a partial sum (each spine's first product, a lone leaf's own), root's first.
 
         Examples
         --------
-        >>> SumTree.blocks([0, 4, 8, 10]).spine_starts()
-        [0, 4, 8]
+        >>> SumTree.blocks([0, 4, 8, 10]).spine_starts(), SumTree.blocks([0, 4, 5]).spine_starts()
+        ([0, 4, 8], [0, 4])
         """
         return [first for first, _ in self.spines()]
 
     def to_json(self):
-        # start written where it is not "add": every tree written before it existed starts so
+        # start and lone written where they are not "add" and none: every tree written before they existed is so
         start = {} if self.start == "add" else {"start": self.start}
-        return {"K": self.K, "fma": self.fma, **start, "children": self.children.reshape(-1).tolist()}
+        lone = {"lone": list(self.lone)} if self.lone else {}
+        return {"K": self.K, "fma": self.fma, **start, **lone, "children": self.children.reshape(-1).tolist()}
 
     @classmethod
     def from_json(cls, d):
-        # start absent: "add" (every tree written before it existed started so)
-        _json_keys(d, "a sum tree's JSON", ("K", "fma", "children"), optional=("start",))
+        # start absent: "add", lone absent: none (every tree written before they existed was so)
+        _json_keys(d, "a sum tree's JSON", ("K", "fma", "children"), optional=("start", "lone"))
         if not isinstance(d.get("fma"), bool) or d.get("start", "add") not in STARTS or not is_integer(d.get("K")):
             raise ValueError(f"a sum tree's JSON has an integer K, a bool fma and a start of "
                              f"{', '.join(map(repr, STARTS))}, got {d!r:.80}")
         # no cast here: the constructor refuses children 0.2 / 1.7 or "1" (a cast truncated or parsed them)
-        return cls(d["K"], np.asarray(d["children"]), d["fma"], start=d.get("start", "add"))
+        return cls(d["K"], np.asarray(d["children"]), d["fma"], start=d.get("start", "add"), lone=d.get("lone", ()))
+
+
+def _lone(lone, K, children, fma):
+    """``lone`` checked (leaves that are a node's right child, in an FMA tree) as a sorted tuple of ints."""
+    if isinstance(lone, (str, bytes, dict)) or not hasattr(lone, "__iter__") \
+            or not all(is_integer(k) for k in lone):
+        raise TypeError(f"a sum tree's lone leaves are integer term indices, got {lone!r:.80}")
+    out = tuple(sorted({int(k) for k in lone}))
+    if out and not fma:       # without FMA every product is rounded before it is added: lone would say nothing
+        raise ValueError("lone leaves are for an FMA tree (fma=True): without FMA every product is rounded "
+                         "and then added already")
+    joined = set(children[:, 1].tolist()) if K > 1 else set()
+    bad = [k for k in out if k not in joined or k >= K]
+    if bad:
+        raise ValueError(f"a lone leaf is a leaf joined to a partial sum (a node's right child), got {bad[:8]} "
+                         f"of a tree over K={K}")
+    return out
 
 
 def _json_keys(d, what, keys, optional=()):

@@ -28,7 +28,8 @@ K is cut into blocks, each summed by one float32 FMA chain per output in K order
 small-matrix driver) the blocks are 384 while more than 768 remain, then the rest in one block (at
 most 384) or two halves (``ceil`` first): ``K <= 384`` is one chain, ``K = 500`` two of 250,
 ``K = 1024`` blocks of 384, 320, 320.  Where both reach 192 (the packing driver) blocks beyond 768 are
-plain: ``K = 1024`` is 384, 384, 256.  On two threads MKL gives each thread half of a K above 768
+plain: ``K = 1024`` is 384, 384, 256, and ``K = 769`` is 384, 384 and a block of one product, which MKL
+rounds and then adds (:class:`~fp8emu.gemm.sumtree.SumTree`'s ``lone``).  On two threads MKL gives each thread half of a K above 768
 once the product passes about 192,000 multiply-adds, each half blocked as the packing driver does,
 and adds the halves.  Its proven range: ``M >= 2`` and ``N >= 2`` (a single row or column goes to
 MKL's gemv); ``K <= 4096`` on one thread, and on two for M, N <= 128 (larger shapes, where MKL
@@ -36,7 +37,7 @@ decides between splitting K and splitting rows by a rule not measured, warn abov
 ``MKL_ENABLE_INSTRUCTIONS`` / ``MKL_CBWR``, or outside that range it warns.  Revealed orders are exact
 wherever the BLAS sums in a fixed binary tree of float32 additions or FMAs (every GEMM with M, N >= 2
 on MKL's AVX-512, AVX2 and CBWR=COMPATIBLE kernels, 1 and 2 threads, checked live, but some small products
-with B transposed, such as 2x17x2 in layout NT on the AVX-512 kernel, where a RuntimeWarning says how many
+with B transposed, such as 3x40x3 in layout NT on the AVX-512 kernel, where a RuntimeWarning says how many
 outputs the order found explains); MKL's gemv
 (M or N = 1) is not such a tree on these kernels, and a RuntimeWarning says how many outputs the
 order found explains (or, where it explains every product of the probe, that torch may differ on others).  NaN results are NaN, but their sign bit (which operand's NaN an instruction
