@@ -319,7 +319,8 @@ def capture(model, loss_fn) -> tuple:
     layer too (tied to an embedding, or in a penalty of ``loss_fn``: the same sum), a layer
     run with autograd off inside the forward, a layer whose output does not reach the loss, a layer whose weight
     needs no gradient (frozen: it has no wgrad) and a layer whose weight is computed (a parametrization or
-    weight norm), and a ``loss_fn`` that runs a backward itself, and a model holding :mod:`fp8emu.torch.te` modules
+    weight norm), a called subclass of ``nn.Linear`` with a forward of its own (its output need not be
+    ``x w^T + b``), and a ``loss_fn`` that runs a backward itself, and a model holding :mod:`fp8emu.torch.te` modules
     (their GEMMs are no ``nn.Linear``); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
     hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
     output and its gradient, before the hook.
@@ -386,6 +387,12 @@ def capture(model, loss_fn) -> tuple:
             if name in seen:
                 raise ValueError(f"layer {name!r} was called twice in one forward; a probe needs one call "
                                  "per layer")
+            if isinstance(mod, nn.Linear) and type(mod).forward is not nn.Linear.forward:
+                # its output was recorded as y, its weight's gradient as dw, though neither need be the linear
+                # layer's (a fake-quantized weight, a scaled output: y was not x w^T + b, dw not dy^T x), silently
+                raise ValueError(f"layer {name!r} is a {type(mod).__name__}, a subclass of nn.Linear with a forward "
+                                 "of its own, so its output need not be x w^T + b; capture probes torch.nn.Linear "
+                                 "layers (emulate leaves such a subclass as it is too): use nn.Linear for the probe")
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"layer {name!r} was called without an input tensor (args {len(args)}, "
                                 f"keywords {sorted(kwargs)})")
