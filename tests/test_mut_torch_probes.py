@@ -122,29 +122,23 @@ def test_a_weight_that_also_reaches_the_loss_in_a_penalty_is_refused():
         probes.capture(model, lambda m: m(x).sum() + m[0].weight.square().sum())
 
 
-class _Scaled(torch.nn.Linear):
-    """A linear layer taking a second positional argument (a subclass of nn.Linear, so capture probes it)."""
-
-    def forward(self, x, s):
-        return super().forward(x) * s
-
-
-def test_the_input_gradient_is_the_layers_own_when_it_takes_more_than_one_positional_argument():
-    """The layer's input also feeds a residual path: ``dx`` is the layer's own dgrad (the gradient through
-    its output, 2 dy W for an output scaled by 2), not the input's whole gradient (which adds the residual's
-    dy).  The layer is called as ``lin(h, 2.0)``: the input is the first positional argument, not the last."""
+def test_the_input_gradient_is_the_layers_own_when_its_input_is_given_by_keyword():
+    """The layer's input also feeds a residual path: ``dx`` is the layer's own dgrad (``dy W``), not the
+    input's whole gradient (which adds the residual's dy).  The layer is called as ``lin(input=h)``: the
+    input is the keyword argument, there is no positional one.  (A subclass of nn.Linear with a forward of
+    its own, which could take more arguments, is refused: tests/test_audit_capture_linear_subclass.py.)"""
     torch.manual_seed(6)
-    model = torch.nn.ModuleDict({"lin": _Scaled(4, 4)})
+    model = torch.nn.ModuleDict({"lin": torch.nn.Linear(4, 4)})
     x = torch.randn(6, 4, requires_grad=True)
 
     def loss_fn(m):
         h = torch.tanh(x)
-        return (m["lin"](h, 2.0) + h).square().sum()
+        return (m["lin"](input=h) + h).square().sum()
 
     _, caps = probes.capture(model, loss_fn)
     c = caps["lin"]
     dy = c.dy.astype(np.float64)
-    own = 2.0 * dy @ c.w.astype(np.float64)
+    own = dy @ c.w.astype(np.float64)
     np.testing.assert_allclose(c.dx, own, rtol=1e-5, atol=1e-6)
     assert not np.allclose(c.dx, own + dy, rtol=1e-3, atol=1e-3)        # the residual's share is not in dx
 
@@ -237,19 +231,13 @@ def test_a_loss_fn_that_runs_its_own_backward_is_refused():
         probes.capture(model, step)
 
 
-class _KeywordInput(torch.nn.Linear):
-    """An ``nn.Linear`` whose forward names its input ``x``: called as ``lin(x=t)``, no positional input and
-    no ``input`` keyword reach the hook."""
-
-    def forward(self, x):
-        return super().forward(x)
-
-
 def test_a_layer_called_with_its_input_under_another_keyword_is_refused_naming_the_call():
-    """The hook finds no input tensor: one TypeError naming the layer and the call's arguments, not
-    ``'NoneType' object has no attribute 'device'`` from the autocast check."""
+    """A QAT wrapper (``qat_model``) names its input ``x``: called as ``lin(x=t)``, no positional input and no
+    ``input`` keyword reach the hook, which finds no input tensor: one TypeError naming the layer and the call's
+    arguments, not ``'NoneType' object has no attribute 'device'`` from the autocast check.  (A plain
+    nn.Linear called so is torch's own TypeError, before any hook.)"""
     torch.manual_seed(15)
-    model = torch.nn.ModuleDict({"lin": _KeywordInput(4, 3)})
-    x = torch.randn(5, 4)
+    model = probes.qat_model(torch.nn.ModuleDict({"lin": torch.nn.Linear(16, 16)}), "te-current", "h100")
+    x = torch.randn(5, 16)
     with pytest.raises(TypeError, match=r"layer 'lin' was called without an input tensor \(args 0, keywords \['x'\]\)"):
         probes.capture(model, lambda m: m["lin"](x=x).square().sum())
