@@ -151,7 +151,7 @@ def test_the_recorded_model_describes_the_lone_block_and_the_thread_halves():
 
 
 @pytest.mark.parametrize("M, K, N, threads", [(192, 769, 192, 1), (32, 1537, 32, 2), (64, 3074, 64, 2)])
-def test_torch_sums_a_lone_product_as_the_recorded_model_says(M, K, N, threads):
+def test_live_torch_sums_a_lone_product_as_the_recorded_model_says(M, K, N, threads):
     torch = pytest.importorskip("torch")
     if not REC.applies_here(cpu_order.machine()):
         pytest.skip("the recorded model was measured on an Intel AVX-512 CPU with MKL's default kernel")
