@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from fp8emu.gemm import cpu_order, order_probe
-from fp8emu.gemm.sumtree import GemmOrder, SumTree, evaluate
+from fp8emu.gemm.sumtree import GemmOrder, SumTree, evaluate, evaluate_order
 
 from oracle import round_f32
 
@@ -167,3 +167,22 @@ def test_live_torch_sums_a_lone_product_as_the_recorded_model_says(M, K, N, thre
         assert facts["explained"] == 1.0 and order.trees == [REC.tree(M, K, N, threads)]
     finally:
         torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("classes", [[[0, 0, 0], [1, 1, 1], [0, 0, 0]],        # a middle row fuses (MKL, 3x40x3 NT)
+                                     [[0, 1], [0, 1], [0, 1], [0, 1]],          # a column fuses, lanes are rows
+                                     [[0, 1, 0, 1, 0]]])                        # alternate columns
+def test_reveal_gives_each_group_of_outputs_its_own_lone_leaves(classes):
+    """Outputs that share one tree's shape but sum other leaves apart: every leaf is asked at every output, and
+    each group gets its tree (the box's own trees, written out by hand, are the reference)."""
+    apart = SumTree.from_nested((((((0, 1), 2), 3), ((4, 5), 6)), 7), start="fma", lone=[3, 7])
+    fused = SumTree.from_nested((((((0, 1), 2), 3), ((4, 5), 6)), 7), start="fma")
+    classes = np.asarray(classes, np.int16)
+    box = GemmOrder([apart, fused], classes)
+    M, N = classes.shape
+    order, facts = order_probe.reveal(lambda a, b: evaluate_order(box, a, b), M, 8, N)
+    assert facts["explained"] == 1.0 and order_probe.check_order(order, lambda a, b: evaluate_order(box, a, b),
+                                                                 M, 8, N) == 0
+    for m in range(M):
+        for n in range(N):
+            assert order.trees[order.classes[m, n]] == box.trees[classes[m, n]], (m, n)

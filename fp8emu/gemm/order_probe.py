@@ -211,29 +211,39 @@ def _fit(nested, classes, trials, wants, zeros, probe, lone):
 
     for c, t in enumerate(nested):
         mask = classes == c
-        good = {}
+        good = []                    # (tree, outputs it explains, outputs it may take, found by the leaf probe)
         for fma in (True, False):
             tree = SumTree.from_nested(t, fma) if isinstance(t, tuple) else SumTree(1, np.zeros((0, 2)), fma)
-            if not fma and np.array_equal(good[True][1], mask):
-                good[fma] = (tree, np.zeros_like(mask))     # FMA explains every output: no need to try more
-                break
-            good[fma] = (tree, matches(tree, mask))
-        if not np.array_equal(good[True][1] | good[False][1], mask):
-            # neither explains every output: some K blocks of one product may be summed apart.  Every joined
-            # leaf apart is every product rounded first, the tree without FMA (whose partial sums start as
-            # its own do, where a lone leaf would start one of its own)
-            tree = good[True][0]
-            found = lone(tree, mask)
-            if found and len(found) < tree.K - len(tree.spine_starts()):
-                tree = tree.with_lone(found)
-                good[True] = (tree, matches(tree, mask))
-        first = True if good[True][1].sum() >= good[False][1].sum() else False
-        second = not first
-        only_second = good[second][1] & ~good[first][1]
-        parts = [(good[first][0], mask & ~only_second, good[first][1])]
-        if only_second.any():
-            parts.append((good[second][0], only_second, good[second][1]))
+            if not fma and np.array_equal(good[0][1], mask):
+                break                # FMA explains every output: no need to try more
+            good.append((tree, matches(tree, mask), mask, False))
+        if not np.array_equal(np.logical_or.reduce([e[1] for e in good]), mask):
+            # neither explains every output: ask each joined leaf whether it is fused or rounded first, at every
+            # output (random products may round alike either way, more so at a small K).  None rounded: the FMA
+            # tree; all: the tree without FMA (whose partial sums start as its own do, where a lone leaf would
+            # start one of its own); some: K blocks of one product summed apart, the FMA tree with lone leaves
+            fused, plain = good[0][0], SumTree.from_nested(t, False) if isinstance(t, tuple) else good[0][0]
+            joined = fused.K - len(fused.spine_starts())
+            for leaves, sel in lone(fused, mask):
+                tree = fused if not leaves else plain if len(leaves) == joined else fused.with_lone(leaves)
+                good.append((tree, matches(tree, sel), sel, True))
+        # each output takes the tree that explains most outputs among those that explain it (FMA first on a tie),
+        # the leaf probe's trees before the others; an output none explains takes the first that may take it,
+        # and stays unexplained
+        good.sort(key=lambda e: (not e[3], -int(e[1].sum())))
+        taken = ~mask
+        parts = []
+        for tree, g, _, _ in good:
+            sel = g & ~taken
+            taken |= sel
+            parts.append([tree, sel, g])
+        for part in parts:
+            rest = ~taken & next(m for tr, _, m, _ in good if tr is part[0])
+            part[1] |= rest
+            taken |= rest
         for tree, sel, g in parts:
+            if not sel.any():
+                continue
             # asked per part: a tree with lone leaves starts more partial sums than the same tree without
             u_minus, u_plus = _zero_sign(probe(tuple(tree.spine_starts())))
             # each start's outputs a tree of their own; outputs neither answer fits are left unexplained
@@ -247,12 +257,21 @@ def _fit(nested, classes, trials, wants, zeros, probe, lone):
     return GemmOrder(trees, out), float(ok.mean())
 
 
+#: The most (leaf, output) answers the lone probe keeps when it asks every leaf at every output (64 MiB).
+_LONE_ALL = 1 << 26
+
+
 def _lone_leaves(call, tree, mask):
-    """The leaves of the FMA ``tree`` (at the outputs ``mask``) that are partial sums of their own.
+    """``[(leaves, outputs)]``: the joined leaves of the FMA ``tree`` that are rounded before they are added (partial
+    sums of their own), by output (every output of ``mask`` in one group).
 
     Each leaf joined to a partial sum is asked at the outputs of one column (or row) of ``mask``, as many
     leaves per product as it has columns: there the leaf's spine start has product 1, the leaf the product
-    of ``_LONE_X`` and ``_LONE_Y``, every other product is 0.  A leaf is lone where all its outputs answer 1.
+    of ``_LONE_X`` and ``_LONE_Y``, every other product is 0, and an output answers 1 where the leaf is lone.
+    Every leaf is asked at every column in turn (one round per column: a kernel's edge rows and columns may
+    sum another way), and the outputs are grouped by the leaves they sum apart; where that is over
+    ``_LONE_ALL`` answers, one round, and a leaf is lone for all of ``mask`` where all its column's outputs
+    said so.
     """
     M, N = mask.shape
     K = tree.K
@@ -260,26 +279,54 @@ def _lone_leaves(call, tree, mask):
     rows, cols = np.nonzero(mask.any(axis=1))[0], np.nonzero(mask.any(axis=0))[0]
     by_cols = cols.size >= rows.size
     lanes = cols if by_cols else rows
+    if not asked or lanes.size == 0:
+        return [((), mask)]
+    rounds = lanes.size if M * N * len(asked) <= _LONE_ALL else 1
+    answers = np.zeros((len(asked), M, N), bool) if rounds > 1 else None
     found = []
-    for i0 in range(0, len(asked), lanes.size):
-        chunk = asked[i0:i0 + lanes.size]
-        # the side across the lanes is all ones but for the asked leaves' factor; each lane holds its own
-        # leaf's spine start (1) and other factor, and zeros elsewhere
-        across = np.ones(K, np.float32)
-        across[[k for k, _ in chunk]] = _LONE_X
-        own = np.zeros((K, M if not by_cols else N), np.float32)
-        for (k, first), lane in zip(chunk, lanes):
-            own[first, lane], own[k, lane] = 1.0, _LONE_Y
-        if by_cols:
-            got = call(np.broadcast_to(across, (M, K)).copy(), own)
-        else:
-            got = call(own.T.copy(), np.broadcast_to(across[:, None], (K, N)).copy())
-        for (k, _), lane in zip(chunk, lanes):
-            at = mask[:, lane] if by_cols else mask[lane, :]
-            vals = got[:, lane][at] if by_cols else got[lane, :][at]
-            if vals.size and np.all(vals == 1.0):
-                found.append(k)
-    return found
+    leaf = np.array([k for k, _ in asked], np.int64)
+    first = np.array([f for _, f in asked], np.int64)
+    # the answers as the lanes see them: outputs along the lane (rows of a column, or columns of a row)
+    seen = mask if by_cols else mask.T
+    for shift in range(rounds):
+        for i0 in range(0, len(asked), lanes.size):
+            i = np.arange(i0, min(i0 + lanes.size, len(asked)))
+            where = lanes[(i - i0 + shift) % lanes.size]
+            # the side across the lanes is all ones but for the asked leaves' factor; each lane holds its own
+            # leaf's spine start (1) and other factor, and zeros elsewhere
+            across = np.ones(K, np.float32)
+            across[leaf[i]] = _LONE_X
+            own = np.zeros((K, N if by_cols else M), np.float32)
+            own[first[i], where], own[leaf[i], where] = 1.0, _LONE_Y
+            if by_cols:
+                got = call(np.broadcast_to(across, (M, K)).copy(), own)
+            else:
+                got = call(own.T.copy(), np.broadcast_to(across[:, None], (K, N)).copy()).T
+            vals = got[:, where] == 1.0                         # (outputs along the lane, leaves)
+            if answers is not None:
+                if by_cols:
+                    answers[i, :, where] = vals.T
+                else:
+                    answers[i, where, :] = vals.T
+            else:
+                at = seen[:, where]
+                found += leaf[i][np.all(vals | ~at, axis=0) & at.any(axis=0)].tolist()
+        if rounds == 1:          # too many answers to keep: a leaf is lone where its lane said so throughout
+            return [(tuple(found), mask)]
+    # outputs grouped by the leaves they sum apart (each output has answered every leaf), by their answers'
+    # bytes (np.unique over rows sorts them as records: 26 s for 36,864 outputs of 766 leaves)
+    idx = np.flatnonzero(mask.reshape(-1))
+    packed = np.packbits(answers.reshape(len(asked), -1)[:, idx].T, axis=1)
+    groups = {}
+    for i, row in zip(idx, packed):
+        groups.setdefault(row.tobytes(), []).append(i)
+    out = []
+    for key, at in groups.items():
+        sig = np.unpackbits(np.frombuffer(key, np.uint8))[:len(asked)]
+        sel = np.zeros(M * N, bool)
+        sel[at] = True
+        out.append((tuple(asked[i][0] for i in np.flatnonzero(sig)), sel.reshape(M, N)))
+    return out
 
 
 def _assemble(structure, S):

@@ -35,10 +35,9 @@ and adds the halves.  Its proven range: ``M >= 2`` and ``N >= 2`` (a single row 
 MKL's gemv); ``K <= 4096`` on one thread, and on two for M, N <= 128 (larger shapes, where MKL
 decides between splitting K and splitting rows by a rule not measured, warn above ``K = 768``).  On another CPU, under
 ``MKL_ENABLE_INSTRUCTIONS`` / ``MKL_CBWR``, or outside that range it warns.  Revealed orders are exact
-wherever the BLAS sums in a fixed binary tree of float32 additions or FMAs (every GEMM with M, N >= 2
-on MKL's AVX-512, AVX2 and CBWR=COMPATIBLE kernels, 1 and 2 threads, checked live, but some small products
-with B transposed, such as 3x40x3 in layout NT on the AVX-512 kernel, where a RuntimeWarning says how many
-outputs the order found explains); MKL's gemv
+wherever the BLAS sums in a fixed binary tree of float32 additions or FMAs, some leaves rounded and then
+added (every GEMM with M, N >= 2 on MKL's AVX-512, AVX2 and CBWR=COMPATIBLE kernels, 1 and 2 threads, checked
+live; elsewhere a RuntimeWarning says how many outputs the order found explains); MKL's gemv
 (M or N = 1) is not such a tree on these kernels, and a RuntimeWarning says how many outputs the
 order found explains (or, where it explains every product of the probe, that torch may differ on others).  NaN results are NaN, but their sign bit (which operand's NaN an instruction
 passes on, or x86's negative default NaN) is not reproduced, on either path.  The oneDNN path's
