@@ -195,10 +195,11 @@ def _zero_sign(v):
 
 
 def _fit(nested, classes, trials, wants, zeros, probe, lone):
-    """Choose fma per output by the checks (a kernel's edge tiles may multiply and add apart), an FMA tree's
-    lone leaves by ``lone(tree, mask)`` where the checks find it wrong, and where sums start by ``zeros``
-    (the answer to products all -0) and ``probe(first)`` (the answer where the products starting the tree's
-    spines, ``first``, underflow); the order and the fraction of outputs it explains."""
+    """Choose fma per output by the checks (a kernel's edge tiles may multiply and add apart) or, where they leave
+    outputs unexplained, by which joined leaves each output rounds before adding (``lone(tree, mask)``: none,
+    FMA; all, no FMA; some, lone leaves), and where sums start by ``zeros`` (the answer to products all -0) and
+    ``probe(first)`` (the answer where the products starting the tree's spines, ``first``, underflow); the order
+    and the fraction of outputs it explains."""
     minus, plus = _zero_sign(zeros)
     trees, out, ok = [], np.zeros(classes.shape, np.int16), np.zeros(classes.shape, bool)
 
@@ -233,15 +234,15 @@ def _fit(nested, classes, trials, wants, zeros, probe, lone):
         good.sort(key=lambda e: (not e[3], -int(e[1].sum())))
         taken = ~mask
         parts = []
-        for tree, g, _, _ in good:
+        for tree, g, may, _ in good:
             sel = g & ~taken
             taken |= sel
-            parts.append([tree, sel, g])
+            parts.append([tree, sel, g, may])
         for part in parts:
-            rest = ~taken & next(m for tr, _, m, _ in good if tr is part[0])
+            rest = ~taken & part[3]
             part[1] |= rest
             taken |= rest
-        for tree, sel, g in parts:
+        for tree, sel, g, _ in parts:
             if not sel.any():
                 continue
             # asked per part: a tree with lone leaves starts more partial sums than the same tree without
@@ -267,11 +268,11 @@ def _lone_leaves(call, tree, mask):
 
     Each leaf joined to a partial sum is asked at the outputs of one column (or row) of ``mask``, as many
     leaves per product as it has columns: there the leaf's spine start has product 1, the leaf the product
-    of ``_LONE_X`` and ``_LONE_Y``, every other product is 0, and an output answers 1 where the leaf is lone.
-    Every leaf is asked at every column in turn (one round per column: a kernel's edge rows and columns may
-    sum another way), and the outputs are grouped by the leaves they sum apart; where that is over
-    ``_LONE_ALL`` answers, one round, and a leaf is lone for all of ``mask`` where all its column's outputs
-    said so.
+    of ``_LONE_X`` and ``_LONE_Y``, every other product is 0, and an output answers 1 where the leaf is
+    rounded first (1 + 2**-23 where it is fused).  Every leaf is asked at every column in turn (one round per
+    column: a kernel's edge rows and columns may sum another way), and the outputs are grouped by the leaves
+    they round; where that is over ``_LONE_ALL`` answers, one round, and a leaf counts as rounded for all of
+    ``mask`` where all its column's outputs said so.
     """
     M, N = mask.shape
     K = tree.K
