@@ -14,10 +14,10 @@ once and the outputs are grouped by their answers (:func:`reveal` with ``uniform
 
 Where the sums start (:class:`~fp8emu.gemm.sumtree.SumTree`'s ``start``, the sign of a zero) is asked with
 products of -0 terms: all of them, then (per tree) all but each partial sum's first, which underflows.
-Where an FMA tree does not reproduce the random products, each leaf joined to a partial sum is asked
-whether it is fused or a partial sum of its own (``lone``: a K block of one product): with the partial
-sum 1 and the leaf's product just over ``2**-24``, an FMA gives ``1 + 2**-23`` and a rounded product
-added gives the tie's even neighbour 1.
+Each leaf a tree joins to a partial sum is asked whether it is fused or rounded first (a tree without FMA,
+or ``lone``: a K block of one product, a partial sum of its own), at every output where outputs differ:
+with the partial sum 1 and the leaf's product just over ``2**-24``, an FMA gives ``1 + 2**-23`` and a
+rounded product added gives the tie's even neighbour 1.
 
 Examples
 --------
@@ -130,8 +130,8 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
             under[first] = call(*_start_operands(M, K, N, first))
         return under[first]
 
-    def lone(tree, mask):
-        return _lone_leaves(call, tree, mask)
+    def lone(tree, mask, full):
+        return _lone_leaves(call, tree, mask, full)
 
     order = None
     if uniform and K > 1:
@@ -210,24 +210,38 @@ def _fit(nested, classes, trials, wants, zeros, probe, lone):
             g &= (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
         return g
 
+    def explained(cands, mask):
+        return np.array_equal(np.logical_or.reduce([e[1] for e in cands]), mask) if cands else False
+
     for c, t in enumerate(nested):
         mask = classes == c
-        good = []                    # (tree, outputs it explains, outputs it may take, found by the leaf probe)
-        for fma in (True, False):
-            tree = SumTree.from_nested(t, fma) if isinstance(t, tuple) else SumTree(1, np.zeros((0, 2)), fma)
-            if not fma and np.array_equal(good[0][1], mask):
-                break                # FMA explains every output: no need to try more
-            good.append((tree, matches(tree, mask), mask, False))
-        if not np.array_equal(np.logical_or.reduce([e[1] for e in good]), mask):
-            # neither explains every output: ask each joined leaf whether it is fused or rounded first, at every
-            # output (random products may round alike either way, more so at a small K).  None rounded: the FMA
-            # tree; all: the tree without FMA (whose partial sums start as its own do, where a lone leaf would
-            # start one of its own); some: K blocks of one product summed apart, the FMA tree with lone leaves
-            fused, plain = good[0][0], SumTree.from_nested(t, False) if isinstance(t, tuple) else good[0][0]
-            joined = fused.K - len(fused.spine_starts())
-            for leaves, sel in lone(fused, mask):
+        fused = SumTree.from_nested(t) if isinstance(t, tuple) else SumTree(1, np.zeros((0, 2)))
+        plain = SumTree(fused.K, fused.children, False)
+        joined = fused.K - len(fused.spine_starts())
+        good = []                    # (tree, outputs it explains, outputs it may take, from the leaf probe)
+
+        def probed(groups):
+            # none rounded: the FMA tree; all: the tree without FMA (whose partial sums start as its own do,
+            # where a lone leaf would start one of its own); some: K blocks of one product summed apart
+            out = []
+            for leaves, sel in groups:
                 tree = fused if not leaves else plain if len(leaves) == joined else fused.with_lone(leaves)
-                good.append((tree, matches(tree, sel), sel, True))
+                out.append((tree, matches(tree, sel), sel, True))
+            return out
+
+        if joined:
+            # which joined leaves each output rounds before adding is asked of the box, not left to the random
+            # products (a fused and a rounded leaf differ on few of them where K or M x N is small: a 1x10x2 box
+            # with a lone leaf passed for the fused tree).  One round first; where its trees leave outputs
+            # unexplained, every leaf at every output
+            groups, final = lone(fused, mask, False)
+            good = probed(groups)
+            if not final and not explained(good, mask):
+                good = probed(lone(fused, mask, True)[0])
+        for tree in (fused, plain):  # for outputs the probe's trees do not explain (or K = 1)
+            if explained(good, mask):
+                break
+            good.append((tree, matches(tree, mask), mask, False))
         # each output takes the tree that explains most outputs among those that explain it (FMA first on a tie),
         # the leaf probe's trees before the others; an output none explains takes the first that may take it,
         # and stays unexplained
@@ -262,17 +276,18 @@ def _fit(nested, classes, trials, wants, zeros, probe, lone):
 _LONE_ALL = 1 << 26
 
 
-def _lone_leaves(call, tree, mask):
-    """``[(leaves, outputs)]``: the joined leaves of the FMA ``tree`` that are rounded before they are added (partial
-    sums of their own), by output (every output of ``mask`` in one group).
+def _lone_leaves(call, tree, mask, full):
+    """``([(leaves, outputs)], final)``: the joined leaves of the FMA ``tree`` that are rounded before they are
+    added (partial sums of their own), by output (every output of ``mask`` in one group); ``final``: asking
+    with ``full`` would tell no more (every output answered every leaf, or that is too many answers).
 
     Each leaf joined to a partial sum is asked at the outputs of one column (or row) of ``mask``, as many
     leaves per product as it has columns: there the leaf's spine start has product 1, the leaf the product
     of ``_LONE_X`` and ``_LONE_Y``, every other product is 0, and an output answers 1 where the leaf is
-    rounded first (1 + 2**-23 where it is fused).  Every leaf is asked at every column in turn (one round per
-    column: a kernel's edge rows and columns may sum another way), and the outputs are grouped by the leaves
-    they round; where that is over ``_LONE_ALL`` answers, one round, and a leaf counts as rounded for all of
-    ``mask`` where all its column's outputs said so.
+    rounded first (1 + 2**-23 where it is fused).  Where the outputs along each column answer alike and not
+    ``full``, one round: a leaf is rounded at every output where its column said so.  Otherwise every leaf is
+    asked at every column in turn (one round per column: a kernel's edge rows and columns may sum another
+    way), and the outputs are grouped by the leaves they round, unless that is over ``_LONE_ALL`` answers.
     """
     M, N = mask.shape
     K = tree.K
@@ -281,15 +296,15 @@ def _lone_leaves(call, tree, mask):
     by_cols = cols.size >= rows.size
     lanes = cols if by_cols else rows
     if not asked or lanes.size == 0:
-        return [((), mask)]
-    rounds = lanes.size if M * N * len(asked) <= _LONE_ALL else 1
-    answers = np.zeros((len(asked), M, N), bool) if rounds > 1 else None
-    found = []
+        return [((), mask)], True
+    affordable = M * N * len(asked) <= _LONE_ALL
+    answers = np.zeros((len(asked), M, N), bool) if affordable else None
+    found, alike = [], True
     leaf = np.array([k for k, _ in asked], np.int64)
     first = np.array([f for _, f in asked], np.int64)
-    # the answers as the lanes see them: outputs along the lane (rows of a column, or columns of a row)
+    # the outputs as the lanes see them: along the lane (rows of a column, or columns of a row)
     seen = mask if by_cols else mask.T
-    for shift in range(rounds):
+    for shift in range(lanes.size if affordable else 1):
         for i0 in range(0, len(asked), lanes.size):
             i = np.arange(i0, min(i0 + lanes.size, len(asked)))
             where = lanes[(i - i0 + shift) % lanes.size]
@@ -309,13 +324,16 @@ def _lone_leaves(call, tree, mask):
                     answers[i, :, where] = vals.T
                 else:
                     answers[i, where, :] = vals.T
-            else:
+            if shift == 0:
                 at = seen[:, where]
-                found += leaf[i][np.all(vals | ~at, axis=0) & at.any(axis=0)].tolist()
-        if rounds == 1:          # too many answers to keep: a leaf is lone where its lane said so throughout
-            return [(tuple(found), mask)]
-    # outputs grouped by the leaves they sum apart (each output has answered every leaf), by their answers'
-    # bytes (np.unique over rows sorts them as records: 26 s for 36,864 outputs of 766 leaves)
+                rounded, kept = np.all(vals | ~at, axis=0) & at.any(axis=0), np.all(~vals | ~at, axis=0)
+                found += leaf[i][rounded].tolist()
+                alike &= bool(np.all(rounded | kept))
+        if shift == 0 and ((alike and not full) or answers is None):
+            # final where no more answers can be kept: asking again with full would tell nothing more
+            return [(tuple(sorted(found)), mask)], answers is None
+    # outputs grouped by the leaves they round (each output has answered every leaf), by their answers' bytes
+    # (np.unique over rows sorts them as records: 26 s for 36,864 outputs of 766 leaves)
     idx = np.flatnonzero(mask.reshape(-1))
     packed = np.packbits(answers.reshape(len(asked), -1)[:, idx].T, axis=1)
     groups = {}
@@ -326,8 +344,8 @@ def _lone_leaves(call, tree, mask):
         sig = np.unpackbits(np.frombuffer(key, np.uint8))[:len(asked)]
         sel = np.zeros(M * N, bool)
         sel[at] = True
-        out.append((tuple(asked[i][0] for i in np.flatnonzero(sig)), sel.reshape(M, N)))
-    return out
+        out.append((tuple(sorted(asked[i][0] for i in np.flatnonzero(sig))), sel.reshape(M, N)))
+    return out, True
 
 
 def _assemble(structure, S):
