@@ -190,6 +190,24 @@ class EmulatedLinear(nn.Module):
                 self.register_buffer(f"amax_history_{role}",
                                      torch.zeros(recipe.amax_history_len, dtype=torch.float32))
                 self.register_buffer(f"scale_{role}", torch.ones((), dtype=torch.float32))
+        self._normal_buffers()
+
+    def _normal_buffers(self):
+        """The state buffers as normal tensors, never inference tensors.
+
+        The layer advances them in place on every call; made under ``torch.inference_mode()`` (``emulate``, a deep
+        copy, ``load_state_dict(..., assign=True)`` or ``to_empty`` inside such a block) they were inference
+        tensors, and the next call outside the block was torch's "Inplace update to inference tensor outside
+        InferenceMode is not allowed", where the plain ``nn.Linear`` runs.  A normal tensor can be updated in and
+        out of inference mode."""
+        with torch.inference_mode(False):
+            for n, b in list(self._buffers.items()):
+                if b is not None and b.is_inference():
+                    self._buffers[n] = b.clone()
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._normal_buffers()          # assign=True takes the state dict's tensors themselves
 
     def _register(self):
         """Enter the registry the compiled op looks layers up in (a copy is a layer of its own).
@@ -221,6 +239,7 @@ class EmulatedLinear(nn.Module):
                 state["_" + k] = state.pop(k)
         super().__setstate__(state)
         self._register()
+        self._normal_buffers()
 
     def _acting(self, i):
         over = _ACTING.get()
@@ -241,6 +260,7 @@ class EmulatedLinear(nn.Module):
         # raised a bare KeyError) and delayed scaling's history and scale were whatever memory held.  Such a
         # layer starts as a new one (a state dict loaded afterwards restores a saved state); .to() keeps values
         out = super()._apply(fn, recurse)
+        self._normal_buffers()
         key = self._buffers.get("fp8emu_key")
         if key is not None and key.device.type != "meta" and int(key) != self._fp8emu_id:
             with torch.no_grad():
