@@ -500,8 +500,12 @@ class EmulatedLinear(nn.Module):
             self._check_fits_float32(x)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if x2.shape[0] == 0:                # no tokens: nn.Linear's empty output (and zero gradients)
-            return torch.nn.functional.linear(x, self.weight, self.bias)
+        if x2.shape[0] == 0:
+            # no tokens: nn.Linear's empty output (and zero gradients), in the input's dtype as every other batch's
+            # (F.linear of a float16 input and float32 weights was torch's "mat1 and mat2 must have the same dtype"
+            # for the empty batch alone); the casts pass the zero gradients back in the weights' dtypes
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            return torch.nn.functional.linear(x, self.weight.to(x.dtype), bias)
         # without autograd (torch.no_grad, inference_mode, nothing requiring grad) only fprop runs and the
         # token count is no GEMM's K: any count is taken, padded with zero rows to the layer's multiple as
         # a kernel pads a partial tile (zero rows change no other row and no amax), so that the GEMM and
