@@ -452,16 +452,19 @@ class EmulatedLinear(nn.Module):
         with _acting_as(self, *state.resolve(self)):
             return self._forward(x)
 
-    def _check_fits_float32(self, x):
-        """A float64 input is computed in float32: a finite value beyond float32's range became Inf there, and
-        the recipe then gave finite garbage (te-current: outputs near 864 for inputs near 1e39) or NaN."""
+    def _check_fits_float32(self, what, x):
+        """A float64 tensor is computed in float32: a finite value beyond float32's range became Inf there, and
+        the recipe then gave finite garbage (te-current: outputs near 864 for inputs near 1e39) or NaN.  ``what``:
+        "input", or "its weight" / "its bias" (a float64 weight past float32 gave outputs near 274 and 448 where
+        the product was near 1e39, silently)."""
         x = x.detach()
         over = torch.isfinite(x) & torch.isinf(x.to(torch.float32))      # float32 rounding decides, not a bound
         if bool(over.any()):
-            raise ValueError(f"layer {self.layer_name!r}: input overflows float32, the type the layer computes "
+            fix = "scale the input, or leave" if what == "input" else "leave"
+            raise ValueError(f"layer {self.layer_name!r}: {what} overflows float32, the type the layer computes "
                              f"in: {int(over.sum())} finite float64 value(s) round to Inf in float32 (its largest "
                              f"finite value is {torch.finfo(torch.float32).max!r}; largest magnitude given "
-                             f"{float(x[over].abs().max()):.6g}); scale the input, or leave the "
+                             f"{float(x[over].abs().max()):.6g}); {fix} the "
                              "layer out of the emulation (module_filter_fn) to run it in float64")
 
     def _forward(self, x):
@@ -497,7 +500,11 @@ class EmulatedLinear(nn.Module):
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
             x = x.to(torch.get_autocast_dtype(dev))
         if x.dtype == torch.float64:
-            self._check_fits_float32(x)
+            self._check_fits_float32("input", x)
+        # a bias torchao adds after its GEMM is added in torch, in the output's dtype (float64 too): no float32 copy
+        for what, t in (("weight", self.weight), ("bias", None if self.bias_outside() else self.bias)):
+            if t is not None and t.dtype == torch.float64:
+                self._check_fits_float32(f"its {what}", t)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         if x2.shape[0] == 0:
