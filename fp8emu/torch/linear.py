@@ -495,6 +495,14 @@ class EmulatedLinear(nn.Module):
             # converted after emulate (model.to(torch.complex64)): the float32 cast dropped the imaginary part
             raise TypeError(f"layer {self.layer_name!r}: its {' and '.join(odd)}; an emulated layer's weight and "
                             "bias must be float32, bfloat16, float16 or float64 tensors")
+        meta = [what for what, t in (("weight", self.weight), ("bias", self.bias)) if t is not None and t.is_meta]
+        if meta:
+            # a model built on the meta device and called before to_empty: NumPy's bare "can't convert meta device
+            # type tensor to numpy", naming no layer
+            raise ValueError(f"layer {self.layer_name!r}: its {' and '.join(meta)} "
+                             f"{'are meta tensors' if len(meta) > 1 else 'is a meta tensor'} (a shape without "
+                             "values): a model built on the meta device needs model.to_empty(device=...) and its "
+                             "weights loaded (load_state_dict) or initialized before it is called")
         dev = x.device.type
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
