@@ -69,3 +69,19 @@ def test_a_float64_parameter_past_float32_is_named_under_compile():
     compiled = torch.compile(model, backend="aot_eager")
     with pytest.raises(ValueError, match=r"its weight overflows float32"), torch.no_grad():
         compiled(torch.randn(16, 32, dtype=torch.float64))
+
+
+def test_a_float64_output_gradient_past_float32_is_named():
+    # the backward's float32 copy of dy: 1e39 became Inf and the GEMMs gave gradients near 6e3 and 3e4, silently
+    model = _model()
+    x = torch.randn(16, 32, dtype=torch.float64, requires_grad=True)
+    y = model(x)
+    with pytest.raises(ValueError, match=r"layer '0': its output gradient overflows float32.*1e\+39"):
+        (y.sum() * BIG).backward()
+
+
+def test_a_float64_output_gradient_within_float32_as_before():
+    model = _model()
+    x = torch.randn(16, 32, dtype=torch.float64, requires_grad=True)
+    (model(x).sum() * 1e30).backward()
+    assert x.grad.dtype == torch.float64 and torch.isfinite(x.grad).all() and x.grad.abs().max() > 1e29

@@ -455,8 +455,8 @@ class EmulatedLinear(nn.Module):
     def _check_fits_float32(self, what, x):
         """A float64 tensor is computed in float32: a finite value beyond float32's range became Inf there, and
         the recipe then gave finite garbage (te-current: outputs near 864 for inputs near 1e39) or NaN.  ``what``:
-        "input", or "its weight" / "its bias" (a float64 weight past float32 gave outputs near 274 and 448 where
-        the product was near 1e39, silently)."""
+        "input", or "its weight" / "its bias" / "its output gradient" (a float64 weight past float32 gave outputs
+        near 274 and 448 where the product was near 1e39, a gradient of 1e39 input gradients near 6e3, silently)."""
         x = x.detach()
         over = torch.isfinite(x) & torch.isinf(x.to(torch.float32))      # float32 rounding decides, not a bound
         if bool(over.any()):
@@ -595,6 +595,8 @@ class _LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        if dy.dtype == torch.float64:       # a float64 model's gradient, computed in float32 as the input is
+            ctx.layer._check_fits_float32("its output gradient", dy)
         # the recipe and stack the forward ran with (an autocast block may have ended since)
         with torch.no_grad(), _acting_as(ctx.layer, *ctx.acting):
             grads = _LinearFunction._backward(ctx, dy)
