@@ -225,6 +225,8 @@ _emulated_linear.register_autograd(_backward, setup_context=_setup_context)
 def compiled_forward(layer: EmulatedLinear, x: torch.Tensor) -> torch.Tensor:
     """The layer's call as Dynamo traces it: one ``fp8emu::emulated_linear`` op (see the module docstring)."""
     params = (layer.weight,) if layer.bias is None else (layer.weight, layer.bias)
+    # not layer.records_autograd(x): Dynamo cannot trace torch.is_inference_mode_enabled(); under inference mode
+    # with grad enabled the op's eager call finds that it records nothing and runs forward only
     training = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
     state = [getattr(layer, n) for n in _state_names(layer)]
     dev = x.device.type

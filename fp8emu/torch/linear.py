@@ -347,6 +347,14 @@ class EmulatedLinear(nn.Module):
                                          "frac_flushed", "n_nonfinite")},
                 "gemm_rel_err": err})
 
+    def records_autograd(self, x) -> bool:
+        """Whether autograd records this call (its backward can run): grad mode on, outside inference mode (which
+        records nothing whatever the grad mode: ``torch.enable_grad()`` inside it refused one-token inference with
+        "run inference ... (torch.inference_mode())"), and the input or a parameter requiring grad."""
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            return False
+        return x.requires_grad or any(p is not None and p.requires_grad for p in (self.weight, self.bias))
+
     def check_tokens(self, m):
         mult = self.multiple
         if m % mult:
@@ -525,9 +533,8 @@ class EmulatedLinear(nn.Module):
         # token count is no GEMM's K: any count is taken, padded with zero rows to the layer's multiple as
         # a kernel pads a partial tile (zero rows change no other row and no amax), so that the GEMM and
         # its scales have the shapes of training (one row would make block scales look per-tensor)
-        params = (self.weight,) if self.bias is None else (self.weight, self.bias)
         rows = None
-        if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+        if self.records_autograd(x):
             self.check_tokens(x2.shape[0])
         elif x2.shape[0] % self.multiple:
             rows = x2.shape[0]
