@@ -28,6 +28,7 @@ def _meta_model():
     return model
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize("grad", [False, True])
 def test_compiled_meta_weights_are_named(backend, grad):
@@ -39,6 +40,7 @@ def test_compiled_meta_weights_are_named(backend, grad):
     assert int(model[0].fp8emu_step) == 0           # not overwritten with empty_like's memory
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 def test_compiled_after_to_empty_and_a_load_runs_as_eager():
     model = _meta_model()
     model.to_empty(device="cpu")

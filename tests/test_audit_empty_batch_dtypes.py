@@ -55,6 +55,7 @@ def test_an_empty_batch_with_autograd_gives_zero_gradients(xdtype, wdtype):
     assert int(layer.fp8emu_step) == 0              # no GEMM ran, no step taken
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 def test_an_empty_batch_compiled_gives_the_dtype_a_full_one_gives():
     model = _layer("te-current", torch.float32)
     compiled = torch.compile(model, backend="aot_eager", dynamic=False)

@@ -62,6 +62,7 @@ def test_float64_parameters_within_float32_run_as_before():
     assert y.dtype == torch.float64 and int(model[0].fp8emu_step) == 1
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 def test_a_float64_parameter_past_float32_is_named_under_compile():
     model = _model()
     with torch.no_grad():

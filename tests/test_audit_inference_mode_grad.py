@@ -53,6 +53,7 @@ def test_a_forward_under_enable_grad_inside_inference_mode_records_fprop_only():
     assert {r["pass"] for r in rows} == {"fprop"}
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
 def test_compiled_under_enable_grad_inside_inference_mode_runs():
     model = _model()
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
