@@ -40,6 +40,7 @@ import weakref
 from typing import List, Optional
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 from torch.func import functional_call
 from torch.nn.utils import parametrize
 
@@ -164,8 +165,29 @@ def _emulated_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     return [y.detach().clone(memory_format=torch.contiguous_format), token, *after]
 
 
+def _no_meta_operand(x, weight, bias, state, key):
+    """Refuse a run-time call with a meta weight or bias beside real operands (the fake kernel is also the op's Meta
+    kernel, which the dispatcher picks for such a call).
+
+    A model built under ``torch.device("meta")`` and emulated has meta weights beside CPU state buffers; compiled,
+    the op's call then ran this fake kernel at run time: an output of uninitialized memory and a step counter
+    copied back from ``empty_like``, silently.  While a graph is traced every operand is a fake tensor."""
+    tensors = [t for t in (x, weight, bias, key, *state) if t is not None]
+    if all(is_fake(t) or t.is_meta for t in tensors):
+        return
+    meta = [what for what, t in (("weight", weight), ("bias", bias)) if t is not None and t.is_meta]
+    owner = "an emulated layer" if key.is_meta or is_fake(key) else f"layer {_layer(key).layer_name!r}"
+    if not meta:
+        raise ValueError(f"{owner}: input is a meta tensor (a shape without values); an emulated layer computes "
+                         "on its input's values")
+    raise ValueError(f"{owner}: its {' and '.join(meta)} {'are meta tensors' if len(meta) > 1 else 'is a meta tensor'}"
+                     " (a shape without values): a model built on the meta device needs model.to_empty(device=...) "
+                     "and its weights loaded (load_state_dict) or initialized before it is called")
+
+
 @_emulated_linear.register_fake
 def _(x, weight, bias, state, key, training, autocast_dtype):
+    _no_meta_operand(x, weight, bias, state, key)
     dtype = autocast_dtype if autocast_dtype is not None and x.dtype != torch.float64 else x.dtype
     return [x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=dtype), x.new_empty((), dtype=torch.int64),
             *[torch.empty_like(t) for t in state]]
@@ -225,6 +247,8 @@ _emulated_linear.register_autograd(_backward, setup_context=_setup_context)
 def compiled_forward(layer: EmulatedLinear, x: torch.Tensor) -> torch.Tensor:
     """The layer's call as Dynamo traces it: one ``fp8emu::emulated_linear`` op (see the module docstring)."""
     params = (layer.weight,) if layer.bias is None else (layer.weight, layer.bias)
+    # not layer.records_autograd(x): Dynamo cannot trace torch.is_inference_mode_enabled(); under inference mode
+    # with grad enabled the op's eager call finds that it records nothing and runs forward only
     training = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
     state = [getattr(layer, n) for n in _state_names(layer)]
     dev = x.device.type

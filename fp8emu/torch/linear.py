@@ -190,6 +190,24 @@ class EmulatedLinear(nn.Module):
                 self.register_buffer(f"amax_history_{role}",
                                      torch.zeros(recipe.amax_history_len, dtype=torch.float32))
                 self.register_buffer(f"scale_{role}", torch.ones((), dtype=torch.float32))
+        self._normal_buffers()
+
+    def _normal_buffers(self):
+        """The state buffers as normal tensors, never inference tensors.
+
+        The layer advances them in place on every call; made under ``torch.inference_mode()`` (``emulate``, a deep
+        copy, ``load_state_dict(..., assign=True)`` or ``to_empty`` inside such a block) they were inference
+        tensors, and the next call outside the block was torch's "Inplace update to inference tensor outside
+        InferenceMode is not allowed", where the plain ``nn.Linear`` runs.  A normal tensor can be updated in and
+        out of inference mode."""
+        with torch.inference_mode(False):
+            for n, b in list(self._buffers.items()):
+                if b is not None and b.is_inference():
+                    self._buffers[n] = b.clone()
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._normal_buffers()          # assign=True takes the state dict's tensors themselves
 
     def _register(self):
         """Enter the registry the compiled op looks layers up in (a copy is a layer of its own).
@@ -221,6 +239,7 @@ class EmulatedLinear(nn.Module):
                 state["_" + k] = state.pop(k)
         super().__setstate__(state)
         self._register()
+        self._normal_buffers()
 
     def _acting(self, i):
         over = _ACTING.get()
@@ -241,6 +260,7 @@ class EmulatedLinear(nn.Module):
         # raised a bare KeyError) and delayed scaling's history and scale were whatever memory held.  Such a
         # layer starts as a new one (a state dict loaded afterwards restores a saved state); .to() keeps values
         out = super()._apply(fn, recurse)
+        self._normal_buffers()
         key = self._buffers.get("fp8emu_key")
         if key is not None and key.device.type != "meta" and int(key) != self._fp8emu_id:
             with torch.no_grad():
@@ -326,6 +346,14 @@ class EmulatedLinear(nn.Module):
                 **{k: stats[k] for k in ("amax", "scale", "frac_saturated", "frac_clipped", "frac_underflow",
                                          "frac_flushed", "n_nonfinite")},
                 "gemm_rel_err": err})
+
+    def records_autograd(self, x) -> bool:
+        """Whether autograd records this call (its backward can run): grad mode on, outside inference mode (which
+        records nothing whatever the grad mode: ``torch.enable_grad()`` inside it refused one-token inference with
+        "run inference ... (torch.inference_mode())"), and the input or a parameter requiring grad."""
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            return False
+        return x.requires_grad or any(p is not None and p.requires_grad for p in (self.weight, self.bias))
 
     def check_tokens(self, m):
         mult = self.multiple
@@ -432,16 +460,19 @@ class EmulatedLinear(nn.Module):
         with _acting_as(self, *state.resolve(self)):
             return self._forward(x)
 
-    def _check_fits_float32(self, x):
-        """A float64 input is computed in float32: a finite value beyond float32's range became Inf there, and
-        the recipe then gave finite garbage (te-current: outputs near 864 for inputs near 1e39) or NaN."""
+    def _check_fits_float32(self, what, x):
+        """A float64 tensor is computed in float32: a finite value beyond float32's range became Inf there, and
+        the recipe then gave finite garbage (te-current: outputs near 864 for inputs near 1e39) or NaN.  ``what``:
+        "input", or "its weight" / "its bias" / "its output gradient" (a float64 weight past float32 gave outputs
+        near 274 and 448 where the product was near 1e39, a gradient of 1e39 input gradients near 6e3, silently)."""
         x = x.detach()
         over = torch.isfinite(x) & torch.isinf(x.to(torch.float32))      # float32 rounding decides, not a bound
         if bool(over.any()):
-            raise ValueError(f"layer {self.layer_name!r}: input overflows float32, the type the layer computes "
+            fix = "scale the input, or leave" if what == "input" else "leave"
+            raise ValueError(f"layer {self.layer_name!r}: {what} overflows float32, the type the layer computes "
                              f"in: {int(over.sum())} finite float64 value(s) round to Inf in float32 (its largest "
                              f"finite value is {torch.finfo(torch.float32).max!r}; largest magnitude given "
-                             f"{float(x[over].abs().max()):.6g}); scale the input, or leave the "
+                             f"{float(x[over].abs().max()):.6g}); {fix} the "
                              "layer out of the emulation (module_filter_fn) to run it in float64")
 
     def _forward(self, x):
@@ -472,23 +503,38 @@ class EmulatedLinear(nn.Module):
             # converted after emulate (model.to(torch.complex64)): the float32 cast dropped the imaginary part
             raise TypeError(f"layer {self.layer_name!r}: its {' and '.join(odd)}; an emulated layer's weight and "
                             "bias must be float32, bfloat16, float16 or float64 tensors")
+        meta = [what for what, t in (("weight", self.weight), ("bias", self.bias)) if t is not None and t.is_meta]
+        if meta:
+            # a model built on the meta device and called before to_empty: NumPy's bare "can't convert meta device
+            # type tensor to numpy", naming no layer
+            raise ValueError(f"layer {self.layer_name!r}: its {' and '.join(meta)} "
+                             f"{'are meta tensors' if len(meta) > 1 else 'is a meta tensor'} (a shape without "
+                             "values): a model built on the meta device needs model.to_empty(device=...) and its "
+                             "weights loaded (load_state_dict) or initialized before it is called")
         dev = x.device.type
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
             x = x.to(torch.get_autocast_dtype(dev))
         if x.dtype == torch.float64:
-            self._check_fits_float32(x)
+            self._check_fits_float32("input", x)
+        # a bias torchao adds after its GEMM is added in torch, in the output's dtype (float64 too): no float32 copy
+        for what, t in (("weight", self.weight), ("bias", None if self.bias_outside() else self.bias)):
+            if t is not None and t.dtype == torch.float64:
+                self._check_fits_float32(f"its {what}", t)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if x2.shape[0] == 0:                # no tokens: nn.Linear's empty output (and zero gradients)
-            return torch.nn.functional.linear(x, self.weight, self.bias)
+        if x2.shape[0] == 0:
+            # no tokens: nn.Linear's empty output (and zero gradients), in the input's dtype as every other batch's
+            # (F.linear of a float16 input and float32 weights was torch's "mat1 and mat2 must have the same dtype"
+            # for the empty batch alone); the casts pass the zero gradients back in the weights' dtypes
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            return torch.nn.functional.linear(x, self.weight.to(x.dtype), bias)
         # without autograd (torch.no_grad, inference_mode, nothing requiring grad) only fprop runs and the
         # token count is no GEMM's K: any count is taken, padded with zero rows to the layer's multiple as
         # a kernel pads a partial tile (zero rows change no other row and no amax), so that the GEMM and
         # its scales have the shapes of training (one row would make block scales look per-tensor)
-        params = (self.weight,) if self.bias is None else (self.weight, self.bias)
         rows = None
-        if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+        if self.records_autograd(x):
             self.check_tokens(x2.shape[0])
         elif x2.shape[0] % self.multiple:
             rows = x2.shape[0]
@@ -556,6 +602,8 @@ class _LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        if dy.dtype == torch.float64:       # a float64 model's gradient, computed in float32 as the input is
+            ctx.layer._check_fits_float32("its output gradient", dy)
         # the recipe and stack the forward ran with (an autocast block may have ended since)
         with torch.no_grad(), _acting_as(ctx.layer, *ctx.acting):
             grads = _LinearFunction._backward(ctx, dy)
