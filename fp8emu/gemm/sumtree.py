@@ -234,7 +234,20 @@ class SumTree:
         return out
 
     def describe(self):
-        """Compact text: ``[a:b]`` an in-order chain, ``[a:b:s]`` a strided one, ``X + Y`` an addition."""
+        """Compact text: ``[a:b]`` an in-order chain, ``[a:b:s]`` a strided one, ``X + Y`` an addition.
+
+        ``+ [a:b]`` (or ``+ (X + Y)``) adds a sum of its own, ``+ [k:k+1]`` a lone leaf; ``then [a:b]`` joins
+        leaves one by one to the sum so far (fused in an FMA tree) after another sum was added to it:
+        ``[0:2] + [2:4] then [4:6]`` sums leaves 4 and 5 into the running sum, ``[0:2] + [2:4] + [4:6]``
+        adds their own sum.
+
+        Examples
+        --------
+        >>> SumTree.from_nested(((((0, 1), (2, 3)), 4), 5)).describe()
+        '[0:2] + [2:4] then [4:6]'
+        >>> SumTree.from_nested((((0, 1), (2, 3)), (4, 5))).describe()
+        '[0:2] + [2:4] + [4:6]'
+        """
         sp = self.spines()
 
         def text(i):
@@ -244,28 +257,31 @@ class SumTree:
             parts, run = [], [start]
 
             def flush():
-                if len(run) == 1:
-                    parts.append(str(run[0]))
-                    return
-                step = run[1] - run[0]
-                if step > 0 and all(b - a == step for a, b in zip(run, run[1:])):
-                    parts.append(f"[{run[0]}:{run[-1] + 1}]" if step == 1 else f"[{run[0]}:{run[-1] + 1}:{step}]")
-                else:
-                    parts.append("[" + ",".join(map(str, run)) + "]")
+                parts.append(_run_text(run))
 
+            joined, tail = False, []            # whether another sum was added to this one already
             for kind, v in items:
-                if kind == "leaf" and run:
+                if kind == "leaf" and joined:
+                    # leaves joining the sum after another sum was added to it: "then [4:6]", since a run
+                    # "+ [4:6]" there read as a sum of its own added (another tree, which evaluates otherwise)
+                    tail.append(v)
+                    continue
+                if kind == "leaf":
                     run.append(v)
-                elif kind == "leaf":
-                    run = [v]
-                else:
-                    if run:
-                        flush()
-                        run = []
-                    sub = text(v)
-                    parts.append(f"({sub})" if " + " in sub else sub)
+                    continue
+                if run:
+                    flush()
+                    run = []
+                if tail:
+                    parts[-1] += " then " + _run_text(tail)
+                    tail = []
+                joined = True
+                sub = text(v)
+                parts.append(f"({sub})" if " + " in sub else sub)
             if run:
                 flush()
+            if tail:
+                parts[-1] += " then " + _run_text(tail)
             return " + ".join(parts)
 
         return text(0)
@@ -295,6 +311,16 @@ class SumTree:
                              f"{', '.join(map(repr, STARTS))}, got {d!r:.80}")
         # no cast here: the constructor refuses children 0.2 / 1.7 or "1" (a cast truncated or parsed them)
         return cls(d["K"], np.asarray(d["children"]), d["fma"], start=d.get("start", "add"), lone=d.get("lone", ()))
+
+
+def _run_text(run):
+    """Leaves in their order: ``k``, ``[a:b]``, ``[a:b:s]`` (a stride) or ``[i,j,k]``."""
+    if len(run) == 1:
+        return str(run[0])
+    step = run[1] - run[0]
+    if step > 0 and all(b - a == step for a, b in zip(run, run[1:])):
+        return f"[{run[0]}:{run[-1] + 1}]" if step == 1 else f"[{run[0]}:{run[-1] + 1}:{step}]"
+    return "[" + ",".join(map(str, run)) + "]"
 
 
 def _lone(lone, K, children, fma):
