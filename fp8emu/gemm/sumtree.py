@@ -194,6 +194,10 @@ class SumTree:
                 if t is not None and k1 - k0 == 1 and fma:
                     lone.append(k0)
                 t = c if t is None else (t, c)
+            if parts and not isinstance(t, tuple) and fma:
+                # a second part of one product is a partial sum of its own too (a thread's), rounded and then
+                # added to the first part's: as a bare right child it was fused into that sum, silently
+                lone.append(t)
             parts.append(t)
         return cls.from_nested(parts[0] if len(parts) == 1 else tuple(parts), fma, start=start, lone=lone)
 
