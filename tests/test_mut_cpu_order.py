@@ -226,15 +226,18 @@ def test_reveal_of_one_term_and_of_a_mul_add_chain():
     # sums start)
     # packed: a chain's pivot is leaf 0 alone, its 6 queries (0, j) ride on A's 3 rows (M > N: pivots on B's
     # columns): 2 products, after the 4 checks; each output on its own: one product per query
+    # (since audit20 also the lone probe: its 6 joined leaves asked one per row of A, 2 products; every leaf
+    # answers apart, so the tree without FMA, and the fused tree is ruled out by those answers)
     order, facts = reveal(_mul_add_chain, 3, 7, 2, check=4)
-    assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and facts["calls"] == 4 + 2 + 2
+    assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and facts["calls"] == 4 + 2 + 2 + 2
     order, facts = reveal(_mul_add_chain, 3, 7, 2, uniform=False, check=3)
     assert order.describe() == "mul+add [0:7]" and facts["explained"] == 1.0 and order.classes.shape == (3, 2)
-    assert facts["calls"] == 3 + 6 + 2
+    assert facts["calls"] == 3 + 6 + 2 + 2
     # blocks of 2 (4 x 8 x 4): pivot 0's 7 queries take 2 products (4 leaves each); then the sets (2, 3), (4, 5),
-    # (6, 7) are asked together, pivots 2, 4, 6 on one side, 3, 5, 7 on the other: 1 product
+    # (6, 7) are asked together, pivots 2, 4, 6 on one side, 3, 5, 7 on the other: 1 product; the lone probe's
+    # 4 joined leaves (1, 3, 5, 7) on B's 4 columns: 1 product
     order, facts = reveal(lambda a, b: _blocks_mm(a, b, [0, 2, 4, 6, 8]), 4, 8, 4, check=2)
-    assert order.describe() == "mul+add [0:2] + [2:4] + [4:6] + [6:8]" and facts["calls"] == 2 + 3 + 2
+    assert order.describe() == "mul+add [0:2] + [2:4] + [4:6] + [6:8]" and facts["calls"] == 2 + 3 + 2 + 1
 
 
 def test_reveal_gives_each_output_the_fma_choice_that_explains_it():

@@ -133,6 +133,15 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
     def lone(tree, mask):
         return _lone_leaves(call, tree, mask)
 
+    # more random products, drawn only where two candidate trees both reproduce some outputs (_fit)
+    extra, extra_rng = [], np.random.default_rng([seed, 1])
+
+    def more(i):
+        while len(extra) <= i:
+            a, b = _trial(extra_rng, M, K, N, check + len(extra))
+            extra.append((a, b, call(a, b)))
+        return extra[i]
+
     order = None
     if uniform and K > 1:
         try:
@@ -140,7 +149,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
         except NotATreeError:          # the outputs do not share one tree: ask each on its own
             nested = None
         if nested is not None:
-            order, explained = _fit([nested], np.zeros((M, N), np.int16), trials, wants, zeros, probe, lone)
+            order, explained = _fit([nested], np.zeros((M, N), np.int16), trials, wants, zeros, probe, lone, more)
             if explained < 1.0:
                 order = None
     if order is None:
@@ -148,7 +157,7 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
             nested, classes = [0], np.zeros((M, N), np.int16)
         else:
             nested, classes = _reveal_each(call, M, K, N)
-        order, explained = _fit(nested, classes, trials, wants, zeros, probe, lone)
+        order, explained = _fit(nested, classes, trials, wants, zeros, probe, lone, more)
     return order, {"calls": calls[0], "explained": explained}
 
 
@@ -166,14 +175,15 @@ def _box_shape(mm, M, K, N, who):
 
 def _trials(M, K, N, n, seed):
     rng = np.random.default_rng(seed)
-    out = []
-    for t in range(n):
-        a = rng.standard_normal((M, K)).astype(np.float32)
-        b = rng.standard_normal((K, N)).astype(np.float32)
-        if t % 2:                                   # wide magnitudes: cancellation and swamping
-            a *= np.exp2(rng.integers(-12, 13, (M, K))).astype(np.float32)
-        out.append((a, b))
-    return out
+    return [_trial(rng, M, K, N, t) for t in range(n)]
+
+
+def _trial(rng, M, K, N, t):
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    if t % 2:                                   # wide magnitudes: cancellation and swamping
+        a *= np.exp2(rng.integers(-12, 13, (M, K))).astype(np.float32)
+    return a, b
 
 
 def _start_operands(M, K, N, first):
@@ -194,45 +204,73 @@ def _zero_sign(v):
     return (v == 0) & np.signbit(v), (v == 0) & ~np.signbit(v)
 
 
-def _fit(nested, classes, trials, wants, zeros, probe, lone):
+#: The most random products drawn in all (``check`` and more) to tell apart candidate trees that both
+#: reproduce an output (a fused leaf and a rounded one differ on few products where K is small).
+_MAX_CHECKS = 64
+
+
+def _fit(nested, classes, trials, wants, zeros, probe, lone, more):
     """Choose fma per output by the checks (a kernel's edge tiles may multiply and add apart), an FMA tree's
     lone leaves by ``lone(tree, mask)`` where the checks find it wrong, and where sums start by ``zeros``
     (the answer to products all -0) and ``probe(first)`` (the answer where the products starting the tree's
-    spines, ``first``, underflow); the order and the fraction of outputs it explains."""
+    spines, ``first``, underflow); the order and the fraction of outputs it explains.  Outputs that two
+    candidate trees both reproduce are checked on more random products (``more(i)``: the i-th extra
+    ``(a, b, answer)``) until one is left or ``_MAX_CHECKS`` products were drawn."""
     minus, plus = _zero_sign(zeros)
     trees, out, ok = [], np.zeros(classes.shape, np.int16), np.zeros(classes.shape, bool)
+
+    def agree(got, want):
+        return (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
 
     def matches(tree, mask):
         g = mask.copy()
         for (a, b), want in zip(trials, wants):
-            got = evaluate(tree, a, b)
-            g &= (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
+            g &= agree(evaluate(tree, a, b), want)
         return g
 
     for c, t in enumerate(nested):
         mask = classes == c
-        good = {}
-        for fma in (True, False):
-            tree = SumTree.from_nested(t, fma) if isinstance(t, tuple) else SumTree(1, np.zeros((0, 2)), fma)
-            if not fma and np.array_equal(good[True][1], mask):
-                good[fma] = (tree, np.zeros_like(mask))     # FMA explains every output: no need to try more
+        fused = SumTree.from_nested(t) if isinstance(t, tuple) else SumTree(1, np.zeros((0, 2)))
+        plain = SumTree(fused.K, fused.children, False)
+        joined = fused.K - len(fused.spine_starts())
+        # which joined leaves are summed apart (a K block of one product: rounded, then added) is asked of the
+        # box, not left to the checks: a fused and a rounded leaf differ on few random products where K or
+        # M x N is small, so a box with a lone leaf passed for the fused tree (1x10x2, and a 4x3x4 box half FMA
+        # with leaf 2 lone, half mul+add, came out one tree, "explained" 1.0); where every joined leaf answers
+        # apart, the tree is the one without FMA (whose partial sums start as its own do)
+        found, apart, fusing = lone(fused, mask) if joined else ([], *np.zeros((2,) + mask.shape, bool))
+        if len(found) == joined and joined:
+            order_ = [plain, fused]
+        elif found:
+            order_ = [fused.with_lone(found), fused, plain]
+        else:
+            order_ = [fused, plain]
+        cands = []                     # (tree, outputs it reproduced on every check), the probe's answer first
+        for tree in order_:
+            if tree is plain and not found and np.array_equal(cands[0][1], mask):
+                break                  # FMA explains every output and no leaf answered apart: no need to try more
+            # the probe's own answers rule out: the fused tree where a leaf answered apart, the tree without FMA
+            # where one answered fused (a lone tree is checked by the products alone)
+            rule_out = apart if tree is fused else fusing if tree is plain else np.zeros_like(mask)
+            cands.append((tree, matches(tree, mask) & ~rule_out))
+        # an output two candidates both reproduce would go to the one reproducing more outputs, though the two
+        # differ on other products: more products, until one candidate is left at each
+        i = 0
+        while len(trials) + i < _MAX_CHECKS:
+            both = sum(g.astype(np.int8) for _, g in cands) > 1
+            if not both.any():
                 break
-            good[fma] = (tree, matches(tree, mask))
-        if not np.array_equal(good[True][1] | good[False][1], mask):
-            # neither explains every output: some K blocks of one product may be summed apart.  Every joined
-            # leaf apart is every product rounded first, the tree without FMA (whose partial sums start as
-            # its own do, where a lone leaf would start one of its own)
-            tree = good[True][0]
-            found = lone(tree, mask)
-            if found and len(found) < tree.K - len(tree.spine_starts()):
-                tree = tree.with_lone(found)
-                good[True] = (tree, matches(tree, mask))
-        first = True if good[True][1].sum() >= good[False][1].sum() else False
-        second = not first
-        only_second = good[second][1] & ~good[first][1]
-        parts = [(good[first][0], mask & ~only_second, good[first][1])]
-        if only_second.any():
-            parts.append((good[second][0], only_second, good[second][1]))
+            a, b, want = more(i)
+            i += 1
+            cands = [(tree, g & (~both | agree(evaluate(tree, a, b), want))) for tree, g in cands]
+        # each output to the first candidate, by outputs reproduced (ties: the probe's answer), that reproduced it
+        ranked = sorted(cands, key=lambda tg: -int(tg[1].sum()))
+        left, parts = mask.copy(), []
+        for k, (tree, g) in enumerate(ranked):
+            sel = left & (g if k else (g | ~np.logical_or.reduce([h for _, h in ranked])))
+            if sel.any():
+                parts.append((tree, sel, g))
+                left &= ~sel
         for tree, sel, g in parts:
             # asked per part: a tree with lone leaves starts more partial sums than the same tree without
             u_minus, u_plus = _zero_sign(probe(tuple(tree.spine_starts())))
@@ -256,6 +294,7 @@ def _lone_leaves(call, tree, mask):
     """
     M, N = mask.shape
     K = tree.K
+    apart, fused = np.zeros((2, M, N), bool)   # outputs where an asked leaf answered apart, fused
     asked = [(k, first) for first, items in tree.spines() for kind, k in items if kind == "leaf"]
     rows, cols = np.nonzero(mask.any(axis=1))[0], np.nonzero(mask.any(axis=0))[0]
     by_cols = cols.size >= rows.size
@@ -279,7 +318,10 @@ def _lone_leaves(call, tree, mask):
             vals = got[:, lane][at] if by_cols else got[lane, :][at]
             if vals.size and np.all(vals == 1.0):
                 found.append(k)
-    return found
+            where = (slice(None), lane) if by_cols else (lane, slice(None))
+            apart[where] |= at & (got[where] == 1.0)
+            fused[where] |= at & (got[where] == np.float32(1 + 2.0 ** -23))
+    return found, apart, fused
 
 
 def _assemble(structure, S):
