@@ -14,10 +14,9 @@ once and the outputs are grouped by their answers (:func:`reveal` with ``uniform
 
 Where the sums start (:class:`~fp8emu.gemm.sumtree.SumTree`'s ``start``, the sign of a zero) is asked with
 products of -0 terms: all of them, then (per tree) all but each partial sum's first, which underflows.
-Where an FMA tree does not reproduce the random products, each leaf joined to a partial sum is asked
-whether it is fused or a partial sum of its own (``lone``: a K block of one product): with the partial
-sum 1 and the leaf's product just over ``2**-24``, an FMA gives ``1 + 2**-23`` and a rounded product
-added gives the tie's even neighbour 1.
+Each leaf an FMA tree joins to a partial sum is asked whether it is fused or a partial sum of its own
+(``lone``: a K block of one product): with the partial sum 1 and the leaf's product just over ``2**-24``,
+an FMA gives ``1 + 2**-23`` and a rounded product added gives the tie's even neighbour 1.
 
 Examples
 --------
