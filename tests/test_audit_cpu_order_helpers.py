@@ -74,7 +74,7 @@ def test_the_compatible_trees_refuse_a_k_that_is_no_positive_count(fn, K):
 
 def test_the_compatible_trees_are_as_before():
     assert mkl_cnr.block_tree(300).describe() == "[0:112] + [224:300] + [112:224]"
-    assert mkl_cnr.edge_tree(300).describe() == "0 + [224:300] + [1:224]"
+    assert mkl_cnr.edge_tree(300).describe() == "0 + [224:300] then [1:224]"
     assert mkl_cnr.block_tree(1).describe() == "0" and mkl_cnr.edge_tree(np.int64(5), np.int64(2)).K == 5
 
 

@@ -92,7 +92,8 @@ def test_the_lone_probe_values_part_a_fused_leaf_from_a_lone_one():
 def test_blocks_mark_one_product_blocks_past_a_parts_first():
     assert SumTree.blocks([0, 3, 4, 7, 8]).lone == (3, 7)
     assert SumTree.blocks([0, 1, 4]).lone == ()                    # the first block starts the sum
-    assert SumTree.blocks([0, 2, 4, 5], split=4).lone == ()        # the second part's first block starts its sum
+    assert SumTree.blocks([0, 2, 4, 6], split=4).lone == ()        # the second part's first block starts its sum
+    assert SumTree.blocks([0, 2, 4, 5], split=4).lone == (4,)      # a second part of one product is its own sum
     assert SumTree.blocks([0, 2, 3, 5, 6], split=3).lone == (2, 5)
     assert SumTree.blocks([0, 3, 4], fma=False).lone == ()         # without FMA every product is rounded
     assert SumTree.blocks([0, 3, 4]).describe() == "[0:3] + [3:4]"

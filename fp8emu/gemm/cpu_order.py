@@ -311,11 +311,13 @@ def _library(torch):
     return {"torch": torch.__version__, "blas": blas}
 
 
-#: The revealed orders' version: 4 knows a K block of one product summed apart (SumTree.lone: 3 fused it, so
+#: The revealed orders' version: 5 asks every joined leaf whether it is rounded first (4 asked only where the
+#: random checks failed, which seldom tell a fused leaf from a rounded one in small products, so some lone leaves
+#: passed for fused with "explained" 1.0); 4 knows a K block of one product summed apart (SumTree.lone: 3 fused it, so
 #: K = 384j + 1 beyond 768 came out unexplained); 3 the three ways a sum starts (SumTree.start: 2 told a -0 kept
 #: from +0 only, so an FMA start of an underflowing product came out +0; 1 left every output at +0, wrong for
 #: outer products).  Entries of older versions are not read.
-_ORDERS = 4
+_ORDERS = 5
 
 
 def _key(info, lib, threads, M, K, N, layout):

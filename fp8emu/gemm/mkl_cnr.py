@@ -33,7 +33,7 @@ Examples
 --------
 >>> m = MODEL
 >>> m.order(16, 400, 9, threads=1).describe()     # 8 columns of whole tiles, one edge column
-'128 outputs: mul+add [0:112] + [336:400] + [112:224] + [224:336]; 16 outputs: mul+add 0 + [336:400] + [1:336]'
+'128 outputs: mul+add [0:112] + [336:400] + [112:224] + [224:336]; 16 outputs: mul+add 0 + [336:400] then [1:336]'
 >>> m.order(8, 400, 8, threads=2).describe()      # two threads: 4 x 8 each, too small to tile
 'mul+add [0:400]'
 >>> m.unproven(13, 500, 29, 1, "NT")
@@ -132,7 +132,7 @@ def edge_tree(K, kc=112):
     Examples
     --------
     >>> edge_tree(300).describe()
-    '0 + [224:300] + [1:224]'
+    '0 + [224:300] then [1:224]'
     """
     b = _bounds(K, kc)
     if len(b) <= 2:

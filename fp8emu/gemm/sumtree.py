@@ -194,6 +194,10 @@ class SumTree:
                 if t is not None and k1 - k0 == 1 and fma:
                     lone.append(k0)
                 t = c if t is None else (t, c)
+            if parts and not isinstance(t, tuple) and fma:
+                # a second part of one product is a partial sum of its own too (a thread's), rounded and then
+                # added to the first part's: as a bare right child it was fused into that sum, silently
+                lone.append(t)
             parts.append(t)
         return cls.from_nested(parts[0] if len(parts) == 1 else tuple(parts), fma, start=start, lone=lone)
 
@@ -216,26 +220,53 @@ class SumTree:
         out = []
         lone = set(self.lone)
 
-        def walk(node):
+        def climb(node):
+            # a spine's steps from its start leaf up, numbered as it is met (the root's 0, each sub-spine after
+            # the spine holding it: evaluate and describe read them so)
             steps = []
             while node >= K:
                 a, b = self.children[node - K]
                 steps.append(int(b))
                 node = int(a)
-            idx = len(out)
             out.append(None)
-            items = []
-            for r in reversed(steps):
-                items.append(("leaf", r) if r < K and r not in lone else ("spine", walk(r)))
-            out[idx] = (node, items)
-            return idx
+            return [len(out) - 1, node, steps[::-1], 0, []]
 
-        walk(2 * K - 2 if K > 1 else 0)
+        # depth first without recursion: a tree summed from its last term (x_0 + (x_1 + (...)), K spines deep) was
+        # Python's RecursionError past about a thousand terms, in describe, evaluate and reveal
+        stack = [climb(2 * K - 2 if K > 1 else 0)]
+        while stack:
+            frame = stack[-1]
+            idx, start, steps, i, items = frame
+            if i == len(steps):
+                out[idx] = (start, items)
+                stack.pop()
+                continue
+            r = steps[i]
+            frame[3] = i + 1
+            if r < K and r not in lone:
+                items.append(("leaf", r))
+            else:
+                stack.append(climb(r))
+                items.append(("spine", stack[-1][0]))
         return out
 
     def describe(self):
-        """Compact text: ``[a:b]`` an in-order chain, ``[a:b:s]`` a strided one, ``X + Y`` an addition."""
+        """Compact text: ``[a:b]`` an in-order chain, ``[a:b:s]`` a strided one, ``X + Y`` an addition.
+
+        ``+ [a:b]`` (or ``+ (X + Y)``) adds a sum of its own, ``+ [k:k+1]`` a lone leaf; ``then [a:b]`` joins
+        leaves one by one to the sum so far (fused in an FMA tree) after another sum was added to it:
+        ``[0:2] + [2:4] then [4:6]`` sums leaves 4 and 5 into the running sum, ``[0:2] + [2:4] + [4:6]``
+        adds their own sum.
+
+        Examples
+        --------
+        >>> SumTree.from_nested(((((0, 1), (2, 3)), 4), 5)).describe()
+        '[0:2] + [2:4] then [4:6]'
+        >>> SumTree.from_nested((((0, 1), (2, 3)), (4, 5))).describe()
+        '[0:2] + [2:4] + [4:6]'
+        """
         sp = self.spines()
+        texts = [None] * len(sp)
 
         def text(i):
             start, items = sp[i]
@@ -244,31 +275,37 @@ class SumTree:
             parts, run = [], [start]
 
             def flush():
-                if len(run) == 1:
-                    parts.append(str(run[0]))
-                    return
-                step = run[1] - run[0]
-                if step > 0 and all(b - a == step for a, b in zip(run, run[1:])):
-                    parts.append(f"[{run[0]}:{run[-1] + 1}]" if step == 1 else f"[{run[0]}:{run[-1] + 1}:{step}]")
-                else:
-                    parts.append("[" + ",".join(map(str, run)) + "]")
+                parts.append(_run_text(run))
 
+            joined, tail = False, []            # whether another sum was added to this one already
             for kind, v in items:
-                if kind == "leaf" and run:
+                if kind == "leaf" and joined:
+                    # leaves joining the sum after another sum was added to it: "then [4:6]", since a run
+                    # "+ [4:6]" there read as a sum of its own added (another tree, which evaluates otherwise)
+                    tail.append(v)
+                    continue
+                if kind == "leaf":
                     run.append(v)
-                elif kind == "leaf":
-                    run = [v]
-                else:
-                    if run:
-                        flush()
-                        run = []
-                    sub = text(v)
-                    parts.append(f"({sub})" if " + " in sub else sub)
+                    continue
+                if run:
+                    flush()
+                    run = []
+                if tail:
+                    parts[-1] += " then " + _run_text(tail)
+                    tail = []
+                joined = True
+                sub = texts[v]
+                parts.append(f"({sub})" if " + " in sub else sub)
             if run:
                 flush()
+            if tail:
+                parts[-1] += " then " + _run_text(tail)
             return " + ".join(parts)
 
-        return text(0)
+        # each spine after the spines it holds (they are numbered after it): no recursion on deep trees
+        for i in reversed(range(len(sp))):
+            texts[i] = text(i)
+        return texts[0]
 
     def spine_starts(self):
         """The leaves that start a partial sum (each spine's first product, a lone leaf's own), root's first.
@@ -295,6 +332,16 @@ class SumTree:
                              f"{', '.join(map(repr, STARTS))}, got {d!r:.80}")
         # no cast here: the constructor refuses children 0.2 / 1.7 or "1" (a cast truncated or parsed them)
         return cls(d["K"], np.asarray(d["children"]), d["fma"], start=d.get("start", "add"), lone=d.get("lone", ()))
+
+
+def _run_text(run):
+    """Leaves in their order: ``k``, ``[a:b]``, ``[a:b:s]`` (a stride) or ``[i,j,k]``."""
+    if len(run) == 1:
+        return str(run[0])
+    step = run[1] - run[0]
+    if step > 0 and all(b - a == step for a, b in zip(run, run[1:])):
+        return f"[{run[0]}:{run[-1] + 1}]" if step == 1 else f"[{run[0]}:{run[-1] + 1}:{step}]"
+    return "[" + ",".join(map(str, run)) + "]"
 
 
 def _lone(lone, K, children, fma):
@@ -440,7 +487,7 @@ def evaluate(tree, x, y):
             for c0 in range(0, N, cols):
                 xs = xt[:, r0:r0 + rows, None]
                 ys = y64[:, None, c0:c0 + cols]
-                out[r0:r0 + rows, c0:c0 + cols] = _spine_value(sp, 0, xs, ys, tree, tiny)
+                out[r0:r0 + rows, c0:c0 + cols] = _tree_value(sp, xs, ys, tree, tiny)
     return out
 
 
@@ -469,28 +516,44 @@ def evaluate_order(order, x, y):
     return out
 
 
-def _spine_value(sp, i, xs, ys, tree, tiny):
-    start, items = sp[i]
-    fma = tree.fma
-    p = xs[start] * ys[start]                  # float64: exact
-    if tree.start == "fma":
+def _start_value(first, xs, ys, start):
+    p = xs[first] * ys[first]                  # float64: exact
+    if start == "fma":
         p = p + 0.0                            # fma(x, y, +0): an exact -0 is +0, a product that underflows keeps its sign
     c = p.astype(np.float32)
-    if tree.start == "add":
+    if start == "add":
         c += np.float32(0)                     # the rounded product added to +0: -0 (either kind) is +0
-    j = 0
-    while j < len(items):
-        kind, v = items[j]
-        if kind == "spine":
-            c = (c + _spine_value(sp, v, xs, ys, tree, tiny)).astype(np.float32)
-            j += 1
-            continue
+    return c
+
+
+def _tree_value(sp, xs, ys, tree, tiny):
+    """The root spine's value: each spine from its start, its leaves chained, each sub-spine's value added in
+    its place.  Without recursion (a spine per term of x_0 + (x_1 + (...)) was Python's RecursionError), and
+    at most one accumulator per open spine, as the recursion held."""
+    stack = [[0, _start_value(sp[0][0], xs, ys, tree.start), 0]]
+    sub = None
+    while True:
+        frame = stack[-1]
+        i, c, j = frame
+        items = sp[i][1]
+        if sub is not None:                    # the sub-spine just summed, added in its place (c first: NaN bits)
+            c = (c + sub).astype(np.float32)
+            sub = None
         ks = []
         while j < len(items) and items[j][0] == "leaf":
             ks.append(items[j][1])
             j += 1
-        _chain(c, xs, ys, ks, fma, tiny)
-    return c
+        if ks:
+            _chain(c, xs, ys, ks, tree.fma, tiny)
+        if j == len(items):
+            stack.pop()
+            if not stack:
+                return c
+            sub = c
+            continue
+        frame[1], frame[2] = c, j + 1
+        v = items[j][1]
+        stack.append([v, _start_value(sp[v][0], xs, ys, tree.start), 0])
 
 
 def _chain(c, xs, ys, ks, fma, tiny):
