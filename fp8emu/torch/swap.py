@@ -134,7 +134,10 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
     diagnostics : bool, keyword-only
         Record per-layer, per-pass rows (:func:`diagnostics`).
     seed : int (a Python or NumPy integer), keyword-only
-        Seeds stochastic rounding (with the layer index, the step and the pass).
+        Seeds stochastic rounding (with the layer index, the step and the pass).  The index counts the
+        plain ``nn.Linear`` layers of ``model`` from 0, so parts of one model emulated by separate calls
+        with one seed draw the same bits at layers of the same index (correlated rounding noise that no GPU
+        has): emulate the whole model in one call (a filter leaves layers out), or give each call its own seed.
 
     Returns
     -------
