@@ -11,6 +11,8 @@ import numpy as np
 
 from fp8emu.gemm.sumtree import SumTree, evaluate
 
+from test_cpu_order_lone_product import _right_leaves   # the leaves a tree joins to a partial sum
+
 
 def _shapes(leaves):
     """Every binary tree (nested pairs) over the leaves in this order."""
@@ -21,15 +23,6 @@ def _shapes(leaves):
         for left in _shapes(leaves[:cut]):
             for right in _shapes(leaves[cut:]):
                 yield (left, right)
-
-
-def _right_leaves(t, out):
-    if isinstance(t, tuple):
-        _right_leaves(t[0], out)
-        if not isinstance(t[1], tuple):
-            out.append(t[1])
-        _right_leaves(t[1], out)
-    return out
 
 
 def _all_trees(K):
