@@ -93,3 +93,11 @@ def test_a_sum_tree_is_built_from_integers_only(make, match):
     # what each meant, written correctly, still builds
     assert SumTree.blocks(np.array([0, 2, 4])).describe() == "[0:2] + [2:4]"
     assert SumTree(2, [[0, 1]], fma=np.False_).fma is False
+
+
+def test_a_flat_children_list_of_odd_length_is_refused_in_one_line():
+    # (mutation sample seed 81, [53]: an odd count read as pairs was NumPy's "cannot reshape array of size 3")
+    with pytest.raises(ValueError, match=r"pairs of node numbers \(an n x 2 array, or a flat list of even length\), "
+                                         r"got shape \(3,\)"):
+        SumTree(3, [0, 1, 3])
+    assert SumTree(3, [0, 1, 3, 2]).describe() == "[0:3]"      # the same numbers, even: as before
