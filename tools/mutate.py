@@ -199,6 +199,7 @@ GROUPS = {
                  "tests/test_audit_check_order_type.py", "tests/test_cpu_order_lone_product.py",
                  "tests/test_audit_sumtree_describe_lone.py", "tests/test_audit_sumtree_split_lone.py",
                  "tests/test_audit_sumtree_deep.py", "tests/test_audit_reveal_lone_checks.py",
+                 "tests/test_audit_gemm_order_limits.py",
                  "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.sumtree]",
                  "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.order_probe]", "-k", _CPU_ORDER_FAST]),
     "cpu_order": (["fp8emu/gemm/cpu_order.py"],
