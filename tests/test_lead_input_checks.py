@@ -3,6 +3,7 @@ answer type in ``reveal``, ``emulate`` on a model with no ``nn.Linear``, and a s
 
 import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,6 +51,28 @@ def test_a_cache_file_past_the_limit_is_not_read_or_grown(cache_dir, monkeypatch
     size = p.stat().st_size
     cpu_order._store("k", {"x": 1})
     assert p.stat().st_size == size
+
+
+def test_a_refused_cache_file_leaves_no_descriptor_open(cache_dir, monkeypatch):
+    # (mutation sample seed 82, [367]: without its os.close the refused file's descriptor stayed open, one per
+    # process-wide refusal; counted in /proc/self/fd, where Linux lists a process's open descriptors)
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("counts open descriptors in Linux's /proc/self/fd")
+    monkeypatch.setattr(cpu_order, "CACHE_LIMIT", 64)
+    cpu_order.cache_path().write_text('{"a": ' + " " * 100 + '1}')
+    before = len(list(fds.iterdir()))
+    with pytest.warns(RuntimeWarning, match="past the 64-byte limit"):
+        cpu_order._load_cache()
+    assert len(list(fds.iterdir())) == before
+
+
+def test_order_fors_warning_names_its_callers_line(monkeypatch):
+    # (mutation sample seed 82, [474]: its default stacklevel 3 named the caller's caller, here pytest's own file)
+    monkeypatch.setenv("FP8EMU_CPU_ORDER", "mkl-2024.2-avx512")
+    with pytest.warns(RuntimeWarning) as caught:
+        cpu_order.order_for(1, 64, 8, threads=1)                  # a single row: gemv, outside the proven shapes
+    assert [w.filename for w in caught] == [__file__]
 
 
 def test_a_regular_cache_file_still_round_trips(cache_dir):

@@ -501,11 +501,12 @@ def probe_too_long(M, K, N):
             "are allowed)")
 
 
-def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=3):
+def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=2):
     """``(GemmOrder, source)`` for torch's CPU ``mm`` of this shape under the policy in force.
 
     ``source`` is ``"revealed"`` or the recorded model's name.  A recorded model used off the CPU
-    or shapes it was proven on, and a revealed order that does not explain every output, warn.
+    or shapes it was proven on, and a revealed order that does not explain every output, warn, at the
+    caller's line (``stacklevel`` as :func:`warnings.warn` counts it from here: a wrapper passes its own + 1).
     """
     check_gemm(M, K, N, threads, layout, name=name)
     # NumPy integers wrapped (K - 1 of an np.uint16 0) and failed the cache's JSON key
