@@ -507,9 +507,10 @@ def test_reveal_here_needs_torch_a_layout_and_restores_the_thread_count(monkeypa
     seen = []
     real = cpu_order.reveal
 
-    def spy(mm, M, K, N):
+    def spy(mm, M, K, N, **options):
         seen.append(torch.get_num_threads())
-        return real(mm, M, K, N)
+        assert options == {"max_calls": cpu_order.MAX_REVEAL_PRODUCTS}      # the probe's budget
+        return real(mm, M, K, N, **options)
     monkeypatch.setattr(cpu_order, "reveal", spy)
     with torch.autocast("cpu", dtype=torch.bfloat16):            # the probe's own mm is float32 all the same
         order, facts = cpu_order.reveal_here(3, 16, 2, threads=want, layout="TN")

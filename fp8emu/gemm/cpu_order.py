@@ -51,10 +51,11 @@ from ..interop import is_integer
 from ..readers import parse_json
 from .mkl_cnr import LAYOUTS, check_gemm
 from .mkl_cnr import MODEL as _COMPATIBLE
-from .order_probe import reveal
+from .order_probe import ProbeBudgetError, reveal
 from .sumtree import GemmOrder, SumTree
 
 __all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "probe_too_long", "MAX_PROBE_PRODUCTS",
+           "MAX_REVEAL_PRODUCTS",
            "machine", "cpu_flags", "cache_path", "LAYOUTS",
            "reveal_here", "describe_here"]
 
@@ -354,13 +355,17 @@ def reveal_here(M, K, N, *, threads=None, layout="NN"):
     try:
         if want != old:
             torch.set_num_threads(want)
-        order, facts = reveal(mm, M, K, N)
+        order, facts = reveal(mm, M, K, N, max_calls=MAX_REVEAL_PRODUCTS)
     finally:
         if want != old:
             torch.set_num_threads(old)
     facts["threads"] = want
     return order, facts
 
+
+#: The most products :func:`reveal_here` computes (the first round's limit, :data:`MAX_PROBE_PRODUCTS`, four times:
+#: MKL's orders take the first round, a few more, and the leaf probe's round or rounds).
+MAX_REVEAL_PRODUCTS = 1 << 15
 
 #: The largest order cache read (bytes): past it the file is not read and nothing more is stored in it.
 CACHE_LIMIT = 256 << 20
@@ -460,10 +465,16 @@ def _revealed(M, K, N, threads, layout):
     shared = _started_mkl_env() in (None, info["mkl_env"])
     with _LOCK:
         hit = _MEMO.get(key)
+        if isinstance(hit, ProbeBudgetError):      # probed once in this process past the budget: not again
+            raise hit
         if hit is None:
             hit = _cached(_load_cache().get(key), M, K, N) if shared else None   # absent or damaged: probe again
             if hit is None:
-                order, facts = reveal_here(M, K, N, threads=t, layout=layout)
+                try:
+                    order, facts = reveal_here(M, K, N, threads=t, layout=layout)
+                except ProbeBudgetError as e:
+                    _MEMO[key] = e
+                    raise
                 hit = (order, facts["explained"])
                 if shared:
                     _store(key, {"order": order.to_json(), "explained": facts["explained"],
@@ -517,8 +528,16 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=2)
     if too_long and p == "revealed":
         raise RuntimeError(f"FP8EMU_CPU_ORDER='revealed': {too_long}; set FP8EMU_CPU_ORDER=<a recorded model> "
                            "to describe it without probing")
+    hit = None
     if p in ("auto", "revealed") and K > 0 and M > 0 and N > 0 and not too_long:   # an empty product: nothing to probe
-        hit = _revealed(M, K, N, threads, layout)
+        try:
+            hit = _revealed(M, K, N, threads, layout)
+        except ProbeBudgetError as e:
+            if p == "revealed":
+                raise RuntimeError(f"FP8EMU_CPU_ORDER='revealed': {e}; set FP8EMU_CPU_ORDER=<a recorded model> "
+                                   "to describe it without probing") from None
+            too_long = str(e)
+    if p in ("auto", "revealed") and K > 0 and M > 0 and N > 0 and not too_long:
         if hit is not None:
             order, explained = hit
             if explained < 1.0:

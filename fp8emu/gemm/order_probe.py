@@ -35,7 +35,7 @@ import numpy as np
 from ..interop import is_integer
 from .sumtree import STARTS, GemmOrder, SumTree, evaluate, evaluate_order
 
-__all__ = ["reveal", "check_order", "NotATreeError"]
+__all__ = ["reveal", "check_order", "NotATreeError", "ProbeBudgetError"]
 
 #: A float32 whose square (2**-200, negated) underflows: the start probe's first products.
 _UNDER = np.float32(2.0 ** -100)
@@ -46,6 +46,10 @@ _LONE_X, _LONE_Y = np.float32(1 + 2.0 ** -12 + 2.0 ** -23), np.float32(2.0 ** -2
 
 class NotATreeError(ValueError):
     """The probed sums are not one fixed binary tree of float32 additions."""
+
+
+class ProbeBudgetError(RuntimeError):
+    """Revealing the order took more products than :func:`reveal`'s ``max_calls`` allows."""
 
 
 def _big(K):
@@ -71,7 +75,7 @@ def _float32_answer(raw, M, N, who, caller):
     return out32
 
 
-def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
+def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0, max_calls=None):
     """The summation order of the float32 GEMM ``mm`` at shape (M, K, N), found by probing.
 
     Parameters
@@ -89,6 +93,9 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
         least 1.
     seed : int, keyword-only
         Non-negative; seeds the random products.
+    max_calls : int or None, keyword-only
+        The most products to compute; past it :class:`ProbeBudgetError`.  A tree as deep as it is long
+        (a sum taken from its last term) takes about ``K**2 / (2 max(M, N))``; None: no limit.
 
     Returns
     -------
@@ -113,9 +120,17 @@ def reveal(mm, M, K, N, *, uniform=True, check=6, seed=0):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if K > 1 << 20:
         raise ValueError(f"reveal handles K up to 2**20, got {K}")
+    if max_calls is not None and (not is_integer(max_calls) or max_calls < 1):
+        raise ValueError(f"max_calls must be a positive integer or None, got {max_calls!r}")
     calls = [0]
 
     def call(a, b):
+        # each round of the probe resolves one level of the tree: a sum taken from its last term took K rounds
+        # (4x200x4: 5117 products; 2x1200x2 had not finished after minutes)
+        if max_calls is not None and calls[0] >= max_calls:
+            raise ProbeBudgetError(f"revealing the {M}x{K}x{N} order took more than {max_calls:,} products (a "
+                                   "tree as deep as it is long, such as a sum taken from its last term, takes about "
+                                   "K**2 / (2 max(M, N)))")
         calls[0] += 1
         return _float32_answer(mm(a, b), M, N, "probed", "reveal")
 
