@@ -45,7 +45,7 @@ from torch.func import functional_call
 from torch.nn.utils import parametrize
 
 from . import linear
-from .linear import EmulatedLinear
+from .linear import EmulatedLinear, refuse_meta_parameters
 
 __all__ = ["compiled_forward"]
 
@@ -175,14 +175,10 @@ def _no_meta_operand(x, weight, bias, state, key):
     tensors = [t for t in (x, weight, bias, key, *state) if t is not None]
     if all(is_fake(t) or t.is_meta for t in tensors):
         return
-    meta = [what for what, t in (("weight", weight), ("bias", bias)) if t is not None and t.is_meta]
     owner = "an emulated layer" if key.is_meta or is_fake(key) else f"layer {_layer(key).layer_name!r}"
-    if not meta:
-        raise ValueError(f"{owner}: input is a meta tensor (a shape without values); an emulated layer computes "
-                         "on its input's values")
-    raise ValueError(f"{owner}: its {' and '.join(meta)} {'are meta tensors' if len(meta) > 1 else 'is a meta tensor'}"
-                     " (a shape without values): a model built on the meta device needs model.to_empty(device=...) "
-                     "and its weights loaded (load_state_dict) or initialized before it is called")
+    refuse_meta_parameters(owner, weight, bias)
+    raise ValueError(f"{owner}: input is a meta tensor (a shape without values); an emulated layer computes "
+                     "on its input's values")
 
 
 @_emulated_linear.register_fake

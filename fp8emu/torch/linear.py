@@ -30,7 +30,7 @@ from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
 from .gemms import STATE_LOCK, first_order_only, operand_stats, run_gemm, take_step, value_key
 
-__all__ = ["EmulatedLinear"]
+__all__ = ["EmulatedLinear", "refuse_meta_parameters"]
 
 _ROLES = ("input", "weight", "grad_output")
 #: The innermost :func:`fp8emu.torch.autocast` block's state (None outside every block): ``enabled``
@@ -503,14 +503,9 @@ class EmulatedLinear(nn.Module):
             # converted after emulate (model.to(torch.complex64)): the float32 cast dropped the imaginary part
             raise TypeError(f"layer {self.layer_name!r}: its {' and '.join(odd)}; an emulated layer's weight and "
                             "bias must be float32, bfloat16, float16 or float64 tensors")
-        meta = [what for what, t in (("weight", self.weight), ("bias", self.bias)) if t is not None and t.is_meta]
-        if meta:
-            # a model built on the meta device and called before to_empty: NumPy's bare "can't convert meta device
-            # type tensor to numpy", naming no layer
-            raise ValueError(f"layer {self.layer_name!r}: its {' and '.join(meta)} "
-                             f"{'are meta tensors' if len(meta) > 1 else 'is a meta tensor'} (a shape without "
-                             "values): a model built on the meta device needs model.to_empty(device=...) and its "
-                             "weights loaded (load_state_dict) or initialized before it is called")
+        # a model built on the meta device and called before to_empty: NumPy's bare "can't convert meta device
+        # type tensor to numpy", naming no layer
+        refuse_meta_parameters(f"layer {self.layer_name!r}", self.weight, self.bias)
         dev = x.device.type
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
@@ -563,6 +558,17 @@ def _acting_as(layer, recipe, stack, multiple):
         yield
     finally:
         _ACTING.reset(token)
+
+
+def refuse_meta_parameters(owner, weight, bias):
+    """One ValueError naming ``owner``'s weight and / or bias where they are meta tensors (a shape without values),
+    and what to do; nothing where they have values.  The eager layer and the compiled op both call it."""
+    meta = [what for what, t in (("weight", weight), ("bias", bias)) if t is not None and t.is_meta]
+    if meta:
+        are = "are meta tensors" if len(meta) > 1 else "is a meta tensor"
+        raise ValueError(f"{owner}: its {' and '.join(meta)} {are} (a shape without values): a model built on the "
+                         "meta device needs model.to_empty(device=...) and its weights loaded (load_state_dict) or "
+                         "initialized before it is called")
 
 
 class _LinearFunction(torch.autograd.Function):
