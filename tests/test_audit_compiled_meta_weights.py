@@ -9,23 +9,11 @@ backend.  (Plain ``nn.Linear`` compiled is torch's "Tensor device mismatch"; the
 meta weights.)
 """
 
-import warnings
-
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
 
-import fp8emu.torch as ft  # noqa: E402
-
-
-def _meta_model():
-    with torch.device("meta"):
-        model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ft.emulate(model, "te-current", "h100")
-    return model
+from test_audit_meta_weights import _loaded_meta_model, _meta_model  # noqa: E402  (the eager tests' models)
 
 
 @pytest.mark.usefixtures("fresh_dynamo")
@@ -42,11 +30,7 @@ def test_compiled_meta_weights_are_named(backend, grad):
 
 @pytest.mark.usefixtures("fresh_dynamo")
 def test_compiled_after_to_empty_and_a_load_runs_as_eager():
-    model = _meta_model()
-    model.to_empty(device="cpu")
-    torch.manual_seed(0)
-    plain = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
-    model.load_state_dict(plain.state_dict(), strict=False)
+    model = _loaded_meta_model()
     x = torch.randn(16, 32)
     with torch.no_grad():
         y = torch.compile(model, backend="aot_eager")(x)

@@ -47,11 +47,17 @@ def test_meta_weights_inside_fp8emu_autocast_are_named():
         model(torch.randn(16, 32))
 
 
-def test_after_to_empty_and_a_load_it_runs_as_before():
+def _loaded_meta_model():
+    """``_meta_model`` after ``to_empty`` and a load of a plain model's weights (seed 0)."""
     model = _meta_model()
     model.to_empty(device="cpu")
     torch.manual_seed(0)
     plain = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
     model.load_state_dict(plain.state_dict(), strict=False)
+    return model
+
+
+def test_after_to_empty_and_a_load_it_runs_as_before():
+    model = _loaded_meta_model()
     y = model(torch.randn(16, 32))
     assert y.shape == (16, 32) and torch.isfinite(y).all()
