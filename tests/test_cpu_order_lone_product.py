@@ -151,11 +151,18 @@ def test_the_recorded_model_describes_the_lone_block_and_the_thread_halves():
     assert REC.tree(32, 1537, 32, 2).describe() == "[0:384] + [384:768] + [768:769] + ([769:1153] + [1153:1537])"
 
 
-@pytest.mark.parametrize("M, K, N, threads", [(192, 769, 192, 1), (32, 1537, 32, 2), (64, 3074, 64, 2)])
-def test_live_torch_sums_a_lone_product_as_the_recorded_model_says(M, K, N, threads):
+@pytest.mark.parametrize("name, M, K, N, threads", [
+    ("mkl-2024.2-avx512", 192, 769, 192, 1), ("mkl-2024.2-avx512", 32, 1537, 32, 2),
+    ("mkl-2024.2-avx512", 64, 3074, 64, 2),
+    # the EPYC's blocks of 192: K = 192j + 1 beyond 384 (K is never split between threads there)
+    ("mkl-2024.2-amd-avx2", 32, 385, 32, 1), ("mkl-2024.2-amd-avx2", 64, 769, 64, 2),
+    ("mkl-2024.2-amd-avx2", 16, 1153, 24, 1),
+])
+def test_live_torch_sums_a_lone_product_as_the_recorded_model_says(name, M, K, N, threads):
     torch = pytest.importorskip("torch")
+    REC = cpu_order.RECORDED[name]
     if not REC.applies_here(cpu_order.machine()):
-        pytest.skip("the recorded model was measured on an Intel AVX-512 CPU with MKL's default kernel")
+        pytest.skip(f"{name} was measured on another CPU or MKL setting ({REC.proven_on[:60]}...)")
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -16,8 +16,11 @@ A recorded model (:data:`RECORDED`)
     Used without torch.  Each names where it was proven; on another CPU (or outside its proven
     shapes and operand layouts) the GEMM runs with it and a RuntimeWarning says why torch may
     differ.  ``mkl-2024.2-avx512``: MKL's default kernel on an AVX-512 Xeon;
+    ``mkl-2024.2-amd-avx2``: MKL's default kernels on an AMD EPYC with AVX2 and no AVX-512 (an FMA kernel
+    in K blocks of 192, and a small kernel without FMA where M < 4 or N < 12);
     ``mkl-2024.2-compatible``: MKL under ``MKL_CBWR=COMPATIBLE`` (:mod:`fp8emu.gemm.mkl_cnr`), the
-    branch MKL documents as giving the same results on Intel and other vendors' x86 CPUs.
+    branch MKL documents as giving the same results on Intel and other vendors' x86 CPUs (measured
+    alike on the Xeon and the EPYC).
 
 ``FP8EMU_CPU_ORDER`` (environment) or :func:`use` chooses: ``"auto"`` (revealed where torch is
 importable, else the recorded model proven on this CPU and MKL setting, else the one of this
@@ -81,6 +84,35 @@ def _packed_blocks(K, kc):
     return list(range(0, K, kc)) + [K]
 
 
+def _peeled_outputs(M, N):
+    """Outputs MKL's small kernel (AMD EPYC, B row-major) sums apart: in each row of the row-major C, those
+    before the first 16-byte-aligned element, where at least 4 outputs of that row follow it (C 64-byte
+    aligned, as torch allocates it)."""
+    peel = (-(np.arange(M, dtype=np.int64) * N)) % 4
+    peel[N - peel < 4] = 0
+    return np.arange(N)[None, :] < peel[:, None]
+
+
+def _peel_tree(K):
+    """The sum of one such output, without FMA: per 8 products, the first 4 join the running sum one by one
+    and the last 4 are summed apart and added; the products past the last whole 8 join one by one.
+
+    Examples
+    --------
+    >>> _peel_tree(18).describe()
+    '[0:4] + [4:8] then [8:12] + [12:16] then [16:18]'
+    """
+    t = None
+    for c in range(K // 8):
+        for k in range(8 * c, 8 * c + 4):
+            t = k if t is None else (t, k)
+        h = 8 * c + 4
+        t = (t, (((h, h + 1), h + 2), h + 3))
+    for k in range(8 * (K // 8), K):
+        t = k if t is None else (t, k)
+    return SumTree.from_nested(t, fma=False)
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordedModel:
     """A summation order measured on one CPU family (MKL's sgemm), with where it was proven.
@@ -88,12 +120,19 @@ class RecordedModel:
     The order is a rule over the shape and torch's thread count:
 
     * one thread: K blocks of ``kc`` as :func:`_small_blocks` gives, except where both M and N
-      reach ``packed_min`` (MKL's packing driver: plain ``kc`` blocks beyond ``2 kc``);
+      reach ``packed_min`` (MKL's packing driver: plain ``kc`` blocks beyond ``2 kc``); with
+      ``odd_half_apart`` an odd K between ``kc`` and ``2 kc`` is two halves of ``floor(K / 2)`` and its
+      last product summed apart;
     * two threads and K > ``2 kc``: at more than ``split_macs`` multiply-adds MKL gives each
       thread half of K (``ceil(K/2)`` first), each half in the packing driver's blocks, and adds
       the second half's sum to the first's.  Proven for M, N <= ``split_proven_mn`` outside
       ``split_window`` (multiply-adds where the threshold lies); larger shapes split by a rule
-      not measured, and warn.
+      not measured, and warn.  ``split_macs=None``: K is never split (the AMD EPYC's kernel);
+    * where ``small_mn`` is set (the AMD EPYC), shapes with M < m or N < n go to a small kernel that
+      sums each output as one chain without FMA, the outputs of a row before C's first 16-byte boundary
+      apart with B row-major (:func:`_peel_tree`); on two threads a second thread's last rows can too
+      (:meth:`small_rows`);
+    * each K block's sum starts as ``start`` says (``SumTree.start``).
     """
 
     name: str
@@ -109,14 +148,25 @@ class RecordedModel:
     proven_threads: tuple = (1, 2)
     proven_layouts: tuple = ("NN",)
     mkl_env: tuple = ()            # the MKL settings it was measured under, as (name, value) pairs
+    without_flags: tuple = ()      # CPU flags whose presence makes MKL pick another kernel than the one measured
+    small_mn: tuple = ()           # (m, n): below M < m or N < n MKL's small kernel sums without FMA (AMD)
+    small_layouts: tuple = ()      # the layouts where that kernel's order (one chain) was proven
+    start: str = "fma"             # how each K block's sum starts (SumTree.start) in the FMA kernel
+    odd_half_apart: bool = False   # an odd K in (kc, 2 kc] is two halves of floor(K / 2) and a lone product
 
     def applies_here(self, info):
         return info["vendor"] == self.vendor and all(f in info["flags"] for f in self.needs_flags) \
-            and info["mkl_env"] == dict(self.mkl_env)
+            and not any(f in info["flags"] for f in self.without_flags) and info["mkl_env"] == dict(self.mkl_env)
+
+    def small(self, M, N):
+        """Whether an M x N output goes to MKL's small kernel, which sums each output without FMA."""
+        return bool(self.small_mn) and (M < self.small_mn[0] or N < self.small_mn[1])
 
     def blocks(self, K, M=2, N=2):
         """Bounds of the K blocks one thread sums separately for an M x K x N product."""
         check_gemm(M, K, N, name=self.name)       # K = -5 gave [0, 0], 2.5 gave [0, 2.5]
+        if self.odd_half_apart and self.kc < K <= 2 * self.kc and K % 2:
+            return [0, K // 2, K - 1, K]           # measured on the EPYC: 317 as [0:158] + [158:316] + [316:317]
         packed = min(M, N) >= self.packed_min
         return (_packed_blocks if packed else _small_blocks)(K, self.kc)
 
@@ -125,7 +175,7 @@ class RecordedModel:
         # "2" or None read as one thread (another order, silently); order_for passes 1 for an unknown count
         if not is_integer(threads) or threads < 1:
             raise ValueError(f"threads must be a positive integer (torch's thread count), got {threads!r}")
-        return threads == 2 and K > 2 * self.kc and M * K * N > self.split_macs
+        return threads == 2 and self.split_macs is not None and K > 2 * self.kc and M * K * N > self.split_macs
 
     def tree(self, M, K, N, threads=1):
         """The :class:`SumTree` of one output."""
@@ -142,6 +192,10 @@ class RecordedModel:
             # one product to a single column (gemv: 1x1x1, 4x1x1, every layout) is rounded, then added to +0
             self.splits_k(M, K, N, threads)
             return SumTree.blocks([0, 1], start="add")
+        if self.small(M, N):
+            # MKL's small kernel (AMD EPYC): products rounded, then added in K order from +0
+            self.splits_k(M, K, N, threads)
+            return SumTree.blocks([0, K], fma=False, start="add")
         # every other sum starts as fma(x, y, +0): an underflowing first product keeps its sign (the survey in
         # docs/data/cpu-order/xeon-amx-mkl-2024.2-starts.json: every M, N >= 2 in NN)
         # a K block of one product (K = 384j + 1 beyond 768 in the packing driver, or such a two-thread half) is
@@ -150,11 +204,42 @@ class RecordedModel:
         if self.splits_k(M, K, N, threads):
             h = -(-K // 2)
             bounds = _packed_blocks(h, self.kc) + [h + b for b in _packed_blocks(K - h, self.kc)[1:]]
-            return SumTree.blocks(bounds, start="fma", split=h)
-        return SumTree.blocks(self.blocks(K, M, N), start="fma")
+            return SumTree.blocks(bounds, start=self.start, split=h)
+        return SumTree.blocks(self.blocks(K, M, N), start=self.start)
 
-    def order(self, M, K, N, threads=1):
-        tree = self.tree(M, K, N, threads)       # checks the sizes before they shape an array
+    def small_rows(self, M, N, threads):
+        """The first row of C that MKL's small kernel sums (M where none does).
+
+        Every row where the shape is small; on two threads, where the first thread's ``4 ceil(M / 8)`` rows
+        leave the second fewer than the small kernel's ``m`` (M = 5 .. 11, not a multiple of 4), those rows.
+        """
+        if not self.small_mn or M == 0 or N == 0:
+            return M
+        if self.small(M, N):
+            return 0
+        r0 = 4 * -(-M // 8)
+        return r0 if threads == 2 and 0 < M - r0 < self.small_mn[0] else M
+
+    def order(self, M, K, N, threads=1, layout="NN"):
+        """The :class:`GemmOrder` of an M x K x N product on ``threads`` with operands in ``layout``."""
+        tree = self.tree(M, K, N, threads)       # checks the sizes and threads before they shape an array
+        check_gemm(M, K, N, layout=layout, name=self.name)
+        r0 = self.small_rows(M, N, threads) if K > 1 else M
+        if r0 < M:
+            # rows of MKL's small kernel: one chain without FMA, and with B row-major (NN, TN) each row's outputs
+            # before C's first 16-byte boundary summed apart (_peel_tree); with a transposed B by another rule
+            # (unproven says so), the chain given for them
+            trees = [tree, SumTree.blocks([0, K], fma=False)] if r0 > 0 else [tree]
+            classes = np.zeros((M, N), np.int16)
+            classes[r0:] = len(trees) - 1
+            if layout in ("NN", "TN"):
+                peeled = _peeled_outputs(M, N)
+                peeled[:r0] = False
+                if peeled.any():
+                    trees.append(_peel_tree(K))
+                    classes[peeled] = len(trees) - 1
+            classes.flags.writeable = False
+            return GemmOrder(trees, classes)
         classes = np.zeros((M, N), np.int16)     # read-only: GemmOrder keeps it without a copy (calloc'd pages
         classes.flags.writeable = False          # stay untouched for 10**9 outputs)
         return GemmOrder([tree], classes)
@@ -167,16 +252,24 @@ class RecordedModel:
                     "sums some shapes in another order")
         if M < 2 or N < 2:
             return "a single row or column goes to MKL's gemv, whose order is not a fixed tree"
+        if self.small_mn and threads is None and self.small_rows(M, N, 1) != self.small_rows(M, N, 2):
+            return (f"the thread count is not known, and on two threads MKL's small kernel sums the last "
+                    f"{M - self.small_rows(M, N, 2)} row(s)")
+        if self.small_rows(M, N, threads) < M and layout not in self.small_layouts:
+            return (f"MKL's small kernel (M < {self.small_mn[0]} or N < {self.small_mn[1]}, or a second thread's "
+                    f"last rows) sums the outputs of {layout} in SIMD lanes over K, by a rule not measured")
         if K > self.max_k:
             return f"K <= {self.max_k} was proven"
         if threads is None:
-            if K > 2 * self.kc:
+            if self.split_macs is not None and K > 2 * self.kc:
                 return (f"the thread count is not known, and on two threads MKL splits K > {2 * self.kc} "
                         "between them for some shapes")
             return None
         if threads not in self.proven_threads:
             return f"{' and '.join(map(str, self.proven_threads))} thread(s) were proven"
-        if threads == 2 and K > 2 * self.kc:
+        if threads == 2 and self.split_macs is None and max(M, N) > self.split_proven_mn:
+            return f"on two threads, M, N <= {self.split_proven_mn} were measured"
+        if threads == 2 and self.split_macs is not None and K > 2 * self.kc:
             lo, hi = self.split_window
             if max(M, N) > self.split_proven_mn:
                 return (f"on two threads with K > {2 * self.kc}, MKL's choice to split K between threads was "
@@ -199,6 +292,17 @@ RECORDED = {
         vendor="GenuineIntel", needs_flags=("avx512f",), kc=384, packed_min=192,
         split_macs=192_000, split_window=(192_000, 195_132), split_proven_mn=128, max_k=4096,
         proven_layouts=("NN", "TN")),
+    "mkl-2024.2-amd-avx2": RecordedModel(
+        name="mkl-2024.2-amd-avx2",
+        proven_on="AMD EPYC with AVX2 and FMA, without AVX-512 (KVM, 2 vCPUs, family 23), torch 2.13.0+cpu, "
+                  "MKL 2024.2: a survey of 154 GEMMs (77 shapes, 1 and 2 threads), the starts of 216 (27 shapes, every "
+                  "layout), torch.mm on 300 random shapes (M, N up to 1200, K up to 4096, 1 and 2 threads, every "
+                  "layout), and the small kernel's rules on 60 more; M, N >= 2 (a single row or column goes to "
+                  "MKL's gemv); the small kernel with B transposed (NT) sums by a rule not measured",
+        vendor="AuthenticAMD", needs_flags=("avx2", "fma"), without_flags=("avx512f",), kc=192, packed_min=2,
+        split_macs=None, split_window=(0, 0), split_proven_mn=1200, max_k=4096,
+        proven_layouts=("NN", "NT", "TN", "TT"), small_mn=(4, 12), small_layouts=("NN", "TN", "TT"), start="add",
+        odd_half_apart=True),
     _COMPATIBLE.name: _COMPATIBLE,
 }
 _DEFAULT_MODEL = "mkl-2024.2-avx512"
@@ -574,7 +678,7 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=2)
                f"thread(s)): {gap}")
     if why:
         warnings.warn(f"{name}: {why}, so torch may differ in the last bits", RuntimeWarning, stacklevel=stacklevel)
-    return model.order(M, K, N, 1 if threads is None else threads), model.name
+    return model.order(M, K, N, 1 if threads is None else threads, layout=layout), model.name
 
 
 def describe_here(shapes, *, threads=None, layout="NN"):

@@ -8,7 +8,8 @@ CPUs (at a fixed thread count), and ``AUTO`` and ``COMPATIBLE`` as the only bran
 ``MKL_CBWR=COMPATIBLE``, its GEMMs are one order on every vendor's CPU, which is recorded here.
 
 The order, as found by probing torch 2.13.0+cpu (MKL 2024.2) on an Intel Xeon (KVM, 2 vCPUs; the
-survey and random shapes in ``docs/data/cpu-order/xeon-amx-mkl-2024.2-compatible*.json``), with
+survey and random shapes in ``docs/data/cpu-order/xeon-amx-mkl-2024.2-compatible*.json``) and found
+again, bit for bit on the same random products, on an AMD EPYC with AVX2 (``epyc-avx2-*``), with
 no FMA (each product rounded to float32, then added):
 
 * **Interior tiles** (MKL's kernel tiles of 4 rows of C by 8 columns, where the part of C one
@@ -245,7 +246,7 @@ class CompatibleModel:
 
     name: str
     proven_on: str
-    vendor: str            # /proc/cpuinfo vendor_id it was measured on
+    vendors: tuple         # /proc/cpuinfo vendor_ids it was measured on
     mkl_env: tuple         # the MKL settings it was measured under, as (name, value) pairs
     kc: int = 112
     max_k: int = 4096
@@ -253,11 +254,12 @@ class CompatibleModel:
     proven_layouts: tuple = ("NN", "TN")
 
     def applies_here(self, info):
-        return info["vendor"] == self.vendor and info["mkl_env"] == dict(self.mkl_env)
+        return info["vendor"] in self.vendors and info["mkl_env"] == dict(self.mkl_env)
 
-    def order(self, M, K, N, threads=1):
-        """The :class:`~fp8emu.gemm.sumtree.GemmOrder` of an M x K x N product on ``threads``."""
-        check_gemm(M, K, N, name=self.name)     # K = -8 was read as an empty sum, 2.5 failed inside range()
+    def order(self, M, K, N, threads=1, layout="NN"):
+        """The :class:`~fp8emu.gemm.sumtree.GemmOrder` of an M x K x N product on ``threads`` (one order for
+        every ``layout``: where a transposed B sums otherwise, :meth:`unproven` says so)."""
+        check_gemm(M, K, N, layout=layout, name=self.name)  # K = -8 was read as an empty sum, 2.5 failed in range()
         outer = K == 1 and min(M, N) >= 2       # an outer product: its products as they are, a -0 kept (measured)
         K = max(K, 1)        # an empty sum: one leaf, as the other recorded model answers
         trees = [block_tree(K, self.kc), edge_tree(K, self.kc), chain_tree(K)]
@@ -303,8 +305,9 @@ class CompatibleModel:
 #: ``mkl-2024.2-compatible``: torch 2.13.0+cpu's MKL 2024.2 under ``MKL_CBWR=COMPATIBLE``.
 MODEL = CompatibleModel(
     name="mkl-2024.2-compatible",
-    proven_on="Intel Xeon (KVM, 2 vCPUs), torch 2.13.0+cpu, MKL 2024.2 with MKL_CBWR=COMPATIBLE: 154 survey "
-              "GEMMs and torch.mm on 300 random shapes (M, N up to 1200, K up to 4096, 1 and 2 threads, all four "
-              "layouts); MKL documents this branch as giving the same results on every Intel or Intel-compatible "
-              "CPU at a fixed thread count, which was not measured on another vendor's CPU",
-    vendor="GenuineIntel", mkl_env=(("MKL_CBWR", "COMPATIBLE"),))
+    proven_on="an Intel Xeon with AMX and an AMD EPYC with AVX2 (each KVM, 2 vCPUs), torch 2.13.0+cpu, MKL 2024.2 "
+              "with MKL_CBWR=COMPATIBLE: on each, 154 survey GEMMs and torch.mm on the same 300 random shapes (M, N "
+              "up to 1200, K up to 4096, 1 and 2 threads, all four layouts), with the same bits on both; MKL "
+              "documents this branch as giving the same results on every Intel or Intel-compatible CPU at a fixed "
+              "thread count, which was measured on these two only",
+    vendors=("GenuineIntel", "AuthenticAMD"), mkl_env=(("MKL_CBWR", "COMPATIBLE"),))
