@@ -21,8 +21,10 @@ one of two paths:
 The sgemm's summation order is the BLAS's, and a BLAS chooses it by CPU, library version, MKL
 settings, thread count, shape and operand layout, so :func:`sgemm` takes it from
 :mod:`fp8emu.gemm.cpu_order`: **revealed on the running machine** wherever torch is importable (torch's
-own ``mm`` probed once per shape, :mod:`fp8emu.gemm.order_probe`, cached), else a **recorded model**.  The
-one recorded, ``"mkl-2024.2-avx512"`` (torch 2.13.0+cpu, MKL 2024.2, an AVX-512 + AMX Intel Xeon):
+own ``mm`` probed once per shape, :mod:`fp8emu.gemm.order_probe`, cached), else a **recorded model** of
+this CPU family (:data:`~fp8emu.gemm.cpu_order.RECORDED`: an AVX2 AMD EPYC's ``"mkl-2024.2-amd-avx2"``, MKL's
+``MKL_CBWR=COMPATIBLE`` branch, and the one described here).  ``"mkl-2024.2-avx512"`` (torch 2.13.0+cpu,
+MKL 2024.2, an AVX-512 + AMX Intel Xeon):
 K is cut into blocks, each summed by one float32 FMA chain per output in K order
 (``c = fl(c + x_k y_k)``), and the block sums are added in order.  Where M or N is below 192 (MKL's
 small-matrix driver) the blocks are 384 while more than 768 remain, then the rest in one block (at
@@ -84,11 +86,12 @@ TORCH_CPU_PATHS = {
                         "output via float16, not saturating. Bit-exact on any shape, K <= 4096, 1-2 threads "
                         "(torch 2.13.0+cpu)",
     "torch-cpu-emulated": "torch._scaled_mm on the CPU through _scaled_mm_out_cpu_emulated (row-wise scales, "
-                          "mixed FP8 dtypes, or mkldnn off): pre-scaled float32 operands, MKL sgemm (FMA "
-                          "chains over K blocks of 384, the last two halved below 192 rows or columns), "
-                          "x fl(1/scale_result), torch's CPU "
-                          "cast. Bit-exact for M, N >= 2 and K <= 4096 on 1 thread, and on 2 threads for "
-                          "K <= 768 or M, N <= 128 (torch 2.13.0+cpu, MKL 2024.2)",
+                          "mixed FP8 dtypes, or mkldnn off): pre-scaled float32 operands, MKL sgemm in the "
+                          "order of this CPU (revealed with torch; recorded: on an AVX-512 Xeon FMA chains "
+                          "over K blocks of 384, the last two halved below 192 rows or columns; on an AVX2 "
+                          "EPYC blocks of 192), x fl(1/scale_result), torch's CPU cast. Bit-exact for M, N >= 2 "
+                          "and K <= 4096 on 1 thread, and on 2 threads where the order's model is proven "
+                          "(torch 2.13.0+cpu, MKL 2024.2)",
 }
 #: Largest K the recorded MKL sgemm model was proven for (1 thread; 2 threads for M, N <= 128 or K <= 768).
 EMULATED_MAX_K = RECORDED["mkl-2024.2-avx512"].max_k
