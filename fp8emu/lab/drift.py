@@ -178,6 +178,13 @@ def _exact_sums(va, vb):
     return np.array([[math.fsum(va[i] * vb[:, j]) for j in range(vb.shape[1])] for i in range(va.shape[0])])
 
 
+def _norm(v):
+    """The 2-norm of a float64 vector, the same bits on every CPU: each square rounded, their sum exact
+    (``math.fsum``), then rounded once.  ``np.linalg.norm`` sums in the BLAS's order, which differs between CPUs
+    (the CSV's ``norm_rel_error`` differed in its last bit on an AMD EPYC from the Xeon's)."""
+    return math.sqrt(math.fsum((v * v).tolist()))
+
+
 def _rel_errors(y, s):
     """|y - s| / |s| per output (0 where both are 0, inf where only s is)."""
     d = np.abs(y - s)
@@ -260,7 +267,7 @@ def k_drift(ks=DEFAULT_KS, *, models=tuple(DRIFT_MODELS), gemms=tuple(DRIFT_GEMM
                     r, e = _rel_errors(y, s), y - s
                     for col, v in zip(COLUMNS, (gemm, fa, fb, dist, k, name, _stacks(gemm, name), s.size,
                                                 float(np.median(r)), float(r.max()),
-                                                float(np.linalg.norm(e) / np.linalg.norm(s)))):
+                                                _norm(e) / _norm(s))):
                         rows[col].append(v)
     return Table(rows)
 
