@@ -29,7 +29,7 @@ from ...training import PASSES, Operand
 from ..gemms import first_order_only, run_gemm, take_step, value_key
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
-           "primary_key"]
+           "check_fits_float32", "primary_key"]
 
 _ROLES = ("input", "weight", "grad_output")
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
@@ -179,6 +179,7 @@ class QuantGemm(nn.Module):
     def weight_operands(self, recipe, weight: torch.Tensor, step: int):
         """The fprop (``W^T``, K = in_features) and dgrad (``W``, K = out_features) copies of the weight,
         quantized from its float32 values (TE quantizes the parameter, not a bfloat16 copy)."""
+        check_fits_float32(self.gemm_name, "its weight", weight)
         w = weight.detach().to(torch.float32).contiguous().numpy()
         b = self.operand(recipe, "weight", w.T, 0, "fprop", step)
         if recipe.shared_copies():
@@ -239,6 +240,7 @@ class _QuantizedLinear(torch.autograd.Function):
     def _backward(ctx, dy):
         plan, step = ctx.plan, ctx.step
         g, R, S = plan.gemm, plan.recipe, plan.stack
+        check_fits_float32(plan.name or g.gemm_name, "its output gradient", dy)
         dys = _np(dy, S.dtype if plan.round_dy else "float32")
         a = g.operand(R, "grad_output", dys, 1, "dgrad", step)
         dx = run_gemm(a, ctx.w_col, S.accumulator(R.gemm_family("dgrad"), R.split("dgrad")), S.dtype)
@@ -291,13 +293,33 @@ def check_input(owner: str, x, features: int) -> None:
                          f"its {features} features")
     if x.shape[-1] != features:
         raise ValueError(f"{owner}: input has {x.shape[-1]} features, expected {features}")
-    if x.dtype == torch.float64:
-        d = x.detach()
-        over = torch.isfinite(d) & torch.isinf(d.to(torch.float32))
-        if bool(over.any()):
-            raise ValueError(f"{owner}: input overflows float32, the type the emulated GEMMs compute in: "
-                             f"{int(over.sum())} finite float64 value(s) round to Inf in float32 (largest magnitude "
-                             f"given {float(d[over].abs().max()):.6g}); scale the input")
+    check_fits_float32(owner, "input", x)
+
+
+def check_fits_float32(owner: str, what: str, t) -> None:
+    """One error where a float64 tensor ``t`` (``what``: "input", "its weight", "its bias", "its output gradient",
+    "its layer_norm_weight", ...) holds finite values that float32, the type the emulated GEMMs and norms compute
+    in, rounds to Inf.  The float32 copy was Inf and the recipe gave finite garbage: a float64 ``te.Linear`` whose
+    weight held -1e39 gave -448 (E4M3's largest) where the product was near -1e39, a gradient of 1e39 input
+    gradients near 1e3, silently.
+
+    Examples
+    --------
+    >>> check_fits_float32("Linear.gemm", "its weight", torch.tensor([1e39], dtype=torch.float64))
+    Traceback (most recent call last):
+    ...
+    ValueError: Linear.gemm: its weight overflows float32, the type the emulated GEMMs compute in: 1 finite float64 value(s) round to Inf in float32 (largest magnitude given 1e+39); scale it, or run the module outside autocast
+    """
+    if t is None or t.dtype != torch.float64:
+        return
+    d = t.detach()
+    over = torch.isfinite(d) & torch.isinf(d.to(torch.float32))      # float32's rounding decides, not a bound
+    if bool(over.any()):
+        fix = {"input": "scale the input", "its output gradient": "scale the loss"}.get(
+            what, "scale it, or run the module outside autocast")
+        raise ValueError(f"{owner}: {what} overflows float32, the type the emulated GEMMs compute in: "
+                         f"{int(over.sum())} finite float64 value(s) round to Inf in float32 (largest magnitude "
+                         f"given {float(d[over].abs().max()):.6g}); {fix}")
 
 
 def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias, plan: GemmPlan) -> torch.Tensor:
@@ -313,6 +335,8 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias, plan: GemmPlan
     """
     R, S = plan.recipe, plan.stack
     check_input(plan.name or plan.gemm.gemm_name, x, weight.shape[1])
+    for what, t in (("its weight", weight), ("its bias", bias)):      # the bias: added in float32 in the epilogue
+        check_fits_float32(plan.name or plan.gemm.gemm_name, what, t)     # before the step is taken
     m = stack_multiple(R, S)
     tokens = x.numel() // max(x.shape[-1], 1)
     for what, v in (("in_features", weight.shape[1]), ("out_features", weight.shape[0]), ("tokens", tokens)):

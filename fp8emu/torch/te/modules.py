@@ -54,7 +54,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .gemm import GemmPlan, QuantGemm, check_input, primary_key, quantized_linear, round_to_stack
+from .gemm import (
+    GemmPlan, QuantGemm, check_fits_float32, check_input, primary_key, quantized_linear, round_to_stack,
+)
 from .quantization import current_autocast, current_model_init
 
 __all__ = ["Linear", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm", "ACTIVATIONS", "FUSED_DACT",
@@ -293,6 +295,8 @@ class _Norm(_TEModule):
         # inside FP8 the activations are the stack's dtype: TE's kernel reads bf16 input and parameters,
         # computes in float32 and writes a bf16 output (what a following te.Linear quantizes)
         check_input(type(self).__name__, inp, self.weight.shape[-1])
+        for what, t in (("its weight", self.weight), ("its bias", self.bias)):
+            check_fits_float32(type(self).__name__, what, t)      # the kernel reads them as float32 (bfloat16)
         S = st.stack
         x, g = (round_to_stack(t.to(torch.float32), S) for t in (inp, self.weight))
         b = None if self.bias is None else round_to_stack(self.bias.to(torch.float32), S)
@@ -352,6 +356,8 @@ class _NormGemm(_TEModule):
             return _norm(inp, self.layer_norm_weight, self.layer_norm_bias, self.eps, self.normalization,
                          self.zero_centered_gamma)
         check_input(type(self).__name__, inp, self.layer_norm_weight.shape[-1])
+        for what, t in (("its layer_norm_weight", self.layer_norm_weight), ("its layer_norm_bias", self.layer_norm_bias)):
+            check_fits_float32(type(self).__name__, what, t)      # the norm computes in float32 (bfloat16 gamma)
         S = mode[1]
         x = round_to_stack(inp.to(torch.float32), S)
         g = round_to_stack(self.layer_norm_weight.to(torch.float32), S)
