@@ -142,7 +142,20 @@ class QuantGemm(nn.Module):
         return np.random.default_rng([seed, step, _PASS_CODE[pass_]])
 
     def next_step(self) -> int:
+        self._normal_buffers()
         return take_step(self.fp8emu_step, f"GEMM {self.gemm_name!r}")
+
+    def _normal_buffers(self):
+        """The state buffers as normal tensors, never inference tensors (``EmulatedLinear._normal_buffers``).
+
+        A call advances them in place; made under ``torch.inference_mode()`` (a model built, loaded with
+        ``assign=True`` or copied there, or delayed scaling's first call there) they were inference tensors, and
+        the next call outside the block was torch's "Inplace update to inference tensor outside InferenceMode is
+        not allowed".  Here, before every call's first update, whatever made them."""
+        with torch.inference_mode(False):
+            for n, b in list(self._buffers.items()):
+                if b is not None and b.is_inference():
+                    self._buffers[n] = b.clone()
 
     def _delayed_state(self, recipe, role):
         hist = getattr(self, f"amax_history_{role}", None)
