@@ -133,6 +133,26 @@ class QuantGemm(nn.Module):
         self.primary = None          # (recipe, stack) of an FP8 primary weight, else None
         self._weight_copy = None     # (key, fprop operand, dgrad operand)
 
+    def _apply(self, fn, recurse=True):
+        # Module.to_empty (the meta-device path: build under torch.device("meta"), to_empty, then load or
+        # initialize) remakes the buffers without values: the step counter and the seed were whatever memory held
+        # (a seed like 94598123463712, so a model built after torch.manual_seed no longer rounded the same way each
+        # run).  Only to_empty takes a meta tensor to a device (.to() cannot copy out of meta): such a GEMM starts
+        # as a new one, its seed drawn from torch's generator as at construction; a state dict loaded afterwards
+        # restores a saved state.
+        was_meta = self.fp8emu_step.is_meta
+        out = super()._apply(fn, recurse)
+        if was_meta and not self.fp8emu_step.is_meta:
+            with torch.no_grad():
+                self.fp8emu_step.zero_()
+                self.fp8emu_seed.copy_(torch.randint(0, 2**62, (), dtype=torch.int64))
+                for role in _ROLES:
+                    if getattr(self, f"amax_history_{role}", None) is not None:
+                        getattr(self, f"amax_history_{role}").zero_()
+                        getattr(self, f"scale_{role}").fill_(1.0)
+            self._weight_copy = None
+        return out
+
     def rng(self, step, pass_):
         seed = int(self.fp8emu_seed)
         if seed < 0:

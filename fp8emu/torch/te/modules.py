@@ -166,11 +166,24 @@ class _TEModule(nn.Module):
         """Whether the weights are FP8 / FP4 primary weights (built inside ``quantized_model_init``)."""
         return any(getattr(self, f"fp8emu_{n}").primary is not None for n in self._gemm_names)
 
+    def _refuse_meta(self):
+        """One error naming the parameters and GEMM state that are meta tensors (a model built under
+        ``torch.device("meta")`` and called before ``to_empty``): the FP8 path read them with NumPy or ``int()``,
+        torch's bare "Tensor.item() cannot be called on meta tensors" or "Tensor on device meta is not on the
+        expected device cpu!", naming no module."""
+        meta = [n for n, t in (*self.named_parameters(), *self.named_buffers()) if t.is_meta]
+        if meta:
+            are = "are meta tensors" if len(meta) > 1 else "is a meta tensor"
+            raise ValueError(f"{type(self).__name__}: its {', '.join(meta)} {are} (a shape without values): a model "
+                             "built on the meta device needs model.to_empty(device=...) and its weights loaded "
+                             "(load_state_dict) or initialized before it is called")
+
     def _mode(self):
         """(recipe, stack) to run FP8 with, or None for high precision."""
         st = current_autocast()
         if st is None or not st.enabled:
             return None
+        self._refuse_meta()
         for n in self._gemm_names:
             p = getattr(self, f"fp8emu_{n}").primary
             if p is not None and p[0] != st.training:
@@ -196,6 +209,7 @@ class _TEModule(nn.Module):
         g = getattr(self, f"fp8emu_{n}")
         if g.primary is None:
             return weight
+        self._refuse_meta()         # the quantized copy is made from the master weight's values
         return weight + (g.dequantized_weight(weight) - weight).detach()
 
 
@@ -294,6 +308,7 @@ class _Norm(_TEModule):
             return _norm(inp, self.weight, self.bias, self.eps, self.normalization, self.zero_centered_gamma)
         # inside FP8 the activations are the stack's dtype: TE's kernel reads bf16 input and parameters,
         # computes in float32 and writes a bf16 output (what a following te.Linear quantizes)
+        self._refuse_meta()
         check_input(type(self).__name__, inp, self.weight.shape[-1])
         for what, t in (("its weight", self.weight), ("its bias", self.bias)):
             check_fits_float32(type(self).__name__, what, t)      # the kernel reads them as float32 (bfloat16)
