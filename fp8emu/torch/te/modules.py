@@ -197,8 +197,11 @@ class _TEModule(nn.Module):
             key = primary_key(weight)      # re-quantized when the master weight's values changed
         elif is_first_microbatch is None:
             key, g._mb_key = None, None
-        elif is_first_microbatch or getattr(g, "_mb_key", None) is None:
-            key = g._mb_key = ("microbatch", int(g.fp8emu_step))     # TE caches the FP8 weight from here
+        elif is_first_microbatch or getattr(g, "_mb_key", None) is None or g._mb_key[2] != mode[0]:
+            # TE caches the FP8 weight from here.  The copy is the recipe's: a later micro-batch under another
+            # recipe (a module reused in a second autocast block) computed with the first recipe's codes and
+            # scales (te-block's GEMM with te-current's per-tensor copy), silently; it quantizes its own
+            key = g._mb_key = ("microbatch", int(g.fp8emu_step), mode[0])
         else:
             key = g._mb_key
         return GemmPlan(g, *mode, weight_key=key, name=g.gemm_name, **rounding)
