@@ -142,6 +142,19 @@ def check_activation(owner, activation):
         raise ValueError(f"{owner}: activation {activation!r} is not emulated; accepted: {', '.join(ACTIVATIONS)}")
 
 
+def _amp_input(inp):
+    """The FP8 path's input in ``torch.autocast``'s dtype where it is on (TE's ``set_activation_dtype``: "native AMP
+    gets highest priority"; the activations, the output and the norm output returned are in it).  Outside
+    ``te.autocast`` torch's autocast casts ``F.linear`` itself; inside, the output was the input's float32 where the
+    high-precision path and TE give bfloat16.  float64 is left as torch's autocast leaves it."""
+    if not isinstance(inp, torch.Tensor) or not inp.is_floating_point() or inp.dtype == torch.float64:
+        return inp
+    dev = inp.device.type
+    if dev != "meta" and torch.is_autocast_enabled(dev):
+        return inp.to(torch.get_autocast_dtype(dev))
+    return inp
+
+
 def _init_weight(out_features, in_features, dtype, init_method):
     w = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype))
     with torch.no_grad():
@@ -282,7 +295,7 @@ class Linear(_TEModule):
         if mode is None:
             out = F.linear(inp, self._hp_weight("gemm", self.weight), gemm_bias)
         else:
-            out = quantized_linear(inp, self.weight, gemm_bias,
+            out = quantized_linear(_amp_input(inp), self.weight, gemm_bias,
                                    self._plan("gemm", self.weight, mode, is_first_microbatch))
         return (out, self.bias) if self.return_bias else out
 
@@ -426,6 +439,8 @@ class LayerNormLinear(_NormGemm):
         if fp8_output or fp8_grad:
             raise ValueError("LayerNormLinear: fp8_output / fp8_grad are not emulated; accepted: False")
         mode = self._mode()
+        if mode is not None:
+            inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
         gemm_bias = None if self.return_bias else self.bias
         if mode is None:
@@ -490,6 +505,8 @@ class LayerNormMLP(_NormGemm):
     def forward(self, inp, is_first_microbatch=None, *, fused=None):
         """``fused``: None (TE's choice), or False to round every tensor before its quantizer (unfused)."""
         mode = self._mode()
+        if mode is not None:
+            inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
         fc2_bias = None if self.return_bias else self.fc2_bias
         if mode is None:
