@@ -45,6 +45,18 @@ def test_a_meta_primary_weight_is_named_outside_autocast():
         mod(torch.randn(16, 64))
 
 
+def test_refreshing_meta_primary_weights_is_named():
+    with torch.device("meta"), te.quantized_model_init(recipe=te.recipe.Float8CurrentScaling()):
+        model = torch.nn.Sequential(te.Linear(64, 64), te.LayerNormMLP(64, 64))
+    with pytest.raises(ValueError, match=r"^Linear: its weight, bias, .* are meta tensors"):
+        te.refresh_primary_weights(model)
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+    assert te.refresh_primary_weights(model) == 3       # Linear's weight, LayerNormMLP's fc1 and fc2
+
+
 def test_meta_high_precision_path_is_torchs_as_before():
     # outside autocast the module is torch's F.linear, as TE's and nn.Linear's: torch's own device error
     with pytest.raises(RuntimeError, match="meta"):

@@ -248,6 +248,7 @@ def refresh_primary_weights(model: nn.Module) -> int:
             for n in mod._gemm_names:
                 g = getattr(mod, f"fp8emu_{n}")
                 if g.primary is not None:
+                    mod._refuse_meta()      # torch's bare "Tensor.item() cannot be called on meta tensors"
                     w = getattr(mod, "weight" if n == "gemm" else f"{n}_weight")
                     g._weight_copy = None
                     g.cached_weight(g.primary[0], w, int(g.fp8emu_step), primary_key(w))
