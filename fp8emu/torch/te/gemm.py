@@ -141,7 +141,16 @@ class QuantGemm(nn.Module):
         # as a new one, its seed drawn from torch's generator as at construction; a state dict loaded afterwards
         # restores a saved state.
         was_meta = self.fp8emu_step.is_meta
+        # delayed scaling's state stays float32 through model.to(dtype) / .half() / .bfloat16(), as TE's fp8_meta
+        # (not a buffer there) does: converted, a bfloat16 history was NumPy's bare "Got unsupported ScalarType
+        # BFloat16" at the next call and a float16 one rounded every amax and scale, silently
+        kept = {n: b for n, b in self._buffers.items()
+                if n.startswith(("amax_history_", "scale_")) and b is not None and b.dtype == torch.float32}
         out = super()._apply(fn, recurse)
+        for n, b in kept.items():
+            now = self._buffers[n]
+            if now is not None and now.dtype != torch.float32:
+                self._buffers[n] = b.to(now.device)
         if was_meta and not self.fp8emu_step.is_meta:
             with torch.no_grad():
                 self.fp8emu_step.zero_()
@@ -200,6 +209,12 @@ class QuantGemm(nn.Module):
         if not recipe.delayed():
             return recipe.operand(role, arr, k_axis, pass_, rng=self.rng(step, pass_))
         hist, scale = self._delayed_state(recipe, role)
+        odd = [f"{n}_{role} is {t.dtype}" for n, t in (("amax_history", hist), ("scale", scale))
+               if t.dtype != torch.float32]
+        if odd:
+            # only a state dict loaded with assign=True brings another dtype (model.to(dtype) keeps float32)
+            raise TypeError(f"GEMM {self.gemm_name!r}: delayed scaling's state must be float32, as TE keeps it "
+                            f"({', '.join(odd)}; load_state_dict with assign=True?); load it without assign=True")
         ds = recipe.scaler(role)
         ds.amax_history = hist.numpy().astype(np.float32).copy()
         ds.scale = float(scale)
