@@ -85,8 +85,14 @@ def eager_under_compile(forward):
 
     Dynamo cannot trace the emulated GEMMs (NumPy calls, recipe objects) nor guard on the autocast state (a
     ``contextvars.ContextVar``): a compiled model's first FP8 call raised its internal "NotImplementedError:
-    argument of type: <class 'type'>".  Run eagerly, the module gives the eager bits, forward and backward."""
-    return torch.compiler.disable(forward)
+    argument of type: <class 'type'>".  Run eagerly, the module gives the eager bits, forward and backward.
+
+    The reason is what ``fullgraph=True`` reports: without it Dynamo's "(reason: None)" came with its generic hint
+    "Remove the `torch.compiler.disable` call", which names fp8emu's code, not what the user can do."""
+    return torch.compiler.disable(forward, reason=(
+        "fp8emu.torch.te's modules run eagerly under torch.compile (their emulated GEMMs are NumPy calls, a graph "
+        "break): compile without fullgraph=True, or emulate torch.nn.Linear layers with fp8emu.torch.emulate, which "
+        "compile to one custom op"))
 
 
 def check_arguments(owner: str, args: dict) -> None:
