@@ -1,9 +1,10 @@
-"""``te.autocast`` (and ``te.fp8_autocast``) as a decorator (fourteenth audit, part A).
+"""``te.autocast`` (and ``te.fp8_autocast``) as a decorator, and its calibrating argument (fourteenth audit, part A).
 
 TE's ``autocast`` and ``fp8_autocast`` are ``contextlib.contextmanager`` functions, so TE model code may decorate
 a step function with them (``@te.fp8_autocast(enabled=True, fp8_recipe=recipe)``).  Here ``autocast`` is a class
 whose instances were context managers only: Python's "TypeError: 'autocast' object is not callable" at the
-decoration.  Now the decorated function runs inside the block, each call on its own.
+decoration.  Now the decorated function runs inside the block, each call on its own.  And ``calibrating=0`` (or
+None, or "False") was refused as "calibrating=True": the error now gives the value given.
 """
 
 import warnings
@@ -71,3 +72,11 @@ def test_the_with_statement_is_as_before():
         with pytest.raises(RuntimeError, match="cannot be entered more than once concurrently"):
             a.__enter__()
     assert te.current_autocast() is None
+
+
+@pytest.mark.parametrize("value", [True, 0, None, "False"])
+def test_calibrating_is_reported_as_given(value):
+    # 0, None and "False" were reported as "calibrating=True", a value the call did not give
+    with pytest.raises(ValueError, match=rf"^autocast: calibrating={value!r} is not emulated \(True: amax statistics "
+                                         r"gathered in high precision\); accepted: False$"):
+        te.autocast(calibrating=value)

@@ -394,7 +394,8 @@ class _NormGemm(_TEModule):
             return _norm(inp, self.layer_norm_weight, self.layer_norm_bias, self.eps, self.normalization,
                          self.zero_centered_gamma)
         check_input(type(self).__name__, inp, self.layer_norm_weight.shape[-1])
-        for what, t in (("its layer_norm_weight", self.layer_norm_weight), ("its layer_norm_bias", self.layer_norm_bias)):
+        for what, t in (("its layer_norm_weight", self.layer_norm_weight),
+                        ("its layer_norm_bias", self.layer_norm_bias)):
             check_fits_float32(type(self).__name__, what, t)      # the norm computes in float32 (bfloat16 gamma)
         S = mode[1]
         x = round_to_stack(inp.to(torch.float32), S)

@@ -131,8 +131,9 @@ class autocast:
         if not isinstance(enabled, bool):
             raise TypeError(f"autocast: enabled must be True or False, got {enabled!r}")
         if calibrating is not False:
-            raise ValueError("autocast: calibrating=True (amax statistics gathered in high precision) is not "
-                             "emulated; accepted: False")
+            # the value given, not "calibrating=True": 0, None or "False" were reported as True
+            raise ValueError(f"autocast: calibrating={calibrating!r} is not emulated (True: amax statistics gathered "
+                             "in high precision); accepted: False")
         self._args = (enabled, recipe, gpu)
         self._token = None
         outer = _AUTOCAST.get()
