@@ -26,7 +26,7 @@ from torch import nn
 
 from ...codec import decode
 from ...training import PASSES, Operand
-from ..gemms import first_order_only, run_gemm, take_step, value_key
+from ..gemms import STATE_LOCK, first_order_only, run_gemm, take_step, value_key
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
            "check_fits_float32", "primary_key"]
@@ -171,8 +171,9 @@ class QuantGemm(nn.Module):
         return np.random.default_rng([seed, step, _PASS_CODE[pass_]])
 
     def next_step(self) -> int:
-        self._normal_buffers()
-        return take_step(self.fp8emu_step, f"GEMM {self.gemm_name!r}")
+        with STATE_LOCK:            # a buffer replaced by another thread between its read and its increment
+            self._normal_buffers()
+            return take_step(self.fp8emu_step, f"GEMM {self.gemm_name!r}")
 
     def _normal_buffers(self):
         """The state buffers as normal tensors, never inference tensors (``EmulatedLinear._normal_buffers``).
@@ -208,6 +209,13 @@ class QuantGemm(nn.Module):
         records the amax and updates the scale (TE's order), its state in this module's buffers."""
         if not recipe.delayed():
             return recipe.operand(role, arr, k_axis, pass_, rng=self.rng(step, pass_))
+        # the state made, read, quantized with and written back as one (EmulatedLinear's lock): a module shared by
+        # threads kept 157 of 240 amax values, and a thread read scale_input before another had registered it
+        # (AttributeError), silently or not
+        with STATE_LOCK:
+            return self._delayed_operand(recipe, role, arr)
+
+    def _delayed_operand(self, recipe, role, arr) -> Operand:
         hist, scale = self._delayed_state(recipe, role)
         odd = [f"{n}_{role} is {t.dtype}" for n, t in (("amax_history", hist), ("scale", scale))
                if t.dtype != torch.float32]
