@@ -49,8 +49,11 @@ def fp8_sdpa(recipe="fa3-fp8"):
                                "torch.no_grad()")
         check_eager(f"fp8 attention ({rec.name})")
         lead = _check(rec.name, query, key, value, is_causal, enable_gqa)
-        if math.prod(lead) == 0:            # an empty batch: nothing to attend, as torch returns it
-            return query.new_zeros((*lead, *query.shape[-3:-1], value.shape[-1]))
+        shape = (*lead, *query.shape[-3:-1], value.shape[-1])
+        if math.prod(shape) == 0:
+            # an empty batch or query sequence: nothing to attend, as torch returns it (an empty sequence reached the
+            # NumPy path: torch's "cannot reshape tensor of 0 elements into shape [-1, 4, 0, 16]")
+            return query.new_zeros(shape)
         q, k, v = (t.detach().to(torch.float32).reshape(-1, *t.shape[-3:]).numpy() for t in (query, key, value))
         outs = [_attention.attention(q[i], k[i], v[i], rec, causal=is_causal, softmax_scale=scale,
                                      reference=False).out for i in range(q.shape[0])]
@@ -75,6 +78,16 @@ def _check(name, query, key, value, is_causal, enable_gqa):
         if t.ndim < 3:
             raise ValueError(f"fp8 attention ({name}): {what} must be (..., heads, tokens, head_dim), got shape "
                              f"{tuple(t.shape)}")
+        if t.is_meta:       # NumPy's bare "can't convert meta device type tensor to numpy"
+            raise ValueError(f"fp8 attention ({name}): {what} is a meta tensor (a shape without values); the "
+                             "emulated attention computes on its values")
+        if t.dtype == torch.float64:
+            # computed in float32: a finite float64 value past its range was refused as "q must be finite"
+            over = torch.isfinite(t) & torch.isinf(t.detach().to(torch.float32))
+            if bool(over.any()):
+                raise ValueError(f"fp8 attention ({name}): {what} overflows float32, the type the emulated attention "
+                                 f"computes in: {int(over.sum())} finite float64 value(s) round to Inf in float32 "
+                                 f"(largest magnitude given {float(t[over].abs().max()):.6g}); scale it")
     for what, v in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
         if not isinstance(v, bool):
             raise TypeError(f"fp8 attention ({name}): {what} must be True or False, got {v!r}")

@@ -173,8 +173,12 @@ def _no_meta_operand(x, weight, bias, state, key):
     the op's call then ran this fake kernel at run time: an output of uninitialized memory and a step counter
     copied back from ``empty_like``, silently.  While a graph is traced every operand is a fake tensor."""
     tensors = [t for t in (x, weight, bias, key, *state) if t is not None]
-    if all(is_fake(t) or t.is_meta for t in tensors):
+    if all(is_fake(t) for t in tensors):
         return
+    # a run-time call whose operands are all meta (a model moved to "meta" after emulate, called on a meta input)
+    # is refused too, as the eager layer refuses it: torch's dispatcher runs this kernel for it, which would hand
+    # back meta outputs as if the layer had computed.  Dynamo fake-ifies meta tensors where it traces, so every
+    # call made while a graph is traced or compiled passes the test above.
     owner = "an emulated layer" if key.is_meta or is_fake(key) else f"layer {_layer(key).layer_name!r}"
     refuse_meta_parameters(owner, weight, bias)
     raise ValueError(f"{owner}: input is a meta tensor (a shape without values); an emulated layer computes "
@@ -248,7 +252,9 @@ def compiled_forward(layer: EmulatedLinear, x: torch.Tensor) -> torch.Tensor:
     training = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params))
     state = [getattr(layer, n) for n in _state_names(layer)]
     dev = x.device.type
-    autocast_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+    # torch.autocast has no "meta" device (is_autocast_enabled("meta") raised inside Dynamo, an
+    # InternalTorchDynamoError for a model moved to meta): such a call is refused by the op, as eagerly
+    autocast_dtype = torch.get_autocast_dtype(dev) if dev != "meta" and torch.is_autocast_enabled(dev) else None
     y, _, *after = torch.ops.fp8emu.emulated_linear(x, layer.weight, layer.bias, state, layer.fp8emu_key,
                                                     training, autocast_dtype)
     # detached, not under torch.no_grad: torch.export records a no_grad block as a higher-order op whose node

@@ -139,7 +139,7 @@ class DotProductAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal,
                                                  scale=self.softmax_scale)
         out = out.permute(2, 0, 1, 3) if fmt == "sbhd" else out.permute(0, 2, 1, 3)
-        return out.reshape(*out.shape[:2], -1)
+        return out.reshape(*out.shape[:2], out.shape[2] * out.shape[3])      # not -1: an empty batch or sequence
 
 
 class MultiheadAttention(nn.Module):
@@ -210,7 +210,9 @@ class MultiheadAttention(nn.Module):
         else:                                  # [.., np/ng + 2, ng, hn], split along -3
             mixed = mixed.view(*mixed.shape[:-1], per + 2, ng, self.head_dim)
             q, k, v = mixed.split([per, 1, 1], dim=-3)
-        q, k, v = (t.reshape(*t.shape[:2], -1, self.head_dim) for t in (q, k, v))
+        # the heads counted, not -1: an empty batch or sequence was torch's "cannot reshape tensor of 0 elements
+        # into shape [0, 2, -1, 16] because the unspecified dimension size -1 can be any value"
+        q, k, v = (t.reshape(*t.shape[:2], t.shape[-3] * t.shape[-2], self.head_dim) for t in (q, k, v))
         ctx = self.core_attention(q, k, v, attention_mask=attention_mask, attn_mask_type=attn_mask_type,
                                   window_size=window_size, core_attention_bias_type=core_attention_bias_type,
                                   alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv)

@@ -26,10 +26,10 @@ from torch import nn
 
 from ...codec import decode
 from ...training import PASSES, Operand
-from ..gemms import first_order_only, run_gemm, take_step, value_key
+from ..gemms import STATE_LOCK, first_order_only, run_gemm, take_step, value_key
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
-           "primary_key"]
+           "check_fits_float32", "primary_key"]
 
 _ROLES = ("input", "weight", "grad_output")
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
@@ -133,6 +133,35 @@ class QuantGemm(nn.Module):
         self.primary = None          # (recipe, stack) of an FP8 primary weight, else None
         self._weight_copy = None     # (key, fprop operand, dgrad operand)
 
+    def _apply(self, fn, recurse=True):
+        # Module.to_empty (the meta-device path: build under torch.device("meta"), to_empty, then load or
+        # initialize) remakes the buffers without values: the step counter and the seed were whatever memory held
+        # (a seed like 94598123463712, so a model built after torch.manual_seed no longer rounded the same way each
+        # run).  Only to_empty takes a meta tensor to a device (.to() cannot copy out of meta): such a GEMM starts
+        # as a new one, its seed drawn from torch's generator as at construction; a state dict loaded afterwards
+        # restores a saved state.
+        was_meta = self.fp8emu_step.is_meta
+        # delayed scaling's state stays float32 through model.to(dtype) / .half() / .bfloat16(), as TE's fp8_meta
+        # (not a buffer there) does: converted, a bfloat16 history was NumPy's bare "Got unsupported ScalarType
+        # BFloat16" at the next call and a float16 one rounded every amax and scale, silently
+        kept = {n: b for n, b in self._buffers.items()
+                if n.startswith(("amax_history_", "scale_")) and b is not None and b.dtype == torch.float32}
+        out = super()._apply(fn, recurse)
+        for n, b in kept.items():
+            now = self._buffers[n]
+            if now is not None and now.dtype != torch.float32:
+                self._buffers[n] = b.to(now.device)
+        if was_meta and not self.fp8emu_step.is_meta:
+            with torch.no_grad():
+                self.fp8emu_step.zero_()
+                self.fp8emu_seed.copy_(torch.randint(0, 2**62, (), dtype=torch.int64))
+                for role in _ROLES:
+                    if getattr(self, f"amax_history_{role}", None) is not None:
+                        getattr(self, f"amax_history_{role}").zero_()
+                        getattr(self, f"scale_{role}").fill_(1.0)
+            self._weight_copy = None
+        return out
+
     def rng(self, step, pass_):
         seed = int(self.fp8emu_seed)
         if seed < 0:
@@ -142,7 +171,21 @@ class QuantGemm(nn.Module):
         return np.random.default_rng([seed, step, _PASS_CODE[pass_]])
 
     def next_step(self) -> int:
-        return take_step(self.fp8emu_step, f"GEMM {self.gemm_name!r}")
+        with STATE_LOCK:            # a buffer replaced by another thread between its read and its increment
+            self._normal_buffers()
+            return take_step(self.fp8emu_step, f"GEMM {self.gemm_name!r}")
+
+    def _normal_buffers(self):
+        """The state buffers as normal tensors, never inference tensors (``EmulatedLinear._normal_buffers``).
+
+        A call advances them in place; made under ``torch.inference_mode()`` (a model built, loaded with
+        ``assign=True`` or copied there, or delayed scaling's first call there) they were inference tensors, and
+        the next call outside the block was torch's "Inplace update to inference tensor outside InferenceMode is
+        not allowed".  Here, before every call's first update, whatever made them."""
+        with torch.inference_mode(False):
+            for n, b in list(self._buffers.items()):
+                if b is not None and b.is_inference():
+                    self._buffers[n] = b.clone()
 
     def _delayed_state(self, recipe, role):
         hist = getattr(self, f"amax_history_{role}", None)
@@ -166,7 +209,20 @@ class QuantGemm(nn.Module):
         records the amax and updates the scale (TE's order), its state in this module's buffers."""
         if not recipe.delayed():
             return recipe.operand(role, arr, k_axis, pass_, rng=self.rng(step, pass_))
+        # the state made, read, quantized with and written back as one (EmulatedLinear's lock): a module shared by
+        # threads kept 157 of 240 amax values, and a thread read scale_input before another had registered it
+        # (AttributeError), silently or not
+        with STATE_LOCK:
+            return self._delayed_operand(recipe, role, arr)
+
+    def _delayed_operand(self, recipe, role, arr) -> Operand:
         hist, scale = self._delayed_state(recipe, role)
+        odd = [f"{n}_{role} is {t.dtype}" for n, t in (("amax_history", hist), ("scale", scale))
+               if t.dtype != torch.float32]
+        if odd:
+            # only a state dict loaded with assign=True brings another dtype (model.to(dtype) keeps float32)
+            raise TypeError(f"GEMM {self.gemm_name!r}: delayed scaling's state must be float32, as TE keeps it "
+                            f"({', '.join(odd)}; load_state_dict with assign=True?); load it without assign=True")
         ds = recipe.scaler(role)
         ds.amax_history = hist.numpy().astype(np.float32).copy()
         ds.scale = float(scale)
@@ -179,6 +235,7 @@ class QuantGemm(nn.Module):
     def weight_operands(self, recipe, weight: torch.Tensor, step: int):
         """The fprop (``W^T``, K = in_features) and dgrad (``W``, K = out_features) copies of the weight,
         quantized from its float32 values (TE quantizes the parameter, not a bfloat16 copy)."""
+        check_fits_float32(self.gemm_name, "its weight", weight)
         w = weight.detach().to(torch.float32).contiguous().numpy()
         b = self.operand(recipe, "weight", w.T, 0, "fprop", step)
         if recipe.shared_copies():
@@ -239,6 +296,7 @@ class _QuantizedLinear(torch.autograd.Function):
     def _backward(ctx, dy):
         plan, step = ctx.plan, ctx.step
         g, R, S = plan.gemm, plan.recipe, plan.stack
+        check_fits_float32(plan.name or g.gemm_name, "its output gradient", dy)
         dys = _np(dy, S.dtype if plan.round_dy else "float32")
         a = g.operand(R, "grad_output", dys, 1, "dgrad", step)
         dx = run_gemm(a, ctx.w_col, S.accumulator(R.gemm_family("dgrad"), R.split("dgrad")), S.dtype)
@@ -291,13 +349,33 @@ def check_input(owner: str, x, features: int) -> None:
                          f"its {features} features")
     if x.shape[-1] != features:
         raise ValueError(f"{owner}: input has {x.shape[-1]} features, expected {features}")
-    if x.dtype == torch.float64:
-        d = x.detach()
-        over = torch.isfinite(d) & torch.isinf(d.to(torch.float32))
-        if bool(over.any()):
-            raise ValueError(f"{owner}: input overflows float32, the type the emulated GEMMs compute in: "
-                             f"{int(over.sum())} finite float64 value(s) round to Inf in float32 (largest magnitude "
-                             f"given {float(d[over].abs().max()):.6g}); scale the input")
+    check_fits_float32(owner, "input", x)
+
+
+def check_fits_float32(owner: str, what: str, t) -> None:
+    """One error where a float64 tensor ``t`` (``what``: "input", "its weight", "its bias", "its output gradient",
+    "its layer_norm_weight", ...) holds finite values that float32, the type the emulated GEMMs and norms compute
+    in, rounds to Inf.  The float32 copy was Inf and the recipe gave finite garbage: a float64 ``te.Linear`` whose
+    weight held -1e39 gave -448 (E4M3's largest) where the product was near -1e39, a gradient of 1e39 input
+    gradients near 1e3, silently.
+
+    Examples
+    --------
+    >>> check_fits_float32("Linear.gemm", "its weight", torch.tensor([1e39], dtype=torch.float64))
+    Traceback (most recent call last):
+    ...
+    ValueError: Linear.gemm: its weight overflows float32, the type the emulated GEMMs compute in: 1 finite float64 value(s) round to Inf in float32 (largest magnitude given 1e+39); scale it, or run the module outside autocast
+    """
+    if t is None or t.dtype != torch.float64:
+        return
+    d = t.detach()
+    over = torch.isfinite(d) & torch.isinf(d.to(torch.float32))      # float32's rounding decides, not a bound
+    if bool(over.any()):
+        fix = {"input": "scale the input", "its output gradient": "scale the loss"}.get(
+            what, "scale it, or run the module outside autocast")
+        raise ValueError(f"{owner}: {what} overflows float32, the type the emulated GEMMs compute in: "
+                         f"{int(over.sum())} finite float64 value(s) round to Inf in float32 (largest magnitude "
+                         f"given {float(d[over].abs().max()):.6g}); {fix}")
 
 
 def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias, plan: GemmPlan) -> torch.Tensor:
@@ -313,6 +391,8 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias, plan: GemmPlan
     """
     R, S = plan.recipe, plan.stack
     check_input(plan.name or plan.gemm.gemm_name, x, weight.shape[1])
+    for what, t in (("its weight", weight), ("its bias", bias)):      # the bias: added in float32 in the epilogue
+        check_fits_float32(plan.name or plan.gemm.gemm_name, what, t)     # before the step is taken
     m = stack_multiple(R, S)
     tokens = x.numel() // max(x.shape[-1], 1)
     for what, v in (("in_features", weight.shape[1]), ("out_features", weight.shape[0]), ("tokens", tokens)):

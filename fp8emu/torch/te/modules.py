@@ -54,7 +54,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .gemm import GemmPlan, QuantGemm, check_input, primary_key, quantized_linear, round_to_stack
+from .gemm import (
+    GemmPlan, QuantGemm, check_fits_float32, check_input, primary_key, quantized_linear, round_to_stack,
+)
 from .quantization import current_autocast, current_model_init
 
 __all__ = ["Linear", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm", "ACTIVATIONS", "FUSED_DACT",
@@ -83,8 +85,14 @@ def eager_under_compile(forward):
 
     Dynamo cannot trace the emulated GEMMs (NumPy calls, recipe objects) nor guard on the autocast state (a
     ``contextvars.ContextVar``): a compiled model's first FP8 call raised its internal "NotImplementedError:
-    argument of type: <class 'type'>".  Run eagerly, the module gives the eager bits, forward and backward."""
-    return torch.compiler.disable(forward)
+    argument of type: <class 'type'>".  Run eagerly, the module gives the eager bits, forward and backward.
+
+    The reason is what ``fullgraph=True`` reports: without it Dynamo's "(reason: None)" came with its generic hint
+    "Remove the `torch.compiler.disable` call", which names fp8emu's code, not what the user can do."""
+    return torch.compiler.disable(forward, reason=(
+        "fp8emu.torch.te's modules run eagerly under torch.compile (their emulated GEMMs are NumPy calls, a graph "
+        "break): compile without fullgraph=True, or emulate torch.nn.Linear layers with fp8emu.torch.emulate, which "
+        "compile to one custom op"))
 
 
 def check_arguments(owner: str, args: dict) -> None:
@@ -140,6 +148,19 @@ def check_activation(owner, activation):
         raise ValueError(f"{owner}: activation {activation!r} is not emulated; accepted: {', '.join(ACTIVATIONS)}")
 
 
+def _amp_input(inp):
+    """The FP8 path's input in ``torch.autocast``'s dtype where it is on (TE's ``set_activation_dtype``: "native AMP
+    gets highest priority"; the activations, the output and the norm output returned are in it).  Outside
+    ``te.autocast`` torch's autocast casts ``F.linear`` itself; inside, the output was the input's float32 where the
+    high-precision path and TE give bfloat16.  float64 is left as torch's autocast leaves it."""
+    if not isinstance(inp, torch.Tensor) or not inp.is_floating_point() or inp.dtype == torch.float64:
+        return inp
+    dev = inp.device.type
+    if dev != "meta" and torch.is_autocast_enabled(dev):
+        return inp.to(torch.get_autocast_dtype(dev))
+    return inp
+
+
 def _init_weight(out_features, in_features, dtype, init_method):
     w = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype))
     with torch.no_grad():
@@ -164,11 +185,24 @@ class _TEModule(nn.Module):
         """Whether the weights are FP8 / FP4 primary weights (built inside ``quantized_model_init``)."""
         return any(getattr(self, f"fp8emu_{n}").primary is not None for n in self._gemm_names)
 
+    def _refuse_meta(self):
+        """One error naming the parameters and GEMM state that are meta tensors (a model built under
+        ``torch.device("meta")`` and called before ``to_empty``): the FP8 path read them with NumPy or ``int()``,
+        torch's bare "Tensor.item() cannot be called on meta tensors" or "Tensor on device meta is not on the
+        expected device cpu!", naming no module."""
+        meta = [n for n, t in (*self.named_parameters(), *self.named_buffers()) if t.is_meta]
+        if meta:
+            are = "are meta tensors" if len(meta) > 1 else "is a meta tensor"
+            raise ValueError(f"{type(self).__name__}: its {', '.join(meta)} {are} (a shape without values): a model "
+                             "built on the meta device needs model.to_empty(device=...) and its weights loaded "
+                             "(load_state_dict) or initialized before it is called")
+
     def _mode(self):
         """(recipe, stack) to run FP8 with, or None for high precision."""
         st = current_autocast()
         if st is None or not st.enabled:
             return None
+        self._refuse_meta()
         for n in self._gemm_names:
             p = getattr(self, f"fp8emu_{n}").primary
             if p is not None and p[0] != st.training:
@@ -182,8 +216,11 @@ class _TEModule(nn.Module):
             key = primary_key(weight)      # re-quantized when the master weight's values changed
         elif is_first_microbatch is None:
             key, g._mb_key = None, None
-        elif is_first_microbatch or getattr(g, "_mb_key", None) is None:
-            key = g._mb_key = ("microbatch", int(g.fp8emu_step))     # TE caches the FP8 weight from here
+        elif is_first_microbatch or getattr(g, "_mb_key", None) is None or g._mb_key[2] != mode[0]:
+            # TE caches the FP8 weight from here.  The copy is the recipe's: a later micro-batch under another
+            # recipe (a module reused in a second autocast block) computed with the first recipe's codes and
+            # scales (te-block's GEMM with te-current's per-tensor copy), silently; it quantizes its own
+            key = g._mb_key = ("microbatch", int(g.fp8emu_step), mode[0])
         else:
             key = g._mb_key
         return GemmPlan(g, *mode, weight_key=key, name=g.gemm_name, **rounding)
@@ -194,6 +231,7 @@ class _TEModule(nn.Module):
         g = getattr(self, f"fp8emu_{n}")
         if g.primary is None:
             return weight
+        self._refuse_meta()         # the quantized copy is made from the master weight's values
         return weight + (g.dequantized_weight(weight) - weight).detach()
 
 
@@ -216,6 +254,7 @@ def refresh_primary_weights(model: nn.Module) -> int:
             for n in mod._gemm_names:
                 g = getattr(mod, f"fp8emu_{n}")
                 if g.primary is not None:
+                    mod._refuse_meta()      # torch's bare "Tensor.item() cannot be called on meta tensors"
                     w = getattr(mod, "weight" if n == "gemm" else f"{n}_weight")
                     g._weight_copy = None
                     g.cached_weight(g.primary[0], w, int(g.fp8emu_step), primary_key(w))
@@ -263,7 +302,7 @@ class Linear(_TEModule):
         if mode is None:
             out = F.linear(inp, self._hp_weight("gemm", self.weight), gemm_bias)
         else:
-            out = quantized_linear(inp, self.weight, gemm_bias,
+            out = quantized_linear(_amp_input(inp), self.weight, gemm_bias,
                                    self._plan("gemm", self.weight, mode, is_first_microbatch))
         return (out, self.bias) if self.return_bias else out
 
@@ -292,7 +331,10 @@ class _Norm(_TEModule):
             return _norm(inp, self.weight, self.bias, self.eps, self.normalization, self.zero_centered_gamma)
         # inside FP8 the activations are the stack's dtype: TE's kernel reads bf16 input and parameters,
         # computes in float32 and writes a bf16 output (what a following te.Linear quantizes)
+        self._refuse_meta()
         check_input(type(self).__name__, inp, self.weight.shape[-1])
+        for what, t in (("its weight", self.weight), ("its bias", self.bias)):
+            check_fits_float32(type(self).__name__, what, t)      # the kernel reads them as float32 (bfloat16)
         S = st.stack
         x, g = (round_to_stack(t.to(torch.float32), S) for t in (inp, self.weight))
         b = None if self.bias is None else round_to_stack(self.bias.to(torch.float32), S)
@@ -352,6 +394,9 @@ class _NormGemm(_TEModule):
             return _norm(inp, self.layer_norm_weight, self.layer_norm_bias, self.eps, self.normalization,
                          self.zero_centered_gamma)
         check_input(type(self).__name__, inp, self.layer_norm_weight.shape[-1])
+        for what, t in (("its layer_norm_weight", self.layer_norm_weight),
+                        ("its layer_norm_bias", self.layer_norm_bias)):
+            check_fits_float32(type(self).__name__, what, t)      # the norm computes in float32 (bfloat16 gamma)
         S = mode[1]
         x = round_to_stack(inp.to(torch.float32), S)
         g = round_to_stack(self.layer_norm_weight.to(torch.float32), S)
@@ -402,6 +447,8 @@ class LayerNormLinear(_NormGemm):
         if fp8_output or fp8_grad:
             raise ValueError("LayerNormLinear: fp8_output / fp8_grad are not emulated; accepted: False")
         mode = self._mode()
+        if mode is not None:
+            inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
         gemm_bias = None if self.return_bias else self.bias
         if mode is None:
@@ -466,6 +513,8 @@ class LayerNormMLP(_NormGemm):
     def forward(self, inp, is_first_microbatch=None, *, fused=None):
         """``fused``: None (TE's choice), or False to round every tensor before its quantizer (unfused)."""
         mode = self._mode()
+        if mode is not None:
+            inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
         fc2_bias = None if self.return_bias else self.fc2_bias
         if mode is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import warnings
 from typing import NamedTuple
 
@@ -130,8 +131,9 @@ class autocast:
         if not isinstance(enabled, bool):
             raise TypeError(f"autocast: enabled must be True or False, got {enabled!r}")
         if calibrating is not False:
-            raise ValueError("autocast: calibrating=True (amax statistics gathered in high precision) is not "
-                             "emulated; accepted: False")
+            # the value given, not "calibrating=True": 0, None or "False" were reported as True
+            raise ValueError(f"autocast: calibrating={calibrating!r} is not emulated (True: amax statistics gathered "
+                             "in high precision); accepted: False")
         self._args = (enabled, recipe, gpu)
         self._token = None
         outer = _AUTOCAST.get()
@@ -147,6 +149,23 @@ class autocast:
     def __exit__(self, *exc):
         _AUTOCAST.reset(self._token)
         self._token = None
+
+    def __call__(self, fn):
+        """As a decorator (TE's ``autocast`` is a ``contextlib.contextmanager``, which decorates): ``fn`` runs
+        inside the block, each call on its own (a recursive or concurrent call too).  It was Python's
+        "'autocast' object is not callable"."""
+        if not callable(fn):
+            raise TypeError(f"autocast: as a decorator it takes a function, got {type(fn).__name__}")
+        state = self._state
+
+        @functools.wraps(fn)
+        def inside(*args, **kwargs):
+            token = _AUTOCAST.set(state)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _AUTOCAST.reset(token)
+        return inside
 
 
 def fp8_autocast(enabled=True, calibrating=False, fp8_recipe=None, fp8_group=None, _graph=False, *, gpu=None):

@@ -95,6 +95,23 @@ def _fmt(recipe, f) -> str:
     return name.upper()
 
 
+def _only(recipe, field, value, accepted: Format):
+    """TE's NVFP4 asserts its formats (``__post_init__``: "Only E2M1 is supported for NVFP4 scaling"); they were
+    not read here, so ``fp4_format=Format.E4M3`` ran E2M1, silently."""
+    name = value.name if isinstance(value, Format) else value
+    if not isinstance(name, str) or name.upper() != accepted.name:
+        raise ValueError(f"{type(recipe).__name__}: {field}={value!r} is not supported (TE asserts it); "
+                         f"accepted: Format.{accepted.name}")
+
+
+def _check_flags(recipe):
+    """``fp8_dpa`` switches FP8 attention on where it is true: a string ``"False"`` is true, and switched it on,
+    silently.  One error for anything but True or False."""
+    v = getattr(recipe, "fp8_dpa", False)
+    if not isinstance(v, bool):
+        raise TypeError(f"{type(recipe).__name__}: fp8_dpa must be True or False, got {v!r}")
+
+
 def _refuse(recipe, **nondefault):
     for field, (value, default, why) in nondefault.items():
         if value != default:
@@ -258,6 +275,8 @@ class NVFP4BlockScaling(Recipe):
     _kind = "nvfp4"
 
     def training_recipe(self):
+        _only(self, "fp4_format", self.fp4_format, Format.E2M1)
+        _only(self, "fp8_format", self.fp8_format, Format.E4M3)
         _refuse(self, row_scaled_activation=(self.row_scaled_activation, False, "row-scaled NVFP4 activations"),
                 nvfp4_4over6=(self.nvfp4_4over6, "none", "the 4-over-6 scale choice"),
                 fp8_mha=(self.fp8_mha, False, "FP8 tensors between attention modules"),
@@ -284,6 +303,7 @@ def to_training_recipe(recipe) -> TrainingRecipe:
     ValueError: the TE modules run Transformer Engine's recipes; got 'torchao-rowwise' (torchao's recipe: use fp8emu.torch.emulate)
     """
     if isinstance(recipe, Recipe):
+        _check_flags(recipe)
         return recipe.training_recipe()
     if isinstance(recipe, (str, TrainingRecipe)):
         r = get_recipe(recipe)
