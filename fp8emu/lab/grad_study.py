@@ -291,9 +291,9 @@ _RULES = {
 }
 
 
-#: The measurements each finding's rule reads: (table, which rows, columns).  A NaN among them (a
-#: diverged or damaged measurement) gives no verdict: the rules' comparisons and fits would otherwise
-#: drop it (a slope over the other points, Python's ``max``) and could call the finding reproduced.
+#: The measurements each finding's rule reads: (table, which rows, columns).  A NaN or an infinity among
+#: them (a diverged or damaged measurement) gives no verdict: the rules' comparisons and fits would
+#: otherwise drop it (a slope over the other points, Python's ``max``) and could call the finding reproduced.
 _INPUTS = {
     "a": [("bias", lambda r: r["case"] == "plain" and (r["recipe"], r["level"]) in (
         ("te-nvfp4-no-rht", "operand"), ("te-nvfp4-no-rht-no-sr", "operand"), ("te-nvfp4", "wgrad"),
@@ -311,24 +311,28 @@ _INPUTS = {
 }
 
 
-def _nan_inputs(tables, key) -> int:
-    """How many of finding ``key``'s measurements are NaN."""
-    return sum(float(r[c]) != float(r[c]) for kind, pick, cols in _INPUTS[key] for r in tables.get(kind, [])
-               if pick(r) for c in cols)
+def _nan_inputs(tables, key) -> str:
+    """How many of finding ``key``'s measurements are NaN or infinite, in words ("" for none)."""
+    vals = [float(r[c]) for kind, pick, cols in _INPUTS[key] for r in tables.get(kind, []) if pick(r) for c in cols]
+    # an infinite one too: loglog_slope leaves it out as no point of a power law, so an overflowed accumulation
+    # at K = 2048 gave finding (d) a slope over the other K and "reproduced" (and at K = 4096 "fast inf" beat split)
+    nan, inf = sum(v != v for v in vals), sum(math.isinf(v) for v in vals)
+    return " and ".join(f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "infinite")) if n) \
+        + (" measurement(s)" if nan or inf else "")
 
 
 def findings(tables) -> list:
     """The findings table: one row per finding (a)-(g) with its number, verdict, rule and paper.
 
     ``tables``: ``{kind: rows}`` as :func:`read_csv` reads the study's CSV files (missing kinds give
-    "not run" and the verdict "not at this scale"; a NaN among a finding's measurements gives the
-    verdict "not at this scale" and says how many)."""
+    "not run" and the verdict "not at this scale"; a NaN or an infinity among a finding's measurements
+    gives the verdict "not at this scale" and says how many)."""
     out = []
     for key, (rule, fn) in _RULES.items():
         value, number, verdict = fn(tables)
         bad = _nan_inputs(tables, key)
         if bad:     # a rule's "not run" of NaN numbers was false: the finding ran, and measured NaN
-            number = f"{'ran' if number == 'not run' else number}; {bad} NaN measurement(s): no verdict"
+            number = f"{'ran' if number == 'not run' else number}; {bad}: no verdict"
             value, verdict = math.nan, "not at this scale"
         out.append({"finding": key, "claim": CLAIMS[key], "paper": PAPERS[key], "value": value,
                     "measured": number, "verdict": verdict, "rule": rule})
