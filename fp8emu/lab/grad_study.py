@@ -609,7 +609,11 @@ def readme_block(folder) -> str:
     for r in findings(read_tables(folder)):
         claim, fmt = SHORT[r["finding"]]
         v = float(r["value"])
-        lines.append(f"- ({r['finding']}) {r['verdict']}: {claim} ({fmt.format(v) if v == v else 'not run'})")
+        # no value is "not run" only where the finding did not run: one that measured NaN (its table says "ran; 1 NaN
+        # measurement(s): no verdict") was "not run" here too
+        none = "not run" if r["measured"] == "not run" else r["measured"].rsplit("; ", 1)[-1] \
+            if r["measured"].endswith(": no verdict") else "no value measured"
+        lines.append(f"- ({r['finding']}) {r['verdict']}: {claim} ({fmt.format(v) if v == v else none})")
     return "\n".join(lines) + "\n"
 
 
