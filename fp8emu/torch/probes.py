@@ -320,8 +320,10 @@ def capture(model, loss_fn) -> tuple:
     run with autograd off inside the forward, a layer whose output does not reach the loss, a layer whose weight
     needs no gradient (frozen: it has no wgrad) and a layer whose weight is computed (a parametrization or
     weight norm), a called subclass of ``nn.Linear`` with a forward of its own (its output need not be
-    ``x w^T + b``), and a ``loss_fn`` that runs a backward itself, and a model holding :mod:`fp8emu.torch.te` modules
-    (their GEMMs are no ``nn.Linear``); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
+    ``x w^T + b``), and a ``loss_fn`` that runs a backward itself, a model holding :mod:`fp8emu.torch.te` modules
+    (their GEMMs are no ``nn.Linear``) or ``nn.Linear`` layers compiled by TorchScript (no call to see), and a layer
+    that ran with another weight or bias than its Parameter (``torch.func.functional_call``: capture records the
+    Parameters); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
     hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
     output and its gradient, before the hook.
     """
@@ -403,7 +405,9 @@ def capture(model, loss_fn) -> tuple:
                                    "run loss_fn without autocast (model.to(dtype) for a low-precision model)")
             rec = seen[name] = {"x": _np32(_rows(x), f"the input of layer {name!r}"),
                                 "y": _np32(_rows(out), f"the output of layer {name!r}"),
-                                "grad_mode": torch.is_grad_enabled()}
+                                "grad_mode": torch.is_grad_enabled(),
+                                # the tensors the call used: torch.func.functional_call puts others in their place
+                                "operands": (mod.weight, mod.bias)}
             gradients(rec, x, out)
         return hook
 
@@ -436,6 +440,14 @@ def capture(model, loss_fn) -> tuple:
                                  "weight norm), not a Parameter, so it has no gradient of its own to probe; remove "
                                  "it for the probe (torch.nn.utils.parametrize.remove_parametrizations(layer, "
                                  "'weight'), torch.nn.utils.remove_weight_norm(layer))")
+            w, b = seen[name]["operands"]
+            if w is not mod.weight or b is not mod.bias:
+                # functional_call(model, {name: p + eps}) (a sharpness-aware step, perturbed or averaged weights): the
+                # forward used those, capture recorded the Parameters, so y was not x w^T + b, silently
+                raise ValueError(f"layer {name!r} ran with another {'weight' if w is not mod.weight else 'bias'} than "
+                                 "its Parameter (given by torch.func.functional_call or another stateless call), so "
+                                 "the captured weight and bias are not the operands of its forward; a probe records a "
+                                 "layer's own Parameters: load those values into the model and call it directly")
         _check_own_weights(loss, called)
         loss.backward()
     finally:
