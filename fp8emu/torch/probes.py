@@ -341,6 +341,14 @@ def capture(model, loss_fn) -> tuple:
         raise ValueError(f"layer {te_layers[0]!r} is a module of fp8emu.torch.te ({kind}), "
                          "whose GEMMs capture cannot see: it probes torch.nn.Linear layers (and those "
                          "fp8emu.torch.emulate swapped); build the model of nn.Linear layers for the probe")
+    scripted = [n for n, m in model.named_modules()
+                if isinstance(m, torch.jit.ScriptModule) and getattr(m, "original_name", None) == "Linear"]
+    if scripted:
+        # a scripted or traced model runs its compiled graph: no nn.Linear instance, no module call to hook, so
+        # capture returned the loss and ({}) or left such layers out of a mixed model, silently
+        raise ValueError(f"layer {scripted[0] or '(the model itself)'!r} is an nn.Linear compiled by TorchScript "
+                         "(torch.jit.script or torch.jit.trace), whose calls capture cannot see: it probes eager "
+                         "torch.nn.Linear layers; capture the model before scripting or tracing it")
     layers = _linears(model)
     seen, handles = {}, []
 
