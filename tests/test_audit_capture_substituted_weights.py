@@ -74,3 +74,19 @@ def test_a_scripted_module_holding_no_linear_layer_is_no_obstacle():
     m = nn.Sequential(nn.Linear(8, 8), torch.jit.script(nn.Tanh()), nn.Linear(8, 3))
     _, caps = probes.capture(m, lambda mm: mm(X).square().sum())
     assert sorted(caps) == ["0", "2"]
+
+
+def test_a_computed_bias_is_no_substitution():
+    # a parametrization computes the bias at each access (a new tensor of the same values): captured as before
+    from torch.nn.utils import parametrize
+
+    class Double(nn.Module):
+        def forward(self, b):
+            return b * 2
+
+    m = _model()
+    parametrize.register_parametrization(m[0], "bias", Double())
+    _, caps = probes.capture(m, lambda mm: mm(X).square().sum())
+    c = caps["0"]
+    assert np.array_equal(c.b, 2 * m[0].parametrizations.bias.original.detach().numpy())
+    assert np.allclose(c.y, c.x.astype(np.float64) @ c.w.T.astype(np.float64) + c.b, rtol=0, atol=1e-6)

@@ -448,11 +448,13 @@ def capture(model, loss_fn) -> tuple:
                                  "weight norm), not a Parameter, so it has no gradient of its own to probe; remove "
                                  "it for the probe (torch.nn.utils.parametrize.remove_parametrizations(layer, "
                                  "'weight'), torch.nn.utils.remove_weight_norm(layer))")
-            w, b = seen[name]["operands"]
-            if w is not mod.weight or b is not mod.bias:
-                # functional_call(model, {name: p + eps}) (a sharpness-aware step, perturbed or averaged weights): the
-                # forward used those, capture recorded the Parameters, so y was not x w^T + b, silently
-                raise ValueError(f"layer {name!r} ran with another {'weight' if w is not mod.weight else 'bias'} than "
+            # functional_call(model, {name: p + eps}) (a sharpness-aware step, perturbed or averaged weights): the
+            # forward used those, capture recorded the Parameters, so y was not x w^T + b, silently; a computed tensor
+            # (a parametrization) is a new one at each access, of the same values: not compared
+            other = [what for what, used, own in zip(("weight", "bias"), seen[name]["operands"], (mod.weight, mod.bias))
+                     if used is not own and (own is None or own.is_leaf)]
+            if other:
+                raise ValueError(f"layer {name!r} ran with another {other[0]} than "
                                  "its Parameter (given by torch.func.functional_call or another stateless call), so "
                                  "the captured weight and bias are not the operands of its forward; a probe records a "
                                  "layer's own Parameters: load those values into the model and call it directly")
