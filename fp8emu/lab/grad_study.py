@@ -378,14 +378,14 @@ def _checked(col, text):
     return text
 
 
-def read_tables(folder) -> dict:
-    """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out); a table
-    without the columns of :data:`COLUMNS` is a ValueError naming the file."""
+def read_tables(folder, kinds=TABLES) -> dict:
+    """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out; ``kinds``: which
+    of :data:`TABLES` to read); a table without the columns of :data:`COLUMNS` is a ValueError naming the file."""
     folder = Path(folder)
     if not folder.is_dir():     # a mistyped folder read as a study of no cells: every finding "not run"
         raise FileNotFoundError(f"{folder}: no such study folder (the grad-study's --out)")
     tables = {}
-    for k in (k for k in TABLES if (folder / f"{k}.csv").exists()):
+    for k in (k for k in TABLES if k in kinds and (folder / f"{k}.csv").exists()):
         path = folder / f"{k}.csv"
         rows = read_rows(path, kind="grad-study CSV", convert=_checked)
         # an edited table was a raw KeyError in a rule; the report reads every table in the folder
@@ -639,12 +639,19 @@ _CSS = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 
 def write_report(tables, out, provenance: dict) -> list:
     """Write the CSV tables, ``findings.csv``, ``figures/*.png``, ``report.md`` and ``report.html`` under ``out``.
 
-    ``tables``: ``{kind: rows}`` (the cells' rows, in a fixed order)."""
+    ``tables``: ``{kind: rows}`` (the cells' rows, in a fixed order); a table or figure of a kind without rows is
+    removed from ``out`` (an earlier invocation's, whose cells are gone)."""
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
+    # a table of no cell here (its cells deleted) stayed, and the report and findings read it: removed, once it reads
+    # as the study's own (another file under its name is refused, as the report's reader refuses it)
+    stale = [k for k in TABLES if not tables.get(k) and (out / f"{k}.csv").exists()]
+    read_tables(out, stale)
     for kind in TABLES:
         if tables.get(kind):
             write_csv(out / f"{kind}.csv", tables[kind])
+        elif kind in stale:
+            (out / f"{kind}.csv").unlink()
     t = read_tables(out)        # the report is made from the CSV as written, as the guide's test does
     rows = findings(t)
     write_csv(out / "findings.csv", rows)
@@ -657,6 +664,8 @@ def write_report(tables, out, provenance: dict) -> list:
     pngs = {name: png_bytes(fig, dpi=90, crop=False) for name, _, fig in figs}
     for name, data in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(data)
+    for name in {"bias_vs_n", "error_vs_k", "spike", "forks"} - set(pngs):       # the same: a figure of no table
+        (out / "figures" / f"{name}.png").unlink(missing_ok=True)
     sections = [("Findings", findings_table(rows)),
                 ("Per recipe x stack at the last checkpoint", _summary_table(pair_summary(t))),
                 ("Definitions", [["name", "meaning"]] + [list(d) for d in DEFINITIONS]),
