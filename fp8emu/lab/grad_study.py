@@ -358,7 +358,10 @@ def read_csv(path) -> list:
 
 
 #: Columns the rules read as integers; every other column of :data:`COLUMNS` but the names is read as a float.
-_INTS = ("n", "K", "step", "state", "history")
+_INTS = ("n", "K", "step", "state", "history", "draws")
+#: Of those, the draw counts and sizes: >= 1 (an edited ``draws`` of 0 was the report's raw "float division by zero",
+#: an ``n`` of 0 fit_floor's error naming no file).
+_COUNTS = ("n", "K", "draws")
 _NAMES = ("recipe", "stack", "layer", "gemm", "case", "level", "finding", "metric", "label", "spiked")
 
 
@@ -369,11 +372,12 @@ def _checked(col, text):
                 and not plain_number(text):     # int("6_0") is 60, int(" 3") 3: an edited cell read as another
             raise ValueError(text)
         if col in _INTS:
-            int(text)
+            if int(text) < 1 and col in _COUNTS:
+                raise ValueError(text)
         elif col not in _NAMES and text != "" and any(col in c for c in COLUMNS.values()):
             float(text)
     except ValueError:
-        kind = "an integer" if col in _INTS else "a number"
+        kind = "an integer >= 1" if col in _COUNTS else "an integer" if col in _INTS else "a number"
         raise ValueError(f"column {col!r} holds {text!r}, not {kind}") from None
     return text
 
