@@ -422,16 +422,22 @@ def _operands(cfg, cell):
     return {"operands": rows}
 
 
+def _max_rel(a, e) -> float:
+    """The largest ``|a - e| / |e|`` over the entries with ``|e|`` at least a tenth of the largest (NaN where none is:
+    operands of a diverged run, NaN throughout, gave NumPy's "zero-size array to reduction operation maximum")."""
+    big = np.abs(e) >= 0.1 * np.abs(e).max()
+    return float(np.max(np.abs(a - e)[big] / np.abs(e)[big])) if big.any() else math.nan
+
+
 def _ksweep(cfg, cell):
     cap = _fc(cfg, batch=cell["K"] // cfg.model.seq_len)
     stack, K = cell["stack"], cell["K"]
     exact = exact_passes(cap.x, cap.w, cap.b, cap.dy)["wgrad"]
     s = layer_passes(cap.x, cap.w, cap.b, cap.dy, "te-current", stack)["wgrad"].astype(np.float64)
     ea = layer_passes(cap.x, cap.w, cap.b, cap.dy, "te-current", exact_accumulation(stack))["wgrad"].astype(np.float64)
-    big = np.abs(ea) >= 0.1 * np.abs(ea).max()
     return {"ksweep": [{"stack": stack, "K": K, "gemm": "wgrad", "recipe": "te-current",
                         "accum_err": float(norm(s - ea) / norm(exact)),
-                        "accum_max_rel": float(np.max(np.abs(s - ea)[big] / np.abs(ea)[big])),
+                        "accum_max_rel": _max_rel(s, ea),
                         "quant_err": compare(ea, exact)["rel_err"], "rel_err": compare(s, exact)["rel_err"]}]}
 
 
@@ -450,10 +456,9 @@ def _width(cfg, cell):
     rows = []
     for gemm in ("fprop", "dgrad", "wgrad"):
         a, e = s[gemm].astype(np.float64), ea[gemm].astype(np.float64)
-        big = np.abs(e) >= 0.1 * np.abs(e).max()
         rows.append({"stack": cell["stack"], "width": w_, "tokens": m, "gemm": gemm,
                      "K": m if gemm == "wgrad" else w_, "accum_err": norm(a - e) / norm(exact[gemm]),
-                     "accum_max_rel": float(np.max(np.abs(a - e)[big] / np.abs(e)[big])),
+                     "accum_max_rel": _max_rel(a, e),
                      "quant_err": compare(e, exact[gemm])["rel_err"]})
     return {"widths": rows}
 
