@@ -529,9 +529,11 @@ def _fork(cfg, cell):
     for step in range(cfg.fork_steps + 1):
         lf, tf = runs["fp32"][0][step], runs["fp32"][1][step]
         lr_, tr = runs["recipe"][0][step], runs["recipe"][1][step]
-        moved = norm((tf - theta0).numpy())
+        moved, dist = norm((tf - theta0).numpy()), norm((tr - tf).numpy())
+        # 0 where neither fork has moved (step 0); NaN weights (a diverged run) were 0 too, "no drift", as NaN > 0 is
+        # False
         rows.append({"label": cell["pair"], "step": step, "loss": lr_, "loss_fp32": lf, "loss_minus_fp32": lr_ - lf,
-                     "weight_dist": norm((tr - tf).numpy()) / moved if moved > 0 else 0.0})
+                     "weight_dist": dist / moved if moved > 0 else 0.0 if moved == dist == 0 else math.nan})
     return {"forks": rows}
 
 
