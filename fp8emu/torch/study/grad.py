@@ -124,12 +124,12 @@ class GradConfig:
             if not (isinstance(v, (int, float)) and not isinstance(v, bool)
                     and 2.0 ** -149 <= v <= float(np.finfo(np.float32).max)):
                 raise ValueError(f"{name} must be a positive number that float32 holds (about 1.4e-45 to "
-                                 f"3.4e38), got {v!r}")
+                                 f"3.4e38), got {v!r}{_numpy(v)}")
         for name, lo in (("checkpoints", 0), ("ks", 1), ("widths", 1)):
             v = getattr(self, name)
             if not isinstance(v, tuple) or any(isinstance(c, bool) or not isinstance(c, int) or c < lo for c in v) \
                     or len(set(v)) != len(v):
-                raise ValueError(f"{name} must be a tuple of distinct integers >= {lo}, got {v!r}")
+                raise ValueError(f"{name} must be a tuple of distinct integers >= {lo}, got {v!r}{_numpy(v)}")
         if not self.checkpoints:
             raise ValueError("checkpoints must name at least one step (the bias, eden and operands cells use the "
                              "last)")
@@ -146,7 +146,16 @@ class GradConfig:
 def _int(cfg, name, lo, hi=None):
     v = getattr(cfg, name)
     if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-        raise ValueError(f"{name} must be an integer {lo}..{hi if hi is not None else ''}, got {v!r}")
+        raise ValueError(f"{name} must be an integer {lo}..{hi if hi is not None else ''}, got {v!r}{_numpy(v)}")
+
+
+def _numpy(v) -> str:
+    """Why a NumPy number is refused, where ``v`` is or holds one ("" otherwise)."""
+    # "draws must be an integer 1.., got np.int64(4)" was false of its value: it is the type (the configuration is
+    # hashed as JSON, which has no NumPy numbers)
+    held = v if isinstance(v, tuple) else (v,)
+    return (" (a NumPy number: give Python's, int(...) or float(...); the configuration is written as JSON)"
+            if any(isinstance(x, np.generic) for x in held) else "")
 
 
 _QUICK_PAIRS = (("te-current", "h100"), ("te-mxfp8", "b200"), ("te-nvfp4", "b200"))
