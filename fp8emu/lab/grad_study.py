@@ -564,7 +564,13 @@ def pair_summary(tables) -> list:
     out = []
     for pair in dict.fromkeys((r["recipe"], r["stack"]) for r in rows):
         rs = [r for r in rows if (r["recipe"], r["stack"]) == pair and int(r["state"]) == last]
-        m = lambda gemm, col: float(np.mean([float(r[col]) for r in rs if r["gemm"] == gemm]))  # noqa: E731
+
+        def m(gemm, col):
+            # NaN where the pair has no cell at the last state (deleted): np.mean of nothing printed NumPy's "Mean of
+            # empty slice" and "invalid value" warnings, under --quiet too
+            v = [float(r[col]) for r in rs if r["gemm"] == gemm]
+            return float(np.mean(v)) if v else math.nan
+
         out.append({"recipe": pair[0], "stack": pair[1], "state": last, "fprop": m("fprop", "rel_err"),
                     "dgrad": m("dgrad", "rel_err"), "wgrad": m("wgrad", "rel_err"),
                     "wgrad_shrink": m("wgrad", "shrink"), "wgrad_accum": m("wgrad", "accum_err"),
