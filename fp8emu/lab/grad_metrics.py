@@ -136,7 +136,8 @@ def loglog_slope(xs, ys) -> float:
 
 def fit_floor(ns, errs) -> tuple:
     """``(b, v)`` of ``err(n)^2 = b^2 + v / n`` by least squares with ``b^2, v >= 0``: the bias that
-    averaging over draws cannot remove (``b``) and the part that falls like ``1/sqrt(n)`` (``v``).
+    averaging over draws cannot remove (``b``) and the part that falls like ``1/sqrt(n)`` (``v``); NaN
+    with fewer than two distinct ``n`` (no split is determined).
 
     Examples
     --------
@@ -155,6 +156,10 @@ def fit_floor(ns, errs) -> tuple:
         raise ValueError(f"fit_floor: ns are draw counts, finite and > 0, got {list(ns)}")
     if np.any(e < 0):       # squared, an error of -0.1 was fitted as 0.1, silently (NaN: no fit, NaN)
         raise ValueError(f"fit_floor: errs are errors, >= 0, got {list(errs)}")
+    if np.unique(n).size < 2:
+        # one draw count fits every split of its error exactly: fit_floor([1], [0.1]) said (0.1, 0.0), all of it bias,
+        # and [4, 4, 4] an arbitrary split (as loglog_slope of one x made up a slope)
+        return math.nan, math.nan
     A = np.stack([np.ones_like(n), 1 / n], axis=1)
     best = None
     # the four active sets of a two-variable non-negative least squares

@@ -291,9 +291,9 @@ _RULES = {
 }
 
 
-#: The measurements each finding's rule reads: (table, which rows, columns).  A NaN among them (a
-#: diverged or damaged measurement) gives no verdict: the rules' comparisons and fits would otherwise
-#: drop it (a slope over the other points, Python's ``max``) and could call the finding reproduced.
+#: The measurements each finding's rule reads: (table, which rows, columns).  A NaN or an infinity among
+#: them (a diverged or damaged measurement) gives no verdict: the rules' comparisons and fits would
+#: otherwise drop it (a slope over the other points, Python's ``max``) and could call the finding reproduced.
 _INPUTS = {
     "a": [("bias", lambda r: r["case"] == "plain" and (r["recipe"], r["level"]) in (
         ("te-nvfp4-no-rht", "operand"), ("te-nvfp4-no-rht-no-sr", "operand"), ("te-nvfp4", "wgrad"),
@@ -311,24 +311,28 @@ _INPUTS = {
 }
 
 
-def _nan_inputs(tables, key) -> int:
-    """How many of finding ``key``'s measurements are NaN."""
-    return sum(float(r[c]) != float(r[c]) for kind, pick, cols in _INPUTS[key] for r in tables.get(kind, [])
-               if pick(r) for c in cols)
+def _nan_inputs(tables, key) -> str:
+    """How many of finding ``key``'s measurements are NaN or infinite, in words ("" for none)."""
+    vals = [float(r[c]) for kind, pick, cols in _INPUTS[key] for r in tables.get(kind, []) if pick(r) for c in cols]
+    # an infinite one too: loglog_slope leaves it out as no point of a power law, so an overflowed accumulation
+    # at K = 2048 gave finding (d) a slope over the other K and "reproduced" (and at K = 4096 "fast inf" beat split)
+    nan, inf = sum(v != v for v in vals), sum(math.isinf(v) for v in vals)
+    return " and ".join(f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "infinite")) if n) \
+        + (" measurement(s)" if nan or inf else "")
 
 
 def findings(tables) -> list:
     """The findings table: one row per finding (a)-(g) with its number, verdict, rule and paper.
 
     ``tables``: ``{kind: rows}`` as :func:`read_csv` reads the study's CSV files (missing kinds give
-    "not run" and the verdict "not at this scale"; a NaN among a finding's measurements gives the
-    verdict "not at this scale" and says how many)."""
+    "not run" and the verdict "not at this scale"; a NaN or an infinity among a finding's measurements
+    gives the verdict "not at this scale" and says how many)."""
     out = []
     for key, (rule, fn) in _RULES.items():
         value, number, verdict = fn(tables)
         bad = _nan_inputs(tables, key)
         if bad:     # a rule's "not run" of NaN numbers was false: the finding ran, and measured NaN
-            number = f"{'ran' if number == 'not run' else number}; {bad} NaN measurement(s): no verdict"
+            number = f"{'ran' if number == 'not run' else number}; {bad}: no verdict"
             value, verdict = math.nan, "not at this scale"
         out.append({"finding": key, "claim": CLAIMS[key], "paper": PAPERS[key], "value": value,
                     "measured": number, "verdict": verdict, "rule": rule})
@@ -354,7 +358,10 @@ def read_csv(path) -> list:
 
 
 #: Columns the rules read as integers; every other column of :data:`COLUMNS` but the names is read as a float.
-_INTS = ("n", "K", "step", "state", "history")
+_INTS = ("n", "K", "step", "state", "history", "draws")
+#: Of those, the draw counts and sizes: >= 1 (an edited ``draws`` of 0 was the report's raw "float division by zero",
+#: an ``n`` of 0 fit_floor's error naming no file).
+_COUNTS = ("n", "K", "draws")
 _NAMES = ("recipe", "stack", "layer", "gemm", "case", "level", "finding", "metric", "label", "spiked")
 
 
@@ -365,23 +372,24 @@ def _checked(col, text):
                 and not plain_number(text):     # int("6_0") is 60, int(" 3") 3: an edited cell read as another
             raise ValueError(text)
         if col in _INTS:
-            int(text)
+            if int(text) < 1 and col in _COUNTS:
+                raise ValueError(text)
         elif col not in _NAMES and text != "" and any(col in c for c in COLUMNS.values()):
             float(text)
     except ValueError:
-        kind = "an integer" if col in _INTS else "a number"
+        kind = "an integer >= 1" if col in _COUNTS else "an integer" if col in _INTS else "a number"
         raise ValueError(f"column {col!r} holds {text!r}, not {kind}") from None
     return text
 
 
-def read_tables(folder) -> dict:
-    """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out); a table
-    without the columns of :data:`COLUMNS` is a ValueError naming the file."""
+def read_tables(folder, kinds=TABLES) -> dict:
+    """``{kind: rows}`` of the study's CSV files in ``folder`` (kinds without a file are left out; ``kinds``: which
+    of :data:`TABLES` to read); a table without the columns of :data:`COLUMNS` is a ValueError naming the file."""
     folder = Path(folder)
     if not folder.is_dir():     # a mistyped folder read as a study of no cells: every finding "not run"
         raise FileNotFoundError(f"{folder}: no such study folder (the grad-study's --out)")
     tables = {}
-    for k in (k for k in TABLES if (folder / f"{k}.csv").exists()):
+    for k in (k for k in TABLES if k in kinds and (folder / f"{k}.csv").exists()):
         path = folder / f"{k}.csv"
         rows = read_rows(path, kind="grad-study CSV", convert=_checked)
         # an edited table was a raw KeyError in a rule; the report reads every table in the folder
@@ -556,7 +564,13 @@ def pair_summary(tables) -> list:
     out = []
     for pair in dict.fromkeys((r["recipe"], r["stack"]) for r in rows):
         rs = [r for r in rows if (r["recipe"], r["stack"]) == pair and int(r["state"]) == last]
-        m = lambda gemm, col: float(np.mean([float(r[col]) for r in rs if r["gemm"] == gemm]))  # noqa: E731
+
+        def m(gemm, col):
+            # NaN where the pair has no cell at the last state (deleted): np.mean of nothing printed NumPy's "Mean of
+            # empty slice" and "invalid value" warnings, under --quiet too
+            v = [float(r[col]) for r in rs if r["gemm"] == gemm]
+            return float(np.mean(v)) if v else math.nan
+
         out.append({"recipe": pair[0], "stack": pair[1], "state": last, "fprop": m("fprop", "rel_err"),
                     "dgrad": m("dgrad", "rel_err"), "wgrad": m("wgrad", "rel_err"),
                     "wgrad_shrink": m("wgrad", "shrink"), "wgrad_accum": m("wgrad", "accum_err"),
@@ -605,7 +619,11 @@ def readme_block(folder) -> str:
     for r in findings(read_tables(folder)):
         claim, fmt = SHORT[r["finding"]]
         v = float(r["value"])
-        lines.append(f"- ({r['finding']}) {r['verdict']}: {claim} ({fmt.format(v) if v == v else 'not run'})")
+        # no value is "not run" only where the finding did not run: one that measured NaN (its table says "ran; 1 NaN
+        # measurement(s): no verdict") was "not run" here too
+        none = "not run" if r["measured"] == "not run" else r["measured"].rsplit("; ", 1)[-1] \
+            if r["measured"].endswith(": no verdict") else "no value measured"
+        lines.append(f"- ({r['finding']}) {r['verdict']}: {claim} ({fmt.format(v) if v == v else none})")
     return "\n".join(lines) + "\n"
 
 
@@ -631,12 +649,19 @@ _CSS = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 
 def write_report(tables, out, provenance: dict) -> list:
     """Write the CSV tables, ``findings.csv``, ``figures/*.png``, ``report.md`` and ``report.html`` under ``out``.
 
-    ``tables``: ``{kind: rows}`` (the cells' rows, in a fixed order)."""
+    ``tables``: ``{kind: rows}`` (the cells' rows, in a fixed order); a table or figure of a kind without rows is
+    removed from ``out`` (an earlier invocation's, whose cells are gone)."""
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
+    # a table of no cell here (its cells deleted) stayed, and the report and findings read it: removed, once it reads
+    # as the study's own (another file under its name is refused, as the report's reader refuses it)
+    stale = [k for k in TABLES if not tables.get(k) and (out / f"{k}.csv").exists()]
+    read_tables(out, stale)
     for kind in TABLES:
         if tables.get(kind):
             write_csv(out / f"{kind}.csv", tables[kind])
+        elif kind in stale:
+            (out / f"{kind}.csv").unlink()
     t = read_tables(out)        # the report is made from the CSV as written, as the guide's test does
     rows = findings(t)
     write_csv(out / "findings.csv", rows)
@@ -649,6 +674,8 @@ def write_report(tables, out, provenance: dict) -> list:
     pngs = {name: png_bytes(fig, dpi=90, crop=False) for name, _, fig in figs}
     for name, data in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(data)
+    for name in {"bias_vs_n", "error_vs_k", "spike", "forks"} - set(pngs):       # the same: a figure of no table
+        (out / "figures" / f"{name}.png").unlink(missing_ok=True)
     sections = [("Findings", findings_table(rows)),
                 ("Per recipe x stack at the last checkpoint", _summary_table(pair_summary(t))),
                 ("Definitions", [["name", "meaning"]] + [list(d) for d in DEFINITIONS]),

@@ -117,6 +117,11 @@ def dask_client(workers=None, scheduler=None, *, timeout=10):
             client = Client(scheduler, timeout=f"{timeout}s")
         except (OSError, TimeoutError) as exc:
             raise OSError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
+        except ValueError as exc:
+            # check_scheduler_address takes a host without a port (the form); Dask needs one: its bare "missing
+            # port number in address 'foo'" named neither the option nor the form
+            raise ValueError(f"scheduler {scheduler!r}: {exc}; Dask needs host:port, e.g. tcp://127.0.0.1:8786 "
+                             "(a scheduler listens on 8786 unless told otherwise)") from None
         with client:
             yield client
         return

@@ -320,8 +320,10 @@ def capture(model, loss_fn) -> tuple:
     run with autograd off inside the forward, a layer whose output does not reach the loss, a layer whose weight
     needs no gradient (frozen: it has no wgrad) and a layer whose weight is computed (a parametrization or
     weight norm), a called subclass of ``nn.Linear`` with a forward of its own (its output need not be
-    ``x w^T + b``), and a ``loss_fn`` that runs a backward itself, and a model holding :mod:`fp8emu.torch.te` modules
-    (their GEMMs are no ``nn.Linear``); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
+    ``x w^T + b``), and a ``loss_fn`` that runs a backward itself, a model holding :mod:`fp8emu.torch.te` modules
+    (their GEMMs are no ``nn.Linear``) or ``nn.Linear`` layers compiled by TorchScript (no call to see), and a layer
+    that ran with another weight or bias than its Parameter (``torch.func.functional_call``: capture records the
+    Parameters); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
     hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
     output and its gradient, before the hook.
     """
@@ -339,6 +341,14 @@ def capture(model, loss_fn) -> tuple:
         raise ValueError(f"layer {te_layers[0]!r} is a module of fp8emu.torch.te ({kind}), "
                          "whose GEMMs capture cannot see: it probes torch.nn.Linear layers (and those "
                          "fp8emu.torch.emulate swapped); build the model of nn.Linear layers for the probe")
+    scripted = [n for n, m in model.named_modules()
+                if isinstance(m, torch.jit.ScriptModule) and getattr(m, "original_name", None) == "Linear"]
+    if scripted:
+        # a scripted or traced model runs its compiled graph: no nn.Linear instance, no module call to hook, so
+        # capture returned the loss and ({}) or left such layers out of a mixed model, silently
+        raise ValueError(f"layer {scripted[0] or '(the model itself)'!r} is an nn.Linear compiled by TorchScript "
+                         "(torch.jit.script or torch.jit.trace), whose calls capture cannot see: it probes eager "
+                         "torch.nn.Linear layers; capture the model before scripting or tracing it")
     layers = _linears(model)
     seen, handles = {}, []
 
@@ -403,7 +413,9 @@ def capture(model, loss_fn) -> tuple:
                                    "run loss_fn without autocast (model.to(dtype) for a low-precision model)")
             rec = seen[name] = {"x": _np32(_rows(x), f"the input of layer {name!r}"),
                                 "y": _np32(_rows(out), f"the output of layer {name!r}"),
-                                "grad_mode": torch.is_grad_enabled()}
+                                "grad_mode": torch.is_grad_enabled(),
+                                # the tensors the call used: torch.func.functional_call puts others in their place
+                                "operands": (mod.weight, mod.bias)}
             gradients(rec, x, out)
         return hook
 
@@ -436,6 +448,16 @@ def capture(model, loss_fn) -> tuple:
                                  "weight norm), not a Parameter, so it has no gradient of its own to probe; remove "
                                  "it for the probe (torch.nn.utils.parametrize.remove_parametrizations(layer, "
                                  "'weight'), torch.nn.utils.remove_weight_norm(layer))")
+            # functional_call(model, {name: p + eps}) (a sharpness-aware step, perturbed or averaged weights): the
+            # forward used those, capture recorded the Parameters, so y was not x w^T + b, silently; a computed tensor
+            # (a parametrization) is a new one at each access, of the same values: not compared
+            other = [what for what, used, own in zip(("weight", "bias"), seen[name]["operands"], (mod.weight, mod.bias))
+                     if used is not own and (own is None or own.is_leaf)]
+            if other:
+                raise ValueError(f"layer {name!r} ran with another {other[0]} than "
+                                 "its Parameter (given by torch.func.functional_call or another stateless call), so "
+                                 "the captured weight and bias are not the operands of its forward; a probe records a "
+                                 "layer's own Parameters: load those values into the model and call it directly")
         _check_own_weights(loss, called)
         loss.backward()
     finally:

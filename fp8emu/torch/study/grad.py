@@ -124,12 +124,12 @@ class GradConfig:
             if not (isinstance(v, (int, float)) and not isinstance(v, bool)
                     and 2.0 ** -149 <= v <= float(np.finfo(np.float32).max)):
                 raise ValueError(f"{name} must be a positive number that float32 holds (about 1.4e-45 to "
-                                 f"3.4e38), got {v!r}")
+                                 f"3.4e38), got {v!r}{_numpy(v)}")
         for name, lo in (("checkpoints", 0), ("ks", 1), ("widths", 1)):
             v = getattr(self, name)
             if not isinstance(v, tuple) or any(isinstance(c, bool) or not isinstance(c, int) or c < lo for c in v) \
                     or len(set(v)) != len(v):
-                raise ValueError(f"{name} must be a tuple of distinct integers >= {lo}, got {v!r}")
+                raise ValueError(f"{name} must be a tuple of distinct integers >= {lo}, got {v!r}{_numpy(v)}")
         if not self.checkpoints:
             raise ValueError("checkpoints must name at least one step (the bias, eden and operands cells use the "
                              "last)")
@@ -146,7 +146,16 @@ class GradConfig:
 def _int(cfg, name, lo, hi=None):
     v = getattr(cfg, name)
     if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-        raise ValueError(f"{name} must be an integer {lo}..{hi if hi is not None else ''}, got {v!r}")
+        raise ValueError(f"{name} must be an integer {lo}..{hi if hi is not None else ''}, got {v!r}{_numpy(v)}")
+
+
+def _numpy(v) -> str:
+    """Why a NumPy number is refused, where ``v`` is or holds one ("" otherwise)."""
+    # "draws must be an integer 1.., got np.int64(4)" was false of its value: it is the type (the configuration is
+    # hashed as JSON, which has no NumPy numbers)
+    held = v if isinstance(v, tuple) else (v,)
+    return (" (a NumPy number: give Python's, int(...) or float(...); the configuration is written as JSON)"
+            if any(isinstance(x, np.generic) for x in held) else "")
 
 
 _QUICK_PAIRS = (("te-current", "h100"), ("te-mxfp8", "b200"), ("te-nvfp4", "b200"))
@@ -422,16 +431,22 @@ def _operands(cfg, cell):
     return {"operands": rows}
 
 
+def _max_rel(a, e) -> float:
+    """The largest ``|a - e| / |e|`` over the entries with ``|e|`` at least a tenth of the largest (NaN where none is:
+    operands of a diverged run, NaN throughout, gave NumPy's "zero-size array to reduction operation maximum")."""
+    big = np.abs(e) >= 0.1 * np.abs(e).max()
+    return float(np.max(np.abs(a - e)[big] / np.abs(e)[big])) if big.any() else math.nan
+
+
 def _ksweep(cfg, cell):
     cap = _fc(cfg, batch=cell["K"] // cfg.model.seq_len)
     stack, K = cell["stack"], cell["K"]
     exact = exact_passes(cap.x, cap.w, cap.b, cap.dy)["wgrad"]
     s = layer_passes(cap.x, cap.w, cap.b, cap.dy, "te-current", stack)["wgrad"].astype(np.float64)
     ea = layer_passes(cap.x, cap.w, cap.b, cap.dy, "te-current", exact_accumulation(stack))["wgrad"].astype(np.float64)
-    big = np.abs(ea) >= 0.1 * np.abs(ea).max()
     return {"ksweep": [{"stack": stack, "K": K, "gemm": "wgrad", "recipe": "te-current",
                         "accum_err": float(norm(s - ea) / norm(exact)),
-                        "accum_max_rel": float(np.max(np.abs(s - ea)[big] / np.abs(ea)[big])),
+                        "accum_max_rel": _max_rel(s, ea),
                         "quant_err": compare(ea, exact)["rel_err"], "rel_err": compare(s, exact)["rel_err"]}]}
 
 
@@ -450,10 +465,9 @@ def _width(cfg, cell):
     rows = []
     for gemm in ("fprop", "dgrad", "wgrad"):
         a, e = s[gemm].astype(np.float64), ea[gemm].astype(np.float64)
-        big = np.abs(e) >= 0.1 * np.abs(e).max()
         rows.append({"stack": cell["stack"], "width": w_, "tokens": m, "gemm": gemm,
                      "K": m if gemm == "wgrad" else w_, "accum_err": norm(a - e) / norm(exact[gemm]),
-                     "accum_max_rel": float(np.max(np.abs(a - e)[big] / np.abs(e)[big])),
+                     "accum_max_rel": _max_rel(a, e),
                      "quant_err": compare(e, exact[gemm])["rel_err"]})
     return {"widths": rows}
 
@@ -524,9 +538,11 @@ def _fork(cfg, cell):
     for step in range(cfg.fork_steps + 1):
         lf, tf = runs["fp32"][0][step], runs["fp32"][1][step]
         lr_, tr = runs["recipe"][0][step], runs["recipe"][1][step]
-        moved = norm((tf - theta0).numpy())
+        moved, dist = norm((tf - theta0).numpy()), norm((tr - tf).numpy())
+        # 0 where neither fork has moved (step 0); NaN weights (a diverged run) were 0 too, "no drift", as NaN > 0 is
+        # False
         rows.append({"label": cell["pair"], "step": step, "loss": lr_, "loss_fp32": lf, "loss_minus_fp32": lr_ - lf,
-                     "weight_dist": norm((tr - tf).numpy()) / moved if moved > 0 else 0.0})
+                     "weight_dist": dist / moved if moved > 0 else 0.0 if moved == dist == 0 else math.nan})
     return {"forks": rows}
 
 
