@@ -41,6 +41,12 @@ def test_the_trees_are_those_revealed_written_out():
     # 4x18x6: the two products past the last 8 join one by one
     assert cpu_order._peel_tree(18) == SumTree.from_nested(
         (((((((((((0, 1), 2), 3), (((4, 5), 6), 7)), 8), 9), 10), 11), (((12, 13), 14), 15)), 16), 17), fma=False)
+    # 4x23x6 and 4x9x6 NN: the products past the last whole 8 join one by one, however many (K = 7: one chain)
+    assert cpu_order._peel_tree(23) == SumTree.from_nested(
+        ((((((((((((((((0, 1), 2), 3), (((4, 5), 6), 7)), 8), 9), 10), 11), (((12, 13), 14), 15)), 16), 17), 18), 19),
+          20), 21), 22), fma=False)
+    assert cpu_order._peel_tree(9) == SumTree.from_nested((((((0, 1), 2), 3), (((4, 5), 6), 7)), 8), fma=False)
+    assert cpu_order._peel_tree(7) == SumTree.blocks([0, 7], fma=False)
     # FMA kernel: blocks of 192, the last two halved up to K = 384, a one-product block summed apart; +0 start
     assert MODEL.order(13, 385, 16).describe() == "fma [0:192] + [192:384] + [384:385]"
     assert MODEL.order(128, 208, 96).describe() == "fma [0:104] + [104:208]"
@@ -217,3 +223,10 @@ def test_live_torch_equals_the_model_on_its_cpu_or_it_warns():
         assert [r for r in rows if r[6] and r[4] == "NT"]            # the small kernel with B transposed warns
     else:
         assert all(r[6] for r in rows), rows
+
+
+@pytest.mark.parametrize("K", [-5, 2.5, True, "300"])
+def test_the_blocks_take_a_count_of_products_only(K):
+    # an odd K between kc and 2 kc is read before the other rules: -5 or 2.5 must not reach it unchecked
+    with pytest.raises(ValueError, match="M, K, N must be non-negative integers"):
+        MODEL.blocks(K, 64, 64)
