@@ -206,6 +206,7 @@ GROUPS = {
                   ["tests/test_mut_cpu_order.py", "tests/test_cpu_order.py", "tests/test_sgemm_fma_chain.py",
                    "tests/test_cpu_order_lone_product.py", "tests/test_audit_cpu_order_cache.py",
                    "tests/test_lead_input_checks.py", "tests/test_cpu_order_amd.py",
+                   "tests/test_audit_cpu_order_numpy_sizes.py",
                    "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.cpu_order]", "-k", _CPU_ORDER_FAST]),
     # the same-state gradient probes: their own tests and the hostile-input ones
     "torch_probes": (["fp8emu/torch/probes.py"],
