@@ -1,0 +1,130 @@
+"""Fourteenth audit, part C (audit24): the recorded CPU order ``mkl-2024.2-amd-avx2`` after the EPYC was added.
+
+Expectations are what torch 2.13.0+cpu's ``mm`` (MKL 2024.2) did on a 2-vCPU KVM "AMD EPYC" (family 23, AVX2,
+no AVX-512) on 2026-12-07, revealed there by ``cpu_order.reveal_here`` and checked by ``order_probe.check_order``,
+written out by hand; the live checks run where the model applies (elsewhere they are skipped).
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+
+from fp8emu.gemm import cpu_order
+
+NAME = "mkl-2024.2-amd-avx2"
+MODEL = cpu_order.RECORDED[NAME]
+
+# (M, K, N) on two threads: whether the rows past the first thread's 4 ceil(M / 8) are the FMA kernel's (MKL ran
+# the product on one thread) or the small kernel's (no FMA), as revealed on the EPYC
+ONE_THREAD = [(7, 16, 16), (7, 4, 100), (5, 2, 12), (5, 3, 12), (11, 16, 13), (9, 4, 64), (5, 13, 12), (7, 2, 13)]
+TWO_THREADS = [(7, 17, 16), (7, 5, 17), (7, 4, 101), (5, 17, 12), (11, 5, 40), (9, 3, 500)]
+
+
+def _fma_rows(M, K, N, threads=2, layout="NN"):
+    o = MODEL.order(M, K, N, threads, layout=layout)
+    return [all(o.trees[c].fma for c in row) for row in o.classes]
+
+
+@pytest.mark.parametrize("M, K, N", ONE_THREAD)
+def test_mkl_keeps_a_small_product_on_one_thread(M, K, N):
+    # two threads asked, one used: every row is the FMA kernel's (the model gave rows 4.. the small kernel's,
+    # and differed from torch in 3 to 40 outputs of random products, called proven)
+    assert _fma_rows(M, K, N) == [True] * M
+    two, one = MODEL.order(M, K, N, 2), MODEL.order(M, K, N, 1)
+    assert two.trees == one.trees and (two.classes == one.classes).all()
+
+
+@pytest.mark.parametrize("M, K, N", TWO_THREADS)
+def test_past_those_sizes_the_second_threads_last_rows_are_the_small_kernels(M, K, N):
+    r0 = 4 * -(-M // 8)
+    assert _fma_rows(M, K, N) == [True] * r0 + [False] * (M - r0)
+
+
+def test_the_rows_of_one_thread_are_proven_in_every_layout():
+    # the small kernel's NT rule was not measured, but MKL's one thread sums these shapes by the FMA kernel in NT
+    # too (all 4 layouts matched torch on the EPYC)
+    for M, K, N in ONE_THREAD:
+        for layout in cpu_order.LAYOUTS:
+            assert MODEL.unproven(M, K, N, 2, layout) is None
+            assert MODEL.unproven(M, K, N, None, layout) is None     # one and two threads alike
+    assert "SIMD lanes" in MODEL.unproven(7, 17, 16, 2, "NT")
+
+
+@pytest.mark.parametrize("threads", [None, "2", True, 2.0, 0, -1])
+def test_small_rows_refuses_a_thread_count_that_is_not_one(threads):
+    # None and "2" answered "no row" (one thread's answer), silently
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        MODEL.small_rows(7, 64, 20, threads)
+
+
+@pytest.mark.parametrize("M, K, N", [(-1, 64, 20), (7.0, 64, 20), (7, "64", 20), (7, 64, None)])
+def test_small_rows_refuses_bad_sizes(M, K, N):
+    with pytest.raises(ValueError, match="M, K, N must be non-negative integers"):
+        MODEL.small_rows(M, K, N, 2)
+
+
+def test_small_rows_takes_numpy_integers():
+    assert MODEL.small_rows(np.int64(7), np.uint16(64), np.int32(20), np.int8(2)) == 4
+
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("M, K, N, threads, layout", [
+    (3, 64, 10**7, 1, "NN"), (10**7, 64, 3, 1, "NN"), (10**7, 64, 3, 1, "TN"),
+])
+def test_a_small_kernel_order_builds_no_output_sized_temporaries(M, K, N, threads, layout):
+    # one tree: only the (calloc'd, untouched) classes array, as the other recorded models; the M x N mask and
+    # its int64 row numbers took 170 MB of temporaries here (1.7 GB for 3 x 10**8 outputs)
+    classes = M * N * 2
+    peak = _peak(lambda: MODEL.order(M, K, N, threads, layout=layout))
+    assert peak < classes + (4 << 20), peak
+    assert peak < _peak(lambda: cpu_order.RECORDED["mkl-2024.2-avx512"].order(M, K, N, threads)) + (4 << 20)
+
+
+def test_the_peeled_outputs_are_those_revealed_on_a_tall_c():
+    # 10 x 64 x 7 NN: rows 1, 2, 3 and 5, 6, 7 start 1, 2, 3 floats before a 16-byte boundary, row 9 one
+    o = MODEL.order(10, 64, 7)
+    peeled = np.array([["then" in o.trees[c].describe() for c in row] for row in o.classes])
+    want = np.zeros((10, 7), bool)
+    for r, n in {1: 1, 2: 2, 3: 3, 5: 1, 6: 2, 7: 3, 9: 1}.items():
+        want[r, :n] = True
+    assert (peeled == want).all()
+
+
+def test_live_torch_equals_the_model_where_it_keeps_one_thread():
+    torch = pytest.importorskip("torch")
+    if not MODEL.applies_here(cpu_order.machine()):
+        pytest.skip(f"{NAME} is not this CPU's model (an AMD EPYC with AVX2, no AVX-512)")
+    from fp8emu.gemm import torch_cpu
+    rng = np.random.default_rng(24)
+    old = torch.get_num_threads()
+    bad = {}
+    try:
+        torch.set_num_threads(2)
+        for M, K, N in ONE_THREAD + TWO_THREADS:
+            for layout in ("NN", "TT"):
+                a = (rng.standard_normal((M, K)) * np.exp2(rng.integers(-12, 13, (M, K)))).astype(np.float32)
+                b = rng.standard_normal((K, N)).astype(np.float32)
+                ta = torch.from_numpy(a) if layout[0] == "N" else torch.from_numpy(np.ascontiguousarray(a.T)).t()
+                tb = torch.from_numpy(b) if layout[1] == "N" else torch.from_numpy(np.ascontiguousarray(b.T)).t()
+                want = torch.mm(ta, tb)
+                with cpu_order.use(NAME), warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    got = torch_cpu.sgemm(a, b, threads=2, layout=layout)
+                n = int((got.view(np.int32) != want.numpy().view(np.int32)).sum())
+                if n:
+                    bad[(M, K, N, layout)] = n
+    finally:
+        torch.set_num_threads(old)
+    assert not bad, bad
