@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tracemalloc
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,3 +129,12 @@ def test_live_torch_equals_the_model_where_it_keeps_one_thread():
     finally:
         torch.set_num_threads(old)
     assert not bad, bad
+
+
+def test_the_guide_says_how_an_odd_k_up_to_384_is_summed():
+    # "the last two halved" read as [0:159] + [159:317] for K = 317 (ceil first, as an even K or the Xeon's
+    # small driver); MKL sums [0:158] + [158:316] + [316:317] on the EPYC (torch.mm at 64x317x64, 1 and 2 threads)
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs/guides/torch.md").read_text().split())
+    assert MODEL.blocks(317, 64, 64) == [0, 158, 316, 317]
+    assert ("an odd K there as two halves of floor(K / 2) and its last product summed apart: 317 as [0:158] + "
+            "[158:316] + [316:317]") in text
