@@ -138,3 +138,31 @@ def test_the_guide_says_how_an_odd_k_up_to_384_is_summed():
     assert MODEL.blocks(317, 64, 64) == [0, 158, 316, 317]
     assert ("an odd K there as two halves of floor(K / 2) and its last product summed apart: 317 as [0:158] + "
             "[158:316] + [316:317]") in text
+
+
+@pytest.mark.parametrize("name", ["mkl-2024.2-avx512", NAME])
+@pytest.mark.parametrize("M, K, N", [(8, "8", 8), (8, None, 8), (-1, 5000, 64), (64, 5000.0, 64), (True, 5000, 64)])
+def test_splits_k_refuses_bad_sizes(name, M, K, N):
+    # K "8" and None were Python's "'>' not supported between instances", -1 x 5000 x 64 answered False
+    with pytest.raises(ValueError, match="M, K, N must be non-negative integers"):
+        cpu_order.RECORDED[name].splits_k(M, K, N, 2)
+
+
+def test_splits_k_still_answers_for_sizes_given_as_numpy_integers():
+    # 64 x 5000 x 64 on two threads: 20,480,000 multiply-adds, past the Xeon's 192,000: K split (the rule as
+    # recorded); the EPYC's kernel never splits K
+    assert cpu_order.RECORDED["mkl-2024.2-avx512"].splits_k(np.int64(64), np.uint16(5000), np.int32(64), 2) is True
+    assert MODEL.splits_k(64, 5000, 64, 2) is False
+
+
+def test_numpy_int16_sizes_give_the_order_of_the_same_python_sizes():
+    # 200 x 5000 x 200 on two threads: 200,000,000 multiply-adds, K split (as recorded); np.int16 sizes wrapped
+    # the product and gave the unsplit order (NumPy's overflow warning the only sign)
+    xeon = cpu_order.RECORDED["mkl-2024.2-avx512"]
+    small = (np.int16(200), np.int16(5000), np.int16(200))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert xeon.splits_k(*small, 2) is True
+        assert xeon.order(*small, 2).describe() == xeon.order(200, 5000, 200, 2).describe()
+        assert xeon.unproven(np.int16(64), np.int16(3000), np.int16(64), 2) == xeon.unproven(64, 3000, 64, 2)
+        assert [type(b) for b in MODEL.blocks(np.int64(317))] == [int] * 4

@@ -177,6 +177,7 @@ class RecordedModel:
     def blocks(self, K, M=2, N=2):
         """Bounds of the K blocks one thread sums separately for an M x K x N product."""
         check_gemm(M, K, N, name=self.name)       # K = -5 gave [0, 0], 2.5 gave [0, 2.5]
+        M, K, N = int(M), int(K), int(N)          # NumPy integers: Python's bounds, not np.int64 among them
         if self.odd_half_apart and self.kc < K <= 2 * self.kc and K % 2:
             return [0, K // 2, K - 1, K]           # measured on the EPYC: 317 as [0:158] + [158:316] + [316:317]
         packed = min(M, N) >= self.packed_min
@@ -185,6 +186,10 @@ class RecordedModel:
     def splits_k(self, M, K, N, threads):
         """Whether MKL gives each of two threads half of K (the rule as measured)."""
         # "2" or None read as one thread (another order, silently); order_for passes 1 for an unknown count
+        check_gemm(M, K, N, name=self.name)    # K "8" was Python's "'>' not supported", M -1 answered False
+        # np.int16 sizes wrapped M * K * N (200 x 5000 x 200 read as not split: another order, with only NumPy's
+        # overflow warning)
+        M, K, N = int(M), int(K), int(N)
         if not is_integer(threads) or threads < 1:
             raise ValueError(f"threads must be a positive integer (torch's thread count), got {threads!r}")
         return threads == 2 and self.split_macs is not None and K > 2 * self.kc and M * K * N > self.split_macs
@@ -272,6 +277,7 @@ class RecordedModel:
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this shape, thread count and operand layout lie outside what was proven (``None`` inside)."""
         check_gemm(M, K, N, threads, layout, name=self.name)    # "2" was "outside 1 and 2 thread(s)", True 1
+        M, K, N = int(M), int(K), int(N)          # np.int16 sizes wrapped M * K * N against the split window
         if layout not in self.proven_layouts:
             return (f"the order was proven for the layouts {', '.join(self.proven_layouts)}; with {layout} MKL "
                     "sums some shapes in another order")
