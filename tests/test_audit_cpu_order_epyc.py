@@ -166,3 +166,15 @@ def test_numpy_int16_sizes_give_the_order_of_the_same_python_sizes():
         assert xeon.order(*small, 2).describe() == xeon.order(200, 5000, 200, 2).describe()
         assert xeon.unproven(np.int16(64), np.int16(3000), np.int16(64), 2) == xeon.unproven(64, 3000, 64, 2)
         assert [type(b) for b in MODEL.blocks(np.int64(317))] == [int] * 4
+
+
+@pytest.mark.parametrize("name", sorted(cpu_order.RECORDED))
+@pytest.mark.parametrize("M, K, N, threads", [(0, 64, 8, None), (8, 64, 0, 2), (8, 0, 8, None), (0, 0, 0, 1)])
+def test_an_empty_product_is_not_called_unproven(name, M, K, N, threads):
+    # nothing is summed (torch.mm gives +0): M or N = 0 warned "a single row or column goes to MKL's gemv", and
+    # the compatible model's K = 0 "one and two threads tile this shape differently"
+    assert cpu_order.RECORDED[name].unproven(M, K, N, threads, "NN") is None
+    with cpu_order.use(name), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        order, src = cpu_order.order_for(M, K, N, threads=threads)
+    assert src == name and order.classes.shape == (M, N)

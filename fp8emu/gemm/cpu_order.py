@@ -278,6 +278,8 @@ class RecordedModel:
         """Why this shape, thread count and operand layout lie outside what was proven (``None`` inside)."""
         check_gemm(M, K, N, threads, layout, name=self.name)    # "2" was "outside 1 and 2 thread(s)", True 1
         M, K, N = int(M), int(K), int(N)          # np.int16 sizes wrapped M * K * N against the split window
+        if M == 0 or K == 0 or N == 0:
+            return None       # an empty product sums nothing (+0, as torch.mm): no order to prove (M = 0 was "gemv")
         if layout not in self.proven_layouts:
             return (f"the order was proven for the layouts {', '.join(self.proven_layouts)}; with {layout} MKL "
                     "sums some shapes in another order")

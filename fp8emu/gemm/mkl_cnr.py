@@ -285,6 +285,9 @@ class CompatibleModel:
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this GEMM lies outside what was proven (``None`` inside)."""
         check_gemm(M, K, N, threads, layout, name=self.name)   # "XX" was proven, True one thread
+        if M == 0 or K == 0 or N == 0:
+            # an empty product sums nothing (+0, as torch.mm): K = 0 warned that two threads tile it differently
+            return None
         if N < 2 and M > 1:
             return "a single column goes to MKL's gemv, whose order was not measured"
         if K > self.max_k:
