@@ -178,3 +178,17 @@ def test_an_empty_product_is_not_called_unproven(name, M, K, N, threads):
         warnings.simplefilter("error")
         order, src = cpu_order.order_for(M, K, N, threads=threads)
     assert src == name and order.classes.shape == (M, N)
+
+
+@pytest.mark.parametrize("shapes", [[(8, 64)], "64x512x64", None, [(8, 64, 8, 2)], (64, 512, 64), [[8, 64, 8], 5]])
+def test_describe_here_refuses_what_is_no_list_of_shapes(shapes):
+    # Python's "not enough values to unpack (expected 3, got 2)" / "'NoneType' object is not iterable"
+    with pytest.raises(ValueError, match=r"describe_here: shapes must be a list of \(M, K, N\) triples"):
+        cpu_order.describe_here(shapes)
+
+
+def test_describe_here_names_itself_for_a_bad_size_before_any_line():
+    with cpu_order.use(NAME), pytest.raises(ValueError, match="describe_here: M, K, N must be non-negative"):
+        cpu_order.describe_here([(8, 64, 8), (-1, 64, 8)])
+    with cpu_order.use(NAME):
+        assert cpu_order.describe_here([[7, 16, 16]], threads=2)[-1] == "7x16x16 NN: mkl-2024.2-amd-avx2: fma [0:16]"

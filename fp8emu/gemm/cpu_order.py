@@ -716,6 +716,14 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=2)
 
 def describe_here(shapes, *, threads=None, layout="NN"):
     """Lines saying which order each ``(M, K, N)`` takes here and where it comes from."""
+    # a pair or a "64x512x64" string was Python's "not enough values to unpack (expected 3, got 2)", None
+    # "'NoneType' object is not iterable"
+    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, (list, tuple)) or not all(
+            isinstance(s, (list, tuple)) and len(s) == 3 for s in shapes):
+        raise ValueError(f"describe_here: shapes must be a list of (M, K, N) triples, e.g. [(64, 512, 64)], "
+                         f"got {shapes!r:.80}")
+    for M, K, N in shapes:
+        check_gemm(M, K, N, threads, layout, name="describe_here")
     info = machine()
     lines = [f"CPU: {info['vendor']} {info['model']} ({info['arch']}); kernel flags: {' '.join(info['flags'])}"]
     if info["mkl_env"]:
