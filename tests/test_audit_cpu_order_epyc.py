@@ -192,3 +192,14 @@ def test_describe_here_names_itself_for_a_bad_size_before_any_line():
         cpu_order.describe_here([(8, 64, 8), (-1, 64, 8)])
     with cpu_order.use(NAME):
         assert cpu_order.describe_here([[7, 16, 16]], threads=2)[-1] == "7x16x16 NN: mkl-2024.2-amd-avx2: fma [0:16]"
+
+
+@pytest.mark.parametrize("M, N", [("3", 20), (-1, 20), (3.0, 20), (None, 20), (20, True)])
+def test_small_refuses_bad_sizes(M, N):
+    with pytest.raises(ValueError, match="M, N must be non-negative integers"):
+        MODEL.small(M, N)
+
+
+def test_small_answers_as_measured():
+    # the EPYC's small kernel: M < 4 or N < 12 (3x64x20 and 20x64x11 without FMA, 4x64x12 with)
+    assert MODEL.small(3, 20) and MODEL.small(np.int64(20), np.int8(11)) and not MODEL.small(4, 12)

@@ -172,6 +172,9 @@ class RecordedModel:
 
     def small(self, M, N):
         """Whether an M x N output goes to MKL's small kernel, which sums each output without FMA."""
+        # M "3" was Python's "'<' not supported", M -1 answered True
+        if not all(is_integer(v) and v >= 0 for v in (M, N)):
+            raise ValueError(f"{self.name}: M, N must be non-negative integers, got {M!r}, {N!r}")
         return bool(self.small_mn) and (M < self.small_mn[0] or N < self.small_mn[1])
 
     def blocks(self, K, M=2, N=2):
