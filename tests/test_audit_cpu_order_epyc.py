@@ -203,3 +203,20 @@ def test_small_refuses_bad_sizes(M, N):
 def test_small_answers_as_measured():
     # the EPYC's small kernel: M < 4 or N < 12 (3x64x20 and 20x64x11 without FMA, 4x64x12 with)
     assert MODEL.small(3, 20) and MODEL.small(np.int64(20), np.int8(11)) and not MODEL.small(4, 12)
+
+
+@pytest.mark.parametrize("M, K, N", [(8, 64, 8), (20, 112, 20), (9, 1, 40), (13, 100, 29)])
+def test_the_compatible_model_does_not_warn_of_an_unknown_thread_count_where_both_give_one_order(M, K, N):
+    # K <= 112: each output one chain, whatever the tiling (it warned "one and two threads tile this shape
+    # differently", though its orders on 1 and 2 threads, each proven, are the same)
+    comp = cpu_order.RECORDED["mkl-2024.2-compatible"]
+    one, two = comp.order(M, K, N, 1), comp.order(M, K, N, 2)
+    assert one.trees == two.trees and (one.classes == two.classes).all()
+    assert comp.unproven(M, K, N, 1, "NN") is None and comp.unproven(M, K, N, 2, "NN") is None
+    assert comp.unproven(M, K, N, None, "NN") is None
+
+
+def test_the_compatible_model_still_warns_where_the_thread_counts_differ():
+    comp = cpu_order.RECORDED["mkl-2024.2-compatible"]
+    assert comp.order(20, 113, 20, 1).describe() != comp.order(20, 113, 20, 2).describe()
+    assert "tile this shape differently" in comp.unproven(20, 113, 20, None, "NN")

@@ -293,7 +293,8 @@ class CompatibleModel:
         if K > self.max_k:
             return f"K <= {self.max_k} was proven"
         if threads is None:
-            if not _same_tiling(M, N, 1, 2):
+            # K <= kc: every class is one chain, so how the threads tile C does not change the order (8x64x8 warned)
+            if K > self.kc and not _same_tiling(M, N, 1, 2):
                 return "the thread count is not known, and one and two threads tile this shape differently"
             # one and two threads tile it alike: the layout's caveat still applies (it returned None here,
             # calling edge tiles of a transposed B proven where either thread count warns)
