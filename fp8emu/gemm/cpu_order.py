@@ -84,13 +84,24 @@ def _packed_blocks(K, kc):
     return list(range(0, K, kc)) + [K]
 
 
-def _peeled_outputs(M, N):
-    """Outputs MKL's small kernel (AMD EPYC, B row-major) sums apart: in each row of the row-major C, those
-    before the first 16-byte-aligned element, where at least 4 outputs of that row follow it (C 64-byte
-    aligned, as torch allocates it)."""
-    peel = (-(np.arange(M, dtype=np.int64) * N)) % 4
-    peel[N - peel < 4] = 0
-    return np.arange(N)[None, :] < peel[:, None]
+def _peeled_rows(M, N, r0=0):
+    """Outputs MKL's small kernel (AMD EPYC, B row-major) sums apart, as ``(first row, columns)`` pairs: in each
+    row of the row-major C, those before the first 16-byte-aligned element, where at least 4 outputs of that
+    row follow it (C 64-byte aligned, as torch allocates it).  Row i starts at element i N, so its count
+    depends on i mod 4 only: rows ``first, first + 4, ...`` (from ``r0``) each have their first ``columns``.
+
+    Examples
+    --------
+    >>> _peeled_rows(8, 7)        # rows 1, 2, 3 (and 5, 6, 7) start 1, 2, 3 floats before a boundary
+    [(1, 1), (2, 2), (3, 3)]
+    """
+    # as pairs, not an M x N mask: the mask and its int64 row numbers took 1.7 GB for 3 x 10**8 outputs
+    out = []
+    for first in range(r0, min(r0 + 4, M)):
+        peel = (-(first * N)) % 4
+        if peel and N - peel >= 4:
+            out.append((first, peel))
+    return out
 
 
 def _peel_tree(K):
@@ -131,7 +142,7 @@ class RecordedModel:
     * where ``small_mn`` is set (the AMD EPYC), shapes with M < m or N < n go to a small kernel that
       sums each output as one chain without FMA, the outputs of a row before C's first 16-byte boundary
       apart with B row-major (:func:`_peel_tree`); on two threads a second thread's last rows can too
-      (:meth:`small_rows`);
+      (:meth:`small_rows`), except where ``one_thread`` says MKL keeps the product on one thread;
     * each K block's sum starts as ``start`` says (``SumTree.start``).
     """
 
@@ -153,6 +164,7 @@ class RecordedModel:
     small_layouts: tuple = ()      # the layouts where that kernel's order (one chain) was proven
     start: str = "fma"             # how each K block's sum starts (SumTree.start) in the FMA kernel
     odd_half_apart: bool = False   # an odd K in (kc, 2 kc] is two halves of floor(K / 2) and a lone product
+    one_thread: tuple = ()         # (k, n) pairs: K <= k and N <= n run on one thread though torch has two
 
     def applies_here(self, info):
         return info["vendor"] == self.vendor and all(f in info["flags"] for f in self.needs_flags) \
@@ -160,11 +172,15 @@ class RecordedModel:
 
     def small(self, M, N):
         """Whether an M x N output goes to MKL's small kernel, which sums each output without FMA."""
+        # M "3" was Python's "'<' not supported", M -1 answered True
+        if not all(is_integer(v) and v >= 0 for v in (M, N)):
+            raise ValueError(f"{self.name}: M, N must be non-negative integers, got {M!r}, {N!r}")
         return bool(self.small_mn) and (M < self.small_mn[0] or N < self.small_mn[1])
 
     def blocks(self, K, M=2, N=2):
         """Bounds of the K blocks one thread sums separately for an M x K x N product."""
         check_gemm(M, K, N, name=self.name)       # K = -5 gave [0, 0], 2.5 gave [0, 2.5]
+        M, K, N = int(M), int(K), int(N)          # NumPy integers: Python's bounds, not np.int64 among them
         if self.odd_half_apart and self.kc < K <= 2 * self.kc and K % 2:
             return [0, K // 2, K - 1, K]           # measured on the EPYC: 317 as [0:158] + [158:316] + [316:317]
         packed = min(M, N) >= self.packed_min
@@ -173,6 +189,10 @@ class RecordedModel:
     def splits_k(self, M, K, N, threads):
         """Whether MKL gives each of two threads half of K (the rule as measured)."""
         # "2" or None read as one thread (another order, silently); order_for passes 1 for an unknown count
+        check_gemm(M, K, N, name=self.name)    # K "8" was Python's "'>' not supported", M -1 answered False
+        # np.int16 sizes wrapped M * K * N (200 x 5000 x 200 read as not split: another order, with only NumPy's
+        # overflow warning)
+        M, K, N = int(M), int(K), int(N)
         if not is_integer(threads) or threads < 1:
             raise ValueError(f"threads must be a positive integer (torch's thread count), got {threads!r}")
         return threads == 2 and self.split_macs is not None and K > 2 * self.kc and M * K * N > self.split_macs
@@ -207,37 +227,50 @@ class RecordedModel:
             return SumTree.blocks(bounds, start=self.start, split=h)
         return SumTree.blocks(self.blocks(K, M, N), start=self.start)
 
-    def small_rows(self, M, N, threads):
+    def small_rows(self, M, K, N, threads):
         """The first row of C that MKL's small kernel sums (M where none does).
 
         Every row where the shape is small; on two threads, where the first thread's ``4 ceil(M / 8)`` rows
-        leave the second fewer than the small kernel's ``m`` (M = 5 .. 11, not a multiple of 4), those rows.
+        leave the second fewer than the small kernel's ``m`` (M = 5 .. 11, not a multiple of 4), those rows,
+        unless MKL keeps the product on one thread (K <= 4 and N <= 100, or K and N <= 16, as measured on the
+        EPYC: ``one_thread``).
         """
+        check_gemm(M, K, N, threads, name=self.name)
+        # threads None or "2" read as one thread (another order, silently): tree() and splits_k refuse them too
+        if not is_integer(threads):
+            raise ValueError(f"threads must be a positive integer (torch's thread count), got {threads!r}")
         if not self.small_mn or M == 0 or N == 0:
             return M
         if self.small(M, N):
             return 0
         r0 = 4 * -(-M // 8)
-        return r0 if threads == 2 and 0 < M - r0 < self.small_mn[0] else M
+        if threads != 2 or not 0 < M - r0 < self.small_mn[0]:
+            return M
+        # MKL runs a small enough product on one thread though torch asked for two: its rows are then the FMA
+        # kernel's (7x16x16 and 7x4x100 all FMA on two threads, 7x17x16, 7x5x17 and 7x4x101 rows 4.. the small
+        # kernel's; the model had given those rows the small kernel's order, and differed from torch silently)
+        if any(K <= k and N <= n for k, n in self.one_thread):
+            return M
+        return r0
 
     def order(self, M, K, N, threads=1, layout="NN"):
         """The :class:`GemmOrder` of an M x K x N product on ``threads`` with operands in ``layout``."""
         tree = self.tree(M, K, N, threads)       # checks the sizes and threads before they shape an array
         check_gemm(M, K, N, layout=layout, name=self.name)
-        r0 = self.small_rows(M, N, threads) if K > 1 else M
+        r0 = self.small_rows(M, K, N, threads) if K > 1 else M     # K <= 1: no sum to order
         if r0 < M:
             # rows of MKL's small kernel: one chain without FMA, and with B row-major (NN, TN) each row's outputs
             # before C's first 16-byte boundary summed apart (_peel_tree); with a transposed B by another rule
             # (unproven says so), the chain given for them
             trees = [tree, SumTree.blocks([0, K], fma=False)] if r0 > 0 else [tree]
-            classes = np.zeros((M, N), np.int16)
-            classes[r0:] = len(trees) - 1
-            if layout in ("NN", "TN"):
-                peeled = _peeled_outputs(M, N)
-                peeled[:r0] = False
-                if peeled.any():
-                    trees.append(_peel_tree(K))
-                    classes[peeled] = len(trees) - 1
+            peeled = _peeled_rows(M, N, r0) if layout in ("NN", "TN") else []
+            classes = np.zeros((M, N), np.int16)   # written only where some output is not class 0 (calloc'd
+            if r0 > 0:                             # pages of 3 x 10**8 outputs of one tree stay untouched)
+                classes[r0:] = 1
+            if peeled:
+                trees.append(_peel_tree(K))
+                for first, cols in peeled:
+                    classes[first::4, :cols] = len(trees) - 1
             classes.flags.writeable = False
             return GemmOrder(trees, classes)
         classes = np.zeros((M, N), np.int16)     # read-only: GemmOrder keeps it without a copy (calloc'd pages
@@ -247,15 +280,18 @@ class RecordedModel:
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this shape, thread count and operand layout lie outside what was proven (``None`` inside)."""
         check_gemm(M, K, N, threads, layout, name=self.name)    # "2" was "outside 1 and 2 thread(s)", True 1
+        M, K, N = int(M), int(K), int(N)          # np.int16 sizes wrapped M * K * N against the split window
+        if M == 0 or K == 0 or N == 0:
+            return None       # an empty product sums nothing (+0, as torch.mm): no order to prove (M = 0 was "gemv")
         if layout not in self.proven_layouts:
             return (f"the order was proven for the layouts {', '.join(self.proven_layouts)}; with {layout} MKL "
                     "sums some shapes in another order")
         if M < 2 or N < 2:
             return "a single row or column goes to MKL's gemv, whose order is not a fixed tree"
-        if self.small_mn and threads is None and self.small_rows(M, N, 1) != self.small_rows(M, N, 2):
+        if self.small_mn and threads is None and self.small_rows(M, K, N, 1) != self.small_rows(M, K, N, 2):
             return (f"the thread count is not known, and on two threads MKL's small kernel sums the last "
-                    f"{M - self.small_rows(M, N, 2)} row(s)")
-        if self.small_rows(M, N, threads) < M and layout not in self.small_layouts:
+                    f"{M - self.small_rows(M, K, N, 2)} row(s)")
+        if self.small_rows(M, K, N, threads or 1) < M and layout not in self.small_layouts:
             return (f"MKL's small kernel (M < {self.small_mn[0]} or N < {self.small_mn[1]}, or a second thread's "
                     f"last rows) sums the outputs of {layout} in SIMD lanes over K, by a rule not measured")
         if K > self.max_k:
@@ -302,7 +338,7 @@ RECORDED = {
         vendor="AuthenticAMD", needs_flags=("avx2", "fma"), without_flags=("avx512f",), kc=192, packed_min=2,
         split_macs=None, split_window=(0, 0), split_proven_mn=1200, max_k=4096,
         proven_layouts=("NN", "NT", "TN", "TT"), small_mn=(4, 12), small_layouts=("NN", "TN", "TT"), start="add",
-        odd_half_apart=True),
+        odd_half_apart=True, one_thread=((4, 100), (16, 16))),
     _COMPATIBLE.name: _COMPATIBLE,
 }
 _DEFAULT_MODEL = "mkl-2024.2-avx512"
@@ -683,6 +719,14 @@ def order_for(M, K, N, *, threads=None, layout="NN", name="sgemm", stacklevel=2)
 
 def describe_here(shapes, *, threads=None, layout="NN"):
     """Lines saying which order each ``(M, K, N)`` takes here and where it comes from."""
+    # a pair or a "64x512x64" string was Python's "not enough values to unpack (expected 3, got 2)", None
+    # "'NoneType' object is not iterable"
+    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, (list, tuple)) or not all(
+            isinstance(s, (list, tuple)) and len(s) == 3 for s in shapes):
+        raise ValueError(f"describe_here: shapes must be a list of (M, K, N) triples, e.g. [(64, 512, 64)], "
+                         f"got {shapes!r:.80}")
+    for M, K, N in shapes:
+        check_gemm(M, K, N, threads, layout, name="describe_here")
     info = machine()
     lines = [f"CPU: {info['vendor']} {info['model']} ({info['arch']}); kernel flags: {' '.join(info['flags'])}"]
     if info["mkl_env"]:

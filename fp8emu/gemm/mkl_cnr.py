@@ -285,12 +285,16 @@ class CompatibleModel:
     def unproven(self, M, K, N, threads, layout="NN"):
         """Why this GEMM lies outside what was proven (``None`` inside)."""
         check_gemm(M, K, N, threads, layout, name=self.name)   # "XX" was proven, True one thread
+        if M == 0 or K == 0 or N == 0:
+            # an empty product sums nothing (+0, as torch.mm): K = 0 warned that two threads tile it differently
+            return None
         if N < 2 and M > 1:
             return "a single column goes to MKL's gemv, whose order was not measured"
         if K > self.max_k:
             return f"K <= {self.max_k} was proven"
         if threads is None:
-            if not _same_tiling(M, N, 1, 2):
+            # K <= kc: every class is one chain, so how the threads tile C does not change the order (8x64x8 warned)
+            if K > self.kc and not _same_tiling(M, N, 1, 2):
                 return "the thread count is not known, and one and two threads tile this shape differently"
             # one and two threads tile it alike: the layout's caveat still applies (it returned None here,
             # calling edge tiles of a transposed B proven where either thread count warns)
