@@ -29,3 +29,4 @@ def test_axes_of_length_one_do_not_count():
     ref = np.arange(1.0, 7.0)
     for shape in ((1, 6), (6, 1), (1, 6, 1)):
         assert grad_metrics.compare(ref.reshape(shape), ref)["rel_err"] == 0.0
+        assert grad_metrics.compare(ref, ref.reshape(shape))["rel_err"] == 0.0      # the reference's axes too

@@ -216,6 +216,11 @@ def test_finding_a_between_reproduced_and_contradicted():
     assert _by(gs.findings(_bias(unbiased, [0.15] * 4, wg, [0.3, 0.2, 0.15, 0.1])))["a"]["verdict"] == "contradicted"
     # the operand's SR no better than RNE at the last N: contradicted
     assert _by(gs.findings(_bias(fast, [0.2 / 64] * 4, wg, [0.2] * 4)))["a"]["verdict"] == "contradicted"
+    # the comparison is at the last N only: SR (0.003) below RNE's last (0.01), though its N = 4 error (0.05) is
+    # above it, and though RNE's N = 4 error (0.001) is below SR's last: not contradicted (the slope of -1 decides)
+    assert _by(gs.findings(_bias(fast, [0.01] * 4, wg, [0.2] * 4)))["a"]["verdict"] == "not at this scale"
+    assert _by(gs.findings(_bias(fast, [0.01, 0.001, 0.01, 0.01], wg, [0.2] * 4)))["a"]["verdict"] == \
+        "not at this scale"
     assert _by(gs.findings(_bias(unbiased, [], wg, [0.2] * 4)))["a"]["measured"] == "not run"
 
 

@@ -230,7 +230,7 @@ GROUPS = {
                     "tests/test_audit_grad_study_metric_inputs.py", "tests/test_audit_grad_metrics_inputs.py",
                     # the audits' table and figure tests (about 7 s together)
                     *(f"tests/test_audit_grad_study_{t}.py" for t in (
-                        "table_cells", "nan_figures", "tables", "csv", "shared_tables")),
+                        "table_cells", "nan_figures", "tables", "csv", "shared_tables", "stale_tables", "infinite")),
                     "tests/test_docs.py::test_docstring_examples[fp8emu.lab.grad_study]",
                     "tests/test_docs.py::test_docstring_examples[fp8emu.lab.grad_metrics]",
                     "-k", "not same_bits_on_one_and_two_threads_and_on_dask"]),
