@@ -8,40 +8,14 @@ the lock ``EmulatedLinear`` takes (``gemms.STATE_LOCK``, twelfth audit): four th
 """
 
 import collections
-import sys
-import threading
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import fp8emu.torch.te as te  # noqa: E402
-
-
-@pytest.fixture
-def switch_often():
-    """Switch threads as often as Python allows, so that a read and its write are interleaved if they can be."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
-
-
-def _run(threads, fn):
-    barrier = threading.Barrier(threads)
-    errors = []
-
-    def work(i):
-        try:
-            barrier.wait()
-            fn(i)
-        except Exception as exc:      # pragma: no cover - reported below
-            errors.append(exc)
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors
+# the threads' harness of the twelfth audit's layer test: a barrier start, every error reported, and as many
+# thread switches as Python allows (a fixture, used by its name)
+from test_audit_layer_threads import _run, switch_often  # noqa: E402, F401
 
 
 @pytest.mark.parametrize("repeat", range(3))
@@ -54,7 +28,7 @@ def test_threads_sharing_a_delayed_module_keep_every_amax(switch_often, repeat):
         with te.autocast(recipe=te.recipe.DelayedScaling()), torch.no_grad():
             for _ in range(60):
                 layer(xs[i])
-    _run(4, calls)
+    _run(4, 1, calls)
     g = layer.fp8emu_gemm
     assert int(g.fp8emu_step) == 240
     # each call records its input's amax once (TE's history: 1024 slots, none rolled out): the amax of the input
