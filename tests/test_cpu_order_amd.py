@@ -151,6 +151,7 @@ def test_it_says_where_it_was_not_proven(shape, threads, layout, why):
 @pytest.mark.parametrize("shape, threads, layout", [
     ((4, 64, 6), 1, "NN"), ((10, 64, 431), 2, "TN"), ((64, 4096, 64), 2, "NT"), ((7, 64, 20), 1, "NT"),
     ((3, 900, 17), 2, "TT"), ((64, 512, 64), None, "NN"),
+    ((4, 1, 4), 2, "NT"), ((2, 1, 2), 1, "NT"),     # an outer product: no sum for the lanes to order (audit24 #10)
 ])
 def test_it_is_proven_where_it_was_measured(shape, threads, layout):
     assert MODEL.unproven(*shape, threads, layout) is None

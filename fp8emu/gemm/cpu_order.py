@@ -291,7 +291,8 @@ class RecordedModel:
         if self.small_mn and threads is None and self.small_rows(M, K, N, 1) != self.small_rows(M, K, N, 2):
             return (f"the thread count is not known, and on two threads MKL's small kernel sums the last "
                     f"{M - self.small_rows(M, K, N, 2)} row(s)")
-        if self.small_rows(M, K, N, threads or 1) < M and layout not in self.small_layouts:
+        # K = 1: the products as they are (an outer product), no sum whose order the lanes could change
+        if K > 1 and self.small_rows(M, K, N, threads or 1) < M and layout not in self.small_layouts:
             return (f"MKL's small kernel (M < {self.small_mn[0]} or N < {self.small_mn[1]}, or a second thread's "
                     f"last rows) sums the outputs of {layout} in SIMD lanes over K, by a rule not measured")
         if K > self.max_k:
