@@ -334,8 +334,9 @@ RECORDED = {
         proven_on="AMD EPYC with AVX2 and FMA, without AVX-512 (KVM, 2 vCPUs, family 23), torch 2.13.0+cpu, "
                   "MKL 2024.2: a survey of 154 GEMMs (77 shapes, 1 and 2 threads), the starts of 216 (27 shapes, every "
                   "layout), torch.mm on 300 random shapes (M, N up to 1200, K up to 4096, 1 and 2 threads, every "
-                  "layout), and the small kernel's rules on 60 more; M, N >= 2 (a single row or column goes to "
-                  "MKL's gemv); the small kernel with B transposed (NT) sums by a rule not measured",
+                  "layout), and the small kernel's rows and peeled outputs as revealed at the shapes its tests "
+                  "write out; M, N >= 2 (a single row or column goes to MKL's gemv); the small kernel with B "
+                  "transposed (NT) sums by a rule not measured",
         vendor="AuthenticAMD", needs_flags=("avx2", "fma"), without_flags=("avx512f",), kc=192, packed_min=2,
         split_macs=None, split_window=(0, 0), split_proven_mn=1200, max_k=4096,
         proven_layouts=("NN", "NT", "TN", "TT"), small_mn=(4, 12), small_layouts=("NN", "TN", "TT"), start="add",
