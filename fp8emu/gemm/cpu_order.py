@@ -52,7 +52,7 @@ import numpy as np
 
 from ..interop import is_integer
 from ..readers import parse_json
-from .mkl_cnr import LAYOUTS, check_gemm
+from .mkl_cnr import LAYOUTS, chain_tree, check_gemm
 from .mkl_cnr import MODEL as _COMPATIBLE
 from .order_probe import ProbeBudgetError, reveal
 from .sumtree import GemmOrder, SumTree
@@ -82,6 +82,12 @@ def _packed_blocks(K, kc):
     if K <= 2 * kc:
         return _small_blocks(K, kc)
     return list(range(0, K, kc)) + [K]
+
+
+def _check_threads(threads):
+    """One ValueError for a thread count that is no positive integer (None, "2", 2.5, 0 each read as another)."""
+    if not is_integer(threads) or threads < 1:
+        raise ValueError(f"threads must be a positive integer (torch's thread count), got {threads!r}")
 
 
 def _peeled_rows(M, N, r0=0):
@@ -193,8 +199,7 @@ class RecordedModel:
         # np.int16 sizes wrapped M * K * N (200 x 5000 x 200 read as not split: another order, with only NumPy's
         # overflow warning)
         M, K, N = int(M), int(K), int(N)
-        if not is_integer(threads) or threads < 1:
-            raise ValueError(f"threads must be a positive integer (torch's thread count), got {threads!r}")
+        _check_threads(threads)
         return threads == 2 and self.split_macs is not None and K > 2 * self.kc and M * K * N > self.split_macs
 
     def tree(self, M, K, N, threads=1):
@@ -215,7 +220,7 @@ class RecordedModel:
         if self.small(M, N):
             # MKL's small kernel (AMD EPYC): products rounded, then added in K order from +0
             self.splits_k(M, K, N, threads)
-            return SumTree.blocks([0, K], fma=False, start="add")
+            return chain_tree(K)
         # every other sum starts as fma(x, y, +0): an underflowing first product keeps its sign (the survey in
         # docs/data/cpu-order/xeon-amx-mkl-2024.2-starts.json: every M, N >= 2 in NN)
         # a K block of one product (K = 384j + 1 beyond 768 in the packing driver, or such a two-thread half) is
@@ -235,10 +240,9 @@ class RecordedModel:
         unless MKL keeps the product on one thread (K <= 4 and N <= 100, or K and N <= 16, as measured on the
         EPYC: ``one_thread``).
         """
-        check_gemm(M, K, N, threads, name=self.name)
+        check_gemm(M, K, N, name=self.name)
         # threads None or "2" read as one thread (another order, silently): tree() and splits_k refuse them too
-        if not is_integer(threads):
-            raise ValueError(f"threads must be a positive integer (torch's thread count), got {threads!r}")
+        _check_threads(threads)
         if not self.small_mn or M == 0 or N == 0:
             return M
         if self.small(M, N):
@@ -262,7 +266,7 @@ class RecordedModel:
             # rows of MKL's small kernel: one chain without FMA, and with B row-major (NN, TN) each row's outputs
             # before C's first 16-byte boundary summed apart (_peel_tree); with a transposed B by another rule
             # (unproven says so), the chain given for them
-            trees = [tree, SumTree.blocks([0, K], fma=False)] if r0 > 0 else [tree]
+            trees = [tree, chain_tree(K)] if r0 > 0 else [tree]
             peeled = _peeled_rows(M, N, r0) if layout in ("NN", "TN") else []
             classes = np.zeros((M, N), np.int16)   # written only where some output is not class 0 (calloc'd
             if r0 > 0:                             # pages of 3 x 10**8 outputs of one tree stay untouched)
@@ -288,9 +292,8 @@ class RecordedModel:
                     "sums some shapes in another order")
         if M < 2 or N < 2:
             return "a single row or column goes to MKL's gemv, whose order is not a fixed tree"
-        if self.small_mn and threads is None and self.small_rows(M, K, N, 1) != self.small_rows(M, K, N, 2):
-            return (f"the thread count is not known, and on two threads MKL's small kernel sums the last "
-                    f"{M - self.small_rows(M, K, N, 2)} row(s)")
+        if self.small_mn and threads is None and (r2 := self.small_rows(M, K, N, 2)) != self.small_rows(M, K, N, 1):
+            return f"the thread count is not known, and on two threads MKL's small kernel sums the last {M - r2} row(s)"
         # K = 1: the products as they are (an outer product), no sum whose order the lanes could change
         if K > 1 and self.small_rows(M, K, N, threads or 1) < M and layout not in self.small_layouts:
             return (f"MKL's small kernel (M < {self.small_mn[0]} or N < {self.small_mn[1]}, or a second thread's "
