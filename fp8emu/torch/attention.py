@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .. import attention as _attention
-from .tensors import check_eager
+from .tensors import check_eager, float32_overflow
 
 __all__ = ["fp8_sdpa"]
 
@@ -81,13 +81,11 @@ def _check(name, query, key, value, is_causal, enable_gqa):
         if t.is_meta:       # NumPy's bare "can't convert meta device type tensor to numpy"
             raise ValueError(f"fp8 attention ({name}): {what} is a meta tensor (a shape without values); the "
                              "emulated attention computes on its values")
-        if t.dtype == torch.float64:
-            # computed in float32: a finite float64 value past its range was refused as "q must be finite"
-            over = torch.isfinite(t) & torch.isinf(t.detach().to(torch.float32))
-            if bool(over.any()):
-                raise ValueError(f"fp8 attention ({name}): {what} overflows float32, the type the emulated attention "
-                                 f"computes in: {int(over.sum())} finite float64 value(s) round to Inf in float32 "
-                                 f"(largest magnitude given {float(t[over].abs().max()):.6g}); scale it")
+        # computed in float32: a finite float64 value past its range was refused as "q must be finite"
+        if (over := float32_overflow(t)) is not None:
+            raise ValueError(f"fp8 attention ({name}): {what} overflows float32, the type the emulated attention "
+                             f"computes in: {over[0]} finite float64 value(s) round to Inf in float32 "
+                             f"(largest magnitude given {over[1]:.6g}); scale it")
     for what, v in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
         if not isinstance(v, bool):
             raise TypeError(f"fp8 attention ({name}): {what} must be True or False, got {v!r}")

@@ -29,6 +29,7 @@ from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
 from .gemms import STATE_LOCK, first_order_only, operand_stats, run_gemm, take_step, value_key
+from .tensors import float32_overflow
 
 __all__ = ["EmulatedLinear", "refuse_meta_parameters"]
 
@@ -465,14 +466,13 @@ class EmulatedLinear(nn.Module):
         the recipe then gave finite garbage (te-current: outputs near 864 for inputs near 1e39) or NaN.  ``what``:
         "input", or "its weight" / "its bias" / "its output gradient" (a float64 weight past float32 gave outputs
         near 274 and 448 where the product was near 1e39, a gradient of 1e39 input gradients near 6e3, silently)."""
-        x = x.detach()
-        over = torch.isfinite(x) & torch.isinf(x.to(torch.float32))      # float32 rounding decides, not a bound
-        if bool(over.any()):
+        over = float32_overflow(x)
+        if over is not None:
             fix = "scale the input, or leave" if what == "input" else "leave"
             raise ValueError(f"layer {self.layer_name!r}: {what} overflows float32, the type the layer computes "
-                             f"in: {int(over.sum())} finite float64 value(s) round to Inf in float32 (its largest "
+                             f"in: {over[0]} finite float64 value(s) round to Inf in float32 (its largest "
                              f"finite value is {torch.finfo(torch.float32).max!r}; largest magnitude given "
-                             f"{float(x[over].abs().max()):.6g}); {fix} the "
+                             f"{over[1]:.6g}); {fix} the "
                              "layer out of the emulation (module_filter_fn) to run it in float64")
 
     def _forward(self, x):

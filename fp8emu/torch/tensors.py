@@ -85,6 +85,27 @@ def device_of(*xs):
     return torch.device("cpu")
 
 
+def float32_overflow(t):
+    """``(count, largest magnitude)`` of a float64 tensor's finite values that float32 rounds to Inf, or None
+    (none, or not a float64 tensor): the emulation computes in float32, where such a value became Inf and a recipe
+    then gave finite garbage.  Each caller words its own error.
+
+    Examples
+    --------
+    >>> float32_overflow(torch.tensor([1.0, -1e39, 3e38], dtype=torch.float64))
+    (1, 1e+39)
+    >>> float32_overflow(torch.tensor([1e39])) is None      # float32 already: Inf is its own value
+    True
+    """
+    if t is None or t.dtype != torch.float64:
+        return None
+    d = t.detach()
+    over = torch.isfinite(d) & torch.isinf(d.to(torch.float32))      # float32's rounding decides, not a bound
+    if not bool(over.any()):
+        return None
+    return int(over.sum()), float(d[over].abs().max())
+
+
 def check_eager(owner):
     """One error where a NumPy computation cannot read torch's tensors: inside a ``torch.func`` transform (its
     wrapper tensors have no storage: torch's "Cannot access data pointer of Tensor that doesn't have storage")."""

@@ -27,6 +27,7 @@ from torch import nn
 from ...codec import decode
 from ...training import PASSES, Operand
 from ..gemms import STATE_LOCK, first_order_only, run_gemm, take_step, value_key
+from ..tensors import float32_overflow
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
            "check_fits_float32", "primary_key"]
@@ -366,16 +367,13 @@ def check_fits_float32(owner: str, what: str, t) -> None:
     ...
     ValueError: Linear.gemm: its weight overflows float32, the type the emulated GEMMs compute in: 1 finite float64 value(s) round to Inf in float32 (largest magnitude given 1e+39); scale it, or run the module outside autocast
     """
-    if t is None or t.dtype != torch.float64:
-        return
-    d = t.detach()
-    over = torch.isfinite(d) & torch.isinf(d.to(torch.float32))      # float32's rounding decides, not a bound
-    if bool(over.any()):
+    over = float32_overflow(t)
+    if over is not None:
         fix = {"input": "scale the input", "its output gradient": "scale the loss"}.get(
             what, "scale it, or run the module outside autocast")
         raise ValueError(f"{owner}: {what} overflows float32, the type the emulated GEMMs compute in: "
-                         f"{int(over.sum())} finite float64 value(s) round to Inf in float32 (largest magnitude "
-                         f"given {float(d[over].abs().max()):.6g}); {fix}")
+                         f"{over[0]} finite float64 value(s) round to Inf in float32 (largest magnitude "
+                         f"given {over[1]:.6g}); {fix}")
 
 
 def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias, plan: GemmPlan) -> torch.Tensor:
