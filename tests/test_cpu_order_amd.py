@@ -1,9 +1,10 @@
-"""MKL's default sgemm on an AMD EPYC with AVX2 (no AVX-512) as a recorded model, ``mkl-2024.2-amd-avx2``.
+"""MKL's default sgemm on an AMD EPYC as a recorded model, ``mkl-2024.2-amd-avx2``.
 
-Expectations come from what torch's ``mm`` did on that CPU (a 2-vCPU KVM "AMD EPYC", family 23, torch
-2.13.0+cpu, MKL 2024.2, 2026-12-07): the survey, starts and random shapes recorded by
-tools/record_cpu_order.py (docs/data/cpu-order/epyc-avx2-*.json), and the trees and per-output maps the
-probe revealed there, written out by hand below.  With torch, a live check runs on every CPU: where the model
+Expectations come from what torch's ``mm`` did on two such CPUs (2-vCPU KVM "AMD EPYC"s, torch 2.13.0+cpu,
+MKL 2024.2, 2026-12-07): one of family 23 with AVX2 and no AVX-512, one of family 25 model 17 (Zen 4) with
+AVX-512, where MKL took the same AVX2 kernels; the survey, starts and random shapes recorded by
+tools/record_cpu_order.py on each (docs/data/cpu-order/epyc-avx2-*.json, epyc-zen4-*.json), and the trees and
+per-output maps the probe revealed on the first, written out by hand below.  With torch, a live check runs on every CPU: where the model
 is not this CPU's, it must warn.
 """
 
@@ -23,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs/data/cpu-order"
 NAME = "mkl-2024.2-amd-avx2"
 MODEL = cpu_order.RECORDED[NAME]
+#: the recordings of each EPYC, and whether its CPU had AVX-512
+EPYCS = [("epyc-avx2-mkl-2024.2", False), ("epyc-zen4-mkl-2024.2", True)]
 
 
 def _pretend(monkeypatch, vendor="AuthenticAMD", flags=("avx", "avx2", "fma"), mkl_env=None):
@@ -99,10 +102,11 @@ def test_a_second_threads_last_rows_go_to_the_small_kernel(M, N, rows):
     assert (_grouped(M, 64, N, threads=1) == "F").all()
 
 
-def test_every_surveyed_gemm_is_in_the_models_order():
-    """All 154 GEMMs of the survey (77 shapes, 1 and 2 threads, NN), as revealed on the EPYC."""
-    doc = json.loads((DATA / "epyc-avx2-mkl-2024.2.json").read_text())
-    assert doc["machine"]["vendor"] == "AuthenticAMD" and "avx512f" not in doc["machine"]["flags"]
+@pytest.mark.parametrize("stem, avx512", EPYCS)
+def test_every_surveyed_gemm_is_in_the_models_order(stem, avx512):
+    """All 154 GEMMs of the survey (77 shapes, 1 and 2 threads, NN), as revealed on each EPYC."""
+    doc = json.loads((DATA / f"{stem}.json").read_text())
+    assert doc["machine"]["vendor"] == "AuthenticAMD" and ("avx512f" in doc["machine"]["flags"]) == avx512
     rows = doc["gemms"]
     assert len(rows) == 154 and all(r["explained"] == 1.0 for r in rows)
     for r in rows:
@@ -110,8 +114,10 @@ def test_every_surveyed_gemm_is_in_the_models_order():
         assert got == sorted(r["order"].split("; ")), r
 
 
-def test_every_sum_starts_as_the_model_says_where_it_is_proven():
-    doc = json.loads((DATA / "epyc-avx2-mkl-2024.2-starts.json").read_text())
+@pytest.mark.parametrize("stem, avx512", EPYCS)
+def test_every_sum_starts_as_the_model_says_where_it_is_proven(stem, avx512):
+    doc = json.loads((DATA / f"{stem}-starts.json").read_text())
+    assert ("avx512f" in doc["machine"]["flags"]) == avx512
     assert doc["model"] == NAME and doc["machine"]["vendor"] == "AuthenticAMD"
     proven = [r for r in doc["gemms"] if MODEL.unproven(r["M"], r["K"], r["N"], r["threads"], r["layout"]) is None]
     assert [r["proven"] for r in doc["gemms"]] == [r in proven for r in doc["gemms"]]
@@ -121,8 +127,10 @@ def test_every_sum_starts_as_the_model_says_where_it_is_proven():
     assert f"every output of the {len(proven)} GEMMs the model calls proven starts as it says" in text
 
 
-def test_the_model_holds_wherever_it_claims_on_random_shapes():
-    doc = json.loads((DATA / "epyc-avx2-mkl-2024.2-random.json").read_text())
+@pytest.mark.parametrize("stem, avx512", EPYCS)
+def test_the_model_holds_wherever_it_claims_on_random_shapes(stem, avx512):
+    doc = json.loads((DATA / f"{stem}-random.json").read_text())
+    assert ("avx512f" in doc["machine"]["flags"]) == avx512
     assert doc["model"] == NAME and doc["machine"]["vendor"] == "AuthenticAMD"
     rows = doc["gemms"]
     proven = [r for r in rows if MODEL.unproven(r["M"], r["K"], r["N"], r["threads"], r["layout"]) is None]
@@ -163,8 +171,13 @@ def test_auto_takes_this_cpus_model_without_torch(monkeypatch):
         warnings.simplefilter("error")
         order, src = cpu_order.order_for(64, 512, 64, threads=1)
     assert src == NAME and order.describe() == "fma [0:192] + [192:384] + [384:512]"
-    # an AMD EPYC with AVX-512 (Zen 4) is not where it was measured: MKL may take another kernel there
-    _pretend(monkeypatch, flags=("avx", "avx2", "fma", "avx512f"))
+    # an AMD EPYC with AVX-512 (Zen 4): MKL takes the same AVX2 kernels there (measured), no warning
+    _pretend(monkeypatch, flags=("avx", "avx2", "fma", "avx512f", "avx512bw"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cpu_order.order_for(64, 512, 64, threads=1)[1] == NAME
+    # an AMD CPU without FMA is not where it was measured: the default model, with a warning
+    _pretend(monkeypatch, flags=("avx", "avx2"))
     with pytest.warns(RuntimeWarning, match="is not the one mkl-2024.2-avx512 was proven on"):
         assert cpu_order.order_for(64, 512, 64, threads=1)[1] == "mkl-2024.2-avx512"
     # under MKL_CBWR=COMPATIBLE the reproducible branch, measured on this EPYC too: no warning
@@ -178,6 +191,18 @@ def test_auto_takes_this_cpus_model_without_torch(monkeypatch):
         assert cpu_order.order_for(4, 64, 6, threads=1, layout="TN")[1] == NAME
         with pytest.warns(RuntimeWarning, match="SIMD lanes over K"):
             assert cpu_order.order_for(4, 64, 6, threads=1, layout="NT")[1] == NAME
+
+
+def test_the_zen4_epyc_took_the_same_kernels_as_the_avx2_one():
+    """With AVX-512 on the CPU MKL 2024.2 still runs its AVX2 kernels on an AMD EPYC: the survey's orders, the
+    starts and the random shapes' differences (the same seed) are those of the EPYC without AVX-512."""
+    for suffix, key in (("", ("M", "K", "N", "threads", "explained", "order")),
+                        ("-starts", ("M", "K", "N", "threads", "layout", "explained", "starts", "fma", "model_agrees")),
+                        ("-random", ("M", "K", "N", "threads", "layout", "outputs", "differ"))):
+        old, zen4 = (json.loads((DATA / f"{stem}{suffix}.json").read_text()) for stem, _ in EPYCS)
+        assert "avx512f" not in old["machine"]["flags"] and "avx512f" in zen4["machine"]["flags"]
+        assert len(old["gemms"]) == len(zen4["gemms"]) > 100
+        assert [[r[k] for k in key] for r in old["gemms"]] == [[r[k] for k in key] for r in zen4["gemms"]], suffix
 
 
 def test_the_compatible_branch_gave_the_same_bits_on_the_epyc_as_on_the_xeon():

@@ -16,8 +16,9 @@ A recorded model (:data:`RECORDED`)
     Used without torch.  Each names where it was proven; on another CPU (or outside its proven
     shapes and operand layouts) the GEMM runs with it and a RuntimeWarning says why torch may
     differ.  ``mkl-2024.2-avx512``: MKL's default kernel on an AVX-512 Xeon;
-    ``mkl-2024.2-amd-avx2``: MKL's default kernels on an AMD EPYC with AVX2 and no AVX-512 (an FMA kernel
-    in K blocks of 192, and a small kernel without FMA where M < 4 or N < 12);
+    ``mkl-2024.2-amd-avx2``: MKL's default kernels on an AMD EPYC, AVX2 ones with or without AVX-512 on the CPU
+    (an FMA kernel in K blocks of 192, and a small kernel without FMA where M < 4 or N < 12; measured alike on a
+    family-23 EPYC with AVX2 and a Zen 4 one with AVX-512);
     ``mkl-2024.2-compatible``: MKL under ``MKL_CBWR=COMPATIBLE`` (:mod:`fp8emu.gemm.mkl_cnr`), the
     branch MKL documents as giving the same results on Intel and other vendors' x86 CPUs (measured
     alike on the Xeon and the EPYC).
@@ -165,7 +166,6 @@ class RecordedModel:
     proven_threads: tuple = (1, 2)
     proven_layouts: tuple = ("NN",)
     mkl_env: tuple = ()            # the MKL settings it was measured under, as (name, value) pairs
-    without_flags: tuple = ()      # CPU flags whose presence makes MKL pick another kernel than the one measured
     small_mn: tuple = ()           # (m, n): below M < m or N < n MKL's small kernel sums without FMA (AMD)
     small_layouts: tuple = ()      # the layouts where that kernel's order (one chain) was proven
     start: str = "fma"             # how each K block's sum starts (SumTree.start) in the FMA kernel
@@ -174,7 +174,7 @@ class RecordedModel:
 
     def applies_here(self, info):
         return info["vendor"] == self.vendor and all(f in info["flags"] for f in self.needs_flags) \
-            and not any(f in info["flags"] for f in self.without_flags) and info["mkl_env"] == dict(self.mkl_env)
+            and info["mkl_env"] == dict(self.mkl_env)
 
     def small(self, M, N):
         """Whether an M x N output goes to MKL's small kernel, which sums each output without FMA."""
@@ -334,13 +334,13 @@ RECORDED = {
         proven_layouts=("NN", "TN")),
     "mkl-2024.2-amd-avx2": RecordedModel(
         name="mkl-2024.2-amd-avx2",
-        proven_on="AMD EPYC with AVX2 and FMA, without AVX-512 (KVM, 2 vCPUs, family 23), torch 2.13.0+cpu, "
-                  "MKL 2024.2: a survey of 154 GEMMs (77 shapes, 1 and 2 threads), the starts of 216 (27 shapes, every "
-                  "layout), torch.mm on 300 random shapes (M, N up to 1200, K up to 4096, 1 and 2 threads, every "
-                  "layout), and the small kernel's rows and peeled outputs as revealed at the shapes its tests "
-                  "write out; M, N >= 2 (a single row or column goes to MKL's gemv); the small kernel with B "
-                  "transposed (NT) sums by a rule not measured",
-        vendor="AuthenticAMD", needs_flags=("avx2", "fma"), without_flags=("avx512f",), kc=192, packed_min=2,
+        proven_on="AMD EPYC (KVM, 2 vCPUs) of family 23 with AVX2 and FMA and of family 25 (Zen 4) with AVX-512 "
+                  "too, where MKL takes the same AVX2 kernels, torch 2.13.0+cpu, MKL 2024.2: on each, a survey of 154 "
+                  "GEMMs (77 shapes, 1 and 2 threads), the starts of 216 (27 shapes, every layout), torch.mm on 300 "
+                  "random shapes (M, N up to 1200, K up to 4096, 1 and 2 threads, every layout); the small kernel's "
+                  "rows and peeled outputs as revealed at the shapes its tests write out; M, N >= 2 (a single row or "
+                  "column goes to MKL's gemv); the small kernel with B transposed (NT) sums by a rule not measured",
+        vendor="AuthenticAMD", needs_flags=("avx2", "fma"), kc=192, packed_min=2,
         split_macs=None, split_window=(0, 0), split_proven_mn=1200, max_k=4096,
         proven_layouts=("NN", "NT", "TN", "TT"), small_mn=(4, 12), small_layouts=("NN", "TN", "TT"), start="add",
         odd_half_apart=True, one_thread=((4, 100), (16, 16))),

@@ -22,7 +22,7 @@ The sgemm's summation order is the BLAS's, and a BLAS chooses it by CPU, library
 settings, thread count, shape and operand layout, so :func:`sgemm` takes it from
 :mod:`fp8emu.gemm.cpu_order`: **revealed on the running machine** wherever torch is importable (torch's
 own ``mm`` probed once per shape, :mod:`fp8emu.gemm.order_probe`, cached), else a **recorded model** of
-this CPU family (:data:`~fp8emu.gemm.cpu_order.RECORDED`: an AVX2 AMD EPYC's ``"mkl-2024.2-amd-avx2"``, MKL's
+this CPU family (:data:`~fp8emu.gemm.cpu_order.RECORDED`: an AMD EPYC's ``"mkl-2024.2-amd-avx2"``, MKL's
 ``MKL_CBWR=COMPATIBLE`` branch, and the one described here).  ``"mkl-2024.2-avx512"`` (torch 2.13.0+cpu,
 MKL 2024.2, an AVX-512 + AMX Intel Xeon):
 K is cut into blocks, each summed by one float32 FMA chain per output in K order
