@@ -303,6 +303,11 @@ def test_torch_utils_checkpoint_recomputes_outside_the_block_as_in_te():
     y.sum().backward()
     for p, q in zip(hp.parameters(), ckpt.parameters()):
         assert torch.equal(p.grad, q.grad)
+    # non-reentrant: the high-precision recompute saves other tensors than the FP8 forward did (torch's error)
+    with te.autocast(recipe=te.recipe.Float8CurrentScaling()):
+        y = torch_checkpoint(ckpt, x.detach().requires_grad_(True), use_reentrant=False)
+    with pytest.raises(torch.utils.checkpoint.CheckpointError):
+        y.sum().backward()
 
 
 def test_no_warning_in_a_plain_use():
@@ -323,3 +328,40 @@ def test_the_guide_s_example_runs_and_prints_what_it_says(capsys):
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     exec(compile(block, "te.md", "exec"), {})
     assert capsys.readouterr().out.split() == ["True", "True"]
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_fp8_primary_weights(reentrant):
+    """Weights made inside ``quantized_model_init``: the recompute uses the forward's quantized copy (delayed
+    scaling: made with the forward's scale), the optimizer's steps re-quantize as without checkpointing."""
+    with te.quantized_model_init(recipe=te.recipe.DelayedScaling()):
+        plain, ckpt = _pair(Block)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (plain, ckpt)]
+    for _ in range(2):
+        x = torch.randn(W, W, requires_grad=True)
+        for m, opt, use in ((plain, opts[0], False), (ckpt, opts[1], True)):
+            opt.zero_grad()
+            with te.autocast(recipe=te.recipe.DelayedScaling()):
+                y = te.checkpoint(m, x, use_reentrant=reentrant) if use else m(x)
+            y.square().mean().backward()
+            opt.step()
+        _assert_same(plain, ckpt)
+
+
+def test_distribute_saved_activations_in_one_process(tmp_path):
+    """TE splits the saved input across the tensor-parallel group: a group of one process holds all of it, so
+    it changes nothing (TE needs ``torch.distributed`` initialized, as here)."""
+    dist = torch.distributed
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        plain, ckpt = _pair(Block)
+        x = torch.randn(W, W, requires_grad=True)
+        for m, use in ((plain, False), (ckpt, True)):
+            with te.autocast(recipe=te.recipe.DelayedScaling()):
+                y = te.checkpoint(m, x, distribute_saved_activations=True) if use else m(x)
+            y.square().mean().backward()
+        _assert_same(plain, ckpt)
+    finally:
+        dist.destroy_process_group()

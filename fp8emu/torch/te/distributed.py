@@ -14,8 +14,10 @@ in the backward.  What TE adds to ``torch.utils.checkpoint``, and so this module
 * the RNG states (torch's, and a ``get_rng_state_tracker``'s) are those of the forward: dropout drops the same.
 
 ``torch.utils.checkpoint`` over TE modules, as in TE, has none of this: its recompute runs in whatever
-``autocast`` block the backward is called in (outside one: high precision) and advances the modules' state a
-second time.  Use :func:`checkpoint`.
+``autocast`` block the backward is called in.  Outside one it runs in high precision: the reentrant mode gives the
+gradients of the high-precision model, the non-reentrant one finds other saved tensors than the forward's
+(torch's ``CheckpointError``); inside one it advances the modules' state a second time.  TE has no warning for
+it; neither has fp8emu.  Use :func:`checkpoint`.
 """
 
 from __future__ import annotations
