@@ -132,6 +132,11 @@ def checkpoint(function, *args, **kwargs):
     TypeError
         ``function`` is not callable, ``use_reentrant`` or ``distribute_saved_activations`` not a bool, or
         ``get_rng_state_tracker`` neither None nor callable.
+    RuntimeError
+        ``distribute_saved_activations=True`` (reentrant) without ``torch.distributed`` initialized, as TE; in
+        the backward, a recompute that calls a TE module more often than the forward did.
+    ValueError
+        ``distribute_saved_activations=True`` (reentrant) over a group of more than one process.
 
     Examples
     --------
