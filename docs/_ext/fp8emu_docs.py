@@ -68,7 +68,8 @@ if importlib.util.find_spec("torch") is not None:
                           "fp8emu.torch.probes", "fp8emu.torch.compiled"]))
     API_SECTIONS.append(("Transformer Engine's API (fp8emu.torch.te)",
                          ["fp8emu.torch.te", "fp8emu.torch.te.recipe", "fp8emu.torch.te.quantization",
-                          "fp8emu.torch.te.modules", "fp8emu.torch.te.attention", "fp8emu.torch.te.gemm"]))
+                          "fp8emu.torch.te.modules", "fp8emu.torch.te.attention", "fp8emu.torch.te.gemm",
+                          "fp8emu.torch.te.distributed"]))
     API_SECTIONS.append(("The language-model study", ["fp8emu.torch.study.corpus",
                                                        "fp8emu.torch.study.model", "fp8emu.torch.study.train",
                                                        "fp8emu.torch.study.runs", "fp8emu.torch.study.infer",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 
@@ -12,7 +13,7 @@ from ..codec import decode
 from ..gemm.quantized import quantized_mm
 from ..training.recipes import Operand
 
-__all__ = ["run_gemm", "operand_stats", "first_order_only", "value_key", "take_step", "STATE_LOCK"]
+__all__ = ["run_gemm", "operand_stats", "first_order_only", "value_key", "take_step", "buffers_as", "STATE_LOCK"]
 
 #: Held while a layer's state (its step counter, delayed scaling's history and scale) is read and written back:
 #: one layer called from several threads at once read one step twice (two calls, one stochastic-rounding seed,
@@ -57,6 +58,40 @@ def _take_step(counter, owner):
     with torch.no_grad():
         counter += 1
     return step
+
+
+@contextlib.contextmanager
+def buffers_as(module: torch.nn.Module, saved: dict, *, others_absent: bool = False):
+    """Inside the block, ``module``'s buffers named in ``saved`` are copies of those tensors (with
+    ``others_absent``, its other buffers are None, as before a first call made them); after it, the module holds
+    its own tensors again, untouched whatever the block wrote.
+
+    Activation checkpointing's recompute runs a call again with the state it first ran with (its step, which seeds
+    stochastic rounding, delayed scaling's amax history and scale) and must leave the state as the forward left it:
+    the recompute advanced the step and recorded the amax a second time, and quantized with the updated scale.
+
+    Examples
+    --------
+    >>> m = torch.nn.Module()
+    >>> m.register_buffer("step", torch.tensor(5))
+    >>> with buffers_as(m, {"step": torch.tensor(2)}):
+    ...     _ = m.step.add_(1)
+    ...     int(m.step)
+    3
+    >>> int(m.step)
+    5
+    """
+    own = dict(module._buffers)
+    for n in own:
+        if n not in saved and others_absent:
+            module._buffers[n] = None
+    for n, t in saved.items():
+        module._buffers[n] = t.detach().clone()
+    try:
+        yield
+    finally:
+        module._buffers.clear()
+        module._buffers.update(own)
 
 
 def value_key(t: torch.Tensor) -> tuple:

@@ -28,7 +28,7 @@ from torch import nn
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
-from .gemms import STATE_LOCK, first_order_only, operand_stats, run_gemm, take_step, value_key
+from .gemms import STATE_LOCK, buffers_as, first_order_only, operand_stats, run_gemm, take_step, value_key
 from .tensors import float32_overflow
 
 __all__ = ["EmulatedLinear", "refuse_meta_parameters"]
@@ -436,18 +436,13 @@ class EmulatedLinear(nn.Module):
 
     def _recompute(self, x, saved, autocast_state):
         """The call as it ran first (its state and :func:`fp8emu.torch.autocast` block), the state left as it is."""
-        now, rows = self._state_now(), len(self.diagnostic_rows)
+        rows = len(self.diagnostic_rows)
         token = AUTOCAST.set(autocast_state)
         try:
-            with torch.no_grad():
-                for n, t in saved.items():
-                    self._buffers[n].copy_(t)
-            return self._dispatch(x)
+            with buffers_as(self, saved):
+                return self._dispatch(x)
         finally:
             AUTOCAST.reset(token)
-            with torch.no_grad():
-                for n, t in now.items():
-                    self._buffers[n].copy_(t)
             del self.diagnostic_rows[rows:]
 
     def _dispatch(self, x):

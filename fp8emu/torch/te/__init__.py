@@ -12,10 +12,14 @@ take TE's constructor and forward arguments (TE at d0067d0da6cb01811b8072a7d304f
 (``gpu=``, default :data:`~fp8emu.torch.te.quantization.DEFAULT_GPU`), quantized where TE's fused
 kernels quantize (:mod:`fp8emu.torch.te.modules`); outside they compute in high precision.  Inside
 :func:`quantized_model_init` (or :func:`fp8_model_init`) the weights are FP8 / FP4 primary weights.
+:func:`checkpoint` (TE's ``te.checkpoint``, activation checkpointing) recomputes a segment in the backward
+with the forward's autocast block, RNG and module state: the numerics of the same model without it
+(:mod:`fp8emu.torch.te.distributed`).
 """
 
 from . import recipe
 from .attention import DotProductAttention, MultiheadAttention, TransformerLayer
+from .distributed import checkpoint
 from .gemm import QuantGemm
 from .modules import ACTIVATIONS, LayerNorm, LayerNormLinear, LayerNormMLP, Linear, RMSNorm, refresh_primary_weights
 from .quantization import (
@@ -25,4 +29,4 @@ from .quantization import (
 __all__ = ["Linear", "LayerNormLinear", "LayerNormMLP", "LayerNorm", "RMSNorm", "DotProductAttention",
            "MultiheadAttention", "TransformerLayer", "autocast", "fp8_autocast", "quantized_model_init",
            "fp8_model_init", "get_default_recipe", "current_autocast", "refresh_primary_weights", "ACTIVATIONS",
-           "QuantGemm"]
+           "QuantGemm", "checkpoint"]

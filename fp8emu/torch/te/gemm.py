@@ -17,6 +17,8 @@ stochastic rounding are buffers of a :class:`QuantGemm`, so they are in the modu
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import ml_dtypes
@@ -26,11 +28,11 @@ from torch import nn
 
 from ...codec import decode
 from ...training import PASSES, Operand
-from ..gemms import STATE_LOCK, first_order_only, run_gemm, take_step, value_key
+from ..gemms import STATE_LOCK, buffers_as, first_order_only, run_gemm, take_step, value_key
 from ..tensors import float32_overflow
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
-           "check_fits_float32", "primary_key"]
+           "check_fits_float32", "primary_key", "RecomputeFrame", "recompute_scope"]
 
 _ROLES = ("input", "weight", "grad_output")
 _PASS_CODE = {"fprop": 0, "dgrad": 1, "wgrad": 2}
@@ -126,6 +128,8 @@ class QuantGemm(nn.Module):
     scaling adds ``amax_history_<role>`` and ``scale_<role>`` when it first runs.
     """
 
+    _mb_key = None      # a module pickled before the attribute existed
+
     def __init__(self, name: str):
         super().__init__()
         self.gemm_name = name
@@ -133,6 +137,24 @@ class QuantGemm(nn.Module):
         self.register_buffer("fp8emu_seed", torch.randint(0, 2**62, (), dtype=torch.int64))
         self.primary = None          # (recipe, stack) of an FP8 primary weight, else None
         self._weight_copy = None     # (key, fprop operand, dgrad operand)
+        self._mb_key = None          # the weight copy's key across micro-batches (is_first_microbatch)
+
+    def snapshot(self):
+        """What a call reads and advances: its buffers (copies), the weight copy and its micro-batch key."""
+        return ({n: b.detach().clone() for n, b in self._buffers.items() if b is not None},
+                self._weight_copy, self._mb_key)
+
+    @contextlib.contextmanager
+    def state_as(self, snap):
+        """Inside the block the GEMM runs with the state of ``snap`` (:meth:`snapshot`); after it its own
+        state is back, whatever the block advanced."""
+        kept = (self._weight_copy, self._mb_key)
+        self._weight_copy, self._mb_key = snap[1], snap[2]
+        try:
+            with buffers_as(self, snap[0], others_absent=True):
+                yield
+        finally:
+            self._weight_copy, self._mb_key = kept
 
     def _apply(self, fn, recurse=True):
         # Module.to_empty (the meta-device path: build under torch.device("meta"), to_empty, then load or
@@ -255,6 +277,68 @@ class QuantGemm(nn.Module):
         recipe, _ = self.primary
         b, _ = self.cached_weight(recipe, weight, int(self.fp8emu_step), primary_key(weight))
         return _torch(dequantize_operand(b, (weight.shape[1], weight.shape[0])).T, weight.dtype)
+
+
+class RecomputeFrame:
+    """One :func:`fp8emu.torch.te.checkpoint` segment: the GEMM state each TE module ran each of its calls with in
+    the segment's forward, in order (TE keeps delayed scaling's amax history and scale so, one queue per module:
+    ``FP8GlobalStateManager.copy_forward_fp8_meta_tensors_for_recompute``), which the recompute replays."""
+
+    def __init__(self):
+        self.saved = {}
+
+
+#: The segments being run, innermost last: (frame, None) while its forward records, (frame, {module: calls
+#: replayed}) while it is recomputed.
+_FRAMES = contextvars.ContextVar("fp8emu_te_checkpoint", default=())
+
+
+@contextlib.contextmanager
+def in_frame(frame: RecomputeFrame, recompute: bool):
+    """The block is ``frame``'s forward (its modules' calls recorded) or, ``recompute``, its recompute (each call
+    runs with the state the forward's call ran with, which it leaves as it was)."""
+    token = _FRAMES.set(_FRAMES.get() + ((frame, {} if recompute else None),))
+    try:
+        yield
+    finally:
+        _FRAMES.reset(token)
+
+
+@contextlib.contextmanager
+def recompute_scope(owner, gemms):
+    """A call of the TE module ``owner`` (its :class:`QuantGemm` s ``gemms``) inside checkpointed segments.
+
+    In a segment's forward its state before the call is recorded; in a recompute the call runs with the state
+    the same call of the forward ran with (the recompute's n-th call of ``owner`` is the forward's n-th), and
+    the state is left as it was: TE's recompute quantizes with the scales of the first forward and updates no
+    amax history (``get_old_fp8_meta_tensors_for_recompute``, ``restore_fp8_meta_tensors``), and draws the
+    stochastic-rounding bits of the first forward (its RNG state is restored; here the step that seeds them).
+    A segment run inside another's recompute records the state replayed from the outer one."""
+    frames = _FRAMES.get()
+    if not frames or not gemms:
+        yield
+        return
+    last = max((i for i, (_, replayed) in enumerate(frames) if replayed is not None), default=-1)
+    if last >= 0:
+        frame, replayed = frames[last]
+        calls = frame.saved.get(owner, [])
+        n = replayed.get(owner, 0)
+        if n >= len(calls):
+            raise RuntimeError(f"checkpoint: the recompute calls {type(owner).__name__} more often than the "
+                               f"checkpointed forward did ({len(calls)} time(s)); the function must make the same "
+                               "module calls each time it runs (TE: identical behaviour in the forward and the "
+                               "backward pass)")
+        replayed[owner] = n + 1
+        state = calls[n]
+    else:
+        state = tuple(g.snapshot() for g in gemms)
+    for frame, _ in frames[last + 1:]:
+        frame.saved.setdefault(owner, []).append(state)
+    with contextlib.ExitStack() as stack:
+        if last >= 0:
+            for g, snap in zip(gemms, state):
+                stack.enter_context(g.state_as(snap))
+        yield
 
 
 class GemmPlan:

@@ -50,12 +50,15 @@ parameters in ways not emulated (``parameters_split``, ``fuse_wgrad_accumulation
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .gemm import (
-    GemmPlan, QuantGemm, check_fits_float32, check_input, primary_key, quantized_linear, round_to_stack,
+    GemmPlan, QuantGemm, check_fits_float32, check_input, primary_key, quantized_linear, recompute_scope,
+    round_to_stack,
 )
 from .quantization import current_autocast, current_model_init
 
@@ -93,6 +96,16 @@ def eager_under_compile(forward):
         "fp8emu.torch.te's modules run eagerly under torch.compile (their emulated GEMMs are NumPy calls, a graph "
         "break): compile without fullgraph=True, or emulate torch.nn.Linear layers with fp8emu.torch.emulate, which "
         "compile to one custom op"))
+
+
+def replayed_in_recompute(forward):
+    """``forward`` of a module with GEMMs, its GEMM state recorded in a :func:`fp8emu.torch.te.checkpoint`
+    segment's forward and replayed in its recompute (:func:`fp8emu.torch.te.gemm.recompute_scope`)."""
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        with recompute_scope(self, [getattr(self, f"fp8emu_{n}") for n in self._gemm_names]):
+            return forward(self, *args, **kwargs)
+    return run
 
 
 def check_arguments(owner: str, args: dict) -> None:
@@ -216,7 +229,7 @@ class _TEModule(nn.Module):
             key = primary_key(weight)      # re-quantized when the master weight's values changed
         elif is_first_microbatch is None:
             key, g._mb_key = None, None
-        elif is_first_microbatch or getattr(g, "_mb_key", None) is None or g._mb_key[2] != mode[0]:
+        elif is_first_microbatch or g._mb_key is None or g._mb_key[2] != mode[0]:
             # TE caches the FP8 weight from here.  The copy is the recipe's: a later micro-batch under another
             # recipe (a module reused in a second autocast block) computed with the first recipe's codes and
             # scales (te-block's GEMM with te-current's per-tensor copy), silently; it quantizes its own
@@ -293,6 +306,7 @@ class Linear(_TEModule):
         self._setup_gemms("gemm")
 
     @eager_under_compile
+    @replayed_in_recompute
     def forward(self, inp, is_first_microbatch=None, fp8_output=False, fp8_grad=False):
         if fp8_output or fp8_grad:
             raise ValueError("Linear: fp8_output / fp8_grad (FP8 tensors handed to the next module) are not "
@@ -441,6 +455,7 @@ class LayerNormLinear(_NormGemm):
         self._setup_gemms("gemm")
 
     @eager_under_compile
+    @replayed_in_recompute
     def forward(self, inp, is_first_microbatch=None, fp8_output=False, fp8_grad=False, *, fused=None):
         """``fused``: None (TE's choice), or False to round the norm output before its quantizer
         whatever the recipe (the unfused composition, for comparisons)."""
@@ -510,6 +525,7 @@ class LayerNormMLP(_NormGemm):
         self._setup_gemms("fc1", "fc2")
 
     @eager_under_compile
+    @replayed_in_recompute
     def forward(self, inp, is_first_microbatch=None, *, fused=None):
         """``fused``: None (TE's choice), or False to round every tensor before its quantizer (unfused)."""
         mode = self._mode()

@@ -22,7 +22,7 @@ from ..swap import check_combination
 from .recipe import DelayedScaling, MXFP8BlockScaling, to_training_recipe
 
 __all__ = ["autocast", "fp8_autocast", "quantized_model_init", "fp8_model_init", "get_default_recipe",
-           "current_autocast", "current_model_init", "DEFAULT_GPU"]
+           "current_autocast", "current_model_init", "autocast_state", "DEFAULT_GPU"]
 
 #: The stack a TE module's GEMMs emulate when no ``autocast(gpu=...)`` names one.
 DEFAULT_GPU = "h100"
@@ -76,6 +76,26 @@ def current_model_init():
     True
     """
     return _MODEL_INIT.get()
+
+
+@contextlib.contextmanager
+def autocast_state(state):
+    """The block ``state`` (an :class:`AutocastState` from :func:`current_autocast`, or None: outside every
+    block) in force inside, whatever block encloses this one.
+
+    Examples
+    --------
+    >>> with autocast(recipe=DelayedScaling()):
+    ...     saved = current_autocast()
+    >>> with autocast_state(saved):
+    ...     current_autocast().training.name
+    'te-delayed'
+    """
+    token = _AUTOCAST.set(state)
+    try:
+        yield
+    finally:
+        _AUTOCAST.reset(token)
 
 
 def get_default_recipe(gpu=None):
@@ -160,11 +180,8 @@ class autocast:
 
         @functools.wraps(fn)
         def inside(*args, **kwargs):
-            token = _AUTOCAST.set(state)
-            try:
+            with autocast_state(state):
                 return fn(*args, **kwargs)
-            finally:
-                _AUTOCAST.reset(token)
         return inside
 
 
