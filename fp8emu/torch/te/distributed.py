@@ -157,9 +157,8 @@ def checkpoint(function, *args, **kwargs):
     tracker = kwargs.pop("get_rng_state_tracker", None)
     if len(args) > 3 and isinstance(args[0], bool) and callable(args[1]) and (args[2] is None or _is_group(args[2])):
         # TE's test of its old positional form, and its warning
-        warnings.warn("Passing non-tensor non-keyword arguments is deprecated and support will be removed in future "
-                      "releases of TransformerEngine. `distribute_saved_activations`, `tp_group`, and "
-                      "`get_rng_state_tracker` must be passed as keyword arguments to `checkpoint`.",
+        warnings.warn("checkpoint: distribute_saved_activations, get_rng_state_tracker and tp_group given by position "
+                      "is TE's deprecated form; pass them as keyword arguments to `checkpoint`",
                       DeprecationWarning, stacklevel=2)
         distribute, tracker, tp_group = args[0], args[1], args[2]
         args = args[3:]
@@ -208,10 +207,9 @@ def checkpoint(function, *args, **kwargs):
 
 def _check_distribute(use_reentrant, tp_group):
     if not use_reentrant:
-        warnings.warn("`distribute_saved_activations=True` has no effect when `use_reentrant=False`. The "
-                      "non-reentrant checkpoint implementation does not manually store forward inputs for the "
-                      "activation recompute in the backward pass, and instead leverages the autograd engine's "
-                      "pack/unpack hooks.", stacklevel=3)
+        warnings.warn("checkpoint: distribute_saved_activations=True has no effect when `use_reentrant=False` (that "
+                      "mode keeps no forward input to split: it recomputes through autograd's saved-tensor hooks), as "
+                      "in TE", stacklevel=3)
         return
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         raise RuntimeError("checkpoint: torch.distributed is not initialized. Call "
