@@ -208,6 +208,16 @@ GROUPS = {
                    "tests/test_lead_input_checks.py", "tests/test_cpu_order_amd.py",
                    "tests/test_audit_cpu_order_numpy_sizes.py",
                    "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.cpu_order]", "-k", _CPU_ORDER_FAST]),
+    # TE's modules' GEMM state and activation checkpointing (fp8emu.torch.te): the API's tests, primary weights,
+    # checkpointing and the audits' TE tests (the compile and thread ones, minutes on the shared machine, left out)
+    "te_gemm": (["fp8emu/torch/te/gemm.py", "fp8emu/torch/te/distributed.py"],
+                ["tests/test_te_api.py", "tests/test_te_primary.py", "tests/test_te_checkpoint.py",
+                 *(f"tests/test_audit_te_{t}.py" for t in (
+                     "attention_empty", "autocast_decorator", "delayed_state_dtype", "float64_range",
+                     "inference_mode", "inputs", "meta_weights", "microbatch_recipes", "primary_data_writes",
+                     "recipe_fields", "torch_autocast")),
+                 "tests/test_docs.py::test_docstring_examples[fp8emu.torch.te.gemm]",
+                 "tests/test_docs.py::test_docstring_examples[fp8emu.torch.te.distributed]"]),
     # the same-state gradient probes: their own tests and the hostile-input ones
     "torch_probes": (["fp8emu/torch/probes.py"],
                      ["tests/test_mut_torch_probes.py", "tests/test_grad_probes.py",
