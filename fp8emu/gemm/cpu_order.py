@@ -625,7 +625,9 @@ def _revealed(M, K, N, threads, layout):
                     _store(key, {"order": order.to_json(), "explained": facts["explained"],
                                  "calls": facts["calls"]})
             _MEMO[key] = hit
-    return hit
+    # a GemmOrder of its own (the memo's trees are immutable, its classes read-only): a change to the list of trees
+    # handed out (order.trees[0] = another tree) was the memo's, so every later GEMM of that shape, silently
+    return GemmOrder(hit[0].trees, hit[0].classes), hit[1]
 
 
 #: The most products a probe's first round may take (:func:`probe_too_long`).
