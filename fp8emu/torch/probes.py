@@ -307,6 +307,21 @@ def _check_own_weights(loss, called):
                              "probe needs a weight that only its layer uses (untie it for the probe)")
 
 
+def _check_no_grad_hooks(called):
+    """One error naming a called layer whose weight has a gradient hook: ``.grad`` (capture's ``dw``) is then what
+    the hook made of the layer's wgrad (a ``register_hook`` that clips or scales it was returned as ``dw``, silently),
+    and an optimizer stepped in the backward (``register_post_accumulate_grad_hook``) may free it."""
+    for name, mod in called.items():
+        w = mod.weight
+        kinds = [k for k, hooks in (("register_hook", getattr(w, "_backward_hooks", None)),
+                                    ("register_post_accumulate_grad_hook",
+                                     getattr(w, "_post_accumulate_grad_hooks", None))) if hooks]
+        if kinds:
+            raise ValueError(f"the weight of layer {name!r} has a gradient hook ({' and '.join(kinds)}), so its .grad "
+                             "need not be the layer's wgrad (a hook may clip, scale or replace it, or step an optimizer "
+                             "and free it); a probe records the wgrad itself: remove the hook for the probe")
+
+
 def capture(model, loss_fn) -> tuple:
     """One forward and backward of ``loss_fn(model)`` with every linear layer's operands and results.
 
@@ -323,7 +338,10 @@ def capture(model, loss_fn) -> tuple:
     ``x w^T + b``), and a ``loss_fn`` that runs a backward itself, a model holding :mod:`fp8emu.torch.te` modules
     (their GEMMs are no ``nn.Linear``) or ``nn.Linear`` layers compiled by TorchScript (no call to see), and a layer
     that ran with another weight or bias than its Parameter (``torch.func.functional_call``: capture records the
-    Parameters); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
+    Parameters), and a layer whose weight has a gradient hook (``register_hook``, ``register_post_accumulate_grad_hook``:
+    its ``.grad`` need not be the wgrad); a TypeError a layer that runs in float64 (float32 would round what it
+    records).  ``w`` and ``b`` are the values the forward used (a hook that changes the weights in the backward
+    changes no capture).  A forward
     hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
     output and its gradient, before the hook.
     """
@@ -413,6 +431,11 @@ def capture(model, loss_fn) -> tuple:
                                    "run loss_fn without autocast (model.to(dtype) for a low-precision model)")
             rec = seen[name] = {"x": _np32(_rows(x), f"the input of layer {name!r}"),
                                 "y": _np32(_rows(out), f"the output of layer {name!r}"),
+                                # the weight and bias as this forward used them: read after the backward they
+                                # were an optimizer's next step where a hook steps in the backward (y was not
+                                # x w^T + b, silently)
+                                "w": _np32(mod.weight, f"the weight of layer {name!r}"),
+                                "b": None if mod.bias is None else _np32(mod.bias, f"the bias of layer {name!r}"),
                                 "grad_mode": torch.is_grad_enabled(),
                                 # the tensors the call used: torch.func.functional_call puts others in their place
                                 "operands": (mod.weight, mod.bias)}
@@ -459,6 +482,7 @@ def capture(model, loss_fn) -> tuple:
                                  "the captured weight and bias are not the operands of its forward; a probe records a "
                                  "layer's own Parameters: load those values into the model and call it directly")
         _check_own_weights(loss, called)
+        _check_no_grad_hooks(called)
         loss.backward()
     finally:
         for h in handles:
@@ -480,10 +504,14 @@ def capture(model, loss_fn) -> tuple:
             raise ValueError(f"layer {name!r} ran with autograd off (under torch.no_grad() or torch.inference_mode() "
                              "inside the model's forward or loss_fn), so it has no gradients: a probe needs autograd "
                              "on for every layer it calls")
-        if "dy" not in r or mod.weight.grad is None:
+        if "dy" not in r:
             raise ValueError(f"layer {name!r} ran in the forward but its output does not reach the loss (no "
                              "output gradient): a probe needs every layer it calls on the loss's path")
-        caps[name] = LayerCapture(x=r["x"], w=_np32(mod.weight, f"the weight of layer {name!r}"),
-                                  b=None if mod.bias is None else _np32(mod.bias, f"the bias of layer {name!r}"),
-                                  y=r["y"], dy=r["dy"], dx=r.get("dx"), dw=_np32(mod.weight.grad))
+        if mod.weight.grad is None:
+            # its output reached the loss: "does not reach the loss" was false here
+            raise ValueError(f"the weight of layer {name!r} has no gradient after the backward though the layer's "
+                             "output reached the loss (a hook set it to None in the backward, as an optimizer "
+                             "stepped there does?); a probe reads the wgrad there: remove that hook for the probe")
+        caps[name] = LayerCapture(x=r["x"], w=r["w"], b=r["b"], y=r["y"], dy=r["dy"], dx=r.get("dx"),
+                                  dw=_np32(mod.weight.grad))
     return float(loss.detach()), caps
