@@ -46,6 +46,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _nn_module
 
 from ..training import get_recipe, get_stack
 from .linear import EmulatedLinear
@@ -341,9 +342,10 @@ def capture(model, loss_fn) -> tuple:
     Parameters), and a layer whose weight has a gradient hook (``register_hook``, ``register_post_accumulate_grad_hook``:
     its ``.grad`` need not be the wgrad); a TypeError a layer that runs in float64 (float32 would round what it
     records).  ``w`` and ``b`` are the values the forward used (a hook that changes the weights in the backward
-    changes no capture).  A forward
-    hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
-    output and its gradient, before the hook.
+    changes no capture).  A forward hook of the model's on a layer may change what the next layer gets: ``y`` and
+    ``dy`` are the layer's own output and its gradient, before the hook; a global forward hook
+    (``register_module_forward_hook``, which torch runs before the layer's own) that changes a layer's output is a
+    ValueError.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -410,6 +412,7 @@ def capture(model, loss_fn) -> tuple:
     def fwd(name):
         def hook(mod, args, kwargs, out):
             x = args[0] if args else kwargs.get("input")      # lin(input=x): no positional input
+            raw_out = raw.pop(id(mod), None)
             if name in seen and torch._C._current_graph_task_id() != -1 and isinstance(x, torch.Tensor):
                 return recompute(name, x, out)
             if name in seen:
@@ -424,6 +427,12 @@ def capture(model, loss_fn) -> tuple:
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"layer {name!r} was called without an input tensor (args {len(args)}, "
                                 f"keywords {sorted(kwargs)})")
+            if raw_out is not None and (out is not raw_out[0] or getattr(out, "_version", None) != raw_out[1]):
+                # torch runs global forward hooks before a layer's own, capture's first among these: y and dy were
+                # the hook's output and its gradient, not x w^T + b's, silently
+                raise ValueError(f"layer {name!r}: a global forward hook (torch.nn.modules.module."
+                                 "register_module_forward_hook) changed its output before capture saw it, so y and dy "
+                                 "would not be the layer's; remove that hook for the probe")
             if torch.is_autocast_enabled(x.device.type):
                 # autocast ran the layer on rounded copies of x and w: the captured y was not their product
                 raise RuntimeError(f"layer {name!r} ran under torch.autocast, which rounds its input and weight "
@@ -442,6 +451,17 @@ def capture(model, loss_fn) -> tuple:
             gradients(rec, x, out)
         return hook
 
+    raw, ids = {}, {id(m) for m in layers.values()}
+
+    def first(mod, args, out):
+        if id(mod) in ids:
+            raw[id(mod)] = (out, getattr(out, "_version", None))
+
+    if getattr(_nn_module, "_global_forward_hooks", None):
+        # a global forward hook runs before every module's own: one of capture's own, first of them, sees the layer's
+        # output as its forward returned it (registered only where such hooks are, so nothing changes elsewhere)
+        handles.append(_nn_module.register_module_forward_hook(first))
+        _nn_module._global_forward_hooks.move_to_end(handles[-1].id, last=False)
     for name, mod in layers.items():
         handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
         # first of the layer's forward hooks: the layer's own output (a user's hook may return another, which
