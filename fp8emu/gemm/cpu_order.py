@@ -770,12 +770,31 @@ def describe_here(shapes, *, threads=None, layout="NN"):
 
 def cache_problem():
     """Why the order cache (:func:`cache_path`) is not used under the policy in force (None where it is, or where
-    the policy probes nothing): a path that is not a regular file, or one past its size limit.  It warns once."""
+    the policy probes nothing): a path that is not a regular file, or one past its size limit.  It warns once.
+
+    Examples
+    --------
+    >>> with use("mkl-2024.2-avx512"):      # a recorded model reads no cache
+    ...     print(cache_problem())
+    None
+    """
     return _cache_problem() if policy() in ("auto", "revealed") and _torch() is not None else None
 
 
 def order_and_warnings(M, K, N, *, threads=None, layout="NN"):
-    """``(order, source, messages)``: :func:`order_for`'s result and the text of every warning it gave."""
+    """``(order, source, messages)``: :func:`order_for`'s result and the text of every warning it gave.
+
+    Examples
+    --------
+    >>> with use("mkl-2024.2-avx512"):
+    ...     order, source, said = order_and_warnings(4, 1024, 4, threads=1)
+    >>> source, said
+    ('mkl-2024.2-avx512', [])
+    >>> with use("mkl-2024.2-avx512"):
+    ...     said = order_and_warnings(4, 1024, 4, threads=1, layout="NT")[2]
+    >>> len(said), said[0][:37]
+    (1, 'sgemm: mkl-2024.2-avx512 is not prove')
+    """
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         order, src = order_for(M, K, N, threads=threads, layout=layout)
