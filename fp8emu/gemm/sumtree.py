@@ -495,7 +495,7 @@ def evaluate(tree, x, y):
     if M == 0 or N == 0:
         return out
     sp = tree.spines()
-    tiny = tree.fma and _may_reach_subnormals(x, y)
+    tiny = tree.fma and may_reach_subnormals(x, y)
     cols = min(N, _CHAIN_COLS)
     rows = max(1, _CHAIN_ELEMS // max(1, cols))
     xt = np.ascontiguousarray(x.T, dtype=np.float64)              # (K, M): row k is x_k
@@ -605,7 +605,7 @@ def _chain(c, xs, ys, ks, fma, tiny):
             np.copyto(c, s, casting="unsafe")
 
 
-def _may_reach_subnormals(x, y):
+def may_reach_subnormals(x, y):
     """Whether a nonzero partial sum of these operands' products can be below float32's least normal.
 
     Every product is a multiple of ``q = spacing(min |x|) * spacing(min |y|)`` (nonzero finite
@@ -618,3 +618,6 @@ def _may_reach_subnormals(x, y):
             return False
         q *= float(np.spacing(np.float32(a.min())))
     return q < _TINY32
+
+
+_may_reach_subnormals = may_reach_subnormals     # the name tests/test_sgemm_fma_chain.py and MUTATION.md use

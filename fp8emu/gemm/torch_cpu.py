@@ -75,7 +75,7 @@ import numpy as np
 from ..codec import decode, encode
 from .cpu_order import LAYOUTS, RECORDED, cpu_flags, order_for
 from .epilogue import bias_in
-from .sumtree import SumTree, _may_reach_subnormals, evaluate, evaluate_order
+from .sumtree import SumTree, evaluate, evaluate_order, may_reach_subnormals
 
 __all__ = ["TORCH_CPU_PATHS", "cpu_path", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
            "sgemm", "torchao_emulated_mm", "TORCHAO_EMULATE",
@@ -246,7 +246,7 @@ def sgemm(x, y, *, threads=None, layout="NN", name="sgemm", stacklevel=2):
     if K == 0 or M == 0 or N == 0:
         return np.zeros((M, N), np.float32)          # torch.mm's empty sum is +0
     order, _ = order_for(M, K, N, threads=threads, layout=layout, name=name, stacklevel=stacklevel + 1)
-    if _flushes_subnormals() and _may_reach_subnormals(x, y):
+    if _flushes_subnormals() and may_reach_subnormals(x, y):
         # torch.set_flush_denormal(True) sets FTZ / DAZ on the thread: torch.mm gave 0 where the IEEE sum (this one) is
         # subnormal (32 of 64 outputs of an 8x64x8 product on an AMD EPYC), silently
         warnings.warn(f"{name}: this thread flushes subnormal floats to zero (torch.set_flush_denormal(True), or "
