@@ -208,7 +208,10 @@ def main():
     given = [o for o, v in (("--seed", args.seed), ("--layouts", args.layouts)) if v is not None
              and not (o == "--layouts" and args.starts)]
     if given and not args.random:
-        ap.error(f"{' and '.join(given)} apply to --random N only (the grid survey probes the NN layout)")
+        # --starts --seed 3 was told "(the grid survey probes the NN layout)", of a survey not asked for
+        ap.error(f"{' and '.join(given)} apply to --random N only (" + (
+            "--starts surveys fixed shapes, with no random draw" if args.starts else
+            "the grid survey probes the NN layout") + ")")
     args.seed = 0 if args.seed is None else args.seed
     args.layouts = args.layouts or (list(cpu_order.LAYOUTS) if args.starts else ["NN"])
     threads = args.threads

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import warnings
 
 from ..gemm import cpu_order
 
@@ -121,14 +120,16 @@ def run(args) -> int:
             _check_probe_memory(M, K, N, available)
             _check_probe_work(M, K, N)
     if args.json:
+        # the cache's own warning apart from the shapes' (it took the first shape's "warning", in place of its own)
+        refused = cpu_order.cache_problem()
         rows = []
         for M, K, N in shapes:
-            with warnings.catch_warnings(record=True) as caught:     # in the JSON, as the text's [warning: ...]
-                warnings.simplefilter("always")
-                order, src = cpu_order.order_for(M, K, N, threads=args.threads, layout=args.layout)
+            order, src, said = cpu_order.order_and_warnings(M, K, N, threads=args.threads, layout=args.layout)
             rows.append({"shape": [M, K, N], "layout": args.layout, "source": src, "order": order.describe(),
-                         "warning": str(caught[0].message) if caught else None})
-        print(json.dumps({"machine": cpu_order.machine(), "policy": cpu_order.policy(), "gemms": rows}, indent=1))
+                         "warning": " | ".join(said) or None})     # as the text's [warning: ...]
+        print(json.dumps({"machine": cpu_order.machine(), "policy": cpu_order.policy(),
+                          "cache": {"path": str(cpu_order.cache_path()), "not_used": refused}, "gemms": rows},
+                         indent=1))
         return 0
     print("\n".join(cpu_order.describe_here(shapes, threads=args.threads, layout=args.layout)))
     return 0

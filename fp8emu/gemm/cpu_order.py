@@ -61,7 +61,7 @@ from .sumtree import GemmOrder, SumTree
 __all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "probe_too_long", "MAX_PROBE_PRODUCTS",
            "MAX_REVEAL_PRODUCTS",
            "machine", "cpu_flags", "cache_path", "LAYOUTS",
-           "reveal_here", "describe_here"]
+           "reveal_here", "describe_here", "cache_problem", "order_and_warnings"]
 
 
 
@@ -525,17 +525,35 @@ def _cache_file():
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))   # a FIFO opens at once, unread
     except OSError:
         return None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > CACHE_LIMIT:
+    why = _unusable(os.fstat(fd))
+    if why:
         os.close(fd)
-        _refuse_cache(p, "is not a regular file" if not stat.S_ISREG(st.st_mode) else
-                      f"holds {st.st_size} bytes, past the {CACHE_LIMIT}-byte limit")
+        _refuse_cache(p, why)
         return None
     with os.fdopen(fd, "rb") as f:
         try:
             return f.read(CACHE_LIMIT + 1)
         except OSError:
             return None
+
+
+def _unusable(st):
+    """Why a cache file of this ``os.stat`` result is neither read nor written, or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    return f"holds {st.st_size} bytes, past the {CACHE_LIMIT}-byte limit" if st.st_size > CACHE_LIMIT else None
+
+
+def _cache_problem():
+    """Why the order cache file is neither read nor written (warned once, as a GEMM would), or None."""
+    p = cache_path()
+    try:
+        why = _unusable(os.stat(p))       # stat opens nothing: a FIFO does not block it
+    except OSError:
+        return None                       # absent or unreadable: a miss, and written when an order is found
+    if why:
+        _refuse_cache(p, why)
+    return why
 
 
 def _refuse_cache(p, why):
@@ -625,7 +643,9 @@ def _revealed(M, K, N, threads, layout):
                     _store(key, {"order": order.to_json(), "explained": facts["explained"],
                                  "calls": facts["calls"]})
             _MEMO[key] = hit
-    return hit
+    # a GemmOrder of its own (the memo's trees are immutable, its classes read-only): a change to the list of trees
+    # handed out (order.trees[0] = another tree) was the memo's, so every later GEMM of that shape, silently
+    return GemmOrder(hit[0].trees, hit[0].classes), hit[1]
 
 
 #: The most products a probe's first round may take (:func:`probe_too_long`).
@@ -738,11 +758,44 @@ def describe_here(shapes, *, threads=None, layout="NN"):
         lines.append(f"MKL settings: {info['mkl_env']}")
     torch = _torch()
     lines.append(f"library: {_library(torch)}" if torch is not None else "library: torch not installed")
-    lines.append(f"policy: {policy()}; cache: {cache_path()}")
+    # the cache's own warning, said here and before the shapes: caught with the first shape's, it stood in that
+    # shape's [warning: ...] in place of the order's own (a gemv shape's "torch may differ" was dropped)
+    why = cache_problem()
+    lines.append(f"policy: {policy()}; cache: {cache_path()}" + (f" (not read or written: it {why})" if why else ""))
     for M, K, N in shapes:
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            order, src = order_for(M, K, N, threads=threads, layout=layout, stacklevel=2)
-        note = f"  [warning: {w[0].message}]" if w else ""
-        lines.append(f"{M}x{K}x{N} {layout}: {src}: {order.describe()}{note}")
+        order, src, said = order_and_warnings(M, K, N, threads=threads, layout=layout)
+        lines.append(f"{M}x{K}x{N} {layout}: {src}: {order.describe()}" + "".join(f"  [warning: {m}]" for m in said))
     return lines
+
+
+def cache_problem():
+    """Why the order cache (:func:`cache_path`) is not used under the policy in force (None where it is, or where
+    the policy probes nothing): a path that is not a regular file, or one past its size limit.  It warns once.
+
+    Examples
+    --------
+    >>> with use("mkl-2024.2-avx512"):      # a recorded model reads no cache
+    ...     print(cache_problem())
+    None
+    """
+    return _cache_problem() if policy() in ("auto", "revealed") and _torch() is not None else None
+
+
+def order_and_warnings(M, K, N, *, threads=None, layout="NN"):
+    """``(order, source, messages)``: :func:`order_for`'s result and the text of every warning it gave.
+
+    Examples
+    --------
+    >>> with use("mkl-2024.2-avx512"):
+    ...     order, source, said = order_and_warnings(4, 1024, 4, threads=1)
+    >>> source, said
+    ('mkl-2024.2-avx512', [])
+    >>> with use("mkl-2024.2-avx512"):
+    ...     said = order_and_warnings(4, 1024, 4, threads=1, layout="NT")[2]
+    >>> len(said), said[0][:37]
+    (1, 'sgemm: mkl-2024.2-avx512 is not prove')
+    """
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        order, src = order_for(M, K, N, threads=threads, layout=layout)
+    return order, src, [str(m.message) for m in w]

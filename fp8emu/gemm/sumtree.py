@@ -94,18 +94,32 @@ class SumTree:
         if not ((raw.ndim == 2 and raw.shape[1] == 2) or (raw.ndim == 1 and raw.size % 2 == 0)):
             raise ValueError(f"a sum tree's children are pairs of node numbers (an n x 2 array, or a flat list of "
                              f"even length), got shape {raw.shape}")
-        self.K = int(K)
-        ch = raw.astype(np.int64).reshape(-1, 2)
+        object.__setattr__(self, "K", int(K))
+        ch = raw.astype(np.int64).reshape(-1, 2)   # a copy: the caller's array is not kept
         if self.K < 1 or ch.shape[0] != self.K - 1:
             raise ValueError(f"a sum tree over K={K} leaves has K - 1 = {K - 1} nodes, got {ch.shape[0]}")
         if self.K > 1 and sorted(ch.reshape(-1).tolist()) != list(range(2 * self.K - 2)):
             raise ValueError("a sum tree's nodes must use every leaf and every inner node but the root once")
         if self.K > 1 and np.any(ch >= self.K + np.arange(self.K - 1)[:, None]):
             raise ValueError("a sum tree's node may only add leaves and earlier nodes")
-        self.children = ch
-        self.fma = bool(fma)
-        self.start = start
-        self.lone = _lone(lone, self.K, ch, self.fma)
+        # immutable (read-only children, no attribute set after this): a tree is hashed, and order_for hands out
+        # the trees of its memo, so a write to one (children[0] = ..., tree.fma = False) changed every later
+        # GEMM of that shape in the process, silently
+        ch.flags.writeable = False
+        lone = _lone(lone, self.K, ch, bool(fma))
+        for name, v in (("children", ch), ("fma", bool(fma)), ("start", start), ("lone", lone)):
+            object.__setattr__(self, name, v)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a SumTree is immutable (it is hashed, and order_for shares its trees): build another "
+                             f"(SumTree(...), starting, with_lone) instead of setting {name!r}")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"a SumTree is immutable: {name!r} cannot be deleted")
+
+    def __reduce__(self):
+        # pickle and copy set no attribute one by one (__setattr__ refuses): the tree is built again
+        return _rebuilt, (self.K, self.children, self.fma, self.start, self.lone)
 
     def __eq__(self, other):
         return (isinstance(other, SumTree) and self.K == other.K and self.fma == other.fma
@@ -334,6 +348,10 @@ class SumTree:
         return cls(d["K"], np.asarray(d["children"]), d["fma"], start=d.get("start", "add"), lone=d.get("lone", ()))
 
 
+def _rebuilt(K, children, fma, start, lone):
+    return SumTree(K, children, fma, start=start, lone=lone)
+
+
 def _run_text(run):
     """Leaves in their order: ``k``, ``[a:b]``, ``[a:b:s]`` (a stride) or ``[i,j,k]``."""
     if len(run) == 1:
@@ -477,7 +495,7 @@ def evaluate(tree, x, y):
     if M == 0 or N == 0:
         return out
     sp = tree.spines()
-    tiny = tree.fma and _may_reach_subnormals(x, y)
+    tiny = tree.fma and may_reach_subnormals(x, y)
     cols = min(N, _CHAIN_COLS)
     rows = max(1, _CHAIN_ELEMS // max(1, cols))
     xt = np.ascontiguousarray(x.T, dtype=np.float64)              # (K, M): row k is x_k
@@ -587,7 +605,7 @@ def _chain(c, xs, ys, ks, fma, tiny):
             np.copyto(c, s, casting="unsafe")
 
 
-def _may_reach_subnormals(x, y):
+def may_reach_subnormals(x, y):
     """Whether a nonzero partial sum of these operands' products can be below float32's least normal.
 
     Every product is a multiple of ``q = spacing(min |x|) * spacing(min |y|)`` (nonzero finite
@@ -600,3 +618,6 @@ def _may_reach_subnormals(x, y):
             return False
         q *= float(np.spacing(np.float32(a.min())))
     return q < _TINY32
+
+
+_may_reach_subnormals = may_reach_subnormals     # the name tests/test_sgemm_fma_chain.py and MUTATION.md use

@@ -68,12 +68,14 @@ Examples
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..codec import decode, encode
 from .cpu_order import LAYOUTS, RECORDED, cpu_flags, order_for
 from .epilogue import bias_in
-from .sumtree import SumTree, evaluate, evaluate_order
+from .sumtree import SumTree, evaluate, evaluate_order, may_reach_subnormals
 
 __all__ = ["TORCH_CPU_PATHS", "cpu_path", "torch_cpu_mm", "torch_cpu_epilogue", "fast_accum_accumulator",
            "sgemm", "torchao_emulated_mm", "TORCHAO_EMULATE",
@@ -220,6 +222,8 @@ def sgemm(x, y, *, threads=None, layout="NN", name="sgemm", stacklevel=2):
     ``threads``: torch's thread count where the caller knows it (``torch.get_num_threads()``).
     ``layout``: how A and B reach ``mm`` (``"NN"``, ``"NT"``, ``"TN"``, ``"TT"``: row-major or
     transposed views), which can change MKL's order.
+    Sums are IEEE float32 arithmetic: where the calling thread flushes subnormals to zero
+    (``torch.set_flush_denormal(True)``) and these operands can reach them, a RuntimeWarning says torch may differ.
 
     Examples
     --------
@@ -242,8 +246,23 @@ def sgemm(x, y, *, threads=None, layout="NN", name="sgemm", stacklevel=2):
     if K == 0 or M == 0 or N == 0:
         return np.zeros((M, N), np.float32)          # torch.mm's empty sum is +0
     order, _ = order_for(M, K, N, threads=threads, layout=layout, name=name, stacklevel=stacklevel + 1)
+    if _flushes_subnormals() and may_reach_subnormals(x, y):
+        # torch.set_flush_denormal(True) sets FTZ / DAZ on the thread: torch.mm gave 0 where the IEEE sum (this one) is
+        # subnormal (32 of 64 outputs of an 8x64x8 product on an AMD EPYC), silently
+        warnings.warn(f"{name}: this thread flushes subnormal floats to zero (torch.set_flush_denormal(True), or "
+                      "FTZ / DAZ set by another library), and so does torch.mm; fp8emu sums in IEEE arithmetic, so "
+                      "outputs whose operands, products or partial sums are subnormal may differ from torch's",
+                      RuntimeWarning, stacklevel=stacklevel)
     with np.errstate(all="ignore"):
         return evaluate_order(order, x, y)
+
+
+def _flushes_subnormals():
+    """Whether this thread's float arithmetic flushes subnormals (FTZ: a subnormal result is 0; DAZ: a subnormal
+    operand is 0), as ``torch.set_flush_denormal(True)`` sets it; NumPy computes on the same thread's settings."""
+    least, sub = np.array([2.0 ** -126, 2.0 ** -140], np.float32)        # float32's least normal, a subnormal
+    with np.errstate(all="ignore"):
+        return bool(least * np.float32(0.5) == 0 or sub + np.float32(0) == 0)
 
 
 def _f32_operand(a, what):

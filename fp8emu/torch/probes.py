@@ -46,6 +46,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _nn_module
 
 from ..training import get_recipe, get_stack
 from .linear import EmulatedLinear
@@ -307,6 +308,21 @@ def _check_own_weights(loss, called):
                              "probe needs a weight that only its layer uses (untie it for the probe)")
 
 
+def _check_no_grad_hooks(called):
+    """One error naming a called layer whose weight has a gradient hook: ``.grad`` (capture's ``dw``) is then what
+    the hook made of the layer's wgrad (a ``register_hook`` that clips or scales it was returned as ``dw``, silently),
+    and an optimizer stepped in the backward (``register_post_accumulate_grad_hook``) may free it."""
+    for name, mod in called.items():
+        w = mod.weight
+        kinds = [k for k, hooks in (("register_hook", getattr(w, "_backward_hooks", None)),
+                                    ("register_post_accumulate_grad_hook",
+                                     getattr(w, "_post_accumulate_grad_hooks", None))) if hooks]
+        if kinds:
+            raise ValueError(f"the weight of layer {name!r} has a gradient hook ({' and '.join(kinds)}), so its .grad "
+                             "need not be the layer's wgrad (a hook may clip, scale or replace it, or step an optimizer "
+                             "and free it); a probe records the wgrad itself: remove the hook for the probe")
+
+
 def capture(model, loss_fn) -> tuple:
     """One forward and backward of ``loss_fn(model)`` with every linear layer's operands and results.
 
@@ -323,9 +339,13 @@ def capture(model, loss_fn) -> tuple:
     ``x w^T + b``), and a ``loss_fn`` that runs a backward itself, a model holding :mod:`fp8emu.torch.te` modules
     (their GEMMs are no ``nn.Linear``) or ``nn.Linear`` layers compiled by TorchScript (no call to see), and a layer
     that ran with another weight or bias than its Parameter (``torch.func.functional_call``: capture records the
-    Parameters); a TypeError a layer that runs in float64 (float32 would round what it records).  A forward
-    hook of the model's on a layer may change what the next layer gets: ``y`` and ``dy`` are the layer's own
-    output and its gradient, before the hook.
+    Parameters), and a layer whose weight has a gradient hook (``register_hook``, ``register_post_accumulate_grad_hook``:
+    its ``.grad`` need not be the wgrad); a TypeError a layer that runs in float64 (float32 would round what it
+    records).  ``w`` and ``b`` are the values the forward used (a hook that changes the weights in the backward
+    changes no capture).  A forward hook of the model's on a layer may change what the next layer gets: ``y`` and
+    ``dy`` are the layer's own output and its gradient, before the hook; a global forward hook
+    (``register_module_forward_hook``, which torch runs before the layer's own) that changes a layer's output is a
+    ValueError.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -392,6 +412,7 @@ def capture(model, loss_fn) -> tuple:
     def fwd(name):
         def hook(mod, args, kwargs, out):
             x = args[0] if args else kwargs.get("input")      # lin(input=x): no positional input
+            raw_out = raw.pop(id(mod), None)
             if name in seen and torch._C._current_graph_task_id() != -1 and isinstance(x, torch.Tensor):
                 return recompute(name, x, out)
             if name in seen:
@@ -406,6 +427,12 @@ def capture(model, loss_fn) -> tuple:
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"layer {name!r} was called without an input tensor (args {len(args)}, "
                                 f"keywords {sorted(kwargs)})")
+            if raw_out is not None and (out is not raw_out[0] or getattr(out, "_version", None) != raw_out[1]):
+                # torch runs global forward hooks before a layer's own, capture's first among these: y and dy were
+                # the hook's output and its gradient, not x w^T + b's, silently
+                raise ValueError(f"layer {name!r}: a global forward hook (torch.nn.modules.module."
+                                 "register_module_forward_hook) changed its output before capture saw it, so y and dy "
+                                 "would not be the layer's; remove that hook for the probe")
             if torch.is_autocast_enabled(x.device.type):
                 # autocast ran the layer on rounded copies of x and w: the captured y was not their product
                 raise RuntimeError(f"layer {name!r} ran under torch.autocast, which rounds its input and weight "
@@ -413,12 +440,28 @@ def capture(model, loss_fn) -> tuple:
                                    "run loss_fn without autocast (model.to(dtype) for a low-precision model)")
             rec = seen[name] = {"x": _np32(_rows(x), f"the input of layer {name!r}"),
                                 "y": _np32(_rows(out), f"the output of layer {name!r}"),
+                                # the weight and bias as this forward used them: read after the backward they
+                                # were an optimizer's next step where a hook steps in the backward (y was not
+                                # x w^T + b, silently)
+                                "w": _np32(mod.weight, f"the weight of layer {name!r}"),
+                                "b": None if mod.bias is None else _np32(mod.bias, f"the bias of layer {name!r}"),
                                 "grad_mode": torch.is_grad_enabled(),
                                 # the tensors the call used: torch.func.functional_call puts others in their place
                                 "operands": (mod.weight, mod.bias)}
             gradients(rec, x, out)
         return hook
 
+    raw, ids = {}, {id(m) for m in layers.values()}
+
+    def first(mod, args, out):
+        if id(mod) in ids:
+            raw[id(mod)] = (out, getattr(out, "_version", None))
+
+    if getattr(_nn_module, "_global_forward_hooks", None):
+        # a global forward hook runs before every module's own: one of capture's own, first of them, sees the layer's
+        # output as its forward returned it (registered only where such hooks are, so nothing changes elsewhere)
+        handles.append(_nn_module.register_module_forward_hook(first))
+        _nn_module._global_forward_hooks.move_to_end(handles[-1].id, last=False)
     for name, mod in layers.items():
         handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
         # first of the layer's forward hooks: the layer's own output (a user's hook may return another, which
@@ -459,6 +502,7 @@ def capture(model, loss_fn) -> tuple:
                                  "the captured weight and bias are not the operands of its forward; a probe records a "
                                  "layer's own Parameters: load those values into the model and call it directly")
         _check_own_weights(loss, called)
+        _check_no_grad_hooks(called)
         loss.backward()
     finally:
         for h in handles:
@@ -480,10 +524,14 @@ def capture(model, loss_fn) -> tuple:
             raise ValueError(f"layer {name!r} ran with autograd off (under torch.no_grad() or torch.inference_mode() "
                              "inside the model's forward or loss_fn), so it has no gradients: a probe needs autograd "
                              "on for every layer it calls")
-        if "dy" not in r or mod.weight.grad is None:
+        if "dy" not in r:
             raise ValueError(f"layer {name!r} ran in the forward but its output does not reach the loss (no "
                              "output gradient): a probe needs every layer it calls on the loss's path")
-        caps[name] = LayerCapture(x=r["x"], w=_np32(mod.weight, f"the weight of layer {name!r}"),
-                                  b=None if mod.bias is None else _np32(mod.bias, f"the bias of layer {name!r}"),
-                                  y=r["y"], dy=r["dy"], dx=r.get("dx"), dw=_np32(mod.weight.grad))
+        if mod.weight.grad is None:
+            # its output reached the loss: "does not reach the loss" was false here
+            raise ValueError(f"the weight of layer {name!r} has no gradient after the backward though the layer's "
+                             "output reached the loss (a hook set it to None in the backward, as an optimizer "
+                             "stepped there does?); a probe reads the wgrad there: remove that hook for the probe")
+        caps[name] = LayerCapture(x=r["x"], w=r["w"], b=r["b"], y=r["y"], dy=r["dy"], dx=r.get("dx"),
+                                  dw=_np32(mod.weight.grad))
     return float(loss.detach()), caps
