@@ -225,9 +225,9 @@ def test_sgemm_matches_the_slow_chain_on_gaussian_data():
 
 
 def test_no_subnormal_check_where_no_sum_can_be_subnormal():
-    from fp8emu.gemm.sumtree import _may_reach_subnormals
+    from fp8emu.gemm.sumtree import may_reach_subnormals
     ones = np.ones((2, 2), np.float32)
-    assert not _may_reach_subnormals(ones * 2.0 ** -40, ones * 2.0 ** -40)    # spacing product 2**-126
-    assert _may_reach_subnormals(ones * 2.0 ** -40, ones * 2.0 ** -41)
-    assert _may_reach_subnormals(np.array([[1.0, 1e-45]], np.float32), ones)
-    assert not _may_reach_subnormals(np.zeros((2, 2), np.float32), ones)
+    assert not may_reach_subnormals(ones * 2.0 ** -40, ones * 2.0 ** -40)    # spacing product 2**-126
+    assert may_reach_subnormals(ones * 2.0 ** -40, ones * 2.0 ** -41)
+    assert may_reach_subnormals(np.array([[1.0, 1e-45]], np.float32), ones)
+    assert not may_reach_subnormals(np.zeros((2, 2), np.float32), ones)

@@ -620,4 +620,3 @@ def may_reach_subnormals(x, y):
     return q < _TINY32
 
 
-_may_reach_subnormals = may_reach_subnormals     # the name tests/test_sgemm_fma_chain.py and MUTATION.md use
