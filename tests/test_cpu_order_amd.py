@@ -205,17 +205,19 @@ def test_the_zen4_epyc_took_the_same_kernels_as_the_avx2_one():
         assert [[r[k] for k in key] for r in old["gemms"]] == [[r[k] for k in key] for r in zen4["gemms"]], suffix
 
 
-def test_the_compatible_branch_gave_the_same_bits_on_the_epyc_as_on_the_xeon():
+@pytest.mark.parametrize("stem", [stem for stem, _ in EPYCS])
+def test_the_compatible_branch_gave_the_same_bits_on_the_epyc_as_on_the_xeon(stem):
     """MKL_CBWR=COMPATIBLE: the same 300 random products (seed 1) differ from the model in the same number of
-    outputs, shape by shape, on both CPUs (0 wherever the model calls the shape proven)."""
-    amd = json.loads((DATA / "epyc-avx2-mkl-2024.2-compatible-random.json").read_text())
-    intel = json.loads((DATA / "xeon-amx-mkl-2024.2-compatible-random.json").read_text())
-    assert amd["machine"]["vendor"] == "AuthenticAMD" and intel["machine"]["vendor"] == "GenuineIntel"
-    key = ("M", "K", "N", "threads", "layout", "differ")
-    assert [[r[k] for k in key] for r in amd["gemms"]] == [[r[k] for k in key] for r in intel["gemms"]]
-    grid_amd = json.loads((DATA / "epyc-avx2-mkl-2024.2-compatible.json").read_text())["gemms"]
-    grid_intel = json.loads((DATA / "xeon-amx-mkl-2024.2-compatible.json").read_text())["gemms"]
-    assert [r["order"] for r in grid_amd] == [r["order"] for r in grid_intel]
+    outputs, shape by shape, on each EPYC as on the Xeon (0 wherever the model calls the shape proven); the
+    surveys reveal the same orders and the same starts."""
+    for suffix, key in (("-random", ("M", "K", "N", "threads", "layout", "differ")), ("", ("M", "K", "N", "order")),
+                        ("-starts", ("M", "K", "N", "threads", "layout", "starts", "model_agrees"))):
+        amd = json.loads((DATA / f"{stem}-compatible{suffix}.json").read_text())
+        intel = json.loads((DATA / f"xeon-amx-mkl-2024.2-compatible{suffix}.json").read_text())
+        assert amd["machine"]["vendor"] == "AuthenticAMD" and intel["machine"]["vendor"] == "GenuineIntel"
+        assert amd["machine"]["mkl_env"] == intel["machine"]["mkl_env"] == {"MKL_CBWR": "COMPATIBLE"}
+        assert len(amd["gemms"]) == len(intel["gemms"]) > 100
+        assert [[r[k] for k in key] for r in amd["gemms"]] == [[r[k] for k in key] for r in intel["gemms"]], suffix
 
 
 def test_live_torch_equals_the_model_on_its_cpu_or_it_warns():

@@ -309,9 +309,10 @@ class CompatibleModel:
 #: ``mkl-2024.2-compatible``: torch 2.13.0+cpu's MKL 2024.2 under ``MKL_CBWR=COMPATIBLE``.
 MODEL = CompatibleModel(
     name="mkl-2024.2-compatible",
-    proven_on="an Intel Xeon with AMX and an AMD EPYC with AVX2 (each KVM, 2 vCPUs), torch 2.13.0+cpu, MKL 2024.2 "
-              "with MKL_CBWR=COMPATIBLE: on each, 154 survey GEMMs and torch.mm on the same 300 random shapes (M, N "
-              "up to 1200, K up to 4096, 1 and 2 threads, all four layouts), with the same bits on both; MKL "
-              "documents this branch as giving the same results on every Intel or Intel-compatible CPU at a fixed "
-              "thread count, which was measured on these two only",
+    proven_on="an Intel Xeon with AMX, an AMD EPYC with AVX2 (family 23) and one with AVX-512 (family 25, Zen 4) "
+              "(each KVM, 2 vCPUs), torch 2.13.0+cpu, MKL 2024.2 with MKL_CBWR=COMPATIBLE: on each, 154 survey GEMMs, "
+              "the starts of 216 and torch.mm on the same 300 random shapes (M, N up to 1200, K up to 4096, 1 and 2 "
+              "threads, all four layouts), with the same bits on all three; MKL documents this branch as giving the "
+              "same results on every Intel or Intel-compatible CPU at a fixed thread count, which was measured on "
+              "these three only",
     vendors=("GenuineIntel", "AuthenticAMD"), mkl_env=(("MKL_CBWR", "COMPATIBLE"),))
