@@ -156,25 +156,31 @@ def to_torch(arr, *, fmt=None, device=None):
         arr = code_array(arr, 1 << fmt.bits, "codes", held=f"{fmt.bits}-bit {fmt.name} codes")
         dt = torch_dtype(fmt)
         if dt == torch.uint8:
-            t = torch.from_numpy(np.ascontiguousarray(arr))
+            t = torch.from_numpy(_c_order(arr))
         elif dt == getattr(torch, "float4_e2m1fn_x2", None):
             if arr.ndim == 0 or arr.shape[-1] % 2:
                 raise ValueError("FP4 codes go into torch.float4_e2m1fn_x2 two per byte: the last dimension "
                                  f"must be even, got shape {arr.shape}")
             t = torch.from_numpy(np.ascontiguousarray(pack_fp4(arr))).view(dt)
         else:
-            t = torch.from_numpy(np.ascontiguousarray(arr)).view(dt)
+            t = torch.from_numpy(_c_order(arr)).view(dt)
     else:
         name = arr.dtype.name
         if name not in _FLOAT_TORCH:
             raise TypeError(f"to_torch converts float64/float32/float16/bfloat16 values or uint8 codes with "
                             f"fmt=; got dtype {arr.dtype} without fmt")
-        arr = np.ascontiguousarray(arr)
+        arr = _c_order(arr)
         if name == "bfloat16":
             t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
         else:
             t = torch.from_numpy(arr)
     return t.to(_device(device)) if device is not None else t
+
+
+def _c_order(arr):
+    """``arr`` in C order, its shape kept: ``np.ascontiguousarray`` makes a 0-d array 1-d, and every 0-d result
+    (the encoding of a scalar tensor, a tensorwise scale, NVFP4's global scale) came back of shape (1,)."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def _device(device):
