@@ -242,6 +242,14 @@ class EmulatedLinear(nn.Module):
         self._register()
         self._normal_buffers()
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script asks every module this before compiling it: an emulated model failed in TorchScript's
+        # frontend on fp8emu's code ("NotSupportedError: Don't support conversion in JoinedStr", an f-string of
+        # linear.py), where torch.jit.trace and torch.fx are each one error naming the layer
+        raise TypeError(f"layer {self.layer_name!r}: torch.jit.script cannot compile an emulated layer, whose GEMMs "
+                        "are NumPy calls on the tensors' values; use torch.compile or torch.export (one custom op "
+                        "per layer)")
+
     def _acting(self, i):
         over = _ACTING.get()
         if over is not None and id(self) in over:
