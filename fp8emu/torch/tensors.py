@@ -234,6 +234,12 @@ class TorchScaled:
 
 def scaled_to_torch(t: ScaledTensor, device=None) -> TorchScaled:
     """A :class:`TorchScaled` holding ``t``'s codes and scales as torch tensors on ``device``."""
+    if not isinstance(t, ScaledTensor):
+        # anything else reached a bare AttributeError ("'Tensor' object has no attribute 'global_scale'")
+        got = "a TorchScaled already" if isinstance(t, TorchScaled) else type(t).__name__
+        raise TypeError(f"scaled_to_torch takes an fp8emu.ScaledTensor (what fp8emu.quantize_tensorwise, "
+                        f"quantize_mx, quantize_nvfp4, ... return), got {got}; fp8emu.torch's quantizers take tensors "
+                        "and return a TorchScaled themselves")
     def opt(a, fmt):
         return None if a is None else to_torch(np.asarray(a, np.uint8), fmt=fmt, device=device)
     gs = None if t.global_scale is None else to_torch(np.asarray(t.global_scale, np.float32), device=device)
