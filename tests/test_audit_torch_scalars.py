@@ -6,6 +6,8 @@ encoding of a 0-d tensor came back of shape (1,) (torch's own ``x.to(torch.float
 NVFP4's global scale), where the NumPy functions return 0-d arrays.  The expected shapes are torch's and NumPy's.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -32,6 +34,12 @@ def test_quantize_and_decode_of_a_scalar_are_0d():
     assert d.shape == () and d.item() == 288.0
     assert ft.to_torch(np.array(1.5, np.float32)).shape == ()
     assert ft.to_torch(np.array(56, np.uint8), fmt="e4m3fn").shape == ()
+    ro = np.array(2.0, np.float32)
+    ro.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # torch warns where it is handed a read-only array
+        t = ft.to_torch(ro)
+    assert t.shape == () and t.item() == 2.0
 
 
 def test_per_tensor_scales_have_the_numpy_shapes():

@@ -179,8 +179,9 @@ def to_torch(arr, *, fmt=None, device=None):
 
 def _c_order(arr):
     """``arr`` in C order, its shape kept: ``np.ascontiguousarray`` makes a 0-d array 1-d, and every 0-d result
-    (the encoding of a scalar tensor, a tensorwise scale, NVFP4's global scale) came back of shape (1,)."""
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+    (the encoding of a scalar tensor, a tensorwise scale, NVFP4's global scale) came back of shape (1,).  A 0-d
+    array is copied, as that function copied it (a read-only scalar made torch warn that it is not writable)."""
+    return arr if arr.flags.c_contiguous and arr.ndim else arr.copy(order="C")
 
 
 def _device(device):
