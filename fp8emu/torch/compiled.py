@@ -54,14 +54,16 @@ _LAYERS = linear.LAYERS
 _HANDLES = itertools.count(1)
 
 
+#: The buffers an emulated forward updates, in the op's order: the step counter, then delayed scaling's input and
+#: weight state (a layer of another recipe has the first only).
+_STATE_NAMES = ("fp8emu_step",) + tuple(f"{k}_{role}" for role in ("input", "weight") for k in ("amax_history", "scale"))
+
+
 def _state_names(layer) -> list:
     """The buffers an emulated forward updates (the step counter; delayed scaling's input and weight state)."""
-    names = ["fp8emu_step"]
     # the layer's own recipe, which made its buffers (an autocast block cannot switch to another delayed one;
     # and Dynamo cannot trace the ContextVar behind ``layer.recipe``)
-    if layer._recipe.delayed():
-        names += [f"{k}_{role}" for role in ("input", "weight") for k in ("amax_history", "scale")]
-    return names
+    return list(_STATE_NAMES if layer._recipe.delayed() else _STATE_NAMES[:1])
 
 
 #: Dispatch keys a custom op's kernel runs with excluded (it runs "below autograd") that the eager layer
@@ -179,8 +181,14 @@ def _no_meta_operand(x, weight, bias, state, key):
     # is refused too, as the eager layer refuses it: torch's dispatcher runs this kernel for it, which would hand
     # back meta outputs as if the layer had computed.  Dynamo fake-ifies meta tensors where it traces, so every
     # call made while a graph is traced or compiled passes the test above.
-    owner = "an emulated layer" if key.is_meta or is_fake(key) else f"layer {_layer(key).layer_name!r}"
-    refuse_meta_parameters(owner, weight, bias)
+    if key.is_meta or is_fake(key):
+        # the layer cannot be looked up: its state is named as the op holds it
+        owner = "an emulated layer"
+        buffers = {**dict(zip(_STATE_NAMES, state)), "fp8emu_key": key}
+    else:
+        layer = _layer(key)
+        owner, buffers = f"layer {layer.layer_name!r}", layer.state_buffers()
+    refuse_meta_parameters(owner, weight, bias, buffers)
     raise ValueError(f"{owner}: input is a meta tensor (a shape without values); an emulated layer computes "
                      "on its input's values")
 

@@ -209,6 +209,12 @@ class EmulatedLinear(nn.Module):
     def _load_from_state_dict(self, *args, **kwargs):
         super()._load_from_state_dict(*args, **kwargs)
         self._normal_buffers()          # assign=True takes the state dict's tensors themselves
+        key, step = self._buffers.get("fp8emu_key"), self._buffers.get("fp8emu_step")
+        if key is not None and key.is_meta and step is not None and not step.is_meta:
+            # a layer built under torch.device("meta") and loaded with assign=True: its (non-persistent) key is in no
+            # state dict and stayed meta, so the eager layer ran and the compiled one was refused with "input is a
+            # meta tensor" (a CPU input).  Its value is the layer's own, known here
+            self._buffers["fp8emu_key"] = torch.tensor(self._fp8emu_id, dtype=torch.int64, device=step.device)
 
     def _register(self):
         """Enter the registry the compiled op looks layers up in (a copy is a layer of its own).
@@ -439,8 +445,12 @@ class EmulatedLinear(nn.Module):
                     self.recompute_states.pop(next(iter(self.recompute_states)))
         return self._dispatch(x)
 
+    def state_buffers(self) -> dict:
+        """The buffers of the layer's state (the step counter; delayed scaling's histories and scales), by name."""
+        return {n: b for n, b in self._buffers.items() if n != "fp8emu_key" and b is not None}
+
     def _state_now(self) -> dict:
-        return {n: b.detach().clone() for n, b in self._buffers.items() if n != "fp8emu_key" and b is not None}
+        return {n: b.detach().clone() for n, b in self.state_buffers().items()}
 
     def _recompute(self, x, saved, autocast_state):
         """The call as it ran first (its state and :func:`fp8emu.torch.autocast` block), the state left as it is."""
@@ -513,7 +523,7 @@ class EmulatedLinear(nn.Module):
                             "bias must be float32, bfloat16, float16 or float64 tensors")
         # a model built on the meta device and called before to_empty: NumPy's bare "can't convert meta device
         # type tensor to numpy", naming no layer
-        refuse_meta_parameters(f"layer {self.layer_name!r}", self.weight, self.bias)
+        refuse_meta_parameters(f"layer {self.layer_name!r}", self.weight, self.bias, self.state_buffers())
         dev = x.device.type
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
@@ -568,15 +578,27 @@ def _acting_as(layer, recipe, stack, multiple):
         _ACTING.reset(token)
 
 
-def refuse_meta_parameters(owner, weight, bias):
+def refuse_meta_parameters(owner, weight, bias, buffers=None):
     """One ValueError naming ``owner``'s weight and / or bias where they are meta tensors (a shape without values),
-    and what to do; nothing where they have values.  The eager layer and the compiled op both call it."""
+    else its state ``buffers`` (name -> tensor) that are, and what to do; nothing where all have values.  The eager
+    layer and the compiled op both call it."""
     meta = [what for what, t in (("weight", weight), ("bias", bias)) if t is not None and t.is_meta]
     if meta:
         are = "are meta tensors" if len(meta) > 1 else "is a meta tensor"
         raise ValueError(f"{owner}: its {' and '.join(meta)} {are} (a shape without values): a model built on the "
                          "meta device needs model.to_empty(device=...) and its weights loaded (load_state_dict) or "
                          "initialized before it is called")
+    late = [n for n, t in (buffers or {}).items() if t is not None and t.is_meta]
+    if late:
+        # weights loaded into a model emulated on the meta device (load_state_dict(..., assign=True) of a checkpoint
+        # without the layer's state): the step counter was read with torch's bare "Tensor.item() cannot be called on
+        # meta tensors", naming no layer
+        names = late[0] if len(late) == 1 else f"{', '.join(late[:-1])} and {late[-1]}"
+        are = "are meta tensors" if len(late) > 1 else "is a meta tensor"
+        raise ValueError(f"{owner}: its {names} {are} (state buffers without values: weights loaded with "
+                         "load_state_dict(..., assign=True) into a model emulated on the meta device, from a checkpoint "
+                         "without the layer's state?); call model.to_empty(device=...) before loading the weights, or "
+                         "emulate the model after loading them")
 
 
 class _LinearFunction(torch.autograd.Function):
