@@ -97,7 +97,7 @@ def autocast(enabled=True, recipe=None, gpu=None):
 #: your code. Hint: Please report an issue to PyTorch.", which named fp8emu's code, not what the user can do.
 _UNTRACEABLE = ("fp8emu.torch.autocast keeps its state in a contextvars.ContextVar, which torch.compile cannot trace "
                 "(a graph break): enter the block outside the compiled function (compiled emulated layers read it "
-                "when they run), or compile without fullgraph=True")
+                "when they run), or compile without fullgraph=True (torch.export: around the exported program's call)")
 
 
 @torch.compiler.disable(reason=_UNTRACEABLE)

@@ -254,6 +254,15 @@ _emulated_linear.register_autograd(_backward, setup_context=_setup_context)
 
 def compiled_forward(layer: EmulatedLinear, x: torch.Tensor) -> torch.Tensor:
     """The layer's call as Dynamo traces it: one ``fp8emu::emulated_linear`` op (see the module docstring)."""
+    if not torch.compiler.is_dynamo_compiling() and linear.AUTOCAST.get() is not None:
+        # non-strict torch.export runs this code on fake tensors: an fp8emu.torch.autocast block entered in the traced
+        # forward (or around the export call) is Python state that the program does not hold, so the exported program
+        # ran the layer's own recipe where the module ran the block's (plain F.linear for enabled=False), silently.
+        # (Dynamo cannot read the block's ContextVar: a block around a compiled call is read by the op at run time.)
+        raise RuntimeError(f"layer {layer.layer_name!r}: torch.export cannot record an fp8emu.torch.autocast block (its "
+                           "state is Python's, not the graph's), so the exported program would run the layer without "
+                           "it; export outside the block and enter it around the exported program's call "
+                           "(ep.module()(x)): the layers read it when they run")
     params = (layer.weight,) if layer.bias is None else (layer.weight, layer.bias)
     # not layer.records_autograd(x): Dynamo cannot trace torch.is_inference_mode_enabled(); under inference mode
     # with grad enabled the op's eager call finds that it records nothing and runs forward only
