@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.fx
 from torch import nn
+from torch.autograd import forward_ad
 
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
@@ -510,6 +511,13 @@ class EmulatedLinear(nn.Module):
                                "cannot run an emulated layer, whose GEMMs are NumPy calls on the tensors' values; "
                                "take gradients with ordinary autograd (loss.backward(), torch.autograd.grad) and "
                                "batch with a loop")
+        if any(t is not None and forward_ad.unpack_dual(t).tangent is not None for t in (x, self.weight, self.bias)):
+            # forward-mode AD (dual tensors, torch.autograd.forward_ad): torch's bare "You must implement the jvp
+            # function for custom autograd.Function to use it with forward mode AD", where torch.func.jvp is named
+            raise RuntimeError(f"layer {self.layer_name!r}: forward-mode AD (torch.autograd.forward_ad's dual "
+                               "tensors) cannot run through an emulated layer, whose GEMMs are NumPy calls with no "
+                               "tangent; take gradients with ordinary (reverse-mode) autograd (loss.backward(), "
+                               "torch.autograd.grad)")
         if torch.jit.is_tracing():
             # the tracer cannot record the NumPy GEMMs: torch's bare "unordered_map::at"
             raise RuntimeError(f"layer {self.layer_name!r}: torch.jit.trace cannot record an emulated layer, whose "
