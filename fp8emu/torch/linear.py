@@ -86,6 +86,13 @@ def _in_transform() -> bool:
     return torch._C._functorch.maybe_current_level() is not None
 
 
+def _batched(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a batched tensor of torch's own vmap (``torch.autograd.grad(..., is_grads_batched=True)`` and
+    ``jacobian(..., vectorize=True)`` use it, not ``torch.func``'s): it has no values NumPy can read."""
+    legacy = getattr(torch._C._functorch, "is_legacy_batchedtensor", None)
+    return legacy is not None and bool(legacy(t))
+
+
 def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
     """A tensor as a NumPy array in the stack's dtype (bfloat16 via ml_dtypes, or float32)."""
     a = t.detach().to(torch.float32).contiguous().numpy()
@@ -646,6 +653,13 @@ class _LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        if _in_transform() or _batched(dy):
+            # a batched backward runs this under vmap, whose batched gradient NumPy cannot read: torch's bare
+            # "Batching rule not implemented for aten::detach; the fallback path doesn't work on out= or view ops"
+            raise RuntimeError(f"layer {ctx.layer.layer_name!r}: a batched backward (torch.autograd.grad(..., "
+                               "is_grads_batched=True), torch.autograd.functional.jacobian(..., vectorize=True)) cannot "
+                               "run an emulated layer's backward, whose GEMMs are NumPy calls on the tensors' values; "
+                               "take the gradients one output gradient at a time (a loop, or vectorize=False)")
         if dy.dtype == torch.float64:       # a float64 model's gradient, computed in float32 as the input is
             ctx.layer._check_fits_float32("its output gradient", dy)
         # the recipe and stack the forward ran with (an autocast block may have ended since)
