@@ -124,9 +124,9 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
         One of :func:`fp8emu.torch.stack_names`, or a :class:`fp8emu.torch.Stack`.
     module_filter_fn : callable, keyword-only, optional
         torchao's ``convert_to_float8_training`` argument: ``module_filter_fn(module, fqn) -> bool``
-        is called for every ``nn.Linear`` (subclasses and those TorchScript compiled included) with its fully
-        qualified name; a layer for which it returns False stays in high precision on purpose
-        (``report.filtered``, no warning).  None: every layer is a candidate.  It must return True or False.
+        is called for every ``nn.Linear`` (subclasses included) with its fully qualified name; a layer for
+        which it returns False stays in high precision on purpose (``report.filtered``, no warning).  An
+        ``nn.Linear`` compiled by TorchScript is no module it is asked about: it is always in ``report.skipped``.  None: every layer is a candidate.  It must return True or False.
     autocast_only : bool, keyword-only
         False (the default, as torchao's ``Float8Linear``): the layers run FP8 everywhere except
         inside ``fp8emu.torch.autocast(enabled=False)``.  True (Transformer Engine's rule): they run
@@ -213,13 +213,11 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
     report._primary = {n: ns[0] for _, ns in refs.values() for n in ns}
     wanted = {key: _accepted(module_filter_fn, lin, ns) for key, (lin, ns) in refs.items()}
     mha_out = _attention_projections(model, refs, wanted, report)
-    for name, m in scripted.items():
+    for name in scripted:
         # TorchScript runs its compiled graph, which calls no Python module: such a layer stayed in high precision
-        # without a word, and a model scripted as a whole was said to hold no nn.Linear
-        if _accepted(module_filter_fn, m, [name]):
-            report.skipped[name] = _SCRIPTED
-        else:
-            report.filtered[name] = "module_filter_fn returned False"
+        # without a word, and a model scripted as a whole was said to hold no nn.Linear.  The filter is not asked
+        # (torchao's contract: nn.Linear modules; a traced layer has no in_features for a filter to read)
+        report.skipped[name] = _SCRIPTED
     # the layer index seeds stochastic rounding: counted over every plain nn.Linear, emulated or not, as
     # before filters existed, so that a model's bits do not change with what the filter leaves out
     plain = [key for key, (lin, _) in refs.items() if type(lin) is nn.Linear]
@@ -258,8 +256,11 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
     report.fast_path_off = _fast_path_off(model)
     if report.skipped:
         listed = "; ".join(f"{k!r} ({v})" for k, v in report.skipped.items())
-        warnings.warn(f"{len(report.skipped)} layer(s) left in high precision (fp8emu.torch.emulate): {listed}; "
-                      "pass module_filter_fn to leave them out on purpose", HighPrecisionWarning, stacklevel=2)
+        # a filter cannot leave out a TorchScript layer (it is not asked about one)
+        hint = ("" if set(report.skipped) <= set(scripted)
+                else "; pass module_filter_fn to leave them out on purpose")
+        warnings.warn(f"{len(report.skipped)} layer(s) left in high precision (fp8emu.torch.emulate): {listed}{hint}",
+                      HighPrecisionWarning, stacklevel=2)
     return report
 
 
