@@ -86,6 +86,15 @@ def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
 
 def _from_torch(t, torch, what):
     t = t.detach()
+    # a tensor without one dense array of values reached torch's bare errors: "Internal error: NestedTensorImpl
+    # doesn't support sizes. Please file an issue." (nested), "Got unsupported ScalarType QUInt8" (quantized)
+    if t.is_nested or t.layout != torch.strided:
+        kind = "nested (torch.nested)" if t.is_nested else f"{t.layout} (sparse or opaque)"
+        way = f"its components one at a time ({what}.unbind())" if t.is_nested else f"{what}.to_dense()"
+        raise TypeError(f"{what} is a {kind} tensor, which has no one dense array of values to read; pass {way}")
+    if t.is_quantized:
+        raise TypeError(f"{what} is a quantized tensor ({t.dtype}), whose integers are not its values; pass "
+                        f"{what}.dequantize()")
     if t.is_complex():
         raise TypeError(f"{what}: complex tensors are not supported (got {t.dtype})")
     if t.device.type == "meta":
@@ -100,7 +109,12 @@ def _from_torch(t, torch, what):
         dt = np.dtype(_TORCH_VIEW[name])
         ui = {1: torch.uint8, 2: torch.int16}[dt.itemsize]
         return t.view(ui).numpy().view(dt)
-    return t.numpy()
+    try:
+        return t.numpy()
+    except TypeError:       # a dtype NumPy has no counterpart for (torch.bits8, torch.uint3, ...): torch's bare
+        # "Got unsupported ScalarType Bits8"
+        raise TypeError(f"{what}: a {t.dtype} tensor has no NumPy counterpart to read; pass a bool, integer or "
+                        "floating-point tensor (float8_* and float4_e2m1fn_x2 included)") from None
 
 
 def _is_instance(x, module, attr):

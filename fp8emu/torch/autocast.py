@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
+import torch
+
 from ..training import get_recipe, get_stack
 from .linear import AUTOCAST
 from .swap import check_combination, required_multiple
@@ -83,6 +85,23 @@ def autocast(enabled=True, recipe=None, gpu=None):
     >>> bool((exact != model(x)).any())      # exact sums differ from Hopper's fast accumulation
     True
     """
+    token = _enter(enabled, recipe, gpu)
+    try:
+        yield
+    finally:
+        _leave(token)
+
+
+#: Why a block cannot be traced (what ``torch.compile(..., fullgraph=True)`` reports).  Dynamo's own words were
+#: "Dynamo does not know how to trace method `get` of class `ContextVar` ... Hint: Avoid calling `ContextVar.get` in
+#: your code. Hint: Please report an issue to PyTorch.", which named fp8emu's code, not what the user can do.
+_UNTRACEABLE = ("fp8emu.torch.autocast keeps its state in a contextvars.ContextVar, which torch.compile cannot trace "
+                "(a graph break): enter the block outside the compiled function (compiled emulated layers read it "
+                "when they run), or compile without fullgraph=True (torch.export: around the exported program's call)")
+
+
+@torch.compiler.disable(reason=_UNTRACEABLE)
+def _enter(enabled, recipe, gpu):
     if not isinstance(enabled, bool):
         raise TypeError(f"enabled must be True or False, got {enabled!r}")
     outer = AUTOCAST.get()
@@ -90,8 +109,9 @@ def autocast(enabled=True, recipe=None, gpu=None):
     S = get_stack(gpu) if gpu is not None else (outer.stack if outer is not None else None)
     if R is not None and S is not None:
         check_combination(R, S)
-    token = AUTOCAST.set(_State(enabled, R, S))
-    try:
-        yield
-    finally:
-        AUTOCAST.reset(token)
+    return AUTOCAST.set(_State(enabled, R, S))
+
+
+@torch.compiler.disable(reason=_UNTRACEABLE)
+def _leave(token):
+    AUTOCAST.reset(token)

@@ -54,14 +54,16 @@ _LAYERS = linear.LAYERS
 _HANDLES = itertools.count(1)
 
 
+#: The buffers an emulated forward updates, in the op's order: the step counter, then delayed scaling's input and
+#: weight state (a layer of another recipe has the first only).
+_STATE_NAMES = ("fp8emu_step",) + tuple(f"{k}_{role}" for role in ("input", "weight") for k in ("amax_history", "scale"))
+
+
 def _state_names(layer) -> list:
     """The buffers an emulated forward updates (the step counter; delayed scaling's input and weight state)."""
-    names = ["fp8emu_step"]
     # the layer's own recipe, which made its buffers (an autocast block cannot switch to another delayed one;
     # and Dynamo cannot trace the ContextVar behind ``layer.recipe``)
-    if layer._recipe.delayed():
-        names += [f"{k}_{role}" for role in ("input", "weight") for k in ("amax_history", "scale")]
-    return names
+    return list(_STATE_NAMES if layer._recipe.delayed() else _STATE_NAMES[:1])
 
 
 #: Dispatch keys a custom op's kernel runs with excluded (it runs "below autograd") that the eager layer
@@ -179,8 +181,14 @@ def _no_meta_operand(x, weight, bias, state, key):
     # is refused too, as the eager layer refuses it: torch's dispatcher runs this kernel for it, which would hand
     # back meta outputs as if the layer had computed.  Dynamo fake-ifies meta tensors where it traces, so every
     # call made while a graph is traced or compiled passes the test above.
-    owner = "an emulated layer" if key.is_meta or is_fake(key) else f"layer {_layer(key).layer_name!r}"
-    refuse_meta_parameters(owner, weight, bias)
+    if key.is_meta or is_fake(key):
+        # the layer cannot be looked up: its state is named as the op holds it
+        owner = "an emulated layer"
+        buffers = {**dict(zip(_STATE_NAMES, state)), "fp8emu_key": key}
+    else:
+        layer = _layer(key)
+        owner, buffers = f"layer {layer.layer_name!r}", layer.state_buffers()
+    refuse_meta_parameters(owner, weight, bias, buffers)
     raise ValueError(f"{owner}: input is a meta tensor (a shape without values); an emulated layer computes "
                      "on its input's values")
 
@@ -246,6 +254,15 @@ _emulated_linear.register_autograd(_backward, setup_context=_setup_context)
 
 def compiled_forward(layer: EmulatedLinear, x: torch.Tensor) -> torch.Tensor:
     """The layer's call as Dynamo traces it: one ``fp8emu::emulated_linear`` op (see the module docstring)."""
+    if not torch.compiler.is_dynamo_compiling() and linear.AUTOCAST.get() is not None:
+        # non-strict torch.export runs this code on fake tensors: an fp8emu.torch.autocast block entered in the traced
+        # forward (or around the export call) is Python state that the program does not hold, so the exported program
+        # ran the layer's own recipe where the module ran the block's (plain F.linear for enabled=False), silently.
+        # (Dynamo cannot read the block's ContextVar: a block around a compiled call is read by the op at run time.)
+        raise RuntimeError(f"layer {layer.layer_name!r}: torch.export cannot record an fp8emu.torch.autocast block (its "
+                           "state is Python's, not the graph's), so the exported program would run the layer without "
+                           "it; export outside the block and enter it around the exported program's call "
+                           "(ep.module()(x)): the layers read it when they run")
     params = (layer.weight,) if layer.bias is None else (layer.weight, layer.bias)
     # not layer.records_autograd(x): Dynamo cannot trace torch.is_inference_mode_enabled(); under inference mode
     # with grad enabled the op's eager call finds that it records nothing and runs forward only

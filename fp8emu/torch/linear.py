@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.fx
 from torch import nn
+from torch.autograd import forward_ad
 
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
@@ -83,6 +84,13 @@ def _in_transform() -> bool:
     """Whether a ``torch.func`` transform (grad, vmap, jvp) runs: its wrapper tensors (even ``x.detach()`` of a
     plain ``x`` under ``grad``) have no values NumPy can read."""
     return torch._C._functorch.maybe_current_level() is not None
+
+
+def _batched(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a batched tensor of torch's own vmap (``torch.autograd.grad(..., is_grads_batched=True)`` and
+    ``jacobian(..., vectorize=True)`` use it, not ``torch.func``'s): it has no values NumPy can read."""
+    legacy = getattr(torch._C._functorch, "is_legacy_batchedtensor", None)
+    return legacy is not None and bool(legacy(t))
 
 
 def _np(t: torch.Tensor, dtype: str) -> np.ndarray:
@@ -209,6 +217,12 @@ class EmulatedLinear(nn.Module):
     def _load_from_state_dict(self, *args, **kwargs):
         super()._load_from_state_dict(*args, **kwargs)
         self._normal_buffers()          # assign=True takes the state dict's tensors themselves
+        key, step = self._buffers.get("fp8emu_key"), self._buffers.get("fp8emu_step")
+        if key is not None and key.is_meta and step is not None and not step.is_meta:
+            # a layer built under torch.device("meta") and loaded with assign=True: its (non-persistent) key is in no
+            # state dict and stayed meta, so the eager layer ran and the compiled one was refused with "input is a
+            # meta tensor" (a CPU input).  Its value is the layer's own, known here
+            self._buffers["fp8emu_key"] = torch.tensor(self._fp8emu_id, dtype=torch.int64, device=step.device)
 
     def _register(self):
         """Enter the registry the compiled op looks layers up in (a copy is a layer of its own).
@@ -241,6 +255,14 @@ class EmulatedLinear(nn.Module):
         super().__setstate__(state)
         self._register()
         self._normal_buffers()
+
+    def __prepare_scriptable__(self):
+        # torch.jit.script asks every module this before compiling it: an emulated model failed in TorchScript's
+        # frontend on fp8emu's code ("NotSupportedError: Don't support conversion in JoinedStr", an f-string of
+        # linear.py), where torch.jit.trace and torch.fx are each one error naming the layer
+        raise TypeError(f"layer {self.layer_name!r}: torch.jit.script cannot compile an emulated layer, whose GEMMs "
+                        "are NumPy calls on the tensors' values; use torch.compile or torch.export (one custom op "
+                        "per layer)")
 
     def _acting(self, i):
         over = _ACTING.get()
@@ -431,8 +453,12 @@ class EmulatedLinear(nn.Module):
                     self.recompute_states.pop(next(iter(self.recompute_states)))
         return self._dispatch(x)
 
+    def state_buffers(self) -> dict:
+        """The buffers of the layer's state (the step counter; delayed scaling's histories and scales), by name."""
+        return {n: b for n, b in self._buffers.items() if n != "fp8emu_key" and b is not None}
+
     def _state_now(self) -> dict:
-        return {n: b.detach().clone() for n, b in self._buffers.items() if n != "fp8emu_key" and b is not None}
+        return {n: b.detach().clone() for n, b in self.state_buffers().items()}
 
     def _recompute(self, x, saved, autocast_state):
         """The call as it ran first (its state and :func:`fp8emu.torch.autocast` block), the state left as it is."""
@@ -487,6 +513,13 @@ class EmulatedLinear(nn.Module):
                                "cannot run an emulated layer, whose GEMMs are NumPy calls on the tensors' values; "
                                "take gradients with ordinary autograd (loss.backward(), torch.autograd.grad) and "
                                "batch with a loop")
+        if any(t is not None and forward_ad.unpack_dual(t).tangent is not None for t in (x, self.weight, self.bias)):
+            # forward-mode AD (dual tensors, torch.autograd.forward_ad): torch's bare "You must implement the jvp
+            # function for custom autograd.Function to use it with forward mode AD", where torch.func.jvp is named
+            raise RuntimeError(f"layer {self.layer_name!r}: forward-mode AD (torch.autograd.forward_ad's dual "
+                               "tensors) cannot run through an emulated layer, whose GEMMs are NumPy calls with no "
+                               "tangent; take gradients with ordinary (reverse-mode) autograd (loss.backward(), "
+                               "torch.autograd.grad)")
         if torch.jit.is_tracing():
             # the tracer cannot record the NumPy GEMMs: torch's bare "unordered_map::at"
             raise RuntimeError(f"layer {self.layer_name!r}: torch.jit.trace cannot record an emulated layer, whose "
@@ -500,7 +533,7 @@ class EmulatedLinear(nn.Module):
                             "bias must be float32, bfloat16, float16 or float64 tensors")
         # a model built on the meta device and called before to_empty: NumPy's bare "can't convert meta device
         # type tensor to numpy", naming no layer
-        refuse_meta_parameters(f"layer {self.layer_name!r}", self.weight, self.bias)
+        refuse_meta_parameters(f"layer {self.layer_name!r}", self.weight, self.bias, self.state_buffers())
         dev = x.device.type
         if torch.is_autocast_enabled(dev) and x.dtype != torch.float64:
             # torch.autocast casts nn.Linear's input to its dtype (float64 excepted), so the output is in it
@@ -555,15 +588,27 @@ def _acting_as(layer, recipe, stack, multiple):
         _ACTING.reset(token)
 
 
-def refuse_meta_parameters(owner, weight, bias):
+def refuse_meta_parameters(owner, weight, bias, buffers=None):
     """One ValueError naming ``owner``'s weight and / or bias where they are meta tensors (a shape without values),
-    and what to do; nothing where they have values.  The eager layer and the compiled op both call it."""
+    else its state ``buffers`` (name -> tensor) that are, and what to do; nothing where all have values.  The eager
+    layer and the compiled op both call it."""
     meta = [what for what, t in (("weight", weight), ("bias", bias)) if t is not None and t.is_meta]
     if meta:
         are = "are meta tensors" if len(meta) > 1 else "is a meta tensor"
         raise ValueError(f"{owner}: its {' and '.join(meta)} {are} (a shape without values): a model built on the "
                          "meta device needs model.to_empty(device=...) and its weights loaded (load_state_dict) or "
                          "initialized before it is called")
+    late = [n for n, t in (buffers or {}).items() if t is not None and t.is_meta]
+    if late:
+        # weights loaded into a model emulated on the meta device (load_state_dict(..., assign=True) of a checkpoint
+        # without the layer's state): the step counter was read with torch's bare "Tensor.item() cannot be called on
+        # meta tensors", naming no layer
+        names = late[0] if len(late) == 1 else f"{', '.join(late[:-1])} and {late[-1]}"
+        are = "are meta tensors" if len(late) > 1 else "is a meta tensor"
+        raise ValueError(f"{owner}: its {names} {are} (state buffers without values: weights loaded with "
+                         "load_state_dict(..., assign=True) into a model emulated on the meta device, from a checkpoint "
+                         "without the layer's state?); call model.to_empty(device=...) before loading the weights, or "
+                         "emulate the model after loading them")
 
 
 class _LinearFunction(torch.autograd.Function):
@@ -603,6 +648,13 @@ class _LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        if _in_transform() or _batched(dy):
+            # a batched backward runs this under vmap, whose batched gradient NumPy cannot read: torch's bare
+            # "Batching rule not implemented for aten::detach; the fallback path doesn't work on out= or view ops"
+            raise RuntimeError(f"layer {ctx.layer.layer_name!r}: a batched backward (torch.autograd.grad(..., "
+                               "is_grads_batched=True), torch.autograd.functional.jacobian(..., vectorize=True)) cannot "
+                               "run an emulated layer's backward, whose GEMMs are NumPy calls on the tensors' values; "
+                               "take the gradients one output gradient at a time (a loop, or vectorize=False)")
         if dy.dtype == torch.float64:       # a float64 model's gradient, computed in float32 as the input is
             ctx.layer._check_fits_float32("its output gradient", dy)
         # the recipe and stack the forward ran with (an autocast block may have ended since)

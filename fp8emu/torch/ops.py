@@ -59,6 +59,16 @@ def _host(x, what):
     return x
 
 
+def _values(x, what):
+    """An input of values (what encode and the quantizers take) as :func:`_host` gives it, or one error for a
+    :class:`TorchScaled`, which holds codes and scales: unwrapped, it reached the NumPy function's "x must be
+    array-like ..., got ScaledTensor", naming a type the caller never passed."""
+    if isinstance(x, TorchScaled):
+        raise TypeError(f"{what} is a TorchScaled (quantized codes and their scales), not values; pass "
+                        f"{what}.dequantize() for the values it stands for")
+    return _host(x, what)
+
+
 def _host_kwargs(kw):
     return {k: _host(v, k) for k, v in kw.items()}
 
@@ -66,7 +76,7 @@ def _host_kwargs(kw):
 def encode(x, fmt, **options):
     """:func:`fp8emu.encode` of a tensor: codes as the torch dtype of ``fmt``."""
     fmt = get_format(fmt)
-    return to_torch(codec.encode(_host(x, "x"), fmt, **_host_kwargs(options)), fmt=fmt, device=device_of(x))
+    return to_torch(codec.encode(_values(x, "x"), fmt, **_host_kwargs(options)), fmt=fmt, device=device_of(x))
 
 
 def _codes_format(codes, fmt):
@@ -95,11 +105,11 @@ def decode(codes, fmt=None, *, dtype=torch.float32, **options):
 
 def quantize(x, fmt, **options):
     """:func:`fp8emu.quantize` of a tensor: the rounded values in ``x``'s float dtype."""
-    return to_torch(codec.quantize(_host(x, "x"), fmt, **_host_kwargs(options)), device=device_of(x))
+    return to_torch(codec.quantize(_values(x, "x"), fmt, **_host_kwargs(options)), device=device_of(x))
 
 
 def _scaled(fn, x, args, options):
-    return scaled_to_torch(fn(_host(x, "x"), *args, **_host_kwargs(options)), device=device_of(x))
+    return scaled_to_torch(fn(_values(x, "x"), *args, **_host_kwargs(options)), device=device_of(x))
 
 
 def quantize_tensorwise(x, fmt, **options):

@@ -50,7 +50,7 @@ from torch.nn.modules import module as _nn_module
 
 from ..training import get_recipe, get_stack
 from .linear import EmulatedLinear
-from .swap import HighPrecisionWarning, emulate
+from .swap import HighPrecisionWarning, emulate, scripted_linear
 from .te import LayerNormLinear, LayerNormMLP, Linear as TELinear
 
 __all__ = ["LayerCapture", "layer_passes", "exact_passes", "exact_accumulation", "capture", "qat_model",
@@ -361,8 +361,7 @@ def capture(model, loss_fn) -> tuple:
         raise ValueError(f"layer {te_layers[0]!r} is a module of fp8emu.torch.te ({kind}), "
                          "whose GEMMs capture cannot see: it probes torch.nn.Linear layers (and those "
                          "fp8emu.torch.emulate swapped); build the model of nn.Linear layers for the probe")
-    scripted = [n for n, m in model.named_modules()
-                if isinstance(m, torch.jit.ScriptModule) and getattr(m, "original_name", None) == "Linear"]
+    scripted = [n for n, m in model.named_modules() if scripted_linear(m)]
     if scripted:
         # a scripted or traced model runs its compiled graph: no nn.Linear instance, no module call to hook, so
         # capture returned the loss and ({}) or left such layers out of a mixed model, silently

@@ -124,9 +124,9 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
         One of :func:`fp8emu.torch.stack_names`, or a :class:`fp8emu.torch.Stack`.
     module_filter_fn : callable, keyword-only, optional
         torchao's ``convert_to_float8_training`` argument: ``module_filter_fn(module, fqn) -> bool``
-        is called for every ``nn.Linear`` (subclasses included) with its fully qualified name; a
-        layer for which it returns False stays in high precision on purpose (``report.filtered``, no
-        warning).  None: every layer is a candidate.  It must return True or False.
+        is called for every ``nn.Linear`` (subclasses included) with its fully qualified name; a layer for
+        which it returns False stays in high precision on purpose (``report.filtered``, no warning).  An
+        ``nn.Linear`` compiled by TorchScript is no module it is asked about: it is always in ``report.skipped``.  None: every layer is a candidate.  It must return True or False.
     autocast_only : bool, keyword-only
         False (the default, as torchao's ``Float8Linear``): the layers run FP8 everywhere except
         inside ``fp8emu.torch.autocast(enabled=False)``.  True (Transformer Engine's rule): they run
@@ -143,7 +143,7 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
     -------
     EmulationReport
         Layers left in high precision that the filter did not filter out (sizes the recipe cannot
-        take, ``nn.Linear`` subclasses, ``nn.MultiheadAttention``'s projections) are in
+        take, ``nn.Linear`` subclasses, layers compiled by TorchScript, ``nn.MultiheadAttention``'s projections) are in
         ``report.skipped`` and named in one :class:`HighPrecisionWarning`.
 
     Examples
@@ -202,16 +202,22 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
     for n, m in model.named_modules(remove_duplicate=False):
         if isinstance(m, nn.Linear):
             refs.setdefault(id(m), (m, []))[1].append(n)
-    if not refs:
+    scripted = {n: m for n, m in model.named_modules() if scripted_linear(m)}
+    if not refs and not scripted:
         warnings.warn(f"fp8emu.torch.emulate: {type(model).__name__} holds no nn.Linear layer, so nothing is "
                       "emulated (emulate swaps nn.Linear layers)", HighPrecisionWarning, stacklevel=2)
     # in registration order, each name of a shared layer where it is registered (grouped by layer, the last name of
     # Sequential(a, b, a, b) was b's "3", of Sequential(a, b, a) b's "1")
-    names = [n for n, m in model.named_modules(remove_duplicate=False) if isinstance(m, nn.Linear)]
+    names = [n for n, m in model.named_modules(remove_duplicate=False) if isinstance(m, nn.Linear) or n in scripted]
     report.first, report.last = (names[0], names[-1]) if names else (None, None)
     report._primary = {n: ns[0] for _, ns in refs.values() for n in ns}
     wanted = {key: _accepted(module_filter_fn, lin, ns) for key, (lin, ns) in refs.items()}
     mha_out = _attention_projections(model, refs, wanted, report)
+    for name in scripted:
+        # TorchScript runs its compiled graph, which calls no Python module: such a layer stayed in high precision
+        # without a word, and a model scripted as a whole was said to hold no nn.Linear.  The filter is not asked
+        # (torchao's contract: nn.Linear modules; a traced layer has no in_features for a filter to read)
+        report.skipped[name] = _SCRIPTED
     # the layer index seeds stochastic rounding: counted over every plain nn.Linear, emulated or not, as
     # before filters existed, so that a model's bits do not change with what the filter leaves out
     plain = [key for key, (lin, _) in refs.items() if type(lin) is nn.Linear]
@@ -250,8 +256,11 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
     report.fast_path_off = _fast_path_off(model)
     if report.skipped:
         listed = "; ".join(f"{k!r} ({v})" for k, v in report.skipped.items())
-        warnings.warn(f"{len(report.skipped)} layer(s) left in high precision (fp8emu.torch.emulate): {listed}; "
-                      "pass module_filter_fn to leave them out on purpose", HighPrecisionWarning, stacklevel=2)
+        # a filter cannot leave out a TorchScript layer (it is not asked about one)
+        hint = ("" if set(report.skipped) <= set(scripted)
+                else "; pass module_filter_fn to leave them out on purpose")
+        warnings.warn(f"{len(report.skipped)} layer(s) left in high precision (fp8emu.torch.emulate): {listed}{hint}",
+                      HighPrecisionWarning, stacklevel=2)
     return report
 
 
@@ -285,6 +294,16 @@ _HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backw
 #: checkpoint's keys stopped running, and ``load_state_dict(..., strict=False)`` left the weight unloaded, silently).
 _STATE_HOOKS = ("_state_dict_pre_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks",
                 "_load_state_dict_post_hooks")
+
+
+#: Why an ``nn.Linear`` compiled by TorchScript stays in high precision.
+_SCRIPTED = ("an nn.Linear compiled by TorchScript (torch.jit.script or torch.jit.trace), whose graph calls no Python "
+             "module to swap: left as it is; emulate the eager model (and compile it with torch.compile, not TorchScript)")
+
+
+def scripted_linear(m) -> bool:
+    """Whether ``m`` is an ``nn.Linear`` that ``torch.jit.script`` or ``torch.jit.trace`` compiled."""
+    return isinstance(m, torch.jit.ScriptModule) and getattr(m, "original_name", None) == "Linear"
 
 
 def _not_swappable(lin):

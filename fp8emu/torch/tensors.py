@@ -156,25 +156,32 @@ def to_torch(arr, *, fmt=None, device=None):
         arr = code_array(arr, 1 << fmt.bits, "codes", held=f"{fmt.bits}-bit {fmt.name} codes")
         dt = torch_dtype(fmt)
         if dt == torch.uint8:
-            t = torch.from_numpy(np.ascontiguousarray(arr))
+            t = torch.from_numpy(_c_order(arr))
         elif dt == getattr(torch, "float4_e2m1fn_x2", None):
             if arr.ndim == 0 or arr.shape[-1] % 2:
                 raise ValueError("FP4 codes go into torch.float4_e2m1fn_x2 two per byte: the last dimension "
                                  f"must be even, got shape {arr.shape}")
             t = torch.from_numpy(np.ascontiguousarray(pack_fp4(arr))).view(dt)
         else:
-            t = torch.from_numpy(np.ascontiguousarray(arr)).view(dt)
+            t = torch.from_numpy(_c_order(arr)).view(dt)
     else:
         name = arr.dtype.name
         if name not in _FLOAT_TORCH:
             raise TypeError(f"to_torch converts float64/float32/float16/bfloat16 values or uint8 codes with "
                             f"fmt=; got dtype {arr.dtype} without fmt")
-        arr = np.ascontiguousarray(arr)
+        arr = _c_order(arr)
         if name == "bfloat16":
             t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
         else:
             t = torch.from_numpy(arr)
     return t.to(_device(device)) if device is not None else t
+
+
+def _c_order(arr):
+    """``arr`` in C order, its shape kept: ``np.ascontiguousarray`` makes a 0-d array 1-d, and every 0-d result
+    (the encoding of a scalar tensor, a tensorwise scale, NVFP4's global scale) came back of shape (1,).  A 0-d
+    array is copied, as that function copied it (a read-only scalar made torch warn that it is not writable)."""
+    return arr if arr.flags.c_contiguous and arr.ndim else arr.copy(order="C")
 
 
 def _device(device):
@@ -228,6 +235,12 @@ class TorchScaled:
 
 def scaled_to_torch(t: ScaledTensor, device=None) -> TorchScaled:
     """A :class:`TorchScaled` holding ``t``'s codes and scales as torch tensors on ``device``."""
+    if not isinstance(t, ScaledTensor):
+        # anything else reached a bare AttributeError ("'Tensor' object has no attribute 'global_scale'")
+        got = "a TorchScaled already" if isinstance(t, TorchScaled) else type(t).__name__
+        raise TypeError(f"scaled_to_torch takes an fp8emu.ScaledTensor (what fp8emu.quantize_tensorwise, "
+                        f"quantize_mx, quantize_nvfp4, ... return), got {got}; fp8emu.torch's quantizers take tensors "
+                        "and return a TorchScaled themselves")
     def opt(a, fmt):
         return None if a is None else to_torch(np.asarray(a, np.uint8), fmt=fmt, device=device)
     gs = None if t.global_scale is None else to_torch(np.asarray(t.global_scale, np.float32), device=device)
