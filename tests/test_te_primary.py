@@ -102,10 +102,11 @@ def test_the_copy_is_refreshed_after_each_optimizer_step():
     (recipe.MXFP8BlockScaling(), "b200",
      lambda w: quantize_mx(w.T, "e4m3fn", axis=0, scale_rule="rceil").dequantize().T),
 ], ids=["current", "mxfp8"])
-def test_high_precision_forward_uses_the_quantized_copy(rec, gpu, dequant):
+@pytest.mark.parametrize("out", [64, 300])       # 300: a per-tensor scale stands for more than a 128-wide block
+def test_high_precision_forward_uses_the_quantized_copy(rec, gpu, dequant, out):
     # outside autocast TE's FP8 parameter is what the layer has: its dequantized values, not the master
     with te.quantized_model_init(recipe=rec, gpu=gpu):
-        lin = te.Linear(64, 64, bias=False)
+        lin = te.Linear(64, out, bias=False)
     x = torch.randn(32, 64, requires_grad=True)
     y = lin(x)
     want = torch.from_numpy(dequant(lin.weight.detach().numpy()))
