@@ -17,6 +17,8 @@ import functools
 import warnings
 from typing import NamedTuple
 
+import torch
+
 from ...training import get_stack
 from ..swap import check_combination
 from .recipe import DelayedScaling, MXFP8BlockScaling, to_training_recipe
@@ -117,6 +119,15 @@ def _bind(recipe, gpu, outer):
     return R, check_combination(to_training_recipe(R), S), S
 
 
+#: Why a block cannot be traced (what ``torch.compile(..., fullgraph=True)`` reports; fp8emu.torch.autocast says the
+#: same of its own block).  Dynamo's words were "does not know how to trace method `get` of class `ContextVar` ...
+#: Please report an issue to PyTorch", which named fp8emu's code, not what the user can do.
+_UNTRACEABLE = ("fp8emu.torch.te.autocast keeps its state in a contextvars.ContextVar, which torch.compile cannot "
+                "trace (a graph break): enter the block outside the compiled function (the TE modules read it when "
+                "they run, eagerly), or compile without fullgraph=True")
+_eager = torch.compiler.disable(reason=_UNTRACEABLE)
+
+
 class autocast:
     """TE's ``autocast(enabled, calibrating, recipe, amax_reduction_group)``, plus ``gpu=``.
 
@@ -146,6 +157,7 @@ class autocast:
     False
     """
 
+    @_eager
     def __init__(self, enabled=True, calibrating=False, recipe=None, amax_reduction_group=None, _graph=False, *,
                  gpu=None):
         if not isinstance(enabled, bool):
@@ -160,12 +172,14 @@ class autocast:
         R, T, S = _bind(recipe, gpu, outer)     # errors at construction, as TE's check_recipe_support
         self._state = AutocastState(enabled, R, T, S)
 
+    @_eager
     def __enter__(self):
         if self._token is not None:
             raise RuntimeError("autocast context manager cannot be entered more than once concurrently")
         self._token = _AUTOCAST.set(self._state)
         return self
 
+    @_eager
     def __exit__(self, *exc):
         _AUTOCAST.reset(self._token)
         self._token = None
