@@ -575,12 +575,12 @@ def test_torchao_operands_equal_the_recorded_torchao_vectors(granularity):
                               sinv.view(np.uint32)), (role, pass_)
 
 
-def test_delayed_state_converted_to_bfloat16_is_refused():
+def test_delayed_state_stays_float32_when_the_model_is_converted_to_bfloat16():
     model = torch.nn.Sequential(torch.nn.Linear(16, 16))
     ft.emulate(model, "te-delayed", "h100")
     model.to(torch.bfloat16)
-    with pytest.raises(TypeError, match=r"^layer '0': delayed scaling's state was converted to torch.bfloat16"):
-        model(torch.ones(16, 16, dtype=torch.bfloat16))
+    assert model[0].amax_history_input.dtype == model[0].scale_input.dtype == torch.float32
+    assert model(torch.ones(16, 16, dtype=torch.bfloat16)).dtype == torch.bfloat16
 
 
 # ----------------------------------------------------------------------------- the cpu stack against torch

@@ -13,7 +13,8 @@ from ..codec import decode
 from ..gemm.quantized import quantized_mm
 from ..training.recipes import Operand
 
-__all__ = ["run_gemm", "operand_stats", "first_order_only", "value_key", "take_step", "buffers_as", "STATE_LOCK"]
+__all__ = ["run_gemm", "operand_stats", "first_order_only", "value_key", "take_step", "buffers_as", "float32_state",
+           "STATE_LOCK"]
 
 #: Held while a layer's state (its step counter, delayed scaling's history and scale) is read and written back:
 #: one layer called from several threads at once read one step twice (two calls, one stochastic-rounding seed,
@@ -92,6 +93,35 @@ def buffers_as(module: torch.nn.Module, saved: dict, *, others_absent: bool = Fa
     finally:
         module._buffers.clear()
         module._buffers.update(own)
+
+
+@contextlib.contextmanager
+def float32_state(module: torch.nn.Module):
+    """Inside the block ``module._apply`` may convert its buffers; after it, delayed scaling's state (the
+    ``amax_history_*`` and ``scale_*`` buffers that were float32) is float32 again, with the values it had, on the
+    device the conversion chose.
+
+    TE keeps its ``fp8_meta`` (amax history and scale) in float32 whatever dtype the model is cast to.  Converted,
+    a bfloat16 history was NumPy's bare "Got unsupported ScalarType BFloat16" at the next call, and
+    ``model.half().float()`` brought the state back rounded to float16 (an amax past 65504 as Inf), silently.
+
+    Examples
+    --------
+    >>> m = torch.nn.Module()
+    >>> m.register_buffer("scale_input", torch.tensor([1 / 3]))
+    >>> before = m.scale_input.clone()
+    >>> with float32_state(m):
+    ...     _ = m._apply(lambda t: t.half())
+    >>> m.scale_input.dtype, torch.equal(m.scale_input, before)
+    (torch.float32, True)
+    """
+    kept = {n: b for n, b in module._buffers.items()
+            if n.startswith(("amax_history_", "scale_")) and b is not None and b.dtype == torch.float32}
+    yield
+    for n, b in kept.items():
+        now = module._buffers.get(n)
+        if now is not None and now.dtype != torch.float32:
+            module._buffers[n] = b.to(now.device)
 
 
 def value_key(t: torch.Tensor) -> tuple:

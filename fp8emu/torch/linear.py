@@ -29,7 +29,9 @@ from torch.autograd import forward_ad
 from ..gemm.torch_cpu import TORCHAO_EMULATE
 from ..scaling.tensor import expand
 from ..training import Operand, Stack, TENVFP4BlockScaling, TrainingRecipe
-from .gemms import STATE_LOCK, buffers_as, first_order_only, operand_stats, run_gemm, take_step, value_key
+from .gemms import (
+    STATE_LOCK, buffers_as, first_order_only, float32_state, operand_stats, run_gemm, take_step, value_key,
+)
 from .tensors import float32_overflow
 
 __all__ = ["EmulatedLinear", "refuse_meta_parameters"]
@@ -281,8 +283,11 @@ class EmulatedLinear(nn.Module):
         # Module.to_empty remakes every buffer without its values (the meta-device initialization path:
         # emulate on "meta", to_empty, then load or initialize): the key then named no layer (the compiled op
         # raised a bare KeyError) and delayed scaling's history and scale were whatever memory held.  Such a
-        # layer starts as a new one (a state dict loaded afterwards restores a saved state); .to() keeps values
-        out = super()._apply(fn, recurse)
+        # layer starts as a new one (a state dict loaded afterwards restores a saved state); .to() keeps values.
+        # Delayed scaling's state stays float32 through model.to(dtype) / .half(), as TE's fp8_meta and the
+        # fp8emu.torch.te modules' (model.half().float() had brought it back rounded to float16, silently)
+        with float32_state(self):
+            out = super()._apply(fn, recurse)
         self._normal_buffers()
         key = self._buffers.get("fp8emu_key")
         if key is not None and key.device.type != "meta" and int(key) != self._fp8emu_id:
@@ -313,9 +318,10 @@ class EmulatedLinear(nn.Module):
             # named by the buffer that is not float32: a history alone in float64 (load_state_dict's assign=True)
             # read "converted to torch.float32 ...; keep the model in float32"
             raise TypeError(f"layer {self.layer_name!r}: delayed scaling's state was converted to {odd[0][1]} ("
-                            f"{', '.join(f'{n} is {d}' for n, d in odd)}; model.to(dtype), or load_state_dict with "
-                            "assign=True?); keep the model in float32 (fp32 master weights): the stack already runs "
-                            "activations in its own dtype")
+                            f"{', '.join(f'{n} is {d}' for n, d in odd)}; load_state_dict with assign=True, or a "
+                            "buffer assigned?); delayed scaling's amax history and scale are float32 (TE's fp8_meta; "
+                            "model.to(dtype) keeps them so): load a state dict without assign=True, or convert them "
+                            "back with .float()")
         ds = self.recipe.scaler(role)
         with STATE_LOCK, torch.no_grad():   # read, quantize, write back as one: two threads lost amax updates
             ds.amax_history = hist.numpy().astype(np.float32).copy()

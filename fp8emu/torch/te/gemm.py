@@ -28,7 +28,7 @@ from torch import nn
 
 from ...codec import decode
 from ...training import PASSES, Operand
-from ..gemms import STATE_LOCK, buffers_as, first_order_only, run_gemm, take_step, value_key
+from ..gemms import STATE_LOCK, buffers_as, first_order_only, float32_state, run_gemm, take_step, value_key
 from ..tensors import float32_overflow
 
 __all__ = ["QuantGemm", "GemmPlan", "quantized_linear", "round_to_stack", "stack_multiple", "check_input",
@@ -165,15 +165,8 @@ class QuantGemm(nn.Module):
         # restores a saved state.
         was_meta = self.fp8emu_step.is_meta
         # delayed scaling's state stays float32 through model.to(dtype) / .half() / .bfloat16(), as TE's fp8_meta
-        # (not a buffer there) does: converted, a bfloat16 history was NumPy's bare "Got unsupported ScalarType
-        # BFloat16" at the next call and a float16 one rounded every amax and scale, silently
-        kept = {n: b for n, b in self._buffers.items()
-                if n.startswith(("amax_history_", "scale_")) and b is not None and b.dtype == torch.float32}
-        out = super()._apply(fn, recurse)
-        for n, b in kept.items():
-            now = self._buffers[n]
-            if now is not None and now.dtype != torch.float32:
-                self._buffers[n] = b.to(now.device)
+        with float32_state(self):
+            out = super()._apply(fn, recurse)
         if was_meta and not self.fp8emu_step.is_meta:
             with torch.no_grad():
                 self.fp8emu_step.zero_()
