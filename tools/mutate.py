@@ -158,7 +158,7 @@ GROUPS = {
                           "activation_checkpointing", "checkpoint_recompute_limits", "compile_to_empty",
                           "compiled_copy", "compiled_pending", "compiled_hooks", "double_backward",
                           "func_transforms", "layer_float64_range", "scalar_input", "te_inputs", "empty_layers",
-                          "hooks_parametrizations", "delayed_state_casts", "delayed_state_dtype")),
+                          "hooks_parametrizations", "delayed_state_casts", "delayed_state_dtype", "float64_weights")),
                       "-k",
                       "not (hand_composition and (b200 or fast or te-delayed-cpu or te-current-cpu or deepseek "
                       "or te-nvfp4-no)) and not (thread_count and True) and not (zero_padded_batch and "
