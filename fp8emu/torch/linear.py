@@ -324,6 +324,8 @@ class EmulatedLinear(nn.Module):
                             "back with .float()")
         ds = self.recipe.scaler(role)
         with STATE_LOCK, torch.no_grad():   # read, quantize, write back as one: two threads lost amax updates
+            # the buffers read again under the lock: a recompute in another thread swaps them only under it
+            hist, scale = getattr(self, f"amax_history_{role}"), getattr(self, f"scale_{role}")
             ds.amax_history = hist.numpy().astype(np.float32).copy()
             ds.scale = float(scale)
             st = ds.quantize(arr)
@@ -471,7 +473,9 @@ class EmulatedLinear(nn.Module):
         rows = len(self.diagnostic_rows)
         token = AUTOCAST.set(autocast_state)
         try:
-            with buffers_as(self, saved):
+            # under the state lock: another thread's call meanwhile took its step from the replayed state and lost it
+            # (and its amax record) when the layer's own came back, silently (audit27's open item)
+            with STATE_LOCK, buffers_as(self, saved):
                 return self._dispatch(x)
         finally:
             AUTOCAST.reset(token)
