@@ -61,7 +61,7 @@ from .sumtree import GemmOrder, SumTree
 
 __all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "probe_too_long", "MAX_PROBE_PRODUCTS",
            "MAX_REVEAL_PRODUCTS",
-           "machine", "cpu_flags", "cache_path", "LAYOUTS",
+           "machine", "library", "cpu_flags", "cache_path", "LAYOUTS",
            "reveal_here", "describe_here", "cache_problem", "order_and_warnings"]
 
 
@@ -451,6 +451,15 @@ def _torch():
     return torch
 
 
+def library():
+    """torch's version and its BLAS, which decide a revealed order (its cache key holds them); None without torch.
+
+    ``fp8emu cpu-order`` gives them in its text (``library:``) and its ``--json`` (``"library"``).
+    """
+    torch = _torch()
+    return None if torch is None else dict(_library(torch))
+
+
 @functools.lru_cache(maxsize=4)
 def _library(torch):
     cfg = torch.__config__.show()
@@ -797,8 +806,8 @@ def describe_here(shapes, *, threads=None, layout="NN"):
     lines = [f"CPU: {info['vendor']} {info['model']} ({info['arch']}); kernel flags: {' '.join(info['flags'])}"]
     if info["mkl_env"]:
         lines.append(f"MKL settings: {info['mkl_env']}")
-    torch = _torch()
-    lines.append(f"library: {_library(torch)}" if torch is not None else "library: torch not installed")
+    lib = library()
+    lines.append(f"library: {lib}" if lib is not None else "library: torch not installed")
     # the cache's own warning, said here and before the shapes: caught with the first shape's, it stood in that
     # shape's [warning: ...] in place of the order's own (a gemv shape's "torch may differ" was dropped)
     why = cache_problem()
