@@ -8,9 +8,10 @@ which order :func:`fp8emu.gemm.torch_cpu.sgemm` uses for a shape:
 
 ``"revealed"``
     Found on this machine by probing torch's own ``mm`` (:func:`fp8emu.gemm.order_probe.reveal`),
-    once per CPU, torch and MKL version, MKL settings, thread count, shape and operand layout,
-    and kept in a cache file (``$FP8EMU_CACHE`` or ``~/.cache/fp8emu``, ``cpu-order.json``); a
-    process that changed MKL's settings in ``os.environ`` (MKL reads them once) keeps them for itself.
+    once per CPU, torch and MKL version, MKL settings, thread count, shape and operand layout (and
+    torch's float32 matmul setting where it may send ``mm`` to oneDNN), and kept in a cache file
+    (``$FP8EMU_CACHE`` or ``~/.cache/fp8emu``, ``cpu-order.json``); a process that changed MKL's
+    settings in ``os.environ`` (MKL reads them once) keeps them for itself.
     The default wherever torch is importable: exact on the machine the user has.
 A recorded model (:data:`RECORDED`)
     Used without torch.  Each names where it was proven; on another CPU (or outside its proven
