@@ -9,24 +9,14 @@ captured float32 operands.
 
 import numpy as np
 import pytest
-import torch
-from torch import nn
-from torch.nn.modules import module as nn_module
-from torch.utils.module_tracker import ModuleTracker
 
-from fp8emu.torch.probes import capture
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn.modules import module as nn_module  # noqa: E402
+from torch.utils.module_tracker import ModuleTracker  # noqa: E402
 
-
-def _model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 6), nn.Tanh(), nn.Linear(6, 3))
-
-
-X = torch.randn(5, 8, generator=torch.Generator().manual_seed(1))
-
-
-def _loss(m):
-    return m(X).pow(2).sum()
+from fp8emu.torch.probes import capture  # noqa: E402
+from test_audit_capture_grad_hooks import X, _loss, _model  # noqa: E402  (the same two-layer model and loss)
 
 
 def _check_products(caps):

@@ -13,10 +13,11 @@ References: float64 products of the captured float32 operands, and the Parameter
 
 import numpy as np
 import pytest
-import torch
-from torch import nn
 
-from fp8emu.torch.probes import capture
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from fp8emu.torch.probes import capture  # noqa: E402
 
 
 def _model():

@@ -16,19 +16,7 @@ import pytest
 from fp8emu.cli import main
 from fp8emu.gemm import cpu_order
 from fp8emu.gemm.sumtree import GemmOrder, SumTree
-
-
-class _FakeTorch:
-    __version__ = "9.9.9"
-
-    class __config__:               # noqa: N801 (torch's own name)
-        @staticmethod
-        def show():
-            return "PyTorch built with:\n  - Intel(R) oneAPI Math Kernel Library Version 2099.1\n"
-
-    @staticmethod
-    def get_num_threads():
-        return 1
+from test_mut_cpu_order import _FakeTorch   # what cpu_order reads of torch without probing
 
 
 OWN = "8x64x8 (NN) explains 50.0% of torch's outputs"
@@ -38,7 +26,7 @@ OWN = "8x64x8 (NN) explains 50.0% of torch's outputs"
 def half_explained(monkeypatch, tmp_path):
     monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path))
     monkeypatch.setenv("FP8EMU_CPU_ORDER", "auto")
-    monkeypatch.setattr(cpu_order, "_torch", lambda: _FakeTorch())
+    monkeypatch.setattr(cpu_order, "_torch", lambda: _FakeTorch(threads=1))
     monkeypatch.setattr(cpu_order, "_MEMO", {})
     monkeypatch.setattr(cpu_order, "_REFUSED", set())
     monkeypatch.setattr(cpu_order, "reveal_here", lambda M, K, N, **k: (

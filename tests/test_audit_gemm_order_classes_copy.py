@@ -39,9 +39,12 @@ def test_the_cached_order_cannot_be_changed_by_its_user(tmp_path, monkeypatch):
     with cpu_order.use("revealed"):
         order, src = cpu_order.order_for(3, 24, 5, threads=1)
         again, _ = cpu_order.order_for(3, 24, 5, threads=1)
-    assert src == "revealed" and again is order          # the same object: the process's cache
+    # the process's cache: its classes array itself (read-only) in a GemmOrder of each caller's own (audit26 #2)
+    assert src == "revealed" and again is not order and again.classes is order.classes
     with pytest.raises(ValueError, match="read-only"):
         order.classes[...] = 0
+    order.trees[0] = order.trees[-1]                 # a caller's list: the cache's order is as it was
+    assert cpu_order.order_for(3, 24, 5, threads=1)[0].trees == again.trees
 
 
 def test_a_recorded_model_order_is_read_only_too():

@@ -15,20 +15,7 @@ import pytest
 
 from fp8emu.gemm import cpu_order, torch_cpu
 from fp8emu.gemm.sumtree import GemmOrder, SumTree, evaluate
-
-
-class _FakeTorch:
-    """What cpu_order reads of torch without probing: version, BLAS line, thread count."""
-    __version__ = "9.9.9"
-
-    class __config__:               # noqa: N801 (torch's own name)
-        @staticmethod
-        def show():
-            return "PyTorch built with:\n  - Intel(R) oneAPI Math Kernel Library Version 2099.1\n"
-
-    @staticmethod
-    def get_num_threads():
-        return 1
+from test_mut_cpu_order import _FakeTorch   # what cpu_order reads of torch without probing
 
 
 # 1 + 2**-24 + 2**-24: in order (a chain) each half is lost to the tie's even (1.0); the two halves added first
@@ -45,7 +32,7 @@ def revealed(monkeypatch, tmp_path):
     """order_for with a stand-in torch whose probe reveals CHAIN (no torch needed, the file cache in tmp_path)."""
     monkeypatch.setenv("FP8EMU_CACHE", str(tmp_path))
     monkeypatch.setenv("FP8EMU_CPU_ORDER", "revealed")
-    monkeypatch.setattr(cpu_order, "_torch", lambda: _FakeTorch())
+    monkeypatch.setattr(cpu_order, "_torch", lambda: _FakeTorch(threads=1))
     monkeypatch.setattr(cpu_order, "_MEMO", {})
     monkeypatch.setattr(cpu_order, "reveal_here", lambda M, K, N, **k: (
         GemmOrder([CHAIN], np.zeros((M, N), np.int16)), {"explained": 1.0, "calls": 3}))

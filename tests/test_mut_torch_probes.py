@@ -122,6 +122,22 @@ def test_a_weight_that_also_reaches_the_loss_in_a_penalty_is_refused():
         probes.capture(model, lambda m: m(x).sum() + m[0].weight.square().sum())
 
 
+def test_a_layer_output_used_twice_is_one_path_to_its_weight():
+    """A skip connection uses the layer's output twice: the loss's graph reaches the layer's node by two paths,
+    but its weight by one edge (the layer's one call), so capture runs; dw is the layer's wgrad dy^T x
+    (float64 products of the captured float32 operands)."""
+    torch.manual_seed(6)
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(5, 8)
+
+    def loss_fn(m):
+        h = m(x)
+        return (h + torch.tanh(h)).square().sum()
+    _, caps = probes.capture(lin, loss_fn)
+    c = caps[""]
+    np.testing.assert_allclose(c.dw, c.dy.astype(np.float64).T @ c.x.astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
 def test_the_input_gradient_is_the_layers_own_when_its_input_is_given_by_keyword():
     """The layer's input also feeds a residual path: ``dx`` is the layer's own dgrad (``dy W``), not the
     input's whole gradient (which adds the residual's dy).  The layer is called as ``lin(input=h)``: the

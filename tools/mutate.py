@@ -158,7 +158,7 @@ GROUPS = {
                           "activation_checkpointing", "checkpoint_recompute_limits", "compile_to_empty",
                           "compiled_copy", "compiled_pending", "compiled_hooks", "double_backward",
                           "func_transforms", "layer_float64_range", "scalar_input", "te_inputs", "empty_layers",
-                          "hooks_parametrizations")),
+                          "hooks_parametrizations", "delayed_state_casts", "delayed_state_dtype", "float64_weights")),
                       "-k",
                       "not (hand_composition and (b200 or fast or te-delayed-cpu or te-current-cpu or deepseek "
                       "or te-nvfp4-no)) and not (thread_count and True) and not (zero_padded_batch and "
@@ -229,7 +229,7 @@ GROUPS = {
                           "capture_checkpointing", "capture_grad_mode", "capture_grads", "capture_loss_backward",
                           "capture_te_modules", "capture_tied_weight", "exact_accumulation_name", "probe_inputs",
                           "probe_strides", "probe_tensor_kinds", "probe_tokens", "empty_layers",
-                          "hooks_parametrizations")),
+                          "hooks_parametrizations", "capture_global_hooks", "capture_grad_hooks")),
                       "tests/test_docs.py::test_docstring_examples[fp8emu.torch.probes]"]),
     # the gradient study's numbers, findings and report (torch-free): its test files and its doctests,
     # less the one-and-two-threads-and-dask run (45 s of training cells that reach this module only

@@ -151,6 +151,25 @@ def checkpoint(function, *args, **kwargs):
     >>> int(mlp.fp8emu_fc1.fp8emu_step)            # one forward call, not two
     1
     """
+    return _checkpoint_eagerly(function, *args, **kwargs)
+
+
+#: Why ``checkpoint`` is not traced (what ``torch.compile(..., fullgraph=True)`` reports).  Traced, the non-reentrant
+#: mode was Dynamo's internal "NotImplementedError: checkpoint not implemented for ... NestedUserFunctionVariable
+#: context_fn", and with fullgraph=True its "does not know how to trace method `get` of class `ContextVar` ... Please
+#: report an issue to PyTorch", naming fp8emu's code; TE runs its ``checkpoint`` eagerly too (``torch._disable_dynamo``).
+_UNTRACEABLE = ("fp8emu.torch.te.checkpoint runs eagerly under torch.compile, as TE's (its recompute replays the "
+                "autocast block and module state kept in Python, a graph break): compile without fullgraph=True, or "
+                "call te.checkpoint outside the compiled function")
+
+
+#: The caller of ``checkpoint`` as seen from ``_checkpoint_eagerly``: the stack level of their warnings (``checkpoint``
+#: and the frame ``torch.compiler.disable`` adds lie between).
+_CALLER = 4
+
+
+@torch.compiler.disable(reason=_UNTRACEABLE)
+def _checkpoint_eagerly(function, *args, **kwargs):
     use_reentrant = kwargs.pop("use_reentrant", True)
     distribute = kwargs.pop("distribute_saved_activations", False)
     tp_group = kwargs.pop("tp_group", None)
@@ -159,7 +178,7 @@ def checkpoint(function, *args, **kwargs):
         # TE's test of its old positional form, and its warning
         warnings.warn("checkpoint: distribute_saved_activations, get_rng_state_tracker and tp_group given by position "
                       "is TE's deprecated form; pass them as keyword arguments to `checkpoint`",
-                      DeprecationWarning, stacklevel=2)
+                      DeprecationWarning, stacklevel=_CALLER)
         distribute, tracker, tp_group = args[0], args[1], args[2]
         args = args[3:]
     if not callable(function):
@@ -192,8 +211,20 @@ def checkpoint(function, *args, **kwargs):
     recompute = _Phase(lambda: in_frame(frame, recompute=True), lambda: user_recompute,
                        lambda: autocast_state(state), rng.restored)
     if not use_reentrant:
-        return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False,
-                                                 context_fn=lambda: (forward, recompute), **kwargs)
+        if not torch.is_grad_enabled():
+            # nothing will be recomputed.  torch's non-reentrant checkpoint then calls the function without its forward
+            # context (context_fn's first manager was skipped, silently, where the reentrant mode enters it); TE's own
+            # non-reentrant checkpoint enters it whatever the grad mode
+            with forward:
+                return function(*args, **kwargs)
+
+        def segment(*inputs):
+            # the keywords go to the function, as TE sends them: given to torch's checkpoint, those it takes itself
+            # were its own (preserve_rng_state=False recomputed with other dropout masks than the forward's, silently,
+            # where TE and the reentrant mode give them to the function); TE restores the RNG states always
+            return function(*inputs, **kwargs)
+        return torch.utils.checkpoint.checkpoint(segment, *args, use_reentrant=False,
+                                                 context_fn=lambda: (forward, recompute))
     calls = []
 
     def run(*inputs):
@@ -201,15 +232,32 @@ def checkpoint(function, *args, **kwargs):
         phase = recompute if calls else forward
         calls.append(None)
         with phase:
-            return function(*inputs, **kwargs)
+            out = function(*inputs, **kwargs)
+        return _unaliased(out) if phase is forward else out
     return torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=True)
+
+
+def _unaliased(out):
+    """The reentrant forward's outputs with each tensor that requires grad (under its ``no_grad`` only a leaf can: a
+    parameter, such as the bias of ``return_bias=True``, or an input) as a new tensor of the same storage.
+
+    torch's reentrant checkpoint (an ``autograd.Function``) gave such a returned parameter its own node as ``grad_fn``:
+    the parameter was no longer a leaf, and the backward, whose recompute returns the same parameter, ran that node
+    again and again (``te.Linear(..., return_bias=True)`` in a segment never finished its backward; TE's
+    ``_CheckpointFunction`` has the same structure).  As a new tensor it is the node's output; the recompute returns
+    the parameter itself, whose gradient autograd accumulates, as without checkpointing."""
+    if isinstance(out, torch.Tensor):
+        return out.detach() if out.requires_grad else out
+    if isinstance(out, tuple):          # torch's reentrant checkpoint looks into a tuple, not deeper
+        return tuple(_unaliased(o) if isinstance(o, torch.Tensor) else o for o in out)
+    return out
 
 
 def _check_distribute(use_reentrant, tp_group):
     if not use_reentrant:
         warnings.warn("checkpoint: distribute_saved_activations=True has no effect when `use_reentrant=False` (that "
                       "mode keeps no forward input to split: it recomputes through autograd's saved-tensor hooks), as "
-                      "in TE", stacklevel=3)
+                      "in TE", stacklevel=_CALLER + 1)
         return
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         raise RuntimeError("checkpoint: torch.distributed is not initialized. Call "

@@ -311,6 +311,17 @@ def recompute_scope(owner, gemms):
     if not frames or not gemms:
         yield
         return
+    # the whole call under the state lock: a recompute puts the forward's state in the module's buffers for the call,
+    # and a forward's record must be the state its call runs with.  Another thread calling the module meanwhile took
+    # its step from the replayed state, and lost it when the module's own came back (38 of 45 steps kept, delayed
+    # scaling's amax records with them), silently; or advanced it between the record and the call
+    with STATE_LOCK:
+        with _replayed(owner, gemms, frames):
+            yield
+
+
+@contextlib.contextmanager
+def _replayed(owner, gemms, frames):
     last = max((i for i, (_, replayed) in enumerate(frames) if replayed is not None), default=-1)
     if last >= 0:
         frame, replayed = frames[last]

@@ -2,9 +2,12 @@
 
 Constructor arguments and forward signatures are those of ``transformer_engine.pytorch`` at
 d0067d0da6cb01811b8072a7d304f0e00344ce2b; parameter names too (``weight``, ``layer_norm_weight``,
-``fc1_weight``, ...), so a TE ``state_dict`` of these modules loads (not of ``TransformerLayer``: TE
-splits its QKV parameters into ``query_weight`` / ``key_weight`` / ``value_weight`` unless
-``fuse_qkv_params``; here they are one ``weight``).  Inside an enabled
+``fc1_weight``, ...), so the parameters of a TE ``state_dict`` of these modules load with
+``load_state_dict(sd, strict=False)`` (not of ``TransformerLayer``: TE splits its QKV parameters into
+``query_weight`` / ``key_weight`` / ``value_weight`` unless ``fuse_qkv_params``; here they are one ``weight``).
+Its ``_extra_state`` (TE's FP8 metadata: delayed scaling's amax histories and scales) is not read, and the GEMM
+state TE's has not (the ``fp8emu_*`` buffers: step counter, seed) starts new; ``strict=True`` is torch's error
+naming both.  Inside an enabled
 :func:`fp8emu.torch.te.autocast` the GEMMs are emulated (:mod:`fp8emu.torch.te.gemm`); outside, the
 modules compute in high precision with torch (TE's semantics).
 
