@@ -601,7 +601,7 @@ def test_the_cache_key_is_canonical_json_and_each_damaged_entry_is_probed_again(
     info, lib, threads, *shape, version = json.loads(key)
     assert info == cpu_order.machine() and lib == {"torch": "9.9.9", "blas": "Intel(R) oneAPI Math Kernel "
                                                    "Library Version 2099.1"} and [threads, *shape] == [1, 2, 4, 3, "NN"]
-    assert version == 5           # the orders' version: 5 asks every joined leaf, 4 knows lone K blocks, 3 the starts
+    assert version == 6           # the orders' version: 6 keys the matmul setting, 5 asks every joined leaf, 4 lone blocks
     entry = {"order": GemmOrder([good], np.zeros((2, 3))).to_json(), "explained": 1.0, "calls": 5}
     damaged = [{**entry, "order": GemmOrder([SumTree.blocks([0, 5])], np.zeros((2, 3))).to_json()},  # K = 5 tree
                {**entry, "explained": 1.5}, {**entry, "explained": -0.5}, {**entry, "explained": True},

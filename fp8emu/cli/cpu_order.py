@@ -127,7 +127,8 @@ def run(args) -> int:
             order, src, said = cpu_order.order_and_warnings(M, K, N, threads=args.threads, layout=args.layout)
             rows.append({"shape": [M, K, N], "layout": args.layout, "source": src, "order": order.describe(),
                          "warning": " | ".join(said) or None})     # as the text's [warning: ...]
-        print(json.dumps({"machine": cpu_order.machine(), "policy": cpu_order.policy(),
+        # the library as the text's "library:" line gives it (the JSON had left it out; None: torch not installed)
+        print(json.dumps({"machine": cpu_order.machine(), "library": cpu_order.library(), "policy": cpu_order.policy(),
                           "cache": {"path": str(cpu_order.cache_path()), "not_used": refused}, "gemms": rows},
                          indent=1))
         return 0

@@ -8,9 +8,10 @@ which order :func:`fp8emu.gemm.torch_cpu.sgemm` uses for a shape:
 
 ``"revealed"``
     Found on this machine by probing torch's own ``mm`` (:func:`fp8emu.gemm.order_probe.reveal`),
-    once per CPU, torch and MKL version, MKL settings, thread count, shape and operand layout,
-    and kept in a cache file (``$FP8EMU_CACHE`` or ``~/.cache/fp8emu``, ``cpu-order.json``); a
-    process that changed MKL's settings in ``os.environ`` (MKL reads them once) keeps them for itself.
+    once per CPU, torch and MKL version, MKL settings, thread count, shape and operand layout (and
+    torch's float32 matmul setting where it may send ``mm`` to oneDNN), and kept in a cache file
+    (``$FP8EMU_CACHE`` or ``~/.cache/fp8emu``, ``cpu-order.json``); a process that changed MKL's
+    settings in ``os.environ`` (MKL reads them once) keeps them for itself.
     The default wherever torch is importable: exact on the machine the user has.
 A recorded model (:data:`RECORDED`)
     Used without torch.  Each names where it was proven; on another CPU (or outside its proven
@@ -45,6 +46,7 @@ import json
 import os
 import platform
 import stat
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -60,7 +62,7 @@ from .sumtree import GemmOrder, SumTree
 
 __all__ = ["RECORDED", "RecordedModel", "use", "policy", "order_for", "probe_too_long", "MAX_PROBE_PRODUCTS",
            "MAX_REVEAL_PRODUCTS",
-           "machine", "cpu_flags", "cache_path", "LAYOUTS",
+           "machine", "library", "cpu_flags", "cache_path", "LAYOUTS",
            "reveal_here", "describe_here", "cache_problem", "order_and_warnings"]
 
 
@@ -450,6 +452,15 @@ def _torch():
     return torch
 
 
+def library():
+    """torch's version and its BLAS, which decide a revealed order (its cache key holds them); None without torch.
+
+    ``fp8emu cpu-order`` gives them in its text (``library:``) and its ``--json`` (``"library"``).
+    """
+    torch = _torch()
+    return None if torch is None else dict(_library(torch))
+
+
 @functools.lru_cache(maxsize=4)
 def _library(torch):
     cfg = torch.__config__.show()
@@ -462,12 +473,51 @@ def _library(torch):
 #: passed for fused with "explained" 1.0); 4 knows a K block of one product summed apart (SumTree.lone: 3 fused it, so
 #: K = 384j + 1 beyond 768 came out unexplained); 3 the three ways a sum starts (SumTree.start: 2 told a -0 kept
 #: from +0 only, so an FMA start of an underflowing product came out +0; 1 left every output at +0, wrong for
-#: outer products).  Entries of older versions are not read.
-_ORDERS = 5
+#: outer products); 6 keys torch's float32 matmul setting where it is not IEEE (5 stored an order revealed under
+#: torch.set_float32_matmul_precision("medium"), oneDNN's kernel, under the key of the default's MKL one, and the
+#: other way: 900 of 1024 outputs of a 32x256x32 product differed from torch, silently, in every later process).
+#: Entries of older versions are not read.
+_ORDERS = 6
 
 
-def _key(info, lib, threads, M, K, N, layout):
-    return json.dumps([info, lib, threads, M, K, N, layout, _ORDERS], sort_keys=True)
+def _key(info, lib, threads, M, K, N, layout, matmul=None):
+    parts = [info, lib, threads, M, K, N, layout, _ORDERS]
+    if matmul is not None:
+        parts.append({"fp32_matmul": matmul})
+    return json.dumps(parts, sort_keys=True)
+
+
+#: torch's float32 matmul precisions that keep a CPU torch.mm on the BLAS (MKL's sgemm): "tf32" acts on Intel GPUs
+#: only (torch warns so; 0 outputs of a CPU mm changed), "high" is the legacy name of "tf32".
+_IEEE_MATMUL = ("none", "ieee", "tf32", "highest", "high")
+
+
+def _matmul_setting(torch=None):
+    """torch's float32 matmul setting where it may send a CPU ``torch.mm`` off MKL's sgemm, else None.
+
+    ``torch.set_float32_matmul_precision("medium")`` (``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``,
+    or the same at a broader level) makes torch multiply float32 matrices above a size with oneDNN's kernel, in
+    another order (on an AMD EPYC with AVX512-BF16: 900 of 1024 outputs of a 32x256x32 product, 3800 of 4096 of
+    64x512x64), wherever mkldnn is enabled and available.  Revealed orders are kept per setting.  ``torch``: the
+    module (default: the one imported, if any; this function never imports torch).
+
+    Examples
+    --------
+    >>> _matmul_setting(object()) is None       # no setting to read: MKL's sgemm
+    True
+    """
+    if torch is None:
+        torch = sys.modules.get("torch")
+    try:
+        mkldnn = torch.backends.mkldnn
+        if not (mkldnn.is_available() and mkldnn.enabled):
+            return None                   # torch.mm stays on the BLAS whatever the precision says
+        # the matmul's own setting, else the oneDNN backend's, else torch's: "none" defers to the next
+        levels = (mkldnn.matmul.fp32_precision, mkldnn.fp32_precision, torch.backends.fp32_precision)
+    except Exception:                     # no torch, a torch before these settings, or a stand-in
+        return None
+    p = next((v for v in levels if v != "none"), "none")
+    return None if p in _IEEE_MATMUL else str(p)
 
 
 def _tensor(torch, a, transposed):
@@ -620,7 +670,8 @@ def _revealed(M, K, N, threads, layout):
         return None
     t = torch.get_num_threads() if threads is None else int(threads)
     info, lib = machine(), _library(torch)
-    key = _key(info, lib, t, M, K, N, layout)
+    # read at each call, as torch reads it at each mm: set_float32_matmul_precision may change between GEMMs
+    key = _key(info, lib, t, M, K, N, layout, _matmul_setting(torch))
     # MKL reads its settings once, when it starts: where this process changed them in os.environ, which ones
     # MKL took is not known, so the file's orders (keyed by settings) are neither read nor written (a setting
     # made after MKL started stored the default kernel's order under MKL_CBWR=COMPATIBLE, silently wrong for
@@ -756,8 +807,8 @@ def describe_here(shapes, *, threads=None, layout="NN"):
     lines = [f"CPU: {info['vendor']} {info['model']} ({info['arch']}); kernel flags: {' '.join(info['flags'])}"]
     if info["mkl_env"]:
         lines.append(f"MKL settings: {info['mkl_env']}")
-    torch = _torch()
-    lines.append(f"library: {_library(torch)}" if torch is not None else "library: torch not installed")
+    lib = library()
+    lines.append(f"library: {lib}" if lib is not None else "library: torch not installed")
     # the cache's own warning, said here and before the shapes: caught with the first shape's, it stood in that
     # shape's [warning: ...] in place of the order's own (a gemv shape's "torch may differ" was dropped)
     why = cache_problem()

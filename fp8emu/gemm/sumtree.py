@@ -429,6 +429,12 @@ class GemmOrder:
             classes.flags.writeable = False
         self.classes = classes
 
+    def __reduce__(self):
+        # through __init__: pickle and deepcopy (a spawned process's order, a copy) set the slots directly, so the
+        # copy's classes came back writeable, and a class written later to name no tree summed nothing (0.0 where
+        # the original gives 17), silently: the guarantee the checks above give the original
+        return (GemmOrder, (self.trees, self.classes))
+
     @property
     def uniform(self):
         return len(self.trees) == 1
