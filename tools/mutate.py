@@ -206,7 +206,8 @@ GROUPS = {
                   ["tests/test_mut_cpu_order.py", "tests/test_cpu_order.py", "tests/test_sgemm_fma_chain.py",
                    "tests/test_cpu_order_lone_product.py", "tests/test_audit_cpu_order_cache.py",
                    "tests/test_lead_input_checks.py", "tests/test_cpu_order_amd.py",
-                   "tests/test_audit_cpu_order_numpy_sizes.py",
+                   "tests/test_audit_cpu_order_numpy_sizes.py", "tests/test_audit_reveal_budget.py",
+                   "tests/test_audit_cpu_order_gemv_revealed.py",
                    "tests/test_docs.py::test_docstring_examples[fp8emu.gemm.cpu_order]", "-k", _CPU_ORDER_FAST]),
     # TE's modules' GEMM state and activation checkpointing (fp8emu.torch.te): the API's tests, primary weights,
     # checkpointing and the audits' TE tests (the compile and thread ones, minutes on the shared machine, left out)
