@@ -7,9 +7,6 @@ came back, delayed scaling's amax record with it, silently.  Expected: every for
 (three threads of n forwards: 3 n steps; the history's length exceeds 3 n, and random inputs never have amax 0).
 """
 
-import sys
-import threading
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,45 +14,27 @@ from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 import fp8emu.torch as ft  # noqa: E402
 from fp8emu.training.recipes import get_recipe  # noqa: E402
+from test_audit_layer_threads import _run, switch_often  # noqa: E402, F401  (threads started together)
 
 W = 32
 
 
 @pytest.mark.parametrize("use_reentrant", [False, True])
-def test_threads_sharing_a_checkpointed_layer_keep_every_step(use_reentrant):
+def test_threads_sharing_a_checkpointed_layer_keep_every_step(use_reentrant, switch_often):
     assert get_recipe("te-delayed").amax_history_len > 45
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(W, W))
-        ft.emulate(model, "te-delayed", "h100")
-        n, errors = 15, []
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(W, W))
+    ft.emulate(model, "te-delayed", "h100")
+    n = 15
 
-        def checkpointed():
-            try:
-                for _ in range(n):
-                    x = torch.randn(W, W, requires_grad=True)
-                    checkpoint(model, x, use_reentrant=use_reentrant).sum().backward()
-            except Exception as e:          # pragma: no cover - reported below
-                errors.append(e)
-
-        def plain():
-            try:
-                for _ in range(n):
-                    with torch.no_grad():
-                        model(torch.randn(W, W))
-            except Exception as e:          # pragma: no cover
-                errors.append(e)
-
-        threads = [threading.Thread(target=f) for f in (checkpointed, plain, plain)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    assert not errors
+    def call(i):
+        if i == 0:
+            x = torch.randn(W, W, requires_grad=True)
+            checkpoint(model, x, use_reentrant=use_reentrant).sum().backward()
+        else:
+            with torch.no_grad():
+                model(torch.randn(W, W))
+    _run(3, n, call)
     layer = model[0]
     assert int(layer.fp8emu_step) == 3 * n
     assert int((layer.amax_history_input != 0).sum()) == 3 * n

@@ -11,9 +11,6 @@ The reference is the same model without checkpointing (bit-identical outputs, gr
 * ``torch.compile`` of a function calling ``te.checkpoint``: Dynamo's internal errors, where TE runs it eagerly.
 """
 
-import copy
-import sys
-import threading
 import warnings
 
 import pytest
@@ -22,23 +19,10 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import fp8emu.torch.te as te  # noqa: E402
+from test_audit_layer_threads import _run, switch_often  # noqa: E402, F401  (threads started together)
+from test_te_checkpoint import _assert_same, _pair  # noqa: E402  (the model twice; outputs, grads, state equal)
 
 W = 64
-
-
-def _pair(make):
-    torch.manual_seed(0)
-    model = make()
-    return model, copy.deepcopy(model)
-
-
-def _assert_same(plain, ckpt):
-    a, b = plain.state_dict(), ckpt.state_dict()
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
-    for (n, p), q in zip(plain.named_parameters(), ckpt.parameters()):
-        assert (p.grad is None) == (q.grad is None) and (p.grad is None or torch.equal(p.grad, q.grad)), n
 
 
 @pytest.mark.parametrize("reentrant", [True, False])
@@ -92,91 +76,54 @@ def test_context_fn_s_forward_context_without_grad(reentrant, grad_off):
     _assert_same(plain, ckpt)
 
 
-def test_threads_sharing_a_checkpointed_module_keep_every_step():
+def test_threads_sharing_a_checkpointed_module_keep_every_step(switch_often):
     """One ``te.Linear`` called by three threads, one of them through ``te.checkpoint``: the recompute put the
     forward's state in the module for its call, and the other threads' steps (and delayed scaling's amax records)
     taken meanwhile were dropped when the module's own state came back (38 of 45 steps kept, silently)."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        torch.manual_seed(0)
-        lin, n, errors = te.Linear(W, W), 15, []
+    torch.manual_seed(0)
+    lin, n = te.Linear(W, W), 15
 
-        def checkpointed():
-            try:
-                for _ in range(n):
-                    x = torch.randn(W, W, requires_grad=True)
-                    with te.autocast(recipe=te.recipe.DelayedScaling()):
-                        y = te.checkpoint(lin, x)
-                    y.sum().backward()
-            except Exception as e:          # pragma: no cover - reported below
-                errors.append(e)
-
-        def plain():
-            try:
-                for _ in range(n):
-                    with torch.no_grad(), te.autocast(recipe=te.recipe.DelayedScaling()):
-                        lin(torch.randn(W, W))
-            except Exception as e:          # pragma: no cover
-                errors.append(e)
-
-        threads = [threading.Thread(target=f) for f in (checkpointed, plain, plain)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    assert not errors
+    def call(i):
+        if i == 0:
+            x = torch.randn(W, W, requires_grad=True)
+            with te.autocast(recipe=te.recipe.DelayedScaling()):
+                y = te.checkpoint(lin, x)
+            y.sum().backward()
+        else:
+            with torch.no_grad(), te.autocast(recipe=te.recipe.DelayedScaling()):
+                lin(torch.randn(W, W))
+    _run(3, n, call)
     g = lin.fp8emu_gemm
     assert int(g.fp8emu_step) == 3 * n
     # each forward records its input's amax once (random normal inputs: never 0), the recompute none
     assert int((g.amax_history_input != 0).sum()) == 3 * n
 
 
-def test_a_recompute_and_another_thread_s_forward():
+def test_a_recompute_and_another_thread_s_forward(switch_often):
     """The same with stochastic rounding (NVFP4): the recompute of every checkpointed call gives its forward's
     bits, and no step is lost (``recompute_scope`` holds the state lock for the call)."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        torch.manual_seed(0)
-        mlp, n, errors, differ = te.LayerNormMLP(W, W), 8, [], []
-        recipe = te.recipe.NVFP4BlockScaling(disable_stochastic_rounding=False)
+    torch.manual_seed(0)
+    mlp, n, differ = te.LayerNormMLP(W, W), 8, []
+    recipe = te.recipe.NVFP4BlockScaling(disable_stochastic_rounding=False)
 
-        def checkpointed():
-            try:
-                for _ in range(n):
-                    outs = []
+    def call(i):
+        if i == 0:
+            outs = []
 
-                    def f(x):
-                        y = mlp(x)
-                        outs.append(y.detach().clone())
-                        return y
-                    x = torch.randn(W, W, requires_grad=True)
-                    with te.autocast(recipe=recipe, gpu="b200"):
-                        y = te.checkpoint(f, x)
-                    y.sum().backward()
-                    differ.append(not torch.equal(outs[0], outs[1]))
-            except Exception as e:          # pragma: no cover
-                errors.append(e)
-
-        def plain():
-            try:
-                for _ in range(n):
-                    with torch.no_grad(), te.autocast(recipe=recipe, gpu="b200"):
-                        mlp(torch.randn(W, W))
-            except Exception as e:          # pragma: no cover
-                errors.append(e)
-
-        threads = [threading.Thread(target=f) for f in (checkpointed, plain)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    assert not errors and not any(differ)
+            def f(x):
+                y = mlp(x)
+                outs.append(y.detach().clone())
+                return y
+            x = torch.randn(W, W, requires_grad=True)
+            with te.autocast(recipe=recipe, gpu="b200"):
+                y = te.checkpoint(f, x)
+            y.sum().backward()
+            differ.append(not torch.equal(outs[0], outs[1]))
+        else:
+            with torch.no_grad(), te.autocast(recipe=recipe, gpu="b200"):
+                mlp(torch.randn(W, W))
+    _run(2, n, call)
+    assert len(differ) == n and not any(differ)
     assert int(mlp.fp8emu_fc1.fp8emu_step) == int(mlp.fp8emu_fc2.fp8emu_step) == 2 * n
 
 

@@ -627,7 +627,8 @@ class _LinearFunction(torch.autograd.Function):
         """``rows``: None when autograd will call backward; else forward only, the first ``rows`` of
         ``x``'s rows real (the rest zero padding)."""
         R, S = layer.recipe, layer.stack
-        step = take_step(layer.fp8emu_step, f"layer {layer.layer_name!r}")
+        with STATE_LOCK:    # the counter looked up under the lock too: a recompute in another thread swaps it under it
+            step = take_step(layer.fp8emu_step, f"layer {layer.layer_name!r}")
         xs = _np(x, S.dtype)
         w = weight.detach().to(torch.float32).contiguous().numpy()
         a = layer.operand("input", xs, 1, "fprop", step)
