@@ -126,7 +126,8 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
         torchao's ``convert_to_float8_training`` argument: ``module_filter_fn(module, fqn) -> bool``
         is called for every ``nn.Linear`` (subclasses included) with its fully qualified name; a layer for
         which it returns False stays in high precision on purpose (``report.filtered``, no warning).  An
-        ``nn.Linear`` compiled by TorchScript is no module it is asked about: it is always in ``report.skipped``.  None: every layer is a candidate.  It must return True or False.
+        ``nn.Linear`` compiled by TorchScript is no module it is asked about: it is always in
+        ``report.skipped``.  None: every layer is a candidate.  It must return True or False.
     autocast_only : bool, keyword-only
         False (the default, as torchao's ``Float8Linear``): the layers run FP8 everywhere except
         inside ``fp8emu.torch.autocast(enabled=False)``.  True (Transformer Engine's rule): they run
