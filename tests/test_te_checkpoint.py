@@ -252,6 +252,20 @@ def test_deprecated_positional_form():
     assert torch.equal(y, layer(x))
 
 
+def test_a_function_whose_own_arguments_look_like_the_old_form_gets_them():
+    """TE takes the old positional form only where the third argument is None or a process group: a segment whose
+    own arguments are (a bool, a callable, a tensor, ...) gets them all, without the deprecation warning."""
+    layer = te.Linear(W, W)
+    x = torch.randn(W, W, requires_grad=True)
+
+    def segment(flag, act, h, scale):
+        return act(layer(h)) * scale if flag else layer(h)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = te.checkpoint(segment, True, torch.tanh, x, 2.0)
+    assert torch.equal(y, torch.tanh(layer(x)) * 2.0)
+
+
 @pytest.mark.parametrize("call,err,match", [
     (lambda x: te.checkpoint(3, x), TypeError, "function must be callable"),
     (lambda x: te.checkpoint(te.Linear(W, W), x, use_reentrant="no"), TypeError, "use_reentrant must be True or False"),

@@ -152,3 +152,23 @@ def test_the_page_table_is_this_measurement():
 
 if __name__ == "__main__":
     print(table())
+
+
+@pytest.mark.parametrize("out", [64, 300])
+def test_a_block_scaled_primary_weight_outside_autocast_is_its_e4m3_values(out):
+    """Float8BlockScaling's weight: 128 x 128 blocks, one scale each.  Outside autocast the layer computes with the
+    dequantized copy: every value within E4M3's half-ulp (2**-4 relative) of the master weight, the zeros zero, and
+    the output x @ D^T in float32.  A 300-row weight has a last block of 44 rows."""
+    with te.quantized_model_init(recipe=recipe.Float8BlockScaling(), gpu="h100"):
+        lin = te.Linear(64, out, bias=False)
+    w = lin.weight.detach().clone()
+    with torch.no_grad():
+        d = lin(torch.eye(64)).T            # the identity's rows pick the weight the layer computes with
+    assert d.shape == w.shape and not torch.equal(d, w)
+    assert torch.all((d - w).abs() <= 2.0 ** -4 * w.abs() + 2.0 ** -20)
+
+
+def test_the_gemm_state_module_converts_as_a_module_does():
+    """``Module.to`` returns what ``_apply`` returns: the module itself (the GEMM state keeps its float32 state)."""
+    g = te.Linear(16, 16).fp8emu_gemm
+    assert g.to(torch.float64) is g and g.float() is g
