@@ -142,6 +142,22 @@ def test_micro_batches_keep_the_weight_cache(reentrant):
     _assert_same(plain, ckpt)
 
 
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_a_later_micro_batch_recomputes_with_the_first_ones_weight_copy(reentrant):
+    """The first micro-batch of a fresh module quantizes its weights with delayed scaling's initial scale (1.0); a
+    later one reuses that copy although the scale has moved since, and so must its recompute."""
+    plain, ckpt = _pair(Block)
+    xs = [torch.randn(W, W, requires_grad=True) for _ in range(2)]
+    for m, use in ((plain, False), (ckpt, True)):
+        def f(x, first):
+            return te.checkpoint(m, x, is_first_microbatch=first, use_reentrant=reentrant) if use else m(x, first)
+        with te.autocast(recipe=te.recipe.DelayedScaling()):
+            ys = [f(xs[0], True), f(xs[1], False)]
+        for y in reversed(ys):
+            y.square().mean().backward()
+    _assert_same(plain, ckpt)
+
+
 def test_nested_segments_and_a_second_backward():
     """A segment inside a segment replays the outer forward's state; ``retain_graph`` recomputes twice."""
     plain, ckpt = _pair(lambda: nn.Sequential(Block(), Block()))

@@ -216,7 +216,7 @@ GROUPS = {
                  *(f"tests/test_audit_te_{t}.py" for t in (
                      "attention_empty", "autocast_decorator", "delayed_state_dtype", "float64_range",
                      "inference_mode", "inputs", "meta_weights", "microbatch_recipes", "primary_data_writes",
-                     "recipe_fields", "torch_autocast")),
+                     "recipe_fields", "torch_autocast", "checkpoint", "state_dict_claim")),
                  "tests/test_docs.py::test_docstring_examples[fp8emu.torch.te.gemm]",
                  "tests/test_docs.py::test_docstring_examples[fp8emu.torch.te.distributed]"]),
     # the same-state gradient probes: their own tests and the hostile-input ones
