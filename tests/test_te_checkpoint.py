@@ -395,3 +395,18 @@ def test_distribute_saved_activations_in_one_process(tmp_path):
         _assert_same(plain, ckpt)
     finally:
         dist.destroy_process_group()
+
+
+def test_the_non_reentrant_mode_takes_inputs_that_need_no_gradient():
+    """torch's non-reentrant checkpoint (``use_reentrant=False``) differentiates a segment whose inputs need no
+    gradient (the weights' gradients through it) and works with ``torch.autograd.grad``; the reentrant one does
+    neither (torch's own limits, which TE's reentrant mode shares)."""
+    plain, ckpt = _pair(lambda: te.Linear(W, W))
+    x = torch.randn(W, W)                              # no gradient needed: the first layer's input
+    with te.autocast(recipe=te.recipe.Float8CurrentScaling()):
+        want = plain(x)
+        got = te.checkpoint(ckpt, x, use_reentrant=False)
+    assert got.requires_grad and torch.equal(got, want)
+    (gw,) = torch.autograd.grad(got.square().sum(), [ckpt.weight])
+    want.square().sum().backward()
+    assert torch.equal(gw, plain.weight.grad)
