@@ -213,6 +213,24 @@ class _TEModule(nn.Module):
                              "built on the meta device needs model.to_empty(device=...) and its weights loaded "
                              "(load_state_dict) or initialized before it is called")
 
+    def _check_dtypes(self, inp):
+        """TE's ``set_activation_dtype`` (``module/base.py``, every GEMM module's ``prepare_forward``, FP8 or not):
+        outside ``torch.autocast`` the input's dtype must be each parameter's ("Data types for parameters must
+        match when outside of autocasted region").  Here a float32 input to bfloat16 parameters was torch's bare
+        "mat1 and mat2 must have the same dtype" / "mixed dtype (CPU)" in high precision, naming no module, and
+        ran silently inside ``autocast`` (a float32 output), where TE refuses it."""
+        if not isinstance(inp, torch.Tensor) or not inp.is_floating_point():
+            return                          # check_input / torch name what is wrong with it
+        dev = inp.device.type
+        if dev != "meta" and torch.is_autocast_enabled(dev):
+            return                          # TE: "native AMP gets highest priority", the input is cast
+        for name, p in self.named_parameters():
+            if p.dtype != inp.dtype:
+                raise TypeError(f"{type(self).__name__}: the input is {inp.dtype} and its parameter {name!r} is "
+                                f"{p.dtype}; outside torch.autocast they must match (Transformer Engine asserts "
+                                f"the same); cast the input (x.to({p.dtype})) or the module (module.to"
+                                f"({inp.dtype})), or run it under torch.autocast")
+
     def _mode(self):
         """(recipe, stack) to run FP8 with, or None for high precision."""
         st = current_autocast()
@@ -314,6 +332,7 @@ class Linear(_TEModule):
         if fp8_output or fp8_grad:
             raise ValueError("Linear: fp8_output / fp8_grad (FP8 tensors handed to the next module) are not "
                              "emulated; accepted: False")
+        self._check_dtypes(inp)
         mode = self._mode()
         gemm_bias = None if self.return_bias else self.bias
         if mode is None:
@@ -464,6 +483,7 @@ class LayerNormLinear(_NormGemm):
         whatever the recipe (the unfused composition, for comparisons)."""
         if fp8_output or fp8_grad:
             raise ValueError("LayerNormLinear: fp8_output / fp8_grad are not emulated; accepted: False")
+        self._check_dtypes(inp)
         mode = self._mode()
         if mode is not None:
             inp = _amp_input(inp)
@@ -531,6 +551,7 @@ class LayerNormMLP(_NormGemm):
     @replayed_in_recompute
     def forward(self, inp, is_first_microbatch=None, *, fused=None):
         """``fused``: None (TE's choice), or False to round every tensor before its quantizer (unfused)."""
+        self._check_dtypes(inp)
         mode = self._mode()
         if mode is not None:
             inp = _amp_input(inp)
