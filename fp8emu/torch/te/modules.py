@@ -214,11 +214,12 @@ class _TEModule(nn.Module):
                              "(load_state_dict) or initialized before it is called")
 
     def _check_dtypes(self, inp):
-        """TE's ``set_activation_dtype`` (``module/base.py``, every GEMM module's ``prepare_forward``, FP8 or not):
-        outside ``torch.autocast`` the input's dtype must be each parameter's ("Data types for parameters must
-        match when outside of autocasted region").  Here a float32 input to bfloat16 parameters was torch's bare
-        "mat1 and mat2 must have the same dtype" / "mixed dtype (CPU)" in high precision, naming no module, and
-        ran silently inside ``autocast`` (a float32 output), where TE refuses it."""
+        """TE's ``set_activation_dtype`` (``module/base.py``, every GEMM module's ``prepare_forward``): outside
+        ``torch.autocast`` the input's dtype must be each parameter's ("Data types for parameters must match when
+        outside of autocasted region").  Checked on the high-precision path, where a float32 input to bfloat16
+        parameters was torch's bare "mat1 and mat2 must have the same dtype" / "mixed dtype (CPU)", naming no
+        module.  The FP8 path takes such inputs (its output in the input's dtype), as it did before; TE refuses
+        them there too."""
         if not isinstance(inp, torch.Tensor) or not inp.is_floating_point():
             return                          # check_input / torch name what is wrong with it
         dev = inp.device.type
@@ -332,8 +333,9 @@ class Linear(_TEModule):
         if fp8_output or fp8_grad:
             raise ValueError("Linear: fp8_output / fp8_grad (FP8 tensors handed to the next module) are not "
                              "emulated; accepted: False")
-        self._check_dtypes(inp)
         mode = self._mode()
+        if mode is None:
+            self._check_dtypes(inp)
         gemm_bias = None if self.return_bias else self.bias
         if mode is None:
             out = F.linear(inp, self._hp_weight("gemm", self.weight), gemm_bias)
@@ -483,8 +485,9 @@ class LayerNormLinear(_NormGemm):
         whatever the recipe (the unfused composition, for comparisons)."""
         if fp8_output or fp8_grad:
             raise ValueError("LayerNormLinear: fp8_output / fp8_grad are not emulated; accepted: False")
-        self._check_dtypes(inp)
         mode = self._mode()
+        if mode is None:
+            self._check_dtypes(inp)
         if mode is not None:
             inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
@@ -551,8 +554,9 @@ class LayerNormMLP(_NormGemm):
     @replayed_in_recompute
     def forward(self, inp, is_first_microbatch=None, *, fused=None):
         """``fused``: None (TE's choice), or False to round every tensor before its quantizer (unfused)."""
-        self._check_dtypes(inp)
         mode = self._mode()
+        if mode is None:
+            self._check_dtypes(inp)
         if mode is not None:
             inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
