@@ -62,6 +62,8 @@ def autocast(enabled=True, recipe=None, gpu=None):
     ----------
     enabled : bool
         False: the emulated layers compute as plain ``nn.Linear`` (``torch.nn.functional.linear``).
+        Not inherited: True unless given, inside an ``autocast(enabled=False)`` block too (as TE's
+        ``fp8_autocast``: the innermost block wins).
     recipe : str or recipe object, optional
         Run this recipe instead of the layers' own (not a delayed-scaling recipe other than the
         layer's: its state lives in buffers ``emulate`` creates).

@@ -213,6 +213,25 @@ class _TEModule(nn.Module):
                              "built on the meta device needs model.to_empty(device=...) and its weights loaded "
                              "(load_state_dict) or initialized before it is called")
 
+    def _check_dtypes(self, inp):
+        """TE's ``set_activation_dtype`` (``module/base.py``, every GEMM module's ``prepare_forward``): outside
+        ``torch.autocast`` the input's dtype must be each parameter's ("Data types for parameters must match when
+        outside of autocasted region").  Checked on the high-precision path, where a float32 input to bfloat16
+        parameters was torch's bare "mat1 and mat2 must have the same dtype" / "mixed dtype (CPU)", naming no
+        module.  The FP8 path takes such inputs (its output in the input's dtype), as it did before; TE refuses
+        them there too."""
+        if not isinstance(inp, torch.Tensor) or not inp.is_floating_point():
+            return                          # check_input / torch name what is wrong with it
+        dev = inp.device.type
+        if dev != "meta" and torch.is_autocast_enabled(dev):
+            return                          # TE: "native AMP gets highest priority", the input is cast
+        for name, p in self.named_parameters():
+            if p.dtype != inp.dtype:
+                raise TypeError(f"{type(self).__name__}: the input is {inp.dtype} and its parameter {name!r} is "
+                                f"{p.dtype}; outside torch.autocast they must match (Transformer Engine asserts "
+                                f"the same); cast the input (x.to({p.dtype})) or the module (module.to"
+                                f"({inp.dtype})), or run it under torch.autocast")
+
     def _mode(self):
         """(recipe, stack) to run FP8 with, or None for high precision."""
         st = current_autocast()
@@ -315,6 +334,8 @@ class Linear(_TEModule):
             raise ValueError("Linear: fp8_output / fp8_grad (FP8 tensors handed to the next module) are not "
                              "emulated; accepted: False")
         mode = self._mode()
+        if mode is None:
+            self._check_dtypes(inp)
         gemm_bias = None if self.return_bias else self.bias
         if mode is None:
             out = F.linear(inp, self._hp_weight("gemm", self.weight), gemm_bias)
@@ -465,6 +486,8 @@ class LayerNormLinear(_NormGemm):
         if fp8_output or fp8_grad:
             raise ValueError("LayerNormLinear: fp8_output / fp8_grad are not emulated; accepted: False")
         mode = self._mode()
+        if mode is None:
+            self._check_dtypes(inp)
         if mode is not None:
             inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
@@ -532,6 +555,8 @@ class LayerNormMLP(_NormGemm):
     def forward(self, inp, is_first_microbatch=None, *, fused=None):
         """``fused``: None (TE's choice), or False to round every tensor before its quantizer (unfused)."""
         mode = self._mode()
+        if mode is None:
+            self._check_dtypes(inp)
         if mode is not None:
             inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
