@@ -594,18 +594,6 @@ def _unusable(st):
     return f"holds {st.st_size} bytes, past the {CACHE_LIMIT}-byte limit" if st.st_size > CACHE_LIMIT else None
 
 
-def _cache_problem():
-    """Why the order cache file is neither read nor written (warned once, as a GEMM would), or None."""
-    p = cache_path()
-    try:
-        why = _unusable(os.stat(p))       # stat opens nothing: a FIFO does not block it
-    except OSError:
-        return None                       # absent or unreadable: a miss, and written when an order is found
-    if why:
-        _refuse_cache(p, why)
-    return why
-
-
 def _refuse_cache(p, why):
     if str(p) not in _REFUSED:
         _REFUSED.add(str(p))
@@ -829,7 +817,16 @@ def cache_problem():
     ...     print(cache_problem())
     None
     """
-    return _cache_problem() if policy() in ("auto", "revealed") and _torch() is not None else None
+    if policy() not in ("auto", "revealed") or _torch() is None:
+        return None
+    p = cache_path()
+    try:
+        why = _unusable(os.stat(p))       # stat opens nothing: a FIFO does not block it
+    except OSError:
+        return None                       # absent or unreadable: a miss, and written when an order is found
+    if why:
+        _refuse_cache(p, why)             # warned once, as a GEMM would
+    return why
 
 
 def order_and_warnings(M, K, N, *, threads=None, layout="NN"):
