@@ -123,6 +123,13 @@ def test_the_recompute_runs_in_the_forwards_block(backward_in, reentrant):
     _assert_same(plain, ckpt)
 
 
+def _micro_batch(m, use, reentrant):
+    """``f(x, first)``: one micro-batch of ``m``, checkpointed where ``use``."""
+    def f(x, first):
+        return te.checkpoint(m, x, is_first_microbatch=first, use_reentrant=reentrant) if use else m(x, first)
+    return f
+
+
 @pytest.mark.parametrize("reentrant", [True, False])
 def test_micro_batches_keep_the_weight_cache(reentrant):
     """``is_first_microbatch``: a first micro-batch quantizes the weights, the next reuse the copy.  A recompute
@@ -131,8 +138,7 @@ def test_micro_batches_keep_the_weight_cache(reentrant):
     plain, ckpt = _pair(Block)
     xs = [torch.randn(W, W, requires_grad=True) for _ in range(3)]
     for m, use in ((plain, False), (ckpt, True)):
-        def f(x, first):
-            return te.checkpoint(m, x, is_first_microbatch=first, use_reentrant=reentrant) if use else m(x, first)
+        f = _micro_batch(m, use, reentrant)
         with te.autocast(recipe=te.recipe.DelayedScaling()):
             ya, yb = f(xs[0], True), f(xs[1], True)
             ya.square().mean().backward()
@@ -149,8 +155,7 @@ def test_a_later_micro_batch_recomputes_with_the_first_ones_weight_copy(reentran
     plain, ckpt = _pair(Block)
     xs = [torch.randn(W, W, requires_grad=True) for _ in range(2)]
     for m, use in ((plain, False), (ckpt, True)):
-        def f(x, first):
-            return te.checkpoint(m, x, is_first_microbatch=first, use_reentrant=reentrant) if use else m(x, first)
+        f = _micro_batch(m, use, reentrant)
         with te.autocast(recipe=te.recipe.DelayedScaling()):
             ys = [f(xs[0], True), f(xs[1], False)]
         for y in reversed(ys):
