@@ -232,10 +232,12 @@ class _TEModule(nn.Module):
                                 f"the same); cast the input (x.to({p.dtype})) or the module (module.to"
                                 f"({inp.dtype})), or run it under torch.autocast")
 
-    def _mode(self):
-        """(recipe, stack) to run FP8 with, or None for high precision."""
+    def _mode(self, inp):
+        """(recipe, stack) to run FP8 with, or None for high precision (where ``inp``'s dtype must be the
+        parameters', :meth:`_check_dtypes`)."""
         st = current_autocast()
         if st is None or not st.enabled:
+            self._check_dtypes(inp)
             return None
         self._refuse_meta()
         for n in self._gemm_names:
@@ -333,9 +335,7 @@ class Linear(_TEModule):
         if fp8_output or fp8_grad:
             raise ValueError("Linear: fp8_output / fp8_grad (FP8 tensors handed to the next module) are not "
                              "emulated; accepted: False")
-        mode = self._mode()
-        if mode is None:
-            self._check_dtypes(inp)
+        mode = self._mode(inp)
         gemm_bias = None if self.return_bias else self.bias
         if mode is None:
             out = F.linear(inp, self._hp_weight("gemm", self.weight), gemm_bias)
@@ -485,9 +485,7 @@ class LayerNormLinear(_NormGemm):
         whatever the recipe (the unfused composition, for comparisons)."""
         if fp8_output or fp8_grad:
             raise ValueError("LayerNormLinear: fp8_output / fp8_grad are not emulated; accepted: False")
-        mode = self._mode()
-        if mode is None:
-            self._check_dtypes(inp)
+        mode = self._mode(inp)
         if mode is not None:
             inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
@@ -554,9 +552,7 @@ class LayerNormMLP(_NormGemm):
     @replayed_in_recompute
     def forward(self, inp, is_first_microbatch=None, *, fused=None):
         """``fused``: None (TE's choice), or False to round every tensor before its quantizer (unfused)."""
-        mode = self._mode()
-        if mode is None:
-            self._check_dtypes(inp)
+        mode = self._mode(inp)
         if mode is not None:
             inp = _amp_input(inp)
         ln = self._norm_out(inp, mode)
