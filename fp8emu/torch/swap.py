@@ -203,7 +203,7 @@ def emulate(model, recipe="te-delayed", gpu="h100", *, module_filter_fn=None, au
     for n, m in model.named_modules(remove_duplicate=False):
         if isinstance(m, nn.Linear):
             refs.setdefault(id(m), (m, []))[1].append(n)
-    scripted = {n: m for n, m in model.named_modules() if scripted_linear(m)}
+    scripted = [n for n, m in model.named_modules() if scripted_linear(m)]
     if not refs and not scripted:
         warnings.warn(f"fp8emu.torch.emulate: {type(model).__name__} holds no nn.Linear layer, so nothing is "
                       "emulated (emulate swaps nn.Linear layers)", HighPrecisionWarning, stacklevel=2)
